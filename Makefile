@@ -1,0 +1,42 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both set up .venv first.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+LOCAL_RUNTIME := python$(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+
+.PHONY: setup demo test lint typecheck unit template build lock clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements/dev.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
+	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/onceflow demo
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/pytest
+
+# sam build with the runtime of this machine's Python (deploys keep the template default).
+build: setup
+	$(BIN)/sam build --parameter-overrides PythonRuntime=$(LOCAL_RUNTIME)
+
+# Re-resolve pinned versions from requirements/dev.in.
+lock:
+	$(PYTHON) -m venv /tmp/onceflow-lock && /tmp/onceflow-lock/bin/pip install -q -r requirements/dev.in
+	/tmp/onceflow-lock/bin/pip freeze --exclude-editable | sort > requirements/dev.txt
+
+clean:
+	rm -rf $(VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache

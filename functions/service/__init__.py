@@ -1,0 +1,1 @@
+"""onceflow's Lambda functions: thin handlers over plain logic and a small data layer."""

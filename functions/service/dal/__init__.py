@@ -1,0 +1,1 @@
+"""Data layer: the only place boto3 is used."""

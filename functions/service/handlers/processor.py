@@ -1,0 +1,71 @@
+"""Processor Lambda: turn one claimed work item into one WebP output."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from service.dal.objects import ObjectStore
+from service.errors import PermanentError
+from service.logic.images import downscale_to_webp, output_key
+from service.observability import logger, metrics, tracer
+from service.settings import ProcessorSettings, processor_settings
+
+_store: ObjectStore | None = None
+
+
+def _object_store() -> ObjectStore:
+    global _store
+    if _store is None:
+        _store = ObjectStore()
+    return _store
+
+
+def process(event: dict[str, Any], settings: ProcessorSettings, store: ObjectStore) -> dict[str, Any]:
+    """Read the object of the work item, downscale it, write the output once."""
+    work_item = event.get("workItem")
+    if not isinstance(work_item, dict) or not work_item.get("bucket") or not work_item.get("key"):
+        raise PermanentError("the payload has no workItem with a bucket and a key")
+    idempotency_key = str(work_item["idempotencyKey"])
+    data = store.read(work_item["bucket"], work_item["key"], work_item.get("versionId"))
+    rendition = downscale_to_webp(data, settings.max_dimension)
+    key = output_key(settings.output_prefix, idempotency_key)
+    created = store.write_once(
+        settings.output_bucket,
+        key,
+        rendition.body,
+        "image/webp",
+        # Metadata must be ASCII: keep the key readable but encoded.
+        {"idempotency-key": quote(idempotency_key, safe="/:#"), "lock-token": str(event.get("lockToken", ""))},
+    )
+    return {
+        "output": f"s3://{settings.output_bucket}/{key}",
+        "created": created,
+        "width": rendition.width,
+        "height": rendition.height,
+        "bytes": len(rendition.body),
+    }
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    work_item = event.get("workItem") or {}
+    logger.append_keys(
+        idempotency_key=work_item.get("idempotencyKey"),
+        execution_arn=event.get("lockToken"),
+        attempt=event.get("attempt"),
+    )
+    try:
+        result = process(event, processor_settings(), _object_store())
+    except PermanentError:
+        metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=1)
+        logger.exception("permanent failure: the work item will be dead-lettered")
+        raise
+    metrics.add_metric(name="Processed", unit=MetricUnit.Count, value=1)
+    logger.info("processed", extra={"output": result["output"], "created": result["created"]})
+    return result

@@ -1,0 +1,1 @@
+"""Business logic with no AWS calls."""

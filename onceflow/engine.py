@@ -1,0 +1,471 @@
+"""The embedded local engine: template.yaml's resources on moto, its ASL and handlers run as-is."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+import zipfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import boto3
+from moto import mock_aws
+
+from onceflow import patches
+from onceflow.lambdas import FunctionSpec, InProcessRuntime
+from onceflow.template import Stack, TemplateError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TEMPLATE = PROJECT_ROOT / "template.yaml"
+REGION = "us-east-1"
+ACCOUNT_ID = "123456789012"
+
+# Resources whose behaviour the local engine does not need (policies, logs):
+# they resolve to a name so that references to them still work.
+_NOT_EMULATED = {
+    "AWS::S3::BucketPolicy",
+    "AWS::SQS::QueuePolicy",
+    "AWS::Logs::LogGroup",
+    "AWS::IAM::Role",
+    "AWS::IAM::Policy",
+}
+
+_EXECUTION_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class EngineError(Exception):
+    """The local engine could not do what was asked."""
+
+
+class ExecutionTimeout(EngineError):
+    """An execution did not finish within the deadline."""
+
+
+@dataclass
+class ExecutionResult:
+    """A finished execution: what the console shows for it."""
+
+    arn: str
+    name: str
+    status: str
+    input: Any
+    output: Any
+    error: str | None
+    cause: str | None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def states_entered(self) -> list[str]:
+        return [
+            e["stateEnteredEventDetails"]["name"]
+            for e in self.events
+            if "stateEnteredEventDetails" in e
+        ]
+
+    def event_types(self) -> list[str]:
+        return [str(e["type"]) for e in self.events]
+
+
+def execution_name(prefix: str) -> str:
+    """A unique, valid execution name (moto names unnamed executions 'None')."""
+    clean = _EXECUTION_NAME.sub("-", prefix)[:40].strip("-") or "run"
+    return f"{clean}-{uuid.uuid4().hex[:20]}"
+
+
+class LocalEngine:
+    """Creates the template's resources in moto and runs executions and invocations.
+
+    Use as a context manager; everything lives in memory and is gone at exit.
+    """
+
+    def __init__(
+        self,
+        template: Path = DEFAULT_TEMPLATE,
+        parameters: Mapping[str, Any] | None = None,
+        *,
+        time_scale: float = 0.0,
+        function_log: TextIO | None = None,
+        function_log_level: str = "WARNING",
+        stack_name: str = "onceflow-local",
+    ) -> None:
+        self.stack = Stack.from_file(
+            template, parameters, region=REGION, account_id=ACCOUNT_ID, stack_name=stack_name
+        )
+        self.time_scale = time_scale
+        self.runtime = InProcessRuntime()
+        self.function_log = function_log
+        self.function_log_level = function_log_level
+        self.not_emulated: list[str] = []
+        self._creating: set[str] = set()
+        self._local = threading.local()
+        self._mock: Any = None
+        self._saved_env: dict[str, str | None] = {}
+        self.stack.create = self._create
+
+    # ---- lifecycle -----------------------------------------------------------
+
+    def __enter__(self) -> LocalEngine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        patches.apply()
+        patches.CLOCK.scale = self.time_scale
+        self._set_env({"AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION})
+        self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
+        self._mock.start()
+        try:
+            for logical_id in self.stack.template["Resources"]:
+                self._create(logical_id)
+            # Import every handler now (the cold start), before executions
+            # run them from several threads at once.
+            for spec in list(self.runtime.functions.values()):
+                self.runtime.load(spec)
+            self._route_function_logs()
+        except Exception:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for name in self.runtime.functions:
+            patches.INVOKERS.pop(name, None)
+        if self._mock is not None:
+            self._mock.stop()
+            self._mock = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+
+    def _set_env(self, variables: Mapping[str, str]) -> None:
+        for key, value in variables.items():
+            self._saved_env.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+    # ---- clients -------------------------------------------------------------
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for this thread (boto3 sessions are not thread-safe)."""
+        clients = getattr(self._local, "clients", None)
+        if clients is None:
+            clients = self._local.clients = {}
+        if service not in clients:
+            session = boto3.session.Session(region_name=REGION)
+            clients[service] = session.client(service)
+        return clients[service]
+
+    # ---- resources -----------------------------------------------------------
+
+    def ref(self, logical_id: str) -> str:
+        return self.stack.ref(logical_id)
+
+    def get_att(self, logical_id: str, attribute: str) -> str:
+        return self.stack.get_att(logical_id, attribute)
+
+    def outputs(self) -> dict[str, str]:
+        return {
+            name: str(self.stack.resolve(spec["Value"]))
+            for name, spec in self.stack.template.get("Outputs", {}).items()
+            if "Condition" not in spec or self.stack.condition(spec["Condition"])
+        }
+
+    def _physical_name(self, logical_id: str, limit: int = 63) -> str:
+        suffix = hashlib.sha1(f"{self.stack.stack_name}/{logical_id}".encode()).hexdigest()[:8]
+        base = f"{self.stack.stack_name}-{logical_id}".lower()[: limit - 9]
+        return f"{base}-{suffix}"
+
+    def _create(self, logical_id: str) -> None:
+        if logical_id in self.stack.refs:
+            return
+        if logical_id in self._creating:
+            raise TemplateError(f"circular reference through {logical_id}")
+        self._creating.add(logical_id)
+        try:
+            resource = self.stack.template["Resources"][logical_id]
+            kind = resource["Type"]
+            if not self.stack.resource_enabled(logical_id):
+                self.stack.refs[logical_id] = ""
+                return
+            creator = {
+                "AWS::S3::Bucket": self._create_bucket,
+                "AWS::DynamoDB::Table": self._create_table,
+                "AWS::SQS::Queue": self._create_queue,
+                "AWS::Serverless::Function": self._create_function,
+                "AWS::Serverless::StateMachine": self._create_state_machine,
+            }.get(kind)
+            if creator is None:
+                if kind not in _NOT_EMULATED:
+                    raise TemplateError(f"{logical_id}: {kind} is not emulated locally")
+                self.not_emulated.append(logical_id)
+                name = self._physical_name(logical_id)
+                self.stack.refs[logical_id] = name
+                self.stack.attributes[logical_id] = {
+                    "Arn": f"arn:aws:local:{REGION}:{ACCOUNT_ID}:{name}"
+                }
+                return
+            creator(logical_id, resource)
+        finally:
+            self._creating.discard(logical_id)
+
+    def _create_bucket(self, logical_id: str, resource: dict[str, Any]) -> None:
+        props = self.stack.resolve(resource.get("Properties", {}))
+        name = props.get("BucketName") or self._physical_name(logical_id)
+        s3 = self.client("s3")
+        s3.create_bucket(Bucket=name)
+        if props.get("VersioningConfiguration", {}).get("Status") == "Enabled":
+            s3.put_bucket_versioning(
+                Bucket=name, VersioningConfiguration={"Status": "Enabled"}
+            )
+        self.stack.refs[logical_id] = name
+        self.stack.attributes[logical_id] = {
+            "Arn": f"arn:aws:s3:::{name}",
+            "DomainName": f"{name}.s3.amazonaws.com",
+        }
+
+    def _create_table(self, logical_id: str, resource: dict[str, Any]) -> None:
+        props = self.stack.resolve(resource.get("Properties", {}))
+        name = props.get("TableName") or self._physical_name(logical_id, 255)
+        kwargs: dict[str, Any] = {
+            "TableName": name,
+            "KeySchema": props["KeySchema"],
+            "AttributeDefinitions": props["AttributeDefinitions"],
+            "BillingMode": props.get("BillingMode", "PROVISIONED"),
+        }
+        if props.get("GlobalSecondaryIndexes"):
+            kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+        dynamodb = self.client("dynamodb")
+        description = dynamodb.create_table(**kwargs)["TableDescription"]
+        ttl = props.get("TimeToLiveSpecification")
+        if ttl:
+            dynamodb.update_time_to_live(TableName=name, TimeToLiveSpecification=ttl)
+        self.stack.refs[logical_id] = name
+        self.stack.attributes[logical_id] = {"Arn": description["TableArn"]}
+
+    def _create_queue(self, logical_id: str, resource: dict[str, Any]) -> None:
+        props = self.stack.resolve(resource.get("Properties", {}))
+        name = props.get("QueueName") or self._physical_name(logical_id, 80)
+        attributes = {
+            key: str(props[key])
+            for key in ("MessageRetentionPeriod", "VisibilityTimeout", "DelaySeconds")
+            if key in props
+        }
+        if "RedrivePolicy" in props:
+            attributes["RedrivePolicy"] = json.dumps(props["RedrivePolicy"])
+        url = self.client("sqs").create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        self.stack.refs[logical_id] = url
+        self.stack.attributes[logical_id] = {
+            "Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}",
+            "QueueName": name,
+            "QueueUrl": url,
+        }
+
+    def _execution_role(self) -> str:
+        iam = self.client("iam")
+        name = f"{self.stack.stack_name}-local-role"
+        try:
+            return str(iam.get_role(RoleName=name)["Role"]["Arn"])
+        except iam.exceptions.NoSuchEntityException:
+            trust = {"Version": "2012-10-17", "Statement": []}
+            return str(
+                iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))[
+                    "Role"
+                ]["Arn"]
+            )
+
+    def _create_function(self, logical_id: str, resource: dict[str, Any]) -> None:
+        props = self.stack.function_properties(logical_id)
+        name = props.get("FunctionName") or self._physical_name(logical_id, 64)
+        environment = {
+            k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()
+        }
+        code = io.BytesIO()
+        with zipfile.ZipFile(code, "w") as archive:
+            archive.writestr("README", "onceflow runs this function in-process")
+        arn = self.client("lambda").create_function(
+            FunctionName=name,
+            Runtime=str(props.get("Runtime", "python3.13")),
+            Role=self._execution_role(),
+            Handler=props["Handler"],
+            Code={"ZipFile": code.getvalue()},
+            Timeout=int(props.get("Timeout", 3)),
+            MemorySize=int(props.get("MemorySize", 128)),
+            Environment={"Variables": environment},
+        )["FunctionArn"]
+        spec = FunctionSpec(
+            logical_id=logical_id,
+            name=name,
+            arn=arn,
+            code_uri=self.stack.root / props["CodeUri"],
+            handler=props["Handler"],
+            timeout=float(props.get("Timeout", 3)),
+            memory=int(props.get("MemorySize", 128)),
+            environment=environment,
+        )
+        self._apply_function_environment(spec)
+        self.runtime.register(spec)
+        patches.INVOKERS[name] = self.runtime.moto_invoker(name)
+        self.stack.refs[logical_id] = name
+        self.stack.attributes[logical_id] = {"Arn": arn}
+
+    def _apply_function_environment(self, spec: FunctionSpec) -> None:
+        # Handlers run in this one process, so they share os.environ. That is
+        # safe only while no two functions give one variable different values.
+        for other in self.runtime.functions.values():
+            for key, value in spec.environment.items():
+                if key in other.environment and other.environment[key] != value:
+                    raise EngineError(
+                        f"{spec.logical_id} and {other.logical_id} both set {key} "
+                        "differently; the in-process runtime cannot tell them apart"
+                    )
+        overrides = {
+            "POWERTOOLS_LOG_LEVEL": self.function_log_level,
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+            "AWS_LAMBDA_FUNCTION_NAME": spec.name,
+        }
+        self._set_env({**spec.environment, **overrides})
+
+    def state_machine_definition(self, logical_id: str) -> tuple[str, str]:
+        """(definition text, workflow type) after DefinitionSubstitutions."""
+        resource = self.stack.template["Resources"][logical_id]
+        props = resource.get("Properties", {})
+        text = (self.stack.root / props["DefinitionUri"]).read_text(encoding="utf-8")
+        substitutions = self.stack.resolve(props.get("DefinitionSubstitutions", {}))
+        for key, value in substitutions.items():
+            text = text.replace("${" + key + "}", str(value))
+        leftover = re.findall(r"\$\{(\w+)\}", text)
+        if leftover:
+            raise TemplateError(f"{logical_id}: no substitution for {sorted(set(leftover))}")
+        json.loads(text)  # what deploys must be valid JSON after substitution
+        return text, str(self.stack.resolve(props.get("Type", "STANDARD")))
+
+    def _create_state_machine(self, logical_id: str, resource: dict[str, Any]) -> None:
+        definition, workflow_type = self.state_machine_definition(logical_id)
+        name = self._physical_name(logical_id, 80)
+        arn = self.client("stepfunctions").create_state_machine(
+            name=name,
+            definition=definition,
+            roleArn=self._execution_role(),
+            type=workflow_type,
+        )["stateMachineArn"]
+        self.stack.refs[logical_id] = arn
+        self.stack.attributes[logical_id] = {"Name": name, "Arn": arn}
+
+    # ---- functions -----------------------------------------------------------
+
+    def function_name(self, logical_id_or_name: str) -> str:
+        for spec in self.runtime.functions.values():
+            if logical_id_or_name in (spec.logical_id, spec.name):
+                return spec.name
+        raise EngineError(
+            f"no function {logical_id_or_name!r}; the template has "
+            + ", ".join(s.logical_id for s in self.runtime.functions.values())
+        )
+
+    def invoke(self, function: str, event: Any) -> tuple[Any, str | None]:
+        """Invoke a function through the Lambda API, as the state machine does."""
+        response = self.client("lambda").invoke(
+            FunctionName=self.function_name(function), Payload=json.dumps(event).encode()
+        )
+        payload = json.loads(response["Payload"].read() or b"null")
+        error = payload.get("errorType") if response.get("FunctionError") else None
+        return payload, error
+
+    @contextmanager
+    def override_function(self, function: str, handler: Any) -> Iterator[None]:
+        """Run handler in place of the template's for a while (failure injection)."""
+        name = self.function_name(function)
+        self.runtime.overrides[name] = handler
+        try:
+            yield
+        finally:
+            self.runtime.overrides.pop(name, None)
+
+    def _route_function_logs(self) -> None:
+        # Lambda sends function logs to CloudWatch, not to the caller: keep
+        # them off stdout so `--json` output stays one clean document.
+        target = self.function_log if self.function_log is not None else _stderr()
+        for logger in list(logging.Logger.manager.loggerDict.values()):
+            if not isinstance(logger, logging.Logger):
+                continue
+            for handler in logger.handlers:
+                if isinstance(handler, logging.StreamHandler) and not isinstance(
+                    handler, logging.FileHandler
+                ):
+                    handler.setStream(target)
+
+    # ---- executions ----------------------------------------------------------
+
+    def state_machine_arn(self, logical_id_or_arn: str) -> str:
+        if logical_id_or_arn.startswith("arn:"):
+            return logical_id_or_arn
+        resource = self.stack.template["Resources"].get(logical_id_or_arn)
+        if resource is None or resource["Type"] != "AWS::Serverless::StateMachine":
+            machines = [
+                lid
+                for lid, r in self.stack.template["Resources"].items()
+                if r["Type"] == "AWS::Serverless::StateMachine"
+            ]
+            raise EngineError(
+                f"no state machine {logical_id_or_arn!r}; the template has {', '.join(machines)}"
+            )
+        return self.ref(logical_id_or_arn)
+
+    def start_execution(self, state_machine: str, execution_input: Any, name: str | None = None) -> str:
+        response = self.client("stepfunctions").start_execution(
+            stateMachineArn=self.state_machine_arn(state_machine),
+            name=name or execution_name(state_machine),
+            input=json.dumps(execution_input),
+        )
+        return str(response["executionArn"])
+
+    def wait(self, execution_arn: str, timeout: float = 120.0) -> ExecutionResult:
+        sfn = self.client("stepfunctions")
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while True:
+            description = sfn.describe_execution(executionArn=execution_arn)
+            if description["status"] != "RUNNING":
+                break
+            if time.monotonic() > deadline:
+                raise ExecutionTimeout(f"{execution_arn} still running after {timeout}s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        events = sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"]
+        output = description.get("output")
+        return ExecutionResult(
+            arn=execution_arn,
+            name=description["name"],
+            status=description["status"],
+            input=json.loads(description.get("input") or "null"),
+            output=json.loads(output) if output else None,
+            error=description.get("error"),
+            cause=description.get("cause"),
+            events=events,
+        )
+
+    def execute(
+        self, state_machine: str, execution_input: Any, name: str | None = None, timeout: float = 120.0
+    ) -> ExecutionResult:
+        return self.wait(self.start_execution(state_machine, execution_input, name), timeout)
+
+
+def _stderr() -> TextIO:
+    import sys
+
+    return sys.stderr

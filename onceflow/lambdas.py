@@ -1,0 +1,128 @@
+"""Run a template's Lambda handlers in-process, the way the Lambda runtime would."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_IMPORT_LOCK = threading.Lock()
+
+
+@dataclass
+class LambdaContext:
+    """The attributes and method of the context object Lambda passes to a handler."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int
+    timeout_seconds: float
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    function_version: str = "$LATEST"
+    _started: float = field(default_factory=time.monotonic)
+
+    @property
+    def log_group_name(self) -> str:
+        return f"/aws/lambda/{self.function_name}"
+
+    @property
+    def log_stream_name(self) -> str:
+        return f"local/[$LATEST]{self.aws_request_id.replace('-', '')}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        elapsed = time.monotonic() - self._started
+        return max(0, int((self.timeout_seconds - elapsed) * 1000))
+
+
+@dataclass
+class FunctionSpec:
+    """What the template says about one function: enough to run it."""
+
+    logical_id: str
+    name: str
+    arn: str
+    code_uri: Path
+    handler: str
+    timeout: float
+    memory: int
+    environment: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One finished invocation, as recorded for reports and tests."""
+
+    function: str
+    request_id: str
+    error_type: str | None
+    duration_ms: float
+
+
+class InProcessRuntime:
+    """Loads handlers from CodeUri + Handler and invokes them with a Lambda context."""
+
+    def __init__(self) -> None:
+        self.functions: dict[str, FunctionSpec] = {}
+        self.invocations: list[Invocation] = []
+        self._handlers: dict[str, Callable[[Any, Any], Any]] = {}
+        self._lock = threading.Lock()
+        # Tests replace a handler (a processor that raises, sleeps ...) by name.
+        self.overrides: dict[str, Callable[[Any, Any], Any]] = {}
+
+    def register(self, spec: FunctionSpec) -> None:
+        self.functions[spec.name] = spec
+
+    def load(self, spec: FunctionSpec) -> Callable[[Any, Any], Any]:
+        with _IMPORT_LOCK:
+            if spec.name not in self._handlers:
+                # Lambda puts the code root on the import path; so does this.
+                root = str(spec.code_uri.resolve())
+                if root not in sys.path:
+                    sys.path.insert(0, root)
+                module_name, _, attribute = spec.handler.rpartition(".")
+                module = importlib.import_module(module_name)
+                self._handlers[spec.name] = getattr(module, attribute)
+            return self._handlers[spec.name]
+
+    def invoke(self, name: str, event: Any) -> tuple[Any, str | None]:
+        """Run the handler; returns (payload, error type or None)."""
+        spec = self.functions[name]
+        handler = self.overrides.get(name) or self.load(spec)
+        context = LambdaContext(spec.name, spec.arn, spec.memory, spec.timeout)
+        started = time.perf_counter()
+        error_type: str | None = None
+        try:
+            payload = handler(event, context)
+        except Exception as exc:  # reported to the caller as Lambda does
+            error_type = type(exc).__name__
+            payload = {
+                "errorMessage": str(exc),
+                "errorType": error_type,
+                "requestId": context.aws_request_id,
+                "stackTrace": traceback.format_tb(exc.__traceback__),
+            }
+        duration = (time.perf_counter() - started) * 1000
+        with self._lock:
+            self.invocations.append(
+                Invocation(name, context.aws_request_id, error_type, duration)
+            )
+        return payload, error_type
+
+    def moto_invoker(self, name: str) -> Callable[[Any], tuple[str, bool, str]]:
+        """The (body, errored, logs) triple moto's Lambda backend expects."""
+
+        def invoke(event: Any) -> tuple[str, bool, str]:
+            if isinstance(event, str):
+                event = json.loads(event or "{}")
+            payload, error_type = self.invoke(name, event)
+            return json.dumps(payload, default=str), error_type is not None, ""
+
+        return invoke
