@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 import uuid
@@ -22,7 +23,7 @@ import boto3
 from moto import mock_aws
 
 from onceflow import patches
-from onceflow.lambdas import FunctionSpec, InProcessRuntime
+from onceflow.lambdas import FUNCTION_OUTPUT, FunctionSpec, InProcessRuntime
 from onceflow.template import Stack, TemplateError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -123,8 +124,12 @@ class LocalEngine:
 
     def start(self) -> None:
         patches.apply()
+        # moto logs every ASL error it handles (a Catch is normal control
+        # flow here); the history and the result carry what matters.
+        logging.getLogger("moto.stepfunctions").setLevel(logging.CRITICAL)
         patches.CLOCK.scale = self.time_scale
         self._set_env({"AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION})
+        FUNCTION_OUTPUT.install(self.function_log or sys.stderr)
         self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
         self._mock.start()
         try:
@@ -134,7 +139,6 @@ class LocalEngine:
             # run them from several threads at once.
             for spec in list(self.runtime.functions.values()):
                 self.runtime.load(spec)
-            self._route_function_logs()
         except Exception:
             self.stop()
             raise
@@ -142,6 +146,7 @@ class LocalEngine:
     def stop(self) -> None:
         for name in self.runtime.functions:
             patches.INVOKERS.pop(name, None)
+        FUNCTION_OUTPUT.uninstall()
         if self._mock is not None:
             self._mock.stop()
             self._mock = None
@@ -335,7 +340,6 @@ class LocalEngine:
         overrides = {
             "POWERTOOLS_LOG_LEVEL": self.function_log_level,
             "POWERTOOLS_TRACE_DISABLED": "true",
-            "POWERTOOLS_METRICS_DISABLED": "true",
             "AWS_LAMBDA_FUNCTION_NAME": spec.name,
         }
         self._set_env({**spec.environment, **overrides})
@@ -396,19 +400,6 @@ class LocalEngine:
         finally:
             self.runtime.overrides.pop(name, None)
 
-    def _route_function_logs(self) -> None:
-        # Lambda sends function logs to CloudWatch, not to the caller: keep
-        # them off stdout so `--json` output stays one clean document.
-        target = self.function_log if self.function_log is not None else _stderr()
-        for logger in list(logging.Logger.manager.loggerDict.values()):
-            if not isinstance(logger, logging.Logger):
-                continue
-            for handler in logger.handlers:
-                if isinstance(handler, logging.StreamHandler) and not isinstance(
-                    handler, logging.FileHandler
-                ):
-                    handler.setStream(target)
-
     # ---- executions ----------------------------------------------------------
 
     def state_machine_arn(self, logical_id_or_arn: str) -> str:
@@ -429,7 +420,7 @@ class LocalEngine:
     def start_execution(self, state_machine: str, execution_input: Any, name: str | None = None) -> str:
         response = self.client("stepfunctions").start_execution(
             stateMachineArn=self.state_machine_arn(state_machine),
-            name=name or execution_name(state_machine),
+            name=name or execution_name(state_machine.rsplit(":", 1)[-1]),
             input=json.dumps(execution_input),
         )
         return str(response["executionArn"])
@@ -463,9 +454,3 @@ class LocalEngine:
         self, state_machine: str, execution_input: Any, name: str | None = None, timeout: float = 120.0
     ) -> ExecutionResult:
         return self.wait(self.start_execution(state_machine, execution_input, name), timeout)
-
-
-def _stderr() -> TextIO:
-    import sys
-
-    return sys.stderr

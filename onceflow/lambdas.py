@@ -3,18 +3,67 @@
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import sys
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 _IMPORT_LOCK = threading.Lock()
+
+
+class FunctionOutput(io.TextIOBase):
+    """Stands in for sys.stdout: a handler's prints and logs go to the function log.
+
+    In Lambda, a function's stdout is its CloudWatch log stream, never the
+    caller's terminal. Powertools Logger keeps the stream it saw at import and
+    Metrics prints EMF, so routing is by thread: while a thread runs a handler,
+    what it writes goes to ``function_log``; everything else passes through.
+    """
+
+    def __init__(self) -> None:
+        self.passthrough: TextIO = sys.__stdout__ or sys.stderr
+        self.function_log: TextIO | None = None
+        self._local = threading.local()
+
+    def write(self, text: str) -> int:
+        if getattr(self._local, "in_function", False) and self.function_log is not None:
+            return self.function_log.write(text)
+        return self.passthrough.write(text)
+
+    def flush(self) -> None:
+        self.passthrough.flush()
+
+    def isatty(self) -> bool:
+        return self.passthrough.isatty()
+
+    @contextmanager
+    def running_function(self) -> Iterator[None]:
+        self._local.in_function = True
+        try:
+            yield
+        finally:
+            self._local.in_function = False
+
+    def install(self, function_log: TextIO) -> None:
+        if sys.stdout is not self:
+            self.passthrough = sys.stdout
+            sys.stdout = self
+        self.function_log = function_log
+
+    def uninstall(self) -> None:
+        if sys.stdout is self:
+            sys.stdout = self.passthrough
+
+
+FUNCTION_OUTPUT = FunctionOutput()
 
 
 @dataclass
@@ -100,7 +149,8 @@ class InProcessRuntime:
         started = time.perf_counter()
         error_type: str | None = None
         try:
-            payload = handler(event, context)
+            with FUNCTION_OUTPUT.running_function():
+                payload = handler(event, context)
         except Exception as exc:  # reported to the caller as Lambda does
             error_type = type(exc).__name__
             payload = {

@@ -8,6 +8,7 @@ or renames what a patch relies on; tests/unit/test_patches.py runs it.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import json
@@ -23,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 import jsonata
 from moto.awslambda import models as lambda_models
 from moto.core import botocore_stubber
+from moto.stepfunctions.parser.backend import execution_worker
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.intrinsic import (
     jsonata as intrinsic_jsonata,
@@ -241,6 +243,28 @@ def _in_process_invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, 
 
 
 # --------------------------------------------------------------------------
+# Parse each definition once: moto re-parses the ASL with ANTLR for every
+# execution (about 50 ms, most of an execution's time). Executions get a deep
+# copy of the parsed program, so none shares state with another.
+# --------------------------------------------------------------------------
+
+_PARSED: dict[str, Any] = {}
+_PARSED_LOCK = threading.Lock()
+_original_entrypoint = execution_worker.ExecutionWorker._get_evaluation_entrypoint
+
+
+def _cached_entrypoint(self: Any) -> Any:
+    definition = self._evaluation_details.state_machine_details.definition
+    with _PARSED_LOCK:
+        program = _PARSED.get(definition)
+    if program is None:
+        program = _original_entrypoint(self)
+        with _PARSED_LOCK:
+            _PARSED[definition] = program
+    return copy.deepcopy(program)
+
+
+# --------------------------------------------------------------------------
 
 
 _applied = False
@@ -272,6 +296,8 @@ def check_moto_internals() -> None:
         problems.append("moto's JSONata $hash/$uuid declarations moved")
     if "process_request" not in vars(botocore_stubber.BotocoreStubber):
         problems.append("BotocoreStubber.process_request is gone")
+    if "AmazonStateLanguageParser.parse" not in inspect.getsource(_original_entrypoint):
+        problems.append("moto's execution worker no longer parses in _get_evaluation_entrypoint")
     if "_invoke_lambda" not in vars(lambda_models.LambdaFunction):
         problems.append("LambdaFunction._invoke_lambda is gone")
     if problems:
@@ -297,4 +323,5 @@ def apply() -> None:
     intrinsic_jsonata._DECLARATION_BY_VARIABLE_REFERENCE.pop("$uuid", None)
     botocore_stubber.BotocoreStubber.process_request = _serialised_process_request  # type: ignore[method-assign]
     lambda_models.LambdaFunction._invoke_lambda = _in_process_invoke_lambda  # type: ignore[method-assign]
+    execution_worker.ExecutionWorker._get_evaluation_entrypoint = _cached_entrypoint  # type: ignore[method-assign]
     _applied = True

@@ -1,0 +1,292 @@
+"""The demo: deliver a bucket's events "probably once" and prove each object took effect once."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import random
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from PIL import Image
+
+from onceflow import patches
+from onceflow.engine import ExecutionResult, LocalEngine, execution_name
+
+
+class TransientError(Exception):
+    """Injected by the demo; the state machine retries it by this name."""
+
+
+@dataclass
+class DemoObject:
+    """One uploaded object and what the demo did with it."""
+
+    key: str
+    version_id: str
+    processable: bool
+    deliveries: int = 0
+    concurrent_duplicate: bool = False
+    inject_transient: bool = False
+
+    def idempotency_key(self, bucket: str) -> str:
+        return f"s3://{bucket}/{self.key}#{self.version_id}"
+
+
+@dataclass
+class DemoConfig:
+    objects: int = 200
+    corrupt: int = 5
+    seed: int = 7
+    duplicate_rate: float = 0.05
+    triple_share: float = 0.3
+    concurrent_share: float = 0.5
+    loss_rate: float = 0.01
+    transient_rate: float = 0.05
+    concurrency: int = 8
+
+
+class Progress:
+    """A one-line progress bar on a stream (stderr), redrawn in place on a terminal."""
+
+    def __init__(self, total: int, label: str, stream: TextIO | None) -> None:
+        self.total, self.label, self.stream = total, label, stream
+        self.done = 0
+        self._lock = threading.Lock()
+        self._last_draw = 0.0
+
+    def advance(self) -> None:
+        with self._lock:
+            self.done += 1
+            now = time.monotonic()
+            if self.done == self.total or now - self._last_draw > 0.1:
+                self._last_draw = now
+                self._draw()
+
+    def _draw(self) -> None:
+        if self.stream is None:
+            return
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        bar = "#" * filled + "." * (width - filled)
+        end = "\n" if self.done == self.total else ""
+        if self.stream.isatty():
+            self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total}{end}")
+        elif self.done == self.total:
+            self.stream.write(f"{self.label} [{bar}] {self.done}/{self.total}\n")
+        self.stream.flush()
+
+
+def _image_bytes(rng: random.Random) -> bytes:
+    width, height = rng.randint(32, 800), rng.randint(32, 600)
+    color = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
+    image = Image.new("RGB", (width, height), color)
+    out = io.BytesIO()
+    image.save(out, format=rng.choice(["PNG", "JPEG"]))
+    return out.getvalue()
+
+
+def s3_event(bucket: str, obj: DemoObject, size: int, delivery: int) -> dict[str, Any]:
+    """An EventBridge Object Created event, as S3 sends it (see events/)."""
+    return {
+        "version": "0",
+        "id": f"{obj.version_id}-{delivery}",
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": "123456789012",
+        "time": "2026-11-21T10:00:00Z",
+        "region": "us-east-1",
+        "resources": [f"arn:aws:s3:::{bucket}"],
+        "detail": {
+            "version": "0",
+            "bucket": {"name": bucket},
+            "object": {
+                "key": obj.key,
+                "size": size,
+                "version-id": obj.version_id,
+                "sequencer": hashlib.sha1(obj.version_id.encode()).hexdigest()[:18].upper(),
+            },
+            "reason": "PutObject",
+        },
+    }
+
+
+@dataclass
+class DemoReport:
+    """Everything the demo observed, from the executions, the DLQ and S3's request log."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def render(self) -> str:
+        d = self.data
+        lines = [
+            "",
+            "onceflow demo: report",
+            f"  objects uploaded            {d['objects']}  ({d['corrupt_objects']} corrupt)",
+            f"  deliveries                  {d['deliveries']}",
+            f"  duplicate deliveries        {d['duplicate_deliveries']}"
+            f"  ({d['concurrent_duplicates']} concurrent with the first)",
+            f"  duplicates discarded        {d['duplicates_discarded']}",
+            f"  lost deliveries             {d['lost_deliveries']}",
+            f"  transient failures injected {d['transient_failures_injected']}",
+            "  executions by outcome       "
+            + ", ".join(f"{k} {v}" for k, v in sorted(d["executions"].items())),
+            f"  dead-lettered               {d['dead_lettered']}",
+            f"  effects per object          "
+            + ", ".join(f"{k} effect(s): {v}" for k, v in sorted(d["effects_histogram"].items())),
+            f"  objects with >1 effect      {d['objects_with_multiple_effects']}",
+            f"  delivered, processable, no effect  {d['delivered_processable_objects_without_effect']}",
+            f"  undelivered (awaiting audit)       {len(d['undelivered_objects'])}",
+        ]
+        lines += [f"    - {key}" for key in d["undelivered_objects"]]
+        lines.append("")
+        lines.append("exactly once: " + ("OK" if d["exactly_once"] else "VIOLATED"))
+        return "\n".join(lines)
+
+
+def run_demo(config: DemoConfig, progress: TextIO | None = sys.stderr) -> DemoReport:
+    rng = random.Random(config.seed)
+    with LocalEngine(function_log=io.StringIO()) as engine:
+        bucket = engine.ref("IngestBucket")
+        output_bucket = engine.ref("OutputBucket")
+        s3 = engine.client("s3")
+
+        objects: list[DemoObject] = []
+        sizes: dict[str, int] = {}
+        uploads = Progress(config.objects + config.corrupt, "uploading ", progress)
+        for index in range(config.objects + config.corrupt):
+            processable = index < config.objects
+            if processable:
+                key, body = f"uploads/image-{index:05d}.img", _image_bytes(rng)
+            else:
+                key, body = f"uploads/corrupt-{index:05d}.jpg", rng.randbytes(512)
+            version = s3.put_object(Bucket=bucket, Key=key, Body=body)["VersionId"]
+            objects.append(DemoObject(key, version, processable))
+            sizes[key] = len(body)
+            uploads.advance()
+
+        # "Probably once": some objects lost, some delivered two or three times.
+        first_wave: list[tuple[DemoObject, int]] = []
+        late_wave: list[tuple[DemoObject, int]] = []
+        for obj in objects:
+            if rng.random() < config.loss_rate:
+                continue
+            copies = 1
+            if rng.random() < config.duplicate_rate:
+                copies = 3 if rng.random() < config.triple_share else 2
+            obj.deliveries = copies
+            obj.inject_transient = obj.processable and rng.random() < config.transient_rate
+            first_wave.append((obj, 1))
+            if copies > 1 and rng.random() < config.concurrent_share:
+                # A duplicate less than 100 ms behind: both run at the same time.
+                obj.concurrent_duplicate = True
+                first_wave.append((obj, 2))
+                late_wave += [(obj, n) for n in range(3, copies + 1)]
+            else:
+                late_wave += [(obj, n) for n in range(2, copies + 1)]
+        rng.shuffle(late_wave)
+
+        transient_left = {o.key for o in objects if o.inject_transient}
+        transient_lock = threading.Lock()
+        real_handler = engine.runtime.load(
+            engine.runtime.functions[engine.function_name("ProcessorFunction")]
+        )
+
+        def flaky_processor(event: dict[str, Any], context: Any) -> Any:
+            key = event["workItem"]["key"]
+            with transient_lock:
+                fail = key in transient_left
+                transient_left.discard(key)
+            if fail:
+                raise TransientError(f"injected: S3 SlowDown while reading {key}")
+            return real_handler(event, context)
+
+        patches.REQUEST_LOG.clear()
+        results: list[ExecutionResult] = []
+        results_lock = threading.Lock()
+        deliveries = Progress(len(first_wave) + len(late_wave), "delivering", progress)
+
+        def deliver(item: tuple[DemoObject, int]) -> None:
+            obj, copy_number = item
+            event = s3_event(bucket, obj, sizes[obj.key], copy_number)
+            result = engine.execute(
+                "ProcessorStateMachine", event, name=execution_name(f"demo-{copy_number}")
+            )
+            with results_lock:
+                results.append(result)
+            deliveries.advance()
+
+        with engine.override_function("ProcessorFunction", flaky_processor):
+            with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
+                list(pool.map(deliver, first_wave))
+            with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
+                list(pool.map(deliver, late_wave))
+
+        dead_letters = _drain(engine, engine.ref("DeadLetterQueue"))
+        effects = _effects_by_idempotency_key(engine, output_bucket)
+
+    outcomes = Counter(r.states_entered[-1] if r.states_entered else r.status for r in results)
+    effect_counts = {o.key: effects.get(o.idempotency_key(bucket), 0) for o in objects}
+    delivered = [o for o in objects if o.deliveries > 0]
+    multiple = sorted(k for k, n in effect_counts.items() if n > 1)
+    missing = sorted(o.key for o in delivered if o.processable and effect_counts[o.key] != 1)
+    data = {
+        "objects": len(objects),
+        "corrupt_objects": config.corrupt,
+        "deliveries": len(results),
+        "duplicate_deliveries": sum(max(o.deliveries - 1, 0) for o in objects),
+        "concurrent_duplicates": sum(o.concurrent_duplicate for o in objects),
+        "duplicates_discarded": outcomes.get("Duplicate", 0),
+        "lost_deliveries": sum(o.deliveries == 0 for o in objects),
+        "transient_failures_injected": sum(o.inject_transient for o in delivered),
+        "executions": dict(outcomes),
+        "dead_lettered": len(dead_letters),
+        "effects_histogram": {
+            str(n): c for n, c in sorted(Counter(effect_counts.values()).items())
+        },
+        "objects_with_multiple_effects": len(multiple),
+        "delivered_processable_objects_without_effect": len(missing),
+        "undelivered_objects": sorted(o.key for o in objects if o.deliveries == 0),
+        "violations": multiple + missing,
+    }
+    data["exactly_once"] = not multiple and not missing
+    return DemoReport(data)
+
+
+def _drain(engine: LocalEngine, queue_url: str) -> list[dict[str, Any]]:
+    sqs = engine.client("sqs")
+    messages: list[dict[str, Any]] = []
+    while True:
+        batch = sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+        ).get("Messages", [])
+        if not batch:
+            return messages
+        messages += batch
+
+
+def _effects_by_idempotency_key(engine: LocalEngine, output_bucket: str) -> Counter[str]:
+    """Count the writes that created an output, attributed through its metadata.
+
+    S3's request log, not the ledger, is the witness: a second successful
+    PutObject of one output would show here even if the ledger said otherwise.
+    """
+    from urllib.parse import unquote
+
+    s3 = engine.client("s3")
+    created = Counter(
+        r.key
+        for r in patches.REQUEST_LOG.snapshot()
+        if r.service == "s3" and r.operation == "PutObject" and r.bucket == output_bucket
+        and r.status == 200
+    )
+    effects: Counter[str] = Counter()
+    for key, count in created.items():
+        metadata = s3.head_object(Bucket=output_bucket, Key=key)["Metadata"]
+        effects[unquote(metadata["idempotency-key"])] += count
+    return effects

@@ -1,0 +1,120 @@
+"""Turn an execution history into the console's view: states in order, outcome, timing."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from onceflow.engine import ExecutionResult
+
+
+@dataclass
+class StateStep:
+    """One state the execution entered."""
+
+    name: str
+    type: str
+    entered: datetime.datetime | None
+    exited: datetime.datetime | None = None
+    errors: list[str] = field(default_factory=list)
+    outcome: str = "running"
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.entered is None or self.exited is None:
+            return None
+        return (self.exited - self.entered).total_seconds() * 1000
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "outcome": self.outcome,
+            "errors": self.errors,
+            "duration_ms": None if self.duration_ms is None else round(self.duration_ms, 1),
+        }
+
+
+def _error_of(event: dict[str, Any]) -> str | None:
+    for key, details in event.items():
+        if key.endswith("EventDetails") and isinstance(details, dict) and "error" in details:
+            return str(details["error"])
+    return None
+
+
+def steps(result: ExecutionResult) -> list[StateStep]:
+    """Group the history events under the state they belong to."""
+    path: list[StateStep] = []
+    for event in result.events:
+        kind = str(event["type"])
+        timestamp = event.get("timestamp")
+        if "stateEnteredEventDetails" in event:
+            path.append(
+                StateStep(
+                    name=event["stateEnteredEventDetails"]["name"],
+                    type=kind.removesuffix("StateEntered"),
+                    entered=timestamp,
+                )
+            )
+            continue
+        if not path:
+            continue
+        current = path[-1]
+        if "stateExitedEventDetails" in event:
+            current.exited = timestamp
+            current.outcome = (
+                f"ok after {len(current.errors)} error(s): caught/retried"
+                if current.errors
+                else "ok"
+            )
+            continue
+        error = _error_of(event)
+        if error is not None and kind != "ExecutionFailed":
+            current.errors.append(error)
+            current.exited = timestamp
+            current.outcome = f"failed: {error}"
+        elif kind == "ExecutionFailed":
+            current.exited = current.exited or timestamp
+            current.outcome = f"failed: {error}"
+        elif kind == "ExecutionSucceeded" and current.outcome == "running":
+            current.exited = timestamp
+            current.outcome = "succeeded"
+    # A Catch moves on to the next state: an error there was handled, not final.
+    for index, step in enumerate(path[:-1]):
+        if step.outcome.startswith("failed") or step.outcome == "running":
+            step.outcome = f"caught {step.errors[-1]}" if step.errors else "ok"
+    return path
+
+
+def render(result: ExecutionResult) -> str:
+    """A plain-text table like the console's 'Table view' of an execution."""
+    lines = [
+        f"Execution {result.name}",
+        f"  status: {result.status}"
+        + (f"  error: {result.error}" if result.error else ""),
+        "",
+        f"  {'#':>2}  {'state':<22} {'type':<8} {'duration':>9}  outcome",
+    ]
+    for number, step in enumerate(steps(result), start=1):
+        duration = "" if step.duration_ms is None else f"{step.duration_ms:.0f} ms"
+        lines.append(
+            f"  {number:>2}  {step.name:<22} {step.type:<8} {duration:>9}  {step.outcome}"
+        )
+    lines.append("")
+    if result.cause:
+        lines.append(f"  cause: {result.cause}")
+    lines.append("  output: " + json.dumps(result.output, indent=2).replace("\n", "\n  "))
+    return "\n".join(lines)
+
+
+def to_json(result: ExecutionResult) -> dict[str, Any]:
+    return {
+        "executionArn": result.arn,
+        "status": result.status,
+        "error": result.error,
+        "cause": result.cause,
+        "output": result.output,
+        "states": [step.to_json() for step in steps(result)],
+    }
