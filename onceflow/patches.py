@@ -123,6 +123,9 @@ def eval_jsonata(expression: str) -> Any:
         raise moto_jsonata.JSONataException("UNKNOWN", str(exc)) from exc
 
 
+moto_encode_jsonata_variable_declarations = moto_jsonata.encode_jsonata_variable_declarations
+
+
 def encode_jsonata_variable_declarations(bindings: dict[str, Any]) -> str:
     """moto writes string values as ``"{value}"`` unescaped; JSON-encode them."""
     parts = []

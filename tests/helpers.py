@@ -1,0 +1,122 @@
+"""Shared test helpers: sample events from events/, uploads, ledger and DLQ reads."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from onceflow import patches
+from onceflow.engine import LocalEngine
+
+EVENTS = Path(__file__).resolve().parent.parent / "events"
+MACHINE = "ProcessorStateMachine"
+FUNCTION = "ProcessorFunction"
+
+
+def load_event(name: str) -> dict[str, Any]:
+    return dict(json.loads((EVENTS / name).read_text(encoding="utf-8")))
+
+
+def png_bytes(width: int = 64, height: int = 48) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def upload(engine: LocalEngine, key: str, body: bytes | None = None) -> str:
+    response = engine.client("s3").put_object(
+        Bucket=engine.ref("IngestBucket"), Key=key, Body=png_bytes() if body is None else body
+    )
+    return str(response["VersionId"])
+
+
+def s3_event(engine: LocalEngine, key: str, version_id: str) -> dict[str, Any]:
+    """events/s3-object-created.json, pointed at an object of the local stack."""
+    event = copy.deepcopy(load_event("s3-object-created.json"))
+    event["detail"]["bucket"]["name"] = engine.ref("IngestBucket")
+    event["detail"]["object"]["key"] = key
+    event["detail"]["object"]["version-id"] = version_id
+    return event
+
+
+def idempotency_key(engine: LocalEngine, key: str, version_id: str) -> str:
+    return f"s3://{engine.ref('IngestBucket')}/{key}#{version_id}"
+
+
+def ledger_row(engine: LocalEngine, pk: str) -> dict[str, Any] | None:
+    item = engine.client("dynamodb").get_item(
+        TableName=engine.ref("LedgerTable"), Key={"pk": {"S": pk}}, ConsistentRead=True
+    ).get("Item")
+    if item is None:
+        return None
+    return {name: next(iter(value.values())) for name, value in item.items()}
+
+
+def ledger_rows(engine: LocalEngine) -> list[dict[str, Any]]:
+    items = engine.client("dynamodb").scan(TableName=engine.ref("LedgerTable"))["Items"]
+    return [{n: next(iter(v.values())) for n, v in item.items()} for item in items]
+
+
+def dlq_messages(engine: LocalEngine) -> list[dict[str, Any]]:
+    """Every message in the DLQ, left in place (visibility timeout 0)."""
+    sqs = engine.client("sqs")
+    url = engine.ref("DeadLetterQueue")
+    seen: dict[str, dict[str, Any]] = {}
+    for _ in range(5):
+        batch = sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
+            VisibilityTimeout=0,
+        ).get("Messages", [])
+        for message in batch:
+            seen[message["MessageId"]] = message
+        if not batch:
+            break
+    return list(seen.values())
+
+
+def attributes(message: dict[str, Any]) -> dict[str, str]:
+    return {k: v["StringValue"] for k, v in message["MessageAttributes"].items()}
+
+
+def output_effects(engine: LocalEngine) -> int:
+    """Successful PutObjects into the output bucket: writes that took effect."""
+    bucket = engine.ref("OutputBucket")
+    return sum(
+        1
+        for r in patches.REQUEST_LOG.snapshot()
+        if r.service == "s3" and r.operation == "PutObject" and r.bucket == bucket
+        and r.status == 200
+    )
+
+
+def invocations(engine: LocalEngine) -> int:
+    return len(engine.runtime.invocations)
+
+
+class TransientError(Exception):
+    """Raised by injected processors; the state machine retries it by name."""
+
+
+class PermanentError(Exception):
+    """Raised by injected processors; the state machine dead-letters it by name."""
+
+
+class Gate:
+    """Blocks an injected processor until the test lets it go (with a deadline)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def wait_entered(self, timeout: float = 30) -> None:
+        assert self.entered.wait(timeout), "the processor was never entered"
+
+    def hold(self, timeout: float = 30) -> None:
+        self.entered.set()
+        assert self.release.wait(timeout), "the test never released the processor"
