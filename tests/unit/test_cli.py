@@ -1,0 +1,69 @@
+"""The command line: execute and invoke on the files in events/, and the demo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from onceflow.cli import main
+from onceflow.demo import DemoConfig, run_demo
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+
+
+def test_execute_prints_the_path_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["execute", "ProcessorStateMachine", "-e", str(EVENTS / "s3-object-created.json")])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "status: SUCCEEDED" in out
+    for state in ("Normalize", "Claim", "Process", "MarkComplete", "Processed"):
+        assert state in out
+    assert "uploaded a sample image" in err
+
+
+def test_execute_json_reports_status_output_and_states(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["execute", "ProcessorStateMachine", "-e", str(EVENTS / "s3-object-created-poison.json"), "--json"]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert report["status"] == "FAILED"
+    assert report["error"] == "PermanentError"
+    assert [s["name"] for s in report["states"]][-1] == "DeadLettered"
+
+
+def test_execute_invalid_event_names_the_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["execute", "ProcessorStateMachine", "-e", str(EVENTS / "invalid-unknown-shape.json"), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert report["error"] == "InvalidEvent"
+    assert "unknown event shape" in report["cause"]
+
+
+def test_invoke_runs_the_function_like_sam_local_invoke(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["invoke", "ProcessorFunction", "-e", str(EVENTS / "processor-payload.json")])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert payload["created"] is True and payload["output"].endswith(".webp")
+
+
+def test_unknown_state_machine_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["execute", "Nope", "-e", str(EVENTS / "s3-object-created.json")])
+    assert code == 2
+    assert "no state machine 'Nope'" in capsys.readouterr().err
+
+
+def test_small_demo_is_exactly_once() -> None:
+    report = run_demo(DemoConfig(objects=40, corrupt=2, seed=3, duplicate_rate=0.3), progress=None)
+    data = report.data
+    assert data["exactly_once"] is True
+    assert data["objects"] == 42
+    assert data["duplicate_deliveries"] > 0
+    assert data["duplicates_discarded"] == data["duplicate_deliveries"]
+    assert data["dead_lettered"] == 2
+    assert data["objects_with_multiple_effects"] == 0
+    assert data["delivered_processable_objects_without_effect"] == 0
+    assert data["deliveries"] == 42 - data["lost_deliveries"] + data["duplicate_deliveries"]
+    assert "exactly once: OK" in report.render()

@@ -1,0 +1,65 @@
+"""The local engine reads template.yaml as CloudFormation would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onceflow.template import Stack, TemplateError
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+
+
+def test_defaults_and_overrides() -> None:
+    stack = Stack.from_file(TEMPLATE, {"MaxAttempts": 5})
+    assert stack.parameters["MaxAttempts"] == "5"
+    assert stack.parameters["WorkflowType"] == "STANDARD"
+    assert stack.condition("UseBundledProcessor") is True
+
+
+def test_bring_your_own_function_turns_the_bundled_one_off() -> None:
+    stack = Stack.from_file(TEMPLATE, {"ProcessorFunctionArn": "arn:aws:lambda:us-east-1:1:function:mine"})
+    assert stack.condition("UseBundledProcessor") is False
+    assert stack.resource_enabled("ProcessorFunction") is False
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"WorkflowType": "FAST"}, "is not one of"),
+        ({"MaxAttempts": "many"}, "must be a number"),
+        ({"MaxAttempts": 0}, "is below"),
+        ({"NoSuchParameter": 1}, "unknown parameters"),
+    ],
+)
+def test_bad_parameters_are_refused(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(TemplateError, match=message):
+        Stack.from_file(TEMPLATE, overrides)
+
+
+def test_intrinsics_resolve_against_created_resources() -> None:
+    stack = Stack.from_file(TEMPLATE)
+    stack.refs["OutputBucket"] = "out-bucket"
+    stack.attributes["OutputBucket"] = {"Arn": "arn:aws:s3:::out-bucket"}
+    assert stack.resolve({"Fn::Sub": "${OutputBucket.Arn}/processed/*"}) == (
+        "arn:aws:s3:::out-bucket/processed/*"
+    )
+    assert stack.resolve({"Fn::Sub": ["${X}-${AWS::Region}", {"X": {"Ref": "OutputBucket"}}]}) == (
+        "out-bucket-us-east-1"
+    )
+    assert stack.resolve({"Fn::If": ["UseBundledProcessor", "a", "b"]}) == "a"
+    assert stack.resolve([{"Ref": "AWS::NoValue"}, 1]) == [1]
+    assert stack.resolve({"Fn::Join": ["-", ["a", {"Ref": "OutputBucket"}]]}) == "a-out-bucket"
+
+
+def test_globals_merge_into_functions() -> None:
+    stack = Stack.from_file(TEMPLATE)
+    for bucket in ("OutputBucket", "IngestBucket"):
+        stack.refs[bucket] = bucket.lower()
+        stack.attributes[bucket] = {"Arn": f"arn:aws:s3:::{bucket.lower()}"}
+    props = stack.function_properties("ProcessorFunction")
+    assert props["Runtime"] == "python3.13"
+    variables = props["Environment"]["Variables"]
+    assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "onceflow"  # from Globals
+    assert variables["OUTPUT_BUCKET"] == "outputbucket"  # from the function
