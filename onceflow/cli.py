@@ -1,4 +1,4 @@
-"""The `onceflow` command line: the demo, and the local counterparts of sam local invoke and a console execution."""
+"""The `onceflow` command line: demo, invoke (sam local invoke) and execute (the console)."""
 
 from __future__ import annotations
 
@@ -87,11 +87,14 @@ def cmd_invoke(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="onceflow", description="onceflow on the embedded local engine (no AWS account needed)."
+        prog="onceflow",
+        description="onceflow on the embedded local engine (no AWS account needed).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    demo = commands.add_parser("demo", help="deliver a bucket's events probably-once; check exactly-once")
+    demo = commands.add_parser(
+        "demo", help="deliver a bucket's events probably-once; check exactly-once"
+    )
     demo.add_argument("--objects", type=int, default=200, help="images to upload (default 200)")
     demo.add_argument("--corrupt", type=int, default=5, help="corrupt files to add (default 5)")
     demo.add_argument("--seed", type=int, default=7, help="random seed; same seed, same run")
@@ -100,19 +103,32 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     def add_engine_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("-e", "--event", required=True, help="event JSON file (as for sam local invoke -e), or -")
-        sub.add_argument("--template", default="template.yaml", help="SAM template (default template.yaml)")
         sub.add_argument(
-            "--parameter-overrides", nargs="*", default=[], metavar="NAME=VALUE",
+            "-e",
+            "--event",
+            required=True,
+            help="event JSON file (as for sam local invoke -e), or -",
+        )
+        sub.add_argument(
+            "--template", default="template.yaml", help="SAM template (default template.yaml)"
+        )
+        sub.add_argument(
+            "--parameter-overrides",
+            nargs="*",
+            default=[],
+            metavar="NAME=VALUE",
             help="template parameters, as for sam",
         )
         sub.add_argument(
-            "--no-fixtures", action="store_true",
+            "--no-fixtures",
+            action="store_true",
             help="do not upload a sample object for the S3 object the event names",
         )
         sub.add_argument("-v", "--verbose", action="store_true", help="show function logs (stderr)")
 
-    execute = commands.add_parser("execute", help="run one state machine execution, like the console")
+    execute = commands.add_parser(
+        "execute", help="run one state machine execution, like the console"
+    )
     execute.add_argument("state_machine", help="logical id, e.g. ProcessorStateMachine")
     execute.add_argument("--name", help="execution name (default: generated)")
     execute.add_argument("--json", action="store_true", help="status, output and states as JSON")

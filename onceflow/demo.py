@@ -109,7 +109,7 @@ def s3_event(bucket: str, obj: DemoObject, size: int, delivery: int) -> dict[str
                 "key": obj.key,
                 "size": size,
                 "version-id": obj.version_id,
-                "sequencer": hashlib.sha1(obj.version_id.encode()).hexdigest()[:18].upper(),
+                "sequencer": hashlib.sha256(obj.version_id.encode()).hexdigest()[:18].upper(),
             },
             "reason": "PutObject",
         },
@@ -137,10 +137,11 @@ class DemoReport:
             "  executions by outcome       "
             + ", ".join(f"{k} {v}" for k, v in sorted(d["executions"].items())),
             f"  dead-lettered               {d['dead_lettered']}",
-            f"  effects per object          "
+            "  effects per object          "
             + ", ".join(f"{k} effect(s): {v}" for k, v in sorted(d["effects_histogram"].items())),
             f"  objects with >1 effect      {d['objects_with_multiple_effects']}",
-            f"  delivered, processable, no effect  {d['delivered_processable_objects_without_effect']}",
+            "  delivered, processable, no effect  "
+            f"{d['delivered_processable_objects_without_effect']}",
             f"  undelivered (awaiting audit)       {len(d['undelivered_objects'])}",
         ]
         lines += [f"    - {key}" for key in d["undelivered_objects"]]
@@ -282,7 +283,9 @@ def _effects_by_idempotency_key(engine: LocalEngine, output_bucket: str) -> Coun
     created = Counter(
         r.key
         for r in patches.REQUEST_LOG.snapshot()
-        if r.service == "s3" and r.operation == "PutObject" and r.bucket == output_bucket
+        if r.service == "s3"
+        and r.operation == "PutObject"
+        and r.bucket == output_bucket
         and r.status == 200
     )
     effects: Counter[str] = Counter()

@@ -171,7 +171,7 @@ class LocalEngine:
             clients = self._local.clients = {}
         if service not in clients:
             session = boto3.session.Session(region_name=REGION)
-            clients[service] = session.client(service)
+            clients[service] = session.client(service)  # type: ignore[call-overload]
         return clients[service]
 
     # ---- resources -----------------------------------------------------------
@@ -190,7 +190,7 @@ class LocalEngine:
         }
 
     def _physical_name(self, logical_id: str, limit: int = 63) -> str:
-        suffix = hashlib.sha1(f"{self.stack.stack_name}/{logical_id}".encode()).hexdigest()[:8]
+        suffix = hashlib.sha256(f"{self.stack.stack_name}/{logical_id}".encode()).hexdigest()[:8]
         base = f"{self.stack.stack_name}-{logical_id}".lower()[: limit - 9]
         return f"{base}-{suffix}"
 
@@ -233,9 +233,7 @@ class LocalEngine:
         s3 = self.client("s3")
         s3.create_bucket(Bucket=name)
         if props.get("VersioningConfiguration", {}).get("Status") == "Enabled":
-            s3.put_bucket_versioning(
-                Bucket=name, VersioningConfiguration={"Status": "Enabled"}
-            )
+            s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
         self.stack.refs[logical_id] = name
         self.stack.attributes[logical_id] = {
             "Arn": f"arn:aws:s3:::{name}",
@@ -287,9 +285,9 @@ class LocalEngine:
         except iam.exceptions.NoSuchEntityException:
             trust = {"Version": "2012-10-17", "Statement": []}
             return str(
-                iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))[
-                    "Role"
-                ]["Arn"]
+                iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"][
+                    "Arn"
+                ]
             )
 
     def _create_function(self, logical_id: str, resource: dict[str, Any]) -> None:
@@ -417,7 +415,9 @@ class LocalEngine:
             )
         return self.ref(logical_id_or_arn)
 
-    def start_execution(self, state_machine: str, execution_input: Any, name: str | None = None) -> str:
+    def start_execution(
+        self, state_machine: str, execution_input: Any, name: str | None = None
+    ) -> str:
         response = self.client("stepfunctions").start_execution(
             stateMachineArn=self.state_machine_arn(state_machine),
             name=name or execution_name(state_machine.rsplit(":", 1)[-1]),
@@ -451,6 +451,10 @@ class LocalEngine:
         )
 
     def execute(
-        self, state_machine: str, execution_input: Any, name: str | None = None, timeout: float = 120.0
+        self,
+        state_machine: str,
+        execution_input: Any,
+        name: str | None = None,
+        timeout: float = 120.0,
     ) -> ExecutionResult:
         return self.wait(self.start_execution(state_machine, execution_input, name), timeout)

@@ -82,7 +82,7 @@ def steps(result: ExecutionResult) -> list[StateStep]:
             current.exited = timestamp
             current.outcome = "succeeded"
     # A Catch moves on to the next state: an error there was handled, not final.
-    for index, step in enumerate(path[:-1]):
+    for step in path[:-1]:
         if step.outcome.startswith("failed") or step.outcome == "running":
             step.outcome = f"caught {step.errors[-1]}" if step.errors else "ok"
     return path
@@ -92,16 +92,13 @@ def render(result: ExecutionResult) -> str:
     """A plain-text table like the console's 'Table view' of an execution."""
     lines = [
         f"Execution {result.name}",
-        f"  status: {result.status}"
-        + (f"  error: {result.error}" if result.error else ""),
+        f"  status: {result.status}" + (f"  error: {result.error}" if result.error else ""),
         "",
         f"  {'#':>2}  {'state':<22} {'type':<8} {'duration':>9}  outcome",
     ]
     for number, step in enumerate(steps(result), start=1):
         duration = "" if step.duration_ms is None else f"{step.duration_ms:.0f} ms"
-        lines.append(
-            f"  {number:>2}  {step.name:<22} {step.type:<8} {duration:>9}  {step.outcome}"
-        )
+        lines.append(f"  {number:>2}  {step.name:<22} {step.type:<8} {duration:>9}  {step.outcome}")
     lines.append("")
     if result.cause:
         lines.append(f"  cause: {result.cause}")

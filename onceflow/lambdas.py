@@ -161,9 +161,7 @@ class InProcessRuntime:
             }
         duration = (time.perf_counter() - started) * 1000
         with self._lock:
-            self.invocations.append(
-                Invocation(name, context.aws_request_id, error_type, duration)
-            )
+            self.invocations.append(Invocation(name, context.aws_request_id, error_type, duration))
         return payload, error_type
 
     def moto_invoker(self, name: str) -> Callable[[Any], tuple[str, bool, str]]:

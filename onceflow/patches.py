@@ -24,7 +24,6 @@ from urllib.parse import unquote, urlsplit
 import jsonata
 from moto.awslambda import models as lambda_models
 from moto.core import botocore_stubber
-from moto.stepfunctions.parser.backend import execution_worker
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.intrinsic import (
     jsonata as intrinsic_jsonata,
@@ -35,6 +34,7 @@ from moto.stepfunctions.parser.asl.component.state.wait.wait_function import (
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
+from moto.stepfunctions.parser.backend import execution_worker
 
 MOTO_VERSION = "5.2.5"
 JSONATA_PYTHON_VERSION = "0.7.1"
@@ -102,9 +102,7 @@ def jsonata_hash(value: Any, algorithm: str = "SHA-256") -> str:
     try:
         name = _HASH_ALGORITHMS[algorithm]
     except KeyError:
-        raise ValueError(
-            f"$hash: algorithm must be one of {', '.join(_HASH_ALGORITHMS)}"
-        ) from None
+        raise ValueError(f"$hash: algorithm must be one of {', '.join(_HASH_ALGORITHMS)}") from None
     return hashlib.new(name, value.encode("utf-8")).hexdigest()
 
 
@@ -201,9 +199,7 @@ def _describe(request: Any, service: str) -> tuple[str, str, str]:
     query = parts.query
     method = request.method
     if not key:
-        operation = {"GET": "ListObjects", "PUT": "CreateBucket"}.get(
-            method, method
-        )
+        operation = {"GET": "ListObjects", "PUT": "CreateBucket"}.get(method, method)
     elif method == "PUT" and not query:
         operation = "PutObject"
     elif method == "GET" and not query.startswith(("tagging", "acl", "uploads")):
@@ -272,9 +268,7 @@ def _cached_entrypoint(self: Any) -> Any:
 
 _applied = False
 # What moto declared before apply() removed its stubs.
-_MOTO_STUBBED_FUNCTIONS = set(
-    getattr(intrinsic_jsonata, "_DECLARATION_BY_VARIABLE_REFERENCE", {})
-)
+_MOTO_STUBBED_FUNCTIONS = set(getattr(intrinsic_jsonata, "_DECLARATION_BY_VARIABLE_REFERENCE", {}))
 
 
 def check_moto_internals() -> None:
@@ -315,7 +309,7 @@ def apply() -> None:
     if _applied:
         return
     check_moto_internals()
-    retrier_decl.time = _ScaledTimeModule()  # type: ignore[assignment]
+    retrier_decl.time = _ScaledTimeModule()  # type: ignore[assignment,attr-defined]
     wait_function.WaitFunction._wait_interval = _scaled_wait_interval  # type: ignore[method-assign]
     moto_jsonata._eval_jsonata = eval_jsonata
     for module in (moto_jsonata, eval_states, variable_store):

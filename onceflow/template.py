@@ -123,7 +123,7 @@ class Stack:
 
     def _condition_value(self, node: Any) -> Any:
         if isinstance(node, dict) and len(node) == 1:
-            (key, arg), = node.items()
+            ((key, arg),) = node.items()
             if key == "Fn::Equals":
                 left, right = (self.resolve(a) for a in arg)
                 return str(left) == str(right)
@@ -151,7 +151,10 @@ class Stack:
             "AWS::StackName": self.stack_name,
             "AWS::Partition": "aws",
             "AWS::URLSuffix": "amazonaws.com",
-            "AWS::StackId": f"arn:aws:cloudformation:{self.region}:{self.account_id}:stack/{self.stack_name}/local",
+            "AWS::StackId": (
+                f"arn:aws:cloudformation:{self.region}:{self.account_id}"
+                f":stack/{self.stack_name}/local"
+            ),
         }.get(name)
 
     def ref(self, name: str) -> str:
@@ -200,7 +203,7 @@ class Stack:
         if not isinstance(node, dict):
             return node
         if len(node) == 1:
-            (key, arg), = node.items()
+            ((key, arg),) = node.items()
             if key == "Ref":
                 return NO_VALUE if arg == "AWS::NoValue" else self.ref(arg)
             if key == "Fn::GetAtt":

@@ -50,9 +50,11 @@ def idempotency_key(engine: LocalEngine, key: str, version_id: str) -> str:
 
 
 def ledger_row(engine: LocalEngine, pk: str) -> dict[str, Any] | None:
-    item = engine.client("dynamodb").get_item(
-        TableName=engine.ref("LedgerTable"), Key={"pk": {"S": pk}}, ConsistentRead=True
-    ).get("Item")
+    item = (
+        engine.client("dynamodb")
+        .get_item(TableName=engine.ref("LedgerTable"), Key={"pk": {"S": pk}}, ConsistentRead=True)
+        .get("Item")
+    )
     if item is None:
         return None
     return {name: next(iter(value.values())) for name, value in item.items()}
@@ -70,7 +72,9 @@ def dlq_messages(engine: LocalEngine) -> list[dict[str, Any]]:
     seen: dict[str, dict[str, Any]] = {}
     for _ in range(5):
         batch = sqs.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            MessageAttributeNames=["All"],
             VisibilityTimeout=0,
         ).get("Messages", [])
         for message in batch:
@@ -90,7 +94,9 @@ def output_effects(engine: LocalEngine) -> int:
     return sum(
         1
         for r in patches.REQUEST_LOG.snapshot()
-        if r.service == "s3" and r.operation == "PutObject" and r.bucket == bucket
+        if r.service == "s3"
+        and r.operation == "PutObject"
+        and r.bucket == bucket
         and r.status == 200
     )
 

@@ -43,8 +43,12 @@ def test_cfn_lint_is_clean() -> None:
 def test_sam_build_succeeds_with_the_local_runtime(tmp_path: Path) -> None:
     build_dir = tmp_path / "build"
     result = run(
-        str(BIN / "sam"), "build", "--build-dir", str(build_dir),
-        "--parameter-overrides", f"PythonRuntime={LOCAL_RUNTIME}",
+        str(BIN / "sam"),
+        "build",
+        "--build-dir",
+        str(build_dir),
+        "--parameter-overrides",
+        f"PythonRuntime={LOCAL_RUNTIME}",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     package = build_dir / "ProcessorFunction"
@@ -100,8 +104,10 @@ def test_every_resource_the_asl_touches_is_granted(machine: str) -> None:
     assert needed, "the state machine has tasks"
     for action, arn in needed:
         granted = [
-            s for s in statements
-            if s["Effect"] == "Allow" and action in s["Action"]
+            s
+            for s in statements
+            if s["Effect"] == "Allow"
+            and action in s["Action"]
             and arn in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
         ]
         assert granted, f"{machine} needs {action} on {arn}"
@@ -110,8 +116,11 @@ def test_every_resource_the_asl_touches_is_granted(machine: str) -> None:
 
 
 def test_lock_timeout_outlasts_every_retry_of_the_process_task() -> None:
-    p = {k: float(v) for k, v in Stack.from_file(ROOT / "template.yaml").parameters.items()
-         if re.fullmatch(r"[\d.]+", v)}
+    p = {
+        k: float(v)
+        for k, v in Stack.from_file(ROOT / "template.yaml").parameters.items()
+        if re.fullmatch(r"[\d.]+", v)
+    }
     task_timeout = p["ProcessorTimeoutSeconds"] + 10
     backoff = sum(
         min(p["RetryIntervalSeconds"] * p["RetryBackoffRate"] ** n, p["RetryMaxDelaySeconds"])

@@ -25,7 +25,13 @@ def test_execute_prints_the_path_taken(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_execute_json_reports_status_output_and_states(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
-        ["execute", "ProcessorStateMachine", "-e", str(EVENTS / "s3-object-created-poison.json"), "--json"]
+        [
+            "execute",
+            "ProcessorStateMachine",
+            "-e",
+            str(EVENTS / "s3-object-created-poison.json"),
+            "--json",
+        ]
     )
     report = json.loads(capsys.readouterr().out)
     assert code == 1
@@ -35,7 +41,15 @@ def test_execute_json_reports_status_output_and_states(capsys: pytest.CaptureFix
 
 
 def test_execute_invalid_event_names_the_failure(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["execute", "ProcessorStateMachine", "-e", str(EVENTS / "invalid-unknown-shape.json"), "--json"])
+    code = main(
+        [
+            "execute",
+            "ProcessorStateMachine",
+            "-e",
+            str(EVENTS / "invalid-unknown-shape.json"),
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 1
     assert report["error"] == "InvalidEvent"

@@ -21,7 +21,10 @@ def test_patches_fit_the_pinned_moto() -> None:
 def test_apply_installs_every_patch() -> None:
     patches.apply()
     assert moto_jsonata._eval_jsonata is patches.eval_jsonata
-    assert moto_jsonata.encode_jsonata_variable_declarations is patches.encode_jsonata_variable_declarations
+    assert (
+        moto_jsonata.encode_jsonata_variable_declarations
+        is patches.encode_jsonata_variable_declarations
+    )
     from moto.stepfunctions.parser.asl.component.intrinsic import jsonata as intrinsic
 
     assert "$hash" not in intrinsic._DECLARATION_BY_VARIABLE_REFERENCE
@@ -29,7 +32,13 @@ def test_apply_installs_every_patch() -> None:
 
 @pytest.mark.parametrize(
     ("algorithm", "name"),
-    [("MD5", "md5"), ("SHA-1", "sha1"), ("SHA-256", "sha256"), ("SHA-384", "sha384"), ("SHA-512", "sha512")],
+    [
+        ("MD5", "md5"),
+        ("SHA-1", "sha1"),
+        ("SHA-256", "sha256"),
+        ("SHA-384", "sha384"),
+        ("SHA-512", "sha512"),
+    ],
 )
 def test_hash_is_a_real_digest(algorithm: str, name: str) -> None:
     value = patches.eval_jsonata(f'$hash("s3://b/k#v1", "{algorithm}")')
@@ -79,7 +88,13 @@ def test_concurrent_conditional_puts_have_exactly_one_winner(engine: LocalEngine
         winners: list[int] = []
         lock = threading.Lock()
 
-        def claim(worker: int, trial: int = trial, start: threading.Barrier = start) -> None:
+        def claim(
+            worker: int,
+            trial: int = trial,
+            start: threading.Barrier = start,
+            lock: threading.Lock = lock,
+            winners: list[int] = winners,
+        ) -> None:
             client = engine.client("dynamodb")
             start.wait(timeout=30)
             try:

@@ -6,10 +6,10 @@ import io
 
 import pytest
 from PIL import Image
+
 from service.errors import ConfigurationError, PermanentError
 from service.logic.images import downscale_to_webp, output_key
 from service.settings import ProcessorSettings
-
 from tests.helpers import png_bytes
 
 

@@ -19,7 +19,9 @@ def test_defaults_and_overrides() -> None:
 
 
 def test_bring_your_own_function_turns_the_bundled_one_off() -> None:
-    stack = Stack.from_file(TEMPLATE, {"ProcessorFunctionArn": "arn:aws:lambda:us-east-1:1:function:mine"})
+    stack = Stack.from_file(
+        TEMPLATE, {"ProcessorFunctionArn": "arn:aws:lambda:us-east-1:1:function:mine"}
+    )
     assert stack.condition("UseBundledProcessor") is False
     assert stack.resource_enabled("ProcessorFunction") is False
 

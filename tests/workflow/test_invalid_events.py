@@ -10,7 +10,13 @@ import pytest
 from onceflow.engine import LocalEngine
 from tests.helpers import MACHINE, attributes, dlq_messages, invocations, ledger_rows, load_event
 
-INVALID_PATH = ["Normalize", "DescribeInvalidEvent", "SendToDLQ", "DeadLetterReason", "InvalidEvent"]
+INVALID_PATH = [
+    "Normalize",
+    "DescribeInvalidEvent",
+    "SendToDLQ",
+    "DeadLetterReason",
+    "InvalidEvent",
+]
 
 
 def _without(event: dict[str, Any], *path: str) -> dict[str, Any]:
@@ -22,16 +28,24 @@ def _without(event: dict[str, Any], *path: str) -> dict[str, Any]:
 
 
 CASES = [
-    pytest.param(load_event("invalid-unknown-shape.json"), "unknown event shape", id="unknown-shape"),
-    pytest.param(load_event("invalid-s3-missing-key.json"), "detail.object.key is missing", id="s3-no-key"),
+    pytest.param(
+        load_event("invalid-unknown-shape.json"), "unknown event shape", id="unknown-shape"
+    ),
+    pytest.param(
+        load_event("invalid-s3-missing-key.json"), "detail.object.key is missing", id="s3-no-key"
+    ),
     pytest.param(
         _without(load_event("s3-object-created.json"), "detail", "bucket", "name"),
         "detail.bucket.name is missing",
         id="s3-no-bucket",
     ),
     pytest.param(
-        _without(_without(load_event("s3-object-created.json"), "detail", "object", "version-id"),
-                 "detail", "object", "sequencer"),
+        _without(
+            _without(load_event("s3-object-created.json"), "detail", "object", "version-id"),
+            "detail",
+            "object",
+            "sequencer",
+        ),
         "neither version-id nor sequencer",
         id="s3-no-version-or-sequencer",
     ),
@@ -40,8 +54,14 @@ CASES = [
         "unsupported S3 event detail-type: Object Deleted",
         id="s3-wrong-detail-type",
     ),
-    pytest.param({"workItem": {"key": "a.png", "versionId": "v"}}, "workItem.bucket is missing", id="item-no-bucket"),
-    pytest.param({"workItem": {"bucket": "b", "versionId": "v"}}, "workItem.key is missing", id="item-no-key"),
+    pytest.param(
+        {"workItem": {"key": "a.png", "versionId": "v"}},
+        "workItem.bucket is missing",
+        id="item-no-bucket",
+    ),
+    pytest.param(
+        {"workItem": {"bucket": "b", "versionId": "v"}}, "workItem.key is missing", id="item-no-key"
+    ),
     pytest.param(
         {"workItem": {"bucket": "b", "key": "k"}},
         "workItem needs an idempotencyKey, a versionId or a sequencer",

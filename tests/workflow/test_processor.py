@@ -76,7 +76,10 @@ def test_duplicate_of_processed_key_is_discarded_in_four_states_without_lambda(
     # THEN it is a duplicate: at most 4 states, no Lambda, still one effect
     assert second.status == "SUCCEEDED"
     assert second.states_entered == DUPLICATE_PATH
-    assert second.output == {"status": "DUPLICATE", "idempotencyKey": first.output["idempotencyKey"]}
+    assert second.output == {
+        "status": "DUPLICATE",
+        "idempotencyKey": first.output["idempotencyKey"],
+    }
     assert invocations(engine) == before
     assert not [e for e in second.event_types() if e.startswith("Lambda")]
     assert output_effects(engine) == 1
@@ -140,7 +143,14 @@ def test_takeover_after_lock_expiry_fences_the_stale_owner(engine: LocalEngine) 
         stale = engine.wait(stale_arn)
     # THEN the new owner completed, and the stale owner's MarkComplete was fenced off
     assert takeover.status == "SUCCEEDED"
-    assert takeover.states_entered == ["Normalize", "Claim", "Reclaim", "Process", "MarkComplete", "Processed"]
+    assert takeover.states_entered == [
+        "Normalize",
+        "Claim",
+        "Reclaim",
+        "Process",
+        "MarkComplete",
+        "Processed",
+    ]
     assert stale.status == "FAILED"
     assert stale.error == "LockLost"
     assert stale.states_entered[-2:] == ["MarkComplete", "LockLost"]
@@ -168,9 +178,11 @@ def test_transient_failure_then_success_is_retried_with_backoff(engine: LocalEng
         result = engine.execute(MACHINE, s3_event(engine, "uploads/e.png", version))
     assert result.status == "SUCCEEDED"
     assert result.states_entered == HAPPY_PATH
-    assert result.event_types().count("TaskFailed") + result.event_types().count(
-        "LambdaFunctionFailed"
-    ) == 1
+    assert (
+        result.event_types().count("TaskFailed")
+        + result.event_types().count("LambdaFunctionFailed")
+        == 1
+    )
     assert invocations(engine) == 2
     assert patches.CLOCK.slept, "the retry asked for a backoff"
     assert 0 <= patches.CLOCK.slept[0] <= 2  # full jitter below IntervalSeconds
@@ -191,7 +203,12 @@ def test_retries_exhausted_leave_a_failed_row_that_the_next_delivery_reclaims(
     assert failed.status == "FAILED"
     assert failed.error == "TransientError"
     assert failed.states_entered == [
-        "Normalize", "Claim", "Process", "MarkFailed", "ShouldDeadLetter", "Failed",
+        "Normalize",
+        "Claim",
+        "Process",
+        "MarkFailed",
+        "ShouldDeadLetter",
+        "Failed",
     ]
     assert invocations(engine) == 4  # 1 + RetryMaxAttempts
     row = ledger_row(engine, pk)
@@ -206,7 +223,12 @@ def test_retries_exhausted_leave_a_failed_row_that_the_next_delivery_reclaims(
     again = engine.execute(MACHINE, event)
     assert again.status == "SUCCEEDED"
     assert again.states_entered == [
-        "Normalize", "Claim", "Reclaim", "Process", "MarkComplete", "Processed",
+        "Normalize",
+        "Claim",
+        "Reclaim",
+        "Process",
+        "MarkComplete",
+        "Processed",
     ]
     row = ledger_row(engine, pk)
     assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"
@@ -264,8 +286,14 @@ def test_permanent_error_dead_letters_at_once_and_a_duplicate_is_discarded(
     assert result.status == "FAILED"
     assert result.error == "PermanentError"
     assert result.states_entered == [
-        "Normalize", "Claim", "Process", "MarkFailed", "ShouldDeadLetter", "SendToDLQ",
-        "DeadLetterReason", "DeadLettered",
+        "Normalize",
+        "Claim",
+        "Process",
+        "MarkFailed",
+        "ShouldDeadLetter",
+        "SendToDLQ",
+        "DeadLetterReason",
+        "DeadLettered",
     ]
     assert invocations(engine) == 1  # no retries for a permanent error
     row = ledger_row(engine, pk)

@@ -24,7 +24,9 @@ def _object_store() -> ObjectStore:
     return _store
 
 
-def process(event: dict[str, Any], settings: ProcessorSettings, store: ObjectStore) -> dict[str, Any]:
+def process(
+    event: dict[str, Any], settings: ProcessorSettings, store: ObjectStore
+) -> dict[str, Any]:
     """Read the object of the work item, downscale it, write the output once."""
     work_item = event.get("workItem")
     if not isinstance(work_item, dict) or not work_item.get("bucket") or not work_item.get("key"):
@@ -39,7 +41,10 @@ def process(event: dict[str, Any], settings: ProcessorSettings, store: ObjectSto
         rendition.body,
         "image/webp",
         # Metadata must be ASCII: keep the key readable but encoded.
-        {"idempotency-key": quote(idempotency_key, safe="/:#"), "lock-token": str(event.get("lockToken", ""))},
+        {
+            "idempotency-key": quote(idempotency_key, safe="/:#"),
+            "lock-token": str(event.get("lockToken", "")),
+        },
     )
     return {
         "output": f"s3://{settings.output_bucket}/{key}",
