@@ -81,3 +81,27 @@ def test_small_demo_is_exactly_once() -> None:
     assert data["delivered_processable_objects_without_effect"] == 0
     assert data["deliveries"] == 42 - data["lost_deliveries"] + data["duplicate_deliveries"]
     assert "exactly once: OK" in report.render()
+
+
+# The README's table of events/ and the state each one ends in on the local engine.
+EXPECTED_END_STATE = {
+    "s3-object-created.json": "Processed",
+    "s3-object-created-poison.json": "DeadLettered",
+    "work-item.json": "Processed",
+    "processor-payload.json": "Processed",
+    "invalid-unknown-shape.json": "InvalidEvent",
+    "invalid-s3-missing-key.json": "InvalidEvent",
+}
+
+
+def test_every_sample_event_is_listed() -> None:
+    assert sorted(p.name for p in EVENTS.glob("*.json")) == sorted(EXPECTED_END_STATE)
+
+
+@pytest.mark.parametrize(("name", "end_state"), sorted(EXPECTED_END_STATE.items()))
+def test_sample_event_ends_where_the_readme_says(
+    name: str, end_state: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["execute", "ProcessorStateMachine", "-e", str(EVENTS / name), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["states"][-1]["name"] == end_state
