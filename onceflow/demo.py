@@ -280,14 +280,7 @@ def _effects_by_idempotency_key(engine: LocalEngine, output_bucket: str) -> Coun
     from urllib.parse import unquote
 
     s3 = engine.client("s3")
-    created = Counter(
-        r.key
-        for r in patches.REQUEST_LOG.snapshot()
-        if r.service == "s3"
-        and r.operation == "PutObject"
-        and r.bucket == output_bucket
-        and r.status == 200
-    )
+    created = engine.successful_puts(output_bucket)
     effects: Counter[str] = Counter()
     for key, count in created.items():
         metadata = s3.head_object(Bucket=output_bucket, Key=key)["Metadata"]

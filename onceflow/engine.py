@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 import zipfile
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -367,6 +368,17 @@ class LocalEngine:
         )["stateMachineArn"]
         self.stack.refs[logical_id] = arn
         self.stack.attributes[logical_id] = {"Name": name, "Arn": arn}
+
+    def successful_puts(self, bucket: str) -> Counter[str]:
+        """PutObjects into bucket that S3 accepted, by key: writes that took effect."""
+        return Counter(
+            r.key
+            for r in patches.REQUEST_LOG.snapshot()
+            if r.service == "s3"
+            and r.operation == "PutObject"
+            and r.bucket == bucket
+            and r.status == 200
+        )
 
     # ---- functions -----------------------------------------------------------
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from PIL import Image
 
-from onceflow import patches
 from onceflow.engine import LocalEngine
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
@@ -90,15 +89,7 @@ def attributes(message: dict[str, Any]) -> dict[str, str]:
 
 def output_effects(engine: LocalEngine) -> int:
     """Successful PutObjects into the output bucket: writes that took effect."""
-    bucket = engine.ref("OutputBucket")
-    return sum(
-        1
-        for r in patches.REQUEST_LOG.snapshot()
-        if r.service == "s3"
-        and r.operation == "PutObject"
-        and r.bucket == bucket
-        and r.status == 200
-    )
+    return sum(engine.successful_puts(engine.ref("OutputBucket")).values())
 
 
 def invocations(engine: LocalEngine) -> int:
