@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 import zipfile
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -129,6 +130,10 @@ class LocalEngine:
         # flow here); the history and the result carry what matters.
         logging.getLogger("moto.stepfunctions").setLevel(logging.CRITICAL)
         patches.CLOCK.scale = self.time_scale
+        # In-process, concurrent invocations share one Powertools Metrics object,
+        # so one may flush what another added and warn that its own set is empty.
+        # A Lambda sandbox runs one invocation at a time and never sees this.
+        warnings.filterwarnings("ignore", message="No application metrics to publish")
         self._set_env({"AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION})
         FUNCTION_OUTPUT.install(self.function_log or sys.stderr)
         self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
