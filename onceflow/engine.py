@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import boto3
+from botocore.exceptions import ClientError
 from moto import mock_aws
+from moto.events.models import EventPattern
 
 from onceflow import patches
 from onceflow.lambdas import FUNCTION_OUTPUT, FunctionSpec, InProcessRuntime
@@ -109,6 +111,8 @@ class LocalEngine:
         self.function_log = function_log
         self.function_log_level = function_log_level
         self.not_emulated: list[str] = []
+        self.rules: dict[str, dict[str, Any]] = {}
+        self.pipes: dict[str, dict[str, Any]] = {}
         self._creating: set[str] = set()
         self._local = threading.local()
         self._mock: Any = None
@@ -218,6 +222,8 @@ class LocalEngine:
                 "AWS::SQS::Queue": self._create_queue,
                 "AWS::Serverless::Function": self._create_function,
                 "AWS::Serverless::StateMachine": self._create_state_machine,
+                "AWS::Events::Rule": self._create_rule,
+                "AWS::Pipes::Pipe": self._create_pipe,
             }.get(kind)
             if creator is None:
                 if kind not in _NOT_EMULATED:
@@ -270,7 +276,12 @@ class LocalEngine:
         name = props.get("QueueName") or self._physical_name(logical_id, 80)
         attributes = {
             key: str(props[key])
-            for key in ("MessageRetentionPeriod", "VisibilityTimeout", "DelaySeconds")
+            for key in (
+                "MessageRetentionPeriod",
+                "VisibilityTimeout",
+                "DelaySeconds",
+                "MaximumMessageSize",
+            )
             if key in props
         }
         if "RedrivePolicy" in props:
@@ -374,6 +385,26 @@ class LocalEngine:
         self.stack.refs[logical_id] = arn
         self.stack.attributes[logical_id] = {"Name": name, "Arn": arn}
 
+    def _create_rule(self, logical_id: str, resource: dict[str, Any]) -> None:
+        # EventBridge is emulated here, not in moto: moto's rules cannot start
+        # a state machine. put_event() matches and delivers as EventBridge does.
+        props = self.stack.resolve(resource.get("Properties", {}))
+        name = props.get("Name") or self._physical_name(logical_id, 64)
+        self.rules[logical_id] = {"name": name, **props}
+        self.stack.refs[logical_id] = name
+        self.stack.attributes[logical_id] = {
+            "Arn": f"arn:aws:events:{REGION}:{ACCOUNT_ID}:rule/{name}"
+        }
+
+    def _create_pipe(self, logical_id: str, resource: dict[str, Any]) -> None:
+        props = self.stack.resolve(resource.get("Properties", {}))
+        name = props.get("Name") or self._physical_name(logical_id, 64)
+        self.pipes[logical_id] = {"name": name, **props}
+        self.stack.refs[logical_id] = name
+        self.stack.attributes[logical_id] = {
+            "Arn": f"arn:aws:pipes:{REGION}:{ACCOUNT_ID}:pipe/{name}"
+        }
+
     def successful_puts(self, bucket: str) -> Counter[str]:
         """PutObjects into bucket that S3 accepted, by key: writes that took effect."""
         return Counter(
@@ -466,6 +497,134 @@ class LocalEngine:
             cause=description.get("cause"),
             events=events,
         )
+
+    # ---- ingress: EventBridge rules and the SQS pipe -------------------------
+
+    def put_event(self, event: Mapping[str, Any]) -> list[str]:
+        """Deliver one event as the default bus does: to every matching rule's targets.
+
+        A target that cannot be started (a deleted state machine, an input
+        over 256 KiB) sends the event to the rule's dead-letter queue with
+        EventBridge's own attributes, after the rule's retries, as AWS does.
+        Returns the ARNs of the executions started.
+        """
+        started: list[str] = []
+        for rule in self.rules.values():
+            if rule.get("State", "ENABLED") != "ENABLED":
+                continue
+            pattern = EventPattern.load(json.dumps(rule.get("EventPattern", {})))
+            if not pattern.matches_event(dict(event)):  # type: ignore[arg-type]
+                continue
+            for target in rule.get("Targets", []):
+                try:
+                    started.append(
+                        self.start_execution(target["Arn"], event, execution_name("events"))
+                    )
+                except ClientError as exc:
+                    self._eventbridge_dead_letter(rule, target, event, exc)
+        return started
+
+    def put_custom_event(self, source: str, detail_type: str, detail: Any) -> list[str]:
+        """PutEvents: EventBridge wraps the entry in its envelope, then delivers it."""
+        return self.put_event(
+            {
+                "version": "0",
+                "id": str(uuid.uuid4()),
+                "detail-type": detail_type,
+                "source": source,
+                "account": ACCOUNT_ID,
+                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "region": REGION,
+                "resources": [],
+                "detail": detail,
+            }
+        )
+
+    def _eventbridge_dead_letter(
+        self, rule: dict[str, Any], target: dict[str, Any], event: Any, exc: ClientError
+    ) -> None:
+        dead_letter = target.get("DeadLetterConfig", {}).get("Arn")
+        if not dead_letter:
+            raise EngineError(f"rule {rule['name']}: target failed and has no DLQ") from exc
+        error = exc.response.get("Error", {})
+        attributes = {
+            "RULE_ARN": f"arn:aws:events:{REGION}:{ACCOUNT_ID}:rule/{rule['name']}",
+            "TARGET_ARN": str(target["Arn"]),
+            "ERROR_CODE": str(error.get("Code", "Unknown")),
+            "ERROR_MESSAGE": str(error.get("Message", ""))[:256],
+            "RETRY_ATTEMPTS": str(target.get("RetryPolicy", {}).get("MaximumRetryAttempts", 185)),
+        }
+        self.client("sqs").send_message(
+            QueueUrl=self._queue_url(dead_letter),
+            MessageBody=json.dumps(event),
+            MessageAttributes={
+                k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()
+            },
+        )
+
+    def _queue_url(self, arn: str) -> str:
+        return str(self.client("sqs").get_queue_url(QueueName=arn.rsplit(":", 1)[-1])["QueueUrl"])
+
+    def pump_pipes(self, limit: int | None = None) -> list[str]:
+        """Run every pipe until its source queue is empty (or limit messages handled).
+
+        As EventBridge Pipes does for SQS: receive a batch, start the target
+        with the batch as a JSON array, delete the messages once the start was
+        accepted. A failed start leaves the messages in the queue; after the
+        queue's maxReceiveCount its redrive policy moves them to its DLQ.
+        Returns the ARNs of the executions started.
+        """
+        sqs = self.client("sqs")
+        started: list[str] = []
+        for pipe in self.pipes.values():
+            url = self._queue_url(str(pipe["Source"]))
+            batch_size = int(
+                pipe.get("SourceParameters", {}).get("SqsQueueParameters", {}).get("BatchSize", 10)
+            )
+            while limit is None or len(started) < limit:
+                messages = sqs.receive_message(
+                    QueueUrl=url,
+                    MaxNumberOfMessages=min(batch_size, 10),
+                    MessageSystemAttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                ).get("Messages", [])
+                if not messages:
+                    break
+                records = [self._pipe_record(m, str(pipe["Source"])) for m in messages]
+                try:
+                    started.append(
+                        self.start_execution(str(pipe["Target"]), records, execution_name("pipe"))
+                    )
+                except ClientError:
+                    for m in messages:  # visible again at once: the next receive retries it
+                        sqs.change_message_visibility(
+                            QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
+                        )
+                    continue
+                for m in messages:
+                    sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        return started
+
+    @staticmethod
+    def _pipe_record(message: dict[str, Any], source_arn: str) -> dict[str, Any]:
+        """One SQS message as EventBridge Pipes hands it to a target."""
+        return {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": message.get("Body", ""),
+            "attributes": message.get("Attributes", {}),
+            "messageAttributes": {
+                name: {
+                    "stringValue": value.get("StringValue"),
+                    "dataType": value["DataType"],
+                }
+                for name, value in message.get("MessageAttributes", {}).items()
+            },
+            "md5OfBody": message.get("MD5OfBody", ""),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": source_arn,
+            "awsRegion": REGION,
+        }
 
     def execute(
         self,

@@ -24,15 +24,34 @@ from urllib.parse import unquote, urlsplit
 import jsonata
 from moto.awslambda import models as lambda_models
 from moto.core import botocore_stubber
+from moto.stepfunctions import exceptions as sfn_exceptions
+from moto.stepfunctions.parser import models as sfn_parser_models
+from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
+from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
+    CustomErrorName,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+    FailureEvent,
+    FailureEventException,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
+    StatesErrorName,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+    StatesErrorNameType,
+)
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.common.string import string_expression
 from moto.stepfunctions.parser.asl.component.intrinsic import (
     jsonata as intrinsic_jsonata,
 )
+from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import branches_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import (
     wait_function,
 )
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store
+from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.backend import execution_worker
 
@@ -110,12 +129,55 @@ def jsonata_uuid() -> str:
     return str(uuid.uuid4())
 
 
+def jsonata_parse(text: Any) -> Any:
+    """AWS's ``$parse(text)``: JSON.parse, an error for anything that is not JSON.
+
+    moto declares ``$parse`` as ``$eval``, which evaluates the text as a
+    JSONata *expression*: "order.id" would quietly yield nothing, not fail.
+    """
+    if not isinstance(text, str):
+        raise ValueError("$parse: the argument must be a string")
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise ValueError(f"$parse: the text is not valid JSON ({exc})") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_PERCENT_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def jsonata_decode_url_component(text: Any) -> Any:
+    """JavaScript's decodeURIComponent, which JSONata (and AWS) use.
+
+    jsonata-python's version returns malformed escapes ("%zz") unchanged where
+    JavaScript throws a URIError; a local run must fail where AWS fails.
+    """
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ValueError("$decodeUrlComponent: the argument must be a string")
+    if _PERCENT_ESCAPE.search(text):
+        raise ValueError("Malformed URL passed to $decodeUrlComponent(): a bad % escape")
+    try:
+        return unquote(text, errors="strict")
+    except UnicodeDecodeError:
+        raise ValueError(
+            "Malformed URL passed to $decodeUrlComponent(): escapes are not UTF-8"
+        ) from None
+
+
 def eval_jsonata(expression: str) -> Any:
     """Evaluate one composed expression the way moto's JVM bridge would."""
     try:
         compiled = jsonata.Jsonata(expression)
         compiled.register_lambda("hash", jsonata_hash)
         compiled.register_lambda("uuid", jsonata_uuid)
+        compiled.register_lambda("parse", jsonata_parse)
+        compiled.register_lambda("decodeUrlComponent", jsonata_decode_url_component)
         return compiled.evaluate(None)
     except Exception as exc:  # moto turns this into States.QueryEvaluationError
         raise moto_jsonata.JSONataException("UNKNOWN", str(exc)) from exc
@@ -267,6 +329,77 @@ def _cached_entrypoint(self: Any) -> Any:
 
 
 _applied = False
+# --------------------------------------------------------------------------
+# A JSONata expression that fails (bad input to $parse, $error(), a type
+# error) is States.QueryEvaluationError on AWS, which Catch can handle. moto
+# lets the raw exception escape, which ends the execution as an uncatchable
+# States.Runtime (and inside a Parallel branch, as a crash of the branch).
+# --------------------------------------------------------------------------
+
+_original_jsonata_eval_body = string_expression.StringJSONata._eval_body
+
+
+def _jsonata_eval_body(self: Any, env: Any) -> None:
+    try:
+        _original_jsonata_eval_body(self, env)
+    except moto_jsonata.JSONataException as exc:
+        error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
+        expression = (
+            self.expression if len(self.expression) <= 200 else self.expression[:200] + "..."
+        )
+        failure_event = FailureEvent(
+            env=env,
+            error_name=error_name,
+            event_type=HistoryEventType.EvaluationFailed,
+            event_details=EventDetails(  # type: ignore[typeddict-item]
+                evaluationFailedEventDetails=EvaluationFailedEventDetails(
+                    error=error_name.error_name,
+                    cause=(
+                        f"An error occurred while evaluating the JSONata expression "
+                        f"'{expression}': {exc.details}"
+                    ),
+                )
+            ),
+        )
+        raise FailureEventException(failure_event=failure_event) from exc
+
+
+def _branch_error_name(error_name: str | None) -> Any:
+    """The error a failed Parallel branch re-raises, by its own kind.
+
+    moto wraps every branch error in CustomErrorName, which refuses names that
+    start with "States.": a branch failing with States.TaskFailed, States.Timeout
+    or States.QueryEvaluationError crashed the Parallel instead of reaching its
+    Retry/Catch, as it does on AWS.
+    """
+    if error_name is not None and error_name.startswith("States."):
+        return StatesErrorName.from_name(error_name)
+    return CustomErrorName(error_name=error_name)
+
+
+# --------------------------------------------------------------------------
+# Step Functions refuses an execution input over 256 KiB (UTF-8); moto takes
+# any size. Without this, a local run would start executions that AWS never
+# starts, and the ingress paths (EventBridge's DLQ, the source queue's
+# redrive) would never be exercised.
+# --------------------------------------------------------------------------
+
+EXECUTION_INPUT_LIMIT = 262144
+_original_start_execution = sfn_parser_models.StepFunctionsParserBackend.start_execution
+
+
+def _start_execution(self: Any, state_machine_arn: str, *args: Any, **kwargs: Any) -> Any:
+    execution_input = kwargs.get("execution_input", args[1] if len(args) > 1 else None)
+    size = len((execution_input or "").encode("utf-8"))
+    if size > EXECUTION_INPUT_LIMIT:
+        raise sfn_exceptions.ValidationException(
+            "1 validation error detected: Value at 'input' failed to satisfy constraint: "
+            f"Member must have length less than or equal to {EXECUTION_INPUT_LIMIT} "
+            f"(the input is {size} bytes)"
+        )
+    return _original_start_execution(self, state_machine_arn, *args, **kwargs)
+
+
 # What moto declared before apply() removed its stubs.
 _MOTO_STUBBED_FUNCTIONS = set(getattr(intrinsic_jsonata, "_DECLARATION_BY_VARIABLE_REFERENCE", {}))
 
@@ -289,8 +422,17 @@ def check_moto_internals() -> None:
     for module in (moto_jsonata, eval_states, variable_store):
         if not hasattr(module, "encode_jsonata_variable_declarations"):
             problems.append(f"{module.__name__} no longer encodes variables")
-    if not {"$hash", "$uuid"} <= _MOTO_STUBBED_FUNCTIONS:
-        problems.append("moto's JSONata $hash/$uuid declarations moved")
+    if not {"$hash", "$uuid", "$parse"} <= _MOTO_STUBBED_FUNCTIONS:
+        problems.append("moto's JSONata $hash/$uuid/$parse declarations moved")
+    if "eval_jsonata_expression(rich_jsonata_expression)" not in inspect.getsource(
+        _original_jsonata_eval_body
+    ):
+        problems.append("StringJSONata._eval_body no longer evaluates through the hook")
+    start_parameters = list(inspect.signature(_original_start_execution).parameters)
+    if start_parameters[:4] != ["self", "state_machine_arn", "name", "execution_input"]:
+        problems.append("StepFunctionsParserBackend.start_execution changed its parameters")
+    if "CustomErrorName(error_name=exit_error_name)" not in inspect.getsource(branches_decl):
+        problems.append("Parallel branches no longer name their error with CustomErrorName")
     if "process_request" not in vars(botocore_stubber.BotocoreStubber):
         problems.append("BotocoreStubber.process_request is gone")
     if "AmazonStateLanguageParser.parse" not in inspect.getsource(_original_entrypoint):
@@ -318,6 +460,10 @@ def apply() -> None:
     # would shadow them with functions that return a "not supported" text.
     intrinsic_jsonata._DECLARATION_BY_VARIABLE_REFERENCE.pop("$hash", None)
     intrinsic_jsonata._DECLARATION_BY_VARIABLE_REFERENCE.pop("$uuid", None)
+    intrinsic_jsonata._DECLARATION_BY_VARIABLE_REFERENCE.pop("$parse", None)
+    string_expression.StringJSONata._eval_body = _jsonata_eval_body  # type: ignore[method-assign]
+    branches_decl.CustomErrorName = _branch_error_name  # type: ignore[assignment,attr-defined]
+    sfn_parser_models.StepFunctionsParserBackend.start_execution = _start_execution  # type: ignore[method-assign]
     botocore_stubber.BotocoreStubber.process_request = _serialised_process_request  # type: ignore[method-assign]
     lambda_models.LambdaFunction._invoke_lambda = _in_process_invoke_lambda  # type: ignore[method-assign]
     execution_worker.ExecutionWorker._get_evaluation_entrypoint = _cached_entrypoint  # type: ignore[method-assign]

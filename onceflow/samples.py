@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 from typing import Any
+from urllib.parse import unquote_plus
 
 from botocore.exceptions import ClientError
 from PIL import Image
@@ -29,8 +31,18 @@ def _sample_body(key: str) -> bytes:
     return out.getvalue()
 
 
-def _locate(event: Any) -> tuple[dict[str, Any], str, str, str] | None:
-    """(holder, bucket field, key field, version field) of the S3 object an event names."""
+def _locate(event: Any) -> tuple[dict[str, Any], str, str, str, bool] | None:
+    """(holder, bucket field, key field, version field, key URL-encoded) of an event's object."""
+    if isinstance(event, list) and len(event) == 1 and isinstance(event[0], dict):
+        # An SQS message from the pipe carrying a classic S3 notification.
+        try:
+            body = json.loads(event[0].get("body", ""))
+        except (TypeError, ValueError):
+            return None
+        records = body.get("Records") if isinstance(body, dict) else None
+        if isinstance(records, list) and records and isinstance(records[0].get("s3"), dict):
+            return records[0]["s3"], "bucket.name", "object.key", "object.versionId", True
+        return None
     if not isinstance(event, dict):
         return None
     detail = event.get("detail")
@@ -38,10 +50,10 @@ def _locate(event: Any) -> tuple[dict[str, Any], str, str, str] | None:
         bucket, obj = detail.get("bucket"), detail.get("object")
         if isinstance(bucket, dict) and isinstance(obj, dict):
             merged = {"bucket": bucket, "object": obj}
-            return merged, "bucket.name", "object.key", "object.version-id"
+            return merged, "bucket.name", "object.key", "object.version-id", True
     work_item = event.get("workItem")
     if isinstance(work_item, dict):
-        return work_item, "bucket", "key", "versionId"
+        return work_item, "bucket", "key", "versionId", False
     return None
 
 
@@ -68,15 +80,41 @@ def prepare_event(
     located = _locate(event)
     if located is None:
         return event, []
-    holder, bucket_path, key_path, version_path = located
+    holder, bucket_path, key_path, version_path, encoded = located
     notes: list[str] = []
+    try:
+        return event, _prepare_object(
+            engine, holder, bucket_path, key_path, version_path, encoded, fixtures, notes
+        )
+    finally:
+        if isinstance(event, list):  # the notification lives in the body text: write it back
+            body = json.loads(event[0]["body"])
+            body["Records"][0]["s3"] = holder
+            event[0]["body"] = json.dumps(body)
+
+
+def _prepare_object(
+    engine: LocalEngine,
+    holder: dict[str, Any],
+    bucket_path: str,
+    key_path: str,
+    version_path: str,
+    encoded: bool,
+    fixtures: bool,
+    notes: list[str],
+) -> list[str]:
     ingest = engine.ref("IngestBucket")
     if _get(holder, bucket_path) == PLACEHOLDER_BUCKET:
         _set(holder, bucket_path, ingest)
         notes.append(f"bucket {PLACEHOLDER_BUCKET} stands for the local stack's {ingest}")
     bucket, key = _get(holder, bucket_path), _get(holder, key_path)
     if not fixtures or bucket != ingest or not isinstance(key, str) or not key:
-        return event, notes
+        return notes
+    if encoded:  # S3 event formats URL-encode the key, "+" for a space
+        try:
+            key = unquote_plus(key, errors="strict")
+        except UnicodeDecodeError:
+            return notes
     s3 = engine.client("s3")
     version = _get(holder, version_path)
     try:
@@ -84,7 +122,7 @@ def prepare_event(
         if isinstance(version, str):
             kwargs["VersionId"] = version
         s3.head_object(**kwargs)
-        return event, notes
+        return notes
     except ClientError:
         pass  # not there yet: upload the sample below
     new_version = s3.put_object(Bucket=bucket, Key=key, Body=_sample_body(key)).get("VersionId")
@@ -93,4 +131,4 @@ def prepare_event(
     if isinstance(version, str) and new_version:
         _set(holder, version_path, new_version)
         notes.append(f"version id {version} is now {new_version}, the one S3 gave the upload")
-    return event, notes
+    return notes

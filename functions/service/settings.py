@@ -24,6 +24,7 @@ class ProcessorSettings:
     output_bucket: str
     output_prefix: str
     max_dimension: int
+    record_prefix: str = "records/"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ProcessorSettings:
@@ -40,6 +41,7 @@ class ProcessorSettings:
             output_bucket=_required(env, "OUTPUT_BUCKET"),
             output_prefix=env.get("OUTPUT_PREFIX", "processed/"),
             max_dimension=max_dimension,
+            record_prefix=env.get("RECORD_PREFIX", "records/"),
         )
 
 

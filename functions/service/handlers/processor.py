@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import quote
 
@@ -27,11 +28,31 @@ def _object_store() -> ObjectStore:
 def process(
     event: dict[str, Any], settings: ProcessorSettings, store: ObjectStore
 ) -> dict[str, Any]:
-    """Read the object of the work item, downscale it, write the output once."""
+    """Read the object of the work item, downscale it, write the output once.
+
+    A work item from a message or a custom event (no object, a payload)
+    is recorded once instead: the payload as JSON under the record prefix.
+    """
     work_item = event.get("workItem")
-    if not isinstance(work_item, dict) or not work_item.get("bucket") or not work_item.get("key"):
-        raise PermanentError("the payload has no workItem with a bucket and a key")
+    if not isinstance(work_item, dict) or not work_item.get("idempotencyKey"):
+        raise PermanentError("the payload has no workItem with an idempotencyKey")
     idempotency_key = str(work_item["idempotencyKey"])
+    metadata = {
+        # Metadata must be ASCII: keep the key readable but encoded.
+        "idempotency-key": quote(idempotency_key, safe="/:#"),
+        "lock-token": str(event.get("lockToken", "")),
+    }
+    if not work_item.get("bucket") or not work_item.get("key"):
+        if "payload" not in work_item:
+            raise PermanentError("the workItem has neither an object (bucket, key) nor a payload")
+        key = output_key(settings.record_prefix, idempotency_key, ".json")
+        body = json.dumps(work_item["payload"], ensure_ascii=False).encode("utf-8")
+        created = store.write_once(settings.output_bucket, key, body, "application/json", metadata)
+        return {
+            "output": f"s3://{settings.output_bucket}/{key}",
+            "created": created,
+            "bytes": len(body),
+        }
     data = store.read(work_item["bucket"], work_item["key"], work_item.get("versionId"))
     rendition = downscale_to_webp(data, settings.max_dimension)
     key = output_key(settings.output_prefix, idempotency_key)
@@ -40,11 +61,7 @@ def process(
         key,
         rendition.body,
         "image/webp",
-        # Metadata must be ASCII: keep the key readable but encoded.
-        {
-            "idempotency-key": quote(idempotency_key, safe="/:#"),
-            "lock-token": str(event.get("lockToken", "")),
-        },
+        metadata,
     )
     return {
         "output": f"s3://{settings.output_bucket}/{key}",

@@ -23,13 +23,13 @@ class Rendition:
     height: int
 
 
-def output_key(prefix: str, idempotency_key: str) -> str:
+def output_key(prefix: str, idempotency_key: str, suffix: str = ".webp") -> str:
     """One unit of work, one output key: a retry or a takeover writes the same key.
 
     The idempotency key can be longer than an S3 key may be, so it is hashed.
     """
     digest = hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()
-    return f"{prefix}{digest}.webp"
+    return f"{prefix}{digest}{suffix}"
 
 
 def downscale_to_webp(data: bytes, max_dimension: int) -> Rendition:
