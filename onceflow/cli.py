@@ -39,7 +39,11 @@ def _load_event(path: str) -> Any:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     config = DemoConfig(
-        objects=args.objects, corrupt=args.corrupt, seed=args.seed, concurrency=args.concurrency
+        objects=args.objects,
+        corrupt=args.corrupt,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        source=args.source,
     )
     report = run_demo(config, progress=sys.stderr)
     if args.json:
@@ -99,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--corrupt", type=int, default=5, help="corrupt files to add (default 5)")
     demo.add_argument("--seed", type=int, default=7, help="random seed; same seed, same run")
     demo.add_argument("--concurrency", type=int, default=8, help="executions at once (default 8)")
+    demo.add_argument(
+        "--source",
+        choices=["s3", "sqs"],
+        default="s3",
+        help="deliver through the EventBridge rule (s3, default) or as S3 notifications "
+        "through the source queue and the pipe (sqs)",
+    )
     demo.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     demo.set_defaults(func=cmd_demo)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import random
 import sys
 import threading
@@ -12,11 +13,12 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+from urllib.parse import quote_plus
 
 from PIL import Image
 
 from onceflow import patches
-from onceflow.engine import ExecutionResult, LocalEngine, execution_name
+from onceflow.engine import ExecutionResult, LocalEngine
 
 
 class TransientError(Exception):
@@ -49,6 +51,7 @@ class DemoConfig:
     loss_rate: float = 0.01
     transient_rate: float = 0.05
     concurrency: int = 8
+    source: str = "s3"
 
 
 class Progress:
@@ -116,6 +119,31 @@ def s3_event(bucket: str, obj: DemoObject, size: int, delivery: int) -> dict[str
     }
 
 
+def s3_notification(bucket: str, obj: DemoObject, size: int) -> dict[str, Any]:
+    """A classic S3 event notification, as S3 sends it to an SQS queue (key URL-encoded)."""
+    return {
+        "Records": [
+            {
+                "eventVersion": "2.1",
+                "eventSource": "aws:s3",
+                "awsRegion": "us-east-1",
+                "eventTime": "2026-11-21T10:00:00.000Z",
+                "eventName": "ObjectCreated:Put",
+                "s3": {
+                    "s3SchemaVersion": "1.0",
+                    "bucket": {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"},
+                    "object": {
+                        "key": quote_plus(obj.key, safe="/"),
+                        "size": size,
+                        "versionId": obj.version_id,
+                        "sequencer": hashlib.sha256(obj.version_id.encode()).hexdigest()[:18],
+                    },
+                },
+            }
+        ]
+    }
+
+
 @dataclass
 class DemoReport:
     """Everything the demo observed, from the executions, the DLQ and S3's request log."""
@@ -127,6 +155,7 @@ class DemoReport:
         lines = [
             "",
             "onceflow demo: report",
+            f"  delivered through           {d['source']}",
             f"  objects uploaded            {d['objects']}  ({d['corrupt_objects']} corrupt)",
             f"  deliveries                  {d['deliveries']}",
             f"  duplicate deliveries        {d['duplicate_deliveries']}"
@@ -151,8 +180,11 @@ class DemoReport:
 
 
 def run_demo(config: DemoConfig, progress: TextIO | None = sys.stderr) -> DemoReport:
+    if config.source not in ("s3", "sqs"):
+        raise ValueError(f"source must be s3 or sqs, not {config.source!r}")
     rng = random.Random(config.seed)
-    with LocalEngine(function_log=io.StringIO()) as engine:
+    parameters = {"SqsSource": "create"} if config.source == "sqs" else {}
+    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
         bucket = engine.ref("IngestBucket")
         output_bucket = engine.ref("OutputBucket")
         s3 = engine.client("s3")
@@ -212,21 +244,36 @@ def run_demo(config: DemoConfig, progress: TextIO | None = sys.stderr) -> DemoRe
         results_lock = threading.Lock()
         deliveries = Progress(len(first_wave) + len(late_wave), "delivering", progress)
 
-        def deliver(item: tuple[DemoObject, int]) -> None:
-            obj, copy_number = item
-            event = s3_event(bucket, obj, sizes[obj.key], copy_number)
-            result = engine.execute(
-                "ProcessorStateMachine", event, name=execution_name(f"demo-{copy_number}")
-            )
+        def finish(arn: str) -> None:
+            result = engine.wait(arn)
             with results_lock:
                 results.append(result)
             deliveries.advance()
 
+        def deliver_s3(item: tuple[DemoObject, int]) -> None:
+            # Through the Object Created rule, as EventBridge delivers it.
+            obj, copy_number = item
+            for arn in engine.put_event(s3_event(bucket, obj, sizes[obj.key], copy_number)):
+                finish(arn)
+
+        def deliver_wave(wave: list[tuple[DemoObject, int]]) -> None:
+            if config.source == "s3":
+                with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
+                    list(pool.map(deliver_s3, wave))
+                return
+            # Into the source queue, as S3 notifies it; the pipe starts the
+            # executions, which run side by side like the pipe's do.
+            sqs = engine.client("sqs")
+            for obj, _ in wave:
+                body = json.dumps(s3_notification(bucket, obj, sizes[obj.key]))
+                sqs.send_message(QueueUrl=engine.ref("SourceQueue"), MessageBody=body)
+            arns = engine.pump_pipes()
+            with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
+                list(pool.map(finish, arns))
+
         with engine.override_function("ProcessorFunction", flaky_processor):
-            with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
-                list(pool.map(deliver, first_wave))
-            with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
-                list(pool.map(deliver, late_wave))
+            deliver_wave(first_wave)
+            deliver_wave(late_wave)
 
         dead_letters = _drain(engine, engine.ref("DeadLetterQueue"))
         effects = _effects_by_idempotency_key(engine, output_bucket)
@@ -237,6 +284,7 @@ def run_demo(config: DemoConfig, progress: TextIO | None = sys.stderr) -> DemoRe
     multiple = sorted(k for k, n in effect_counts.items() if n > 1)
     missing = sorted(o.key for o in delivered if o.processable and effect_counts[o.key] != 1)
     data = {
+        "source": config.source,
         "objects": len(objects),
         "corrupt_objects": config.corrupt,
         "deliveries": len(results),

@@ -18,8 +18,9 @@ MACHINE = "ProcessorStateMachine"
 FUNCTION = "ProcessorFunction"
 
 
-def load_event(name: str) -> dict[str, Any]:
-    return dict(json.loads((EVENTS / name).read_text(encoding="utf-8")))
+def load_event(name: str) -> Any:
+    """A sample event: an object, or (from the pipe) an array of SQS messages."""
+    return json.loads((EVENTS / name).read_text(encoding="utf-8"))
 
 
 def png_bytes(width: int = 64, height: int = 48) -> bytes:

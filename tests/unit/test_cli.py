@@ -69,9 +69,12 @@ def test_unknown_state_machine_is_a_clear_error(capsys: pytest.CaptureFixture[st
     assert "no state machine 'Nope'" in capsys.readouterr().err
 
 
-def test_small_demo_is_exactly_once() -> None:
-    report = run_demo(DemoConfig(objects=40, corrupt=2, seed=3, duplicate_rate=0.3), progress=None)
+@pytest.mark.parametrize("source", ["s3", "sqs"])
+def test_small_demo_is_exactly_once(source: str) -> None:
+    config = DemoConfig(objects=40, corrupt=2, seed=3, duplicate_rate=0.3, source=source)
+    report = run_demo(config, progress=None)
     data = report.data
+    assert data["source"] == source
     assert data["exactly_once"] is True
     assert data["objects"] == 42
     assert data["duplicate_deliveries"] > 0
@@ -83,14 +86,36 @@ def test_small_demo_is_exactly_once() -> None:
     assert "exactly once: OK" in report.render()
 
 
+def test_demo_json_through_sqs(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["demo", "--source", "sqs", "--objects", "12", "--corrupt", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["source"] == "sqs" and report["exactly_once"] is True
+    assert report["violations"] == []
+
+
 # The README's table of events/ and the state each one ends in on the local engine.
-EXPECTED_END_STATE = {
-    "s3-object-created.json": "Processed",
-    "s3-object-created-poison.json": "DeadLettered",
-    "work-item.json": "Processed",
-    "processor-payload.json": "Processed",
-    "invalid-unknown-shape.json": "InvalidEvent",
-    "invalid-s3-missing-key.json": "InvalidEvent",
+# The README's events table: file -> (end state, parameter overrides).
+KEYED_BY_ORDER = ["--parameter-overrides", "IdempotencyKeyPath=orderId"]
+EXPECTED_END_STATE: dict[str, tuple[str, list[str]]] = {
+    "s3-object-created.json": ("Processed", []),
+    "s3-object-created-unversioned.json": ("Processed", []),
+    "s3-object-created-special-key.json": ("Processed", []),
+    "s3-object-created-poison.json": ("DeadLettered", []),
+    "sqs-s3-notification.json": ("Processed", []),
+    "sqs-business-message.json": ("Processed", []),
+    "eventbridge-custom-event.json": ("Processed", []),
+    "work-item.json": ("Processed", []),
+    "processor-payload.json": ("Processed", []),
+    "invalid-unknown-shape.json": ("InvalidEvent", []),
+    "invalid-s3-missing-key.json": ("InvalidEvent", []),
+    "invalid-s3-missing-bucket.json": ("InvalidEvent", []),
+    "invalid-s3-key-too-long.json": ("InvalidEvent", []),
+    "invalid-s3-foreign-bucket.json": ("InvalidEvent", []),
+    "invalid-sqs-missing-body.json": ("InvalidEvent", []),
+    "invalid-sqs-body-not-json.json": ("InvalidEvent", KEYED_BY_ORDER),
+    "invalid-sqs-key-path-yields-nothing.json": ("InvalidEvent", KEYED_BY_ORDER),
+    "invalid-event-too-large.json": ("InvalidEvent", []),
 }
 
 
@@ -98,10 +123,21 @@ def test_every_sample_event_is_listed() -> None:
     assert sorted(p.name for p in EVENTS.glob("*.json")) == sorted(EXPECTED_END_STATE)
 
 
-@pytest.mark.parametrize(("name", "end_state"), sorted(EXPECTED_END_STATE.items()))
+@pytest.mark.parametrize(
+    ("name", "end_state", "overrides"),
+    [(name, state, overrides) for name, (state, overrides) in sorted(EXPECTED_END_STATE.items())],
+)
 def test_sample_event_ends_where_the_readme_says(
-    name: str, end_state: str, capsys: pytest.CaptureFixture[str]
+    name: str, end_state: str, overrides: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    main(["execute", "ProcessorStateMachine", "-e", str(EVENTS / name), "--json"])
+    main(["execute", "ProcessorStateMachine", "-e", str(EVENTS / name), "--json", *overrides])
     report = json.loads(capsys.readouterr().out)
     assert report["states"][-1]["name"] == end_state
+
+
+def test_readme_table_lists_every_sample_event_with_its_end_state() -> None:
+    readme = (EVENTS.parent / "README.md").read_text(encoding="utf-8")
+    for name, (end_state, _) in EXPECTED_END_STATE.items():
+        row = next((line for line in readme.splitlines() if f"`{name}`" in line), None)
+        assert row is not None, f"README has no row for {name}"
+        assert end_state in row, f"README's row for {name} does not say {end_state}"

@@ -1,0 +1,276 @@
+"""Ingress: the EventBridge rules, the SQS pipe, idempotency keys per source, key decoding."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote_plus
+
+import pytest
+
+from onceflow import patches
+from onceflow.engine import LocalEngine
+from tests.helpers import (
+    MACHINE,
+    attributes,
+    dlq_messages,
+    idempotency_key,
+    ledger_row,
+    ledger_rows,
+    load_event,
+    output_effects,
+    s3_event,
+    upload,
+)
+
+
+@pytest.fixture
+def sqs_engine() -> Iterator[LocalEngine]:
+    """The stack with a created source queue and SQS messages keyed by orderId."""
+    parameters = {"SqsSource": "create", "IdempotencyKeyPath": "orderId"}
+    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as local:
+        patches.REQUEST_LOG.clear()
+        yield local
+
+
+def _results(engine: LocalEngine, arns: list[str]) -> list[Any]:
+    return [engine.wait(arn) for arn in arns]
+
+
+def _queue_messages(engine: LocalEngine, logical_id: str) -> list[dict[str, Any]]:
+    response = engine.client("sqs").receive_message(
+        QueueUrl=engine.ref(logical_id),
+        MaxNumberOfMessages=10,
+        MessageAttributeNames=["All"],
+        VisibilityTimeout=0,
+    )
+    return list(response.get("Messages", []))
+
+
+# ---- EventBridge: S3 Object Created -------------------------------------------
+
+
+def test_object_created_rule_starts_the_processor(engine: LocalEngine) -> None:
+    version = upload(engine, "uploads/rule.png")
+    [result] = _results(engine, engine.put_event(s3_event(engine, "uploads/rule.png", version)))
+    assert result.states_entered[-1] == "Processed"
+    assert ledger_row(engine, idempotency_key(engine, "uploads/rule.png", version))["status"] == (
+        "PROCESSED"
+    )
+
+
+def test_rule_ignores_other_buckets_and_other_events(engine: LocalEngine) -> None:
+    other = s3_event(engine, "uploads/x.png", "v1")
+    other["detail"]["bucket"]["name"] = "someone-elses-bucket"
+    deleted = {**s3_event(engine, "uploads/x.png", "v1"), "detail-type": "Object Deleted"}
+    assert engine.put_event(other) == []
+    assert engine.put_event(deleted) == []
+
+
+def test_a_deleted_target_sends_the_event_to_the_ingress_dlq(engine: LocalEngine) -> None:
+    event = s3_event(engine, "uploads/lost.png", "v1")
+    engine.client("stepfunctions").delete_state_machine(stateMachineArn=engine.ref(MACHINE))
+    assert engine.put_event(event) == []
+    [message] = _queue_messages(engine, "IngressDeadLetterQueue")
+    assert json.loads(message["Body"]) == event  # nothing lost: the event itself
+    attrs = attributes(message)
+    assert attrs["ERROR_CODE"] == "StateMachineDoesNotExist"
+    assert attrs["RULE_ARN"] == engine.get_att("ObjectCreatedRule", "Arn")
+    assert attrs["TARGET_ARN"] == engine.ref(MACHINE)
+
+
+def test_an_event_over_the_execution_input_limit_goes_to_the_ingress_dlq(
+    engine: LocalEngine,
+) -> None:
+    event = engine_custom_event(engine, {"appointmentId": "a-1", "notes": "x" * 300_000})
+    assert engine.put_event(event) == []  # Step Functions refuses inputs over 256 KiB
+    [message] = _queue_messages(engine, "IngressDeadLetterQueue")
+    assert attributes(message)["ERROR_CODE"] == "ValidationException"
+    assert json.loads(message["Body"]) == event
+    assert ledger_rows(engine) == []
+
+
+# ---- EventBridge: custom events -----------------------------------------------
+
+
+def engine_custom_event(engine: LocalEngine, detail: dict[str, Any]) -> dict[str, Any]:
+    event = copy.deepcopy(load_event("eventbridge-custom-event.json"))
+    event["detail"] = detail
+    return event
+
+
+def test_custom_events_are_keyed_on_the_event_id(engine: LocalEngine) -> None:
+    event = load_event("eventbridge-custom-event.json")
+    first = engine.wait(engine.put_event(event)[0])
+    again = engine.wait(engine.put_event(event)[0])
+    assert first.states_entered[-1] == "Processed"
+    assert again.states_entered[-1] == "Duplicate"
+    assert first.output["idempotencyKey"] == f"event:onceflow.work:{event['id']}"
+    assert output_effects(engine) == 1
+
+
+def test_custom_events_keyed_on_a_detail_path_discard_a_resend_with_a_new_id() -> None:
+    parameters = {"CustomEventKeyPath": "appointmentId"}
+    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
+        patches.REQUEST_LOG.clear()
+        detail = {"appointmentId": "appt-9", "slot": "09:30"}
+        [arn] = engine.put_custom_event("onceflow.work", "Appointment Requested", detail)
+        first = engine.wait(arn)
+        [arn] = engine.put_custom_event("onceflow.work", "Appointment Requested", detail)
+        resent = engine.wait(arn)
+        assert first.states_entered[-1] == "Processed"
+        assert resent.states_entered[-1] == "Duplicate"  # one appointment, not two
+        assert first.output["idempotencyKey"] == "event:onceflow.work:appt-9"
+        assert output_effects(engine) == 1
+
+
+# ---- SQS through the pipe -----------------------------------------------------
+
+
+def _send(engine: LocalEngine, body: Any) -> None:
+    engine.client("sqs").send_message(
+        QueueUrl=engine.ref("SourceQueue"),
+        MessageBody=body if isinstance(body, str) else json.dumps(body),
+    )
+
+
+def test_pipe_discards_a_resent_business_message(sqs_engine: LocalEngine) -> None:
+    order = {"orderId": "order-1001", "giftCards": 1}
+    _send(sqs_engine, order)
+    _send(sqs_engine, order)  # the producer re-sends: a new messageId, the same order
+    results = _results(sqs_engine, sqs_engine.pump_pipes())
+    assert sorted(r.states_entered[-1] for r in results) == ["Duplicate", "Processed"]
+    processed = next(r for r in results if r.states_entered[-1] == "Processed")
+    assert processed.output["idempotencyKey"] == "sqs:order-1001"
+    assert output_effects(sqs_engine) == 1  # one gift card
+    assert _queue_messages(sqs_engine, "SourceQueue") == []  # both deleted after the start
+    row = ledger_row(sqs_engine, "sqs:order-1001")
+    assert row is not None and row["status"] == "PROCESSED" and "message_id" in row
+
+
+def test_without_a_key_path_each_message_id_is_its_own_unit_of_work(engine: LocalEngine) -> None:
+    event = load_event("sqs-business-message.json")
+    resent = copy.deepcopy(event)
+    resent[0]["messageId"] = "another-message-id"
+    first, second = engine.execute(MACHINE, event), engine.execute(MACHINE, resent)
+    # The documented weakness of the messageId fallback: a re-send is new work.
+    assert first.states_entered[-1] == second.states_entered[-1] == "Processed"
+    assert output_effects(engine) == 2
+    assert engine.execute(MACHINE, event).states_entered[-1] == "Duplicate"
+
+
+def test_pipe_carries_classic_s3_notifications(sqs_engine: LocalEngine) -> None:
+    key = "uploads/from queue/photo 1+1.png"
+    version = upload(sqs_engine, key)
+    body = json.loads(load_event("sqs-s3-notification.json")[0]["body"])
+    obj = body["Records"][0]["s3"]
+    obj["bucket"]["name"] = sqs_engine.ref("IngestBucket")
+    obj["object"].update({"key": quote_plus(key, safe="/"), "versionId": version})
+    _send(sqs_engine, body)
+    _send(sqs_engine, body)  # SQS delivers at least once
+    results = _results(sqs_engine, sqs_engine.pump_pipes())
+    assert sorted(r.states_entered[-1] for r in results) == ["Duplicate", "Processed"]
+    assert ledger_row(sqs_engine, idempotency_key(sqs_engine, key, version))["status"] == (
+        "PROCESSED"
+    )
+    assert output_effects(sqs_engine) == 1
+
+
+def test_the_s3_test_message_is_ignored(sqs_engine: LocalEngine) -> None:
+    _send(sqs_engine, {"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": "b"})
+    [result] = _results(sqs_engine, sqs_engine.pump_pipes())
+    assert result.status == "SUCCEEDED"
+    assert result.states_entered[-1] == "Ignored"
+    assert ledger_rows(sqs_engine) == [] and dlq_messages(sqs_engine) == []
+
+
+def test_created_queue_refuses_messages_the_processor_could_not_take(
+    sqs_engine: LocalEngine,
+) -> None:
+    with pytest.raises(Exception, match=r"MessageTooLong|InvalidParameterValue"):
+        _send(sqs_engine, {"orderId": "big", "blob": "x" * 70_000})
+
+
+def test_a_message_the_pipe_cannot_start_goes_to_the_source_dlq(sqs_engine: LocalEngine) -> None:
+    # An existing queue may take up to 1 MiB; Step Functions takes 256 KiB.
+    sqs = sqs_engine.client("sqs")
+    sqs.set_queue_attributes(
+        QueueUrl=sqs_engine.ref("SourceQueue"), Attributes={"MaximumMessageSize": "1048576"}
+    )
+    _send(sqs_engine, {"orderId": "big", "blob": "x" * 300_000})
+    assert sqs_engine.pump_pipes() == []
+    [message] = _queue_messages(sqs_engine, "SourceDeadLetterQueue")
+    assert json.loads(message["Body"])["orderId"] == "big"  # intact: nothing lost
+    assert _queue_messages(sqs_engine, "SourceQueue") == []
+    assert ledger_rows(sqs_engine) == []
+
+
+# ---- Idempotency keys: overwrite vs duplicate -----------------------------------
+
+
+def test_versioned_overwrite_is_new_work_and_a_redelivery_is_a_duplicate(
+    engine: LocalEngine,
+) -> None:
+    first = upload(engine, "uploads/same-key.png")
+    second = upload(engine, "uploads/same-key.png")  # an overwrite: a new version
+    outcomes = [
+        engine.execute(MACHINE, s3_event(engine, "uploads/same-key.png", v)).states_entered[-1]
+        for v in (first, second, first)
+    ]
+    assert outcomes == ["Processed", "Processed", "Duplicate"]
+    assert output_effects(engine) == 2
+
+
+def test_unversioned_overwrite_is_new_work_and_a_redelivery_is_a_duplicate(
+    engine: LocalEngine,
+) -> None:
+    upload(engine, "uploads/plain.png")
+
+    def event(sequencer: str) -> dict[str, Any]:
+        e = copy.deepcopy(load_event("s3-object-created-unversioned.json"))
+        e["detail"]["bucket"]["name"] = engine.ref("IngestBucket")
+        e["detail"]["object"].update({"key": "uploads/plain.png", "sequencer": sequencer})
+        return e
+
+    results = [engine.execute(MACHINE, event(s)) for s in ("0A01", "0A02", "0A01")]
+    assert [r.states_entered[-1] for r in results] == ["Processed", "Processed", "Duplicate"]
+    assert results[0].output["idempotencyKey"].endswith("/uploads/plain.png#0A01")
+    assert output_effects(engine) == 2
+
+
+# ---- Object keys, decoded for each format ----------------------------------------
+
+KEYS = [
+    pytest.param("uploads/with space.png", id="space"),
+    pytest.param("uploads/a+b.png", id="plus"),
+    pytest.param("uploads/100% done.png", id="percent"),
+    pytest.param("uploads/café ☕ 日本.png", id="unicode"),
+    pytest.param('uploads/quote"back\\slash.png', id="quote-backslash"),
+    pytest.param("uploads/" + "é" * 504 + ".png", id="1024-bytes"),
+]
+
+
+@pytest.mark.parametrize("key", KEYS)
+@pytest.mark.parametrize("form", ["eventbridge", "sqs-notification"])
+def test_keys_are_decoded_to_the_object_s3_holds(engine: LocalEngine, key: str, form: str) -> None:
+    if "1024" in key:
+        assert len(key.encode("utf-8")) == 1020  # 8 + 504 * 2 + 4
+        key = key.replace("uploads/", "uploads/abcd")
+        assert len(key.encode("utf-8")) == 1024
+    version = upload(engine, key)
+    encoded = quote_plus(key, safe="/")  # what S3 writes into its events
+    if form == "eventbridge":
+        event: Any = s3_event(engine, encoded, version)
+    else:
+        event = load_event("sqs-s3-notification.json")
+        body = json.loads(event[0]["body"])
+        body["Records"][0]["s3"]["bucket"]["name"] = engine.ref("IngestBucket")
+        body["Records"][0]["s3"]["object"].update({"key": encoded, "versionId": version})
+        event[0]["body"] = json.dumps(body)
+    result = engine.execute(MACHINE, event)
+    assert result.states_entered[-1] == "Processed", result.cause
+    assert result.output["idempotencyKey"] == idempotency_key(engine, key, version)
+    assert output_effects(engine) == 1  # the processor read the object under its real key
