@@ -114,3 +114,128 @@ def test_concurrent_conditional_puts_have_exactly_one_winner(engine: LocalEngine
         for thread in threads:
             thread.join(timeout=30)
         assert len(winners) == 1, f"trial {trial}: {len(winners)} winners"
+
+
+# ---- $parse, $decodeUrlComponent: fail where AWS fails --------------------------
+
+
+def test_parse_is_json_parse() -> None:
+    assert patches.eval_jsonata('$parse(\'{"a": [1, "x"]}\')') == {"a": [1, "x"]}
+    with pytest.raises(moto_jsonata.JSONataException, match="not valid JSON"):
+        patches.eval_jsonata("$parse('order.id')")
+
+
+def test_moto_parse_evaluates_text_as_an_expression() -> None:
+    # The trap: moto declares $parse as $eval, so a path "parses" to nothing.
+    from moto.stepfunctions.parser.asl.component.intrinsic import jsonata as intrinsic
+
+    assert "$parse" not in intrinsic._DECLARATION_BY_VARIABLE_REFERENCE  # apply() removed it
+    moto_parse = "$parse:=function($v){$eval($v)};"
+    value = jsonata.Jsonata(f"({moto_parse} $parse('order.id'))").evaluate(None)
+    assert value is None  # no error: "order.id" silently yields nothing
+
+
+@pytest.mark.parametrize(
+    ("text", "decoded"),
+    [("a%20b%2Bc", "a b+c"), ("caf%C3%A9", "café"), ("%E2%98%95", "☕"), ("plain", "plain")],
+)
+def test_decode_url_component_decodes(text: str, decoded: str) -> None:
+    assert patches.eval_jsonata(f"$decodeUrlComponent('{text}')") == decoded
+
+
+@pytest.mark.parametrize("text", ["100%zz", "a%C3%28", "%", "%E2%98"])
+def test_decode_url_component_rejects_malformed_escapes(text: str) -> None:
+    with pytest.raises(moto_jsonata.JSONataException, match="Malformed URL"):
+        patches.eval_jsonata(f"$decodeUrlComponent('{text}')")
+
+
+def test_jsonata_python_alone_lets_a_malformed_escape_through() -> None:
+    # The trap closed above: JavaScript (and AWS) throw a URIError here.
+    assert jsonata.Jsonata("$decodeUrlComponent('100%zz')").evaluate(None) == "100%zz"
+
+
+# ---- JSONata errors are States.QueryEvaluationError, catchable -----------------
+
+
+def _run(engine: LocalEngine, definition: dict[str, object], execution_input: object) -> object:
+    import json
+
+    sfn = engine.client("stepfunctions")
+    arn = sfn.create_state_machine(
+        name=f"probe-{threading.get_ident()}-{len(json.dumps(definition))}",
+        definition=json.dumps(definition),
+        roleArn="arn:aws:iam::123456789012:role/probe",
+    )["stateMachineArn"]
+    return engine.execute(arn, execution_input)
+
+
+def test_a_failed_expression_is_caught_as_query_evaluation_error(engine: LocalEngine) -> None:
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Parse",
+        "States": {
+            "Parse": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::sqs:sendMessage",
+                "Arguments": {
+                    "QueueUrl": engine.ref("DeadLetterQueue"),
+                    "MessageBody": "{% $string($parse($states.input.body)) %}",
+                },
+                "Catch": [
+                    {
+                        "ErrorEquals": ["States.QueryEvaluationError"],
+                        "Output": "{% $states.errorOutput %}",
+                        "Next": "Caught",
+                    }
+                ],
+                "End": True,
+            },
+            "Caught": {"Type": "Succeed"},
+        },
+    }
+    result = _run(engine, definition, {"body": "not json"})
+    assert result.status == "SUCCEEDED"  # type: ignore[attr-defined]
+    assert result.output["Error"] == "States.QueryEvaluationError"  # type: ignore[attr-defined]
+    assert "not valid JSON" in result.output["Cause"]  # type: ignore[attr-defined]
+
+
+def test_a_parallel_branch_failing_with_a_states_error_reaches_the_catch(
+    engine: LocalEngine,
+) -> None:
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Branch",
+        "States": {
+            "Branch": {
+                "Type": "Parallel",
+                "Branches": [
+                    {
+                        "StartAt": "Boom",
+                        "States": {
+                            "Boom": {"Type": "Pass", "Output": "{% $error('boom') %}", "End": True}
+                        },
+                    }
+                ],
+                "Catch": [
+                    {
+                        "ErrorEquals": ["States.ALL"],
+                        "Output": "{% $states.errorOutput %}",
+                        "Next": "Caught",
+                    }
+                ],
+                "End": True,
+            },
+            "Caught": {"Type": "Succeed"},
+        },
+    }
+    result = _run(engine, definition, {})
+    assert result.status == "SUCCEEDED"  # type: ignore[attr-defined]
+    assert result.output["Error"] == "States.QueryEvaluationError"  # type: ignore[attr-defined]
+    assert "boom" in result.output["Cause"]  # type: ignore[attr-defined]
+
+
+def test_an_input_over_256_kib_is_refused(engine: LocalEngine) -> None:
+    from botocore.exceptions import ClientError
+
+    with pytest.raises(ClientError, match="262144"):
+        engine.start_execution("ProcessorStateMachine", {"blob": "x" * 262_144})
