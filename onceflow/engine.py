@@ -46,6 +46,8 @@ _NOT_EMULATED = {
 }
 
 _EXECUTION_NAME = re.compile(r"[^A-Za-z0-9_-]")
+# Failed starts after which pump_pipes() leaves a pipe's queue as it is.
+_PIPE_FAILURE_LIMIT = 100
 
 
 class EngineError(Exception):
@@ -581,7 +583,8 @@ class LocalEngine:
             batch_size = int(
                 pipe.get("SourceParameters", {}).get("SqsQueueParameters", {}).get("BatchSize", 10)
             )
-            while limit is None or len(started) < limit:
+            failures = 0
+            while (limit is None or len(started) < limit) and failures < _PIPE_FAILURE_LIMIT:
                 messages = sqs.receive_message(
                     QueueUrl=url,
                     MaxNumberOfMessages=min(batch_size, 10),
@@ -596,6 +599,9 @@ class LocalEngine:
                         self.start_execution(str(pipe["Target"]), records, execution_name("pipe"))
                     )
                 except ClientError:
+                    # A queue without a redrive policy would retry forever;
+                    # the pipe would too, but a local run has to end.
+                    failures += 1
                     for m in messages:  # visible again at once: the next receive retries it
                         sqs.change_message_visibility(
                             QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0

@@ -127,3 +127,30 @@ def test_lock_timeout_outlasts_every_retry_of_the_process_task() -> None:
         for n in range(int(p["RetryMaxAttempts"]))
     )
     assert p["LockTimeoutSeconds"] > task_timeout * (p["RetryMaxAttempts"] + 1) + backoff
+
+
+def test_every_jsonata_expression_compiles_as_aws_reads_it(engine: LocalEngine) -> None:
+    """Step Functions compiles each {% %} on its own; moto wraps it in ( ) first.
+
+    So a top-level "$a := 1; $a" runs locally but fails to deploy: compile each
+    expression exactly as written, after DefinitionSubstitutions.
+    """
+    import jsonata
+
+    definition, _ = engine.state_machine_definition("ProcessorStateMachine")
+    expressions: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str) and node.startswith("{%") and node.endswith("%}"):
+            expressions.append(node[2:-2].strip())
+
+    walk(json.loads(definition))
+    assert len(expressions) > 40
+    for expression in expressions:
+        jsonata.Jsonata(expression)  # raises on a syntax error

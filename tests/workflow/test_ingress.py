@@ -274,3 +274,31 @@ def test_keys_are_decoded_to_the_object_s3_holds(engine: LocalEngine, key: str, 
     assert result.states_entered[-1] == "Processed", result.cause
     assert result.output["idempotencyKey"] == idempotency_key(engine, key, version)
     assert output_effects(engine) == 1  # the processor read the object under its real key
+
+
+def test_fields_of_the_wrong_type_never_reach_the_ledger_write(engine: LocalEngine) -> None:
+    # A malformed size or a null version id must not make Claim fail (the pipe
+    # has deleted the message by then): they are left out of the ledger row.
+    key = "uploads/odd-fields.png"
+    upload(engine, key)
+    event = load_event("sqs-s3-notification.json")
+    body = json.loads(event[0]["body"])
+    body["Records"][0]["s3"]["bucket"]["name"] = engine.ref("IngestBucket")
+    body["Records"][0]["s3"]["object"].update(
+        {"key": key, "size": "big", "versionId": None, "eTag": 7, "sequencer": "0B01"}
+    )
+    event[0]["body"] = json.dumps(body)
+    result = engine.execute(MACHINE, event)
+    assert result.states_entered[-1] == "Processed", result.cause
+    row = ledger_row(engine, f"s3://{engine.ref('IngestBucket')}/{key}#0B01")
+    assert row is not None and "size" not in row and "etag" not in row
+
+
+def test_a_direct_work_item_keys_on_strings_only(engine: LocalEngine) -> None:
+    version = upload(engine, "uploads/direct.png")
+    item = {"bucket": engine.ref("IngestBucket"), "key": "uploads/direct.png"}
+    result = engine.execute(
+        MACHINE, {"workItem": {**item, "versionId": version, "idempotencyKey": 5}}
+    )
+    assert result.states_entered[-1] == "Processed", result.cause
+    assert result.output["idempotencyKey"] == idempotency_key(engine, "uploads/direct.png", version)
