@@ -11,6 +11,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import quote_plus
 
 from onceflow import patches
 from onceflow.engine import LocalEngine
@@ -373,7 +374,8 @@ def test_direct_work_item_is_accepted(engine: LocalEngine) -> None:
 def test_keys_with_quotes_backslashes_and_unicode_survive_jsonata(engine: LocalEngine) -> None:
     key = 'uploads/we"ird\\ näme + 100%.png'
     version = upload(engine, key)
-    result = engine.execute(MACHINE, s3_event(engine, key, version))
+    # S3 events carry the key URL-encoded; the ledger and the processor see it decoded.
+    result = engine.execute(MACHINE, s3_event(engine, quote_plus(key, safe="/"), version))
     assert result.states_entered == HAPPY_PATH
     assert result.output["idempotencyKey"] == idempotency_key(engine, key, version)
     row = ledger_row(engine, idempotency_key(engine, key, version))
