@@ -109,7 +109,7 @@ def s3_event(bucket: str, obj: DemoObject, size: int, delivery: int) -> dict[str
             "version": "0",
             "bucket": {"name": bucket},
             "object": {
-                "key": obj.key,
+                "key": quote_plus(obj.key, safe="/"),  # S3 events URL-encode keys
                 "size": size,
                 "version-id": obj.version_id,
                 "sequencer": hashlib.sha256(obj.version_id.encode()).hexdigest()[:18].upper(),
