@@ -1,4 +1,6 @@
-"""The `onceflow` command line: demo, invoke (sam local invoke) and execute (the console)."""
+"""The `onceflow` command line: demo, invoke (sam local invoke), execute (the console),
+and the operations audit, redrive and inspect (local engine, or --stack-name).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +8,12 @@ import argparse
 import io
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from onceflow import history
+from onceflow import history, ops
 from onceflow.demo import DemoConfig, run_demo
 from onceflow.engine import EngineError, LocalEngine
 from onceflow.samples import prepare_event
@@ -89,6 +93,86 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     return 1 if error else 0
 
 
+@contextmanager
+def _target(args: argparse.Namespace) -> Iterator[ops.Target]:
+    """The deployed stack named by --stack-name, or a local engine for this command."""
+    if args.stack_name:
+        yield ops.DeployedTarget(args.stack_name, args.region, args.profile)
+        return
+    print(
+        "local: a fresh local stack (its state lasts as long as this command)",
+        file=sys.stderr,
+    )
+    with _engine(args) as engine:
+        yield ops.LocalTarget(engine)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    with _target(args) as target:
+        report = ops.run_audit(target, prefixes=args.prefix or None, progress=sys.stderr)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(render_audit(report))
+    return 0
+
+
+def render_audit(report: dict[str, Any]) -> str:
+    from onceflow.demo import AUDIT_LABELS
+
+    lines = [f"audit {report.get('audit', '')}: {report.get('bucket', '')}"]
+    lines += [f"  {label:<34} {report.get(key, 0)}" for key, label in AUDIT_LABELS]
+    lines += [f"    - {key}" for key in report.get("resubmitted_sample", [])]
+    if report.get("report"):
+        lines.append(f"  report: {report['report']}")
+    return "\n".join(lines)
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    def show(item: ops.Redriven) -> None:
+        what = item.idempotency_key or "(an invalid event: no key)"
+        print(f"{item.action:<15} {what}  {item.detail}", file=sys.stderr)
+
+    with _target(args) as target:
+        report = ops.redrive(target, args.max, args.dry_run, progress=None if args.json else show)
+    data = report.as_dict()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0 if data["kept"] == 0 else 1
+    for item in report.messages:
+        if item.outcome:
+            print(f"  {item.idempotency_key or item.message_id}: {item.outcome}")
+    verb = "would move" if args.dry_run else "moved"
+    moved = data["would_resubmit"] if args.dry_run else data["resubmitted"]
+    print(
+        f"redrive: {verb} {moved} message(s) back into processing; "
+        f"{data['kept']} kept in the DLQ, {data['deleted_already_processed']} stale removed"
+    )
+    return 0 if data["kept"] == 0 else 1
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    with _target(args) as target:
+        found = ops.inspect_key(target, args.key, args.recent)
+    if args.json:
+        print(json.dumps(found, indent=2, default=str))
+        return 0 if found["row"] else 1
+    row = found["row"]
+    if row is None:
+        print(f"{args.key}: no ledger row")
+    else:
+        print(f"{args.key}:")
+        for name in sorted(row):
+            if name not in ("pk", "claims"):
+                print(f"  {name:<20} {row[name]}")
+    print(f"executions ({found['executions_scanned']} scanned):")
+    for execution in found["executions"]:
+        print(f"  {execution['status']:<10} {execution['role']:<26} {execution['executionArn']}")
+        if execution.get("path"):
+            print("             " + " -> ".join(execution["path"]))
+    return 0 if row else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="onceflow",
@@ -150,6 +234,51 @@ def build_parser() -> argparse.ArgumentParser:
     invoke.add_argument("function", help="logical id, e.g. ProcessorFunction")
     add_engine_options(invoke)
     invoke.set_defaults(func=cmd_invoke)
+
+    def add_target_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--stack-name", help="a deployed stack (default: the local engine)")
+        sub.add_argument("--region", help="AWS region of the stack")
+        sub.add_argument("--profile", help="AWS credentials profile")
+        sub.add_argument("--template", default="template.yaml", help=argparse.SUPPRESS)
+        sub.add_argument(
+            "--parameter-overrides",
+            nargs="*",
+            default=[],
+            metavar="NAME=VALUE",
+            help="template parameters of the local stack",
+        )
+        sub.add_argument("-v", "--verbose", action="store_true", help="show function logs")
+        sub.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    audit = commands.add_parser(
+        "audit", help="run the audit: resubmit lost, failed and stuck work; print the report"
+    )
+    audit.add_argument("--prefix", action="append", help="audit only this key prefix (repeatable)")
+    add_target_options(audit)
+    audit.set_defaults(func=cmd_audit)
+
+    redrive = commands.add_parser(
+        "redrive", help="move DLQ messages back into processing (a deliberate second chance)"
+    )
+    redrive.add_argument("--max", type=int, help="move at most N messages")
+    redrive.add_argument(
+        "--dry-run", action="store_true", help="show what would move; change nothing"
+    )
+    add_target_options(redrive)
+    redrive.set_defaults(func=cmd_redrive)
+
+    inspect = commands.add_parser(
+        "inspect", help="a key's ledger row and the executions that touched it"
+    )
+    inspect.add_argument("key", help="idempotency key, e.g. s3://bucket/key#versionId")
+    inspect.add_argument(
+        "--recent",
+        type=int,
+        help="processor executions to search for discarded duplicates "
+        "(default: all locally, 100 on a deployed stack)",
+    )
+    add_target_options(inspect)
+    inspect.set_defaults(func=cmd_inspect)
     return parser
 
 
@@ -157,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (EngineError, TemplateError) as exc:
+    except (EngineError, TemplateError, ops.OpsError) as exc:
         print(f"onceflow: {exc}", file=sys.stderr)
         return 2
 

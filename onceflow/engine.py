@@ -43,6 +43,7 @@ _NOT_EMULATED = {
     "AWS::Logs::LogGroup",
     "AWS::IAM::Role",
     "AWS::IAM::Policy",
+    "AWS::CloudWatch::Alarm",
 }
 
 _EXECUTION_NAME = re.compile(r"[^A-Za-z0-9_-]")
@@ -631,6 +632,29 @@ class LocalEngine:
             "eventSourceARN": source_arn,
             "awsRegion": REGION,
         }
+
+    def wait_for_running(self, state_machine: str, timeout: float = 600.0) -> list[str]:
+        """Wait until no execution of the state machine is RUNNING (those another one started).
+
+        Returns the ARNs that were running when called or started meanwhile.
+        """
+        sfn = self.client("stepfunctions")
+        arn = self.state_machine_arn(state_machine)
+        deadline = time.monotonic() + timeout
+        waited: list[str] = []
+        while True:
+            running = [
+                e["executionArn"]
+                for page in sfn.get_paginator("list_executions").paginate(
+                    stateMachineArn=arn, statusFilter="RUNNING"
+                )
+                for e in page["executions"]
+            ]
+            if not running:
+                return waited
+            for execution in running:
+                waited.append(execution)
+                self.wait(execution, max(deadline - time.monotonic(), 0.1))
 
     def execute(
         self,

@@ -1,4 +1,7 @@
-"""The processor's error classes; the state machine retries and catches them by name."""
+"""The functions' error classes; the state machines retry and catch them by name."""
+
+from collections.abc import Mapping
+from typing import Any
 
 
 class ProcessingError(Exception):
@@ -15,3 +18,25 @@ class PermanentError(ProcessingError):
 
 class ConfigurationError(Exception):
     """An environment variable the function needs is missing or malformed."""
+
+
+_TRANSIENT_CODES = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "Throttling",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "InternalServerError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "SlowDown",
+}
+
+
+def is_transient(response: Mapping[str, Any]) -> bool:
+    """Whether a failed AWS call (a ClientError's response) may succeed if retried."""
+    error = response.get("Error")
+    code = str(error.get("Code", "")) if isinstance(error, dict) else ""
+    metadata = response.get("ResponseMetadata")
+    status = metadata.get("HTTPStatusCode", 0) if isinstance(metadata, dict) else 0
+    return code in _TRANSIENT_CODES or (isinstance(status, int) and status >= 500)

@@ -72,7 +72,15 @@ _INTEGRATION_ACTIONS = {
 
 
 def _tasks(definition: dict[str, Any]) -> list[dict[str, Any]]:
-    return [s for s in definition["States"].values() if s["Type"] == "Task"]
+    """Every Task state, those inside Map and Parallel states included."""
+    tasks = []
+    for state in definition["States"].values():
+        if state["Type"] == "Task":
+            tasks.append(state)
+        for nested in [state.get("ItemProcessor"), *state.get("Branches", [])]:
+            if nested:
+                tasks += _tasks(nested)
+    return tasks
 
 
 def _policy_statements(stack: Stack, logical_id: str) -> list[dict[str, Any]]:
@@ -89,7 +97,7 @@ def _to_arn(engine: LocalEngine, target: str) -> str:
     return f"arn:aws:dynamodb:us-east-1:123456789012:table/{target}"
 
 
-@pytest.mark.parametrize("machine", ["ProcessorStateMachine"])
+@pytest.mark.parametrize("machine", ["ProcessorStateMachine", "AuditStateMachine"])
 def test_every_resource_the_asl_touches_is_granted(machine: str) -> None:
     with LocalEngine() as engine:
         text, _ = engine.state_machine_definition(machine)
@@ -129,7 +137,12 @@ def test_lock_timeout_outlasts_every_retry_of_the_process_task() -> None:
     assert p["LockTimeoutSeconds"] > task_timeout * (p["RetryMaxAttempts"] + 1) + backoff
 
 
-def test_every_jsonata_expression_compiles_as_aws_reads_it(engine: LocalEngine) -> None:
+@pytest.mark.parametrize(
+    ("machine", "at_least"), [("ProcessorStateMachine", 40), ("AuditStateMachine", 8)]
+)
+def test_every_jsonata_expression_compiles_as_aws_reads_it(
+    engine: LocalEngine, machine: str, at_least: int
+) -> None:
     """Step Functions compiles each {% %} on its own; moto wraps it in ( ) first.
 
     So a top-level "$a := 1; $a" runs locally but fails to deploy: compile each
@@ -137,7 +150,7 @@ def test_every_jsonata_expression_compiles_as_aws_reads_it(engine: LocalEngine) 
     """
     import jsonata
 
-    definition, _ = engine.state_machine_definition("ProcessorStateMachine")
+    definition, _ = engine.state_machine_definition(machine)
     expressions: list[str] = []
 
     def walk(node: object) -> None:
@@ -151,6 +164,39 @@ def test_every_jsonata_expression_compiles_as_aws_reads_it(engine: LocalEngine) 
             expressions.append(node[2:-2].strip())
 
     walk(json.loads(definition))
-    assert len(expressions) > 40
+    assert len(expressions) > at_least
     for expression in expressions:
         jsonata.Jsonata(expression)  # raises on a syntax error
+
+
+def test_the_audit_function_may_do_what_it_does_and_no_more() -> None:
+    """Each AWS call the audit function makes, against the policy the template gives it."""
+    with LocalEngine() as engine:
+        statements = _policy_statements(engine.stack, "AuditFunction")
+        table = engine.get_att("LedgerTable", "Arn")
+        processor = engine.ref("ProcessorStateMachine")
+        processor_name = engine.get_att("ProcessorStateMachine", "Name")
+        needed = [
+            ("s3:ListBucketVersions", engine.get_att("IngestBucket", "Arn")),
+            ("s3:ListBucket", engine.get_att("IngestBucket", "Arn")),
+            ("s3:GetBucketVersioning", engine.get_att("IngestBucket", "Arn")),
+            ("dynamodb:BatchGetItem", table),
+            ("dynamodb:UpdateItem", table),
+            ("dynamodb:Query", f"{table}/index/OpenWork"),
+            ("states:StartExecution", processor),
+            (
+                "states:DescribeExecution",
+                f"arn:aws:states:us-east-1:123456789012:execution:{processor_name}:*",
+            ),
+            ("sqs:SendMessage", engine.get_att("DeadLetterQueue", "Arn")),
+            ("s3:PutObject", engine.get_att("OutputBucket", "Arn") + "/reports/audit/*"),
+        ]
+    for action, arn in needed:
+        assert any(
+            action in s["Action"]
+            and arn in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+            for s in statements
+        ), f"AuditFunction needs {action} on {arn}"
+    granted = {a for s in statements for a in s["Action"]}
+    assert granted == {a for a, _ in needed}, "nothing beyond what it calls"
+    assert all(s["Resource"] != "*" for s in statements)

@@ -1,0 +1,149 @@
+"""The audit's view of the ledger table: batched reads, the open-work index, fenced releases."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import boto3
+from botocore.exceptions import ClientError
+
+from service.errors import TransientError, is_transient
+
+_BATCH_GET_LIMIT = 100  # keys per BatchGetItem request
+_UNPROCESSED_RETRIES = 8
+# What the audit reads of a row; many ledger attribute names are DynamoDB reserved words.
+_READ = (
+    "pk", "status", "attempts", "dead_lettered_at", "expires_at", "lock_owner",
+    "lock_expires_at", "source", "bucket", "object_key", "version_id", "sequencer", "etag", "size",
+)  # fmt: skip
+_READ_NAMES = {f"#a{i}": name for i, name in enumerate(_READ)}
+_READ_ATTRIBUTES = ", ".join(_READ_NAMES)
+
+
+def plain(item: dict[str, Any]) -> dict[str, Any]:
+    """A DynamoDB item as plain Python: strings and ints (the ledger stores no floats)."""
+    row: dict[str, Any] = {}
+    for name, typed in item.items():
+        ((kind, value),) = typed.items()
+        if kind == "N":
+            row[name] = int(value) if value.lstrip("-").isdigit() else float(value)
+        elif kind == "L":
+            row[name] = [next(iter(v.values())) for v in value]
+        else:
+            row[name] = value
+    return row
+
+
+class Ledger:
+    def __init__(self, table: str, index: str, client: Any | None = None) -> None:
+        self.table = table
+        self.index = index
+        self._dynamodb = client if client is not None else boto3.client("dynamodb")
+
+    def batch_get(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The rows of these keys (absent keys have none), 100 keys per request."""
+        unique = list(dict.fromkeys(keys))
+        rows: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(unique), _BATCH_GET_LIMIT):
+            request: dict[str, Any] = {
+                self.table: {
+                    "Keys": [{"pk": {"S": k}} for k in unique[start : start + _BATCH_GET_LIMIT]],
+                    "ProjectionExpression": _READ_ATTRIBUTES,
+                    "ExpressionAttributeNames": _READ_NAMES,
+                }
+            }
+            for attempt in range(_UNPROCESSED_RETRIES + 1):
+                try:
+                    response = self._dynamodb.batch_get_item(RequestItems=request)
+                except ClientError as exc:
+                    if not is_transient(exc.response):
+                        raise
+                    raise TransientError(f"reading the ledger: {exc}") from exc
+                for item in response.get("Responses", {}).get(self.table, []):
+                    row = plain(item)
+                    rows[row["pk"]] = row
+                request = response.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                if attempt == _UNPROCESSED_RETRIES:
+                    raise TransientError("the ledger kept keys unprocessed (throttled)")
+                time.sleep(min(0.05 * 2**attempt, 2.0))
+        return rows
+
+    def expired_locks(
+        self, cutoff: int, cursor: dict[str, Any] | None, limit: int = 200
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """PROCESSING rows whose lock expired before ``cutoff``, oldest first, a page at a time."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": self.index,
+            "KeyConditionExpression": "open_status = :processing AND lock_expires_at < :cutoff",
+            "ExpressionAttributeValues": {
+                ":processing": {"S": "PROCESSING"},
+                ":cutoff": {"N": str(cutoff)},
+            },
+            "Limit": limit,
+        }
+        if cursor:
+            kwargs["ExclusiveStartKey"] = cursor
+        try:
+            response = self._dynamodb.query(**kwargs)
+        except ClientError as exc:
+            if not is_transient(exc.response):
+                raise
+            raise TransientError(f"querying the open-work index: {exc}") from exc
+        return [plain(i) for i in response.get("Items", [])], response.get("LastEvaluatedKey")
+
+    def release_stuck(
+        self, row: dict[str, Any], now_ms: int, released_by: str, dead_letter: bool
+    ) -> bool:
+        """Fenced: FAILED with last_error LockExpired, only if the lock is still the one seen.
+
+        The index is eventually consistent and another delivery may have
+        reclaimed the row since (a new owner, a new expiry): then nothing is
+        written and False is returned. ``dead_letter`` also sets
+        dead_lettered_at and takes the row out of the open-work index.
+        """
+        message = (
+            f"LockExpired: the lock of {row.get('lock_owner')} expired at "
+            f"{row.get('lock_expires_at')} with the work unfinished; released by {released_by}"
+        )
+        if dead_letter:
+            update = (
+                "SET #status = :failed, last_error = :error, updated_at = :now_ms, "
+                "dead_lettered_at = :now_ms, released_by = :by REMOVE open_status"
+            )
+        else:
+            update = (
+                "SET #status = :failed, open_status = :failed, last_error = :error, "
+                "updated_at = :now_ms, released_by = :by"
+            )
+        try:
+            self._dynamodb.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": row["pk"]}},
+                UpdateExpression=update,
+                ConditionExpression=(
+                    "#status = :processing AND lock_owner = :owner "
+                    "AND lock_expires_at = :lock_expires_at"
+                ),
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":failed": {"S": "FAILED"},
+                    ":processing": {"S": "PROCESSING"},
+                    ":owner": {"S": str(row["lock_owner"])},
+                    ":lock_expires_at": {"N": str(row["lock_expires_at"])},
+                    ":error": {"S": message[:1000]},
+                    ":now_ms": {"N": str(now_ms)},
+                    ":by": {"S": released_by},
+                },
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            if not is_transient(exc.response):
+                raise
+            raise TransientError(f"releasing {row['pk']}: {exc}") from exc
+        return True

@@ -1,0 +1,101 @@
+"""The audit's writes outside the ledger: processor executions, DLQ messages, reports."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from service.errors import TransientError, is_transient
+
+# StartExecution is throttled per account (a token bucket); a page resubmits
+# up to 1000 keys, so let the SDK back off and retry rather than fail the page.
+_RETRYING = Config(retries={"mode": "adaptive", "max_attempts": 10})
+
+
+class Processor:
+    """Starts processor executions; a second start under one name is a no-op."""
+
+    def __init__(self, state_machine_arn: str, client: Any | None = None) -> None:
+        self.arn = state_machine_arn
+        self._sfn = (
+            client if client is not None else boto3.client("stepfunctions", config=_RETRYING)
+        )
+
+    def start(self, name: str, execution_input: Any) -> bool:
+        """True when this call started the execution, False when the name already ran."""
+        try:
+            self._sfn.start_execution(
+                stateMachineArn=self.arn, name=name, input=json.dumps(execution_input)
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
+                return False
+            if not is_transient(exc.response):
+                raise
+            raise TransientError(f"starting {name}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise TransientError(f"starting {name}: {exc}") from exc
+        return True
+
+    def execution_input(self, execution_arn: str) -> Any:
+        """The input an execution was started with (STANDARD keeps it 90 days)."""
+        try:
+            description = self._sfn.describe_execution(executionArn=execution_arn)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in ("ExecutionDoesNotExist", "InvalidArn"):
+                return None
+            if not is_transient(exc.response):
+                raise
+            raise TransientError(f"describing {execution_arn}: {exc}") from exc
+        text = description.get("input")
+        return json.loads(text) if text else None
+
+
+class DeadLetters:
+    def __init__(self, queue_url: str, client: Any | None = None) -> None:
+        self.queue_url = queue_url
+        self._sqs = client if client is not None else boto3.client("sqs")
+
+    def send(self, body: Any, attributes: dict[str, str]) -> None:
+        try:
+            self._sqs.send_message(
+                QueueUrl=self.queue_url,
+                MessageBody=json.dumps(body),
+                MessageAttributes={
+                    name: {
+                        "DataType": "Number" if name == "RETRY_ATTEMPTS" else "String",
+                        "StringValue": value,
+                    }
+                    for name, value in attributes.items()
+                    if value
+                },
+            )
+        except (ClientError, BotoCoreError) as exc:
+            if isinstance(exc, ClientError) and not is_transient(exc.response):
+                raise
+            raise TransientError(f"sending to the DLQ: {exc}") from exc
+
+
+class Reports:
+    def __init__(self, bucket: str, client: Any | None = None) -> None:
+        self.bucket = bucket
+        self._s3 = client if client is not None else boto3.client("s3")
+
+    def put(self, key: str, report: dict[str, Any]) -> str:
+        try:
+            self._s3.put_object(
+                Bucket=self.bucket,
+                Key=key,
+                Body=json.dumps(report, indent=2).encode(),
+                ContentType="application/json",
+            )
+        except (ClientError, BotoCoreError) as exc:
+            if isinstance(exc, ClientError) and not is_transient(exc.response):
+                raise
+            raise TransientError(f"writing the report s3://{self.bucket}/{key}: {exc}") from exc
+        return f"s3://{self.bucket}/{key}"
