@@ -150,6 +150,7 @@ class LocalEngine:
                 self._create(logical_id)
             # Import every handler now (the cold start), before executions
             # run them from several threads at once.
+            self.runtime.cold_start()
             for spec in list(self.runtime.functions.values()):
                 self.runtime.load(spec)
         except Exception:

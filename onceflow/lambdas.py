@@ -129,6 +129,21 @@ class InProcessRuntime:
     def register(self, spec: FunctionSpec) -> None:
         self.functions[spec.name] = spec
 
+    def cold_start(self) -> None:
+        """Forget every module imported from a function's code root.
+
+        A new deployment starts new sandboxes: module-level state (settings
+        parsed once, clients, caches) must not leak from an earlier engine in
+        this process into this one.
+        """
+        roots = {str(spec.code_uri.resolve()) for spec in self.functions.values()}
+        with _IMPORT_LOCK:
+            for name, module in list(sys.modules.items()):
+                origin = getattr(module, "__file__", None) or ""
+                if any(origin.startswith(root + "/") for root in roots):
+                    del sys.modules[name]
+            self._handlers.clear()
+
     def load(self, spec: FunctionSpec) -> Callable[[Any, Any], Any]:
         with _IMPORT_LOCK:
             if spec.name not in self._handlers:

@@ -6,6 +6,7 @@ import copy
 import io
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,9 @@ def attributes(message: dict[str, Any]) -> dict[str, str]:
 
 
 def output_effects(engine: LocalEngine) -> int:
-    """Successful PutObjects into the output bucket: writes that took effect."""
-    return sum(engine.successful_puts(engine.ref("OutputBucket")).values())
+    """Successful PutObjects of outputs (not the audit's reports): writes that took effect."""
+    puts = engine.successful_puts(engine.ref("OutputBucket"))
+    return sum(n for key, n in puts.items() if not key.startswith("reports/"))
 
 
 def invocations(engine: LocalEngine) -> int:
@@ -118,3 +120,49 @@ class Gate:
     def hold(self, timeout: float = 30) -> None:
         self.entered.set()
         assert self.release.wait(timeout), "the test never released the processor"
+
+
+AUDIT = "AuditStateMachine"
+
+
+def audit_engine(**parameters: str) -> LocalEngine:
+    """A local engine whose audit judges objects of any age (the demo's setting)."""
+    return LocalEngine(
+        parameters={"AuditRecentCutoffHours": "0", **parameters},
+        function_log=io.StringIO(),
+        time_scale=0.0,
+    )
+
+
+def age_object(engine: LocalEngine, key: str, days: float) -> None:
+    """Make every version of an object `days` old, as if uploaded then (moto's clock)."""
+    from datetime import timedelta
+
+    from moto.core.utils import utcnow
+    from moto.s3.models import s3_backends
+
+    from onceflow.engine import ACCOUNT_ID
+
+    bucket = s3_backends[ACCOUNT_ID]["aws"].buckets[engine.ref("IngestBucket")]
+    versions = bucket.keys.getlist(key)
+    assert versions, f"no object {key}"
+    for version in versions:
+        version.last_modified = utcnow() - timedelta(days=days)
+
+
+def expire_lock(engine: LocalEngine, pk: str, seconds_ago: int = 3600) -> None:
+    """Move a row's lock expiry into the past: the time a stuck lock takes to expire."""
+    engine.client("dynamodb").update_item(
+        TableName=engine.ref("LedgerTable"),
+        Key={"pk": {"S": pk}},
+        UpdateExpression="SET lock_expires_at = :t",
+        ExpressionAttributeValues={":t": {"N": str(int(time.time()) - seconds_ago)}},
+    )
+
+
+def run_audit(engine: LocalEngine) -> Any:
+    """Run the audit state machine, then wait for the executions it started."""
+    result = engine.execute(AUDIT, {})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    engine.wait_for_running(MACHINE)
+    return result

@@ -1,0 +1,410 @@
+"""The audit state machine on the local engine: lost, failed and stuck work, and what it leaves.
+
+Each test asserts the audit's report, the ledger, the DLQ, the effects in
+S3's request log, and the histories of the executions involved.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from onceflow import patches
+from onceflow.engine import LocalEngine
+from tests.helpers import (
+    AUDIT,
+    FUNCTION,
+    MACHINE,
+    Gate,
+    PermanentError,
+    TransientError,
+    age_object,
+    attributes,
+    audit_engine,
+    dlq_messages,
+    expire_lock,
+    idempotency_key,
+    ledger_row,
+    output_effects,
+    run_audit,
+    s3_event,
+    upload,
+)
+
+
+@pytest.fixture
+def audited() -> Iterator[LocalEngine]:
+    with audit_engine() as local:
+        patches.REQUEST_LOG.clear()
+        yield local
+
+
+def always(error: type[Exception]) -> Any:
+    def handler(event: dict[str, Any], context: Any) -> Any:
+        raise error(f"injected {error.__name__}")
+
+    return handler
+
+
+def processor_executions(engine: LocalEngine) -> list[dict[str, Any]]:
+    sfn = engine.client("stepfunctions")
+    return [
+        e
+        for page in sfn.get_paginator("list_executions").paginate(
+            stateMachineArn=engine.ref(MACHINE)
+        )
+        for e in page["executions"]
+    ]
+
+
+def test_a_lost_event_is_found_and_processed_once(audited: LocalEngine) -> None:
+    # GIVEN an upload whose event never arrived
+    version = upload(audited, "lost/a.png")
+    # WHEN the audit runs
+    report = run_audit(audited).output
+    # THEN it resubmitted the object, which was processed once, as a direct work item
+    assert report["scanned"] == 1 and report["missing_resubmitted"] == 1
+    pk = idempotency_key(audited, "lost/a.png", version)
+    assert report["resubmitted_sample"] == [pk]
+    row = ledger_row(audited, pk)
+    assert row is not None and row["status"] == "PROCESSED" and row["source"] == "audit"
+    assert output_effects(audited) == 1
+    (execution,) = processor_executions(audited)
+    assert execution["name"].startswith("audit-")
+    # AND the report is in S3 under reports/audit/<date>.json, as in the output
+    bucket, key = report["report"].removeprefix("s3://").split("/", 1)
+    assert key == f"reports/audit/{report['started_at'][:10]}.json"
+    stored = json.loads(audited.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+    assert stored["missing_resubmitted"] == 1 and stored["audit"] == report["audit"]
+
+
+def test_the_audit_costs_two_transitions_and_one_invocation_per_page(
+    audited: LocalEngine,
+) -> None:
+    upload(audited, "a.png")
+    result = run_audit(audited)
+    # Plan, the Map, one page (2), one lock page (2), Report.
+    assert result.states_entered == [
+        "Plan",
+        "AuditObjects",
+        "AuditPage",
+        "MoreObjects",
+        "PrefixAudited",
+        "SweepLocks",
+        "MoreLocks",
+        "Report",
+    ]
+    audit_function = audited.function_name("AuditFunction")
+    calls = [i for i in audited.runtime.invocations if i.function == audit_function]
+    assert len(calls) == 3  # objects page, locks page, report
+
+
+def test_two_audits_in_a_row_the_second_resubmits_nothing(audited: LocalEngine) -> None:
+    for n in range(3):
+        upload(audited, f"lost/{n}.png")
+    first = run_audit(audited).output
+    second = run_audit(audited).output
+    assert first["missing_resubmitted"] == 3
+    assert second["missing_resubmitted"] == 0 and second["failed_resubmitted"] == 0
+    assert second["ok"] == 3 and second["stuck_released"] == 0
+    assert output_effects(audited) == 3
+    assert len(processor_executions(audited)) == 3
+
+
+def test_a_failed_row_below_max_attempts_is_resubmitted(audited: LocalEngine) -> None:
+    # GIVEN a delivery whose processing failed transiently, every retry
+    version = upload(audited, "flaky.png")
+    pk = idempotency_key(audited, "flaky.png", version)
+    with audited.override_function(FUNCTION, always(TransientError)):
+        failed = audited.execute(MACHINE, s3_event(audited, "flaky.png", version))
+    assert failed.states_entered[-1] == "Failed"
+    row = ledger_row(audited, pk)
+    assert row is not None and row["status"] == "FAILED" and row["attempts"] == "1"
+    # WHEN the audit runs (the processor works again)
+    report = run_audit(audited).output
+    # THEN the row was reclaimed and processed: attempt 2, one effect, no DLQ message
+    assert report["failed_resubmitted"] == 1 and report["missing_resubmitted"] == 0
+    row = ledger_row(audited, pk)
+    assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"
+    assert output_effects(audited) == 1
+    assert dlq_messages(audited) == []
+
+
+def test_a_dead_lettered_row_at_max_attempts_is_skipped(audited: LocalEngine) -> None:
+    # GIVEN work that failed MaxAttempts times and went to the DLQ
+    version = upload(audited, "poison.png")
+    pk = idempotency_key(audited, "poison.png", version)
+    with audited.override_function(FUNCTION, always(TransientError)):
+        for _ in range(3):  # MaxAttempts
+            audited.execute(MACHINE, s3_event(audited, "poison.png", version))
+    row = ledger_row(audited, pk)
+    assert row is not None and row["attempts"] == "3" and "dead_lettered_at" in row
+    assert len(dlq_messages(audited)) == 1
+    before = len(processor_executions(audited))
+    # WHEN the audit runs
+    report = run_audit(audited).output
+    # THEN it neither resubmits it nor adds a DLQ message
+    assert report["dead_lettered_skipped"] == 1 and report["failed_resubmitted"] == 0
+    assert len(processor_executions(audited)) == before
+    assert len(dlq_messages(audited)) == 1
+
+
+def test_recent_objects_are_skipped() -> None:
+    # The default AuditRecentCutoffHours (12): a new object's event may be on its way.
+    with LocalEngine(function_log=None, time_scale=0.0) as engine:
+        version = upload(engine, "new.png")
+        report = run_audit(engine).output
+        assert report["skipped_recent"] == 1 and report["missing_resubmitted"] == 0
+        assert ledger_row(engine, idempotency_key(engine, "new.png", version)) is None
+
+
+def test_objects_older_than_retention_are_skipped(audited: LocalEngine) -> None:
+    # Their rows have expired (TTL): resubmitting could process them a second time.
+    version = upload(audited, "old.png")
+    upload(audited, "fresh.png")
+    age_object(audited, "old.png", days=31)  # RetentionDays 30
+    report = run_audit(audited).output
+    assert report["skipped_old"] == 1 and report["missing_resubmitted"] == 1
+    assert ledger_row(audited, idempotency_key(audited, "old.png", version)) is None
+
+
+def test_every_version_of_an_overwritten_object_is_its_own_work(audited: LocalEngine) -> None:
+    first = upload(audited, "same.png")
+    audited.execute(MACHINE, s3_event(audited, "same.png", first))
+    second = upload(audited, "same.png")  # its event was lost
+    report = run_audit(audited).output
+    assert report["scanned"] == 2 and report["ok"] == 1 and report["missing_resubmitted"] == 1
+    assert report["resubmitted_sample"] == [idempotency_key(audited, "same.png", second)]
+    assert output_effects(audited) == 2
+
+
+def test_an_audit_racing_a_late_original_delivery_has_one_effect(audited: LocalEngine) -> None:
+    # GIVEN an object whose event is late; the audit resubmits it first
+    version = upload(audited, "late.png")
+    pk = idempotency_key(audited, "late.png", version)
+    gate = Gate()
+    real = audited.runtime.load(audited.runtime.functions[audited.function_name(FUNCTION)])
+
+    def slow(event: dict[str, Any], context: Any) -> Any:
+        gate.hold()
+        return real(event, context)
+
+    with audited.override_function(FUNCTION, slow), ThreadPoolExecutor(1) as pool:
+        audit = pool.submit(run_audit, audited)
+        gate.wait_entered()  # the resubmission holds the lock, mid-processing
+        # WHEN the original delivery arrives now, and once more after processing
+        during = audited.execute(MACHINE, s3_event(audited, "late.png", version))
+        gate.release.set()
+        audit.result()
+    after = audited.execute(MACHINE, s3_event(audited, "late.png", version))
+    # THEN both late deliveries were discarded: one effect, one claim
+    assert during.states_entered[-1] == "Duplicate"
+    assert after.states_entered[-1] == "Duplicate"
+    assert output_effects(audited) == 1
+    row = ledger_row(audited, pk)
+    assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "1"
+
+
+def test_a_stuck_lock_is_released_and_resubmitted(audited: LocalEngine) -> None:
+    # GIVEN a worker that hangs while it holds the lock, until the lock expires
+    version = upload(audited, "stuck.png")
+    pk = idempotency_key(audited, "stuck.png", version)
+    gate = Gate()
+    real = audited.runtime.load(audited.runtime.functions[audited.function_name(FUNCTION)])
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    def hangs_first_time(event: dict[str, Any], context: Any) -> Any:
+        with lock:
+            calls["n"] += 1
+            first = calls["n"] == 1
+        if first:
+            gate.hold(timeout=60)
+        return real(event, context)
+
+    with audited.override_function(FUNCTION, hangs_first_time):
+        stuck_arn = audited.start_execution(MACHINE, s3_event(audited, "stuck.png", version))
+        gate.wait_entered()
+        expire_lock(audited, pk, seconds_ago=3600)
+        # WHEN the audit runs
+        report = run_audit(audited).output
+        # THEN it released the lock (fenced) and resubmitted: a new owner processed it
+        assert report["stuck_released"] == 1 and report["in_progress"] == 1
+        row = ledger_row(audited, pk)
+        assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"
+        assert row["lock_owner"] != stuck_arn
+        assert row["released_by"] == report["audit"]
+        assert row["last_error"].startswith("LockExpired")
+        # AND the hung worker, when it wakes, cannot overwrite the outcome
+        gate.release.set()
+        woke = audited.wait(stuck_arn)
+    assert woke.states_entered[-1] == "LockLost"
+    assert output_effects(audited) == 1
+    row = ledger_row(audited, pk)
+    assert row is not None and row["status"] == "PROCESSED"
+
+
+def test_a_live_lock_and_a_lock_within_the_margin_are_left_alone(audited: LocalEngine) -> None:
+    gate = Gate()
+    versions = {k: upload(audited, k) for k in ("live.png", "just-expired.png")}
+
+    def hangs(event: dict[str, Any], context: Any) -> Any:
+        gate.hold(timeout=60)
+        raise TransientError("woke up")
+
+    with audited.override_function(FUNCTION, hangs):
+        arns = [audited.start_execution(MACHINE, s3_event(audited, k, v)) for k, v in versions.items()]
+        gate.wait_entered()
+        # Both hold their locks; one lock expired 60 s ago, within the 300 s margin.
+        for key in versions:
+            row = None
+            while row is None or row.get("status") != "PROCESSING":
+                row = ledger_row(audited, idempotency_key(audited, key, versions[key]))
+        expire_lock(audited, idempotency_key(audited, "just-expired.png", versions["just-expired.png"]), 60)
+        report = run_audit(audited).output
+        gate.release.set()
+        for arn in arns:
+            audited.wait(arn)
+    assert report["stuck_released"] == 0 and report["in_progress"] == 2
+
+
+def test_a_lock_renewed_after_the_index_was_read_is_not_released(audited: LocalEngine) -> None:
+    """The fence: the release names the owner and expiry it saw, so a takeover wins."""
+    from service.dal.ledger import Ledger
+
+    version = upload(audited, "renewed.png")
+    pk = idempotency_key(audited, "renewed.png", version)
+    with audited.override_function(FUNCTION, always(TransientError)):
+        audited.execute(MACHINE, s3_event(audited, "renewed.png", version))
+    dynamodb = audited.client("dynamodb")
+    table = audited.ref("LedgerTable")
+    # The row as the sweep saw it in the index: PROCESSING, its lock long expired.
+    dynamodb.update_item(
+        TableName=table,
+        Key={"pk": {"S": pk}},
+        UpdateExpression="SET #s = :p, open_status = :p, lock_owner = :old, lock_expires_at = :t",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={
+            ":p": {"S": "PROCESSING"},
+            ":old": {"S": "arn:old-owner"},
+            ":t": {"N": "1000"},
+        },
+    )
+    ledger = Ledger(table, "OpenWork", dynamodb)
+    (seen,), _ = ledger.expired_locks(cutoff=2000, cursor=None)
+    # Meanwhile a redelivery reclaims it: a new owner and a new expiry.
+    redelivery = audited.execute(MACHINE, s3_event(audited, "renewed.png", version))
+    assert redelivery.states_entered[-1] == "Processed"
+    # WHEN the sweep releases what it saw THEN nothing is written
+    assert ledger.release_stuck(seen, 0, "audit-test", dead_letter=False) is False
+    row = ledger_row(audited, pk)
+    assert row is not None and row["status"] == "PROCESSED" and "released_by" not in row
+
+
+def test_a_stuck_lock_at_max_attempts_is_dead_lettered(audited: LocalEngine) -> None:
+    version = upload(audited, "stuck-last.png")
+    pk = idempotency_key(audited, "stuck-last.png", version)
+    with audited.override_function(FUNCTION, always(TransientError)):
+        for _ in range(2):
+            audited.execute(MACHINE, s3_event(audited, "stuck-last.png", version))
+    gate = Gate()
+
+    def hangs(event: dict[str, Any], context: Any) -> Any:
+        gate.hold(timeout=60)
+        raise TransientError("woke up too late")
+
+    with audited.override_function(FUNCTION, hangs):
+        third = audited.start_execution(MACHINE, s3_event(audited, "stuck-last.png", version))
+        gate.wait_entered()
+        expire_lock(audited, pk)
+        report = run_audit(audited).output
+        gate.release.set()
+        woke = audited.wait(third)
+    assert report["stuck_released"] == 1 and report["stuck_dead_lettered"] == 1
+    row = ledger_row(audited, pk)
+    assert row is not None and row["status"] == "FAILED" and "dead_lettered_at" in row
+    (message,) = dlq_messages(audited)
+    attrs = attributes(message)
+    assert attrs["ERROR_CODE"] == "LockExpired"
+    assert attrs["EXHAUSTED_RETRY_CONDITION"] == "MaximumRetryAttempts"
+    assert attrs["IDEMPOTENCY_KEY"] == pk and attrs["EXECUTION_ARN"] == third
+    assert json.loads(message["Body"])["event"]["detail"]["object"]["key"] == "stuck-last.png"
+    assert woke.states_entered[-1] == "LockLost"
+
+
+def test_a_stuck_sqs_message_is_resubmitted_from_its_execution_input() -> None:
+    with audit_engine(SqsSource="create", IdempotencyKeyPath="orderId") as engine:
+        gate = Gate()
+        real = engine.runtime.load(engine.runtime.functions[engine.function_name(FUNCTION)])
+        calls = {"n": 0}
+
+        def hangs_first_time(event: dict[str, Any], context: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                gate.hold(timeout=60)
+            return real(event, context)
+
+        sqs = engine.client("sqs")
+        sqs.send_message(
+            QueueUrl=engine.ref("SourceQueue"), MessageBody=json.dumps({"orderId": "o-1", "n": 1})
+        )
+        with engine.override_function(FUNCTION, hangs_first_time):
+            (stuck,) = engine.pump_pipes()
+            gate.wait_entered()
+            expire_lock(engine, "sqs:o-1")
+            report = run_audit(engine).output
+            gate.release.set()
+            engine.wait(stuck)
+        assert report["stuck_released"] == 1 and report["resubmit_errors"] == 0
+        row = ledger_row(engine, "sqs:o-1")
+        assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"
+        assert output_effects(engine) == 1
+
+
+def test_a_5000_key_bucket_is_audited_page_by_page() -> None:
+    # Two prefixes walked side by side, 2,500 keys each: three pages per walk.
+    with audit_engine(AuditPrefixes="a/,b/") as engine:
+        s3 = engine.client("s3")
+        bucket = engine.ref("IngestBucket")
+        table = engine.ref("LedgerTable")
+        dynamodb = engine.client("dynamodb")
+        missing: list[str] = []
+        rows = []
+        for n in range(5000):
+            key = f"{'ab'[n % 2]}/{n:05d}.png"
+            version = s3.put_object(Bucket=bucket, Key=key, Body=b"x")["VersionId"]
+            pk = f"s3://{bucket}/{key}#{version}"
+            if n % 500 == 7:
+                missing.append(pk)  # ten objects whose events were lost
+                continue
+            rows.append(
+                {
+                    "PutRequest": {
+                        "Item": {
+                            "pk": {"S": pk},
+                            "status": {"S": "PROCESSED"},
+                            "attempts": {"N": "1"},
+                            "expires_at": {"N": "99999999999"},
+                        }
+                    }
+                }
+            )
+        for start in range(0, len(rows), 25):
+            dynamodb.batch_write_item(RequestItems={table: rows[start : start + 25]})
+        with engine.override_function(FUNCTION, always(PermanentError)):
+            result = run_audit(engine)
+        report = result.output
+        assert report["scanned"] == 5000 and report["ok"] == 4990
+        assert report["missing_resubmitted"] == 10
+        assert sorted(report["resubmitted_sample"]) == sorted(missing)
+        assert report["prefixes"] == ["a/", "b/"]
+        # 3 pages per prefix, each one AuditPage and one MoreObjects: 12 transitions, 6 calls.
+        assert result.states_entered.count("AuditPage") == 6
+        assert result.states_entered.count("MoreObjects") == 6
+        # The ten resubmissions ran (the injected processor dead-letters them).
+        assert len(dlq_messages(engine)) == 10
