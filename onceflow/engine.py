@@ -15,7 +15,7 @@ import uuid
 import warnings
 import zipfile
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -634,10 +634,12 @@ class LocalEngine:
             "awsRegion": REGION,
         }
 
-    def wait_for_running(self, state_machine: str, timeout: float = 600.0) -> list[str]:
+    def wait_for_running(
+        self, state_machine: str, timeout: float = 600.0, ignore: Collection[str] = ()
+    ) -> list[str]:
         """Wait until no execution of the state machine is RUNNING (those another one started).
 
-        Returns the ARNs that were running when called or started meanwhile.
+        Executions in ``ignore`` are not waited for. Returns the ARNs waited for.
         """
         sfn = self.client("stepfunctions")
         arn = self.state_machine_arn(state_machine)
@@ -650,6 +652,7 @@ class LocalEngine:
                     stateMachineArn=arn, statusFilter="RUNNING"
                 )
                 for e in page["executions"]
+                if e["executionArn"] not in ignore
             ]
             if not running:
                 return waited

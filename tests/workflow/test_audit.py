@@ -17,7 +17,6 @@ import pytest
 from onceflow import patches
 from onceflow.engine import LocalEngine
 from tests.helpers import (
-    AUDIT,
     FUNCTION,
     MACHINE,
     Gate,
@@ -232,7 +231,7 @@ def test_a_stuck_lock_is_released_and_resubmitted(audited: LocalEngine) -> None:
         gate.wait_entered()
         expire_lock(audited, pk, seconds_ago=3600)
         # WHEN the audit runs
-        report = run_audit(audited).output
+        report = run_audit(audited, stuck_arn).output
         # THEN it released the lock (fenced) and resubmitted: a new owner processed it
         assert report["stuck_released"] == 1 and report["in_progress"] == 1
         row = ledger_row(audited, pk)
@@ -258,15 +257,19 @@ def test_a_live_lock_and_a_lock_within_the_margin_are_left_alone(audited: LocalE
         raise TransientError("woke up")
 
     with audited.override_function(FUNCTION, hangs):
-        arns = [audited.start_execution(MACHINE, s3_event(audited, k, v)) for k, v in versions.items()]
+        arns = [
+            audited.start_execution(MACHINE, s3_event(audited, k, v)) for k, v in versions.items()
+        ]
         gate.wait_entered()
         # Both hold their locks; one lock expired 60 s ago, within the 300 s margin.
         for key in versions:
             row = None
             while row is None or row.get("status") != "PROCESSING":
                 row = ledger_row(audited, idempotency_key(audited, key, versions[key]))
-        expire_lock(audited, idempotency_key(audited, "just-expired.png", versions["just-expired.png"]), 60)
-        report = run_audit(audited).output
+        expire_lock(
+            audited, idempotency_key(audited, "just-expired.png", versions["just-expired.png"]), 60
+        )
+        report = run_audit(audited, *arns).output
         gate.release.set()
         for arn in arns:
             audited.wait(arn)
@@ -322,7 +325,7 @@ def test_a_stuck_lock_at_max_attempts_is_dead_lettered(audited: LocalEngine) -> 
         third = audited.start_execution(MACHINE, s3_event(audited, "stuck-last.png", version))
         gate.wait_entered()
         expire_lock(audited, pk)
-        report = run_audit(audited).output
+        report = run_audit(audited, third).output
         gate.release.set()
         woke = audited.wait(third)
     assert report["stuck_released"] == 1 and report["stuck_dead_lettered"] == 1
@@ -357,7 +360,7 @@ def test_a_stuck_sqs_message_is_resubmitted_from_its_execution_input() -> None:
             (stuck,) = engine.pump_pipes()
             gate.wait_entered()
             expire_lock(engine, "sqs:o-1")
-            report = run_audit(engine).output
+            report = run_audit(engine, stuck).output
             gate.release.set()
             engine.wait(stuck)
         assert report["stuck_released"] == 1 and report["resubmit_errors"] == 0
