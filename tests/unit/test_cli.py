@@ -71,7 +71,9 @@ def test_unknown_state_machine_is_a_clear_error(capsys: pytest.CaptureFixture[st
 
 @pytest.mark.parametrize("source", ["s3", "sqs"])
 def test_small_demo_is_exactly_once(source: str) -> None:
-    config = DemoConfig(objects=40, corrupt=2, seed=3, duplicate_rate=0.3, source=source)
+    config = DemoConfig(
+        objects=40, corrupt=2, seed=3, duplicate_rate=0.3, loss_rate=0.1, source=source
+    )
     report = run_demo(config, progress=None)
     data = report.data
     assert data["source"] == source
@@ -83,6 +85,14 @@ def test_small_demo_is_exactly_once(source: str) -> None:
     assert data["objects_with_multiple_effects"] == 0
     assert data["delivered_processable_objects_without_effect"] == 0
     assert data["deliveries"] == 42 - data["lost_deliveries"] + data["duplicate_deliveries"]
+    # The audit found the lost ones: every processable object took effect once.
+    audit = data["audit"]
+    assert data["lost_deliveries"] > 0
+    assert audit["missing_resubmitted"] == data["lost_deliveries"]
+    assert audit["scanned"] == 42 and audit["stuck_released"] == 0
+    assert audit["ok"] + audit["missing_resubmitted"] + audit["dead_lettered_skipped"] == 42
+    assert data["second_audit_resubmitted"] == 0
+    assert data["effects_histogram"] == {"0": 2, "1": 40}
     assert "exactly once: OK" in report.render()
 
 
@@ -92,6 +102,17 @@ def test_demo_json_through_sqs(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert report["source"] == "sqs" and report["exactly_once"] is True
     assert report["violations"] == []
+    assert report["delivered_processable_objects_without_effect"] == 0
+    assert set(report["audit"]) >= {
+        "scanned",
+        "skipped_recent",
+        "skipped_old",
+        "ok",
+        "missing_resubmitted",
+        "failed_resubmitted",
+        "dead_lettered_skipped",
+        "stuck_released",
+    }
 
 
 # The README's table of events/ and the state each one ends in on the local engine.

@@ -380,3 +380,21 @@ def test_keys_with_quotes_backslashes_and_unicode_survive_jsonata(engine: LocalE
     assert result.output["idempotencyKey"] == idempotency_key(engine, key, version)
     row = ledger_row(engine, idempotency_key(engine, key, version))
     assert row is not None and row["object_key"] == key
+
+
+def test_a_null_version_id_keys_on_the_sequencer(engine: LocalEngine) -> None:
+    """Versioning suspended: every upload is version "null"; the sequencer tells them apart."""
+    keys = []
+    for sequencer in ("0055AED6DCD90281E5", "0055AED6DCD90281E6"):
+        upload(engine, "suspended.png")
+        event = s3_event(engine, "suspended.png", "null")
+        event["detail"]["object"]["sequencer"] = sequencer
+        result = engine.execute(MACHINE, event)
+        assert result.states_entered == HAPPY_PATH
+        keys.append(result.output["idempotencyKey"])
+    bucket = engine.ref("IngestBucket")
+    assert keys == [
+        f"s3://{bucket}/suspended.png#0055AED6DCD90281E5",
+        f"s3://{bucket}/suspended.png#0055AED6DCD90281E6",
+    ]
+    assert output_effects(engine) == 2

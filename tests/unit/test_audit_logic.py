@@ -1,0 +1,130 @@
+"""The audit's decisions and settings, without AWS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from service.errors import ConfigurationError, is_transient
+from service.logic.audit import (
+    COUNT_KEYS,
+    AuditWindow,
+    ListedObject,
+    add_counts,
+    classify,
+    object_work_item,
+    resubmission_name,
+    row_work_item,
+)
+from service.settings import AuditSettings
+
+NOW = 1_800_000_000.0
+WINDOW = AuditWindow(now=NOW, recent_cutoff_seconds=12 * 3600, retention_seconds=30 * 86400,
+                     max_attempts=3)  # fmt: skip
+LIVE = {"expires_at": int(NOW) + 86400}
+
+
+def listed(age_hours: float, version: str = "v1") -> ListedObject:
+    return ListedObject("k.png", version, NOW - age_hours * 3600, '"etag"', 10)
+
+
+@pytest.mark.parametrize(
+    ("age_hours", "row", "verdict"),
+    [
+        (1, None, "skipped_recent"),
+        (24 * 31, None, "skipped_old"),
+        (24, None, "missing_resubmitted"),
+        (24, {"status": "PROCESSED", "expires_at": int(NOW) - 1}, "missing_resubmitted"),
+        (24, {"status": "PROCESSED", **LIVE}, "ok"),
+        (24, {"status": "PROCESSING", **LIVE}, "in_progress"),
+        (24, {"status": "FAILED", "attempts": 1, **LIVE}, "failed_resubmitted"),
+        (24, {"status": "FAILED", "attempts": 3, **LIVE}, "dead_lettered_skipped"),
+        (24, {"status": "FAILED", "attempts": 1, "dead_lettered_at": 1, **LIVE},
+         "dead_lettered_skipped"),
+    ],
+)  # fmt: skip
+def test_classify(age_hours: float, row: dict[str, Any] | None, verdict: str) -> None:
+    assert classify(listed(age_hours), row, WINDOW) == verdict
+
+
+def test_a_null_version_is_never_resubmitted_under_a_guessed_key() -> None:
+    # The processor keyed it on the event's sequencer, which no listing shows.
+    assert classify(listed(24, "null"), None, WINDOW) == "unversioned_skipped"
+
+
+def test_counts_add_up_and_ignore_what_is_not_a_count() -> None:
+    total = add_counts({"scanned": 2, "ok": 1, "cursor": "x"}, {"scanned": 3})
+    assert list(total) == list(COUNT_KEYS)
+    assert total["scanned"] == 5 and total["ok"] == 1
+
+
+def test_resubmission_names_are_valid_deterministic_and_distinct() -> None:
+    name = resubmission_name("audit", "AuditStateMachine-abc:def", "s3://b/k é#v1")
+    assert name == resubmission_name("audit", "AuditStateMachine-abc:def", "s3://b/k é#v1")
+    assert name != resubmission_name("audit", "AuditStateMachine-abc:def", "s3://b/k é#v2")
+    assert len(name) <= 80 and all(c.isalnum() or c in "-_" for c in name)
+
+
+def test_work_items_carry_the_ledger_key() -> None:
+    item = object_work_item("b", listed(24), "s3://b/k.png#v1")["workItem"]
+    assert item["idempotencyKey"] == "s3://b/k.png#v1" and item["versionId"] == "v1"
+    row = {"pk": "s3://b/k.png#SEQ", "bucket": "b", "object_key": "k.png", "sequencer": "SEQ"}
+    assert row_work_item(row) == {
+        "workItem": {
+            "source": "audit",
+            "idempotencyKey": "s3://b/k.png#SEQ",
+            "bucket": "b",
+            "key": "k.png",
+            "sequencer": "SEQ",
+        }
+    }
+    assert row_work_item({"pk": "sqs:o-1", "source": "sqs"}) is None
+
+
+ENV = {
+    "INGEST_BUCKET": "in",
+    "LEDGER_TABLE": "t",
+    "PROCESSOR_STATE_MACHINE_ARN": "arn:p",
+    "DEAD_LETTER_QUEUE_URL": "https://q",
+    "REPORT_BUCKET": "out",
+    "MAX_ATTEMPTS": "3",
+    "AUDIT_RECENT_CUTOFF_HOURS": "12",
+    "RETENTION_DAYS": "30",
+    "AUDIT_STUCK_MARGIN_SECONDS": "300",
+}
+
+
+def test_audit_settings_parse_the_environment() -> None:
+    settings = AuditSettings.from_env(ENV)
+    assert settings.recent_cutoff_seconds == 43200 and settings.retention_seconds == 2592000
+    assert settings.max_attempts == 3 and settings.report_prefix == "reports/audit/"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("MAX_ATTEMPTS", "0", "at least 1"),
+        ("RETENTION_DAYS", "soon", "must be a number"),
+        ("LEDGER_TABLE", "", "LEDGER_TABLE is required"),
+    ],
+)
+def test_bad_audit_settings_are_named(name: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        AuditSettings.from_env({**ENV, name: value})
+
+
+@pytest.mark.parametrize(
+    ("response", "transient"),
+    [
+        ({"Error": {"Code": "ProvisionedThroughputExceededException"}}, True),
+        ({"Error": {"Code": "Whatever"}, "ResponseMetadata": {"HTTPStatusCode": 503}}, True),
+        ({"Error": {"Code": "ValidationException"}, "ResponseMetadata": {"HTTPStatusCode": 400}},
+         False),
+        ({"Error": {"Code": "AccessDeniedException"}}, False),
+    ],
+)  # fmt: skip
+def test_only_throttling_and_server_errors_are_transient(
+    response: dict[str, Any], transient: bool
+) -> None:
+    assert is_transient(response) is transient
