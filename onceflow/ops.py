@@ -11,12 +11,16 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol, TextIO
 
 import boto3
+from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from onceflow.engine import LocalEngine
+
+_DESERIALIZE = TypeDeserializer()
 
 
 class OpsError(Exception):
@@ -360,16 +364,16 @@ def _redrive_one(
 
 
 def _plain(item: Mapping[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {}
-    for name, typed in item.items():
-        ((kind, value),) = typed.items()
-        if kind == "N":
-            row[name] = int(value) if value.lstrip("-").isdigit() else float(value)
-        elif kind == "L":
-            row[name] = [next(iter(v.values())) for v in value]
-        else:
-            row[name] = value
-    return row
+    """A DynamoDB item as plain JSON-able Python (whole numbers as int)."""
+
+    def number(value: Any) -> Any:
+        if isinstance(value, Decimal):
+            return int(value) if value == value.to_integral_value() else float(value)
+        if isinstance(value, list):
+            return [number(v) for v in value]
+        return value
+
+    return {name: number(_DESERIALIZE.deserialize(value)) for name, value in item.items()}
 
 
 def _path(sfn: Any, arn: str) -> list[str]:

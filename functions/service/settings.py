@@ -17,6 +17,18 @@ def _required(env: Mapping[str, str], name: str) -> str:
     return value
 
 
+def _number(env: Mapping[str, str], name: str, minimum: float, integer: bool = False) -> float:
+    raw = _required(env, name)
+    try:
+        value = float(int(raw) if integer else float(raw))
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise ConfigurationError(f"{name} must be {kind}, not {raw!r}") from None
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be at least {minimum:g}")
+    return value
+
+
 @dataclass(frozen=True)
 class ProcessorSettings:
     """Where the bundled image processor writes, and how large."""
@@ -28,19 +40,10 @@ class ProcessorSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ProcessorSettings:
-        raw_dimension = _required(env, "OUTPUT_MAX_DIMENSION")
-        try:
-            max_dimension = int(raw_dimension)
-        except ValueError:
-            raise ConfigurationError(
-                f"OUTPUT_MAX_DIMENSION must be an integer, not {raw_dimension!r}"
-            ) from None
-        if max_dimension < 16:
-            raise ConfigurationError("OUTPUT_MAX_DIMENSION must be at least 16")
         return cls(
             output_bucket=_required(env, "OUTPUT_BUCKET"),
             output_prefix=env.get("OUTPUT_PREFIX", "processed/"),
-            max_dimension=max_dimension,
+            max_dimension=int(_number(env, "OUTPUT_MAX_DIMENSION", 16, integer=True)),
             record_prefix=env.get("RECORD_PREFIX", "records/"),
         )
 
@@ -48,17 +51,6 @@ class ProcessorSettings:
 @lru_cache(maxsize=1)
 def processor_settings() -> ProcessorSettings:
     return ProcessorSettings.from_env(os.environ)
-
-
-def _number(env: Mapping[str, str], name: str, minimum: float) -> float:
-    raw = _required(env, name)
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a number, not {raw!r}") from None
-    if value < minimum:
-        raise ConfigurationError(f"{name} must be at least {minimum:g}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -87,7 +79,7 @@ class AuditSettings:
             dead_letter_queue_url=_required(env, "DEAD_LETTER_QUEUE_URL"),
             report_bucket=_required(env, "REPORT_BUCKET"),
             report_prefix=env.get("REPORT_PREFIX", "reports/audit/"),
-            max_attempts=int(_number(env, "MAX_ATTEMPTS", 1)),
+            max_attempts=int(_number(env, "MAX_ATTEMPTS", 1, integer=True)),
             recent_cutoff_seconds=_number(env, "AUDIT_RECENT_CUTOFF_HOURS", 0) * 3600,
             retention_seconds=_number(env, "RETENTION_DAYS", 1) * 86400,
             stuck_margin_seconds=_number(env, "AUDIT_STUCK_MARGIN_SECONDS", 0),

@@ -140,8 +140,33 @@ EXPECTED_END_STATE: dict[str, tuple[str, list[str]]] = {
 }
 
 
+# The audit's events: file -> (state machine or function, what it ends in).
+AUDIT_EVENTS: dict[str, tuple[str, str]] = {
+    "audit-run.json": ("AuditStateMachine", "Report"),
+    "audit-prefixes.json": ("AuditStateMachine", "Report"),
+    "audit-page.json": ("AuditFunction", "one page's counts"),
+}
+
+
 def test_every_sample_event_is_listed() -> None:
-    assert sorted(p.name for p in EVENTS.glob("*.json")) == sorted(EXPECTED_END_STATE)
+    assert sorted(p.name for p in EVENTS.glob("*.json")) == sorted(
+        [*EXPECTED_END_STATE, *AUDIT_EVENTS]
+    )
+
+
+@pytest.mark.parametrize("name", ["audit-run.json", "audit-prefixes.json"])
+def test_audit_events_run_the_audit(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["execute", "AuditStateMachine", "-e", str(EVENTS / name), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["states"][-1]["name"] == "Report"
+    assert report["output"]["scanned"] == 0
+
+
+def test_audit_page_event_invokes_the_audit_function(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["invoke", "AuditFunction", "-e", str(EVENTS / "audit-page.json")]) == 0
+    page = json.loads(capsys.readouterr().out)
+    assert page["done"] is True and page["counts"]["scanned"] == 0
+    assert page["prefix"] == "uploads/"
 
 
 @pytest.mark.parametrize(
@@ -158,7 +183,9 @@ def test_sample_event_ends_where_the_readme_says(
 
 def test_readme_table_lists_every_sample_event_with_its_end_state() -> None:
     readme = (EVENTS.parent / "README.md").read_text(encoding="utf-8")
-    for name, (end_state, _) in EXPECTED_END_STATE.items():
+    expected = {**{n: s for n, (s, _) in EXPECTED_END_STATE.items()},
+                **{n: s for n, (_, s) in AUDIT_EVENTS.items()}}  # fmt: skip
+    for name, end_state in expected.items():
         row = next((line for line in readme.splitlines() if f"`{name}`" in line), None)
         assert row is not None, f"README has no row for {name}"
         assert end_state in row, f"README's row for {name} does not say {end_state}"
