@@ -134,7 +134,13 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         print(f"{item.action:<15} {what}  {item.detail}", file=sys.stderr)
 
     with _target(args) as target:
-        report = ops.redrive(target, args.max, args.dry_run, progress=None if args.json else show)
+        report = ops.redrive(
+            target,
+            args.max,
+            args.dry_run,
+            progress=None if args.json else show,
+            queue=args.queue,
+        )
     data = report.as_dict()
     if args.json:
         print(json.dumps(data, indent=2))
@@ -261,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
         "redrive", help="move DLQ messages back into processing (a deliberate second chance)"
     )
     redrive.add_argument("--max", type=int, help="move at most N messages")
+    redrive.add_argument(
+        "--queue",
+        choices=sorted(ops.QUEUES),
+        default="processor",
+        help="the processor's DLQ (default), or the EventBridge rules' ingress DLQ",
+    )
     redrive.add_argument(
         "--dry-run", action="store_true", help="show what would move; change nothing"
     )

@@ -251,6 +251,44 @@ def _second_chance(target: Target, key: str, message_id: str) -> str:
     return "absent" if item is None else str(item["status"]["S"])
 
 
+def _undo_second_chance(target: Target, key: str, message_id: str) -> None:
+    """The start was refused: dead-letter the row again, so nothing but redrive reclaims it."""
+    try:
+        target.client("dynamodb").update_item(
+            TableName=target.output("LedgerTableName"),
+            Key={"pk": {"S": key}},
+            UpdateExpression="SET dead_lettered_at = :now_ms REMOVE open_status",
+            ConditionExpression="redrive_message_id = :message AND #status = :failed",
+            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeValues={
+                ":now_ms": {"N": str(int(time.time() * 1000))},
+                ":message": {"S": message_id},
+                ":failed": {"S": "FAILED"},
+            },
+        )
+    except ClientError as exc:
+        if _error_code(exc) != "ConditionalCheckFailedException":
+            raise  # the row changed hands meanwhile: it is no longer ours to restore
+
+
+def _execution_exists(sfn: Any, arn: str) -> bool:
+    try:
+        sfn.describe_execution(executionArn=arn)
+    except ClientError as exc:
+        if _error_code(exc) in ("ExecutionDoesNotExist", "InvalidArn"):
+            return False
+        raise
+    return True
+
+
+# Queues redrive reads: the template output of each, and whether its message
+# bodies are the processor's DLQ shape or the original event (EventBridge's).
+QUEUES = {
+    "processor": ("DeadLetterQueueUrl", False),
+    "ingress": ("IngressDeadLetterQueueUrl", True),
+}
+
+
 def _receive(sqs: Any, url: str, count: int) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = sqs.receive_message(
         QueueUrl=url,
@@ -270,6 +308,7 @@ def redrive(
     dry_run: bool = False,
     progress: Callable[[Redriven], None] | None = None,
     wait: bool | None = None,
+    queue: str = "processor",
 ) -> RedriveReport:
     """Move DLQ messages back into processing: a deliberate second chance.
 
@@ -279,10 +318,16 @@ def redrive(
     start. A message whose work was processed meanwhile is deleted; one that
     cannot be resubmitted is kept. What fails again is dead-lettered again
     by the processor, as a new message.
+
+    ``queue`` "ingress" reads the EventBridge rules' DLQ instead: events that
+    never reached the processor, started as they are.
     """
+    if queue not in QUEUES:
+        raise OpsError(f"no queue {queue!r}; choose from {', '.join(QUEUES)}")
+    output, raw = QUEUES[queue]
     sqs = target.client("sqs")
     sfn = target.client("stepfunctions")
-    url = target.output("DeadLetterQueueUrl")
+    url = target.output(output)
     processor = target.output("ProcessorStateMachineArn")
     report = RedriveReport(url, dry_run)
     kept_handles: list[str] = []
@@ -295,7 +340,7 @@ def redrive(
                 break
             for message in batch[:wanted]:
                 seen.add(message["MessageId"])
-                outcome = _redrive_one(target, sqs, sfn, url, processor, message, dry_run)
+                outcome = _redrive_one(target, sqs, sfn, url, processor, message, dry_run, raw)
                 if outcome.action != "resubmitted" and outcome.action != "deleted":
                     kept_handles.append(message["ReceiptHandle"])
                 report.messages.append(outcome)
@@ -324,6 +369,7 @@ def _redrive_one(
     processor: str,
     message: dict[str, Any],
     dry_run: bool,
+    raw: bool,
 ) -> Redriven:
     message_id = message["MessageId"]
     attributes = _attributes(message)
@@ -332,12 +378,22 @@ def _redrive_one(
         body = json.loads(message.get("Body", ""))
     except json.JSONDecodeError:
         return Redriven(message_id, key, "kept", "the body is not JSON: not a onceflow DLQ message")
-    execution_input = _original_input(target, body, attributes)
+    execution_input = body if raw else _original_input(target, body, attributes)
     if execution_input is None:
         return Redriven(message_id, key, "kept", "the original event is no longer available")
     if dry_run:
         reason = attributes.get("ERROR_CODE", "?")
         return Redriven(message_id, key, "would resubmit", f"dead-lettered for {reason}")
+    name = f"redrive-{message_id}"[:80]
+    arn = f"{processor.replace(':stateMachine:', ':execution:')}:{name}"
+    if _execution_exists(sfn, arn):
+        # An earlier redrive started it and stopped before deleting the
+        # message; whatever that execution did stands (it dead-letters anew
+        # if it failed), so the row is not reset a second time.
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return Redriven(
+            message_id, key, "resubmitted", "an earlier redrive had started it", execution_arn=arn
+        )
     if key:
         state = _second_chance(target, key, message_id)
         if state == "PROCESSED":
@@ -345,17 +401,15 @@ def _redrive_one(
             return Redriven(message_id, key, "deleted", "already processed; the message was stale")
         if state == "PROCESSING":
             return Redriven(message_id, key, "kept", "being processed under a live lock")
-    name = f"redrive-{message_id}"[:80]
-    arn = f"{processor.replace(':stateMachine:', ':execution:')}:{name}"
     try:
         arn = sfn.start_execution(
             stateMachineArn=processor, name=name, input=json.dumps(execution_input)
         )["executionArn"]
-        detail = "resubmitted; the row's attempts were reset" if key else "resubmitted"
     except ClientError as exc:
-        if _error_code(exc) != "ExecutionAlreadyExists":
-            return Redriven(message_id, key, "kept", f"the start was refused: {exc}")
-        detail = "an earlier redrive had started it; the message is now removed"
+        if key:
+            _undo_second_chance(target, key, message_id)
+        return Redriven(message_id, key, "kept", f"the start was refused: {exc}")
+    detail = "resubmitted; the row's attempts were reset" if key else "resubmitted"
     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
     return Redriven(message_id, key, "resubmitted", detail, execution_arn=arn)
 

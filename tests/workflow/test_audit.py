@@ -299,7 +299,7 @@ def test_a_lock_renewed_after_the_index_was_read_is_not_released(audited: LocalE
         },
     )
     ledger = Ledger(table, "OpenWork", dynamodb)
-    (seen,), _ = ledger.expired_locks(cutoff=2000, cursor=None)
+    (seen,), _ = ledger.open_rows("PROCESSING", lock_cutoff=2000, cursor=None)
     # Meanwhile a redelivery reclaims it: a new owner and a new expiry.
     redelivery = audited.execute(MACHINE, s3_event(audited, "renewed.png", version))
     assert redelivery.states_entered[-1] == "Processed"

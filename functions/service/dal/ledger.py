@@ -72,18 +72,23 @@ class Ledger:
                 time.sleep(min(0.05 * 2**attempt, 2.0))
         return rows
 
-    def expired_locks(
-        self, cutoff: int, cursor: dict[str, Any] | None, limit: int = 200
+    def open_rows(
+        self, status: str, lock_cutoff: int | None, cursor: dict[str, Any] | None, limit: int = 200
     ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        """PROCESSING rows whose lock expired before ``cutoff``, oldest first, a page at a time."""
+        """A page of open work (the sparse OpenWork index) in one status, oldest lock first.
+
+        ``lock_cutoff``: only rows whose lock expired before it (stuck PROCESSING rows).
+        """
+        condition = "open_status = :status"
+        values: dict[str, Any] = {":status": {"S": status}}
+        if lock_cutoff is not None:
+            condition += " AND lock_expires_at < :cutoff"
+            values[":cutoff"] = {"N": str(lock_cutoff)}
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "IndexName": self.index,
-            "KeyConditionExpression": "open_status = :processing AND lock_expires_at < :cutoff",
-            "ExpressionAttributeValues": {
-                ":processing": {"S": "PROCESSING"},
-                ":cutoff": {"N": str(cutoff)},
-            },
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": values,
             "Limit": limit,
         }
         if cursor:

@@ -42,16 +42,15 @@ class Processor:
         return True
 
     def execution_input(self, execution_arn: str) -> Any:
-        """The input an execution was started with (STANDARD keeps it 90 days)."""
+        """The input an execution was started with; None when Step Functions no longer has it."""
         try:
             description = self._sfn.describe_execution(executionArn=execution_arn)
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code")
-            if code in ("ExecutionDoesNotExist", "InvalidArn"):
-                return None
-            if not is_transient(exc.response):
-                raise
-            raise TransientError(f"describing {execution_arn}: {exc}") from exc
+            if is_transient(exc.response):
+                raise TransientError(f"describing {execution_arn}: {exc}") from exc
+            # Gone (STANDARD keeps executions 90 days), or an EXPRESS
+            # execution, which DescribeExecution does not serve.
+            return None
         text = description.get("input")
         return json.loads(text) if text else None
 

@@ -20,6 +20,7 @@ from service.dal.workflow import DeadLetters, Processor, Reports
 from service.errors import PermanentError
 from service.logic.audit import (
     COUNT_KEYS,
+    SAMPLE_CHARACTERS,
     SAMPLE_LIMIT,
     AuditWindow,
     add_counts,
@@ -67,8 +68,15 @@ def _window(event: dict[str, Any], settings: AuditSettings) -> AuditWindow:
 
 
 def _sample(event: dict[str, Any], keys: list[str]) -> list[str]:
+    """The first resubmitted keys, bounded in number and size (they travel in the state)."""
     sample = list(event.get("resubmittedSample") or [])
-    return (sample + keys)[:SAMPLE_LIMIT]
+    size = sum(len(k) for k in sample)
+    for key in keys:
+        if len(sample) >= SAMPLE_LIMIT or size + len(key) > SAMPLE_CHARACTERS:
+            break
+        sample.append(key)
+        size += len(key)
+    return sample
 
 
 def audit_objects(
@@ -105,53 +113,123 @@ def audit_objects(
 
 
 def sweep_locks(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> dict[str, Any]:
-    """One page of PROCESSING rows whose lock expired more than the margin ago.
+    """One page of the open-work index: first stuck PROCESSING rows, then FAILED ones.
 
-    Each is released with a fenced update and resubmitted; one at MaxAttempts
-    is dead-lettered instead, as the processor would have done.
+    A stuck row (its lock expired more than the margin ago) is released with
+    a fenced update and resubmitted; at MaxAttempts it is dead-lettered
+    instead, as the processor would have done. A FAILED row below
+    MaxAttempts is resubmitted: for an SQS message or a custom event nothing
+    else ever would (the pipe and the rule do not redeliver a failed
+    execution). Resubmissions share the bucket walk's names, so a key is
+    started once per audit however many phases see it.
     """
     now = float(event["startedAt"]) / 1000
-    cutoff = int(now - settings.stuck_margin_seconds)
-    rows, cursor = clients.ledger.expired_locks(cutoff, event.get("cursor"))
+    cursor = event.get("cursor") or {"phase": "stuck"}
     counts = add_counts(event.get("counts") or {})
     resubmitted: list[str] = []
-    audit_id = str(event["auditId"])
-    for row in rows:
-        at_max = int(row.get("attempts", 0)) >= settings.max_attempts
-        work = row_work_item(row)
-        original = None
-        if work is None or at_max:
-            # A message or event carries a payload the row does not keep:
-            # the execution that held the lock has its input.
-            original = clients.processor.execution_input(str(row.get("lock_owner", "")))
-        if not clients.ledger.release_stuck(row, int(time.time() * 1000), audit_id, at_max):
-            counts["stuck_left_alone"] += 1  # reclaimed or renewed since the index was read
-            continue
-        counts["stuck_released"] += 1
-        if at_max:
-            message = stuck_dead_letter_message(row, original, settings.processor_arn)
-            clients.dead_letters.send(message["body"], message["attributes"])
-            counts["stuck_dead_lettered"] += 1
-            logger.warning("stuck work dead-lettered", extra={"idempotency_key": row["pk"]})
-            continue
-        execution_input = work if work is not None else original
-        if execution_input is None:
-            counts["resubmit_errors"] += 1
-            logger.error(
-                "released, but cannot resubmit: the original input is gone",
-                extra={"idempotency_key": row["pk"], "lock_owner": row.get("lock_owner")},
-            )
-            continue
-        clients.processor.start(resubmission_name("sweep", audit_id, row["pk"]), execution_input)
-        resubmitted.append(str(row["pk"]))
-        logger.info("stuck lock released and resubmitted", extra={"idempotency_key": row["pk"]})
+    phase: dict[str, Any] = cursor
+    if cursor.get("phase") == "stuck":
+        cutoff = int(now - settings.stuck_margin_seconds)
+        rows, start = clients.ledger.open_rows("PROCESSING", cutoff, cursor.get("start"))
+        for row in rows:
+            _release_stuck(row, event, settings, clients, counts, resubmitted)
+        # The last stuck page goes straight on to the first FAILED page.
+        phase = {"phase": "stuck", "start": start} if start else {"phase": "failed"}
+    next_cursor: dict[str, Any] | None = phase
+    if phase.get("phase") == "failed":
+        rows, start = clients.ledger.open_rows("FAILED", None, phase.get("start"))
+        for row in rows:
+            _retry_failed(row, event, settings, clients, counts, resubmitted)
+        next_cursor = {"phase": "failed", "start": start} if start else None
     return {
         **event,
-        "cursor": cursor,
-        "done": cursor is None,
+        "cursor": next_cursor,
+        "done": next_cursor is None,
         "counts": counts,
         "resubmittedSample": _sample(event, resubmitted),
     }
+
+
+def _resubmit(
+    row: dict[str, Any],
+    event: dict[str, Any],
+    clients: Clients,
+    counts: dict[str, int],
+    resubmitted: list[str],
+) -> bool:
+    """Start the processor again for a row: a work item, or the original execution's input."""
+    execution_input = row_work_item(row) or clients.processor.execution_input(
+        str(row.get("lock_owner", ""))
+    )
+    if execution_input is None:
+        counts["resubmit_errors"] += 1
+        logger.error(
+            "cannot resubmit: the original input is gone (or the execution was EXPRESS)",
+            extra={"idempotency_key": row["pk"], "lock_owner": row.get("lock_owner")},
+        )
+        return False
+    name = resubmission_name("audit", str(event["auditId"]), str(row["pk"]))
+    started = clients.processor.start(name, execution_input)
+    if started:
+        resubmitted.append(str(row["pk"]))
+    return started
+
+
+def _release_stuck(
+    row: dict[str, Any],
+    event: dict[str, Any],
+    settings: AuditSettings,
+    clients: Clients,
+    counts: dict[str, int],
+    resubmitted: list[str],
+) -> None:
+    audit_id = str(event["auditId"])
+    if int(row.get("attempts", 0)) >= settings.max_attempts:
+        # The message first: if this page fails after it, the retried page
+        # finds the row still PROCESSING and sends again (a DLQ message too
+        # many beats a dead-lettered row with none).
+        original = clients.processor.execution_input(str(row.get("lock_owner", "")))
+        message = stuck_dead_letter_message(row, original, settings.processor_arn)
+        clients.dead_letters.send(message["body"], message["attributes"])
+        if not clients.ledger.release_stuck(row, int(time.time() * 1000), audit_id, True):
+            counts["stuck_left_alone"] += 1
+            logger.warning(
+                "taken over after its DLQ message was sent: redrive will find it done or busy",
+                extra={"idempotency_key": row["pk"]},
+            )
+            return
+        counts["stuck_released"] += 1
+        counts["stuck_dead_lettered"] += 1
+        logger.warning("stuck work dead-lettered", extra={"idempotency_key": row["pk"]})
+        return
+    if not clients.ledger.release_stuck(row, int(time.time() * 1000), audit_id, False):
+        counts["stuck_left_alone"] += 1  # reclaimed or renewed since the index was read
+        return
+    counts["stuck_released"] += 1
+    # Released first: should this start fail, the retried page (or the next
+    # audit) finds the row FAILED and resubmits it from there.
+    _resubmit(row, event, clients, counts, resubmitted)
+    logger.info("stuck lock released and resubmitted", extra={"idempotency_key": row["pk"]})
+
+
+def _retry_failed(
+    row: dict[str, Any],
+    event: dict[str, Any],
+    settings: AuditSettings,
+    clients: Clients,
+    counts: dict[str, int],
+    resubmitted: list[str],
+) -> None:
+    now = float(event["startedAt"]) / 1000
+    if (
+        int(row.get("attempts", 0)) >= settings.max_attempts
+        or "dead_lettered_at" in row
+        or int(row.get("expires_at", 0)) < now
+    ):
+        return  # not open work (the index lags a write), or expired: a new delivery's
+    if _resubmit(row, event, clients, counts, resubmitted):
+        counts["failed_resubmitted"] += 1
+        logger.info("failed work resubmitted", extra={"idempotency_key": row["pk"]})
 
 
 def report(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> dict[str, Any]:
@@ -180,6 +258,7 @@ def report(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> 
         ("AuditResubmitted", counts["missing_resubmitted"] + counts["failed_resubmitted"]),
         ("StuckReleased", counts["stuck_released"]),
         ("AuditResubmitErrors", counts["resubmit_errors"]),
+        ("AuditUnversionedSkipped", counts["unversioned_skipped"]),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("audit report", extra={"report": result})

@@ -29,8 +29,11 @@ COUNT_KEYS = (
     "stuck_left_alone",
     "resubmit_errors",
 )
-# How many resubmitted keys a report names (the counts are always complete).
+# How many resubmitted keys a report names (the counts are always complete),
+# and how many characters of keys one walk carries in the state (keys can be
+# 1 KB each; a Map of many prefix walks must stay under the 256 KiB state limit).
 SAMPLE_LIMIT = 50
+SAMPLE_CHARACTERS = 2048
 NULL_VERSION = "null"
 
 Counts = dict[str, int]
