@@ -137,6 +137,7 @@ class LocalEngine:
         # flow here); the history and the result carry what matters.
         logging.getLogger("moto.stepfunctions").setLevel(logging.CRITICAL)
         patches.CLOCK.scale = self.time_scale
+        patches.REQUEST_LOG.clear()  # a new engine is a new world: no requests of an earlier one
         # In-process, concurrent invocations share one Powertools Metrics object,
         # so one may flush what another added and warn that its own set is empty.
         # A Lambda sandbox runs one invocation at a time and never sees this.

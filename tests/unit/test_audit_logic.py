@@ -128,3 +128,42 @@ def test_only_throttling_and_server_errors_are_transient(
     response: dict[str, Any], transient: bool
 ) -> None:
     assert is_transient(response) is transient
+
+
+class _Throttled:
+    """A DynamoDB client that leaves some keys unprocessed, as DynamoDB does when throttled."""
+
+    def __init__(self, table: str, unprocessed_rounds: int) -> None:
+        self.table, self.rounds, self.calls = table, unprocessed_rounds, 0
+
+    def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
+        self.calls += 1
+        keys = RequestItems[self.table]["Keys"]
+        if self.rounds > 0:
+            self.rounds -= 1
+            served, left = keys[:1], keys[1:]
+        else:
+            served, left = keys, []
+        response: dict[str, Any] = {
+            "Responses": {self.table: [{**k, "status": {"S": "PROCESSED"}} for k in served]}
+        }
+        if left:
+            response["UnprocessedKeys"] = {self.table: {**RequestItems[self.table], "Keys": left}}
+        return response
+
+
+def test_batch_get_retries_unprocessed_keys_until_all_are_read() -> None:
+    from service.dal.ledger import Ledger
+
+    client = _Throttled("t", unprocessed_rounds=2)
+    rows = Ledger("t", "OpenWork", client).batch_get(["a", "b", "c", "a"])
+    assert sorted(rows) == ["a", "b", "c"] and client.calls == 3
+
+
+def test_batch_get_gives_up_as_a_transient_error() -> None:
+    from service.dal.ledger import Ledger
+    from service.errors import TransientError
+
+    client = _Throttled("t", unprocessed_rounds=100)
+    with pytest.raises(TransientError, match="unprocessed"):
+        Ledger("t", "OpenWork", client).batch_get([str(n) for n in range(20)])

@@ -411,3 +411,97 @@ def test_a_5000_key_bucket_is_audited_page_by_page() -> None:
         assert result.states_entered.count("MoreObjects") == 6
         # The ten resubmissions ran (the injected processor dead-letters them).
         assert len(dlq_messages(engine)) == 10
+
+
+def test_one_audit_prefix_is_walked_alone() -> None:
+    with audit_engine(AuditPrefixes="uploads/") as engine:
+        upload(engine, "uploads/in.png")
+        upload(engine, "elsewhere/out.png")
+        report = run_audit(engine).output
+        assert report["prefixes"] == ["uploads/"]
+        assert report["scanned"] == 1 and report["missing_resubmitted"] == 1
+
+
+def test_a_failed_sqs_message_is_retried_by_the_audit() -> None:
+    # The pipe deleted the message when it started the execution: nothing redelivers it.
+    with audit_engine(SqsSource="create", IdempotencyKeyPath="orderId") as engine:
+        engine.client("sqs").send_message(
+            QueueUrl=engine.ref("SourceQueue"), MessageBody=json.dumps({"orderId": "o-7"})
+        )
+        with engine.override_function(FUNCTION, always(TransientError)):
+            (arn,) = engine.pump_pipes()
+            assert engine.wait(arn).states_entered[-1] == "Failed"
+        row = ledger_row(engine, "sqs:o-7")
+        assert row is not None and row["status"] == "FAILED"
+        report = run_audit(engine).output
+        assert report["failed_resubmitted"] == 1 and report["scanned"] == 0
+        row = ledger_row(engine, "sqs:o-7")
+        assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"
+        assert output_effects(engine) == 1
+
+
+def test_a_throttled_resubmission_after_a_release_is_not_lost(audited: LocalEngine) -> None:
+    """The sweep released a stuck row, then StartExecution failed: the page is retried."""
+    version = upload(audited, "throttled.png")
+    pk = idempotency_key(audited, "throttled.png", version)
+    gate = Gate()
+    real = audited.runtime.load(audited.runtime.functions[audited.function_name(FUNCTION)])
+    calls = {"n": 0}
+
+    def hangs_first_time(event: dict[str, Any], context: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            gate.hold(timeout=60)
+        return real(event, context)
+
+    audit_name = audited.function_name("AuditFunction")
+    real_audit = audited.runtime.load(audited.runtime.functions[audit_name])
+    throttled = {"left": 1}
+
+    def audit_with_one_throttle(event: dict[str, Any], context: Any) -> Any:
+        import service.dal.workflow as workflow
+
+        original_start = workflow.Processor.start
+
+        def start(self: Any, name: str, execution_input: Any) -> bool:
+            if event.get("action") == "locks" and throttled["left"]:
+                throttled["left"] -= 1
+                raise workflow.TransientError("injected: StartExecution throttled")
+            return original_start(self, name, execution_input)
+
+        workflow.Processor.start = start  # type: ignore[method-assign]
+        try:
+            return real_audit(event, context)
+        finally:
+            workflow.Processor.start = original_start  # type: ignore[method-assign]
+
+    with audited.override_function(FUNCTION, hangs_first_time):
+        stuck = audited.start_execution(MACHINE, s3_event(audited, "throttled.png", version))
+        gate.wait_entered()
+        expire_lock(audited, pk)
+        with audited.override_function("AuditFunction", audit_with_one_throttle):
+            result = run_audit(audited, stuck)
+        gate.release.set()
+        audited.wait(stuck)
+    report = result.output
+    assert throttled["left"] == 0
+    # The first try released the row and failed to start; the retry found it FAILED.
+    assert result.states_entered.count("SweepLocks") == 1
+    assert report["failed_resubmitted"] == 1
+    row = ledger_row(audited, pk)
+    assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"
+    assert output_effects(audited) == 1
+
+
+def test_an_unversioned_listing_skips_and_counts_every_object(audited: LocalEngine) -> None:
+    from service.dal.bucket import Bucket
+
+    s3 = audited.client("s3")
+    s3.create_bucket(Bucket="plain-bucket")
+    for key in ("a.png", "b.png"):
+        s3.put_object(Bucket="plain-bucket", Key=key, Body=b"x")
+    bucket = Bucket("plain-bucket", s3)
+    assert bucket.versioned() is False
+    objects, cursor = bucket.page("", None, versioned=False)
+    assert cursor is None
+    assert [(o.key, o.version_id) for o in objects] == [("a.png", "null"), ("b.png", "null")]

@@ -173,3 +173,50 @@ def test_cli_names_a_missing_stack_clearly(
     code = main(["audit", "--stack-name", "no-such-stack", "--region", "us-east-1"])
     assert code == 2
     assert "cannot read stack no-such-stack" in capsys.readouterr().err
+
+
+def test_a_refused_start_keeps_the_message_and_dead_letters_the_row_again(
+    engine: LocalEngine,
+) -> None:
+    pk = dead_letter(engine, "refused.png")
+    # The processor is gone (a half-deleted stack): Step Functions refuses the start.
+    engine.client("stepfunctions").delete_state_machine(stateMachineArn=engine.ref(MACHINE))
+    report = ops.redrive(ops.LocalTarget(engine))
+    (item,) = report.messages
+    assert item.action == "kept" and "refused" in item.detail
+    assert len(dlq_messages(engine)) == 1
+    row = ledger_row(engine, pk)
+    assert row is not None and "dead_lettered_at" in row and "open_status" not in row
+
+
+def test_a_redrive_that_stopped_before_deleting_is_not_reset_twice(engine: LocalEngine) -> None:
+    pk = dead_letter(engine, "twice.png")
+    (message,) = dlq_messages(engine)
+    # An earlier redrive started the execution, then died before deleting the message.
+    earlier = engine.execute(
+        MACHINE,
+        json.loads(message["Body"])["event"],
+        name=f"redrive-{message['MessageId']}",
+    )
+    report = ops.redrive(ops.LocalTarget(engine))
+    (item,) = report.messages
+    assert item.action == "resubmitted" and item.execution_arn == earlier.arn
+    assert "earlier redrive" in item.detail
+    assert dlq_messages(engine) == []
+    row = ledger_row(engine, pk)
+    assert row is not None and "redrives" not in row  # never reset by this redrive
+
+
+def test_redrive_from_the_ingress_dlq_starts_the_event_as_it_was(engine: LocalEngine) -> None:
+    version = upload(engine, "ingress.png")
+    event = s3_event(engine, "ingress.png", version)
+    engine.client("sqs").send_message(
+        QueueUrl=engine.ref("IngressDeadLetterQueue"),
+        MessageBody=json.dumps(event),
+        MessageAttributes={"ERROR_CODE": {"DataType": "String", "StringValue": "Throttling"}},
+    )
+    report = ops.redrive(ops.LocalTarget(engine), queue="ingress")
+    (item,) = report.messages
+    assert item.action == "resubmitted" and item.outcome == "SUCCEEDED"
+    assert output_effects(engine) == 1
+    assert ledger_row(engine, idempotency_key(engine, "ingress.png", version)) is not None
