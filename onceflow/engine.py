@@ -159,6 +159,7 @@ class LocalEngine:
             raise
 
     def stop(self) -> None:
+        patches.FINISHED.clear()
         for name in self.runtime.functions:
             patches.INVOKERS.pop(name, None)
         FUNCTION_OUTPUT.uninstall()
@@ -481,15 +482,15 @@ class LocalEngine:
     def wait(self, execution_arn: str, timeout: float = 120.0) -> ExecutionResult:
         sfn = self.client("stepfunctions")
         deadline = time.monotonic() + timeout
-        delay = 0.002
+        finished = patches.FINISHED.event(execution_arn)
         while True:
             description = sfn.describe_execution(executionArn=execution_arn)
             if description["status"] != "RUNNING":
                 break
             if time.monotonic() > deadline:
                 raise ExecutionTimeout(f"{execution_arn} still running after {timeout}s")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+            # Woken by the execution's end; the timeout only bounds a missed signal.
+            finished.wait(min(0.5, max(deadline - time.monotonic(), 0.001)))
         events = sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"]
         output = description.get("output")
         return ExecutionResult(

@@ -53,6 +53,7 @@ from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
+from moto.stepfunctions.parser.asl.jsonata import validations as jsonata_validations
 from moto.stepfunctions.parser.backend import execution_worker
 
 MOTO_VERSION = "5.2.5"
@@ -170,15 +171,36 @@ def jsonata_decode_url_component(text: Any) -> Any:
         ) from None
 
 
-def eval_jsonata(expression: str) -> Any:
-    """Evaluate one composed expression the way moto's JVM bridge would."""
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "hash": jsonata_hash,
+    "uuid": jsonata_uuid,
+    "parse": jsonata_parse,
+    "decodeUrlComponent": jsonata_decode_url_component,
+}
+# Parsed expressions, by text. A jsonata-python instance keeps per-evaluation
+# state (input, environment, timestamp), so each evaluation runs on a shallow
+# copy with a fresh frame; the parsed tree is shared, read-only.
+_COMPILED: dict[str, jsonata.Jsonata] = {}
+_COMPILED_LOCK = threading.Lock()
+
+
+def _fresh(expression: str) -> jsonata.Jsonata:
+    template = _COMPILED.get(expression)
+    if template is None:
+        template = jsonata.Jsonata(expression)  # raises on a syntax error
+        with _COMPILED_LOCK:
+            _COMPILED[expression] = template
+    instance = copy.copy(template)
+    instance.environment = instance.create_frame(jsonata.Jsonata.static_frame)
+    for name, function in _FUNCTIONS.items():
+        instance.register_lambda(name, function)
+    return instance
+
+
+def eval_jsonata(expression: str, bindings: dict[str, Any] | None = None) -> Any:
+    """Evaluate one expression with jsonata-python (moto's hook expects a JVM)."""
     try:
-        compiled = jsonata.Jsonata(expression)
-        compiled.register_lambda("hash", jsonata_hash)
-        compiled.register_lambda("uuid", jsonata_uuid)
-        compiled.register_lambda("parse", jsonata_parse)
-        compiled.register_lambda("decodeUrlComponent", jsonata_decode_url_component)
-        return compiled.evaluate(None)
+        return _fresh(expression).evaluate(None, bindings)
     except Exception as exc:  # moto turns this into States.QueryEvaluationError
         raise moto_jsonata.JSONataException("UNKNOWN", str(exc)) from exc
 
@@ -311,6 +333,43 @@ def _in_process_invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, 
 
 _PARSED: dict[str, Any] = {}
 _PARSED_LOCK = threading.Lock()
+# --------------------------------------------------------------------------
+# Finished executions signal their end, so a caller waiting for one wakes at
+# once instead of polling DescribeExecution (which was half of each
+# execution's wall time locally).
+# --------------------------------------------------------------------------
+
+
+class ExecutionSignals:
+    """One threading.Event per execution ARN, set when its worker ends."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def event(self, arn: str) -> threading.Event:
+        with self._lock:
+            return self._events.setdefault(arn, threading.Event())
+
+    def finished(self, arn: str) -> None:
+        self.event(arn).set()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._events.clear()
+
+
+FINISHED = ExecutionSignals()
+_original_execution_logic = execution_worker.ExecutionWorker._execution_logic
+
+
+def _signalling_execution_logic(self: Any) -> None:
+    try:
+        _original_execution_logic(self)  # type: ignore[no-untyped-call]
+    finally:
+        FINISHED.finished(str(self._evaluation_details.execution_details.arn))
+
+
 _original_entrypoint = execution_worker.ExecutionWorker._get_evaluation_entrypoint
 
 
@@ -339,9 +398,50 @@ _applied = False
 _original_jsonata_eval_body = string_expression.StringJSONata._eval_body
 
 
+# moto defines these as JSONata text prepended to each expression; an
+# expression that uses one takes moto's own (slow) path.
+_MOTO_TEXT_FUNCTIONS = re.compile(r"\$(?:partition|range|randomSeeded)\b")
+
+
+def _json_copy(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _compiled_eval_body(self: Any, env: Any) -> None:
+    """StringJSONata._eval_body without re-parsing: compile once, bind the variables.
+
+    moto writes $states and every variable into the expression as JSONata
+    text and parses the whole of it on each evaluation (the input included,
+    up to 256 KiB). Step Functions compiles each expression as written and
+    binds the variables; so does this, which also makes a top-level
+    "$a := 1; $a" fail here as it fails on AWS.
+    """
+    if _MOTO_TEXT_FUNCTIONS.search(self.expression):
+        _original_jsonata_eval_body(self, env)
+        return
+    store = env.variable_store
+    bindings = {**store._outer_scope, **store._inner_scope}
+    bindings = _json_copy({**bindings, "states": env.states._states_data})
+    result = eval_jsonata(self.expression, bindings)
+    if result is None:  # undefined: moto's own check names it and records the event
+        jsonata_validations.validate_jsonata_expression_output(
+            env,
+            self.expression,
+            self.expression,
+            result,  # type: ignore[arg-type]
+        )
+    elif not isinstance(result, str | int | float | bool | list | dict):
+        # A function, say. (moto re-evaluates the whole text with $type() for
+        # every string result to find this; a Python str is a string.)
+        raise moto_jsonata.JSONataException(
+            "UNKNOWN", f"the expression returned an unsupported result type: {type(result)}"
+        )
+    env.stack.append(result)
+
+
 def _jsonata_eval_body(self: Any, env: Any) -> None:
     try:
-        _original_jsonata_eval_body(self, env)
+        _compiled_eval_body(self, env)
     except moto_jsonata.JSONataException as exc:
         error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
         expression = (
@@ -428,6 +528,18 @@ def check_moto_internals() -> None:
         _original_jsonata_eval_body
     ):
         problems.append("StringJSONata._eval_body no longer evaluates through the hook")
+    body = inspect.getsource(_original_jsonata_eval_body)
+    if "_validate_null_output" not in inspect.getsource(jsonata_validations):
+        problems.append("moto's JSONata output validation changed")
+    for needed in ("env.variable_store", "env.states", "validate_jsonata_expression_output"):
+        if needed not in body:
+            problems.append(f"StringJSONata._eval_body no longer uses {needed}")
+    if not {"_outer_scope", "_inner_scope"} <= set(
+        inspect.signature(variable_store.VariableStore.__init__).parameters
+    ) | set(vars(variable_store.VariableStore).get("__annotations__", {})):
+        problems.append("VariableStore no longer keeps _outer_scope and _inner_scope")
+    if "_states_data" not in inspect.getsource(eval_states.States):
+        problems.append("States no longer keeps _states_data")
     start_parameters = list(inspect.signature(_original_start_execution).parameters)
     if start_parameters[:4] != ["self", "state_machine_arn", "name", "execution_input"]:
         problems.append("StepFunctionsParserBackend.start_execution changed its parameters")
@@ -435,6 +547,9 @@ def check_moto_internals() -> None:
         problems.append("Parallel branches no longer name their error with CustomErrorName")
     if "process_request" not in vars(botocore_stubber.BotocoreStubber):
         problems.append("BotocoreStubber.process_request is gone")
+    logic = inspect.getsource(_original_execution_logic)
+    if "self._execution_communication.terminated()" not in logic:
+        problems.append("moto's execution worker no longer ends with terminated()")
     if "AmazonStateLanguageParser.parse" not in inspect.getsource(_original_entrypoint):
         problems.append("moto's execution worker no longer parses in _get_evaluation_entrypoint")
     if "_invoke_lambda" not in vars(lambda_models.LambdaFunction):
@@ -467,4 +582,5 @@ def apply() -> None:
     botocore_stubber.BotocoreStubber.process_request = _serialised_process_request  # type: ignore[method-assign]
     lambda_models.LambdaFunction._invoke_lambda = _in_process_invoke_lambda  # type: ignore[method-assign]
     execution_worker.ExecutionWorker._get_evaluation_entrypoint = _cached_entrypoint  # type: ignore[method-assign]
+    execution_worker.ExecutionWorker._execution_logic = _signalling_execution_logic  # type: ignore[method-assign]
     _applied = True

@@ -239,3 +239,55 @@ def test_an_input_over_256_kib_is_refused(engine: LocalEngine) -> None:
 
     with pytest.raises(ClientError, match="262144"):
         engine.start_execution("ProcessorStateMachine", {"blob": "x" * 262_144})
+
+
+def test_each_expression_is_parsed_once_and_evaluated_with_bindings(engine: LocalEngine) -> None:
+    """The compile cache: moto re-parsed $states and every variable as text each time."""
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Double",
+        "States": {
+            "Double": {
+                "Type": "Pass",
+                "Assign": {"quote": "{% $states.input.text %}"},
+                "Output": "{% {'n': $states.input.n * 2, 'text': $quote & '!'} %}",
+                "End": True,
+            }
+        },
+    }
+    first = _run(engine, definition, {"n": 1, "text": 'a "quoted" \\ text'})
+    compiled = dict(patches._COMPILED)
+    second = _run(engine, definition, {"n": 21, "text": "plain"})
+    assert first.output == {"n": 2, "text": 'a "quoted" \\ text!'}  # type: ignore[attr-defined]
+    assert second.output == {"n": 42, "text": "plain!"}  # type: ignore[attr-defined]
+    assert compiled == patches._COMPILED  # nothing parsed again
+
+
+def test_one_parsed_expression_evaluates_safely_on_many_threads() -> None:
+    # A jsonata-python instance keeps per-evaluation state; the cache shares only the tree.
+    expression = "$sum($map([1..200], function($i) { $i * $k })) = 20100 * $k ? $k : -1"
+    results: dict[int, object] = {}
+
+    def run(k: int) -> None:
+        for _ in range(20):
+            results[k] = patches.eval_jsonata(expression, {"k": k})
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(1, 9)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {k: k for k in range(1, 9)}
+
+
+def test_an_expression_compiles_as_written_as_on_aws(engine: LocalEngine) -> None:
+    # moto wrapped each expression in ( ), so a top-level sequence ran locally
+    # although Step Functions rejects it; compiled as written, it fails here too.
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Bad",
+        "States": {"Bad": {"Type": "Pass", "Output": "{% $a := 1; $a %}", "End": True}},
+    }
+    result = _run(engine, definition, {})
+    assert result.status == "FAILED"  # type: ignore[attr-defined]
+    assert result.error == "States.QueryEvaluationError"  # type: ignore[attr-defined]
