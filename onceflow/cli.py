@@ -57,6 +57,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if report.data["exactly_once"] else 1
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from onceflow import chaos
+
+    config = chaos.ChaosConfig(
+        objects=args.objects,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        duplicate_rate=args.duplicate_rate,
+    )
+    for kind in chaos.FAULT_KINDS:
+        rate = getattr(args, f"{kind}_rate")
+        if rate is not None:
+            config.rates[kind] = rate
+    try:
+        report = chaos.run_chaos(config, progress=sys.stderr)
+    except ValueError as exc:
+        raise SystemExit(f"onceflow chaos: {exc}") from None
+    print(json.dumps(report, indent=2) if args.json else chaos.render(report))
+    return 1 if report["violations"] else 0
+
+
 def _engine(args: argparse.Namespace) -> LocalEngine:
     return LocalEngine(
         Path(args.template),
@@ -202,6 +223,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     demo.set_defaults(func=cmd_demo)
+
+    chaos_cmd = commands.add_parser(
+        "chaos", help="seeded fault injection, the audit, then an exactly-once check"
+    )
+    chaos_cmd.add_argument("--objects", type=int, default=2000, help="1 to 10000 (default 2000)")
+    chaos_cmd.add_argument("--seed", type=int, default=11, help="same seed, same run")
+    chaos_cmd.add_argument("--concurrency", type=int, default=8, help="deliveries at once")
+    chaos_cmd.add_argument(
+        "--duplicate-rate", type=float, default=0.05, help="share of objects delivered 2-3 times"
+    )
+    for kind in ("lost", "poison", "transient", "claim_throttle", "complete_throttle",
+                 "lock_expiry", "crash_after_effect"):  # fmt: skip
+        chaos_cmd.add_argument(
+            f"--{kind.replace('_', '-')}-rate",
+            type=float,
+            default=None,
+            help=f"share of objects with the {kind.replace('_', ' ')} fault",
+        )
+    chaos_cmd.add_argument("--json", action="store_true", help="the report as one JSON object")
+    chaos_cmd.set_defaults(func=cmd_chaos)
 
     def add_engine_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(

@@ -296,13 +296,44 @@ def _describe(request: Any, service: str) -> tuple[str, str, str]:
 _original_process_request = botocore_stubber.BotocoreStubber.process_request
 
 
+# Fault injection (the chaos harness): each injector sees (service, operation,
+# request body) and may answer in the service's place, with an error response
+# (status, headers, body) as the service would send it.
+FaultInjector = Callable[[str, str, str], tuple[int, dict[str, str], str] | None]
+FAULTS: list[FaultInjector] = []
+
+
+def dynamodb_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
+    """A DynamoDB error response (JSON protocol), e.g. ProvisionedThroughputExceededException."""
+    body = json.dumps({"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": message})
+    headers = {
+        "x-amzn-ErrorType": code,
+        "x-amzn-RequestId": str(uuid.uuid4()),  # as every DynamoDB response has
+        "Content-Type": "application/x-amz-json-1.0",
+    }
+    return 400, headers, body
+
+
+def _injected(service: str, request: Any) -> tuple[int, dict[str, str], str] | None:
+    if not FAULTS:
+        return None
+    operation, _, _ = _describe(request, service)
+    body = request.body
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body or "")
+    for injector in list(FAULTS):
+        response = injector(service, operation, text)
+        if response is not None:
+            return response
+    return None
+
+
 def _serialised_process_request(self: Any, request: Any) -> Any:
     match = _LOCKED_SERVICE.match(urlsplit(request.url).netloc)
     if match is None:
         return _original_process_request(self, request)
     service = match.group(1)
     with BACKEND_LOCK:
-        response = _original_process_request(self, request)
+        response = _injected(service, request) or _original_process_request(self, request)
     if response is not None:
         operation, bucket, key = _describe(request, service)
         REQUEST_LOG.add(RecordedRequest(service, operation, response[0], bucket, key))

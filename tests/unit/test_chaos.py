@@ -1,0 +1,66 @@
+"""The chaos harness: a small seeded run, and its checker on broken end states."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from onceflow.chaos import FAULT_KINDS, _check
+from onceflow.cli import main
+from onceflow.demo import DemoObject
+from onceflow.engine import LocalEngine
+from tests.helpers import png_bytes, upload
+
+
+def test_a_200_object_run_injects_every_fault_and_holds_every_invariant(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["chaos", "--objects", "200", "--seed", "11", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["violations"] == []
+    assert report["objects"] == 200
+    for kind in (*FAULT_KINDS, "duplicate_delivery"):
+        assert report["faults_injected"][kind] >= 1, kind
+    assert report["duplicate_gap_seconds"]["concurrent"] >= 1
+    poison = report["faults_injected"]["poison"]
+    assert report["effects_histogram"] == {"0": poison, "1": 200 - poison}
+    assert report["dead_letter_messages"] == poison
+    # The faults show in the executions: a takeover's loser, a crash, discarded duplicates.
+    assert report["executions"]["LockLost"] == report["faults_injected"]["lock_expiry"]
+    assert report["executions"]["Duplicate"] >= 1
+    assert report["audit"]["missing_resubmitted"] == report["faults_injected"]["lost"]
+    assert report["second_audit_resubmitted"] == 0
+
+
+def test_the_checker_names_every_broken_invariant(engine: LocalEngine) -> None:
+    bucket = engine.ref("IngestBucket")
+    s3 = engine.client("s3")
+    twice = DemoObject("twice.png", upload(engine, "twice.png"), processable=True)
+    never = DemoObject("never.png", upload(engine, "never.png"), processable=True)
+    poison = DemoObject("poison.png", upload(engine, "poison.png", b"x"), processable=False)
+    # A non-idempotent sink: two outputs written for one unit of work.
+    for n in range(2):
+        s3.put_object(
+            Bucket=engine.ref("OutputBucket"),
+            Key=f"processed/twice-{n}.webp",
+            Body=png_bytes(),
+            Metadata={"idempotency-key": twice.idempotency_key(bucket)},
+        )
+    # A row left PROCESSING, and a poison object with no DLQ message.
+    engine.client("dynamodb").put_item(
+        TableName=engine.ref("LedgerTable"),
+        Item={"pk": {"S": never.idempotency_key(bucket)}, "status": {"S": "PROCESSING"}},
+    )
+    nothing = {"missing_resubmitted": 0, "failed_resubmitted": 0, "stuck_released": 0}
+    report = _check(
+        engine, bucket, {o.key: o for o in (twice, never, poison)}, {}, nothing, nothing
+    )
+    broken = {(v["invariant"], v["key"].split("/")[-1].split("#")[0]) for v in report["violations"]}
+    assert broken == {
+        ("one effect per processable object", "twice.png"),
+        ("one effect per processable object", "never.png"),
+        ("no row left PROCESSING", "never.png"),
+        ("poison: one DLQ message and a FAILED row", "poison.png"),
+    }
+    assert report["effects_histogram"] == {"0": 2, "2": 1}
