@@ -78,6 +78,16 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return 1 if report["violations"] else 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from onceflow import bench
+
+    report = bench.run_bench(args.messages, args.audit_keys, args.concurrency, sys.stderr)
+    json_path, md_path = bench.write(report, Path(args.out))
+    print(bench.render(report))
+    print(f"\nwritten: {json_path}, {md_path}", file=sys.stderr)
+    return 0
+
+
 def _engine(args: argparse.Namespace) -> LocalEngine:
     return LocalEngine(
         Path(args.template),
@@ -243,6 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
         )
     chaos_cmd.add_argument("--json", action="store_true", help="the report as one JSON object")
     chaos_cmd.set_defaults(func=cmd_chaos)
+
+    bench_cmd = commands.add_parser(
+        "bench", help="benchmarks: throughput, cost per path, the Powertools baseline, the audit"
+    )
+    bench_cmd.add_argument("--messages", type=int, default=200, help="messages per path")
+    bench_cmd.add_argument("--audit-keys", type=int, default=5000, help="keys the audit walks")
+    bench_cmd.add_argument("--concurrency", type=int, default=8, help="executions at once")
+    bench_cmd.add_argument("--out", default="bench", help="where results.json/.md go")
+    bench_cmd.set_defaults(func=cmd_bench)
 
     def add_engine_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(
