@@ -268,8 +268,10 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
         audit = ops.run_audit(target)
         again = ops.run_audit(target)
         report = _check(engine, bucket, objects, faults, audit, again)
+        outcomes = Counter(
+            r.states_entered[-1] if r.states_entered else r.status for _, r in results
+        )
 
-    outcomes = Counter(r.states_entered[-1] if r.states_entered else r.status for _, r in results)
     report.update(
         {
             "seed": config.seed,

@@ -105,10 +105,11 @@ def cmd_execute(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"local: {note}", file=sys.stderr)
         result = engine.execute(arn, event, name=args.name)
-    if args.json:
-        print(json.dumps(history.to_json(result), indent=2, default=str))
-    else:
-        print(history.render(result))
+        # The history is read from the engine, so render while it is up.
+        if args.json:
+            print(json.dumps(history.to_json(result), indent=2, default=str))
+        else:
+            print(history.render(result))
     return 0 if result.status == "SUCCEEDED" else 1
 
 

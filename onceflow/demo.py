@@ -307,8 +307,8 @@ def run_demo(config: DemoConfig, progress: TextIO | None = sys.stderr) -> DemoRe
         again = ops.run_audit(target)
         dead_letters = _drain(engine, engine.ref("DeadLetterQueue"))
         effects = _effects_by_idempotency_key(engine, output_bucket)
+        outcomes = Counter(r.states_entered[-1] if r.states_entered else r.status for r in results)
 
-    outcomes = Counter(r.states_entered[-1] if r.states_entered else r.status for r in results)
     effect_counts = {o.key: effects.get(o.idempotency_key(bucket), 0) for o in objects}
     delivered = [o for o in objects if o.deliveries > 0]
     multiple = sorted(k for k, n in effect_counts.items() if n > 1)

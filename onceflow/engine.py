@@ -15,7 +15,7 @@ import uuid
 import warnings
 import zipfile
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +70,18 @@ class ExecutionResult:
     output: Any
     error: str | None
     cause: str | None
-    events: list[dict[str, Any]] = field(default_factory=list)
+    # The history is read when first asked for (it is most of what waiting for
+    # an execution would cost): while the engine that ran it is still up.
+    load_events: Callable[[], list[dict[str, Any]]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    _events: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        if self._events is None:
+            self._events = self.load_events() if self.load_events is not None else []
+        return self._events
 
     @property
     def states_entered(self) -> list[str]:
@@ -491,7 +502,15 @@ class LocalEngine:
                 raise ExecutionTimeout(f"{execution_arn} still running after {timeout}s")
             # Woken by the execution's end; the timeout only bounds a missed signal.
             finished.wait(min(0.5, max(deadline - time.monotonic(), 0.001)))
-        events = sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"]
+
+        def history() -> list[dict[str, Any]]:
+            events: list[dict[str, Any]] = []
+            for page in sfn.get_paginator("get_execution_history").paginate(
+                executionArn=execution_arn
+            ):
+                events += page["events"]
+            return events
+
         output = description.get("output")
         return ExecutionResult(
             arn=execution_arn,
@@ -501,7 +520,7 @@ class LocalEngine:
             output=json.loads(output) if output else None,
             error=description.get("error"),
             cause=description.get("cause"),
-            events=events,
+            load_events=history,
         )
 
     # ---- ingress: EventBridge rules and the SQS pipe -------------------------
