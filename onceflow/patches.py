@@ -55,6 +55,7 @@ from moto.stepfunctions.parser.asl.eval import variable_store
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.jsonata import validations as jsonata_validations
+from moto.stepfunctions.parser.asl.utils import boto_client as moto_boto_client
 from moto.stepfunctions.parser.backend import execution_worker
 
 MOTO_VERSION = "5.2.5"
@@ -402,6 +403,42 @@ def _signalling_execution_logic(self: Any) -> None:
         FINISHED.finished(str(self._evaluation_details.execution_details.arn))
 
 
+# --------------------------------------------------------------------------
+# moto's task integrations build a new boto3 client for every call (about a
+# sixth of an execution's time). Clients are thread-safe once built; build
+# each (region, service) once, under a lock (boto3's default session is not).
+# --------------------------------------------------------------------------
+
+_original_boto_client_for = moto_boto_client.boto_client_for
+_CLIENTS: dict[tuple[str, str], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _cached_boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
+    # moto's own version ignores state_credentials (checked in check_moto_internals).
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get((region, service))
+        if client is None:
+            client = _CLIENTS[(region, service)] = _original_boto_client_for(region, service)
+    return client
+
+
+def _install_cached_clients() -> list[str]:
+    """Point every moto module that imported boto_client_for at the cached one."""
+    import sys
+
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_factory,  # noqa: F401 - imports every integration module
+    )
+
+    patched = []
+    for name, module in list(sys.modules.items()):
+        if getattr(module, "boto_client_for", None) is _original_boto_client_for:
+            module.boto_client_for = _cached_boto_client_for  # type: ignore[attr-defined]
+            patched.append(name)
+    return patched
+
+
 _original_entrypoint = execution_worker.ExecutionWorker._get_evaluation_entrypoint
 
 
@@ -581,6 +618,9 @@ def check_moto_internals() -> None:
         problems.append("Parallel branches no longer name their error with CustomErrorName")
     if "process_request" not in vars(botocore_stubber.BotocoreStubber):
         problems.append("BotocoreStubber.process_request is gone")
+    client_source = inspect.getsource(_original_boto_client_for)
+    if "boto3.client(" not in client_source or "state_credentials." in client_source:
+        problems.append("moto's boto_client_for changed (a client per call, credentials unused)")
     logic = inspect.getsource(_original_execution_logic)
     if "self._execution_communication.terminated()" not in logic:
         problems.append("moto's execution worker no longer ends with terminated()")
@@ -617,4 +657,5 @@ def apply() -> None:
     lambda_models.LambdaFunction._invoke_lambda = _in_process_invoke_lambda  # type: ignore[method-assign]
     execution_worker.ExecutionWorker._get_evaluation_entrypoint = _cached_entrypoint  # type: ignore[method-assign]
     execution_worker.ExecutionWorker._execution_logic = _signalling_execution_logic  # type: ignore[method-assign]
+    _install_cached_clients()
     _applied = True

@@ -291,3 +291,17 @@ def test_an_expression_compiles_as_written_as_on_aws(engine: LocalEngine) -> Non
     result = _run(engine, definition, {})
     assert result.status == "FAILED"  # type: ignore[attr-defined]
     assert result.error == "States.QueryEvaluationError"  # type: ignore[attr-defined]
+
+
+def test_moto_integrations_share_one_client_per_service(engine: LocalEngine) -> None:
+    """moto built a boto3 client for every integration call; now one per (region, service)."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_dynamodb,
+    )
+
+    assert lambda_eval_utils.boto_client_for is patches._cached_boto_client_for
+    assert state_task_service_dynamodb.boto_client_for is patches._cached_boto_client_for
+    first = patches._cached_boto_client_for("us-east-1", "dynamodb", object())
+    assert patches._cached_boto_client_for("us-east-1", "dynamodb", None) is first
+    assert patches._cached_boto_client_for("us-east-1", "sqs") is not first
