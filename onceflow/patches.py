@@ -23,8 +23,10 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import jsonata
+import jsonata.utils
 from moto.awslambda import models as lambda_models
 from moto.core import botocore_stubber
+from moto.core.models import botocore_stubber as moto_botocore_stubber
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
@@ -186,12 +188,13 @@ _COMPILED: dict[str, jsonata.Jsonata] = {}
 _COMPILED_LOCK = threading.Lock()
 
 
-def _fresh(expression: str) -> jsonata.Jsonata:
-    template = _COMPILED.get(expression)
+def _fresh(expression: str, cache: bool) -> jsonata.Jsonata:
+    template = _COMPILED.get(expression) if cache else None
     if template is None:
         template = jsonata.Jsonata(expression)  # raises on a syntax error
-        with _COMPILED_LOCK:
-            _COMPILED[expression] = template
+        if cache:
+            with _COMPILED_LOCK:
+                _COMPILED[expression] = template
     instance = copy.copy(template)
     instance.environment = instance.create_frame(jsonata.Jsonata.static_frame)
     for name, function in _FUNCTIONS.items():
@@ -199,10 +202,30 @@ def _fresh(expression: str) -> jsonata.Jsonata:
     return instance
 
 
-def eval_jsonata(expression: str, bindings: dict[str, Any] | None = None) -> Any:
-    """Evaluate one expression with jsonata-python (moto's hook expects a JVM)."""
+def _evaluate(instance: jsonata.Jsonata, bindings: dict[str, Any] | None) -> Any:
+    # jsonata-python evaluates on the thread's "current" instance and reads
+    # $millis()/$now() from it: make this one current, or the clock stops at
+    # the first evaluation the thread made.
+    current = getattr(jsonata.Jsonata.CURRENT, "jsonata", None)
+    jsonata.Jsonata.CURRENT.jsonata = instance
     try:
-        return _fresh(expression).evaluate(None, bindings)
+        return instance.evaluate(None, bindings)
+    finally:
+        if current is None:
+            del jsonata.Jsonata.CURRENT.jsonata
+        else:
+            jsonata.Jsonata.CURRENT.jsonata = current
+
+
+def eval_jsonata(expression: str, bindings: dict[str, Any] | None = None) -> Any:
+    """Evaluate one expression with jsonata-python (moto's hook expects a JVM).
+
+    With bindings, the expression is one from a definition: parsed once and
+    cached. Without, it is moto's composed text (its fallback path), which
+    embeds the data: never cached.
+    """
+    try:
+        return _evaluate(_fresh(expression, cache=bindings is not None), bindings)
     except Exception as exc:  # moto turns this into States.QueryEvaluationError
         raise moto_jsonata.JSONataException("UNKNOWN", str(exc)) from exc
 
@@ -410,16 +433,18 @@ def _signalling_execution_logic(self: Any) -> None:
 # --------------------------------------------------------------------------
 
 _original_boto_client_for = moto_boto_client.boto_client_for
-_CLIENTS: dict[tuple[str, str], Any] = {}
+_CLIENTS: dict[tuple[str, str, bool], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
 def _cached_boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
     # moto's own version ignores state_credentials (checked in check_moto_internals).
+    # moto picks the endpoint (the in-process stubber or a server) when it builds one.
+    key = (region, service, bool(moto_botocore_stubber.enabled))
     with _CLIENTS_LOCK:
-        client = _CLIENTS.get((region, service))
+        client = _CLIENTS.get(key)
         if client is None:
-            client = _CLIENTS[(region, service)] = _original_boto_client_for(region, service)
+            client = _CLIENTS[key] = _original_boto_client_for(region, service)
     return client
 
 
@@ -474,8 +499,22 @@ _original_jsonata_eval_body = string_expression.StringJSONata._eval_body
 _MOTO_TEXT_FUNCTIONS = re.compile(r"\$(?:partition|range|randomSeeded)\b")
 
 
+JSONATA_NULL = jsonata.utils.Utils.NULL_VALUE
+
+
+def _as_jsonata(value: Any) -> Any:
+    """A JSON value as jsonata-python reads JSON: null is NULL_VALUE (None is undefined)."""
+    if value is None:
+        return JSONATA_NULL
+    if isinstance(value, dict):
+        return {k: _as_jsonata(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_jsonata(v) for v in value]
+    return value
+
+
 def _json_copy(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
+    return _as_jsonata(json.loads(json.dumps(value, default=str)))
 
 
 def _compiled_eval_body(self: Any, env: Any) -> None:
@@ -493,7 +532,12 @@ def _compiled_eval_body(self: Any, env: Any) -> None:
     store = env.variable_store
     bindings = {**store._outer_scope, **store._inner_scope}
     bindings = _json_copy({**bindings, "states": env.states._states_data})
-    result = eval_jsonata(self.expression, bindings)
+    try:
+        instance = _fresh(self.expression, cache=True)
+        instance.set_output_convert_nulls(False)  # keep null apart from undefined
+        result = _evaluate(instance, bindings)
+    except Exception as exc:  # moto turns this into States.QueryEvaluationError
+        raise moto_jsonata.JSONataException("UNKNOWN", str(exc)) from exc
     if result is None:  # undefined: moto's own check names it and records the event
         jsonata_validations.validate_jsonata_expression_output(
             env,
@@ -501,7 +545,8 @@ def _compiled_eval_body(self: Any, env: Any) -> None:
             self.expression,
             result,  # type: ignore[arg-type]
         )
-    elif not isinstance(result, str | int | float | bool | list | dict):
+    result = jsonata.utils.Utils.convert_nulls(result)  # null: None, however deep
+    if not isinstance(result, str | int | float | bool | list | dict | None):
         # A function, say. (moto re-evaluates the whole text with $type() for
         # every string result to find this; a Python str is a string.)
         raise moto_jsonata.JSONataException(

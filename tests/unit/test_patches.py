@@ -305,3 +305,60 @@ def test_moto_integrations_share_one_client_per_service(engine: LocalEngine) -> 
     first = patches._cached_boto_client_for("us-east-1", "dynamodb", object())
     assert patches._cached_boto_client_for("us-east-1", "dynamodb", None) is first
     assert patches._cached_boto_client_for("us-east-1", "sqs") is not first
+
+
+def test_null_stays_null_and_undefined_stays_undefined(engine: LocalEngine) -> None:
+    """JSON null is a value in JSONata: bound as null, not dropped as undefined."""
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Keep",
+        "States": {
+            "Keep": {
+                "Type": "Pass",
+                "Assign": {"a": "{% $states.input.a %}"},
+                "Next": "Use",
+            },
+            "Use": {
+                "Type": "Pass",
+                "Output": "{% {'isNull': $a = null, 'exists': $exists($a), 'a': $a, "
+                "'list': [$a], 'missing': $exists($states.input.b)} %}",
+                "End": True,
+            },
+        },
+    }
+    result = _run(engine, definition, {"a": None})
+    assert result.status == "SUCCEEDED", result.cause  # type: ignore[attr-defined]
+    assert result.output == {  # type: ignore[attr-defined]
+        "isNull": True,
+        "exists": True,
+        "a": None,
+        "list": [None],
+        "missing": False,
+    }
+
+
+def test_a_processor_returning_null_is_processed(engine: LocalEngine) -> None:
+    from tests.helpers import FUNCTION, MACHINE, s3_event, upload
+
+    version = upload(engine, "null.png")
+    with engine.override_function(FUNCTION, lambda event, context: None):
+        result = engine.execute(MACHINE, s3_event(engine, "null.png", version))
+    assert result.states_entered[-1] == "Processed"
+    assert result.output["result"] is None
+
+
+def test_millis_moves_on_within_an_execution() -> None:
+    # The clock is read per evaluation, not frozen at the thread's first one.
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Before",
+        "States": {
+            "Before": {"Type": "Pass", "Assign": {"t0": "{% $millis() %}"}, "Next": "Wait"},
+            "Wait": {"Type": "Wait", "Seconds": 1, "Next": "After"},
+            "After": {"Type": "Pass", "Output": "{% $millis() - $t0 %}", "End": True},
+        },
+    }
+    with LocalEngine(function_log=None, time_scale=0.3) as scaled:
+        for _ in range(2):  # the second execution too (a thread's first instance lingered)
+            elapsed = _run(scaled, definition, {}).output  # type: ignore[attr-defined]
+            assert 200 <= elapsed < 5000
