@@ -42,8 +42,9 @@ DYNAMODB_PER_READ = 0.125 / 1_000_000  # on-demand RRU (eventually consistent: h
 SQS_PER_REQUEST = 0.40 / 1_000_000
 
 # Durations on AWS cannot be measured here; these are the model's assumptions,
-# the same for onceflow and the baseline, so they cancel except where one does
-# work the other does not.
+# applied alike: the work costs WORK_MS wherever it runs, every AWS call costs
+# CALL_MS of the caller's time (the handler's for the baseline, the EXPRESS
+# execution's for onceflow), every invocation LAMBDA_OVERHEAD_MS.
 WORK_MS = 200.0  # the processor's own work (read, downscale, write) at 1024 MB
 CALL_MS = 10.0  # one AWS API round trip (an integration call, a DynamoDB request)
 LAMBDA_OVERHEAD_MS = 5.0  # a warm invocation's own cost
@@ -89,21 +90,24 @@ class PathCost:
     lambda_invocations: int
     sqs_messages: int
     integration_calls: int
+    lambda_ms: float = WORK_MS + LAMBDA_OVERHEAD_MS  # modelled, per invocation
+    wait_seconds: float = 0.0  # retry backoff an EXPRESS execution is billed for
 
     def dollars(self, mode: str) -> float:
-        lambda_ms = (WORK_MS + LAMBDA_OVERHEAD_MS) if self.lambda_invocations else 0.0
         common = (
             self.dynamodb_writes * DYNAMODB_PER_WRITE
             + self.dynamodb_reads * DYNAMODB_PER_READ
             + self.sqs_messages * SQS_PER_REQUEST
             + self.lambda_invocations
-            * (LAMBDA_PER_REQUEST + lambda_ms / 1000 * LAMBDA_MEMORY_GB * LAMBDA_PER_GB_SECOND)
+            * (LAMBDA_PER_REQUEST + self.lambda_ms / 1000 * LAMBDA_MEMORY_GB * LAMBDA_PER_GB_SECOND)
         )
         if mode == "STANDARD":
             return common + self.transitions * STANDARD_PER_TRANSITION
         if mode == "EXPRESS":
-            seconds = self.integration_calls * CALL_MS / 1000 + (
-                lambda_ms / 1000 if self.lambda_invocations else 0.0
+            seconds = (
+                self.integration_calls * CALL_MS / 1000
+                + self.lambda_invocations * self.lambda_ms / 1000
+                + self.wait_seconds
             )
             billed = math.ceil(seconds * 10) / 10  # 100 ms increments
             return common + EXPRESS_PER_REQUEST + billed * EXPRESS_MEMORY_GB * EXPRESS_PER_GB_SECOND
@@ -130,6 +134,11 @@ def _path_cost(engine: LocalEngine, path: str, run: Callable[[], ExecutionResult
     since = len(patches.REQUEST_LOG.snapshot())
     invocations = len(engine.runtime.invocations)
     result = run()
+    retries = sum(e["type"] == "TaskScheduled" for e in result.events) - sum(
+        e["type"] == "TaskStateEntered" for e in result.events
+    )
+    # Full jitter: a retry waits half the interval on average (the first retry's).
+    interval = float(engine.stack.parameters.get("RetryIntervalSeconds", "0"))
     requests = _requests(since)
     dynamodb = {op.split(":")[1]: n for op, n in requests.items() if op.startswith("dynamodb:")}
     sqs = sum(n for op, n in requests.items() if op.startswith("sqs:"))
@@ -144,6 +153,7 @@ def _path_cost(engine: LocalEngine, path: str, run: Callable[[], ExecutionResult
         lambda_invocations=lambdas,
         sqs_messages=sqs,
         integration_calls=writes + reads + sqs + lambdas,
+        wait_seconds=max(retries, 0) * interval / 2,
     )
 
 
@@ -275,7 +285,14 @@ def powertools_baseline(engine: LocalEngine, messages: int) -> dict[str, Any]:
         requests = _requests(since)
         writes = sum(n for op, n in requests.items() if op.split(":")[1] in WRITES)
         reads = sum(n for op, n in requests.items() if op.split(":")[1] in READS)
-        cost = PathCost(path, 0, writes // messages, reads // messages, 1, 0, 0)
+        calls = (writes + reads) / messages
+        # The handler's own DynamoDB round trips are Lambda time; a duplicate
+        # stops at the idempotency check, before the work.
+        work = WORK_MS if path == "happy" else 0.0
+        cost = PathCost(
+            path, 0, writes // messages, reads // messages, 1, 0, 0,
+            lambda_ms=work + LAMBDA_OVERHEAD_MS + calls * CALL_MS,
+        )  # fmt: skip
         return cost, messages / elapsed
 
     happy, happy_rate = run("happy")

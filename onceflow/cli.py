@@ -239,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
         "chaos", help="seeded fault injection, the audit, then an exactly-once check"
     )
     chaos_cmd.add_argument("--objects", type=int, default=2000, help="1 to 10000 (default 2000)")
-    chaos_cmd.add_argument("--seed", type=int, default=11, help="same seed, same run")
+    chaos_cmd.add_argument(
+        "--seed", type=int, default=11, help="same seed, same plan of objects and faults"
+    )
     chaos_cmd.add_argument("--concurrency", type=int, default=8, help="deliveries at once")
     chaos_cmd.add_argument(
         "--duplicate-rate", type=float, default=0.05, help="share of objects delivered 2-3 times"

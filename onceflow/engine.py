@@ -504,6 +504,8 @@ class LocalEngine:
             finished.wait(min(0.5, max(deadline - time.monotonic(), 0.001)))
 
         def history() -> list[dict[str, Any]]:
+            if self._mock is None:
+                raise EngineError("the engine has stopped: read the history while it runs")
             events: list[dict[str, Any]] = []
             for page in sfn.get_paginator("get_execution_history").paginate(
                 executionArn=execution_arn

@@ -167,3 +167,20 @@ def test_batch_get_gives_up_as_a_transient_error() -> None:
     client = _Throttled("t", unprocessed_rounds=100)
     with pytest.raises(TransientError, match="unprocessed"):
         Ledger("t", "OpenWork", client).batch_get([str(n) for n in range(20)])
+
+
+def test_a_name_started_again_while_running_is_not_counted_twice() -> None:
+    """Step Functions accepts a second start of a running name with the same input."""
+    from service.dal.workflow import Processor
+
+    class Idempotent:
+        calls = 0
+
+        def start_execution(self, **kwargs: Any) -> dict[str, str]:
+            Idempotent.calls += 1
+            return {"executionArn": f"arn:exec:{kwargs['name']}"}
+
+    processor = Processor("arn:sm", Idempotent())
+    assert processor.start("audit-x-1", {"a": 1}) is True
+    assert processor.start("audit-x-1", {"a": 1}) is False
+    assert Idempotent.calls == 1

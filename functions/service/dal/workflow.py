@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from typing import Any
 
 import boto3
@@ -14,6 +15,7 @@ from service.errors import TransientError, is_transient
 # StartExecution is throttled per account (a token bucket); a page resubmits
 # up to 1000 keys, so let the SDK back off and retry rather than fail the page.
 _RETRYING = Config(retries={"mode": "adaptive", "max_attempts": 10})
+_REMEMBERED_STARTS = 20_000
 
 
 class Processor:
@@ -24,9 +26,17 @@ class Processor:
         self._sfn = (
             client if client is not None else boto3.client("stepfunctions", config=_RETRYING)
         )
+        self._started: OrderedDict[str, None] = OrderedDict()  # names, newest last
 
     def start(self, name: str, execution_input: Any) -> bool:
-        """True when this call started the execution, False when the name already ran."""
+        """True when this call started the execution, False when the name already ran.
+
+        Step Functions answers a second start of a name that is still running,
+        with the same input, as if it were the first (same ARN): so the names
+        this sandbox started are remembered too.
+        """
+        if name in self._started:
+            return False
         try:
             self._sfn.start_execution(
                 stateMachineArn=self.arn, name=name, input=json.dumps(execution_input)
@@ -39,6 +49,9 @@ class Processor:
             raise TransientError(f"starting {name}: {exc}") from exc
         except BotoCoreError as exc:
             raise TransientError(f"starting {name}: {exc}") from exc
+        self._started[name] = None
+        if len(self._started) > _REMEMBERED_STARTS:
+            self._started.popitem(last=False)
         return True
 
     def execution_input(self, execution_arn: str) -> Any:
