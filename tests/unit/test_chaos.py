@@ -52,7 +52,21 @@ def test_the_checker_names_every_broken_invariant(engine: LocalEngine) -> None:
             Body=png_bytes(),
             Metadata={"idempotency-key": twice.idempotency_key(bucket)},
         )
-    # A row left PROCESSING, and a poison object with no DLQ message.
+    # An effect for the poison object (and no DLQ message for it); a DLQ message
+    # for processable work; a row left PROCESSING.
+    s3.put_object(
+        Bucket=engine.ref("OutputBucket"),
+        Key="processed/poison.webp",
+        Body=png_bytes(),
+        Metadata={"idempotency-key": poison.idempotency_key(bucket)},
+    )
+    engine.client("sqs").send_message(
+        QueueUrl=engine.ref("DeadLetterQueue"),
+        MessageBody="{}",
+        MessageAttributes={
+            "IDEMPOTENCY_KEY": {"DataType": "String", "StringValue": twice.idempotency_key(bucket)}
+        },
+    )
     engine.client("dynamodb").put_item(
         TableName=engine.ref("LedgerTable"),
         Item={"pk": {"S": never.idempotency_key(bucket)}, "status": {"S": "PROCESSING"}},
@@ -65,7 +79,11 @@ def test_the_checker_names_every_broken_invariant(engine: LocalEngine) -> None:
     assert broken == {
         ("one effect per processable object", "twice.png"),
         ("one effect per processable object", "never.png"),
+        ("processable work ends PROCESSED", "twice.png"),
+        ("processable work ends PROCESSED", "never.png"),
         ("no row left PROCESSING", "never.png"),
         ("poison: one DLQ message and a FAILED row", "poison.png"),
+        ("no effect for poison", "poison.png"),
+        ("DLQ messages only for poison", "twice.png"),
     }
-    assert report["effects_histogram"] == {"0": 2, "2": 1}
+    assert report["effects_histogram"] == {"0": 1, "1": 1, "2": 1}
