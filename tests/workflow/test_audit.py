@@ -43,6 +43,23 @@ def audited() -> Iterator[LocalEngine]:
         yield local
 
 
+def hang_first_call(engine: LocalEngine, gate: Gate) -> Any:
+    """The real processor, except that its first call hangs until the test releases it."""
+    real = engine.runtime.load(engine.runtime.functions[engine.function_name(FUNCTION)])
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    def handler(event: dict[str, Any], context: Any) -> Any:
+        with lock:
+            calls["n"] += 1
+            first = calls["n"] == 1
+        if first:
+            gate.hold(timeout=60)
+        return real(event, context)
+
+    return handler
+
+
 def always(error: type[Exception]) -> Any:
     def handler(event: dict[str, Any], context: Any) -> Any:
         raise error(f"injected {error.__name__}")
@@ -214,17 +231,7 @@ def test_a_stuck_lock_is_released_and_resubmitted(audited: LocalEngine) -> None:
     version = upload(audited, "stuck.png")
     pk = idempotency_key(audited, "stuck.png", version)
     gate = Gate()
-    real = audited.runtime.load(audited.runtime.functions[audited.function_name(FUNCTION)])
-    calls = {"n": 0}
-    lock = threading.Lock()
-
-    def hangs_first_time(event: dict[str, Any], context: Any) -> Any:
-        with lock:
-            calls["n"] += 1
-            first = calls["n"] == 1
-        if first:
-            gate.hold(timeout=60)
-        return real(event, context)
+    hangs_first_time = hang_first_call(audited, gate)
 
     with audited.override_function(FUNCTION, hangs_first_time):
         stuck_arn = audited.start_execution(MACHINE, s3_event(audited, "stuck.png", version))
@@ -343,14 +350,7 @@ def test_a_stuck_lock_at_max_attempts_is_dead_lettered(audited: LocalEngine) -> 
 def test_a_stuck_sqs_message_is_resubmitted_from_its_execution_input() -> None:
     with audit_engine(SqsSource="create", IdempotencyKeyPath="orderId") as engine:
         gate = Gate()
-        real = engine.runtime.load(engine.runtime.functions[engine.function_name(FUNCTION)])
-        calls = {"n": 0}
-
-        def hangs_first_time(event: dict[str, Any], context: Any) -> Any:
-            calls["n"] += 1
-            if calls["n"] == 1:
-                gate.hold(timeout=60)
-            return real(event, context)
+        hangs_first_time = hang_first_call(engine, gate)
 
         sqs = engine.client("sqs")
         sqs.send_message(
@@ -445,14 +445,7 @@ def test_a_throttled_resubmission_after_a_release_is_not_lost(audited: LocalEngi
     version = upload(audited, "throttled.png")
     pk = idempotency_key(audited, "throttled.png", version)
     gate = Gate()
-    real = audited.runtime.load(audited.runtime.functions[audited.function_name(FUNCTION)])
-    calls = {"n": 0}
-
-    def hangs_first_time(event: dict[str, Any], context: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            gate.hold(timeout=60)
-        return real(event, context)
+    hangs_first_time = hang_first_call(audited, gate)
 
     audit_name = audited.function_name("AuditFunction")
     real_audit = audited.runtime.load(audited.runtime.functions[audit_name])
