@@ -128,7 +128,8 @@ class LocalEngine:
         self.rules: dict[str, dict[str, Any]] = {}
         self.pipes: dict[str, dict[str, Any]] = {}
         self._creating: set[str] = set()
-        self._local = threading.local()
+        self._clients: dict[str, Any] = {}
+        self._clients_lock = threading.Lock()
         self._mock: Any = None
         self._saved_env: dict[str, str | None] = {}
         self.stack.create = self._create
@@ -192,14 +193,22 @@ class LocalEngine:
     # ---- clients -------------------------------------------------------------
 
     def client(self, service: str) -> Any:
-        """A boto3 client for this thread (boto3 sessions are not thread-safe)."""
-        clients = getattr(self._local, "clients", None)
-        if clients is None:
-            clients = self._local.clients = {}
-        if service not in clients:
-            session = boto3.session.Session(region_name=REGION)
-            clients[service] = session.client(service)  # type: ignore[call-overload]
-        return clients[service]
+        """A boto3 client shared by every thread.
+
+        Clients are thread-safe; sessions are not, so each client is made
+        under a lock. Making one costs about 0.1 s of CPU (botocore loads and
+        parses the service model), which a client per thread paid again for
+        every new thread.
+        """
+        client = self._clients.get(service)
+        if client is None:
+            with self._clients_lock:
+                client = self._clients.get(service)
+                if client is None:
+                    session = boto3.session.Session(region_name=REGION)
+                    client = session.client(service)  # type: ignore[call-overload]
+                    self._clients[service] = client
+        return client
 
     # ---- resources -----------------------------------------------------------
 

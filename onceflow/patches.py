@@ -9,6 +9,7 @@ or renames what a patch relies on; tests/unit/test_patches.py runs it.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import inspect
 import json
@@ -26,6 +27,8 @@ import jsonata
 import jsonata.utils
 from moto.awslambda import models as lambda_models
 from moto.core import botocore_stubber
+from moto.core import responses as moto_responses
+from moto.core import utils as moto_core_utils
 from moto.core.models import botocore_stubber as moto_botocore_stubber
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions.parser import models as sfn_parser_models
@@ -483,6 +486,19 @@ def _cached_entrypoint(self: Any) -> Any:
 # --------------------------------------------------------------------------
 
 
+# --------------------------------------------------------------------------
+# moto lists a response class's methods with inspect.getmembers on every
+# request, to check the action exists; the list never changes.
+# --------------------------------------------------------------------------
+
+_original_method_names_from_class = moto_core_utils.method_names_from_class
+
+
+@functools.cache
+def _cached_method_names(clazz: type) -> frozenset[str]:
+    return frozenset(_original_method_names_from_class(clazz))
+
+
 _applied = False
 # --------------------------------------------------------------------------
 # A JSONata expression that fails (bad input to $parse, $error(), a type
@@ -625,6 +641,10 @@ def check_moto_internals() -> None:
     import moto
 
     problems = []
+    if "method_names_from_class(self.__class__)" not in inspect.getsource(
+        moto_responses.BaseResponse.call_action
+    ):
+        problems.append("BaseResponse.call_action no longer lists methods per request")
     if moto.__version__ != MOTO_VERSION:
         problems.append(f"moto is {moto.__version__}, patches verified on {MOTO_VERSION}")
     if "time.sleep(interval_seconds)" not in inspect.getsource(retrier_decl):
@@ -703,4 +723,5 @@ def apply() -> None:
     execution_worker.ExecutionWorker._get_evaluation_entrypoint = _cached_entrypoint  # type: ignore[method-assign]
     execution_worker.ExecutionWorker._execution_logic = _signalling_execution_logic  # type: ignore[method-assign]
     _install_cached_clients()
+    moto_responses.method_names_from_class = _cached_method_names  # type: ignore[attr-defined,assignment]
     _applied = True

@@ -307,6 +307,31 @@ def test_moto_integrations_share_one_client_per_service(engine: LocalEngine) -> 
     assert patches._cached_boto_client_for("us-east-1", "sqs") is not first
 
 
+def test_the_engine_shares_one_client_per_service_across_threads(engine: LocalEngine) -> None:
+    import threading
+
+    seen: list[object] = []
+    threads = [threading.Thread(target=lambda: seen.append(engine.client("s3"))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 4
+    assert all(client is engine.client("s3") for client in seen)
+    assert engine.client("sqs") is not engine.client("s3")
+
+
+def test_moto_lists_a_response_class_once(engine: LocalEngine) -> None:
+    from moto.core import responses
+    from moto.dynamodb.responses import DynamoHandler
+
+    assert responses.method_names_from_class is patches._cached_method_names
+    names = patches._cached_method_names(DynamoHandler)
+    assert "put_item" in names and "update_item" in names
+    assert patches._cached_method_names(DynamoHandler) is names
+    engine.client("dynamodb").list_tables()  # a request still dispatches
+
+
 def test_null_stays_null_and_undefined_stays_undefined(engine: LocalEngine) -> None:
     """JSON null is a value in JSONata: bound as null, not dropped as undefined."""
     definition = {
