@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from onceflow import history, ops
+from onceflow import diagram, history, ops
 from onceflow.demo import DemoConfig, run_demo
 from onceflow.engine import EngineError, LocalEngine
 from onceflow.samples import prepare_event
@@ -354,7 +354,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_target_options(inspect)
     inspect.set_defaults(func=cmd_inspect)
+    diagrams = commands.add_parser(
+        "diagrams", help="the README's mermaid diagrams, generated from the ASL files"
+    )
+    mode = diagrams.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite them in README.md")
+    mode.add_argument(
+        "--check", action="store_true", help="exit 1 when README.md differs from the ASL"
+    )
+    diagrams.set_defaults(func=cmd_diagrams)
     return parser
+
+
+def cmd_diagrams(args: argparse.Namespace) -> int:
+    try:
+        return _diagrams(args)
+    except ValueError as exc:  # a README without the generated blocks, or a bad ASL
+        print(f"onceflow diagrams: {exc}", file=sys.stderr)
+        return 2
+
+
+def _diagrams(args: argparse.Namespace) -> int:
+    if args.check:
+        stale = diagram.stale()
+        for name in stale:
+            print(
+                f"README.md: the {name} diagram differs from its ASL; run onceflow diagrams --write"
+            )
+        return 1 if stale else 0
+    if args.write:
+        text = diagram.README.read_text(encoding="utf-8")
+        fresh = diagram.render_readme(text)
+        if fresh != text:
+            diagram.README.write_text(fresh, encoding="utf-8")
+        print("README.md: diagrams " + ("rewritten" if fresh != text else "already current"))
+        return 0
+    for name, path in diagram.MACHINES.items():
+        print(f"%% {name}: {path.relative_to(diagram.ROOT)}")
+        print(diagram.mermaid(diagram.load_asl(path)))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,78 @@
+"""The README's diagrams are generated from the ASL and must not drift from it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from onceflow import diagram
+from onceflow.cli import main
+
+
+def test_the_readme_diagrams_match_the_asl() -> None:
+    assert diagram.stale() == [], "run: .venv/bin/onceflow diagrams --write"
+
+
+def test_the_graph_has_every_state_and_transition_of_the_asl() -> None:
+    g = diagram.graph(diagram.load_asl(diagram.MACHINES["processor"]))
+    edges = {(e.source, e.target, e.kind) for e in g.edges}
+    # the duplicate path, and where a fence rejection leads
+    assert ("Normalize", "Claim", "choice") in edges
+    assert ("Claim", "Reclaim", "catch") in edges
+    assert ("Reclaim", "Duplicate", "catch") in edges
+    assert ("MarkComplete", "LockLost", "catch") in edges
+    assert ("Normalize", "DescribeInvalidEvent", "default") in edges
+    assert g.children["ReadMessage"] == ["ParseMessage"]
+    audit = diagram.graph(diagram.load_asl(diagram.MACHINES["audit"]))
+    assert audit.children["AuditObjects"] == ["AuditPage", "MoreObjects", "PrefixAudited"]
+    assert ("MoreObjects", "AuditPage", "choice") in {
+        (e.source, e.target, e.kind) for e in audit.edges
+    }
+
+
+def _copy(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
+    readme = tmp_path / "README.md"
+    shutil.copy(diagram.README, readme)
+    machines = {}
+    for name, path in diagram.MACHINES.items():
+        machines[name] = tmp_path / path.name
+        shutil.copy(path, machines[name])
+    return readme, machines
+
+
+def test_a_changed_asl_makes_the_diagram_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme, machines = _copy(tmp_path)
+    monkeypatch.setattr(diagram, "MACHINES", machines)
+    assert diagram.stale(readme) == []
+    text = machines["audit"].read_text(encoding="utf-8")
+    machines["audit"].write_text(text.replace('"Default": "Report"', '"Default": "Reported"'), "utf-8")
+    assert diagram.stale(readme) == ["audit"]
+
+
+def test_check_and_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme, machines = _copy(tmp_path)
+    monkeypatch.setattr(diagram, "MACHINES", machines)
+    monkeypatch.setattr(diagram, "README", readme)
+    text = machines["audit"].read_text(encoding="utf-8")
+    machines["audit"].write_text(text.replace('"Default": "Report"', '"Default": "Reported"'), "utf-8")
+    assert main(["diagrams", "--check"]) == 1
+    assert "audit diagram differs" in capsys.readouterr().out
+    assert main(["diagrams", "--write"]) == 0
+    assert 'MoreLocks -->|"otherwise"| Reported' in readme.read_text(encoding="utf-8")
+    assert main(["diagrams", "--check"]) == 0
+
+
+def test_a_readme_without_the_blocks_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# no diagrams here\n", encoding="utf-8")
+    monkeypatch.setattr(diagram, "README", readme)
+    assert main(["diagrams", "--write"]) == 2
+    assert "has no <!-- diagram:processor" in capsys.readouterr().err
