@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LOCAL_RUNTIME := python$(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 
-.PHONY: setup demo test lint typecheck unit template build lock clean
+CHECKOV_VENV := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
+
+.PHONY: setup demo test lint typecheck security unit template build lock clean
 
 setup: $(STAMP)
 
@@ -15,6 +18,13 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# checkov conflicts with the aws-sam-cli pins, so it lives in a venv of its own.
+$(CHECKOV_STAMP): requirements/checkov.txt
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip==25.3
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements/checkov.txt
+	touch $(CHECKOV_STAMP)
 
 demo: setup
 	$(BIN)/onceflow demo
@@ -26,7 +36,12 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-test: lint typecheck
+# Zero failed checks; every skip is in template.yaml beside its resource, with its reason.
+security: $(CHECKOV_STAMP)
+	$(CHECKOV_VENV)/bin/checkov --file template.yaml --framework cloudformation \
+		--quiet --compact --skip-download
+
+test: lint typecheck security
 	$(BIN)/pytest
 
 # sam build with the runtime of this machine's Python (deploys keep the template default).
@@ -37,6 +52,8 @@ build: setup
 lock:
 	$(PYTHON) -m venv /tmp/onceflow-lock && /tmp/onceflow-lock/bin/pip install -q -r requirements/dev.in
 	/tmp/onceflow-lock/bin/pip freeze --exclude-editable | sort > requirements/dev.txt
+	$(PYTHON) -m venv /tmp/onceflow-lock-checkov && /tmp/onceflow-lock-checkov/bin/pip install -q -r requirements/checkov.in
+	/tmp/onceflow-lock-checkov/bin/pip freeze | sort > requirements/checkov.txt
 
 clean:
-	rm -rf $(VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache

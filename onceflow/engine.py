@@ -44,6 +44,11 @@ _NOT_EMULATED = {
     "AWS::IAM::Role",
     "AWS::IAM::Policy",
     "AWS::CloudWatch::Alarm",
+    "AWS::CloudWatch::Dashboard",
+    "AWS::Logs::MetricFilter",
+    "AWS::SNS::Topic",
+    "AWS::SNS::TopicPolicy",
+    "AWS::SNS::Subscription",
 }
 
 _EXECUTION_NAME = re.compile(r"[^A-Za-z0-9_-]")

@@ -1,0 +1,224 @@
+"""What on-call and a security reviewer read in the template: alarms, metrics, encryption, skips."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onceflow import diagram
+from onceflow.engine import LocalEngine
+from onceflow.template import Stack
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "arn:aws:kms:us-east-1:123456789012:key/0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
+
+
+def _template() -> dict[str, Any]:
+    return Stack.from_file(ROOT / "template.yaml").template
+
+
+def _resources(kind: str) -> dict[str, dict[str, Any]]:
+    return {k: r for k, r in _template()["Resources"].items() if r["Type"] == kind}
+
+
+def test_every_checkov_skip_names_a_check_and_gives_a_reason() -> None:
+    skips = [
+        (logical_id, skip)
+        for logical_id, resource in _template()["Resources"].items()
+        for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", [])
+    ]
+    assert skips, "the template documents its checkov skips"
+    for logical_id, skip in skips:
+        assert re.fullmatch(r"CKV_AWS_\d+", skip["id"]), (logical_id, skip)
+        assert len(skip.get("comment", "").split()) >= 8, f"{logical_id} {skip['id']}: no reason"
+
+
+def test_metric_filters_count_end_states_the_processor_has() -> None:
+    """Each filter names a state of the processor ASL of the kind its event type logs."""
+    states = diagram.graph(diagram.load_asl(diagram.MACHINES["processor"])).states
+    filters = _resources("AWS::Logs::MetricFilter")
+    metrics = {}
+    for logical_id, resource in filters.items():
+        props = resource["Properties"]
+        assert props["LogGroupName"] == {"Ref": "ProcessorStateMachineLogGroup"}, logical_id
+        pattern = props["FilterPattern"]
+        (event_type,) = re.findall(r'\$\.type = "(\w+)"', pattern)
+        names = re.findall(r'\$\.details\.name = "(\w+)"', pattern)
+        assert names, logical_id
+        expected = {"SucceedStateEntered": "Succeed", "FailStateEntered": "Fail"}[event_type]
+        for name in names:
+            assert states[name]["Type"] == expected, f"{logical_id}: {name} is not a {expected}"
+        (transformation,) = props["MetricTransformations"]
+        assert transformation["MetricNamespace"] == "onceflow"
+        metrics[transformation["MetricName"]] = names
+    assert metrics == {
+        "Processed": ["Processed"],
+        "Duplicate": ["Duplicate"],
+        "Failed": ["Failed"],
+        "DeadLettered": ["DeadLettered", "InvalidEvent"],
+        "LockLost": ["LockLost"],
+    }
+
+
+def test_every_alarm_notifies_the_alarm_topic() -> None:
+    alarms = _resources("AWS::CloudWatch::Alarm")
+    assert set(alarms) >= {
+        "DeadLetterQueueAlarm",
+        "IngressDeadLetterQueueAlarm",
+        "ProcessorFailedAlarm",
+        "LockLostAlarm",
+        "AuditFoundLostWorkAlarm",
+        "AuditFailedAlarm",
+    }
+    for logical_id, alarm in alarms.items():
+        props = alarm["Properties"]
+        assert props["AlarmActions"] == [{"Ref": "AlarmTopic"}], logical_id
+        assert props["OKActions"] == [{"Ref": "AlarmTopic"}], logical_id
+        assert props["TreatMissingData"] == "notBreaching", logical_id
+        assert props.get("AlarmDescription"), logical_id
+    subscription = _template()["Resources"]["AlarmEmailSubscription"]
+    assert subscription["Condition"] == "HasAlarmEmail"
+    assert subscription["Properties"]["Protocol"] == "email"
+
+
+def test_the_lock_lost_alarm_watches_the_metric_its_filter_writes() -> None:
+    props = _template()["Resources"]["LockLostAlarm"]["Properties"]
+    assert (props["Namespace"], props["MetricName"]) == ("onceflow", "LockLost")
+    assert props["Threshold"] == 0 and props["ComparisonOperator"] == "GreaterThanThreshold"
+
+
+def test_the_dashboard_body_is_json_with_the_flows_numbers() -> None:
+    with LocalEngine() as engine:
+        body_template = engine.stack.template["Resources"]["Dashboard"]["Properties"]
+        text, variables = body_template["DashboardBody"]["Fn::Sub"]
+        # Give every ${...} a plain value; what remains must be JSON.
+        filled = re.sub(r"\$\{[^}]+\}", "x", text)
+        body = json.loads(filled)
+        assert set(variables) == {"ProcessorFunctionName"}
+    metrics = json.dumps(body)
+    for name in ("Processed", "Duplicate", "Failed", "DeadLettered", "LockLost"):
+        assert f'"{name}"' in metrics
+    for name in ("AuditResubmitted", "StuckReleased", "ApproximateNumberOfMessagesVisible"):
+        assert name in metrics
+    alarm_widgets = [w for w in body["widgets"] if w["type"] == "alarm"]
+    assert len(alarm_widgets[0]["properties"]["alarms"]) == len(
+        _resources("AWS::CloudWatch::Alarm")
+    )
+
+
+@pytest.mark.parametrize("key", ["", KEY])
+def test_encryption_everywhere_with_the_key_when_given(key: str) -> None:
+    stack = Stack.from_file(ROOT / "template.yaml", {"KmsKeyArn": key, "SqsSource": "create"})
+    resources = stack.template["Resources"]
+
+    def resolved(logical_id: str, prop: str) -> Any:
+        return stack.resolve(resources[logical_id]["Properties"].get(prop))
+
+    for bucket in ("IngestBucket", "OutputBucket"):
+        (rule,) = resolved(bucket, "BucketEncryption")["ServerSideEncryptionConfiguration"]
+        default = rule["ServerSideEncryptionByDefault"]
+        if key:
+            assert default == {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": key}
+        else:
+            assert default == {"SSEAlgorithm": "AES256"}
+    (log_rule,) = resolved("AccessLogBucket", "BucketEncryption")[
+        "ServerSideEncryptionConfiguration"
+    ]
+    assert log_rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    sse = resolved("LedgerTable", "SSESpecification")
+    assert sse["SSEEnabled"] is True and sse["SSEType"] == "KMS"
+    assert sse.get("KMSMasterKeyId") == (key or None)
+    for queue in (
+        "DeadLetterQueue",
+        "IngressDeadLetterQueue",
+        "SourceQueue",
+        "SourceDeadLetterQueue",
+    ):
+        props = stack.resolve(
+            {
+                k: v
+                for k, v in resources[queue]["Properties"].items()
+                if k in ("KmsMasterKeyId", "SqsManagedSseEnabled")
+            }
+        )
+        if key:
+            assert props["KmsMasterKeyId"] == key and "SqsManagedSseEnabled" not in props, queue
+        else:
+            assert props["SqsManagedSseEnabled"] is True and "KmsMasterKeyId" not in props, queue
+    log_groups = [r for r in resources.values() if r["Type"] == "AWS::Logs::LogGroup"]
+    assert len(log_groups) == 4
+    for resource in log_groups:
+        resolved_key = stack.resolve({"k": resource["Properties"]["KmsKeyId"]}).get("k")
+        assert resolved_key == (key or None)
+    topic = stack.resolve(resources["AlarmTopic"]["Properties"])
+    assert topic.get("KmsMasterKeyId") == (key or None)
+    function_globals = stack.resolve(stack.template["Globals"]["Function"])
+    assert function_globals.get("KmsKeyArn") == (key or None)
+
+
+def test_the_customer_key_is_granted_to_whoever_writes_or_reads_with_it() -> None:
+    with LocalEngine(parameters={"KmsKeyArn": KEY, "SqsSource": "create"}) as engine:
+        for logical_id in ("ProcessorFunction", "AuditFunction", "ProcessorStateMachine"):
+            policies = engine.stack.template["Resources"][logical_id]["Properties"]["Policies"]
+            statements = [s for p in policies for s in engine.stack.resolve(p)["Statement"]]
+            kms = [s for s in statements if any(a.startswith("kms:") for a in s["Action"])]
+            assert kms == [
+                {
+                    "Sid": "UseCustomerKey",
+                    "Effect": "Allow",
+                    "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                    "Resource": KEY,
+                }
+            ], logical_id
+        pipe = engine.stack.resolve(engine.stack.template["Resources"]["PipeRole"]["Properties"])
+        statements = pipe["Policies"][0]["PolicyDocument"]["Statement"]
+        assert {
+            "Sid": "DecryptSourceMessages",
+            "Effect": "Allow",
+            "Action": "kms:Decrypt",
+            "Resource": KEY,
+        } in statements
+    with LocalEngine() as engine:
+        policies = engine.stack.template["Resources"]["AuditFunction"]["Properties"]["Policies"]
+        statements = [s for p in policies for s in engine.stack.resolve(p)["Statement"]]
+        assert not [s for s in statements if "kms:Decrypt" in s["Action"]], "no key, no grant"
+
+
+def test_data_at_rest_is_kept_and_recoverable() -> None:
+    ledger = _template()["Resources"]["LedgerTable"]
+    assert ledger["DeletionPolicy"] == "Retain" and ledger["UpdateReplacePolicy"] == "Retain"
+    assert ledger["Properties"]["PointInTimeRecoverySpecification"] == {
+        "PointInTimeRecoveryEnabled": True
+    }
+    for logical_id, bucket in _resources("AWS::S3::Bucket").items():
+        block = bucket["Properties"]["PublicAccessBlockConfiguration"]
+        assert all(block.values()) and len(block) == 4, logical_id
+
+
+def test_every_bucket_queue_and_topic_refuses_plain_http() -> None:
+    resources = _template()["Resources"]
+    policies = {
+        "AWS::S3::BucketPolicy": "Bucket",
+        "AWS::SQS::QueuePolicy": "Queues",
+        "AWS::SNS::TopicPolicy": "Topics",
+    }
+    covered = set()
+    for resource in resources.values():
+        if resource["Type"] in policies:
+            statements = resource["Properties"]["PolicyDocument"]["Statement"]
+            deny = [s for s in statements if s.get("Sid") == "DenyInsecureTransport"]
+            assert deny and deny[0]["Effect"] == "Deny"
+            assert deny[0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+            target = resource["Properties"][policies[resource["Type"]]]
+            for ref in target if isinstance(target, list) else [target]:
+                covered.add(ref["Ref"])
+    protected = {
+        k
+        for k, r in resources.items()
+        if r["Type"] in {"AWS::S3::Bucket", "AWS::SQS::Queue", "AWS::SNS::Topic"}
+    }
+    assert protected == covered
