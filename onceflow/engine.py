@@ -119,7 +119,7 @@ class LocalEngine:
         *,
         time_scale: float = 0.0,
         function_log: TextIO | None = None,
-        function_log_level: str = "WARNING",
+        function_log_level: str | None = None,
         stack_name: str = "onceflow-local",
     ) -> None:
         self.stack = Stack.from_file(
@@ -384,10 +384,12 @@ class LocalEngine:
                         "differently; the in-process runtime cannot tell them apart"
                     )
         overrides = {
-            "POWERTOOLS_LOG_LEVEL": self.function_log_level,
             "POWERTOOLS_TRACE_DISABLED": "true",
             "AWS_LAMBDA_FUNCTION_NAME": spec.name,
         }
+        # By default the functions log at the template's level, as deployed.
+        if self.function_log_level is not None:
+            overrides["POWERTOOLS_LOG_LEVEL"] = self.function_log_level
         self._set_env({**spec.environment, **overrides})
 
     def state_machine_definition(self, logical_id: str) -> tuple[str, str]:

@@ -49,7 +49,8 @@ def test_a_changed_asl_makes_the_diagram_stale(
     monkeypatch.setattr(diagram, "MACHINES", machines)
     assert diagram.stale(readme) == []
     text = machines["audit"].read_text(encoding="utf-8")
-    machines["audit"].write_text(text.replace('"Default": "Report"', '"Default": "Reported"'), "utf-8")
+    changed = text.replace('"Default": "Report"', '"Default": "Reported"')
+    machines["audit"].write_text(changed, "utf-8")
     assert diagram.stale(readme) == ["audit"]
 
 
@@ -60,7 +61,8 @@ def test_check_and_write(
     monkeypatch.setattr(diagram, "MACHINES", machines)
     monkeypatch.setattr(diagram, "README", readme)
     text = machines["audit"].read_text(encoding="utf-8")
-    machines["audit"].write_text(text.replace('"Default": "Report"', '"Default": "Reported"'), "utf-8")
+    changed = text.replace('"Default": "Report"', '"Default": "Reported"')
+    machines["audit"].write_text(changed, "utf-8")
     assert main(["diagrams", "--check"]) == 1
     assert "audit diagram differs" in capsys.readouterr().out
     assert main(["diagrams", "--write"]) == 0

@@ -275,5 +275,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     action = _ACTIONS.get(str(event.get("action")))
     if action is None:
         raise PermanentError(f"unknown audit action {event.get('action')!r}")
-    logger.append_keys(audit=event.get("auditId"), action=event.get("action"))
+    logger.append_keys(
+        audit=event.get("auditId"),
+        action=event.get("action"),
+        execution_arn=event.get("executionArn"),
+    )
     return action(event, audit_settings(), _get_clients())

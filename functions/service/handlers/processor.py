@@ -76,18 +76,28 @@ def process(
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    # Every line this invocation logs carries the key and the execution.
     work_item = event.get("workItem") or {}
     logger.append_keys(
         idempotency_key=work_item.get("idempotencyKey"),
         execution_arn=event.get("lockToken"),
         attempt=event.get("attempt"),
     )
+    tracer.put_annotation(key="idempotency_key", value=str(work_item.get("idempotencyKey")))
     try:
         result = process(event, processor_settings(), _object_store())
     except PermanentError:
-        metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name="PermanentError", unit=MetricUnit.Count, value=1)
         logger.exception("permanent failure: the work item will be dead-lettered")
         raise
-    metrics.add_metric(name="Processed", unit=MetricUnit.Count, value=1)
-    logger.info("processed", extra={"output": result["output"], "created": result["created"]})
+    # The flow's outcomes (Processed, Duplicate, Failed, DeadLettered, LockLost)
+    # are counted from the state machine's log group. This counts what only the
+    # function sees: an output that already existed means the effect had
+    # happened before (a worker that lost its lock, or crashed after writing).
+    name = "OutputWritten" if result["created"] else "OutputExisted"
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+    # Not "created": that name belongs to logging.LogRecord, and logging refuses it.
+    logger.info(
+        "processed", extra={"output": result["output"], "output_created": result["created"]}
+    )
     return result
