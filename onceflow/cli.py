@@ -5,6 +5,7 @@ and the operations audit, redrive and inspect (local engine, or --stack-name).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import sys
@@ -13,9 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from onceflow import diagram, history, ops
+from onceflow import diagram, history, ops, records, server, viewer
 from onceflow.demo import DemoConfig, run_demo
-from onceflow.engine import EngineError, LocalEngine
+from onceflow.engine import EngineError, ExecutionResult, LocalEngine
 from onceflow.samples import prepare_event
 from onceflow.template import TemplateError
 
@@ -49,7 +50,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         source=args.source,
     )
-    report = run_demo(config, progress=sys.stderr)
+    report = run_demo(config, progress=sys.stderr, record=not args.no_record)
     if args.json:
         print(json.dumps(report.data, indent=2))
     else:
@@ -88,12 +89,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _engine(args: argparse.Namespace) -> LocalEngine:
-    return LocalEngine(
+def _engine(args: argparse.Namespace) -> contextlib.AbstractContextManager[LocalEngine]:
+    """The engine a command runs on: the running `onceflow up` engine, or its own."""
+    parameters = _parameters(args.parameter_overrides)
+    return server.engine_for(
+        parameters,
+        lambda: LocalEngine(
+            Path(args.template),
+            parameters,
+            function_log=sys.stderr if args.verbose else io.StringIO(),
+            function_log_level="DEBUG" if args.verbose else None,
+        ),
+    )
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    return server.serve(
         Path(args.template),
         _parameters(args.parameter_overrides),
-        function_log=sys.stderr if args.verbose else io.StringIO(),
-        function_log_level="INFO" if args.verbose else "WARNING",
+        args.port,
+        args.time_scale,
     )
 
 
@@ -110,7 +125,21 @@ def cmd_execute(args: argparse.Namespace) -> int:
             print(json.dumps(history.to_json(result), indent=2, default=str))
         else:
             print(history.render(result))
+        if not args.no_record:
+            _record(engine, [result])
     return 0 if result.status == "SUCCEEDED" else 1
+
+
+def _record(engine: LocalEngine, known: list[ExecutionResult]) -> None:
+    """Save the engine's finished executions for `onceflow executions` and `onceflow show`."""
+    saved = records.save_all(engine, known)
+    if len(saved) == 1 and len(known) == 1:
+        print(f"local: recorded; see it with `onceflow show {known[0].name}`", file=sys.stderr)
+    elif saved:
+        print(
+            f"local: {len(saved)} execution(s) recorded; list them with `onceflow executions`",
+            file=sys.stderr,
+        )
 
 
 def cmd_invoke(args: argparse.Namespace) -> int:
@@ -137,6 +166,8 @@ def _target(args: argparse.Namespace) -> Iterator[ops.Target]:
     )
     with _engine(args) as engine:
         yield ops.LocalTarget(engine)
+        if not args.no_record:
+            _record(engine, [])
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -211,6 +242,41 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0 if row else 1
 
 
+def cmd_executions(args: argparse.Namespace) -> int:
+    if args.stack_name:
+        target = ops.DeployedTarget(args.stack_name, args.region, args.profile)
+        rows = viewer.list_deployed(target, args.limit, args.status, args.machine or "processor")
+    else:
+        rows = viewer.list_local(args.limit, args.status, args.machine)
+        if not rows and not args.json:
+            print(
+                f"local: no recorded executions in {records.directory()}; "
+                "`onceflow demo` and `onceflow execute` record theirs",
+                file=sys.stderr,
+            )
+    print(json.dumps(rows, indent=2) if args.json else viewer.render_table(rows))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    target: ops.Target | None = None
+    if args.stack_name:
+        target = ops.DeployedTarget(args.stack_name, args.region, args.profile)
+        record = viewer.find_deployed(target, args.execution)
+    else:
+        record = records.find(args.execution)
+    asl = viewer.definition(record, target)
+    print(viewer.terminal(record))
+    destination = Path(args.html) if args.html else viewer.html_path(record)
+    viewer.write_page(record, asl, destination)
+    print(f"\nhtml: {destination}")
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(destination.resolve().as_uri())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="onceflow",
@@ -233,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
         "through the source queue and the pipe (sqs)",
     )
     demo.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    demo.add_argument("--no-record", action="store_true", help=_NO_RECORD)
     demo.set_defaults(func=cmd_demo)
 
     chaos_cmd = commands.add_parser(
@@ -289,6 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
             help="do not upload a sample object for the S3 object the event names",
         )
         sub.add_argument("-v", "--verbose", action="store_true", help="show function logs (stderr)")
+        sub.add_argument(
+            "--no-server",
+            action="store_true",
+            help="run on an engine of its own even when `onceflow up` is running",
+        )
 
     execute = commands.add_parser(
         "execute", help="run one state machine execution, like the console"
@@ -296,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     execute.add_argument("state_machine", help="logical id, e.g. ProcessorStateMachine")
     execute.add_argument("--name", help="execution name (default: generated)")
     execute.add_argument("--json", action="store_true", help="status, output and states as JSON")
+    execute.add_argument("--no-record", action="store_true", help=_NO_RECORD)
     add_engine_options(execute)
     execute.set_defaults(func=cmd_execute)
 
@@ -318,6 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("-v", "--verbose", action="store_true", help="show function logs")
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
+        sub.add_argument("--no-record", action="store_true", help=_NO_RECORD)
+        sub.add_argument(
+            "--no-server",
+            action="store_true",
+            help="run on an engine of its own even when `onceflow up` is running",
+        )
 
     audit = commands.add_parser(
         "audit", help="run the audit: resubmit lost, failed and stuck work; print the report"
@@ -354,6 +433,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_target_options(inspect)
     inspect.set_defaults(func=cmd_inspect)
+    up = commands.add_parser(
+        "up", help="start a local engine that later commands share, until Ctrl-C"
+    )
+    up.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free)")
+    up.add_argument("--template", default="template.yaml", help="SAM template")
+    up.add_argument(
+        "--parameter-overrides",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="template parameters, as for sam",
+    )
+    up.add_argument(
+        "--time-scale",
+        type=float,
+        default=0.0,
+        help="multiplier of Wait and Retry delays (default 0: no sleeping)",
+    )
+    up.set_defaults(func=cmd_up)
+
     diagrams = commands.add_parser(
         "diagrams", help="the README's mermaid diagrams, generated from the ASL files"
     )
@@ -363,7 +462,43 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="exit 1 when README.md differs from the ASL"
     )
     diagrams.set_defaults(func=cmd_diagrams)
+
+    def add_stack_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--no-server",
+            action="store_true",
+            help="run on an engine of its own even when `onceflow up` is running",
+        )
+        sub.add_argument("--stack-name", help="a deployed stack (default: the local records)")
+        sub.add_argument("--region", help="AWS region of the stack")
+        sub.add_argument("--profile", help="AWS credentials profile")
+
+    executions = commands.add_parser(
+        "executions", help="recent executions: status, idempotency key, end state"
+    )
+    executions.add_argument("--limit", type=int, default=20, help="at most N (default 20)")
+    executions.add_argument("--status", choices=viewer.STATUSES, help="only executions with it")
+    executions.add_argument(
+        "--machine",
+        choices=sorted(viewer.OUTPUTS),
+        help="only this state machine's (default: all locally, the processor's on a stack)",
+    )
+    executions.add_argument("--json", action="store_true", help="the rows as JSON")
+    add_stack_options(executions)
+    executions.set_defaults(func=cmd_executions)
+
+    show = commands.add_parser(
+        "show", help="the path an execution took: in the terminal, and as an HTML page"
+    )
+    show.add_argument("execution", help="execution name, ARN, or a unique start of a name")
+    show.add_argument("--html", help="where the page goes (default .onceflow/show/<name>.html)")
+    show.add_argument("--open", action="store_true", help="open the page in a browser")
+    add_stack_options(show)
+    show.set_defaults(func=cmd_show)
     return parser
+
+
+_NO_RECORD = "do not record the executions for `onceflow executions` and `onceflow show`"
 
 
 def cmd_diagrams(args: argparse.Namespace) -> int:
@@ -395,11 +530,30 @@ def _diagrams(args: argparse.Namespace) -> int:
     return 0
 
 
+def _forward(argv: list[str], args: argparse.Namespace) -> int | None:
+    """Run the command on the `onceflow up` engine when one is up and the command uses it."""
+    if args.command not in server.FORWARDED or server.shared_engine() is not None:
+        return None
+    if getattr(args, "stack_name", None) or getattr(args, "no_server", False):
+        return None
+    if getattr(args, "event", None) == "-":
+        return None  # stdin stays with this process
+    state = server.running()
+    if state is None:
+        return None
+    print(f"local: running on the local engine at port {state['port']}", file=sys.stderr)
+    return server.forward(state, argv)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    forwarded = _forward(argv, args)
+    if forwarded is not None:
+        return forwarded
     try:
         return int(args.func(args))
-    except (EngineError, TemplateError, ops.OpsError) as exc:
+    except (EngineError, TemplateError, ops.OpsError, records.RecordError) as exc:
         print(f"onceflow: {exc}", file=sys.stderr)
         return 2
 

@@ -17,7 +17,7 @@ from urllib.parse import quote_plus
 
 from PIL import Image
 
-from onceflow import ops, patches
+from onceflow import ops, patches, records
 from onceflow.engine import ExecutionResult, LocalEngine
 
 # The audit's counts, as the demo and `onceflow audit` print them.
@@ -199,7 +199,10 @@ class DemoReport:
         return "\n".join(lines)
 
 
-def run_demo(config: DemoConfig, progress: TextIO | None = sys.stderr) -> DemoReport:
+def run_demo(
+    config: DemoConfig, progress: TextIO | None = sys.stderr, record: bool = False
+) -> DemoReport:
+    """Run the demo on a fresh local engine; `record`: save its executions (records.py)."""
     if config.source not in ("s3", "sqs"):
         raise ValueError(f"source must be s3 or sqs, not {config.source!r}")
     rng = random.Random(config.seed)
@@ -308,6 +311,10 @@ def run_demo(config: DemoConfig, progress: TextIO | None = sys.stderr) -> DemoRe
         dead_letters = _drain(engine, engine.ref("DeadLetterQueue"))
         effects = _effects_by_idempotency_key(engine, output_bucket)
         outcomes = Counter(r.states_entered[-1] if r.states_entered else r.status for r in results)
+        if record:
+            saved = records.save_all(engine, results)
+            if progress is not None:
+                progress.write(f"recorded  {len(saved)} executions in {records.directory()}\n")
 
     effect_counts = {o.key: effects.get(o.idempotency_key(bucket), 0) for o in objects}
     delivered = [o for o in objects if o.deliveries > 0]

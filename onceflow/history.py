@@ -20,6 +20,10 @@ class StateStep:
     exited: datetime.datetime | None = None
     errors: list[str] = field(default_factory=list)
     outcome: str = "running"
+    # What the console shows on a state's Input and Output tabs, and the last error's cause.
+    input: Any = None
+    output: Any = None
+    cause: str | None = None
 
     @property
     def duration_ms(self) -> float | None:
@@ -44,6 +48,38 @@ def _error_of(event: dict[str, Any]) -> str | None:
     return None
 
 
+def _cause_of(event: dict[str, Any]) -> str | None:
+    for key, details in event.items():
+        if key.endswith("EventDetails") and isinstance(details, dict) and "cause" in details:
+            return str(details["cause"])
+    return None
+
+
+def payload(text: Any) -> Any:
+    """A state's input or output as the history carries it (JSON text), decoded.
+
+    Text that is not JSON (a truncated payload) is shown as it is.
+    """
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _open_step(path: list[StateStep], name: str) -> StateStep:
+    """The step an exit event closes: the latest unexited one of that name.
+
+    A Map or Parallel exits after the states nested in it, so it is not always
+    the last step entered.
+    """
+    for step in reversed(path):
+        if step.name == name and step.exited is None:
+            return step
+    return path[-1]
+
+
 def steps(result: ExecutionResult) -> list[StateStep]:
     """Group the history events under the state they belong to."""
     path: list[StateStep] = []
@@ -51,11 +87,13 @@ def steps(result: ExecutionResult) -> list[StateStep]:
         kind = str(event["type"])
         timestamp = event.get("timestamp")
         if "stateEnteredEventDetails" in event:
+            details = event["stateEnteredEventDetails"]
             path.append(
                 StateStep(
-                    name=event["stateEnteredEventDetails"]["name"],
+                    name=details["name"],
                     type=kind.removesuffix("StateEntered"),
                     entered=timestamp,
+                    input=payload(details.get("input")),
                 )
             )
             continue
@@ -63,7 +101,10 @@ def steps(result: ExecutionResult) -> list[StateStep]:
             continue
         current = path[-1]
         if "stateExitedEventDetails" in event:
+            details = event["stateExitedEventDetails"]
+            current = _open_step(path, str(details["name"]))
             current.exited = timestamp
+            current.output = payload(details.get("output"))
             current.outcome = (
                 f"ok after {len(current.errors)} error(s): caught/retried"
                 if current.errors
@@ -73,6 +114,7 @@ def steps(result: ExecutionResult) -> list[StateStep]:
         error = _error_of(event)
         if error is not None and kind != "ExecutionFailed":
             current.errors.append(error)
+            current.cause = _cause_of(event)
             current.exited = timestamp
             current.outcome = f"failed: {error}"
         elif kind == "ExecutionFailed":

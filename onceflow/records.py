@@ -1,0 +1,277 @@
+"""Local execution records: what `onceflow executions` and `onceflow show` read locally.
+
+The local engine lives as long as one command, so the commands that run
+executions (`demo`, `execute`) save each finished one here before the engine
+stops: its description and its history, one JSON file per execution under
+.onceflow/executions/ (git-ignored), named after the execution. A later
+execution of the same name replaces the record.
+
+Each file's modification time is set to the execution's start, so that the
+newest executions are found without reading every record.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import re
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from onceflow.engine import PROJECT_ROOT, ExecutionResult, LocalEngine
+
+DIRECTORY = PROJECT_ROOT / ".onceflow" / "executions"
+# ONCEFLOW_RECORDS moves them (tests use a temporary directory).
+ENVIRONMENT = "ONCEFLOW_RECORDS"
+# The newest records kept; older ones are removed after each save.
+KEEP = 1000
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class RecordError(Exception):
+    """No record, or more than one, for what was asked."""
+
+
+def directory() -> Path:
+    configured = os.environ.get(ENVIRONMENT)
+    return Path(configured) if configured else DIRECTORY
+
+
+def file_name(execution_name: str) -> str:
+    """A file name for an execution name: other characters become '_', plus a short hash
+    when any did (so that two names never share a file)."""
+    safe = _UNSAFE.sub("_", execution_name).lstrip(".") or "_"
+    if safe != execution_name:
+        safe += "." + hashlib.sha256(execution_name.encode()).hexdigest()[:8]
+    return safe + ".json"
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot record a {type(value).__name__} in an execution record")
+
+
+def _date(value: Any) -> datetime.datetime | None:
+    if isinstance(value, datetime.datetime):
+        return value
+    if isinstance(value, str) and value:
+        return datetime.datetime.fromisoformat(value)
+    return None
+
+
+@dataclass
+class Record:
+    """One execution as recorded: DescribeExecution's fields plus the history events."""
+
+    data: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.data["name"])
+
+    @property
+    def arn(self) -> str:
+        return str(self.data["executionArn"])
+
+    @property
+    def status(self) -> str:
+        return str(self.data["status"])
+
+    @property
+    def logical_id(self) -> str | None:
+        value = self.data.get("logicalId")
+        return None if value is None else str(value)
+
+    @property
+    def start(self) -> datetime.datetime | None:
+        return _date(self.data.get("startDate"))
+
+    @property
+    def stop(self) -> datetime.datetime | None:
+        return _date(self.data.get("stopDate"))
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The history, with timestamps as datetimes again (as boto3 returns them)."""
+        events: list[dict[str, Any]] = []
+        for event in self.data.get("events", []):
+            event = dict(event)
+            event["timestamp"] = _date(event.get("timestamp"))
+            events.append(event)
+        return events
+
+    def result(self) -> ExecutionResult:
+        events = self.events
+        return ExecutionResult(
+            arn=self.arn,
+            name=self.name,
+            status=self.status,
+            input=self.data.get("input"),
+            output=self.data.get("output"),
+            error=self.data.get("error"),
+            cause=self.data.get("cause"),
+            load_events=lambda: events,
+        )
+
+
+def _logical_ids(engine: LocalEngine) -> dict[str, str]:
+    """State machine ARN -> logical id, for the template's state machines."""
+    ids = {}
+    for logical_id, resource in engine.stack.template["Resources"].items():
+        if resource["Type"] == "AWS::Serverless::StateMachine" and logical_id in engine.stack.refs:
+            ids[engine.ref(logical_id)] = logical_id
+    return ids
+
+
+def _state_machine_arn(execution_arn: str) -> str:
+    # arn:aws:states:REGION:ACCOUNT:execution:MACHINE:NAME
+    head, _, _name = execution_arn.rpartition(":")
+    return head.replace(":execution:", ":stateMachine:", 1)
+
+
+def describe(
+    result: ExecutionResult, listed: dict[str, Any] | None, logical_ids: dict[str, str]
+) -> dict[str, Any]:
+    """A record of a finished execution (its history is read now: the engine must be up)."""
+    events = result.events
+    listed = listed or {}
+    machine = str(listed.get("stateMachineArn") or _state_machine_arn(result.arn))
+    start = listed.get("startDate") or (events[0]["timestamp"] if events else None)
+    stop = listed.get("stopDate") or (events[-1]["timestamp"] if events else None)
+    return {
+        "executionArn": result.arn,
+        "name": result.name,
+        "stateMachineArn": machine,
+        "logicalId": logical_ids.get(machine),
+        "status": result.status,
+        "startDate": start,
+        "stopDate": stop,
+        "input": result.input,
+        "output": result.output,
+        "error": result.error,
+        "cause": result.cause,
+        "events": events,
+    }
+
+
+def write(data: dict[str, Any], into: Path | None = None) -> Path:
+    """Write one record; its file's mtime becomes the execution's start."""
+    folder = into or directory()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / file_name(str(data["name"]))
+    text = json.dumps(data, default=_json_safe, separators=(",", ":"))
+    # Written aside, then renamed: a reader never sees half a record.
+    temporary = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+    start = _date(data.get("startDate"))
+    if start is not None:
+        stamp = start.timestamp()
+        os.utime(path, (stamp, stamp))
+    return path
+
+
+def save_all(
+    engine: LocalEngine, known: Iterable[ExecutionResult] = (), into: Path | None = None
+) -> list[Path]:
+    """Record every finished execution of the engine's state machines.
+
+    `known`: results the caller has already read (their histories are reused,
+    not read again). Call it before the engine stops.
+    """
+    sfn = engine.client("stepfunctions")
+    by_arn = {result.arn: result for result in known}
+    logical_ids = _logical_ids(engine)
+    written: list[Path] = []
+    for machine in logical_ids:
+        for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine):
+            for listed in page["executions"]:
+                if listed["status"] == "RUNNING":
+                    continue
+                result = by_arn.get(listed["executionArn"])
+                if result is None:
+                    result = engine.wait(listed["executionArn"])
+                written.append(write(describe(result, listed, logical_ids), into))
+    prune(into)
+    return written
+
+
+def _files(folder: Path) -> list[tuple[float, Path]]:
+    """Record files, newest first."""
+    if not folder.is_dir():
+        return []
+    found = [
+        (entry.stat().st_mtime, Path(entry.path))
+        for entry in os.scandir(folder)
+        if entry.name.endswith(".json") and entry.is_file()
+    ]
+    found.sort(key=lambda item: (item[0], item[1].name), reverse=True)
+    return found
+
+
+def prune(into: Path | None = None, keep: int = KEEP) -> int:
+    """Remove all but the newest `keep` records; returns how many went."""
+    old = _files(into or directory())[keep:]
+    for _, path in old:
+        path.unlink(missing_ok=True)
+    return len(old)
+
+
+def read(path: Path) -> Record:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecordError(f"cannot read the execution record {path}: {exc}") from exc
+    if not isinstance(data, dict) or "executionArn" not in data:
+        raise RecordError(f"{path} is not an execution record")
+    return Record(data)
+
+
+def recent(folder: Path | None = None) -> Iterator[Record]:
+    """Records, newest first (read one at a time: stop when you have enough)."""
+    for _, path in _files(folder or directory()):
+        yield read(path)
+
+
+def find(query: str, folder: Path | None = None) -> Record:
+    """The record of an execution named by its name, its ARN, or a unique name prefix."""
+    folder = folder or directory()
+    name = query.rpartition(":")[2] if query.startswith("arn:") else query
+    exact = folder / file_name(name)
+    if exact.is_file():
+        record = read(exact)
+        if record.name == name and (not query.startswith("arn:") or record.arn == query):
+            return record
+        if query.startswith("arn:"):
+            raise RecordError(f"no recorded execution {query} (the one named so is {record.arn})")
+    if query.startswith("arn:"):
+        raise RecordError(f"no recorded execution {query}")
+    prefix = _UNSAFE.sub("_", query)
+    matches = [path for _, path in _files(folder) if path.name.startswith(prefix)]
+    records = [record for record in map(read, matches) if record.name.startswith(query)]
+    if len(records) == 1:
+        return records[0]
+    if not records:
+        raise RecordError(
+            f"no recorded execution named {query!r} in {folder} "
+            "(run `onceflow executions` to list them)"
+        )
+    raise AmbiguousError(query, [record.name for record in records])
+
+
+class AmbiguousError(RecordError):
+    """A name prefix that more than one execution has."""
+
+    def __init__(self, query: str, candidates: list[str]) -> None:
+        self.candidates = candidates
+        shown = "\n  ".join(candidates[:20])
+        more = f"\n  ... and {len(candidates) - 20} more" if len(candidates) > 20 else ""
+        super().__init__(
+            f"{query!r} is the start of {len(candidates)} executions' names:\n  {shown}{more}"
+        )

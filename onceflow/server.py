@@ -1,0 +1,285 @@
+"""`onceflow up`: one local engine that outlives a command.
+
+The server holds a LocalEngine (the same engine, template and patches) and
+listens on 127.0.0.1. While it runs, `execute`, `audit`, `redrive`, `inspect`
+and the viewer send their command line to it and run there, against the one
+engine, so the ledger, buckets, queues and execution histories carry over
+from one command to the next. When no server is up they run self-contained,
+as before.
+
+The protocol is the command line itself: POST /run {"argv": [...]} runs
+`onceflow <argv>` inside the server and answers its exit code, stdout and
+stderr. Commands run one at a time (each one's output is captured). The
+address is in .onceflow/server.json; a stale file (no answer) is ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import secrets
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from onceflow.engine import EngineError, LocalEngine
+
+ROOT = Path(__file__).resolve().parent.parent
+# Commands that use the server when it is up (and no --stack-name is given).
+FORWARDED = frozenset({"execute", "audit", "redrive", "inspect", "executions", "show"})
+HOST = "127.0.0.1"
+
+
+def state_file() -> Path:
+    return Path(os.environ.get("ONCEFLOW_STATE_DIR", ROOT / ".onceflow")) / "server.json"
+
+
+# The engine of the server this process is, while it runs a forwarded command.
+_shared: LocalEngine | None = None
+_shared_parameters: dict[str, str] = {}
+
+
+def shared_engine() -> LocalEngine | None:
+    return _shared
+
+
+@contextlib.contextmanager
+def engine_for(
+    parameters: dict[str, str], make: Callable[[], LocalEngine]
+) -> Iterator[LocalEngine]:
+    """The server's engine inside a forwarded command; otherwise a fresh one for the command."""
+    if _shared is None:
+        with make() as engine:
+            yield engine
+        return
+    different = {k: v for k, v in parameters.items() if _shared_parameters.get(k) != v}
+    if different:
+        raise EngineError(
+            "the running local engine (onceflow up) has other template parameters than "
+            f"{', '.join(f'{k}={v}' for k, v in sorted(different.items()))}; "
+            "restart it with them, or add --no-server"
+        )
+    yield _shared
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: EngineServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        self.server.log(f"{self.address_string()} {format % args}")
+
+    def _answer(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorised(self) -> bool:
+        if self.headers.get("X-Onceflow-Token") != self.server.token:
+            self._answer(403, {"error": "wrong or missing X-Onceflow-Token"})
+            return False
+        return True
+
+    def do_GET(self) -> None:
+        if not self._authorised():
+            return
+        if self.path == "/health":
+            self._answer(200, self.server.describe())
+        else:
+            self._answer(404, {"error": f"no {self.path}"})
+
+    def do_POST(self) -> None:
+        if not self._authorised():
+            return
+        if self.path != "/run":
+            self._answer(404, {"error": f"no {self.path}"})
+            return
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+            request = json.loads(self.rfile.read(length) or b"{}")
+            argv = request["argv"]
+            cwd = request.get("cwd")
+            if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+                raise ValueError("argv must be a list of strings")
+            if cwd is not None and not Path(cwd).is_dir():
+                raise ValueError(f"no directory {cwd}")
+        except (ValueError, KeyError) as exc:
+            self._answer(400, {"error": f"bad request: {exc}"})
+            return
+        self._answer(200, self.server.run(argv, cwd))
+
+
+class EngineServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer that runs onceflow commands against one LocalEngine."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        engine: LocalEngine,
+        parameters: dict[str, str],
+        port: int = 0,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__((HOST, port), _Handler)
+        self.engine = engine
+        self.parameters = dict(parameters)
+        self.token = secrets.token_hex(16)
+        self.started = time.time()
+        self.commands = 0
+        self._lock = threading.Lock()
+        self._log = log
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def log(self, text: str) -> None:
+        if self._log is not None:
+            self._log(text)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "port": self.port,
+            "parameters": self.parameters,
+            "started": self.started,
+            "commands": self.commands,
+        }
+
+    def run(self, argv: list[str], cwd: str | None = None) -> dict[str, Any]:
+        """Run `onceflow <argv>` here, against this engine; one command at a time.
+
+        It runs in the client's directory, so relative paths (events, the
+        template) mean what they meant where the command was typed.
+        """
+        from onceflow import cli
+
+        global _shared, _shared_parameters
+        out, err = io.StringIO(), io.StringIO()
+        with self._lock:
+            _shared, _shared_parameters = self.engine, self.parameters
+            previous = os.getcwd()
+            try:
+                os.chdir(cwd or previous)
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    code = cli.main(argv)
+            except SystemExit as exc:  # argparse rejects the command line
+                code = exc.code if isinstance(exc.code, int) else 2
+                if not isinstance(exc.code, int) and exc.code is not None:
+                    err.write(f"{exc.code}\n")
+            finally:
+                os.chdir(previous)
+                _shared, _shared_parameters = None, {}
+                self.commands += 1
+        self.log(f"onceflow {' '.join(argv)} -> exit {code}")
+        return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+    def publish(self) -> Path:
+        """Write the address and token where clients look for them (readable by this user only)."""
+        path = state_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**self.describe(), "token": self.token}), encoding="utf-8")
+        tmp.chmod(0o600)
+        tmp.replace(path)
+        return path
+
+    def unpublish(self) -> None:
+        path = state_file()
+        with contextlib.suppress(FileNotFoundError):
+            current = json.loads(path.read_text(encoding="utf-8"))
+            if current.get("token") == self.token:
+                path.unlink()
+
+
+def _request(state: dict[str, Any], method: str, path: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"http://{HOST}:{state['port']}{path}",
+        data=data,
+        method=method,
+        headers={"X-Onceflow-Token": str(state["token"]), "Content-Type": "application/json"},
+    )
+    timeout = None if path == "/run" else 2
+    # The URL is always http://127.0.0.1:<port>, never a caller's scheme.
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        return json.loads(response.read())
+
+
+def running() -> dict[str, Any] | None:
+    """The running server's description, or None (no state file, or nobody answers it)."""
+    path = state_file()
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return None  # a half-written or foreign file: treat as no server
+    try:
+        health = _request(state, "GET", "/health")
+    except (OSError, urllib.error.URLError, ValueError):
+        return None  # stale: the server that wrote it is gone
+    return {**health, "token": state["token"]}
+
+
+def forward(state: dict[str, Any], argv: list[str]) -> int:
+    """Run the command on the server; print what it printed; return its exit code."""
+    import sys
+
+    answer = _request(state, "POST", "/run", {"argv": argv, "cwd": os.getcwd()})
+    sys.stdout.write(answer["stdout"])
+    sys.stderr.write(answer["stderr"])
+    return int(answer["code"])
+
+
+def serve(
+    template: Path,
+    parameters: dict[str, str],
+    port: int,
+    time_scale: float,
+    ready: Callable[[EngineServer], None] | None = None,
+) -> int:
+    """`onceflow up`: start the engine and serve until interrupted."""
+    import sys
+
+    existing = running()
+    if existing is not None:
+        print(
+            f"onceflow up: a local engine is already up (pid {existing['pid']}, "
+            f"port {existing['port']})",
+            file=sys.stderr,
+        )
+        return 2
+    with LocalEngine(
+        template, parameters, time_scale=time_scale, function_log=io.StringIO()
+    ) as engine:
+        server = EngineServer(
+            engine, parameters, port, log=lambda text: print(text, file=sys.stderr)
+        )
+        path = server.publish()
+        print(
+            f"onceflow: local engine up on http://{HOST}:{server.port} (pid {os.getpid()}); "
+            f"address in {path}. Commands use it until you stop it (Ctrl-C).",
+            file=sys.stderr,
+            flush=True,
+        )
+        if ready is not None:
+            ready(server)
+        try:
+            server.serve_forever(poll_interval=0.2)
+        except KeyboardInterrupt:
+            print("onceflow: stopping the local engine", file=sys.stderr)
+        finally:
+            server.unpublish()
+            server.server_close()
+    return 0

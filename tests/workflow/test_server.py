@@ -1,0 +1,123 @@
+"""`onceflow up`: one local engine across commands; commands run self-contained without it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from onceflow import server
+from onceflow.cli import main
+from onceflow.engine import LocalEngine
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+CUSTOM = str(EVENTS / "eventbridge-custom-event.json")
+EXECUTE = ["execute", "ProcessorStateMachine", "-e", CUSTOM, "--no-record"]
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ONCEFLOW_STATE_DIR", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def up(state_dir: Path) -> Iterator[server.EngineServer]:
+    with LocalEngine() as engine:
+        engine_server = server.EngineServer(engine, {})
+        engine_server.publish()
+        thread = threading.Thread(target=engine_server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield engine_server
+        finally:
+            engine_server.shutdown()
+            engine_server.unpublish()
+            engine_server.server_close()
+            thread.join(5)
+
+
+def _onceflow(*argv: str) -> subprocess.CompletedProcess[str]:
+    """A command typed in another terminal: its own process, the same state directory."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from onceflow.cli import main; sys.exit(main())",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+        check=False,
+    )
+
+
+def test_commands_share_the_running_engine(up: server.EngineServer) -> None:
+    assert server.running() is not None
+    first = _onceflow(*EXECUTE)
+    assert first.returncode == 0, first.stderr
+    assert "Processed" in first.stdout and "Duplicate" not in first.stdout
+    assert "running on the local engine" in first.stderr
+    # The same event again, from another process: the server's ledger remembers it.
+    second = _onceflow(*EXECUTE)
+    assert second.returncode == 0, second.stderr
+    assert "Duplicate" in second.stdout and "Reclaim" in second.stdout
+    assert up.commands == 2
+    rows = up.engine.client("dynamodb").scan(TableName=up.engine.ref("LedgerTable"))["Items"]
+    assert len(rows) == 1 and rows[0]["status"]["S"] == "PROCESSED"
+
+
+def test_no_server_runs_a_fresh_engine(up: server.EngineServer) -> None:
+    assert _onceflow(*EXECUTE).returncode == 0
+    alone = _onceflow(*EXECUTE, "--no-server")
+    assert alone.returncode == 0, alone.stderr
+    assert "Processed" in alone.stdout and "Duplicate" not in alone.stdout
+    assert up.commands == 1
+
+
+def test_other_parameters_are_refused_by_the_running_engine(
+    up: server.EngineServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*EXECUTE, "--parameter-overrides", "MaxAttempts=5"]) == 2
+    assert "MaxAttempts=5" in capsys.readouterr().err
+
+
+def test_without_a_server_each_command_has_its_own_engine(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert server.running() is None
+    for _ in range(2):
+        assert main(EXECUTE) == 0
+        out = capsys.readouterr().out
+        assert "Processed" in out and "Duplicate" not in out
+
+
+def test_a_stale_address_file_is_ignored(state_dir: Path) -> None:
+    (state_dir / "server.json").write_text(
+        json.dumps({"port": 9, "token": "x", "pid": 1}), encoding="utf-8"
+    )
+    assert server.running() is None
+    (state_dir / "server.json").write_text("{not json", encoding="utf-8")
+    assert server.running() is None
+
+
+def test_the_server_wants_its_token(up: server.EngineServer) -> None:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{up.port}/run",
+        data=json.dumps({"argv": ["execute", "ProcessorStateMachine"]}).encode(),
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 403
+    assert up.commands == 0

@@ -1,0 +1,422 @@
+"""`onceflow executions` and `onceflow show` on executions run by the local engine,
+a deployed stack's (Step Functions on the engine, its outputs stubbed), and the
+page in a real headless Chromium.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import html
+import io
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from onceflow import diagram, records
+from onceflow.cli import main
+from onceflow.engine import LocalEngine
+from tests.helpers import MACHINE, idempotency_key, load_event, s3_event, upload
+
+PROCESSOR = diagram.graph(diagram.load_asl(diagram.MACHINES["processor"]))
+
+
+@dataclass
+class Ran:
+    name: str
+    arn: str
+    status: str
+    key: str | None
+    path: list[str]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ran]]:
+    """Four real executions, one after another, recorded into a temporary directory."""
+    folder = tmp_path_factory.mktemp("records")
+    ran: dict[str, Ran] = {}
+    with LocalEngine(function_log=io.StringIO()) as engine:
+        version = upload(engine, "uploads/viewer.png")
+        corrupt = upload(engine, "uploads/viewer-corrupt.jpg", b"not an image")
+        runs = [
+            ("viewer-happy", s3_event(engine, "uploads/viewer.png", version), version),
+            ("viewer-duplicate", s3_event(engine, "uploads/viewer.png", version), version),
+            ("viewer-poison", s3_event(engine, "uploads/viewer-corrupt.jpg", corrupt), corrupt),
+            ("viewer-invalid", load_event("invalid-unknown-shape.json"), None),
+        ]
+        results = []
+        for name, event, object_version in runs:
+            result = engine.execute(MACHINE, copy.deepcopy(event), name=name)
+            results.append(result)
+            key = None
+            if object_version is not None:
+                detail = event["detail"]["object"]
+                key = idempotency_key(engine, detail["key"], object_version)
+            ran[name] = Ran(name, result.arn, result.status, key, result.states_entered)
+        saved = records.save_all(engine, results, into=folder)
+    assert len(saved) == 4
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(records.ENVIRONMENT, str(folder))
+        yield ran
+
+
+def rows(capsys: pytest.CaptureFixture[str], *arguments: str) -> list[dict[str, Any]]:
+    assert main(["executions", "--json", *arguments]) == 0
+    data: list[dict[str, Any]] = json.loads(capsys.readouterr().out)
+    return data
+
+
+def test_executions_lists_them_newest_first_with_status_key_and_end_state(
+    recorded: dict[str, Ran], capsys: pytest.CaptureFixture[str]
+) -> None:
+    listed = rows(capsys)
+    assert [row["name"] for row in listed] == list(reversed(recorded))
+    for row in listed:
+        ran = recorded[row["name"]]
+        assert row["status"] == ran.status
+        assert row["idempotencyKey"] == ran.key
+        assert row["endState"] == ran.path[-1]
+        assert row["executionArn"] == ran.arn
+        assert row["durationMs"] > 0
+    assert [r.status for r in recorded.values()] == ["SUCCEEDED", "SUCCEEDED", "FAILED", "FAILED"]
+    assert recorded["viewer-happy"].key == recorded["viewer-duplicate"].key
+    assert recorded["viewer-invalid"].key is None  # it never reached Claim
+    # The table: the same, and "-" for no key.
+    assert main(["executions"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:2] == ["name", "status"]
+    invalid = next(line for line in table if line.startswith("viewer-invalid"))
+    assert invalid.split()[-2:] == ["InvalidEvent", "-"]
+    poison = next(line for line in table if line.startswith("viewer-poison"))
+    assert poison.split()[1] == "FAILED"
+    assert poison.endswith(str(recorded["viewer-poison"].key))
+
+
+def test_executions_filters_by_status_and_limits(
+    recorded: dict[str, Ran], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert [r["name"] for r in rows(capsys, "--status", "FAILED")] == [
+        "viewer-invalid",
+        "viewer-poison",
+    ]
+    assert [r["name"] for r in rows(capsys, "--limit", "1")] == ["viewer-invalid"]
+    assert rows(capsys, "--machine", "audit") == []
+
+
+class Page(HTMLParser):
+    """The state nodes and edges of a page, by their data attributes and classes."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.nodes: dict[str, dict[str, str]] = {}
+        self.edges: list[dict[str, str]] = []
+        self.body: dict[str, str] = {}
+        self.root: dict[str, str] = {}
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {name: value or "" for name, value in attrs}
+        classes = values.get("class", "").split()
+        if tag == "g" and "node" in classes:
+            self.nodes[values["data-state"]] = values
+        elif tag == "g" and "edge" in classes:
+            self.edges.append(values)
+        elif tag == "body":
+            self.body = values
+        elif tag == "html":
+            self.root = values
+
+    def having(self, css_class: str) -> set[str]:
+        return {n for n, a in self.nodes.items() if css_class in a["class"].split()}
+
+    def taken(self) -> set[tuple[str, str, str]]:
+        return {
+            (e["data-source"], e["data-target"], e["class"].split()[1])
+            for e in self.edges
+            if "taken" in e["class"].split()
+        }
+
+
+EXPECTED = {
+    # name: (failed states, caught states, a transition that must be the Catch)
+    "viewer-happy": (set(), set(), None),
+    "viewer-duplicate": (set(), {"Claim", "Reclaim"}, ("Claim", "Reclaim")),
+    "viewer-poison": ({"DeadLettered"}, {"Process"}, ("Process", "MarkFailed")),
+    "viewer-invalid": ({"InvalidEvent"}, set(), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_show_prints_the_path_and_writes_a_page_with_exactly_it_highlighted(
+    name: str, recorded: dict[str, Ran], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ran = recorded[name]
+    page_file = tmp_path / "page.html"
+    assert main(["show", name, "--html", str(page_file)]) == 0
+    out = capsys.readouterr().out
+    # The terminal: the states in the order entered, then where the page is.
+    lines = out.splitlines()
+    assert lines[0] == f"Execution {name}"
+    assert f"  status: {ran.status}" in "\n".join(lines)
+    assert f"  idempotency key: {ran.key or '-'}" in lines
+    states = [line.split()[1] for line in lines if re.match(r"\s+\d+\s+\w+\s+\w+", line)]
+    assert states == ran.path
+    assert lines[-1] == f"html: {page_file}"
+    page = Page(page_file.read_text(encoding="utf-8"))
+    assert set(page.nodes) == set(PROCESSOR.states)
+    entered = {n for n, a in page.nodes.items() if a["data-entered"] == "true"}
+    assert entered == set(ran.path)
+    assert page.having("entered") == set(ran.path)
+    failed, caught, catch = EXPECTED[name]
+    assert page.having("failed") == failed
+    assert page.having("caught") == caught
+    taken = page.taken()
+    assert {(s, t) for s, t, _ in taken} == {("", ran.path[0]), *pairwise(ran.path)}
+    if catch is not None:
+        assert (*catch, "catch") in taken
+    assert page.body["data-status"] == ran.status
+
+
+def test_show_finds_by_arn_and_unique_prefix_and_rejects_the_rest(
+    recorded: dict[str, Ran], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "p.html"
+    assert main(["show", recorded["viewer-poison"].arn, "--html", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("Execution viewer-poison\n")
+    assert main(["show", "viewer-po", "--html", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("Execution viewer-poison\n")
+    assert main(["show", "viewer-", "--html", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "is the start of 4 executions' names" in err
+    assert all(name in err for name in recorded)
+    assert main(["show", "nope", "--html", str(out)]) == 2
+    assert "no recorded execution named 'nope'" in capsys.readouterr().err
+    elsewhere = recorded["viewer-poison"].arn.replace("processorstatemachine", "other")
+    assert main(["show", elsewhere, "--html", str(out)]) == 2
+    assert "no recorded execution" in capsys.readouterr().err
+
+
+def test_show_writes_the_page_under_onceflow_show_by_default(
+    recorded: dict[str, Ran],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from onceflow import viewer
+
+    monkeypatch.setattr(viewer, "SHOW_DIRECTORY", tmp_path / "show")
+    assert main(["show", "viewer-happy"]) == 0
+    written = tmp_path / "show" / "viewer-happy.html"
+    assert capsys.readouterr().out.splitlines()[-1] == f"html: {written}"
+    assert written.is_file()
+
+
+# ---- a deployed stack -----------------------------------------------------------
+
+
+def test_executions_and_show_on_a_deployed_stack(
+    engine: LocalEngine,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Step Functions is the engine's (moto); only CloudFormation's DescribeStacks is stubbed."""
+    version = upload(engine, "uploads/deployed.png")
+    first = engine.execute(MACHINE, s3_event(engine, "uploads/deployed.png", version), name="d-1")
+    second = engine.execute(MACHINE, s3_event(engine, "uploads/deployed.png", version), name="d-2")
+    outputs = engine.outputs()
+    capsys.readouterr()  # what the functions printed (their metrics)
+    real_client = boto3.session.Session.client
+
+    def client(self: boto3.session.Session, service: str, *args: Any, **kwargs: Any) -> Any:
+        made = real_client(self, service, *args, **kwargs)  # type: ignore[call-overload]
+        if service == "cloudformation":
+            stubber = Stubber(made)
+            stack = {
+                "StackName": "onceflow-test",
+                "CreationTime": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+                "StackStatus": "CREATE_COMPLETE",
+                "Outputs": [
+                    {"OutputKey": key, "OutputValue": outputs[key]}
+                    for key in ("ProcessorStateMachineArn", "AuditStateMachineArn")
+                ],
+            }
+            stubber.add_response(
+                "describe_stacks", {"Stacks": [stack]}, {"StackName": "onceflow-test"}
+            )
+            stubber.activate()
+        return made
+
+    monkeypatch.setattr(boto3.session.Session, "client", client)
+    monkeypatch.setenv(records.ENVIRONMENT, str(tmp_path / "no-records"))
+    stack = ["--stack-name", "onceflow-test", "--region", "us-east-1"]
+    listed = rows(capsys, *stack)
+    assert {row["name"] for row in listed} == {"d-1", "d-2"}
+    by_name = {row["name"]: row for row in listed}
+    key = idempotency_key(engine, "uploads/deployed.png", version)
+    assert by_name["d-1"]["idempotencyKey"] == by_name["d-2"]["idempotencyKey"] == key
+    assert by_name["d-1"]["endState"] == first.states_entered[-1] == "Processed"
+    assert by_name["d-2"]["endState"] == second.states_entered[-1] == "Duplicate"
+    assert len(rows(capsys, *stack, "--limit", "1")) == 1
+    page_file = tmp_path / "deployed.html"
+    assert main(["show", "d-2", *stack, "--html", str(page_file)]) == 0
+    assert capsys.readouterr().out.startswith("Execution d-2\n")
+    page = Page(page_file.read_text(encoding="utf-8"))
+    assert set(page.nodes) == set(PROCESSOR.states)  # from the deployed definition
+    assert page.having("entered") == set(second.states_entered)
+    assert main(["show", "nope", *stack]) == 2
+    assert "no execution named 'nope'" in capsys.readouterr().err
+
+
+# ---- the demo's executions in a real browser --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, records.Record]]:
+    """`onceflow demo` (small), then `onceflow show` on one of its failed executions."""
+    folder = tmp_path_factory.mktemp("demo-records")
+    page_file = folder.parent / "demo-page" / "failed.html"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(records.ENVIRONMENT, str(folder))
+        assert main(["demo", "--objects", "6", "--corrupt", "1", "--json"]) == 0
+        failed = [r for r in records.recent(folder) if r.status == "FAILED"]
+        assert failed, "the demo's corrupt file should have failed"
+        assert main(["show", failed[0].name, "--html", str(page_file)]) == 0
+        yield page_file, failed[0]
+
+
+def test_the_demo_records_its_executions_and_show_renders_one(
+    demo_page: tuple[Path, records.Record],
+) -> None:
+    page_file, failed = demo_page
+    page = Page(page_file.read_text(encoding="utf-8"))
+    path = failed.result().states_entered
+    assert path[-1] == "DeadLettered"
+    assert page.having("entered") == set(path)
+    assert page.having("failed") == {"DeadLettered"}
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip(
+        "chromium is not installed: no chromium, chromium-browser or google-chrome on PATH "
+        "(apt-get install chromium; .ci/run installs it)"
+    )
+
+
+def _render(browser: str, url: str, profile: Path) -> tuple[str, list[str]]:
+    """The DOM after the page's scripts ran, and the console messages Chromium logged."""
+    completed = subprocess.run(
+        [
+            browser,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-extensions",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    console = [line for line in completed.stderr.splitlines() if ":CONSOLE" in line]
+    return completed.stdout, console
+
+
+def _panel(dom: str) -> tuple[str, str]:
+    """The side panel's data-state, and its text."""
+    match = re.search(r'<aside id="panel"[^>]*data-state="([^"]*)"[^>]*>(.*?)</aside>', dom, re.S)
+    assert match, "the panel shows no state"
+    return html.unescape(match.group(1)), html.unescape(re.sub(r"<[^>]+>", "\n", match.group(2)))
+
+
+def _pre(dom: str, css_class: str) -> Any:
+    match = re.search(rf'<pre class="json {css_class}">(.*?)</pre>', dom, re.S)
+    assert match, f"no {css_class} in the panel"
+    return json.loads(html.unescape(match.group(1)))
+
+
+def test_the_page_in_headless_chromium_loads_with_the_path_highlighted_and_no_errors(
+    demo_page: tuple[Path, records.Record], tmp_path: Path
+) -> None:
+    browser = _chromium()
+    page_file, failed = demo_page
+    steps = {step.name: step for step in _steps(failed)}
+    path = failed.result().states_entered
+    url = page_file.resolve().as_uri()
+
+    dom, console = _render(browser, url, tmp_path / "profile")
+    page = Page(dom)
+    assert console == []
+    assert page.root["data-errors"] == "[]"
+    assert page.body["data-ready"] == "true"  # the page's script ran to its end
+    assert '<svg id="graph"' in dom
+    assert set(page.nodes) == set(PROCESSOR.states)
+    assert page.body["data-node-count"] == str(len(PROCESSOR.states))
+    assert page.having("entered") == set(path)
+    assert page.body["data-highlighted-count"] == str(len(set(path)))
+    taken = [edge for edge in page.edges if "taken" in edge["class"].split()]
+    assert page.body["data-taken-count"] == str(len(taken)) and len(taken) >= len(path)
+    assert page.having("failed") == {"DeadLettered"}
+    # As the console does, it opens on the failed state: its input and the error.
+    state, text = _panel(dom)
+    assert state == "DeadLettered" and "selected" in page.nodes["DeadLettered"]["class"]
+    assert "failed: PermanentError" in text
+    assert _pre(dom, "input") == steps["DeadLettered"].input
+
+    # A state picked (as a click does): its input and output, as JSON.
+    dom, console = _render(browser, url + "#state=Claim", tmp_path / "profile")
+    assert console == [] and Page(dom).root["data-errors"] == "[]"
+    state, text = _panel(dom)
+    assert state == "Claim"
+    assert _pre(dom, "input") == steps["Claim"].input
+    assert _pre(dom, "output") == steps["Claim"].output
+
+    dom, _ = _render(browser, url + "#state=Duplicate", tmp_path / "profile")
+    state, text = _panel(dom)
+    assert state == "Duplicate" and "not entered" in text
+
+
+def test_the_browser_check_does_see_script_errors(
+    demo_page: tuple[Path, records.Record], tmp_path: Path
+) -> None:
+    """A page with a script error fails the checks above (so their passing means something)."""
+    browser = _chromium()
+    page_file, _ = demo_page
+    text = page_file.read_text(encoding="utf-8")
+    broken = tmp_path / "broken.html"
+    # Data the page's script cannot parse: it throws.
+    broken.write_text(text.replace('id="execution-data">{', 'id="execution-data">{,', 1))
+    dom, console = _render(browser, broken.resolve().as_uri(), tmp_path / "profile")
+    page = Page(dom)
+    assert "data-ready" not in page.body
+    assert "JSON" in page.root["data-errors"]
+    assert any("Uncaught" in line for line in console)
+
+
+def _steps(record: records.Record) -> list[Any]:
+    from onceflow import history
+
+    return history.steps(record.result())
