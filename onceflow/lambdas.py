@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import logging
 import sys
 import threading
 import time
@@ -17,6 +18,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 _IMPORT_LOCK = threading.Lock()
+
+# What Powertools' Logger leaves on the stdlib logger it configured.
+_POWERTOOLS_LOGGER_MARKS = (
+    "init",
+    "powertools_handler",
+    "powertools_buffer_config",
+    "powertools_buffer_cache",
+)
 
 
 class FunctionOutput(io.TextIOBase):
@@ -137,12 +146,26 @@ class InProcessRuntime:
         this process into this one.
         """
         roots = {str(spec.code_uri.resolve()) for spec in self.functions.values()}
+        services = {
+            spec.environment.get("POWERTOOLS_SERVICE_NAME", "service_undefined")
+            for spec in self.functions.values()
+        }
         with _IMPORT_LOCK:
             for name, module in list(sys.modules.items()):
                 origin = getattr(module, "__file__", None) or ""
                 if any(origin.startswith(root + "/") for root in roots):
                     del sys.modules[name]
             self._handlers.clear()
+            # Powertools configures the stdlib logger of the service once per
+            # process (handler, level, formatter) and marks it; a re-imported
+            # Logger() would keep an earlier engine's level. Unmark it.
+            for service in services:
+                std_logger = logging.getLogger(str(service))
+                for handler in list(std_logger.handlers):
+                    std_logger.removeHandler(handler)
+                for attribute in _POWERTOOLS_LOGGER_MARKS:
+                    if hasattr(std_logger, attribute):
+                        delattr(std_logger, attribute)
 
     def load(self, spec: FunctionSpec) -> Callable[[Any, Any], Any]:
         with _IMPORT_LOCK:
