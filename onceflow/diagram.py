@@ -101,14 +101,51 @@ def graph(asl: dict[str, Any]) -> Graph:
                 walk(branch, name)
 
     walk(asl, None)
+    for edge in result.edges:
+        if edge.target not in result.states:
+            raise ValueError(f"{edge.source} goes to {edge.target}, which is not a state")
     return result
 
 
+# Words mermaid reads as syntax, and the two nodes the diagram adds itself.
+_RESERVED_IDS = frozenset(
+    {
+        "end",
+        "start",
+        "done",
+        "graph",
+        "subgraph",
+        "flowchart",
+        "style",
+        "class",
+        "classdef",
+        "click",
+        "direction",
+        "linkstyle",
+        "default",
+        "call",
+        "href",
+    }
+)
+
+
+def _ids(names: list[str]) -> dict[str, str]:
+    """Mermaid node ids: the state name where mermaid can read it, else s<n>."""
+    ids = {}
+    for index, name in enumerate(names):
+        plain = re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) is not None
+        ids[name] = name if plain and name.lower() not in _RESERVED_IDS else f"s{index}"
+    return ids
+
+
 def _mermaid_text(text: str) -> str:
-    return text.replace('"', "#quot;")
+    # Entity codes first, so the ones this adds are not escaped again.
+    return (
+        text.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+    )
 
 
-def _node(name: str, state: dict[str, Any]) -> str:
+def _node(node_id: str, name: str, state: dict[str, Any]) -> str:
     kind = state["Type"]
     label = name
     if kind == "Task":
@@ -119,37 +156,38 @@ def _node(name: str, state: dict[str, Any]) -> str:
             label += ", Retry"
     text = _mermaid_text(label)
     if kind == "Choice":
-        return f'{name}{{"{text}"}}'
+        return f'{node_id}{{"{text}"}}'
     if kind in ("Succeed", "Fail"):
-        return f'{name}(["{text}"])'
-    return f'{name}["{text}"]'
+        return f'{node_id}(["{text}"])'
+    return f'{node_id}["{text}"]'
 
 
 def mermaid(asl: dict[str, Any]) -> str:
     """A mermaid flowchart of the state machine."""
     g = graph(asl)
-    lines = ["flowchart TD", "    start((start)) --> " + g.start]
+    ids = _ids(list(g.states))
+    lines = ["flowchart TD", "    start((start)) --> " + ids[g.start]]
 
     def declare(names: list[str], indent: str) -> None:
         for name in names:
             state = g.states[name]
             if name in g.children:
-                lines.append(f'{indent}subgraph {name} ["{name}: {state["Type"]}"]')
-                inner = g.children[name]
+                title = _mermaid_text(f"{name}: {state['Type']}")
+                lines.append(f'{indent}subgraph {ids[name]} ["{title}"]')
                 lines.append(f"{indent}    direction TB")
-                declare(inner, indent + "    ")
+                declare(g.children[name], indent + "    ")
                 lines.append(f"{indent}end")
             else:
-                lines.append(indent + _node(name, state))
+                lines.append(indent + _node(ids[name], name, state))
 
     declare(g.top, "    ")
     for edge in g.edges:
         arrow = "-.->" if edge.kind == "catch" else "-->"
         label = f'|"{_mermaid_text(edge.label)}"|' if edge.label else ""
-        lines.append(f"    {edge.source} {arrow}{label} {edge.target}")
+        lines.append(f"    {ids[edge.source]} {arrow}{label} {ids[edge.target]}")
     for name, state in g.states.items():
         if state.get("End") and not any(name in inner for inner in g.children.values()):
-            lines.append(f"    {name} --> done((end))")
+            lines.append(f"    {ids[name]} --> done((end))")
     return "\n".join(lines) + "\n"
 
 

@@ -49,7 +49,7 @@ def test_a_changed_asl_makes_the_diagram_stale(
     monkeypatch.setattr(diagram, "MACHINES", machines)
     assert diagram.stale(readme) == []
     text = machines["audit"].read_text(encoding="utf-8")
-    changed = text.replace('"Default": "Report"', '"Default": "Reported"')
+    changed = text.replace("Another page of locks to sweep.", "Locks left.")
     machines["audit"].write_text(changed, "utf-8")
     assert diagram.stale(readme) == ["audit"]
 
@@ -61,12 +61,12 @@ def test_check_and_write(
     monkeypatch.setattr(diagram, "MACHINES", machines)
     monkeypatch.setattr(diagram, "README", readme)
     text = machines["audit"].read_text(encoding="utf-8")
-    changed = text.replace('"Default": "Report"', '"Default": "Reported"')
+    changed = text.replace("Another page of locks to sweep.", "Locks left.")
     machines["audit"].write_text(changed, "utf-8")
     assert main(["diagrams", "--check"]) == 1
     assert "audit diagram differs" in capsys.readouterr().out
     assert main(["diagrams", "--write"]) == 0
-    assert 'MoreLocks -->|"otherwise"| Reported' in readme.read_text(encoding="utf-8")
+    assert 'MoreLocks -->|"Locks left"| SweepLocks' in readme.read_text(encoding="utf-8")
     assert main(["diagrams", "--check"]) == 0
 
 
@@ -78,3 +78,29 @@ def test_a_readme_without_the_blocks_is_an_error(
     monkeypatch.setattr(diagram, "README", readme)
     assert main(["diagrams", "--write"]) == 2
     assert "has no <!-- diagram:processor" in capsys.readouterr().err
+
+
+def test_state_names_mermaid_cannot_read_get_ids_of_their_own() -> None:
+    asl = {
+        "StartAt": "end",
+        "States": {
+            "end": {"Type": "Pass", "Next": "two words"},
+            "two words": {
+                "Type": "Choice",
+                "Choices": [{"Comment": 'say "hi" #1', "Condition": "{% true %}", "Next": "ok"}],
+                "Default": "ok",
+            },
+            "ok": {"Type": "Succeed"},
+        },
+    }
+    text = diagram.mermaid(asl)
+    assert "start((start)) --> s0" in text
+    assert 's0["end"]' in text and 's1{"two words"}' in text
+    assert 's1 -->|"say #quot;hi#quot; #35;1"| ok' in text
+    assert "two words -->" not in text
+
+
+def test_a_transition_to_no_state_is_an_error() -> None:
+    asl = {"StartAt": "A", "States": {"A": {"Type": "Pass", "Next": "B"}}}
+    with pytest.raises(ValueError, match="A goes to B, which is not a state"):
+        diagram.graph(asl)
