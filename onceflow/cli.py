@@ -300,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     demo.add_argument("--no-record", action="store_true", help=_NO_RECORD)
+    demo.add_argument(
+        "--no-server",
+        action="store_true",
+        help="run on an engine of its own even when `onceflow up` is running",
+    )
     demo.set_defaults(func=cmd_demo)
 
     chaos_cmd = commands.add_parser(

@@ -17,7 +17,7 @@ from urllib.parse import quote_plus
 
 from PIL import Image
 
-from onceflow import ops, patches, records
+from onceflow import ops, patches, records, server
 from onceflow.engine import ExecutionResult, LocalEngine
 
 # The audit's counts, as the demo and `onceflow audit` print them.
@@ -202,7 +202,13 @@ class DemoReport:
 def run_demo(
     config: DemoConfig, progress: TextIO | None = sys.stderr, record: bool = False
 ) -> DemoReport:
-    """Run the demo on a fresh local engine; `record`: save its executions (records.py)."""
+    """Run the demo; `record`: save its executions (records.py).
+
+    On a fresh local engine, or inside `onceflow up` on the running one: there
+    its objects go under a prefix of their own, its audits walk only that
+    prefix, and its verdict counts only its own objects, dead letters and
+    resubmissions, whatever else the stack holds.
+    """
     if config.source not in ("s3", "sqs"):
         raise ValueError(f"source must be s3 or sqs, not {config.source!r}")
     rng = random.Random(config.seed)
@@ -210,7 +216,16 @@ def run_demo(
     parameters = {"AuditRecentCutoffHours": "0"}
     if config.source == "sqs":
         parameters["SqsSource"] = "create"
-    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
+    shared = server.shared_engine() is not None
+    run_prefix = f"runs/{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**6:06d}/"
+    run_prefix = run_prefix if shared else ""
+
+    def fresh() -> LocalEngine:
+        return LocalEngine(parameters=parameters, function_log=io.StringIO())
+
+    with server.engine_for(parameters, fresh) as engine:
+        if shared and progress is not None:
+            progress.write(f"running   on the local engine of onceflow up, under {run_prefix}\n")
         bucket = engine.ref("IngestBucket")
         output_bucket = engine.ref("OutputBucket")
         s3 = engine.client("s3")
@@ -221,9 +236,9 @@ def run_demo(
         for index in range(config.objects + config.corrupt):
             processable = index < config.objects
             if processable:
-                key, body = f"uploads/image-{index:05d}.img", _image_bytes(rng)
+                key, body = f"{run_prefix}uploads/image-{index:05d}.img", _image_bytes(rng)
             else:
-                key, body = f"uploads/corrupt-{index:05d}.jpg", rng.randbytes(512)
+                key, body = f"{run_prefix}uploads/corrupt-{index:05d}.jpg", rng.randbytes(512)
             version = s3.put_object(Bucket=bucket, Key=key, Body=body)["VersionId"]
             objects.append(DemoObject(key, version, processable))
             sizes[key] = len(body)
@@ -265,7 +280,8 @@ def run_demo(
                 raise TransientError(f"injected: S3 SlowDown while reading {key}")
             return real_handler(event, context)
 
-        patches.REQUEST_LOG.clear()
+        if not shared:
+            patches.REQUEST_LOG.clear()  # the running engine's log is not the demo's to clear
         results: list[ExecutionResult] = []
         results_lock = threading.Lock()
         deliveries = Progress(len(first_wave) + len(late_wave), "delivering", progress)
@@ -306,9 +322,12 @@ def run_demo(
         if progress is not None:
             progress.write("auditing  the bucket against the ledger\n")
         target = ops.LocalTarget(engine)
-        audit = ops.run_audit(target)
-        again = ops.run_audit(target)
-        dead_letters = _drain(engine, engine.ref("DeadLetterQueue"))
+        scope = [run_prefix] if shared else None
+        audit = ops.run_audit(target, prefixes=scope)
+        again = ops.run_audit(target, prefixes=scope)
+        demo_keys = {o.idempotency_key(bucket) for o in objects}
+        resubmitted_again = _resubmitted_by(engine, str(again["audit"]), demo_keys)
+        dead_letters = _drain(engine, engine.ref("DeadLetterQueue"), demo_keys)
         effects = _effects_by_idempotency_key(engine, output_bucket)
         outcomes = Counter(r.states_entered[-1] if r.states_entered else r.status for r in results)
         if record:
@@ -340,25 +359,60 @@ def run_demo(
         "delivered_processable_objects_without_effect": len(missing),
         "undelivered_objects": sorted(o.key for o in objects if o.deliveries == 0),
         "audit": {key: audit.get(key, 0) for key, _ in AUDIT_LABELS},
-        "second_audit_resubmitted": again["missing_resubmitted"]
-        + again["failed_resubmitted"]
-        + again["stuck_released"],
+        # Counted from the executions the second audit started for the demo's
+        # objects (the report's counts would include a shared stack's others).
+        "second_audit_resubmitted": resubmitted_again,
         "violations": multiple + missing,
     }
     data["exactly_once"] = not multiple and not missing and data["second_audit_resubmitted"] == 0
     return DemoReport(data)
 
 
-def _drain(engine: LocalEngine, queue_url: str) -> list[dict[str, Any]]:
+def _drain(
+    engine: LocalEngine, queue_url: str, keys: set[str] | None = None
+) -> list[dict[str, Any]]:
+    """Read the DLQ's messages about these keys (all, for None); leave every one in place.
+
+    Each message received is made visible again afterwards: reading the DLQ
+    must not hide a dead letter from whoever looks next (redrive, the user).
+    """
     sqs = engine.client("sqs")
     messages: list[dict[str, Any]] = []
+    handles: list[str] = []
     while True:
         batch = sqs.receive_message(
             QueueUrl=queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
         ).get("Messages", [])
         if not batch:
-            return messages
-        messages += batch
+            break
+        for message in batch:
+            handles.append(message["ReceiptHandle"])
+            key = message.get("MessageAttributes", {}).get("IDEMPOTENCY_KEY", {})
+            if keys is None or key.get("StringValue") in keys:
+                messages.append(message)
+    for handle in handles:
+        sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=handle, VisibilityTimeout=0)
+    return messages
+
+
+def _resubmitted_by(engine: LocalEngine, audit_id: str, keys: set[str]) -> int:
+    """Processor executions this audit started for these keys.
+
+    The audit names them "audit-<audit id>-<digest>" (see the audit function).
+    """
+    sfn = engine.client("stepfunctions")
+    prefix = f"audit-{audit_id}"[:40]
+    count = 0
+    paginator = sfn.get_paginator("list_executions")
+    for page in paginator.paginate(stateMachineArn=engine.ref("ProcessorStateMachine")):
+        for execution in page["executions"]:
+            if not execution["name"].startswith(prefix):
+                continue
+            started = sfn.describe_execution(executionArn=execution["executionArn"])
+            work_item = json.loads(started.get("input") or "{}").get("workItem") or {}
+            if work_item.get("idempotencyKey") in keys:
+                count += 1
+    return count
 
 
 def _effects_by_idempotency_key(engine: LocalEngine, output_bucket: str) -> Counter[str]:

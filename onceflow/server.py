@@ -1,8 +1,8 @@
 """`onceflow up`: one local engine that outlives a command.
 
 The server holds a LocalEngine (the same engine, template and patches) and
-listens on 127.0.0.1. While it runs, `execute`, `audit`, `redrive`, `inspect`
-and the viewer send their command line to it and run there, against the one
+listens on 127.0.0.1. While it runs, `demo`, `execute`, `audit`, `redrive`,
+`inspect` and the viewer send their command line to it and run there, against the one
 engine, so the ledger, buckets, queues and execution histories carry over
 from one command to the next. When no server is up they run self-contained,
 as before.
@@ -20,6 +20,7 @@ import io
 import json
 import os
 import secrets
+import sys
 import threading
 import time
 import urllib.error
@@ -33,7 +34,7 @@ from onceflow.engine import EngineError, LocalEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 # Commands that use the server when it is up (and no --stack-name is given).
-FORWARDED = frozenset({"execute", "audit", "redrive", "inspect", "executions", "show"})
+FORWARDED = frozenset({"demo", "execute", "audit", "redrive", "inspect", "executions", "show"})
 HOST = "127.0.0.1"
 
 
@@ -171,7 +172,7 @@ class EngineServer(ThreadingHTTPServer):
             previous = os.getcwd()
             try:
                 os.chdir(cwd or previous)
-                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                with _command_stdout(out), contextlib.redirect_stderr(err):
                     code = cli.main(argv)
             except SystemExit as exc:  # argparse rejects the command line
                 code = exc.code if isinstance(exc.code, int) else 2
@@ -200,6 +201,25 @@ class EngineServer(ThreadingHTTPServer):
             current = json.loads(path.read_text(encoding="utf-8"))
             if current.get("token") == self.token:
                 path.unlink()
+
+
+@contextlib.contextmanager
+def _command_stdout(out: io.StringIO) -> Iterator[None]:
+    """Capture the command's stdout, leaving the functions' output where it goes.
+
+    The engine has put its FunctionOutput router on sys.stdout (function
+    threads write to the function log); replacing sys.stdout would send the
+    functions' lines, and any Logger imported meanwhile, to the command.
+    """
+    from onceflow.lambdas import FUNCTION_OUTPUT
+
+    saved_stdout, saved_passthrough = sys.stdout, FUNCTION_OUTPUT.passthrough
+    FUNCTION_OUTPUT.passthrough = out
+    sys.stdout = FUNCTION_OUTPUT
+    try:
+        yield
+    finally:
+        sys.stdout, FUNCTION_OUTPUT.passthrough = saved_stdout, saved_passthrough
 
 
 def _request(state: dict[str, Any], method: str, path: str, body: Any = None) -> Any:
@@ -234,8 +254,6 @@ def running() -> dict[str, Any] | None:
 
 def forward(state: dict[str, Any], argv: list[str]) -> int:
     """Run the command on the server; print what it printed; return its exit code."""
-    import sys
-
     answer = _request(state, "POST", "/run", {"argv": argv, "cwd": os.getcwd()})
     sys.stdout.write(answer["stdout"])
     sys.stderr.write(answer["stderr"])
@@ -250,8 +268,6 @@ def serve(
     ready: Callable[[EngineServer], None] | None = None,
 ) -> int:
     """`onceflow up`: start the engine and serve until interrupted."""
-    import sys
-
     existing = running()
     if existing is not None:
         print(

@@ -121,3 +121,67 @@ def test_the_server_wants_its_token(up: server.EngineServer) -> None:
         urllib.request.urlopen(request, timeout=5)
     assert refused.value.code == 403
     assert up.commands == 0
+
+
+@pytest.fixture
+def up_for_demos(state_dir: Path) -> Iterator[server.EngineServer]:
+    parameters = {"AuditRecentCutoffHours": "0"}
+    with LocalEngine(parameters=parameters) as engine:
+        engine_server = server.EngineServer(engine, parameters)
+        engine_server.publish()
+        thread = threading.Thread(target=engine_server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield engine_server
+        finally:
+            engine_server.shutdown()
+            engine_server.unpublish()
+            engine_server.server_close()
+            thread.join(5)
+
+
+def test_demos_on_the_running_engine_judge_only_their_own_objects(
+    up_for_demos: server.EngineServer,
+) -> None:
+    engine = up_for_demos.engine
+    # Something of the user's already on the stack: a poison upload, dead-lettered.
+    s3 = engine.client("s3")
+    bucket = engine.ref("IngestBucket")
+    version = s3.put_object(Bucket=bucket, Key="mine/bad.png", Body=b"not an image")["VersionId"]
+    from tests.helpers import s3_event
+
+    assert (
+        engine.execute(
+            "ProcessorStateMachine", s3_event(engine, "mine/bad.png", version)
+        ).states_entered[-1]
+        == "DeadLettered"
+    )
+    reports = []
+    for seed in ("3", "4"):
+        run = _onceflow(
+            "demo", "--objects", "10", "--corrupt", "1", "--seed", seed, "--json", "--no-record"
+        )
+        assert run.returncode == 0, run.stderr
+        assert "on the local engine of onceflow up" in run.stderr
+        reports.append(json.loads(run.stdout))
+    for report in reports:
+        assert report["exactly_once"] is True, report["violations"]
+        assert report["dead_lettered"] == 1  # its own corrupt file, not the user's
+        assert report["second_audit_resubmitted"] == 0
+    # Both runs and the user's object live on in the one engine.
+    listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
+    runs = {o["Key"].split("/")[1] for o in listed if o["Key"].startswith("runs/")}
+    assert len(runs) == 2 and any(o["Key"] == "mine/bad.png" for o in listed)
+    messages = engine.client("sqs").receive_message(
+        QueueUrl=engine.ref("DeadLetterQueue"), MaxNumberOfMessages=10, WaitTimeSeconds=0
+    )["Messages"]
+    assert len(messages) == 3, "the demos left every dead letter in place, the user's too"
+
+
+def test_a_demo_needs_the_audit_cutoff_it_runs_with(
+    up: server.EngineServer,
+) -> None:
+    run = _onceflow("demo", "--objects", "4", "--corrupt", "0", "--no-record")
+    assert run.returncode == 2
+    assert "AuditRecentCutoffHours=0" in run.stderr and "--no-server" in run.stderr
+    assert up.commands == 1
