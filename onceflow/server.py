@@ -20,6 +20,7 @@ import io
 import json
 import os
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -255,8 +256,10 @@ def running() -> dict[str, Any] | None:
 def forward(state: dict[str, Any], argv: list[str]) -> int:
     """Run the command on the server; print what it printed; return its exit code."""
     answer = _request(state, "POST", "/run", {"argv": argv, "cwd": os.getcwd()})
-    sys.stdout.write(answer["stdout"])
+    # Progress and notes (stderr) came first there; the result (stdout) last.
     sys.stderr.write(answer["stderr"])
+    sys.stderr.flush()
+    sys.stdout.write(answer["stdout"])
     return int(answer["code"])
 
 
@@ -291,6 +294,14 @@ def serve(
         )
         if ready is not None:
             ready(server)
+
+        def stop(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        # Ctrl-C, and `kill` (SIGTERM), stop it cleanly; a shell that started it
+        # in the background may have left SIGINT ignored.
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
         try:
             server.serve_forever(poll_interval=0.2)
         except KeyboardInterrupt:

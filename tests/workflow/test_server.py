@@ -185,3 +185,33 @@ def test_a_demo_needs_the_audit_cutoff_it_runs_with(
     assert run.returncode == 2
     assert "AuditRecentCutoffHours=0" in run.stderr and "--no-server" in run.stderr
     assert up.commands == 1
+
+
+def test_onceflow_up_serves_until_terminated_and_cleans_up(state_dir: Path) -> None:
+    import signal
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from onceflow.cli import main; sys.exit(main())", "up"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while server.running() is None:
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "onceflow up did not come up"
+            time.sleep(0.2)
+        run = _onceflow(*EXECUTE)
+        assert run.returncode == 0 and "running on the local engine" in run.stderr
+        again = _onceflow(*EXECUTE)
+        assert "Duplicate" in again.stdout
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "stopping the local engine" in err
+    assert not (state_dir / "server.json").exists()
+    assert server.running() is None
