@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from onceflow import diagram, history, ops, records, server, viewer
-from onceflow.demo import DemoConfig, run_demo
+from onceflow.demo import DemoConfig, demo_parameters, run_demo
 from onceflow.engine import EngineError, ExecutionResult, LocalEngine
 from onceflow.samples import prepare_event
 from onceflow.template import TemplateError
@@ -92,6 +92,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _engine(args: argparse.Namespace) -> contextlib.AbstractContextManager[LocalEngine]:
     """The engine a command runs on: the running `onceflow up` engine, or its own."""
     parameters = _parameters(args.parameter_overrides)
+    if args.verbose and server.shared_engine() is not None:
+        print(
+            "local: function logs stay with the running engine (onceflow up); "
+            "use --no-server -v to see them",
+            file=sys.stderr,
+        )
     return server.engine_for(
         parameters,
         lambda: LocalEngine(
@@ -100,6 +106,7 @@ def _engine(args: argparse.Namespace) -> contextlib.AbstractContextManager[Local
             function_log=sys.stderr if args.verbose else io.StringIO(),
             function_log_level="DEBUG" if args.verbose else None,
         ),
+        Path(args.template),
     )
 
 
@@ -132,7 +139,8 @@ def cmd_execute(args: argparse.Namespace) -> int:
 
 def _record(engine: LocalEngine, known: list[ExecutionResult]) -> None:
     """Save the engine's finished executions for `onceflow executions` and `onceflow show`."""
-    saved = records.save_all(engine, known)
+    # On the shared engine, only what this command ran: not all it ever ran.
+    saved = records.save_all(engine, known, since=server.command_started())
     if len(saved) == 1 and len(known) == 1:
         print(f"local: recorded; see it with `onceflow show {known[0].name}`", file=sys.stderr)
     elif saved:
@@ -160,10 +168,11 @@ def _target(args: argparse.Namespace) -> Iterator[ops.Target]:
     if args.stack_name:
         yield ops.DeployedTarget(args.stack_name, args.region, args.profile)
         return
-    print(
-        "local: a fresh local stack (its state lasts as long as this command)",
-        file=sys.stderr,
-    )
+    if server.shared_engine() is None:
+        print(
+            "local: a fresh local stack (its state lasts as long as this command)",
+            file=sys.stderr,
+        )
     with _engine(args) as engine:
         yield ops.LocalTarget(engine)
         if not args.no_record:
@@ -546,6 +555,17 @@ def _forward(argv: list[str], args: argparse.Namespace) -> int | None:
     state = server.running()
     if state is None:
         return None
+    if args.command == "demo":
+        needed = demo_parameters(args.source)
+        if any(state.get("parameters", {}).get(k) != v for k, v in needed.items()):
+            wanted = " ".join(f"{k}={v}" for k, v in needed.items())
+            print(
+                f"local: the running engine (onceflow up) lacks {wanted}, which the demo "
+                "needs; the demo runs on an engine of its own (start onceflow up "
+                f"--parameter-overrides {wanted} to run demos on it)",
+                file=sys.stderr,
+            )
+            return None
     print(f"local: running on the local engine at port {state['port']}", file=sys.stderr)
     return server.forward(state, argv)
 

@@ -199,6 +199,15 @@ class DemoReport:
         return "\n".join(lines)
 
 
+def demo_parameters(source: str) -> dict[str, str]:
+    """The template parameters the demo runs with."""
+    # The audit judges every object: the demo's are all seconds old.
+    parameters = {"AuditRecentCutoffHours": "0"}
+    if source == "sqs":
+        parameters["SqsSource"] = "create"
+    return parameters
+
+
 def run_demo(
     config: DemoConfig, progress: TextIO | None = sys.stderr, record: bool = False
 ) -> DemoReport:
@@ -212,10 +221,7 @@ def run_demo(
     if config.source not in ("s3", "sqs"):
         raise ValueError(f"source must be s3 or sqs, not {config.source!r}")
     rng = random.Random(config.seed)
-    # The audit judges every object: the demo's are all seconds old.
-    parameters = {"AuditRecentCutoffHours": "0"}
-    if config.source == "sqs":
-        parameters["SqsSource"] = "create"
+    parameters = demo_parameters(config.source)
     shared = server.shared_engine() is not None
     run_prefix = f"runs/{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**6:06d}/"
     run_prefix = run_prefix if shared else ""
@@ -326,7 +332,7 @@ def run_demo(
         audit = ops.run_audit(target, prefixes=scope)
         again = ops.run_audit(target, prefixes=scope)
         demo_keys = {o.idempotency_key(bucket) for o in objects}
-        resubmitted_again = _resubmitted_by(engine, str(again["audit"]), demo_keys)
+        resubmitted_again = _resubmitted_by(engine, str(again["audit"]), demo_keys) if shared else 0
         dead_letters = _drain(engine, engine.ref("DeadLetterQueue"), demo_keys)
         effects = _effects_by_idempotency_key(engine, output_bucket)
         outcomes = Counter(r.states_entered[-1] if r.states_entered else r.status for r in results)
@@ -359,9 +365,12 @@ def run_demo(
         "delivered_processable_objects_without_effect": len(missing),
         "undelivered_objects": sorted(o.key for o in objects if o.deliveries == 0),
         "audit": {key: audit.get(key, 0) for key, _ in AUDIT_LABELS},
-        # Counted from the executions the second audit started for the demo's
-        # objects (the report's counts would include a shared stack's others).
-        "second_audit_resubmitted": resubmitted_again,
+        # On its own stack, the report's counts (stuck work it dead-letters
+        # included); on a shared one, the executions the second audit started
+        # for the demo's objects (the counts would include the stack's others).
+        "second_audit_resubmitted": resubmitted_again
+        if shared
+        else again["missing_resubmitted"] + again["failed_resubmitted"] + again["stuck_released"],
         "violations": multiple + missing,
     }
     data["exactly_once"] = not multiple and not missing and data["second_audit_resubmitted"] == 0
@@ -401,7 +410,7 @@ def _resubmitted_by(engine: LocalEngine, audit_id: str, keys: set[str]) -> int:
     The audit names them "audit-<audit id>-<digest>" (see the audit function).
     """
     sfn = engine.client("stepfunctions")
-    prefix = f"audit-{audit_id}"[:40]
+    prefix = f"audit-{audit_id}"[:40] + "-"
     count = 0
     paginator = sfn.get_paginator("list_executions")
     for page in paginator.paginate(stateMachineArn=engine.ref("ProcessorStateMachine")):

@@ -178,12 +178,16 @@ def write(data: dict[str, Any], into: Path | None = None) -> Path:
 
 
 def save_all(
-    engine: LocalEngine, known: Iterable[ExecutionResult] = (), into: Path | None = None
+    engine: LocalEngine,
+    known: Iterable[ExecutionResult] = (),
+    into: Path | None = None,
+    since: float | None = None,
 ) -> list[Path]:
     """Record every finished execution of the engine's state machines.
 
     `known`: results the caller has already read (their histories are reused,
-    not read again). Call it before the engine stops.
+    not read again). `since`: only executions started from then on (epoch
+    seconds). Call it before the engine stops.
     """
     sfn = engine.client("stepfunctions")
     by_arn = {result.arn: result for result in known}
@@ -193,6 +197,8 @@ def save_all(
         for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine):
             for listed in page["executions"]:
                 if listed["status"] == "RUNNING":
+                    continue
+                if since is not None and listed["startDate"].timestamp() < since - 1:
                     continue
                 result = by_arn.get(listed["executionArn"])
                 if result is None:

@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -46,21 +47,39 @@ def state_file() -> Path:
 # The engine of the server this process is, while it runs a forwarded command.
 _shared: LocalEngine | None = None
 _shared_parameters: dict[str, str] = {}
+_shared_template: Path | None = None
+_command_started: float | None = None
 
 
 def shared_engine() -> LocalEngine | None:
     return _shared
 
 
+def command_started() -> float | None:
+    """When the command now running on the shared engine started (epoch seconds)."""
+    return _command_started
+
+
 @contextlib.contextmanager
 def engine_for(
-    parameters: dict[str, str], make: Callable[[], LocalEngine]
+    parameters: dict[str, str],
+    make: Callable[[], LocalEngine],
+    template: Path | None = None,
 ) -> Iterator[LocalEngine]:
     """The server's engine inside a forwarded command; otherwise a fresh one for the command."""
     if _shared is None:
         with make() as engine:
             yield engine
         return
+    if (
+        template is not None
+        and _shared_template is not None
+        and template.resolve() != _shared_template.resolve()
+    ):
+        raise EngineError(
+            f"the running local engine (onceflow up) runs {_shared_template}, not "
+            f"{template}; restart it with --template {template}, or add --no-server"
+        )
     different = {k: v for k, v in parameters.items() if _shared_parameters.get(k) != v}
     if different:
         raise EngineError(
@@ -86,7 +105,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _authorised(self) -> bool:
-        if self.headers.get("X-Onceflow-Token") != self.server.token:
+        if not secrets.compare_digest(self.headers.get("X-Onceflow-Token", ""), self.server.token):
             self._answer(403, {"error": "wrong or missing X-Onceflow-Token"})
             return False
         return True
@@ -131,10 +150,12 @@ class EngineServer(ThreadingHTTPServer):
         parameters: dict[str, str],
         port: int = 0,
         log: Callable[[str], None] | None = None,
+        template: Path | None = None,
     ) -> None:
         super().__init__((HOST, port), _Handler)
         self.engine = engine
         self.parameters = dict(parameters)
+        self.template = Path(template).resolve() if template is not None else None
         self.token = secrets.token_hex(16)
         self.started = time.time()
         self.commands = 0
@@ -166,22 +187,28 @@ class EngineServer(ThreadingHTTPServer):
         """
         from onceflow import cli
 
-        global _shared, _shared_parameters
+        global _shared, _shared_parameters, _shared_template, _command_started
         out, err = io.StringIO(), io.StringIO()
         with self._lock:
             _shared, _shared_parameters = self.engine, self.parameters
+            _shared_template, _command_started = self.template, time.time()
             previous = os.getcwd()
             try:
                 os.chdir(cwd or previous)
                 with _command_stdout(out), contextlib.redirect_stderr(err):
                     code = cli.main(argv)
-            except SystemExit as exc:  # argparse rejects the command line
-                code = exc.code if isinstance(exc.code, int) else 2
+            except SystemExit as exc:  # argparse, or a command that exits with a message
+                # What Python's own exit would make of it.
+                code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
                 if not isinstance(exc.code, int) and exc.code is not None:
                     err.write(f"{exc.code}\n")
+            except Exception:  # reported to the client, as the command would print it alone
+                err.write(traceback.format_exc())
+                code = 1
             finally:
                 os.chdir(previous)
                 _shared, _shared_parameters = None, {}
+                _shared_template, _command_started = None, None
                 self.commands += 1
         self.log(f"onceflow {' '.join(argv)} -> exit {code}")
         return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
@@ -191,8 +218,12 @@ class EngineServer(ThreadingHTTPServer):
         path = state_file()
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({**self.describe(), "token": self.token}), encoding="utf-8")
-        tmp.chmod(0o600)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        # Created readable by this user only: the token lets a command run here.
+        descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump({**self.describe(), "token": self.token}, handle)
         tmp.replace(path)
         return path
 
@@ -248,14 +279,22 @@ def running() -> dict[str, Any] | None:
         return None  # a half-written or foreign file: treat as no server
     try:
         health = _request(state, "GET", "/health")
-    except (OSError, urllib.error.URLError, ValueError):
-        return None  # stale: the server that wrote it is gone
-    return {**health, "token": state["token"]}
+        return {**health, "token": state["token"]}
+    except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError):
+        return None  # stale (the server that wrote it is gone), or not a server's file
 
 
 def forward(state: dict[str, Any], argv: list[str]) -> int:
     """Run the command on the server; print what it printed; return its exit code."""
-    answer = _request(state, "POST", "/run", {"argv": argv, "cwd": os.getcwd()})
+    try:
+        answer = _request(state, "POST", "/run", {"argv": argv, "cwd": os.getcwd()})
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        print(
+            f"onceflow: the local engine (onceflow up, port {state['port']}) did not answer "
+            f"the command: {exc}",
+            file=sys.stderr,
+        )
+        return 2
     # Progress and notes (stderr) came first there; the result (stdout) last.
     sys.stderr.write(answer["stderr"])
     sys.stderr.flush()
@@ -282,8 +321,13 @@ def serve(
     with LocalEngine(
         template, parameters, time_scale=time_scale, function_log=io.StringIO()
     ) as engine:
+        console = sys.stderr  # not the command's stderr, captured while one runs
         server = EngineServer(
-            engine, parameters, port, log=lambda text: print(text, file=sys.stderr)
+            engine,
+            parameters,
+            port,
+            log=lambda text: print(text, file=console),
+            template=template,
         )
         path = server.publish()
         print(

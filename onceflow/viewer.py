@@ -937,9 +937,12 @@ _SCRIPT = """
     }
     return null;
   }
+  function known(name) {
+    return Object.prototype.hasOwnProperty.call(data.states, name);
+  }
   function select(name) {
+    if (!known(name)) { return; }
     var state = data.states[name];
-    if (!state) { return; }
     document.querySelectorAll(".node.selected").forEach(function (node) {
       node.classList.remove("selected");
     });
@@ -987,8 +990,11 @@ _SCRIPT = """
   });
   var wanted = /^#state=(.+)$/.exec(window.location.hash);
   var failed = document.querySelector(".node.failed");
-  var first = wanted ? decodeURIComponent(wanted[1]) : null;
-  if (!first || !data.states[first]) {
+  var first = null;
+  if (wanted) {
+    try { first = decodeURIComponent(wanted[1]); } catch (e) { first = null; }
+  }
+  if (!first || !known(first)) {
     first = failed ? failed.getAttribute("data-state") : data.path[data.path.length - 1];
   }
   if (first) { select(first); }
@@ -1121,7 +1127,9 @@ def terminal(record: Record) -> str:
 
 
 def html_path(record: Record, folder: Path | None = None) -> Path:
-    return (folder or SHOW_DIRECTORY) / records.file_name(record.name).replace(".json", ".html")
+    return (folder or SHOW_DIRECTORY) / (
+        records.file_name(record.name).removesuffix(".json") + ".html"
+    )
 
 
 def write_page(record: Record, asl: dict[str, Any], destination: Path) -> Path:

@@ -63,5 +63,6 @@ def test_globals_merge_into_functions() -> None:
     props = stack.function_properties("ProcessorFunction")
     assert props["Runtime"] == "python3.13"
     variables = props["Environment"]["Variables"]
-    assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "onceflow"  # from Globals
+    # From Globals, per stack: !Sub "onceflow/${AWS::StackName}".
+    assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "onceflow/onceflow-local"
     assert variables["OUTPUT_BUCKET"] == "outputbucket"  # from the function

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -29,10 +30,11 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def up(state_dir: Path) -> Iterator[server.EngineServer]:
-    with LocalEngine() as engine:
-        engine_server = server.EngineServer(engine, {})
+@contextlib.contextmanager
+def _serving(parameters: dict[str, str]) -> Iterator[server.EngineServer]:
+    """What `onceflow up` runs, on a thread of this process."""
+    with LocalEngine(parameters=parameters) as engine:
+        engine_server = server.EngineServer(engine, parameters)
         engine_server.publish()
         thread = threading.Thread(target=engine_server.serve_forever, daemon=True)
         thread.start()
@@ -43,6 +45,12 @@ def up(state_dir: Path) -> Iterator[server.EngineServer]:
             engine_server.unpublish()
             engine_server.server_close()
             thread.join(5)
+
+
+@pytest.fixture
+def up(state_dir: Path) -> Iterator[server.EngineServer]:
+    with _serving({}) as engine_server:
+        yield engine_server
 
 
 def _onceflow(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -125,19 +133,8 @@ def test_the_server_wants_its_token(up: server.EngineServer) -> None:
 
 @pytest.fixture
 def up_for_demos(state_dir: Path) -> Iterator[server.EngineServer]:
-    parameters = {"AuditRecentCutoffHours": "0"}
-    with LocalEngine(parameters=parameters) as engine:
-        engine_server = server.EngineServer(engine, parameters)
-        engine_server.publish()
-        thread = threading.Thread(target=engine_server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield engine_server
-        finally:
-            engine_server.shutdown()
-            engine_server.unpublish()
-            engine_server.server_close()
-            thread.join(5)
+    with _serving({"AuditRecentCutoffHours": "0"}) as engine_server:
+        yield engine_server
 
 
 def test_demos_on_the_running_engine_judge_only_their_own_objects(
@@ -178,13 +175,39 @@ def test_demos_on_the_running_engine_judge_only_their_own_objects(
     assert len(messages) == 3, "the demos left every dead letter in place, the user's too"
 
 
-def test_a_demo_needs_the_audit_cutoff_it_runs_with(
+def test_a_demo_runs_alone_when_the_running_engine_lacks_its_parameters(
     up: server.EngineServer,
 ) -> None:
-    run = _onceflow("demo", "--objects", "4", "--corrupt", "0", "--no-record")
-    assert run.returncode == 2
-    assert "AuditRecentCutoffHours=0" in run.stderr and "--no-server" in run.stderr
-    assert up.commands == 1
+    run = _onceflow("demo", "--objects", "4", "--corrupt", "0", "--json", "--no-record")
+    assert run.returncode == 0, run.stderr
+    assert "lacks AuditRecentCutoffHours=0" in run.stderr
+    assert json.loads(run.stdout)["exactly_once"] is True
+    assert up.commands == 0, "nothing ran on the server"
+
+
+def test_a_command_that_breaks_on_the_server_reports_like_one_run_alone(
+    up: server.EngineServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = _onceflow("execute", "ProcessorStateMachine", "-e", "/no/such/event.json")
+    alone = _onceflow(
+        "execute", "ProcessorStateMachine", "-e", "/no/such/event.json", "--no-server"
+    )
+    assert missing.returncode == alone.returncode != 0
+    assert "/no/such/event.json" in missing.stderr
+    # An unexpected exception inside the server comes back as the traceback, exit 1.
+    answer = up.run(["executions", "--limit", "not-a-number"])
+    assert answer["code"] == 2 and "invalid int value" in answer["stderr"]
+    from onceflow import cli
+
+    def boom(args: object) -> int:
+        raise RuntimeError("injected: a bug in a command")
+
+    monkeypatch.setattr(cli, "cmd_inspect", boom)
+    broken = up.run(["inspect", "s3://b/k#v"])
+    assert broken["code"] == 1
+    assert "RuntimeError: injected: a bug in a command" in broken["stderr"]
+    # The server still runs commands afterwards.
+    assert up.run(list(EXECUTE))["code"] == 0
 
 
 def test_onceflow_up_serves_until_terminated_and_cleans_up(state_dir: Path) -> None:
