@@ -42,12 +42,15 @@ def directory() -> Path:
     return Path(configured) if configured else DIRECTORY
 
 
-def file_name(execution_name: str) -> str:
+def file_name(execution_name: str, state_machine_arn: str | None = None) -> str:
     """A file name for an execution name: other characters become '_', plus a short hash
-    when any did (so that two names never share a file)."""
+    when any did (so that two names never share a file), and one of the state machine
+    when given (two state machines may each run an execution of one name)."""
     safe = _UNSAFE.sub("_", execution_name).lstrip(".") or "_"
     if safe != execution_name:
         safe += "." + hashlib.sha256(execution_name.encode()).hexdigest()[:8]
+    if state_machine_arn:
+        safe += "@" + hashlib.sha256(state_machine_arn.encode()).hexdigest()[:8]
     return safe + ".json"
 
 
@@ -164,7 +167,7 @@ def write(data: dict[str, Any], into: Path | None = None) -> Path:
     """Write one record; its file's mtime becomes the execution's start."""
     folder = into or directory()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / file_name(str(data["name"]))
+    path = folder / file_name(str(data["name"]), data.get("stateMachineArn"))
     text = json.dumps(data, default=_json_safe, separators=(",", ":"))
     # Written aside, then renamed: a reader never sees half a record.
     temporary = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -248,19 +251,26 @@ def recent(folder: Path | None = None) -> Iterator[Record]:
 def find(query: str, folder: Path | None = None) -> Record:
     """The record of an execution named by its name, its ARN, or a unique name prefix."""
     folder = folder or directory()
-    name = query.rpartition(":")[2] if query.startswith("arn:") else query
-    exact = folder / file_name(name)
-    if exact.is_file():
-        record = read(exact)
-        if record.name == name and (not query.startswith("arn:") or record.arn == query):
-            return record
-        if query.startswith("arn:"):
-            raise RecordError(f"no recorded execution {query} (the one named so is {record.arn})")
     if query.startswith("arn:"):
+        name = query.rpartition(":")[2]
+        stem = _UNSAFE.sub("_", name)
+        for _, path in _files(folder):
+            if path.name.startswith(stem):
+                record = read(path)
+                if record.arn == query:
+                    return record
         raise RecordError(f"no recorded execution {query}")
     prefix = _UNSAFE.sub("_", query)
     matches = [path for _, path in _files(folder) if path.name.startswith(prefix)]
     records = [record for record in map(read, matches) if record.name.startswith(query)]
+    exact_name = [record for record in records if record.name == query]
+    if len(exact_name) == 1:
+        return exact_name[0]
+    if len(exact_name) > 1:
+        raise AmbiguousError(
+            query,
+            [f"{record.name} ({record.data.get('stateMachineArn')})" for record in exact_name],
+        )
     if len(records) == 1:
         return records[0]
     if not records:

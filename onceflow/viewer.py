@@ -250,13 +250,14 @@ def find_deployed(target: Target, query: str, scan: int = 1000) -> Record:
 def definition(record: Record, target: Target | None = None) -> dict[str, Any]:
     """The ASL the execution ran: the deployed definition, or locally the ASL file."""
     if target is not None and not target.local:
-        machine_arn = str(record.data["stateMachineArn"])
+        # The definition this execution ran, not today's: a stack update may
+        # have changed the state machine since.
         try:
-            described = target.client("stepfunctions").describe_state_machine(
-                stateMachineArn=machine_arn
+            described = target.client("stepfunctions").describe_state_machine_for_execution(
+                executionArn=record.arn
             )
         except ClientError as exc:
-            raise _aws(f"cannot read the definition of {machine_arn}", exc) from exc
+            raise _aws(f"cannot read the definition {record.arn} ran", exc) from exc
         asl: dict[str, Any] = json.loads(described["definition"])
         return asl
     name = LOGICAL_IDS.get(record.logical_id or "")
@@ -1127,9 +1128,8 @@ def terminal(record: Record) -> str:
 
 
 def html_path(record: Record, folder: Path | None = None) -> Path:
-    return (folder or SHOW_DIRECTORY) / (
-        records.file_name(record.name).removesuffix(".json") + ".html"
-    )
+    name = records.file_name(record.name, record.data.get("stateMachineArn"))
+    return (folder or SHOW_DIRECTORY) / (name.removesuffix(".json") + ".html")
 
 
 def write_page(record: Record, asl: dict[str, Any], destination: Path) -> Path:

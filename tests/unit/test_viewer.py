@@ -343,14 +343,38 @@ def test_record_files_are_named_safely_and_pruned_oldest_first(tmp_path: Path) -
     unsafe = records.file_name("../../etc/passwd")
     assert "/" not in unsafe and not unsafe.startswith(".")
     assert records.file_name("a/b") != records.file_name("a_b")
+    # Two state machines may each run an execution of one name: two files.
+    assert records.file_name("x", "arn:1") != records.file_name("x", "arn:2")
     for n in range(5):
         records.write(record(f"r{n}", [], start=T0 + datetime.timedelta(hours=n)).data, tmp_path)
     assert records.prune(tmp_path, keep=2) == 3
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["r3.json", "r4.json"]
-    assert os.stat(tmp_path / "r4.json").st_mtime == (T0 + datetime.timedelta(hours=4)).timestamp()
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    machine = record("r4", [], start=T0).data["stateMachineArn"]
+    assert kept == [records.file_name("r3", machine), records.file_name("r4", machine)]
+    assert kept[0].startswith("r3@") and kept[1].startswith("r4@")
+    newest = tmp_path / kept[1]
+    assert os.stat(newest).st_mtime == (T0 + datetime.timedelta(hours=4)).timestamp()
 
 
 def test_a_file_that_is_not_a_record_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "broken.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(RecordError, match="cannot read the execution record"):
         records.find("broken", tmp_path)
+
+
+def test_one_name_in_two_state_machines_keeps_both_records(tmp_path: Path) -> None:
+    first = record("same", []).data
+    second = {
+        **record("same", [], start=T0 + datetime.timedelta(hours=1)).data,
+        "stateMachineArn": "arn:aws:states:us-east-1:123456789012:stateMachine:audit",
+        "executionArn": "arn:aws:states:us-east-1:123456789012:execution:audit:same",
+        "logicalId": "AuditStateMachine",
+    }
+    records.write(first, tmp_path)
+    records.write(second, tmp_path)
+    assert len(list(tmp_path.iterdir())) == 2
+    with pytest.raises(AmbiguousError) as ambiguous:
+        records.find("same", tmp_path)
+    assert len(ambiguous.value.candidates) == 2
+    found = records.find(str(second["executionArn"]), tmp_path)
+    assert found.data["logicalId"] == "AuditStateMachine"
