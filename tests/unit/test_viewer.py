@@ -378,3 +378,70 @@ def test_one_name_in_two_state_machines_keeps_both_records(tmp_path: Path) -> No
     assert len(ambiguous.value.candidates) == 2
     found = records.find(str(second["executionArn"]), tmp_path)
     assert found.data["logicalId"] == "AuditStateMachine"
+
+
+# Two Map iterations interleaved, as AWS writes them (ids and previousEventId
+# from a local run of the audit with two prefixes): neither iteration went from
+# MoreObjects back to AuditPage, though the two iterations' events alternate.
+_INTERLEAVED = [
+    (1, 0, "ExecutionStarted", None),
+    (2, 0, "PassStateEntered", "Plan"),
+    (3, 2, "PassStateExited", "Plan"),
+    (4, 3, "MapStateEntered", "AuditObjects"),
+    (5, 4, "MapStateStarted", None),
+    (6, 5, "MapIterationStarted", None),  # iteration 0
+    (7, 6, "TaskStateEntered", "AuditPage"),
+    (8, 7, "TaskScheduled", None),
+    (9, 8, "TaskSucceeded", None),
+    (10, 9, "TaskStateExited", "AuditPage"),
+    (11, 10, "ChoiceStateEntered", "MoreObjects"),
+    (12, 5, "MapIterationStarted", None),  # iteration 1
+    (13, 12, "TaskStateEntered", "AuditPage"),
+    (14, 11, "ChoiceStateExited", "MoreObjects"),
+    (15, 14, "SucceedStateEntered", "PrefixAudited"),
+    (16, 13, "TaskScheduled", None),
+    (17, 16, "TaskSucceeded", None),
+    (18, 17, "TaskStateExited", "AuditPage"),
+    (19, 18, "ChoiceStateEntered", "MoreObjects"),
+    (20, 15, "SucceedStateExited", "PrefixAudited"),
+    (21, 19, "ChoiceStateExited", "MoreObjects"),
+    (22, 21, "SucceedStateEntered", "PrefixAudited"),
+    (23, 22, "SucceedStateExited", "PrefixAudited"),
+    (24, 23, "MapStateExited", "AuditObjects"),
+    (25, 24, "TaskStateEntered", "SweepLocks"),
+]
+
+
+def _chained(rows: list[tuple[int, int, str, str | None]]) -> list[dict[str, Any]]:
+    events = []
+    for event_id, previous, kind, name in rows:
+        event: dict[str, Any] = {
+            "id": event_id,
+            "previousEventId": previous,
+            "type": kind,
+            "timestamp": T0 + datetime.timedelta(milliseconds=event_id),
+        }
+        if kind.endswith("StateEntered"):
+            event["stateEnteredEventDetails"] = {"name": name, "input": "{}"}
+        elif kind.endswith("StateExited"):
+            event["stateExitedEventDetails"] = {"name": name, "output": "{}"}
+        events.append(event)
+    return events
+
+
+def test_interleaved_map_iterations_mark_only_the_transitions_each_took() -> None:
+    graph = diagram.graph(diagram.load_asl(diagram.MACHINES["audit"]))
+    traced = viewer.trace(graph, record("interleaved", _chained(_INTERLEAVED)))
+    taken = {(graph.edges[i].source, graph.edges[i].target) for i in traced.taken}
+    assert ("AuditPage", "MoreObjects") in taken
+    assert ("MoreObjects", "PrefixAudited") in taken
+    assert ("AuditObjects", "SweepLocks") in taken and ("Plan", "AuditObjects") in taken
+    assert ("MoreObjects", "AuditPage") not in taken, "no iteration had a second page"
+    # The same events without the chain: consecutive states would claim it.
+    unchained = [
+        {k: v for k, v in e.items() if k != "previousEventId"} for e in _chained(_INTERLEAVED)
+    ]
+    fallback = viewer.trace(graph, record("unchained", unchained))
+    assert ("MoreObjects", "AuditPage") in {
+        (graph.edges[i].source, graph.edges[i].target) for i in fallback.taken
+    }
