@@ -83,6 +83,23 @@ def _open_step(path: list[StateStep], name: str) -> StateStep:
 def steps(result: ExecutionResult) -> list[StateStep]:
     """Group the history events under the state they belong to."""
     path: list[StateStep] = []
+    # Step Functions chains each event to the previous one of its own branch or
+    # Map iteration (previousEventId): an error belongs to the state its chain
+    # leads back to, which in interleaved iterations is not the last one entered.
+    by_id = {event.get("id"): event for event in result.events if "id" in event}
+    step_of_entry: dict[Any, StateStep] = {}
+
+    def owner(event: dict[str, Any]) -> StateStep:
+        seen = 0
+        previous = by_id.get(event.get("previousEventId"))
+        while previous is not None and seen < len(by_id):
+            found = step_of_entry.get(previous.get("id"))
+            if found is not None:
+                return found
+            previous = by_id.get(previous.get("previousEventId"))
+            seen += 1
+        return path[-1]
+
     for event in result.events:
         kind = str(event["type"])
         timestamp = event.get("timestamp")
@@ -96,10 +113,12 @@ def steps(result: ExecutionResult) -> list[StateStep]:
                     input=payload(details.get("input")),
                 )
             )
+            if "id" in event:
+                step_of_entry[event["id"]] = path[-1]
             continue
         if not path:
             continue
-        current = path[-1]
+        current = owner(event) if kind != "ExecutionFailed" else path[-1]
         if "stateExitedEventDetails" in event:
             details = event["stateExitedEventDetails"]
             current = _open_step(path, str(details["name"]))

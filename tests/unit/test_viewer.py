@@ -445,3 +445,31 @@ def test_interleaved_map_iterations_mark_only_the_transitions_each_took() -> Non
     assert ("MoreObjects", "AuditPage") in {
         (graph.edges[i].source, graph.edges[i].target) for i in fallback.taken
     }
+
+
+def test_an_error_in_one_iteration_is_that_iterations_state() -> None:
+    from onceflow import history
+
+    rows = [
+        (1, 0, "ExecutionStarted", None),
+        (2, 0, "MapStateEntered", "AuditObjects"),
+        (3, 2, "MapStateStarted", None),
+        (4, 3, "MapIterationStarted", None),  # iteration 0
+        (5, 4, "TaskStateEntered", "AuditPage"),
+        (6, 5, "TaskStateExited", "AuditPage"),
+        (7, 6, "ChoiceStateEntered", "MoreObjects"),
+        (8, 3, "MapIterationStarted", None),  # iteration 1
+        (9, 8, "TaskStateEntered", "AuditPage"),
+        (10, 7, "ChoiceStateExited", "MoreObjects"),
+        (11, 10, "SucceedStateEntered", "PrefixAudited"),  # last entered: iteration 0's
+        (12, 9, "TaskScheduled", None),
+        (13, 12, "TaskFailed", None),  # iteration 1's page fails once, then succeeds
+        (14, 13, "TaskScheduled", None),
+        (15, 14, "TaskSucceeded", None),
+        (16, 15, "TaskStateExited", "AuditPage"),
+    ]
+    events = _chained(rows)
+    events[12]["taskFailedEventDetails"] = {"error": "Lambda.TooManyRequestsException"}
+    steps = history.steps(record("errors", events).result())
+    with_errors = [(step.name, step.entered) for step in steps if step.errors]
+    assert with_errors == [("AuditPage", events[8]["timestamp"])]
