@@ -511,13 +511,14 @@ class LocalEngine:
         deadline = time.monotonic() + timeout
         finished = patches.FINISHED.event(execution_arn)
         while True:
+            # Woken by the execution's end (at once if it has ended); the
+            # timeout only bounds a missed signal.
+            finished.wait(min(0.5, max(deadline - time.monotonic(), 0.001)))
             description = sfn.describe_execution(executionArn=execution_arn)
             if description["status"] != "RUNNING":
                 break
             if time.monotonic() > deadline:
                 raise ExecutionTimeout(f"{execution_arn} still running after {timeout}s")
-            # Woken by the execution's end; the timeout only bounds a missed signal.
-            finished.wait(min(0.5, max(deadline - time.monotonic(), 0.001)))
 
         def history() -> list[dict[str, Any]]:
             if self._mock is None:

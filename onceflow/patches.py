@@ -13,7 +13,6 @@ import functools
 import hashlib
 import inspect
 import json
-import pickle
 import re
 import threading
 import time
@@ -23,6 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import botocore
+import botocore.signers
+import botocore.useragent
 import jsonata
 import jsonata.utils
 from moto.awslambda import models as lambda_models
@@ -33,6 +35,7 @@ from moto.core.models import botocore_stubber as moto_botocore_stubber
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
+from moto.stepfunctions.parser.asl.component import eval_component
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
     CustomErrorName,
 )
@@ -386,11 +389,14 @@ def _in_process_invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, 
 
 # --------------------------------------------------------------------------
 # Parse each definition once: moto re-parses the ASL with ANTLR for every
-# execution (about 50 ms, most of an execution's time). Executions get a deep
-# copy of the parsed program, so none shares state with another.
+# execution (about 50 ms, most of an execution's time). The parsed program is
+# shared by every execution of the definition, as moto itself shares one
+# program between the concurrent iterations of a Map: a component keeps
+# nothing of an evaluation (that lives in the Environment, and a component's
+# per-evaluation values in env.heap under its heap_key).
 # --------------------------------------------------------------------------
 
-_PARSED: dict[str, bytes] = {}
+_PARSED: dict[str, Any] = {}
 _PARSED_LOCK = threading.Lock()
 # --------------------------------------------------------------------------
 # Finished executions signal their end, so a caller waiting for one wakes at
@@ -470,17 +476,39 @@ def _install_cached_clients() -> list[str]:
 _original_entrypoint = execution_worker.ExecutionWorker._get_evaluation_entrypoint
 
 
+def _fix_heap_keys(component: Any) -> None:
+    """Give every component of a parsed program its heap_key now.
+
+    moto draws a component's heap_key on first use without a lock; two
+    executions using a shared component for the first time at once could
+    each keep a different key, and one would lose what it stored under the
+    other (a Retry's attempt count).
+    """
+    seen: set[int] = set()
+    pending = [component]
+    while pending:
+        value = pending.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list | tuple | set | frozenset):
+            pending.extend(value)
+        elif isinstance(value, eval_component.EvalComponent):
+            _ = value.heap_key
+            pending.extend(vars(value).values())
+
+
 def _cached_entrypoint(self: Any) -> Any:
     definition = self._evaluation_details.state_machine_details.definition
     with _PARSED_LOCK:
-        blob = _PARSED.get(definition)
-    if blob is None:
-        # Pickled once: unpickling is a deep copy done in C, about 15 times
-        # faster than copy.deepcopy of the component tree.
-        blob = pickle.dumps(_original_entrypoint(self), protocol=pickle.HIGHEST_PROTOCOL)
-        with _PARSED_LOCK:
-            _PARSED[definition] = blob
-    return pickle.loads(blob)  # noqa: S301 - made by this process, from moto's own parse
+        program = _PARSED.get(definition)
+        if program is None:
+            program = _original_entrypoint(self)
+            _fix_heap_keys(program)
+            _PARSED[definition] = program
+    return program
 
 
 # --------------------------------------------------------------------------
@@ -497,6 +525,46 @@ _original_method_names_from_class = moto_core_utils.method_names_from_class
 @functools.cache
 def _cached_method_names(clazz: type) -> frozenset[str]:
     return frozenset(_original_method_names_from_class(clazz))
+
+
+# --------------------------------------------------------------------------
+# botocore, while the local services answer: nobody checks the signature
+# (moto reads only the access key from it, to know the account), and
+# computing it cost about a twelfth of an execution. A request to them gets
+# an Authorization header of the same form with a dummy signature. Requests
+# to AWS (the mock stopped), presigned URLs and S3 (whose signer also frames
+# the body and its checksum) are signed as ever. botocore
+# also re-sanitises every part of its User-Agent header, character by
+# character, for every request: the same parts give the same text.
+# --------------------------------------------------------------------------
+
+_original_sign = botocore.signers.RequestSigner.sign
+_DUMMY_SIGNATURE = "0" * 64
+
+
+def _sign_unless_local(
+    self: Any, operation_name: Any, request: Any, *args: Any, **kwargs: Any
+) -> Any:
+    signing_type = kwargs.get("signing_type", args[1] if len(args) > 1 else "standard")
+    if (
+        not moto_botocore_stubber.enabled
+        or signing_type != "standard"
+        or self.signature_version is botocore.UNSIGNED
+        or self._credentials is None
+        or self._signing_name == "s3"  # its signer also frames the body (aws-chunked)
+    ):
+        return _original_sign(self, operation_name, request, *args, **kwargs)
+    access_key = self._credentials.get_frozen_credentials().access_key
+    request.headers["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={access_key}/{time.strftime('%Y%m%d', time.gmtime())}/"
+        f"{self._region_name}/{self._signing_name}/aws4_request, "
+        f"SignedHeaders=host, Signature={_DUMMY_SIGNATURE}"
+    )
+    return None
+
+
+_original_sanitize = botocore.useragent.sanitize_user_agent_string_component
+_cached_sanitize = functools.lru_cache(maxsize=1024)(_original_sanitize)
 
 
 _applied = False
@@ -519,18 +587,108 @@ JSONATA_NULL = jsonata.utils.Utils.NULL_VALUE
 
 
 def _as_jsonata(value: Any) -> Any:
-    """A JSON value as jsonata-python reads JSON: null is NULL_VALUE (None is undefined)."""
+    """A copy of a JSON value as jsonata-python reads JSON (null is NULL_VALUE,
+    None is undefined), in one pass; anything else becomes text, as
+    json.dumps(default=str) would make it."""
     if value is None:
         return JSONATA_NULL
+    if isinstance(value, str | bool | int | float):
+        return value
     if isinstance(value, dict):
-        return {k: _as_jsonata(v) for k, v in value.items()}
-    if isinstance(value, list):
+        return {
+            (k if isinstance(k, str) else json.dumps(k, default=str)): _as_jsonata(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
         return [_as_jsonata(v) for v in value]
+    return str(value)
+
+
+_VARIABLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)(\.[A-Za-z_][A-Za-z0-9_]*)?")
+
+
+@functools.lru_cache(maxsize=4096)
+def _references(expression: str) -> tuple[frozenset[str], frozenset[str] | None]:
+    """(variables an expression may read, the $states fields it reads or None for all).
+
+    A superset is harmless (a name in a string literal binds a value nobody
+    reads); what is left out is undefined, so a name is only left out when
+    it does not occur in the text at all.
+    """
+    names: set[str] = set()
+    fields: set[str] | None = set()
+    for match in _VARIABLE.finditer(expression):
+        name, member = match.group(1), match.group(2)
+        names.add(name)
+        if name == "states" and fields is not None:
+            if member is None:
+                fields = None
+            else:
+                fields.add(member[1:])
+    return frozenset(names), (frozenset(fields) if fields is not None else None)
+
+
+_SIMPLE_PATH = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_MISSING = object()  # undefined
+_UNSURE = object()  # for JSONata to evaluate
+
+
+@functools.lru_cache(maxsize=4096)
+def _simple_path(expression: str) -> tuple[str, ...] | None:
+    """["states", "input"] for "$states.input": a variable and plain field steps, or None."""
+    text = expression.strip()
+    if not _SIMPLE_PATH.fullmatch(text):
+        return None
+    return tuple(text[1:].split("."))
+
+
+def _plain_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_copy(v) for v in value]
     return value
 
 
-def _json_copy(value: Any) -> Any:
-    return _as_jsonata(json.loads(json.dumps(value, default=str)))
+def _follow(steps: tuple[str, ...], env: Any) -> Any:
+    """A simple path's value read directly, _MISSING when undefined, or _UNSURE
+    for JSONata to evaluate: a step into an array maps over it in JSONata,
+    and that is left to JSONata (so is a value that is not plain JSON)."""
+    name, fields = steps[0], steps[1:]
+    store = env.variable_store
+    if name == "states":
+        value: Any = env.states._states_data
+    elif name in store._inner_scope:
+        value = store._inner_scope[name]
+    elif name in store._outer_scope:
+        value = store._outer_scope[name]
+    else:
+        return _MISSING
+    for step in fields:
+        if not isinstance(value, dict):
+            return _UNSURE if isinstance(value, list) else _MISSING
+        value = value.get(step, _MISSING)
+        if value is _MISSING:
+            return _MISSING
+    if isinstance(value, list) or not isinstance(value, str | bool | int | float | dict | None):
+        return _UNSURE
+    return _plain_copy(value)
+
+
+def _bindings(expression: str, env: Any) -> dict[str, Any]:
+    """The variables and $states the expression reads, copied for jsonata-python."""
+    names, fields = _references(expression)
+    store = env.variable_store
+    bindings: dict[str, Any] = {}
+    for scope in (store._outer_scope, store._inner_scope):  # inner shadows outer
+        for name in names.intersection(scope):
+            bindings[name] = scope[name]
+    if "states" in names:
+        states = env.states._states_data
+        if fields is not None:
+            states = {k: states[k] for k in fields if k in states}
+        bindings["states"] = states
+    return {name: _as_jsonata(value) for name, value in bindings.items()}
 
 
 def _compiled_eval_body(self: Any, env: Any) -> None:
@@ -545,9 +703,23 @@ def _compiled_eval_body(self: Any, env: Any) -> None:
     if _MOTO_TEXT_FUNCTIONS.search(self.expression):
         _original_jsonata_eval_body(self, env)
         return
-    store = env.variable_store
-    bindings = {**store._outer_scope, **store._inner_scope}
-    bindings = _json_copy({**bindings, "states": env.states._states_data})
+    steps = _simple_path(self.expression)
+    if steps is not None:
+        # "$states.input", "$workItem.idempotencyKey": most of a definition's
+        # expressions are a variable and field names; read them directly.
+        value = _follow(steps, env)
+        if value is _MISSING:  # moto's own check names it and records the event
+            jsonata_validations.validate_jsonata_expression_output(
+                env,
+                self.expression,
+                self.expression,
+                None,  # type: ignore[arg-type]
+            )
+            value = None
+        if value is not _UNSURE:
+            env.stack.append(value)
+            return
+    bindings = _bindings(self.expression, env)
     try:
         instance = _fresh(self.expression, cache=True)
         instance.set_output_convert_nulls(False)  # keep null apart from undefined
@@ -724,4 +896,6 @@ def apply() -> None:
     execution_worker.ExecutionWorker._execution_logic = _signalling_execution_logic  # type: ignore[method-assign]
     _install_cached_clients()
     moto_responses.method_names_from_class = _cached_method_names  # type: ignore[attr-defined,assignment]
+    botocore.signers.RequestSigner.sign = _sign_unless_local  # type: ignore[method-assign]
+    botocore.useragent.sanitize_user_agent_string_component = _cached_sanitize
     _applied = True
