@@ -35,6 +35,7 @@ from moto.core.models import botocore_stubber as moto_botocore_stubber
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
+from moto.stepfunctions.parser.asl.component import component as asl_component
 from moto.stepfunctions.parser.asl.component import eval_component
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
     CustomErrorName,
@@ -476,7 +477,7 @@ def _install_cached_clients() -> list[str]:
 _original_entrypoint = execution_worker.ExecutionWorker._get_evaluation_entrypoint
 
 
-def _fix_heap_keys(component: Any) -> None:
+def _fix_heap_keys(program: Any) -> None:
     """Give every component of a parsed program its heap_key now.
 
     moto draws a component's heap_key on first use without a lock; two
@@ -485,7 +486,7 @@ def _fix_heap_keys(component: Any) -> None:
     other (a Retry's attempt count).
     """
     seen: set[int] = set()
-    pending = [component]
+    pending = [program]
     while pending:
         value = pending.pop()
         if id(value) in seen:
@@ -495,8 +496,9 @@ def _fix_heap_keys(component: Any) -> None:
             pending.extend(value.values())
         elif isinstance(value, list | tuple | set | frozenset):
             pending.extend(value)
-        elif isinstance(value, eval_component.EvalComponent):
-            _ = value.heap_key
+        elif isinstance(value, asl_component.Component):  # States holds the states, say
+            if isinstance(value, eval_component.EvalComponent):
+                _ = value.heap_key
             pending.extend(vars(value).values())
 
 
@@ -539,6 +541,7 @@ def _cached_method_names(clazz: type) -> frozenset[str]:
 # --------------------------------------------------------------------------
 
 _original_sign = botocore.signers.RequestSigner.sign
+_SIGNER_ATTRIBUTES = ("_credentials", "_region_name", "_signing_name", "_signature_version")
 _DUMMY_SIGNATURE = "0" * 64
 
 
@@ -865,6 +868,17 @@ def check_moto_internals() -> None:
         problems.append("moto's execution worker no longer parses in _get_evaluation_entrypoint")
     if "_invoke_lambda" not in vars(lambda_models.LambdaFunction):
         problems.append("LambdaFunction._invoke_lambda is gone")
+    from moto.stepfunctions.parser.asl.component.common.retry import max_attempts_decl
+
+    if "heap_key" not in vars(eval_component.EvalComponent) or "env.heap" not in (
+        inspect.getsource(max_attempts_decl)
+    ):
+        problems.append("components no longer keep per-execution values in env.heap")
+    signer_init = inspect.getsource(botocore.signers.RequestSigner.__init__)
+    if not all(f"self.{name} =" in signer_init for name in _SIGNER_ATTRIBUTES):
+        problems.append("botocore's RequestSigner no longer keeps what the local signature uses")
+    if not callable(vars(botocore.useragent).get("sanitize_user_agent_string_component")):
+        problems.append("botocore's sanitize_user_agent_string_component moved")
     if problems:
         raise RuntimeError(
             "onceflow's moto patches no longer fit this moto: " + "; ".join(problems)

@@ -387,3 +387,199 @@ def test_millis_moves_on_within_an_execution() -> None:
         for _ in range(2):  # the second execution too (a thread's first instance lingered)
             elapsed = _run(scaled, definition, {}).output  # type: ignore[attr-defined]
             assert 200 <= elapsed < 5000
+
+
+def test_plain_paths_are_read_directly_and_agree_with_jsonata(engine: LocalEngine) -> None:
+    """A variable and field names is read without JSONata; a step into an array is not."""
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Read",
+        "States": {
+            "Read": {
+                "Type": "Pass",
+                "Assign": {
+                    "object": "{% $states.input.a.b %}",
+                    "nothing": "{% $states.input.n %}",
+                    "mapped": "{% $states.input.items.x %}",
+                    "text": "{% $states.input.a.t %}",
+                },
+                "Next": "Again",
+            },
+            "Again": {
+                "Type": "Pass",
+                "Assign": {"fromVariable": "{% $object.c %}"},
+                "Output": "{% {'object': $object, 'nothing': $nothing, 'mapped': $mapped, "
+                "'text': $text, 'fromVariable': $fromVariable} %}",
+                "End": True,
+            },
+        },
+    }
+    data = {"a": {"b": {"c": [1, {"d": None}]}, "t": "x"}, "n": None, "items": [{"x": 1}, {"x": 2}]}
+    result = _run(engine, definition, data)
+    assert result.status == "SUCCEEDED", result.cause  # type: ignore[attr-defined]
+    assert result.output == {  # type: ignore[attr-defined]
+        "object": {"c": [1, {"d": None}]},
+        "nothing": None,
+        "mapped": [1, 2],  # JSONata maps the step over the array
+        "text": "x",
+        "fromVariable": [1, {"d": None}],
+    }
+    assert "$states.input.a.b" not in {k.strip() for k in patches._COMPILED}  # read directly
+    assert "$states.input.items.x" in {k.strip() for k in patches._COMPILED}  # left to JSONata
+    missing = _run(engine, {**definition, "StartAt": "Again"}, data)  # $object is undefined
+    assert missing.status == "FAILED"  # type: ignore[attr-defined]
+    assert missing.error == "States.QueryEvaluationError"  # type: ignore[attr-defined]
+    assert "EvaluationFailed" in missing.event_types()  # type: ignore[attr-defined]
+
+
+def test_an_expression_is_bound_only_the_variables_it_names() -> None:
+    names, fields = patches._references("$a & $states.input.x & $states.context.Execution.Id")
+    assert names == {"a", "states"} and fields == {"input", "context"}
+    assert patches._references("$string($states)")[1] is None  # all of $states
+    assert patches._simple_path(" $states.input.detail ") == ("states", "input", "detail")
+    assert patches._simple_path("$states.input[0]") is None
+    assert patches._simple_path("$o.`version-id`") is None
+
+
+def test_one_parsed_program_serves_concurrent_executions_with_their_own_retries(
+    engine: LocalEngine,
+) -> None:
+    """The program is shared (as moto shares it between Map iterations); what an
+    execution counts, a Retry's attempts, stays its own."""
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Try",
+        "States": {
+            "Try": {
+                "Type": "Parallel",
+                "Branches": [
+                    {"StartAt": "Boom", "States": {"Boom": {"Type": "Fail", "Error": "Boom"}}}
+                ],
+                "Retry": [{"ErrorEquals": ["Boom"], "MaxAttempts": 2, "IntervalSeconds": 1}],
+                "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Caught"}],
+                "End": True,
+            },
+            "Caught": {"Type": "Succeed"},
+        },
+    }
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from moto.stepfunctions.parser.asl.component.component import Component
+    from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+
+    sfn = engine.client("stepfunctions")
+    arn = sfn.create_state_machine(
+        name="shared-program",
+        definition=json.dumps(definition),
+        roleArn="arn:aws:iam::123456789012:role/probe",
+    )["stateMachineArn"]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda n: engine.execute(arn, {"n": n}), range(16)))
+    assert [r.status for r in results] == ["SUCCEEDED"] * 16
+    for result in results:  # the first attempt and two retries, each execution
+        assert result.event_types().count("ParallelStateStarted") == 3
+    assert len([d for d in patches._PARSED if '"Error": "Boom"' in d]) == 1  # parsed once
+
+    # Every component has its heap key before the first execution can race for it.
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    def heap_keys(program: object) -> list[object]:
+        keys, pending, seen = [], [program], set()
+        while pending:
+            value = pending.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if isinstance(value, dict):
+                pending.extend(value.values())
+            elif isinstance(value, list | tuple):
+                pending.extend(value)
+            elif isinstance(value, Component):
+                if isinstance(value, EvalComponent):
+                    keys.append(value._EvalComponent__heap_key)
+                pending.extend(vars(value).values())
+        return keys
+
+    program, _ = AmazonStateLanguageParser.parse(json.dumps(definition))
+    assert None in heap_keys(program)  # moto draws them on first use
+    patches._fix_heap_keys(program)
+    keys = heap_keys(program)
+    assert len(keys) > 10 and None not in keys and len(set(keys)) == len(keys)
+
+
+def test_local_requests_carry_a_dummy_signature_and_the_rest_are_signed(
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from botocore.awsrequest import AWSRequest
+
+    def authorization(client: object, url: str) -> str:
+        request = AWSRequest(method="POST", url=url, data=b"{}", headers={})
+        client._request_signer.sign("ListTables", request)  # type: ignore[attr-defined]
+        return str(request.headers["Authorization"])
+
+    local = authorization(engine.client("dynamodb"), "https://dynamodb.us-east-1.amazonaws.com/")
+    assert local.startswith("AWS4-HMAC-SHA256 Credential=")
+    assert local.endswith("Signature=" + "0" * 64)
+    s3 = authorization(engine.client("s3"), "https://b.s3.amazonaws.com/k")
+    assert "Signature=" in s3 and not s3.endswith("0" * 64)  # S3 signs as ever
+    url = engine.client("s3").generate_presigned_url(
+        "get_object", Params={"Bucket": "b", "Key": "k"}
+    )
+    assert "Signature=" in url and "0" * 64 not in url  # a presigned URL is signed for real
+    # A request to AWS (no mock answering) is signed for real.
+    import boto3
+    from moto.core.models import botocore_stubber
+
+    client = boto3.client(
+        "dynamodb",
+        region_name="us-east-1",
+        aws_access_key_id="AKIAIOSFODNN7EXAMPLE",
+        aws_secret_access_key="wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    )
+    monkeypatch.setattr(botocore_stubber, "enabled", False)
+    real = authorization(client, "https://dynamodb.us-east-1.amazonaws.com/")
+    assert "Signature=" in real and not real.endswith("0" * 64)
+
+
+def test_the_user_agent_sanitiser_gives_what_botocore_gives() -> None:
+    import botocore.useragent
+
+    assert botocore.useragent.sanitize_user_agent_string_component is patches._cached_sanitize
+    for text in ("Boto3/1.0", "a b#c(d)", "md/Python#3.11"):
+        for allow_hash in (True, False):
+            assert patches._cached_sanitize(text, allow_hash) == patches._original_sanitize(
+                text, allow_hash
+            )
+
+
+def test_an_execution_described_directly_matches_describe_execution(engine: LocalEngine) -> None:
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Choose",
+        "States": {
+            "Choose": {
+                "Type": "Choice",
+                "Choices": [{"Condition": "{% $states.input.fail %}", "Next": "Fail"}],
+                "Default": "Done",
+            },
+            "Done": {"Type": "Pass", "Output": {"ok": True, "n": None}, "End": True},
+            "Fail": {"Type": "Fail", "Error": "Nope", "Cause": "asked to"},
+        },
+    }
+    sfn = engine.client("stepfunctions")
+    for execution_input in ({"fail": False}, {"fail": True}):
+        result = _run(engine, definition, execution_input)
+        described = sfn.describe_execution(executionArn=result.arn)  # type: ignore[attr-defined]
+        assert result.status == described["status"]  # type: ignore[attr-defined]
+        assert result.input == json_loads(described["input"])  # type: ignore[attr-defined]
+        assert result.output == json_loads(described.get("output"))  # type: ignore[attr-defined]
+        assert result.error == described.get("error")  # type: ignore[attr-defined]
+        assert result.cause == described.get("cause")  # type: ignore[attr-defined]
+    assert result.error == "Nope"  # type: ignore[attr-defined]
+
+
+def json_loads(text: str | None) -> object:
+    import json
+
+    return json.loads(text) if text else None
