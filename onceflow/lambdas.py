@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import io
 import json
@@ -26,6 +27,38 @@ _POWERTOOLS_LOGGER_MARKS = (
     "powertools_buffer_config",
     "powertools_buffer_cache",
 )
+
+
+# Powertools' Logger keeps one formatter per service, whose keys every
+# invocation appends, removes and clears. A Lambda sandbox runs one invocation
+# at a time; here concurrent invocations share the formatter, and a line
+# formatted while another invocation changed the keys raised "dictionary
+# changed size during iteration" (logging printed "--- Logging error ---" and
+# dropped the line). One lock makes each of those steps whole. Concurrent
+# invocations can still see each other's keys (see README, local engine).
+_FORMATTER_LOCK = threading.RLock()
+_FORMATTER_STEPS = ("format", "append_keys", "remove_keys", "clear_state")
+
+
+def guard_powertools_formatter() -> list[str]:
+    """Serialise the Powertools formatter's steps (once); returns those guarded now."""
+    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+    guarded = []
+    for name in _FORMATTER_STEPS:
+        original = getattr(LambdaPowertoolsFormatter, name)
+        if getattr(original, "onceflow_guarded", False):
+            continue
+
+        def step(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            with _FORMATTER_LOCK:
+                return _original(self, *args, **kwargs)
+
+        functools.update_wrapper(step, original)
+        step.onceflow_guarded = True  # type: ignore[attr-defined]
+        setattr(LambdaPowertoolsFormatter, name, step)
+        guarded.append(name)
+    return guarded
 
 
 class FunctionOutput(io.TextIOBase):
@@ -145,6 +178,7 @@ class InProcessRuntime:
         parsed once, clients, caches) must not leak from an earlier engine in
         this process into this one.
         """
+        guard_powertools_formatter()
         roots = {str(spec.code_uri.resolve()) for spec in self.functions.values()}
         services = {
             spec.environment.get("POWERTOOLS_SERVICE_NAME", "service_undefined")
