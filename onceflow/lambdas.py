@@ -29,36 +29,61 @@ _POWERTOOLS_LOGGER_MARKS = (
 )
 
 
-# Powertools' Logger keeps one formatter per service, whose keys every
-# invocation appends, removes and clears. A Lambda sandbox runs one invocation
-# at a time; here concurrent invocations share the formatter, and a line
-# formatted while another invocation changed the keys raised "dictionary
-# changed size during iteration" (logging printed "--- Logging error ---" and
-# dropped the line). One lock makes each of those steps whole. Concurrent
-# invocations can still see each other's keys (see README, local engine).
+# Powertools keeps module-level state that every invocation of a function
+# changes: the Logger's formatter keys (appended, removed, cleared) and the
+# Metrics set (added to, serialised and cleared at the end of each
+# invocation). A Lambda sandbox runs one invocation at a time; here concurrent
+# invocations share them, and a dict changed by one while another iterated it
+# raised "dictionary changed size during iteration": in a log line, logging
+# printed "--- Logging error ---" and dropped it; in Metrics, the invocation
+# itself failed after its work was done, and was retried. One lock each makes
+# every such step whole. Concurrent invocations can still see each other's
+# keys and flush each other's metrics (see README, local engine).
 _FORMATTER_LOCK = threading.RLock()
+_METRICS_LOCK = threading.RLock()
 _FORMATTER_STEPS = ("format", "append_keys", "remove_keys", "clear_state")
+_METRICS_STEPS = (
+    "add_metric",
+    "add_dimension",
+    "add_dimensions",
+    "add_metadata",
+    "set_timestamp",
+    "set_default_dimensions",
+    "add_cold_start_metric",
+    "serialize_metric_set",
+    "flush_metrics",
+    "clear_metrics",
+)
 
 
-def guard_powertools_formatter() -> list[str]:
-    """Serialise the Powertools formatter's steps (once); returns those guarded now."""
-    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
-
+def _guard(cls: type, names: tuple[str, ...], lock: Any) -> list[str]:
     guarded = []
-    for name in _FORMATTER_STEPS:
-        original = getattr(LambdaPowertoolsFormatter, name)
+    for name in names:
+        original = getattr(cls, name)
         if getattr(original, "onceflow_guarded", False):
             continue
 
         def step(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            with _FORMATTER_LOCK:
+            with lock:
                 return _original(self, *args, **kwargs)
 
         functools.update_wrapper(step, original)
         step.onceflow_guarded = True  # type: ignore[attr-defined]
-        setattr(LambdaPowertoolsFormatter, name, step)
-        guarded.append(name)
+        setattr(cls, name, step)
+        guarded.append(f"{cls.__name__}.{name}")
     return guarded
+
+
+def guard_powertools() -> list[str]:
+    """Serialise the shared Powertools steps (once); returns those guarded now."""
+    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+    from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
+        AmazonCloudWatchEMFProvider,
+    )
+
+    return _guard(LambdaPowertoolsFormatter, _FORMATTER_STEPS, _FORMATTER_LOCK) + _guard(
+        AmazonCloudWatchEMFProvider, _METRICS_STEPS, _METRICS_LOCK
+    )
 
 
 class FunctionOutput(io.TextIOBase):
@@ -178,7 +203,7 @@ class InProcessRuntime:
         parsed once, clients, caches) must not leak from an earlier engine in
         this process into this one.
         """
-        guard_powertools_formatter()
+        guard_powertools()
         roots = {str(spec.code_uri.resolve()) for spec in self.functions.values()}
         services = {
             spec.environment.get("POWERTOOLS_SERVICE_NAME", "service_undefined")

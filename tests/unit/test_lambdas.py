@@ -22,7 +22,7 @@ def test_concurrent_invocations_sharing_a_powertools_logger_lose_no_line(
     """
     from aws_lambda_powertools import Logger
 
-    lambdas.guard_powertools_formatter()
+    lambdas.guard_powertools()
     stream = io.StringIO()
     logger = Logger(service="onceflow-race-probe", stream=stream, level="INFO")
     logger.append_keys(**{f"base{j}": j for j in range(200)})  # a long iteration to race
@@ -50,8 +50,66 @@ def test_concurrent_invocations_sharing_a_powertools_logger_lose_no_line(
 
 def test_the_guard_is_installed_once() -> None:
     from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+    from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
+        AmazonCloudWatchEMFProvider,
+    )
 
-    lambdas.guard_powertools_formatter()
-    assert lambdas.guard_powertools_formatter() == []
+    lambdas.guard_powertools()
+    assert lambdas.guard_powertools() == []
     for name in lambdas._FORMATTER_STEPS:
         assert getattr(LambdaPowertoolsFormatter, name).onceflow_guarded
+    for name in lambdas._METRICS_STEPS:
+        assert getattr(AmazonCloudWatchEMFProvider, name).onceflow_guarded
+
+
+def test_concurrent_invocations_sharing_powertools_metrics_neither_fail_nor_lose_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each invocation adds metrics and flushes at its end, on one shared Metrics.
+
+    Without the guard, a flush serialising the set while another invocation
+    adds to it raises "dictionary changed size during iteration": the
+    invocation fails after its work is done.
+    """
+    import json
+    import warnings
+
+    from aws_lambda_powertools import Metrics
+    from aws_lambda_powertools.metrics import MetricUnit
+
+    lambdas.guard_powertools()
+    metrics = Metrics(namespace="onceflow-race-probe", service="probe")
+    errors: list[BaseException] = []
+    rounds, per_round, threads_count = 150, 10, 8
+
+    def invocation(n: int) -> None:
+        for _ in range(rounds):
+            try:
+                for j in range(per_round):
+                    metrics.add_metric(name=f"m{n}_{j}", unit=MetricUnit.Count, value=1)
+                metrics.flush_metrics()
+            except Exception as exc:  # collected, and asserted below
+                errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an invocation finding its set flushed by another
+            threads = [threading.Thread(target=invocation, args=(n,)) for n in range(threads_count)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    counted = 0
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("{"):
+            blob = json.loads(line)
+            for directive in blob["_aws"]["CloudWatchMetrics"]:
+                for metric in directive["Metrics"]:
+                    value = blob[metric["Name"]]
+                    counted += len(value) if isinstance(value, list) else int(value)
+    assert counted == rounds * per_round * threads_count  # each metric flushed once
