@@ -13,6 +13,7 @@ import functools
 import hashlib
 import inspect
 import json
+import math
 import re
 import threading
 import time
@@ -27,6 +28,7 @@ import botocore.signers
 import botocore.useragent
 import jsonata
 import jsonata.utils
+from moto import settings as moto_settings
 from moto.awslambda import models as lambda_models
 from moto.core import botocore_stubber
 from moto.core import responses as moto_responses
@@ -551,6 +553,7 @@ def _sign_unless_local(
     signing_type = kwargs.get("signing_type", args[1] if len(args) > 1 else "standard")
     if (
         not moto_botocore_stubber.enabled
+        or math.isfinite(moto_settings.INITIAL_NO_AUTH_ACTION_COUNT)  # moto checks IAM auth
         or signing_type != "standard"
         or self.signature_version is botocore.UNSIGNED
         or self._credentials is None
@@ -558,9 +561,12 @@ def _sign_unless_local(
     ):
         return _original_sign(self, operation_name, request, *args, **kwargs)
     access_key = self._credentials.get_frozen_credentials().access_key
+    region = (getattr(request, "context", None) or {}).get("signing", {}).get(
+        "region"
+    ) or self._region_name
     request.headers["Authorization"] = (
         f"AWS4-HMAC-SHA256 Credential={access_key}/{time.strftime('%Y%m%d', time.gmtime())}/"
-        f"{self._region_name}/{self._signing_name}/aws4_request, "
+        f"{region}/{self._signing_name}/aws4_request, "
         f"SignedHeaders=host, Signature={_DUMMY_SIGNATURE}"
     )
     return None
@@ -607,7 +613,9 @@ def _as_jsonata(value: Any) -> Any:
     return str(value)
 
 
-_VARIABLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)(\.[A-Za-z_][A-Za-z0-9_]*)?")
+# A JSONata name: letters (any script), digits and "_", not starting with a digit.
+_NAME = r"[^\W\d]\w*"
+_VARIABLE = re.compile(rf"\$({_NAME})(\.{_NAME})?")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -631,7 +639,9 @@ def _references(expression: str) -> tuple[frozenset[str], frozenset[str] | None]
     return frozenset(names), (frozenset(fields) if fields is not None else None)
 
 
-_SIMPLE_PATH = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_SIMPLE_PATH = re.compile(rf"\${_NAME}(?:\.{_NAME})*")
+# Words JSONata reads as literals or operators, never as a field step.
+_NOT_STEPS = frozenset({"true", "false", "null", "and", "or", "in", "function"})
 _MISSING = object()  # undefined
 _UNSURE = object()  # for JSONata to evaluate
 
@@ -642,15 +652,24 @@ def _simple_path(expression: str) -> tuple[str, ...] | None:
     text = expression.strip()
     if not _SIMPLE_PATH.fullmatch(text):
         return None
-    return tuple(text[1:].split("."))
+    steps = tuple(text[1:].split("."))
+    if _NOT_STEPS.intersection(steps[1:]):
+        return None  # JSONata's own answer (an error, for "$x.true")
+    return steps
 
 
 def _plain_copy(value: Any) -> Any:
+    """A copy as the JSONata path gives it back: what is not JSON becomes text."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
     if isinstance(value, dict):
-        return {k: _plain_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
+        return {
+            (k if isinstance(k, str) else json.dumps(k, default=str)): _plain_copy(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
         return [_plain_copy(v) for v in value]
-    return value
+    return str(value)
 
 
 def _follow(steps: tuple[str, ...], env: Any) -> Any:

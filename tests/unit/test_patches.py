@@ -442,7 +442,7 @@ def test_an_expression_is_bound_only_the_variables_it_names() -> None:
 
 
 def test_one_parsed_program_serves_concurrent_executions_with_their_own_retries(
-    engine: LocalEngine,
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The program is shared (as moto shares it between Map iterations); what an
     execution counts, a Retry's attempts, stays its own."""
@@ -474,12 +474,20 @@ def test_one_parsed_program_serves_concurrent_executions_with_their_own_retries(
         definition=json.dumps(definition),
         roleArn="arn:aws:iam::123456789012:role/probe",
     )["stateMachineArn"]
+    parses: list[int] = []
+    original = patches._original_entrypoint
+
+    def counted(worker: object) -> object:
+        parses.append(1)
+        return original(worker)
+
+    monkeypatch.setattr(patches, "_original_entrypoint", counted)
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda n: engine.execute(arn, {"n": n}), range(16)))
     assert [r.status for r in results] == ["SUCCEEDED"] * 16
     for result in results:  # the first attempt and two retries, each execution
         assert result.event_types().count("ParallelStateStarted") == 3
-    assert len([d for d in patches._PARSED if '"Error": "Boom"' in d]) == 1  # parsed once
+    assert parses == [1]  # parsed once, for all 16
 
     # Every component has its heap key before the first execution can race for it.
     from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
@@ -520,7 +528,19 @@ def test_local_requests_carry_a_dummy_signature_and_the_rest_are_signed(
 
     local = authorization(engine.client("dynamodb"), "https://dynamodb.us-east-1.amazonaws.com/")
     assert local.startswith("AWS4-HMAC-SHA256 Credential=")
+    assert "/us-east-1/dynamodb/aws4_request" in local
     assert local.endswith("Signature=" + "0" * 64)
+    request = AWSRequest(method="POST", url="https://sts.amazonaws.com/", data=b"", headers={})
+    request.context = {"signing": {"region": "eu-west-1"}}
+    engine.client("sts")._request_signer.sign("GetCallerIdentity", request)
+    assert "/eu-west-1/sts/aws4_request" in str(request.headers["Authorization"])
+    # With moto checking IAM auth, requests are signed for real.
+    from moto import settings
+
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0.0)
+    checked = authorization(engine.client("dynamodb"), "https://dynamodb.us-east-1.amazonaws.com/")
+    assert not checked.endswith("0" * 64)
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", float("inf"))
     s3 = authorization(engine.client("s3"), "https://b.s3.amazonaws.com/k")
     assert "Signature=" in s3 and not s3.endswith("0" * 64)  # S3 signs as ever
     url = engine.client("s3").generate_presigned_url(
@@ -568,6 +588,16 @@ def test_an_execution_described_directly_matches_describe_execution(engine: Loca
         },
     }
     sfn = engine.client("stepfunctions")
+    for output in ("done", None, "{% $states.context.Execution %}"):
+        definition["States"]["Done"]["Output"] = output  # type: ignore[index]
+        result = _run(engine, definition, {"fail": False})
+        assert result.status == "SUCCEEDED", result.cause  # type: ignore[attr-defined]
+        if output != "{% $states.context.Execution %}":
+            assert result.output == output  # type: ignore[attr-defined]
+        else:  # its StartTime as text, as the JSONata path and AWS give it
+            assert result.output["Id"] == result.arn  # type: ignore[attr-defined]
+            assert isinstance(result.output["StartTime"], str)  # type: ignore[attr-defined]
+    definition["States"]["Done"]["Output"] = {"ok": True, "n": None}  # type: ignore[index]
     for execution_input in ({"fail": False}, {"fail": True}):
         result = _run(engine, definition, execution_input)
         described = sfn.describe_execution(executionArn=result.arn)  # type: ignore[attr-defined]
@@ -583,3 +613,39 @@ def json_loads(text: str | None) -> object:
     import json
 
     return json.loads(text) if text else None
+
+
+def test_a_plain_path_gives_what_jsonata_gives_and_refuses_what_it_refuses(
+    engine: LocalEngine,
+) -> None:
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Read",
+        "States": {
+            "Read": {
+                "Type": "Pass",
+                "Assign": {"café": 1},
+                "Output": {
+                    "direct": "{% $states.context.Execution %}",  # read directly
+                    "jsonata": "{% ($e := $states.context.Execution; $e) %}",  # by JSONata
+                    "unicode": "{% $café %}",
+                    "unicodeSum": "{% $café + 1 %}",
+                },
+                "End": True,
+            }
+        },
+    }
+    result = _run(engine, definition, {"a": {"true": 1}})
+    assert result.status == "SUCCEEDED", result.cause  # type: ignore[attr-defined]
+    output = result.output  # type: ignore[attr-defined]
+    assert output["direct"] == output["jsonata"]  # a datetime inside is text either way
+    assert isinstance(output["direct"]["StartTime"], str)
+    assert output["unicode"] == 1 and output["unicodeSum"] == 2
+    literal = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Step",
+        "States": {"Step": {"Type": "Pass", "Output": "{% $states.input.a.true %}", "End": True}},
+    }
+    refused = _run(engine, literal, {"a": {"true": 1}})
+    assert refused.status == "FAILED"  # type: ignore[attr-defined]
+    assert refused.error == "States.QueryEvaluationError"  # type: ignore[attr-defined]
