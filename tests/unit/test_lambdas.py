@@ -5,10 +5,25 @@ from __future__ import annotations
 import io
 import sys
 import threading
+from collections.abc import Callable
 
 import pytest
 
 from onceflow import lambdas
+
+
+def _race(invocation: Callable[[int], None], threads_count: int) -> None:
+    """Run invocation(0..n-1) on n threads, switching between them as often as Python can."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=invocation, args=(n,)) for n in range(threads_count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def test_concurrent_invocations_sharing_a_powertools_logger_lose_no_line(
@@ -34,16 +49,7 @@ def test_concurrent_invocations_sharing_a_powertools_logger_lose_no_line(
             logger.info("line")
             logger.remove_keys([f"k{n}_{i % 7}"])
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
-    try:
-        threads = [threading.Thread(target=invocation, args=(n,)) for n in range(threads_count)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    _race(invocation, threads_count)
     assert "Logging error" not in capsys.readouterr().err
     assert stream.getvalue().count('"message":"line"') == lines_per_thread * threads_count
 
@@ -91,18 +97,9 @@ def test_concurrent_invocations_sharing_powertools_metrics_neither_fail_nor_lose
             except Exception as exc:  # collected, and asserted below
                 errors.append(exc)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # an invocation finding its set flushed by another
-            threads = [threading.Thread(target=invocation, args=(n,)) for n in range(threads_count)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an invocation finding its set flushed by another
+        _race(invocation, threads_count)
     assert errors == []
     counted = 0
     for line in capsys.readouterr().out.splitlines():
