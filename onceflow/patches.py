@@ -11,9 +11,11 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import importlib.metadata
 import inspect
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -27,10 +29,11 @@ import botocore
 import botocore.signers
 import botocore.useragent
 import jsonata
+import jsonata.timebox
 import jsonata.utils
 from moto import settings as moto_settings
 from moto.awslambda import models as lambda_models
-from moto.core import botocore_stubber
+from moto.core import base_backend, botocore_stubber
 from moto.core import responses as moto_responses
 from moto.core import utils as moto_core_utils
 from moto.core.models import botocore_stubber as moto_botocore_stubber
@@ -52,6 +55,7 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
     StatesErrorNameType,
 )
+from moto.stepfunctions.parser.asl.component.common.path import result_path
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.common.string import string_expression
 from moto.stepfunctions.parser.asl.component.intrinsic import (
@@ -67,6 +71,7 @@ from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.jsonata import validations as jsonata_validations
 from moto.stepfunctions.parser.asl.utils import boto_client as moto_boto_client
+from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend import execution_worker
 
 MOTO_VERSION = "5.2.5"
@@ -532,6 +537,74 @@ def _cached_method_names(clazz: type) -> frozenset[str]:
 
 
 # --------------------------------------------------------------------------
+# moto rebuilds a backend's table of URL patterns on every request, and for S3
+# first reloads its urls module, so that MOTO_S3_CUSTOM_ENDPOINTS takes effect
+# at once. The table depends only on the backend's class and two environment
+# variables (checked in check_moto_internals): build it once for each.
+# --------------------------------------------------------------------------
+
+_original_urls: Callable[[Any], dict[str, Any]] = vars(base_backend.BaseBackend)["urls"].fget
+_URL_SETTINGS = ("MOTO_S3_CUSTOM_ENDPOINTS", "MOTO_ENABLE_ISO_REGIONS")
+_URLS: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def _cached_urls(self: Any) -> dict[str, Any]:
+    key = (type(self), *(os.environ.get(name) for name in _URL_SETTINGS))
+    urls = _URLS.get(key)
+    if urls is None:
+        urls = _URLS[key] = _original_urls(self)
+    return dict(urls)
+
+
+# --------------------------------------------------------------------------
+# moto parses a JSONPath for every use: the ResultPath it gives every state
+# (JSONata states too: "$") and every JSONPath it reads. jsonpath-ng builds a
+# whole parser for each, about a millisecond; the parsed path is only read.
+# --------------------------------------------------------------------------
+
+_original_result_path_parse = vars(result_path)["parse"]
+_original_json_path_parse = vars(json_path)["parse"]
+
+
+# --------------------------------------------------------------------------
+# jsonata-python looks up two callback names ("__evaluate_entry" and
+# "__evaluate_exit", a Timebox's) for every node it evaluates, each a
+# recursive walk up every frame to the root: about a quarter of its time.
+# The walk is a loop here, and the two names are not looked for until a
+# Timebox (or anyone) sets a callback.
+# --------------------------------------------------------------------------
+
+_JSONATA_NONE = jsonata.utils.Utils.NONE
+_CALLBACK_NAMES = frozenset({"__evaluate_entry", "__evaluate_exit"})
+_original_frame_lookup = jsonata.Jsonata.Frame.lookup
+_original_set_entry_callback = jsonata.Jsonata.Frame.set_evaluate_entry_callback
+_original_set_exit_callback = jsonata.Jsonata.Frame.set_evaluate_exit_callback
+_jsonata_callbacks_set = False
+
+
+def _frame_lookup(self: Any, name: str) -> Any:
+    if not _jsonata_callbacks_set and name in _CALLBACK_NAMES:
+        return None
+    frame = self
+    while frame is not None:
+        value = frame.bindings.get(name, _JSONATA_NONE)
+        if value is not _JSONATA_NONE:
+            return value
+        frame = frame.parent
+    return None
+
+
+def _noting_callbacks(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    @functools.wraps(original)
+    def set_callback(self: Any, callback: Any) -> None:
+        global _jsonata_callbacks_set
+        _jsonata_callbacks_set = True
+        original(self, callback)
+
+    return set_callback
+
+
+# --------------------------------------------------------------------------
 # botocore, while the local services answer: nobody checks the signature
 # (moto reads only the access key from it, to know the account), and
 # computing it cost about a twelfth of an execution. A request to them gets
@@ -898,6 +971,31 @@ def check_moto_internals() -> None:
         problems.append("botocore's RequestSigner no longer keeps what the local signature uses")
     if not callable(vars(botocore.useragent).get("sanitize_user_agent_string_component")):
         problems.append("botocore's sanitize_user_agent_string_component moved")
+    from moto.s3 import models as s3_models
+
+    url_sources = (
+        inspect.getsource(vars(s3_models.S3Backend)["_url_module"].fget),
+        inspect.getsource(moto_settings.get_s3_custom_endpoints),
+        inspect.getsource(moto_settings.enable_iso_regions),
+    )
+    needs = ("reload(", *_URL_SETTINGS)
+    if not isinstance(vars(base_backend.BaseBackend).get("urls"), property) or not all(
+        needed in source for needed, source in zip(needs, url_sources, strict=True)
+    ):
+        problems.append("moto's URL tables no longer depend only on the backend and two settings")
+    if "parse(self.result_path_src)" not in inspect.getsource(result_path) or (
+        "parse(path)" not in inspect.getsource(json_path.extract_json)
+    ):
+        problems.append("moto no longer parses JSONPaths through the module's parse")
+    if importlib.metadata.version("jsonata-python") != JSONATA_PYTHON_VERSION:
+        problems.append(f"jsonata-python is not {JSONATA_PYTHON_VERSION}, patches verified on it")
+    evaluate = inspect.getsource(jsonata.Jsonata._eval)
+    if (
+        'environment.lookup("__evaluate_entry")' not in evaluate
+        or "self.parent.lookup(name)" not in inspect.getsource(_original_frame_lookup)
+        or ".set_evaluate_entry_callback(" not in inspect.getsource(jsonata.timebox)
+    ):
+        problems.append("jsonata-python's frames or callbacks changed")
     if problems:
         raise RuntimeError(
             "onceflow's moto patches no longer fit this moto: " + "; ".join(problems)
@@ -931,4 +1029,11 @@ def apply() -> None:
     moto_responses.method_names_from_class = _cached_method_names  # type: ignore[attr-defined,assignment]
     botocore.signers.RequestSigner.sign = _sign_unless_local  # type: ignore[method-assign]
     botocore.useragent.sanitize_user_agent_string_component = _cached_sanitize
+    base_backend.BaseBackend.urls = property(_cached_urls)  # type: ignore[method-assign,assignment]
+    result_path.parse = functools.lru_cache(maxsize=1024)(_original_result_path_parse)  # type: ignore[attr-defined]
+    json_path.parse = functools.lru_cache(maxsize=1024)(_original_json_path_parse)  # type: ignore[attr-defined]
+    jsonata.Jsonata.Frame.lookup = _frame_lookup  # type: ignore[method-assign]
+    frame = jsonata.Jsonata.Frame
+    frame.set_evaluate_entry_callback = _noting_callbacks(_original_set_entry_callback)  # type: ignore[method-assign]
+    frame.set_evaluate_exit_callback = _noting_callbacks(_original_set_exit_callback)  # type: ignore[method-assign]
     _applied = True

@@ -649,3 +649,128 @@ def test_a_plain_path_gives_what_jsonata_gives_and_refuses_what_it_refuses(
     refused = _run(engine, literal, {"a": {"true": 1}})
     assert refused.status == "FAILED"  # type: ignore[attr-defined]
     assert refused.error == "States.QueryEvaluationError"  # type: ignore[attr-defined]
+
+
+# ---- moto's URL tables, JSONPaths and jsonata-python's frame lookups -------------
+
+
+def _s3_backend() -> object:
+    from moto.backends import get_backend
+    from moto.core import DEFAULT_ACCOUNT_ID
+
+    return get_backend("s3")[DEFAULT_ACCOUNT_ID]["aws"]
+
+
+def test_a_url_table_is_built_once_and_follows_the_settings(
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[object] = []
+    build = patches._original_urls
+
+    def counting(backend: object) -> dict[str, object]:
+        built.append(backend)
+        return build(backend)
+
+    monkeypatch.setattr(patches, "_URLS", {})
+    monkeypatch.setattr(patches, "_original_urls", counting)
+    s3 = _s3_backend()
+    tables = [s3.urls for _ in range(3)]  # type: ignore[attr-defined]
+    assert len(built) == 1
+    assert tables[0] == tables[2] == build(s3)
+    assert not any("custom.example" in url for url in tables[0])
+
+    # moto reloads its S3 urls for MOTO_S3_CUSTOM_ENDPOINTS: a new setting, a new table.
+    monkeypatch.setenv("MOTO_S3_CUSTOM_ENDPOINTS", "https://s3.custom.example")
+    custom = s3.urls  # type: ignore[attr-defined]
+    assert len(built) == 2
+    assert any("custom.example" in url for url in custom)
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url="https://s3.custom.example",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    bucket = engine.ref("IngestBucket")
+    client.put_object(Bucket=bucket, Key="custom/endpoint.txt", Body=b"reached")
+    body = engine.client("s3").get_object(Bucket=bucket, Key="custom/endpoint.txt")["Body"]
+    assert body.read() == b"reached"
+    monkeypatch.delenv("MOTO_S3_CUSTOM_ENDPOINTS")
+    assert s3.urls == tables[0]  # type: ignore[attr-defined]
+    assert len(built) == 2
+
+
+def test_a_jsonpath_is_parsed_once_and_serves_every_execution(engine: LocalEngine) -> None:
+    from moto.stepfunctions.parser.asl.component.common.path import result_path
+
+    definition = {
+        "StartAt": "Copy",
+        "States": {
+            "Copy": {
+                "Type": "Pass",
+                "InputPath": "$.order",
+                "ResultPath": "$.copied.order",
+                "Next": "Pick",
+            },
+            "Pick": {
+                "Type": "Pass",
+                "InputPath": "$.copied.order.items[0]",
+                "ResultPath": "$.first",
+                "End": True,
+            },
+        },
+    }
+    before = result_path.parse.cache_info()  # type: ignore[attr-defined]
+    outputs = [
+        _run(engine, definition, {"order": {"id": n, "items": [f"item-{n}", "other"]}}).output  # type: ignore[attr-defined]
+        for n in (1, 2, 3)
+    ]
+    after = result_path.parse.cache_info()  # type: ignore[attr-defined]
+    for n, output in zip((1, 2, 3), outputs, strict=True):
+        order = {"id": n, "items": [f"item-{n}", "other"]}
+        assert output == {"order": order, "copied": {"order": order}, "first": f"item-{n}"}
+    assert after.misses - before.misses <= 2  # each path text parsed at most once
+    assert after.hits - before.hits >= 4
+
+
+def _evaluate_both_ways(monkeypatch: pytest.MonkeyPatch, expression: str, bindings: dict) -> tuple:
+    patched = patches.eval_jsonata(expression, bindings)
+    with monkeypatch.context() as m:
+        m.setattr(jsonata.Jsonata.Frame, "lookup", patches._original_frame_lookup)
+        original = patches.eval_jsonata(expression, bindings)
+    return patched, original
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("($a := 1; ($a := 2; $b := $a + 1; [$a, $b, $c]))", [2, 3, 5]),
+        ("($a := 1; ($a := 2); $a)", 1),  # an inner block's binding stays inside it
+        ("($f := function($n) { $n > 0 ? $n + $f($n - 1) : $c }; $f(4))", 15),
+        ("$c.{'k': $}.k", 5),
+        ("($n := null; [$n, $missing])", None),  # null bound stops the walk; undefined drops
+    ],
+)
+def test_a_frame_lookup_finds_what_jsonata_python_finds(
+    monkeypatch: pytest.MonkeyPatch, expression: str, expected: object
+) -> None:
+    patches.apply()
+    assert jsonata.Jsonata.Frame.lookup is patches._frame_lookup
+    patched, original = _evaluate_both_ways(monkeypatch, expression, {"c": 5})
+    assert patched == original
+    if expected is not None:
+        assert patched == expected
+
+
+def test_a_timebox_still_stops_a_runaway_expression(monkeypatch: pytest.MonkeyPatch) -> None:
+    patches.apply()
+    monkeypatch.setattr(patches, "_jsonata_callbacks_set", False)  # as before any Timebox
+    runaway = "($f := function($n) { $n = 0 ? 0 : 1 + $f($n - 1) }; $f(200))"
+    assert jsonata.Jsonata(runaway).evaluate(None) == 200  # no bounds: it runs to the end
+    bounded = jsonata.Jsonata(runaway, stack=50)  # sets the entry and exit callbacks
+    assert patches._jsonata_callbacks_set
+    with pytest.raises(jsonata.JException) as failure:
+        bounded.evaluate(None)
+    assert failure.value.error == "D1011"  # stack too deep
