@@ -37,6 +37,8 @@ from moto.core import base_backend, botocore_stubber
 from moto.core import responses as moto_responses
 from moto.core import utils as moto_core_utils
 from moto.core.models import botocore_stubber as moto_botocore_stubber
+from moto.dynamodb.parsing import expressions as ddb_expressions
+from moto.dynamodb.parsing import validators as ddb_validators
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
@@ -61,12 +63,21 @@ from moto.stepfunctions.parser.asl.component.common.string import string_express
 from moto.stepfunctions.parser.asl.component.intrinsic import (
     jsonata as intrinsic_jsonata,
 )
-from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import branches_decl
+from moto.stepfunctions.parser.asl.component.state.exec import execute_state
+from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import (
+    branches_decl,
+    state_parallel,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+    state_task_service,
+)
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import (
     wait_function,
 )
+from moto.stepfunctions.parser.asl.eval import environment as eval_environment
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store
+from moto.stepfunctions.parser.asl.eval.event import event_manager
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.jsonata import validations as jsonata_validations
@@ -567,6 +578,71 @@ _original_json_path_parse = vars(json_path)["parse"]
 
 
 # --------------------------------------------------------------------------
+# moto's DynamoDB parses an UpdateExpression twice per UpdateItem (to check the
+# names and values it uses, then to apply it) and its AST is only read: the
+# validator works on a deep copy. Parse each expression text once.
+# --------------------------------------------------------------------------
+
+_UPDATE_EXPRESSION_PARSER: Any = vars(ddb_expressions)["UpdateExpressionParser"]
+_original_update_expression_make = vars(_UPDATE_EXPRESSION_PARSER)["make"].__func__
+_parsed_update_expression = functools.lru_cache(maxsize=1024)(_original_update_expression_make)
+
+
+def _cached_update_expression_make(cls: type, expression: str) -> Any:
+    return _parsed_update_expression(cls, expression)
+
+
+# --------------------------------------------------------------------------
+# moto's interpreter deep-copies every state's input, result and stack, with
+# copy.deepcopy and its bookkeeping. These are JSON values: the modules below
+# copy plain dicts, lists, text and numbers directly, and hand anything else
+# (and any copy given a memo) to copy.deepcopy. The one difference: an object
+# that appears twice in a value is copied twice (JSON has no shared parts).
+# --------------------------------------------------------------------------
+
+_JSON_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copy_json(value: Any) -> Any:
+    kind = type(value)
+    if kind in _JSON_ATOMS:
+        return value
+    if kind is dict:
+        return {
+            (k if type(k) in _JSON_ATOMS else copy.deepcopy(k)): _copy_json(v)
+            for k, v in value.items()
+        }
+    if kind is list:
+        return [_copy_json(v) for v in value]
+    return copy.deepcopy(value)
+
+
+def _json_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    return copy.deepcopy(value, memo) if memo is not None else _copy_json(value)
+
+
+class _JsonCopyModule:
+    """The copy module as the interpreter's modules see it: deepcopy as above."""
+
+    deepcopy = staticmethod(_json_deepcopy)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+
+_JSON_COPY_MODULES = (
+    execute_state,
+    eval_states,
+    eval_environment,
+    event_manager,
+    state_task_service,
+    state_parallel,
+    result_path,
+    string_expression,
+)
+
+
+# --------------------------------------------------------------------------
 # jsonata-python looks up two callback names ("__evaluate_entry" and
 # "__evaluate_exit", a Timebox's) for every node it evaluates, each a
 # recursive walk up every frame to the root: about a quarter of its time.
@@ -989,6 +1065,14 @@ def check_moto_internals() -> None:
         problems.append("moto no longer parses JSONPaths through the module's parse")
     if importlib.metadata.version("jsonata-python") != JSONATA_PYTHON_VERSION:
         problems.append(f"jsonata-python is not {JSONATA_PYTHON_VERSION}, patches verified on it")
+    if "deepcopy(expression)" not in inspect.getsource(ddb_validators.Validator.__init__):
+        problems.append("moto's DynamoDB validator no longer works on a copy of the expression")
+    for module in _JSON_COPY_MODULES:
+        imported = vars(module).get("copy")
+        if not (imported is copy or isinstance(imported, _JsonCopyModule)) or (
+            "copy.deepcopy(" not in inspect.getsource(module)
+        ):
+            problems.append(f"{module.__name__} no longer copies with copy.deepcopy")
     evaluate = inspect.getsource(jsonata.Jsonata._eval)
     if (
         'environment.lookup("__evaluate_entry")' not in evaluate
@@ -1032,6 +1116,9 @@ def apply() -> None:
     base_backend.BaseBackend.urls = property(_cached_urls)  # type: ignore[method-assign,assignment]
     result_path.parse = functools.lru_cache(maxsize=1024)(_original_result_path_parse)  # type: ignore[attr-defined]
     json_path.parse = functools.lru_cache(maxsize=1024)(_original_json_path_parse)  # type: ignore[attr-defined]
+    _UPDATE_EXPRESSION_PARSER.make = classmethod(_cached_update_expression_make)
+    for module in _JSON_COPY_MODULES:
+        module.copy = _JsonCopyModule()  # type: ignore[attr-defined]
     jsonata.Jsonata.Frame.lookup = _frame_lookup  # type: ignore[method-assign]
     frame = jsonata.Jsonata.Frame
     frame.set_evaluate_entry_callback = _noting_callbacks(_original_set_entry_callback)  # type: ignore[method-assign]

@@ -774,3 +774,67 @@ def test_a_timebox_still_stops_a_runaway_expression(monkeypatch: pytest.MonkeyPa
     with pytest.raises(jsonata.JException) as failure:
         bounded.evaluate(None)
     assert failure.value.error == "D1011"  # stack too deep
+
+
+def test_an_update_expression_is_parsed_once_and_each_update_gets_its_values(
+    engine: LocalEngine,
+) -> None:
+    ddb = engine.client("dynamodb")
+    table = engine.ref("LedgerTable")
+    expression = "SET #n = :n, probe_note = :note ADD probe_count :one"  # a text of its own
+    before = patches._parsed_update_expression.cache_info()
+    for n in range(3):
+        ddb.update_item(
+            TableName=table,
+            Key={"pk": {"S": "probe/update-expression"}},
+            UpdateExpression=expression,
+            ConditionExpression="attribute_not_exists(pk) OR probe_count < :three",
+            ExpressionAttributeNames={"#n": "probe_n"},
+            ExpressionAttributeValues={
+                ":n": {"N": str(n)},
+                ":note": {"S": f"update {n}"},
+                ":one": {"N": "1"},
+                ":three": {"N": "3"},
+            },
+        )
+        item = ddb.get_item(TableName=table, Key={"pk": {"S": "probe/update-expression"}})["Item"]
+        assert item["probe_n"] == {"N": str(n)}  # this update's values, not the first's
+        assert item["probe_note"] == {"S": f"update {n}"}
+        assert item["probe_count"] == {"N": str(n + 1)}
+    after = patches._parsed_update_expression.cache_info()
+    assert after.misses - before.misses == 1  # parsed once
+    assert after.hits - before.hits == 5  # moto asks twice per UpdateItem
+
+
+def test_the_interpreter_copies_json_values_as_deepcopy_does() -> None:
+    import copy
+    import datetime
+    from collections import OrderedDict
+
+    from moto.stepfunctions.parser.asl.component.state.exec import execute_state
+
+    patches.apply()
+    assert isinstance(execute_state.copy, patches._JsonCopyModule)
+    assert execute_state.copy.copy is copy.copy  # the rest of the module is the real one
+    when = datetime.datetime(2026, 11, 22, tzinfo=datetime.UTC)
+    value = {
+        "a": [1, 2.5, "x", None, True, {"b": []}],
+        "when": when,
+        "ordered": OrderedDict(k=[1]),
+        "pair": (1, [2]),
+        7: "an int key",
+    }
+    copied = execute_state.copy.deepcopy(value)
+    assert copied == copy.deepcopy(value) == value
+    assert copied["a"] is not value["a"] and copied["a"][5] is not value["a"][5]
+    assert copied["ordered"] is not value["ordered"]  # not JSON: copy.deepcopy's copy
+    assert type(copied["ordered"]) is OrderedDict
+    assert copied["pair"][1] is not value["pair"][1]
+    copied["a"][5]["b"].append("changed")
+    assert value["a"][5]["b"] == []
+
+    shared = [1]
+    with_memo = execute_state.copy.deepcopy({"x": shared, "y": shared}, {})
+    assert with_memo["x"] is with_memo["y"]  # given a memo, it is copy.deepcopy
+    without = execute_state.copy.deepcopy({"x": shared, "y": shared})
+    assert without == {"x": [1], "y": [1]} and without["x"] is not shared
