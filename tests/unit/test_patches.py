@@ -777,12 +777,19 @@ def test_a_timebox_still_stops_a_runaway_expression(monkeypatch: pytest.MonkeyPa
 
 
 def test_an_update_expression_is_parsed_once_and_each_update_gets_its_values(
-    engine: LocalEngine,
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    parsed: list[str] = []
+    parse = patches._original_update_expression_make
+
+    def counting(cls: type, text: str) -> object:
+        parsed.append(text)
+        return parse(cls, text)
+
+    monkeypatch.setattr(patches, "_original_update_expression_make", counting)
     ddb = engine.client("dynamodb")
     table = engine.ref("LedgerTable")
     expression = "SET #n = :n, probe_note = :note ADD probe_count :one"  # a text of its own
-    before = patches._parsed_update_expression.cache_info()
     for n in range(3):
         ddb.update_item(
             TableName=table,
@@ -801,9 +808,10 @@ def test_an_update_expression_is_parsed_once_and_each_update_gets_its_values(
         assert item["probe_n"] == {"N": str(n)}  # this update's values, not the first's
         assert item["probe_note"] == {"S": f"update {n}"}
         assert item["probe_count"] == {"N": str(n + 1)}
-    after = patches._parsed_update_expression.cache_info()
-    assert after.misses - before.misses == 1  # parsed once
-    assert after.hits - before.hits == 5  # moto asks twice per UpdateItem
+    # Once to share, then a fresh tree for each validation in place of moto's
+    # deep copy: two for the first update (the item is new), one for each other.
+    # moto alone parses twice per update and deep-copies for each validation.
+    assert parsed == [expression] * 5
 
 
 def test_the_interpreter_copies_json_values_as_deepcopy_does() -> None:
@@ -838,3 +846,34 @@ def test_the_interpreter_copies_json_values_as_deepcopy_does() -> None:
     assert with_memo["x"] is with_memo["y"]  # given a memo, it is copy.deepcopy
     without = execute_state.copy.deepcopy({"x": shared, "y": shared})
     assert without == {"x": [1], "y": [1]} and without["x"] is not shared
+
+
+def test_a_running_program_state_is_copied_as_deepcopy_copies_it() -> None:
+    import copy
+
+    from moto.stepfunctions.parser.asl.eval.program_state import ProgramError, ProgramRunning
+
+    patches.apply()
+    running = ProgramRunning()
+    running.next_state_name = "Claim"
+    copied = patches._json_deepcopy(running)
+    assert type(copied) is ProgramRunning and copied is not running
+    assert vars(copied) == vars(copy.deepcopy(running)) == vars(running)
+    copied.next_state_name = "MarkComplete"
+    assert running.next_state_name == "Claim"
+    error = ProgramError(error={"error": "States.TaskFailed", "cause": "boom"})
+    copied_error = patches._json_deepcopy(error)  # not flat: copy.deepcopy's copy
+    assert copied_error.error == error.error and copied_error.error is not error.error
+
+
+def test_botocore_copies_its_call_context_as_deepcopy_does() -> None:
+    import botocore.context
+
+    patches.apply()
+    assert botocore.context.deepcopy is patches._context_deepcopy  # type: ignore[attr-defined]
+    outer = botocore.context.ClientContext(features={"A", "B"})
+    with botocore.context.start_as_current_context(outer):
+        inner = botocore.context.get_context()
+        assert inner == outer and inner is not outer and inner.features is not outer.features
+        inner.features.add("C")
+    assert outer.features == {"A", "B"}
