@@ -42,6 +42,7 @@ from moto.core.models import botocore_stubber as moto_botocore_stubber
 from moto.dynamodb.parsing import expressions as ddb_expressions
 from moto.dynamodb.parsing import validators as ddb_validators
 from moto.stepfunctions import exceptions as sfn_exceptions
+from moto.stepfunctions import models as sfn_models
 from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
 from moto.stepfunctions.parser.asl.component import component as asl_component
@@ -798,33 +799,66 @@ def _as_jsonata(value: Any) -> Any:
 
 # A JSONata name: letters (any script), digits and "_", not starting with a digit.
 _NAME = r"[^\W\d]\w*"
-_VARIABLE = re.compile(rf"\$({_NAME})(\.{_NAME})?")
+_VARIABLE = re.compile(rf"\$({_NAME})((?:\.{_NAME})*)")
+# Words JSONata reads as literals or operators, never as a field step.
+_NOT_STEPS = frozenset({"true", "false", "null", "and", "or", "in", "function"})
+# The parts of $states an expression reads: {field: {field: ...}}, where None
+# is the whole value at that point.
+StatesPaths = dict[str, "StatesPaths | None"]
 
 
 @functools.lru_cache(maxsize=4096)
-def _references(expression: str) -> tuple[frozenset[str], frozenset[str] | None]:
-    """(variables an expression may read, the $states fields it reads or None for all).
+def _references(expression: str) -> tuple[frozenset[str], StatesPaths | None]:
+    """(variables an expression may read, the parts of $states it reads or None for all).
 
     A superset is harmless (a name in a string literal binds a value nobody
     reads); what is left out is undefined, so a name is only left out when
-    it does not occur in the text at all.
+    it does not occur in the text at all. Of $states, "$states.context.Execution.Id"
+    needs only that field; a path that goes on in any other way (a predicate,
+    a quoted name, a function) gets the whole value where its plain steps end,
+    and JSONata's parent operator (%) gets each whole top-level field.
     """
     names: set[str] = set()
-    fields: set[str] | None = set()
+    paths: StatesPaths | None = {}
     for match in _VARIABLE.finditer(expression):
-        name, member = match.group(1), match.group(2)
+        name, chain = match.group(1), match.group(2)
         names.add(name)
-        if name == "states" and fields is not None:
-            if member is None:
-                fields = None
+        if name != "states" or paths is None:
+            continue
+        steps = chain.split(".")[1:]
+        if not steps:
+            paths = None  # all of $states
+            continue
+        if "%" in expression:
+            steps = steps[:1]
+        for n, step in enumerate(steps):
+            if step in _NOT_STEPS:
+                steps = steps[:n]
+                break
+        node: StatesPaths = paths
+        for n, step in enumerate(steps):
+            if step in node and node[step] is None:
+                break  # the whole value is bound already
+            if n == len(steps) - 1:
+                node[step] = None
             else:
-                fields.add(member[1:])
-    return frozenset(names), (frozenset(fields) if fields is not None else None)
+                node = node.setdefault(step, {})  # type: ignore[assignment]
+        if not steps:
+            paths = None
+    return frozenset(names), paths
+
+
+def _pick(value: dict[str, Any], paths: StatesPaths) -> dict[str, Any]:
+    """The parts of value the paths name (a value that is not an object: whole)."""
+    picked = {}
+    for step, deeper in paths.items():
+        if step in value:
+            part = value[step]
+            picked[step] = part if deeper is None or type(part) is not dict else _pick(part, deeper)
+    return picked
 
 
 _SIMPLE_PATH = re.compile(rf"\${_NAME}(?:\.{_NAME})*")
-# Words JSONata reads as literals or operators, never as a field step.
-_NOT_STEPS = frozenset({"true", "false", "null", "and", "or", "in", "function"})
 _MISSING = object()  # undefined
 _UNSURE = object()  # for JSONata to evaluate
 
@@ -882,7 +916,7 @@ def _follow(steps: tuple[str, ...], env: Any) -> Any:
 
 def _bindings(expression: str, env: Any) -> dict[str, Any]:
     """The variables and $states the expression reads, copied for jsonata-python."""
-    names, fields = _references(expression)
+    names, paths = _references(expression)
     store = env.variable_store
     bindings: dict[str, Any] = {}
     for scope in (store._outer_scope, store._inner_scope):  # inner shadows outer
@@ -890,9 +924,7 @@ def _bindings(expression: str, env: Any) -> dict[str, Any]:
             bindings[name] = scope[name]
     if "states" in names:
         states = env.states._states_data
-        if fields is not None:
-            states = {k: states[k] for k in fields if k in states}
-        bindings["states"] = states
+        bindings["states"] = states if paths is None else _pick(states, paths)
     return {name: _as_jsonata(value) for name, value in bindings.items()}
 
 
@@ -1006,7 +1038,41 @@ def _start_execution(self: Any, state_machine_arn: str, *args: Any, **kwargs: An
             f"Member must have length less than or equal to {EXECUTION_INPUT_LIMIT} "
             f"(the input is {size} bytes)"
         )
-    return _original_start_execution(self, state_machine_arn, *args, **kwargs)
+    execution = _original_start_execution(self, state_machine_arn, *args, **kwargs)
+    _index_execution(self, execution)
+    return execution
+
+
+# --------------------------------------------------------------------------
+# moto finds an execution (DescribeExecution, GetExecutionHistory) by scanning
+# every execution of its state machine: quadratic over a long run. Each started
+# execution is indexed by ARN on its backend, and found there while its state
+# machine is the one moto would scan; anything else takes moto's way.
+# --------------------------------------------------------------------------
+
+_original_describe_execution = sfn_models.StepFunctionBackend.describe_execution
+
+
+def _index_execution(backend: Any, execution: Any) -> None:
+    arn = execution.execution_arn
+    try:
+        machine = backend._get_state_machine_for_execution(arn)
+    except sfn_exceptions.ExecutionDoesNotExist:
+        return  # moto would not find it either (a version's or alias's execution, say)
+    if any(found is execution for found in reversed(machine.executions[-64:])):
+        vars(backend).setdefault("_onceflow_executions", {})[arn] = (machine, execution)
+
+
+def _indexed_describe_execution(self: Any, execution_arn: str) -> Any:
+    entry = vars(self).get("_onceflow_executions", {}).get(execution_arn)
+    if entry is not None:
+        self._validate_execution_arn(execution_arn)
+        machine, execution = entry
+        if any(m is machine for m in self.state_machines) and (
+            self._get_state_machine_for_execution(execution_arn) is machine
+        ):
+            return execution
+    return _original_describe_execution(self, execution_arn)
 
 
 # What moto declared before apply() removed its stubs.
@@ -1114,6 +1180,12 @@ def check_moto_internals() -> None:
         botocore.context.start_as_current_context
     ):
         problems.append("botocore's ClientContext is no longer a set of features, copied per call")
+    describe = inspect.getsource(_original_describe_execution)
+    start = inspect.getsource(_original_start_execution)
+    if "state_machine.executions" not in describe or (
+        "state_machine.executions.append(execution)" not in start
+    ):
+        problems.append("moto no longer keeps executions in their state machine's list")
     evaluate = inspect.getsource(jsonata.Jsonata._eval)
     if (
         'environment.lookup("__evaluate_entry")' not in evaluate
@@ -1147,6 +1219,7 @@ def apply() -> None:
     branches_decl.CustomErrorName = _branch_error_name  # type: ignore[assignment,attr-defined]
     sfn_parser_models.StepFunctionsParserBackend.start_execution = _start_execution  # type: ignore[method-assign]
     botocore_stubber.BotocoreStubber.process_request = _serialised_process_request  # type: ignore[method-assign]
+    sfn_models.StepFunctionBackend.describe_execution = _indexed_describe_execution  # type: ignore[method-assign]
     lambda_models.LambdaFunction._invoke_lambda = _in_process_invoke_lambda  # type: ignore[method-assign]
     execution_worker.ExecutionWorker._get_evaluation_entrypoint = _cached_entrypoint  # type: ignore[method-assign]
     execution_worker.ExecutionWorker._execution_logic = _signalling_execution_logic  # type: ignore[method-assign]

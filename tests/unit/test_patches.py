@@ -433,9 +433,13 @@ def test_plain_paths_are_read_directly_and_agree_with_jsonata(engine: LocalEngin
 
 
 def test_an_expression_is_bound_only_the_variables_it_names() -> None:
-    names, fields = patches._references("$a & $states.input.x & $states.context.Execution.Id")
-    assert names == {"a", "states"} and fields == {"input", "context"}
+    names, paths = patches._references("$a & $states.input.x & $states.context.Execution.Id")
+    assert names == {"a", "states"}
+    assert paths == {"input": {"x": None}, "context": {"Execution": {"Id": None}}}
     assert patches._references("$string($states)")[1] is None  # all of $states
+    assert patches._references("$states.input.a.b & $states.input.a")[1] == {"input": {"a": None}}
+    assert patches._references("$states.input[0].a")[1] == {"input": None}
+    assert patches._references("$states.input.a.%.b")[1] == {"input": None}  # parent operator
     assert patches._simple_path(" $states.input.detail ") == ("states", "input", "detail")
     assert patches._simple_path("$states.input[0]") is None
     assert patches._simple_path("$o.`version-id`") is None
@@ -877,3 +881,109 @@ def test_botocore_copies_its_call_context_as_deepcopy_does() -> None:
         assert inner == outer and inner is not outer and inner.features is not outer.features
         inner.features.add("C")
     assert outer.features == {"A", "B"}
+
+
+_INPUT = {
+    "detail": {"object": {"key": "a/b.png", "size": 3, "version-id": "v1"}, "bucket": "in"},
+    "Records": [{"eventName": "ObjectCreated:Put", "s3": {"object": {"key": "r.png"}}}, {}],
+    "a": {"true": 1},
+}
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "$states.context.Execution.Id",
+        "$states.context.Execution.Input.detail.object.key & '/' & $states.context.Execution.Id",
+        "$count($states.input.Records)",
+        "$states.input.Records.eventName",
+        "$states.input.Records[0].s3.object.key",
+        "$keys($states.context.Execution)",
+        "$states.input.detail.object.`version-id`",
+        "($i := $states.input; $i.detail.object.size)",
+        "$states.input.detail.object.%.bucket",
+        "$states.input.missing.deeper",
+        "$exists($states.input.detail.object.etag)",
+        "$string($states.input)",
+        "$states.input.a.true",
+        "$states.input.detail.object.size + $states.context.Execution.Input.detail.object.size",
+        "$states.input.detail.object.key & $workItem.key",
+    ],
+)
+def test_an_expression_bound_only_the_parts_it_reads_gives_what_the_whole_gives(
+    expression: str,
+) -> None:
+    import datetime
+    from types import SimpleNamespace
+
+    patches.apply()
+    states = {
+        "input": _INPUT,
+        "context": {
+            "Execution": {
+                "Id": "arn:aws:states:us-east-1:123456789012:execution:m:e",
+                "Input": _INPUT,
+                "StartTime": datetime.datetime(2026, 11, 22, tzinfo=datetime.UTC),
+            },
+            "State": {"Name": "Claim", "RetryCount": 0},
+        },
+    }
+    env = SimpleNamespace(
+        variable_store=SimpleNamespace(_outer_scope={"workItem": {"key": "k"}}, _inner_scope={}),
+        states=SimpleNamespace(_states_data=states),
+    )
+    whole = {"states": states, "workItem": {"key": "k"}}
+
+    def evaluate(bindings: dict[str, object]) -> object:
+        try:
+            return ("value", patches.eval_jsonata(expression, bindings))
+        except moto_jsonata.JSONataException as exc:
+            return ("error", exc.details)
+
+    picked = evaluate(patches._bindings(expression, env))
+    assert picked == evaluate({k: patches._as_jsonata(v) for k, v in whole.items()})
+
+
+def test_an_execution_is_found_by_its_arn_and_moto_answers_for_the_rest(
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from botocore.exceptions import ClientError
+
+    scans: list[str] = []
+    scan = patches._original_describe_execution
+
+    def counting(backend: object, arn: str) -> object:
+        scans.append(arn)
+        return scan(backend, arn)
+
+    monkeypatch.setattr(patches, "_original_describe_execution", counting)
+    sfn = engine.client("stepfunctions")
+    definition = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
+    machine = sfn.create_state_machine(
+        name="probe-index",
+        definition=json.dumps(definition),
+        roleArn="arn:aws:iam::123456789012:role/probe",
+    )["stateMachineArn"]
+    results = [engine.execute(machine, {"n": n}) for n in range(3)]
+    for n, result in enumerate(results):
+        described = sfn.describe_execution(executionArn=result.arn)
+        assert json.loads(described["input"]) == {"n": n} and described["status"] == "SUCCEEDED"
+        history = sfn.get_execution_history(executionArn=result.arn)["events"]
+        assert history[-1]["type"] == "ExecutionSucceeded"
+    assert scans == []  # every one found by its ARN
+
+    unknown = results[0].arn.rsplit(":", 1)[0] + ":no-such-execution"
+    with pytest.raises(ClientError, match="ExecutionDoesNotExist"):
+        sfn.describe_execution(executionArn=unknown)
+    assert scans == [unknown]
+    sfn.delete_state_machine(stateMachineArn=machine)
+    sfn.create_state_machine(  # the same name again: a new machine, none of the old executions
+        name="probe-index",
+        definition=json.dumps(definition),
+        roleArn="arn:aws:iam::123456789012:role/probe",
+    )
+    with pytest.raises(ClientError, match="ExecutionDoesNotExist"):
+        sfn.describe_execution(executionArn=results[1].arn)
+    assert scans[-1] == results[1].arn  # moto's own answer
