@@ -15,6 +15,7 @@ import io
 import json
 import math
 import random
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -198,16 +199,20 @@ def cost_model(engine: LocalEngine) -> list[PathCost]:
     return costs
 
 
-def throughput(engine: LocalEngine, messages: int, concurrency: int) -> dict[str, float]:
-    """Executions per second, happy then duplicate path, `concurrency` at a time."""
-    rng = random.Random(2)
+def _events(engine: LocalEngine, prefix: str, messages: int, rng: random.Random) -> list[Any]:
+    """Upload `messages` new images; their Object Created events."""
     s3 = engine.client("s3")
     bucket = engine.ref("IngestBucket")
     events = []
     for n in range(messages):
-        key = f"throughput/{n:05d}.png"
+        key = f"{prefix}/{n:05d}.png"
         version = s3.put_object(Bucket=bucket, Key=key, Body=_image(rng))["VersionId"]
         events.append(s3_event(bucket, key, version))
+    return events
+
+
+def throughput(engine: LocalEngine, events: list[Any], concurrency: int) -> dict[str, float]:
+    """Executions per second over new objects (happy), then the same again (duplicate)."""
     rates = {}
     for path in ("happy", "duplicate"):
         started = time.perf_counter()
@@ -217,46 +222,63 @@ def throughput(engine: LocalEngine, messages: int, concurrency: int) -> dict[str
         expected = "Processed" if path == "happy" else "Duplicate"
         if any(r.states_entered[-1] != expected for r in results):
             raise RuntimeError(f"the {path} run did not take the {path} path")
-        rates[path] = messages / elapsed
+        rates[path] = len(events) / elapsed
     return rates
 
 
-def powertools_baseline(engine: LocalEngine, messages: int) -> dict[str, Any]:
+def summarise(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    """Per path: the median round (the figure reported) and the best, with every round."""
+    summary: dict[str, Any] = {}
+    for path in ("happy", "duplicate"):
+        samples = [r[path] for r in rounds]
+        summary[path] = statistics.median(samples)
+        summary[f"{path}_best"] = max(samples)
+        summary[f"{path}_rounds"] = samples
+    return summary
+
+
+class PowertoolsBaseline:
     """The same work behind Powertools' @idempotent, on the same local DynamoDB and S3."""
-    from aws_lambda_powertools.utilities.idempotency import (
-        DynamoDBPersistenceLayer,
-        IdempotencyConfig,
-        idempotent,
-    )
 
-    dynamodb = engine.client("dynamodb")
-    s3 = engine.client("s3")
-    table = "bench-powertools-idempotency"
-    dynamodb.create_table(
-        TableName=table,
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    persistence = DynamoDBPersistenceLayer(table_name=table, boto3_client=dynamodb)
-    config = IdempotencyConfig(
-        event_key_jmespath='[detail.bucket.name, detail.object.key, detail.object."version-id"]'
-    )
-    output_bucket = engine.ref("OutputBucket")
+    def __init__(self, engine: LocalEngine) -> None:
+        from aws_lambda_powertools.utilities.idempotency import (
+            DynamoDBPersistenceLayer,
+            IdempotencyConfig,
+            idempotent,
+        )
 
-    @idempotent(persistence_store=persistence, config=config)
-    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-        obj = event["detail"]["object"]
-        body = s3.get_object(
-            Bucket=event["detail"]["bucket"]["name"], Key=obj["key"], VersionId=obj["version-id"]
-        )["Body"].read()
-        with Image.open(io.BytesIO(body)) as image:
-            image.thumbnail((1024, 1024))
-            out = io.BytesIO()
-            image.save(out, format="WEBP")
-        key = f"baseline/{obj['version-id']}.webp"
-        s3.put_object(Bucket=output_bucket, Key=key, Body=out.getvalue())
-        return {"output": key}
+        self.engine = engine
+        dynamodb = engine.client("dynamodb")
+        s3 = engine.client("s3")
+        table = "bench-powertools-idempotency"
+        dynamodb.create_table(
+            TableName=table,
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        persistence = DynamoDBPersistenceLayer(table_name=table, boto3_client=dynamodb)
+        config = IdempotencyConfig(
+            event_key_jmespath='[detail.bucket.name, detail.object.key, detail.object."version-id"]'
+        )
+        output_bucket = engine.ref("OutputBucket")
+
+        @idempotent(persistence_store=persistence, config=config)
+        def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            obj = event["detail"]["object"]
+            bucket = event["detail"]["bucket"]["name"]
+            body = s3.get_object(Bucket=bucket, Key=obj["key"], VersionId=obj["version-id"])[
+                "Body"
+            ].read()
+            with Image.open(io.BytesIO(body)) as image:
+                image.thumbnail((1024, 1024))
+                out = io.BytesIO()
+                image.save(out, format="WEBP")
+            key = f"baseline/{obj['version-id']}.webp"
+            s3.put_object(Bucket=output_bucket, Key=key, Body=out.getvalue())
+            return {"output": key}
+
+        self.handler = handler
 
     class Context:
         function_name = "baseline"
@@ -268,40 +290,28 @@ def powertools_baseline(engine: LocalEngine, messages: int) -> dict[str, Any]:
         def get_remaining_time_in_millis() -> int:
             return 60_000
 
-    rng = random.Random(3)
-    bucket = engine.ref("IngestBucket")
-    events = []
-    for n in range(messages):
-        key = f"baseline/{n:05d}.png"
-        version = s3.put_object(Bucket=bucket, Key=key, Body=_image(rng))["VersionId"]
-        events.append(s3_event(bucket, key, version))
-
-    def run(path: str) -> tuple[PathCost, float]:
-        since = len(patches.REQUEST_LOG.snapshot())
-        started = time.perf_counter()
-        for event in events:
-            handler(event, Context())
-        elapsed = time.perf_counter() - started
-        requests = _requests(since)
-        writes = sum(n for op, n in requests.items() if op.split(":")[1] in WRITES)
-        reads = sum(n for op, n in requests.items() if op.split(":")[1] in READS)
-        calls = (writes + reads) / messages
-        # The handler's own DynamoDB round trips are Lambda time; a duplicate
-        # stops at the idempotency check, before the work.
-        work = WORK_MS if path == "happy" else 0.0
-        cost = PathCost(
-            path, 0, writes // messages, reads // messages, 1, 0, 0,
-            lambda_ms=work + LAMBDA_OVERHEAD_MS + calls * CALL_MS,
-        )  # fmt: skip
-        return cost, messages / elapsed
-
-    happy, happy_rate = run("happy")
-    duplicate, duplicate_rate = run("duplicate")
-    # A duplicate still runs the handler, but only until the idempotency check.
-    return {
-        "paths": [happy, duplicate],
-        "rates": {"happy": happy_rate, "duplicate": duplicate_rate},
-    }
+    def run(self, events: list[Any]) -> tuple[list[PathCost], dict[str, float]]:
+        """Each event once (happy), then again (duplicate): the cost per path and the rates."""
+        costs, rates = [], {}
+        for path in ("happy", "duplicate"):
+            since = len(patches.REQUEST_LOG.snapshot())
+            started = time.perf_counter()
+            for event in events:
+                self.handler(event, self.Context())
+            elapsed = time.perf_counter() - started
+            requests = _requests(since)
+            writes = sum(n for op, n in requests.items() if op.split(":")[1] in WRITES)
+            reads = sum(n for op, n in requests.items() if op.split(":")[1] in READS)
+            calls = (writes + reads) / len(events)
+            # The handler's own DynamoDB round trips are Lambda time; a duplicate
+            # stops at the idempotency check, before the work.
+            work = WORK_MS if path == "happy" else 0.0
+            costs.append(PathCost(
+                path, 0, writes // len(events), reads // len(events), 1, 0, 0,
+                lambda_ms=work + LAMBDA_OVERHEAD_MS + calls * CALL_MS,
+            ))  # fmt: skip
+            rates[path] = len(events) / elapsed
+        return costs, rates
 
 
 def audit_bench(engine: LocalEngine, keys: int) -> dict[str, Any]:
@@ -350,8 +360,11 @@ def audit_bench(engine: LocalEngine, keys: int) -> dict[str, Any]:
 
 def run_bench(
     messages: int = 200, audit_keys: int = 5000, concurrency: int = 8,
-    progress: TextIO | None = None,
+    progress: TextIO | None = None, rounds: int = 3, warmup: int = 16,
 ) -> dict[str, Any]:  # fmt: skip
+    if rounds < 1 or messages < 1:
+        raise ValueError("the bench needs at least one round of at least one message")
+
     def say(text: str) -> None:
         if progress is not None:
             progress.write(text + "\n")
@@ -364,17 +377,34 @@ def run_bench(
         function_log=io.StringIO(),
         function_log_level="WARNING",
     ) as engine:
-        say(f"bench: throughput, {messages} messages per path, {concurrency} at a time")
-        rates = throughput(engine, messages, concurrency)
+        rng = random.Random(2)
+        baseline_runner = PowertoolsBaseline(engine)
+        if warmup:  # first runs parse, compile and import: not what a steady stream costs
+            say(f"bench: warm-up, {warmup} messages per path, not counted")
+            throughput(engine, _events(engine, "warmup", warmup, rng), concurrency)
+            baseline_runner.run(_events(engine, "warmup-baseline", warmup, rng))
+        engine_rounds, baseline_rounds = [], []
+        baseline_costs: list[PathCost] = []
+        for n in range(1, rounds + 1):
+            # Side by side: each round runs both, so a slow spell of the machine
+            # slows both alike; the median round is reported.
+            say(f"bench: throughput round {n}/{rounds}, {messages} messages per path, "
+                f"{concurrency} at a time, and the Powertools baseline")  # fmt: skip
+            engine_rounds.append(throughput(engine, _events(engine, f"round{n}", messages, rng),
+                                            concurrency))  # fmt: skip
+            baseline_costs, round_rates = baseline_runner.run(
+                _events(engine, f"round{n}-baseline", messages, rng)
+            )
+            baseline_rounds.append(round_rates)
+        rates = summarise(engine_rounds)
+        baseline_rates = summarise(baseline_rounds)
         say("bench: cost model, one message down each path")
         costs = cost_model(engine)
-        say(f"bench: Powertools @idempotent baseline, {messages} messages per path")
-        baseline = powertools_baseline(engine, messages)
         say(f"bench: the audit over {audit_keys} keys")
         audit = audit_bench(engine, audit_keys)
 
     by_path = {c.path: c for c in costs}
-    base = {c.path: c for c in baseline["paths"]}
+    base = {c.path: c for c in baseline_costs}
 
     def mix(costs_by_path: dict[str, PathCost], mode: str, duplicate_share: float) -> float:
         happy = costs_by_path["happy"].dollars(mode)
@@ -412,7 +442,7 @@ def run_bench(
         },
         "throughput_per_second": {
             "onceflow local engine": rates,
-            "Powertools handler, in-process": baseline["rates"],
+            "Powertools handler, in-process": baseline_rates,
         },
         "paths": [
             {**c.__dict__, "usd_per_million_standard": c.dollars("STANDARD") * 1e6,
@@ -421,7 +451,7 @@ def run_bench(
         ],
         "baseline_paths": [
             {**c.__dict__, "usd_per_million": c.dollars("LAMBDA") * 1e6}
-            for c in baseline["paths"]
+            for c in baseline_costs
         ],
         "usd_per_million_messages": mixes,
         "audit": audit,
@@ -430,10 +460,20 @@ def run_bench(
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = ["## 1. Local engine throughput (executions per second, one run)", ""]
-    lines += ["| runner | happy path | duplicate path |", "|---|---|---|"]
+    lines = ["## 1. Local engine throughput (executions per second)", ""]
+    lines += [
+        "Median of the rounds, best round in brackets; the rounds ran side by side with "
+        "the Powertools baseline, after a warm-up that is not counted.",
+        "",
+        "| runner | happy path | duplicate path | rounds (happy) |",
+        "|---|---|---|---|",
+    ]
     for name, rates in report["throughput_per_second"].items():
-        lines.append(f"| {name} | {rates['happy']:.1f} | {rates['duplicate']:.1f} |")
+        rounds = ", ".join(f"{r:.1f}" for r in rates["happy_rounds"])
+        lines.append(
+            f"| {name} | {rates['happy']:.1f} ({rates['happy_best']:.1f}) | "
+            f"{rates['duplicate']:.1f} ({rates['duplicate_best']:.1f}) | {rounds} |"
+        )
     lines += ["", "## 2. Per-message cost by path", ""]
     lines += [
         "| path | transitions | DynamoDB writes | reads | Lambda | SQS "

@@ -82,7 +82,15 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from onceflow import bench
 
-    report = bench.run_bench(args.messages, args.audit_keys, args.concurrency, sys.stderr)
+    for name in ("messages", "rounds", "concurrency"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"onceflow bench: --{name} must be at least 1")
+    for name in ("warmup", "audit_keys"):
+        if getattr(args, name) < 0:
+            raise SystemExit(f"onceflow bench: --{name.replace('_', '-')} must not be negative")
+    report = bench.run_bench(
+        args.messages, args.audit_keys, args.concurrency, sys.stderr, args.rounds, args.warmup
+    )
     json_path, md_path = bench.write(report, Path(args.out))
     print(bench.render(report))
     print(f"\nwritten: {json_path}, {md_path}", file=sys.stderr)
@@ -344,6 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.add_argument("--messages", type=int, default=200, help="messages per path")
     bench_cmd.add_argument("--audit-keys", type=int, default=5000, help="keys the audit walks")
     bench_cmd.add_argument("--concurrency", type=int, default=8, help="executions at once")
+    bench_cmd.add_argument(
+        "--rounds", type=int, default=3, help="throughput rounds (the median is reported)"
+    )
+    bench_cmd.add_argument(
+        "--warmup", type=int, default=16, help="messages per path run first, not counted"
+    )
     bench_cmd.add_argument("--out", default="bench", help="where results.json/.md go")
     bench_cmd.set_defaults(func=cmd_bench)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import json
@@ -140,6 +141,7 @@ class LocalEngine:
         self._clients_lock = threading.Lock()
         self._mock: Any = None
         self._saved_env: dict[str, str | None] = {}
+        self._froze_heap = False
         self.stack.create = self._create
 
     # ---- lifecycle -----------------------------------------------------------
@@ -177,8 +179,20 @@ class LocalEngine:
         except Exception:
             self.stop()
             raise
+        # What exists now (moto's and botocore's models, the clients, the
+        # handlers: over half a million objects) lives as long as the engine.
+        # Frozen, the garbage collector stops scanning it again and again:
+        # a full collection took about a second, a tenth of the CPU of a
+        # 200-execution run. Unfrozen at stop; until then, the little garbage
+        # among it (and a caller's own) waits.
+        if not self._froze_heap:
+            gc.freeze()
+            self._froze_heap = True
 
     def stop(self) -> None:
+        if self._froze_heap:
+            gc.unfreeze()
+            self._froze_heap = False
         patches.FINISHED.clear()
         for name in self.runtime.functions:
             patches.INVOKERS.pop(name, None)

@@ -189,3 +189,18 @@ def test_readme_table_lists_every_sample_event_with_its_end_state() -> None:
         row = next((line for line in readme.splitlines() if f"`{name}`" in line), None)
         assert row is not None, f"README has no row for {name}"
         assert end_state in row, f"README's row for {name} does not say {end_state}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rounds", "0"], "--rounds must be at least 1"),
+        (["--messages", "0"], "--messages must be at least 1"),
+        (["--warmup", "-1"], "--warmup must not be negative"),
+        (["--audit-keys", "-5"], "--audit-keys must not be negative"),
+    ],
+)
+def test_bench_refuses_bad_sizes_before_it_starts(argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main(["bench", *argv])
+    assert str(refused.value) == f"onceflow bench: {message}"
