@@ -33,14 +33,21 @@ import botocore.useragent
 import jsonata
 import jsonata.timebox
 import jsonata.utils
+import moto.backend_index as backend_index
+from moto import backends as moto_backends
 from moto import settings as moto_settings
 from moto.awslambda import models as lambda_models
 from moto.core import base_backend, botocore_stubber
+from moto.core import config as moto_config
+from moto.core import exceptions as moto_core_exceptions
+from moto.core import request as moto_request
 from moto.core import responses as moto_responses
 from moto.core import utils as moto_core_utils
+from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.core.models import botocore_stubber as moto_botocore_stubber
 from moto.dynamodb.parsing import expressions as ddb_expressions
 from moto.dynamodb.parsing import validators as ddb_validators
+from moto.moto_api import recorder as moto_recorder
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions import models as sfn_models
 from moto.stepfunctions.parser import models as sfn_parser_models
@@ -380,13 +387,86 @@ def _injected(service: str, request: Any) -> tuple[int, dict[str, str], str] | N
     return None
 
 
+# moto finds the handler of a request by matching its URL against every
+# service's pattern (about a hundred) and then the service's own URLs, for every
+# request. The answer depends only on the URL (and the URL settings): it is
+# looked up once per URL, then moto's own steps run as written below.
+_ROUTES: dict[tuple[Any, ...], tuple[tuple[str, ...], Any]] = {}
+_ROUTES_KEPT = 4096
+_HTTP_EXCEPTION: Any = vars(moto_core_exceptions)["HTTPException"]  # what moto catches
+# moto's process_request as this replaces it (checked in check_moto_internals).
+_PROCESS_REQUEST_SHA256 = "f79a1a778c7e755f0c7f234cdab9e36312ed2b16d7051baf06b04872f79dd5b2"
+
+
+def _route(clean_url: str) -> tuple[tuple[str, ...], Any]:
+    """(the services whose pattern matches, in moto's order, up to the one that
+    handles the URL; that service's handler or None), as moto's loops find them."""
+    key = (clean_url, *(os.environ.get(name) for name in _URL_SETTINGS))
+    route = _ROUTES.get(key)
+    if route is not None:
+        return route
+    services: list[str] = []
+    handler = None
+    for service, pattern in backend_index.backend_url_patterns:
+        if not pattern.match(clean_url):
+            continue
+        services.append(service)
+        backend_dict = moto_backends.get_backend(service)  # type: ignore[call-overload]
+        if isinstance(backend_dict, base_backend.BackendDict):
+            if "us-east-1" in backend_dict[DEFAULT_ACCOUNT_ID]:
+                backend = backend_dict[DEFAULT_ACCOUNT_ID]["us-east-1"]
+            else:
+                backend = backend_dict[DEFAULT_ACCOUNT_ID]["aws"]
+        else:
+            backend = backend_dict["global"]
+        handler = next(
+            (method for url, method in backend.urls.items() if re.compile(url).match(clean_url)),
+            None,
+        )
+        if handler is not None:
+            break
+    route = (tuple(services), handler)
+    if len(_ROUTES) < _ROUTES_KEPT:
+        _ROUTES[key] = route
+    return route
+
+
+def _routed_process_request(self: Any, request: Any) -> Any:
+    """BotocoreStubber.process_request, with the route looked up once per URL."""
+    parsed_url, _ = moto_core_utils.get_equivalent_url_in_aws_domain(request.url)
+    clean_url = f"{parsed_url.scheme}://{parsed_url.netloc}{parsed_url.path}"
+    if moto_config.passthrough_url(clean_url):
+        return None
+    services, handler = _route(clean_url)
+    for service in services:
+        if moto_config.passthrough_service(service):
+            return None
+        if not moto_config.service_whitelisted(service):
+            raise moto_core_exceptions.ServiceNotWhitelisted(service)
+    if handler is not None:
+        normalized_request = moto_request.normalize_request(request)
+        try:
+            moto_recorder._record_request(normalized_request)
+            status, headers, body = handler(
+                normalized_request, normalized_request.raw_url, normalized_request.headers
+            )
+        except _HTTP_EXCEPTION as e:
+            status = e.code
+            headers = e.get_headers()
+            body = e.get_body()
+        return status, headers, body
+    if re.compile(r"https?://.+\.amazonaws.com/.*").match(clean_url):
+        return 404, {}, "Not yet implemented"
+    return None
+
+
 def _serialised_process_request(self: Any, request: Any) -> Any:
     match = _LOCKED_SERVICE.match(urlsplit(request.url).netloc)
     if match is None:
-        return _original_process_request(self, request)
+        return _routed_process_request(self, request)
     service = match.group(1)
     with BACKEND_LOCK:
-        response = _injected(service, request) or _original_process_request(self, request)
+        response = _injected(service, request) or _routed_process_request(self, request)
     if response is not None:
         operation, bucket, key = _describe(request, service)
         REQUEST_LOG.add(RecordedRequest(service, operation, response[0], bucket, key))
@@ -1186,6 +1266,9 @@ def check_moto_internals() -> None:
         "state_machine.executions.append(execution)" not in start
     ):
         problems.append("moto no longer keeps executions in their state machine's list")
+    process_request = inspect.getsource(_original_process_request).encode()
+    if hashlib.sha256(process_request).hexdigest() != _PROCESS_REQUEST_SHA256:
+        problems.append("moto's BotocoreStubber.process_request changed: re-check the routing")
     evaluate = inspect.getsource(jsonata.Jsonata._eval)
     if (
         'environment.lookup("__evaluate_entry")' not in evaluate

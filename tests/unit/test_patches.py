@@ -11,6 +11,7 @@ from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
 from onceflow import patches
 from onceflow.engine import LocalEngine
+from tests.helpers import FUNCTION, upload
 
 
 def test_patches_fit_the_pinned_moto() -> None:
@@ -987,3 +988,49 @@ def test_an_execution_is_found_by_its_arn_and_moto_answers_for_the_rest(
     with pytest.raises(ClientError, match="ExecutionDoesNotExist"):
         sfn.describe_execution(executionArn=results[1].arn)
     assert scans[-1] == results[1].arn  # moto's own answer
+
+
+def test_a_request_is_routed_as_moto_routes_it(
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+
+    from botocore.exceptions import ClientError
+
+    pairs: list[tuple[str, object, object]] = []
+    routed = patches._routed_process_request
+
+    def both(stubber: object, request: object) -> object:
+        ours = routed(stubber, request)
+        theirs = patches._original_process_request(stubber, request)  # read-only requests
+        pairs.append((request.url, ours, theirs))  # type: ignore[attr-defined]
+        return ours
+
+    bucket = engine.ref("IngestBucket")
+    key = "routing/an object.png"
+    upload(engine, key)
+    monkeypatch.setattr(patches, "_routed_process_request", both)
+    monkeypatch.setattr(patches, "_ROUTES", {})
+    for _ in range(2):  # the second time from the routes found the first
+        engine.client("dynamodb").describe_table(TableName=engine.ref("LedgerTable"))
+        engine.client("s3").get_object(Bucket=bucket, Key=key)
+        engine.client("s3").list_objects_v2(Bucket=bucket, Prefix="routing/")
+        with pytest.raises(ClientError, match="404"):
+            engine.client("s3").head_object(Bucket=bucket, Key="routing/missing.png")
+        engine.client("stepfunctions").list_state_machines()
+        engine.client("sqs").list_queues()
+        engine.client("lambda").get_function(FunctionName=engine.function_name(FUNCTION))
+        engine.client("events").list_rules()
+    assert len(pairs) == 16 and len(patches._ROUTES) == 8
+
+    def stable(body: object) -> object:  # request ids and dates differ from call to call
+        text = body.decode("latin-1") if isinstance(body, bytes) else str(body)
+        return re.sub(r"[0-9A-Za-z-]{20,}|\d{4}-\d\d-\d\dT[\d:.]+Z?|\w{3}, \d\d \w{3} [\d: ]+GMT",
+                      "~", text)  # fmt: skip
+
+    for url, ours, theirs in pairs:
+        assert ours is not None and theirs is not None, url
+        assert ours[0] == theirs[0], url  # type: ignore[index]
+        assert stable(ours[2]) == stable(theirs[2]), url  # type: ignore[index]
+    outside = type("Request", (), {"url": "https://example.com/x", "headers": {}, "body": b""})
+    assert patches._routed_process_request(None, outside) is None  # not AWS: not answered
