@@ -662,16 +662,13 @@ _original_json_path_parse = vars(json_path)["parse"]
 
 # --------------------------------------------------------------------------
 # moto's DynamoDB parses an UpdateExpression twice per UpdateItem (to check the
-# names and values it uses, then to apply it), and then deep-copies the tree
-# for its validator, which rewrites the copy: the parsed tree is only read.
-# Parse each expression text once, and give the validator a fresh parse of
-# the text in place of the deep copy (the same tree, in a third of the time).
+# names and values it uses, then to apply it); the parsed tree is only read
+# (the validator rewrites a deep copy of it). Parse each expression text once.
 # --------------------------------------------------------------------------
 
 _UPDATE_EXPRESSION_PARSER: Any = vars(ddb_expressions)["UpdateExpressionParser"]
 _original_update_expression_make = vars(_UPDATE_EXPRESSION_PARSER)["make"].__func__
 _UPDATE_EXPRESSIONS: dict[str, Any] = {}  # text: parsed tree, read only
-_UPDATE_EXPRESSION_TEXTS: dict[int, str] = {}  # id(parsed tree): text
 _UPDATE_EXPRESSIONS_KEPT = 4096
 _UPDATE_EXPRESSIONS_LOCK = threading.Lock()
 
@@ -683,15 +680,7 @@ def _cached_update_expression_make(cls: type, expression: str) -> Any:
         with _UPDATE_EXPRESSIONS_LOCK:
             if len(_UPDATE_EXPRESSIONS) < _UPDATE_EXPRESSIONS_KEPT:
                 tree = _UPDATE_EXPRESSIONS.setdefault(expression, tree)
-                _UPDATE_EXPRESSION_TEXTS[id(tree)] = expression
     return tree
-
-
-def _validator_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
-    text = _UPDATE_EXPRESSION_TEXTS.get(id(value)) if memo is None else None
-    if text is not None and _UPDATE_EXPRESSIONS.get(text) is value:
-        return _original_update_expression_make(_UPDATE_EXPRESSION_PARSER, text)
-    return copy.deepcopy(value, memo)
 
 
 # --------------------------------------------------------------------------
@@ -1245,9 +1234,7 @@ def check_moto_internals() -> None:
         problems.append("moto no longer parses JSONPaths through the module's parse")
     if importlib.metadata.version("jsonata-python") != JSONATA_PYTHON_VERSION:
         problems.append(f"jsonata-python is not {JSONATA_PYTHON_VERSION}, patches verified on it")
-    if "deepcopy(expression)" not in inspect.getsource(ddb_validators.Validator.__init__) or (
-        vars(ddb_validators).get("deepcopy") not in (copy.deepcopy, _validator_deepcopy)
-    ):
+    if "deepcopy(expression)" not in inspect.getsource(ddb_validators.Validator.__init__):
         problems.append("moto's DynamoDB validator no longer works on a copy of the expression")
     for module in _JSON_COPY_MODULES:
         imported = vars(module).get("copy")
@@ -1314,7 +1301,6 @@ def apply() -> None:
     result_path.parse = functools.lru_cache(maxsize=1024)(_original_result_path_parse)  # type: ignore[attr-defined]
     json_path.parse = functools.lru_cache(maxsize=1024)(_original_json_path_parse)  # type: ignore[attr-defined]
     _UPDATE_EXPRESSION_PARSER.make = classmethod(_cached_update_expression_make)
-    ddb_validators.deepcopy = _validator_deepcopy  # type: ignore[assignment,attr-defined]
     botocore.context.deepcopy = _context_deepcopy  # type: ignore[attr-defined]
     for module in _JSON_COPY_MODULES:
         module.copy = _JsonCopyModule()  # type: ignore[attr-defined]
