@@ -82,12 +82,11 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from onceflow import bench
 
-    for name in ("messages", "rounds", "concurrency"):
+    for name in ("messages", "rounds", "concurrency", "audit_keys"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"onceflow bench: --{name} must be at least 1")
-    for name in ("warmup", "audit_keys"):
-        if getattr(args, name) < 0:
-            raise SystemExit(f"onceflow bench: --{name.replace('_', '-')} must not be negative")
+            raise SystemExit(f"onceflow bench: --{name.replace('_', '-')} must be at least 1")
+    if args.warmup < 0:
+        raise SystemExit("onceflow bench: --warmup must not be negative")
     report = bench.run_bench(
         args.messages, args.audit_keys, args.concurrency, sys.stderr, args.rounds, args.warmup
     )

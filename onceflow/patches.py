@@ -21,8 +21,10 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -743,15 +745,15 @@ _JSON_COPY_MODULES = (
 # jsonata-python looks up two callback names ("__evaluate_entry" and
 # "__evaluate_exit", a Timebox's) for every node it evaluates, each a
 # recursive walk up every frame to the root: about a quarter of its time.
-# The walk is a loop here, and the two names are not looked for until a
-# Timebox (or anyone) sets a callback.
+# The walk is a loop here, and the two names are not looked for until
+# something binds one of them (a Timebox, or an expression or caller
+# binding the name: every binding goes through Frame.bind).
 # --------------------------------------------------------------------------
 
 _JSONATA_NONE = jsonata.utils.Utils.NONE
 _CALLBACK_NAMES = frozenset({"__evaluate_entry", "__evaluate_exit"})
 _original_frame_lookup = jsonata.Jsonata.Frame.lookup
-_original_set_entry_callback = jsonata.Jsonata.Frame.set_evaluate_entry_callback
-_original_set_exit_callback = jsonata.Jsonata.Frame.set_evaluate_exit_callback
+_original_frame_bind = jsonata.Jsonata.Frame.bind
 _jsonata_callbacks_set = False
 
 
@@ -767,14 +769,11 @@ def _frame_lookup(self: Any, name: str) -> Any:
     return None
 
 
-def _noting_callbacks(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
-    @functools.wraps(original)
-    def set_callback(self: Any, callback: Any) -> None:
-        global _jsonata_callbacks_set
+def _frame_bind(self: Any, name: str, value: Any) -> None:
+    global _jsonata_callbacks_set
+    if name in _CALLBACK_NAMES:
         _jsonata_callbacks_set = True
-        original(self, callback)
-
-    return set_callback
+    _original_frame_bind(self, name, value)
 
 
 # --------------------------------------------------------------------------
@@ -871,9 +870,16 @@ _NAME = r"[^\W\d]\w*"
 _VARIABLE = re.compile(rf"\$({_NAME})((?:\.{_NAME})*)")
 # Words JSONata reads as literals or operators, never as a field step.
 _NOT_STEPS = frozenset({"true", "false", "null", "and", "or", "in", "function"})
+# Where a JSONata name ends: whitespace, an operator or a quote (or the text).
+# Anything else goes on with the name, "temp°C" or "price$usd" say.
+_NAME_ENDS = frozenset(" \t\r\n.[]{}(),@#;:?+-*/%|=<>^&!~\"'`")
 # The parts of $states an expression reads: {field: {field: ...}}, where None
 # is the whole value at that point.
-StatesPaths = dict[str, "StatesPaths | None"]
+StatesPaths = Mapping[str, "StatesPaths | None"]
+
+
+def _frozen(paths: dict[str, Any]) -> StatesPaths:
+    return MappingProxyType({k: None if v is None else _frozen(v) for k, v in paths.items()})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -884,40 +890,40 @@ def _references(expression: str) -> tuple[frozenset[str], StatesPaths | None]:
     reads); what is left out is undefined, so a name is only left out when
     it does not occur in the text at all. Of $states, "$states.context.Execution.Id"
     needs only that field; a path that goes on in any other way (a predicate,
-    a quoted name, a function) gets the whole value where its plain steps end,
-    and JSONata's parent operator (%) gets each whole top-level field.
+    a quoted name, a function, a name with characters beyond letters, digits
+    and "_") gets the whole value where its sure steps end, and any use of
+    JSONata's parent operator (%) gets all of $states.
     """
     names: set[str] = set()
-    paths: StatesPaths | None = {}
+    paths: dict[str, Any] | None = None if "%" in expression else {}
     for match in _VARIABLE.finditer(expression):
         name, chain = match.group(1), match.group(2)
         names.add(name)
         if name != "states" or paths is None:
             continue
         steps = chain.split(".")[1:]
-        if not steps:
-            paths = None  # all of $states
-            continue
-        if "%" in expression:
-            steps = steps[:1]
+        end = match.end()
+        if steps and end < len(expression) and expression[end] not in _NAME_ENDS:
+            steps = steps[:-1]  # the last name goes on past what the pattern read
         for n, step in enumerate(steps):
             if step in _NOT_STEPS:
                 steps = steps[:n]
                 break
-        node: StatesPaths = paths
+        if not steps:
+            paths = None  # all of $states
+            continue
+        node = paths
         for n, step in enumerate(steps):
             if step in node and node[step] is None:
                 break  # the whole value is bound already
             if n == len(steps) - 1:
                 node[step] = None
             else:
-                node = node.setdefault(step, {})  # type: ignore[assignment]
-        if not steps:
-            paths = None
-    return frozenset(names), paths
+                node = node.setdefault(step, {})
+    return frozenset(names), (None if paths is None else _frozen(paths))
 
 
-def _pick(value: dict[str, Any], paths: StatesPaths) -> dict[str, Any]:
+def _pick(value: Mapping[str, Any], paths: StatesPaths) -> dict[str, Any]:
     """The parts of value the paths name (a value that is not an object: whole)."""
     picked = {}
     for step, deeper in paths.items():
@@ -1120,6 +1126,16 @@ def _start_execution(self: Any, state_machine_arn: str, *args: Any, **kwargs: An
 # --------------------------------------------------------------------------
 
 _original_describe_execution = sfn_models.StepFunctionBackend.describe_execution
+_INDEX_LOCK = threading.Lock()
+
+
+def _index(backend: Any) -> weakref.WeakKeyDictionary[Any, dict[str, Any]]:
+    """The backend's executions by state machine and ARN (held no longer than moto
+    holds the machine: its classes keep every instance until the backend resets)."""
+    index = vars(backend).get("_onceflow_executions")
+    if index is None:
+        index = vars(backend).setdefault("_onceflow_executions", weakref.WeakKeyDictionary())
+    return index  # type: ignore[no-any-return]
 
 
 def _index_execution(backend: Any, execution: Any) -> None:
@@ -1129,17 +1145,19 @@ def _index_execution(backend: Any, execution: Any) -> None:
     except sfn_exceptions.ExecutionDoesNotExist:
         return  # moto would not find it either (a version's or alias's execution, say)
     if any(found is execution for found in reversed(machine.executions[-64:])):
-        vars(backend).setdefault("_onceflow_executions", {})[arn] = (machine, execution)
+        with _INDEX_LOCK:
+            _index(backend).setdefault(machine, {})[arn] = execution
 
 
 def _indexed_describe_execution(self: Any, execution_arn: str) -> Any:
-    entry = vars(self).get("_onceflow_executions", {}).get(execution_arn)
-    if entry is not None:
-        self._validate_execution_arn(execution_arn)
-        machine, execution = entry
-        if any(m is machine for m in self.state_machines) and (
-            self._get_state_machine_for_execution(execution_arn) is machine
-        ):
+    self._validate_execution_arn(execution_arn)
+    try:
+        machine = self._get_state_machine_for_execution(execution_arn)
+    except sfn_exceptions.ExecutionDoesNotExist:
+        machine = None  # moto's own call below raises it
+    if machine is not None:
+        execution = _index(self).get(machine, {}).get(execution_arn)
+        if execution is not None:  # the one moto's scan of machine.executions finds
             return execution
     return _original_describe_execution(self, execution_arn)
 
@@ -1261,6 +1279,7 @@ def check_moto_internals() -> None:
         'environment.lookup("__evaluate_entry")' not in evaluate
         or "self.parent.lookup(name)" not in inspect.getsource(_original_frame_lookup)
         or ".set_evaluate_entry_callback(" not in inspect.getsource(jsonata.timebox)
+        or 'self.bind("__evaluate_entry"' not in inspect.getsource(jsonata.Jsonata.Frame)
     ):
         problems.append("jsonata-python's frames or callbacks changed")
     if problems:
@@ -1305,7 +1324,5 @@ def apply() -> None:
     for module in _JSON_COPY_MODULES:
         module.copy = _JsonCopyModule()  # type: ignore[attr-defined]
     jsonata.Jsonata.Frame.lookup = _frame_lookup  # type: ignore[method-assign]
-    frame = jsonata.Jsonata.Frame
-    frame.set_evaluate_entry_callback = _noting_callbacks(_original_set_entry_callback)  # type: ignore[method-assign]
-    frame.set_evaluate_exit_callback = _noting_callbacks(_original_set_exit_callback)  # type: ignore[method-assign]
+    jsonata.Jsonata.Frame.bind = _frame_bind  # type: ignore[method-assign]
     _applied = True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from onceflow import bench
 
 
@@ -27,6 +29,8 @@ def test_a_small_bench_reports_the_four_tables(tmp_path: Path) -> None:
         assert rates["happy"] == sorted(rates["happy_rounds"])[1]  # the median round
         assert rates["happy_best"] == max(rates["happy_rounds"]) > 0
         assert rates["duplicate"] == sorted(rates["duplicate_rounds"])[1] > 0
+    with pytest.raises(ValueError):
+        bench.run_bench(messages=4, audit_keys=0)
     json_path, md_path = bench.write(report, tmp_path)
     assert json.loads(json_path.read_text())["targets"] == report["targets"]
     text = md_path.read_text()

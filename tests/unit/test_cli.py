@@ -197,7 +197,7 @@ def test_readme_table_lists_every_sample_event_with_its_end_state() -> None:
         (["--rounds", "0"], "--rounds must be at least 1"),
         (["--messages", "0"], "--messages must be at least 1"),
         (["--warmup", "-1"], "--warmup must not be negative"),
-        (["--audit-keys", "-5"], "--audit-keys must not be negative"),
+        (["--audit-keys", "0"], "--audit-keys must be at least 1"),
     ],
 )
 def test_bench_refuses_bad_sizes_before_it_starts(argv: list[str], message: str) -> None:

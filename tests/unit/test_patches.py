@@ -440,7 +440,8 @@ def test_an_expression_is_bound_only_the_variables_it_names() -> None:
     assert patches._references("$string($states)")[1] is None  # all of $states
     assert patches._references("$states.input.a.b & $states.input.a")[1] == {"input": {"a": None}}
     assert patches._references("$states.input[0].a")[1] == {"input": None}
-    assert patches._references("$states.input.a.%.b")[1] == {"input": None}  # parent operator
+    assert patches._references("$states.input.a.%.b")[1] is None  # the parent operator
+    assert patches._references("$states.input.temp°C")[1] == {"input": None}
     assert patches._simple_path(" $states.input.detail ") == ("states", "input", "detail")
     assert patches._simple_path("$states.input[0]") is None
     assert patches._simple_path("$o.`version-id`") is None
@@ -781,6 +782,18 @@ def test_a_timebox_still_stops_a_runaway_expression(monkeypatch: pytest.MonkeyPa
     assert failure.value.error == "D1011"  # stack too deep
 
 
+def test_a_callback_name_bound_any_way_is_looked_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    patches.apply()
+    monkeypatch.setattr(patches, "_jsonata_callbacks_set", False)
+    seen: list[object] = []
+    expression = jsonata.Jsonata("1 + 2")
+    expression.evaluate(None, {"__evaluate_entry": lambda *args: seen.append(args[0])})
+    assert seen  # a binding passed to evaluate is a callback too
+    monkeypatch.setattr(patches, "_jsonata_callbacks_set", False)
+    with pytest.raises(TypeError):  # as jsonata-python: 5 is called as the exit callback
+        jsonata.Jsonata("($__evaluate_exit := 5; $__evaluate_exit)").evaluate(None)
+
+
 def test_an_update_expression_is_parsed_once_and_each_update_gets_its_values(
     engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -885,6 +898,8 @@ _INPUT = {
     "detail": {"object": {"key": "a/b.png", "size": 3, "version-id": "v1"}, "bucket": "in"},
     "Records": [{"eventName": "ObjectCreated:Put", "s3": {"object": {"key": "r.png"}}}, {}],
     "a": {"true": 1},
+    "temp°C": 20,
+    "price$usd": 4,
 }
 
 
@@ -906,6 +921,11 @@ _INPUT = {
         "$states.input.a.true",
         "$states.input.detail.object.size + $states.context.Execution.Input.detail.object.size",
         "$states.input.detail.object.key & $workItem.key",
+        "$states.input.temp°C",  # a name goes on past letters and digits
+        "$states.context.Execution.Input.temp°C",
+        "$states.input.price$usd",
+        "$states.input.%.context.Execution.Id",  # the parent operator climbs to $states
+        "$states.input.detail.%.%",
     ],
 )
 def test_an_expression_bound_only_the_parts_it_reads_gives_what_the_whole_gives(

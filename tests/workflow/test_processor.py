@@ -421,6 +421,9 @@ def test_the_engine_freezes_what_it_starts_with_and_unfreezes_it_at_stop() -> No
         key = "frozen/heap.png"
         result = engine.execute(MACHINE, s3_event(engine, key, upload(engine, key)))
         assert result.states_entered == HAPPY_PATH
+        with LocalEngine(function_log=io.StringIO(), stack_name="inner"):  # inside another
+            assert gc.get_freeze_count() > 100_000
+        assert gc.get_freeze_count() > 100_000  # the inner one's stop left the outer's heap
     assert gc.get_freeze_count() == 0
 
 
