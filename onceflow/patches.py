@@ -1003,6 +1003,11 @@ def _bindings(expression: str, env: Any) -> dict[str, Any]:
     return {name: _as_jsonata(value) for name, value in bindings.items()}
 
 
+# Results of expressions with neither a variable nor a function, by text.
+_CONSTANTS: dict[str, Any] = {}
+_CONSTANTS_KEPT = 4096
+
+
 def _compiled_eval_body(self: Any, env: Any) -> None:
     """StringJSONata._eval_body without re-parsing: compile once, bind the variables.
 
@@ -1014,6 +1019,10 @@ def _compiled_eval_body(self: Any, env: Any) -> None:
     """
     if _MOTO_TEXT_FUNCTIONS.search(self.expression):
         _original_jsonata_eval_body(self, env)
+        return
+    constant = "$" not in self.expression  # no variable, no function: "60 + 10", say
+    if constant and self.expression in _CONSTANTS:
+        env.stack.append(_copy_json(_CONSTANTS[self.expression]))
         return
     steps = _simple_path(self.expression)
     if steps is not None:
@@ -1052,6 +1061,8 @@ def _compiled_eval_body(self: Any, env: Any) -> None:
         raise moto_jsonata.JSONataException(
             "UNKNOWN", f"the expression returned an unsupported result type: {type(result)}"
         )
+    if constant and result is not None and len(_CONSTANTS) < _CONSTANTS_KEPT:
+        _CONSTANTS[self.expression] = _copy_json(result)
     env.stack.append(result)
 
 

@@ -1051,3 +1051,40 @@ def test_a_request_is_routed_as_moto_routes_it(
         assert stable(ours[2]) == stable(theirs[2]), url  # type: ignore[index]
     outside = type("Request", (), {"url": "https://example.com/x", "headers": {}, "body": b""})
     assert patches._routed_process_request(None, outside) is None  # not AWS: not answered
+
+
+def test_an_expression_with_no_variable_or_function_is_evaluated_once(
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    evaluated: list[object] = []
+    evaluate = patches._evaluate
+
+    def counting(instance: object, bindings: object) -> object:
+        evaluated.append(bindings)
+        return evaluate(instance, bindings)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(patches, "_evaluate", counting)
+    monkeypatch.setattr(patches, "_CONSTANTS", {})
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Constant",
+        "States": {
+            "Constant": {
+                "Type": "Pass",
+                "Output": {"sum": "{% 60 + 10 %}", "object": "{% {'a': [1, 2]} %}"},
+                "End": True,
+            }
+        },
+    }
+    outputs = [_run(engine, definition, {}).output for _ in range(3)]  # type: ignore[attr-defined]
+    assert outputs == [{"sum": 70, "object": {"a": [1, 2]}}] * 3
+    assert len(evaluated) == 2  # each text once, then its result
+    from types import SimpleNamespace
+
+    scopes = SimpleNamespace(_outer_scope={}, _inner_scope={})
+    env = SimpleNamespace(stack=[], variable_store=scopes)
+    expression = SimpleNamespace(expression="{'b': [1]}")
+    patches._compiled_eval_body(expression, env)
+    env.stack[0]["b"].append("changed by a later state")
+    patches._compiled_eval_body(expression, env)  # from the cache
+    assert env.stack[1] == {"b": [1]} and len(evaluated) == 3  # a copy of its own
