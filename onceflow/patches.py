@@ -1160,6 +1160,21 @@ def _index_execution(backend: Any, execution: Any) -> None:
             _index(backend).setdefault(machine, {})[arn] = execution
 
 
+_original_name_check = sfn_models.StateMachine._handle_name_input_idempotency
+
+
+def _indexed_name_check(self: Any, name: str, execution_input: str) -> Any:
+    """moto's check that a new execution's name is free, which scans every
+    execution of the machine: while every one of them is indexed, a name with
+    no execution is free; anything else is moto's scan."""
+    entries = _index(self.backend).get(self, {})
+    if len(entries) == len(self.executions):  # indexed ones are among them: all are
+        prefix = self.arn.rsplit(":stateMachine:", 1)[0]
+        if f"{prefix}:execution:{self.name}:{name}" not in entries:
+            return None
+    return _original_name_check(self, name, execution_input)
+
+
 def _indexed_describe_execution(self: Any, execution_arn: str) -> Any:
     self._validate_execution_arn(execution_arn)
     try:
@@ -1278,8 +1293,11 @@ def check_moto_internals() -> None:
         problems.append("botocore's ClientContext is no longer a set of features, copied per call")
     describe = inspect.getsource(_original_describe_execution)
     start = inspect.getsource(_original_start_execution)
-    if "state_machine.executions" not in describe or (
-        "state_machine.executions.append(execution)" not in start
+    if (
+        "state_machine.executions" not in describe
+        or "state_machine.executions.append(execution)" not in start
+        or "execution:{}:{}" not in start
+        or "for execution in self.executions:" not in inspect.getsource(_original_name_check)
     ):
         problems.append("moto no longer keeps executions in their state machine's list")
     process_request = inspect.getsource(_original_process_request).encode()
@@ -1320,6 +1338,7 @@ def apply() -> None:
     sfn_parser_models.StepFunctionsParserBackend.start_execution = _start_execution  # type: ignore[method-assign]
     botocore_stubber.BotocoreStubber.process_request = _serialised_process_request  # type: ignore[method-assign]
     sfn_models.StepFunctionBackend.describe_execution = _indexed_describe_execution  # type: ignore[method-assign]
+    sfn_models.StateMachine._handle_name_input_idempotency = _indexed_name_check  # type: ignore[method-assign]
     lambda_models.LambdaFunction._invoke_lambda = _in_process_invoke_lambda  # type: ignore[method-assign]
     execution_worker.ExecutionWorker._get_evaluation_entrypoint = _cached_entrypoint  # type: ignore[method-assign]
     execution_worker.ExecutionWorker._execution_logic = _signalling_execution_logic  # type: ignore[method-assign]

@@ -992,6 +992,19 @@ def test_an_execution_is_found_by_its_arn_and_moto_answers_for_the_rest(
         assert history[-1]["type"] == "ExecutionSucceeded"
     assert scans == []  # every one found by its ARN
 
+    name_scans: list[str] = []
+    name_check = patches._original_name_check
+
+    def counting_names(machine: object, name: str, execution_input: str) -> object:
+        name_scans.append(name)
+        return name_check(machine, name, execution_input)
+
+    monkeypatch.setattr(patches, "_original_name_check", counting_names)
+    sfn.start_execution(stateMachineArn=machine, name="a-new-name", input="{}")
+    assert name_scans == []  # every execution indexed: a free name needs no scan
+    with pytest.raises(ClientError, match="ExecutionAlreadyExists"):
+        sfn.start_execution(stateMachineArn=machine, name="a-new-name", input='{"other": 1}')
+    assert name_scans == ["a-new-name"]  # a name in use: moto's own check answers
     unknown = results[0].arn.rsplit(":", 1)[0] + ":no-such-execution"
     with pytest.raises(ClientError, match="ExecutionDoesNotExist"):
         sfn.describe_execution(executionArn=unknown)
