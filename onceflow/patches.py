@@ -72,6 +72,7 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 from moto.stepfunctions.parser.asl.component.common.path import result_path
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.common.string import string_expression
+from moto.stepfunctions.parser.asl.component.common.timeouts import timeout as sfn_timeout
 from moto.stepfunctions.parser.asl.component.intrinsic import (
     jsonata as intrinsic_jsonata,
 )
@@ -742,6 +743,58 @@ _JSON_COPY_MODULES = (
 
 
 # --------------------------------------------------------------------------
+# moto runs every Task's work on a new thread and waits up to its TimeoutSeconds
+# for it. A Task with no TimeoutSeconds gets moto's default, 99999999 seconds
+# (three years): that wait ends with the work, so the work runs on the
+# execution's own thread, and the rest exactly as moto's steps below. Any
+# other timeout (a number, a JSONata or path one, a heartbeat's) keeps moto's.
+# --------------------------------------------------------------------------
+
+_original_evaluate_with_timeout = execute_state.ExecutionState._evaluate_with_timeout
+# moto's _evaluate_with_timeout as this follows it (checked in check_moto_internals).
+_EVALUATE_WITH_TIMEOUT_SHA256 = "c56deda08a42e98d3958bfb2ab95de74c7ec7a515085614a80e1ea4948722485"
+
+
+def _evaluate_with_timeout(self: Any, env: Any) -> None:
+    timeout = self.timeout
+    if (
+        type(timeout) is not sfn_timeout.TimeoutSeconds
+        or timeout.timeout_seconds != sfn_timeout.TimeoutSeconds.DEFAULT_TIMEOUT_SECONDS
+    ):
+        _original_evaluate_with_timeout(self, env)
+        return
+    timeout.eval(env=env)
+    env.stack.pop()
+
+    frame = env.open_frame()
+    frame.states.reset(input_value=env.states.get_input())
+    frame.stack = vars(execute_state)["copy"].deepcopy(env.stack)  # as moto copies it
+    try:
+        self._eval_execution(frame)
+        execution_output = frame.stack[-1]
+    finally:
+        frame.set_ended()
+        env.close_frame(frame)
+
+    env.stack.append(execution_output)
+
+    if not self._is_language_query_jsonpath():
+        env.states.set_result(execution_output)
+
+    if self.assign_decl:
+        self.assign_decl.eval(env=env)
+
+    if self.result_selector:
+        self.result_selector.eval(env=env)
+
+    if self.result_path:
+        self.result_path.eval(env)
+    else:
+        res = env.stack.pop()
+        env.states.reset(input_value=res)
+
+
+# --------------------------------------------------------------------------
 # jsonata-python looks up two callback names ("__evaluate_entry" and
 # "__evaluate_exit", a Timebox's) for every node it evaluates, each a
 # recursive walk up every frame to the root: about a quarter of its time.
@@ -1300,6 +1353,9 @@ def check_moto_internals() -> None:
         or "for execution in self.executions:" not in inspect.getsource(_original_name_check)
     ):
         problems.append("moto no longer keeps executions in their state machine's list")
+    evaluate_with_timeout = inspect.getsource(_original_evaluate_with_timeout).encode()
+    if hashlib.sha256(evaluate_with_timeout).hexdigest() != _EVALUATE_WITH_TIMEOUT_SHA256:
+        problems.append("moto's ExecutionState._evaluate_with_timeout changed: re-check")
     process_request = inspect.getsource(_original_process_request).encode()
     if hashlib.sha256(process_request).hexdigest() != _PROCESS_REQUEST_SHA256:
         problems.append("moto's BotocoreStubber.process_request changed: re-check the routing")
@@ -1353,6 +1409,7 @@ def apply() -> None:
     botocore.context.deepcopy = _context_deepcopy  # type: ignore[attr-defined]
     for module in _JSON_COPY_MODULES:
         module.copy = _JsonCopyModule()  # type: ignore[attr-defined]
+    execute_state.ExecutionState._evaluate_with_timeout = _evaluate_with_timeout  # type: ignore[method-assign]
     jsonata.Jsonata.Frame.lookup = _frame_lookup  # type: ignore[method-assign]
     jsonata.Jsonata.Frame.bind = _frame_bind  # type: ignore[method-assign]
     _applied = True

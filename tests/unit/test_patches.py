@@ -1101,3 +1101,50 @@ def test_an_expression_with_no_variable_or_function_is_evaluated_once(
     env.stack[0]["b"].append("changed by a later state")
     patches._compiled_eval_body(expression, env)  # from the cache
     assert env.stack[1] == {"b": [1]} and len(evaluated) == 3  # a copy of its own
+
+
+def test_a_task_without_a_timeout_runs_on_the_execution_thread_and_a_timeout_still_fires(
+    engine: LocalEngine,
+) -> None:
+    import time
+
+    from moto.stepfunctions.parser.utils import TMP_THREADS
+
+    function_arn = (
+        f"arn:aws:lambda:us-east-1:123456789012:function:{engine.function_name(FUNCTION)}"
+    )
+    slow: list[float] = []
+
+    def handler(event: dict[str, object], context: object) -> dict[str, object]:
+        if event.get("sleep"):
+            slow.append(time.monotonic())
+            time.sleep(float(event["sleep"]))  # type: ignore[arg-type]
+        return {"echo": event}
+
+    def definition(timeout: int | None) -> dict[str, object]:
+        task: dict[str, object] = {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::lambda:invoke",
+            "Arguments": {"FunctionName": function_arn, "Payload": "{% $states.input %}"},
+            "Output": "{% $states.result.Payload %}",
+            "End": True,
+        }
+        if timeout is not None:
+            task["TimeoutSeconds"] = timeout
+            task["Catch"] = [{"ErrorEquals": ["States.Timeout"], "Next": "TimedOut"}]
+            task["End"] = True
+        states: dict[str, object] = {"Work": task, "TimedOut": {"Type": "Succeed"}}
+        return {"QueryLanguage": "JSONata", "StartAt": "Work", "States": states}
+
+    def task_threads() -> int:  # moto's thread per Task runs _exec_and_notify
+        return sum("_exec_and_notify" in thread.name for thread in TMP_THREADS)
+
+    with engine.override_function(FUNCTION, handler):
+        threads = task_threads()
+        untimed = _run(engine, definition(None), {"n": 1})
+        assert untimed.output == {"echo": {"n": 1}}  # type: ignore[attr-defined]
+        assert task_threads() == threads  # not started
+        timed = _run(engine, definition(1), {"sleep": 3})
+        assert task_threads() == threads + 1  # a TimeoutSeconds keeps moto's thread and wait
+    assert "TimedOut" in timed.states_entered  # type: ignore[attr-defined]
+    assert timed.status == "SUCCEEDED"  # type: ignore[attr-defined]
