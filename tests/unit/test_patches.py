@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from typing import Any
 
 import jsonata
 import pytest
@@ -168,6 +169,19 @@ def _run(engine: LocalEngine, definition: dict[str, object], execution_input: ob
         roleArn="arn:aws:iam::123456789012:role/probe",
     )["stateMachineArn"]
     return engine.execute(arn, execution_input)
+
+
+def _recorded(monkeypatch: pytest.MonkeyPatch, name: str) -> list[tuple[Any, ...]]:
+    """The arguments of each call of patches.<name>, which still runs."""
+    calls: list[tuple[Any, ...]] = []
+    original = getattr(patches, name)
+
+    def recording(*args: Any) -> Any:
+        calls.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(patches, name, recording)
+    return calls
 
 
 def test_a_failed_expression_is_caught_as_query_evaluation_error(engine: LocalEngine) -> None:
@@ -797,14 +811,7 @@ def test_a_callback_name_bound_any_way_is_looked_up(monkeypatch: pytest.MonkeyPa
 def test_an_update_expression_is_parsed_once_and_each_update_gets_its_values(
     engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    parsed: list[str] = []
-    parse = patches._original_update_expression_make
-
-    def counting(cls: type, text: str) -> object:
-        parsed.append(text)
-        return parse(cls, text)
-
-    monkeypatch.setattr(patches, "_original_update_expression_make", counting)
+    parsed = _recorded(monkeypatch, "_original_update_expression_make")
     ddb = engine.client("dynamodb")
     table = engine.ref("LedgerTable")
     expression = "SET #n = :n, probe_note = :note ADD probe_count :one"  # a text of its own
@@ -826,7 +833,7 @@ def test_an_update_expression_is_parsed_once_and_each_update_gets_its_values(
         assert item["probe_n"] == {"N": str(n)}  # this update's values, not the first's
         assert item["probe_note"] == {"S": f"update {n}"}
         assert item["probe_count"] == {"N": str(n + 1)}
-    assert parsed == [expression]  # moto alone parses twice per update
+    assert [text for _, text in parsed] == [expression]  # moto alone parses twice per update
 
 
 def test_the_interpreter_copies_json_values_as_deepcopy_does() -> None:
@@ -969,14 +976,7 @@ def test_an_execution_is_found_by_its_arn_and_moto_answers_for_the_rest(
 
     from botocore.exceptions import ClientError
 
-    scans: list[str] = []
-    scan = patches._original_describe_execution
-
-    def counting(backend: object, arn: str) -> object:
-        scans.append(arn)
-        return scan(backend, arn)
-
-    monkeypatch.setattr(patches, "_original_describe_execution", counting)
+    scanned = _recorded(monkeypatch, "_original_describe_execution")
     sfn = engine.client("stepfunctions")
     definition = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
     machine = sfn.create_state_machine(
@@ -990,25 +990,18 @@ def test_an_execution_is_found_by_its_arn_and_moto_answers_for_the_rest(
         assert json.loads(described["input"]) == {"n": n} and described["status"] == "SUCCEEDED"
         history = sfn.get_execution_history(executionArn=result.arn)["events"]
         assert history[-1]["type"] == "ExecutionSucceeded"
-    assert scans == []  # every one found by its ARN
+    assert scanned == []  # every one found by its ARN
 
-    name_scans: list[str] = []
-    name_check = patches._original_name_check
-
-    def counting_names(machine: object, name: str, execution_input: str) -> object:
-        name_scans.append(name)
-        return name_check(machine, name, execution_input)
-
-    monkeypatch.setattr(patches, "_original_name_check", counting_names)
+    name_checks = _recorded(monkeypatch, "_original_name_check")
     sfn.start_execution(stateMachineArn=machine, name="a-new-name", input="{}")
-    assert name_scans == []  # every execution indexed: a free name needs no scan
+    assert name_checks == []  # every execution indexed: a free name needs no scan
     with pytest.raises(ClientError, match="ExecutionAlreadyExists"):
         sfn.start_execution(stateMachineArn=machine, name="a-new-name", input='{"other": 1}')
-    assert name_scans == ["a-new-name"]  # a name in use: moto's own check answers
+    assert [name for _, name, _ in name_checks] == ["a-new-name"]  # in use: moto's check
     unknown = results[0].arn.rsplit(":", 1)[0] + ":no-such-execution"
     with pytest.raises(ClientError, match="ExecutionDoesNotExist"):
         sfn.describe_execution(executionArn=unknown)
-    assert scans == [unknown]
+    assert [arn for _, arn in scanned] == [unknown]
     sfn.delete_state_machine(stateMachineArn=machine)
     sfn.create_state_machine(  # the same name again: a new machine, none of the old executions
         name="probe-index",
@@ -1017,7 +1010,7 @@ def test_an_execution_is_found_by_its_arn_and_moto_answers_for_the_rest(
     )
     with pytest.raises(ClientError, match="ExecutionDoesNotExist"):
         sfn.describe_execution(executionArn=results[1].arn)
-    assert scans[-1] == results[1].arn  # moto's own answer
+    assert scanned[-1][1] == results[1].arn  # moto's own answer
 
 
 def test_a_request_is_routed_as_moto_routes_it(
@@ -1069,14 +1062,7 @@ def test_a_request_is_routed_as_moto_routes_it(
 def test_an_expression_with_no_variable_or_function_is_evaluated_once(
     engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    evaluated: list[object] = []
-    evaluate = patches._evaluate
-
-    def counting(instance: object, bindings: object) -> object:
-        evaluated.append(bindings)
-        return evaluate(instance, bindings)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(patches, "_evaluate", counting)
+    evaluated = _recorded(monkeypatch, "_evaluate")
     monkeypatch.setattr(patches, "_CONSTANTS", {})
     definition = {
         "QueryLanguage": "JSONata",
