@@ -535,19 +535,26 @@ class LocalEngine:
         return self.ref(logical_id_or_arn)
 
     def start_execution(
-        self, state_machine: str, execution_input: Any, name: str | None = None
+        self,
+        state_machine: str,
+        execution_input: Any,
+        name: str | None = None,
+        *,
+        name_prefix: str | None = None,
     ) -> str:
         """Start an execution; its ARN.
 
-        With a name of the engine's making, the local Step Functions backend is
-        asked directly: through botocore and moto's HTTP layer, the same start
-        cost about a tenth of an execution's CPU. Anything the backend refuses
-        (a machine it does not know, input over the limit, a name in use) is
-        asked again the usual way, so the error is the one AWS gives; a name
-        of the caller's making, or moto checking IAM, goes the usual way too.
+        The name is the caller's, or else one of the engine's making (from
+        name_prefix, else the machine's name). With the engine's, the local
+        Step Functions backend is asked directly: through botocore and moto's
+        HTTP layer, the same start cost about a tenth of an execution's CPU.
+        Anything the backend refuses (a machine it does not know, input over
+        the limit) is asked again the usual way, so the error is the one AWS
+        gives; a caller's name, or moto checking IAM, goes the usual way too.
         """
         arn = self.state_machine_arn(state_machine)
         text = json.dumps(execution_input)
+        prefix = name_prefix or state_machine.rsplit(":", 1)[-1]
         if (
             name is None
             and arn.startswith(f"arn:aws:states:{REGION}:{ACCOUNT_ID}:stateMachine:")
@@ -555,15 +562,13 @@ class LocalEngine:
         ):
             backend = stepfunctions_parser_backends[ACCOUNT_ID][REGION]
             try:
-                started = backend.start_execution(
-                    arn, execution_name(state_machine.rsplit(":", 1)[-1]), text
-                )
+                started = backend.start_execution(arn, execution_name(prefix), text)
                 return str(started.execution_arn)
             except AWSError:  # refused before anything started: the client call raises it
                 pass
         response = self.client("stepfunctions").start_execution(
             stateMachineArn=arn,
-            name=name or execution_name(state_machine.rsplit(":", 1)[-1]),
+            name=name or execution_name(prefix),
             input=text,
         )
         return str(response["executionArn"])
@@ -657,9 +662,7 @@ class LocalEngine:
                 continue
             for target in rule.get("Targets", []):
                 try:
-                    started.append(
-                        self.start_execution(target["Arn"], event, execution_name("events"))
-                    )
+                    started.append(self.start_execution(target["Arn"], event, name_prefix="events"))
                 except ClientError as exc:
                     self._eventbridge_dead_letter(rule, target, event, exc)
         return started
@@ -734,7 +737,7 @@ class LocalEngine:
                 records = [self._pipe_record(m, str(pipe["Source"])) for m in messages]
                 try:
                     started.append(
-                        self.start_execution(str(pipe["Target"]), records, execution_name("pipe"))
+                        self.start_execution(str(pipe["Target"]), records, name_prefix="pipe")
                     )
                 except ClientError:
                     # A queue without a redrive policy would retry forever;

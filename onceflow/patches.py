@@ -8,6 +8,7 @@ or renames what a patch relies on; tests/unit/test_patches.py runs it.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import dataclasses
 import functools
@@ -743,10 +744,12 @@ _JSON_COPY_MODULES = (
 
 
 # --------------------------------------------------------------------------
-# moto runs every Task's work on a new thread and waits up to its TimeoutSeconds
-# for it. A Task with no TimeoutSeconds gets moto's default, 99999999 seconds
-# (three years): that wait ends with the work, so the work runs on the
-# execution's own thread, and the rest exactly as moto's steps below. Any
+# moto runs the work of every Task, Map and Parallel state on a new thread and
+# waits up to its TimeoutSeconds for it. With no TimeoutSeconds the wait is
+# moto's default, 99999999 seconds (three years), and ends with the work: the
+# work runs on the execution's own thread, in a fresh context as a new
+# thread's (context variables do not leak from one state's work to the next;
+# thread-local values would), and the rest exactly as moto's steps below. Any
 # other timeout (a number, a JSONata or path one, a heartbeat's) keeps moto's.
 # --------------------------------------------------------------------------
 
@@ -770,7 +773,7 @@ def _evaluate_with_timeout(self: Any, env: Any) -> None:
     frame.states.reset(input_value=env.states.get_input())
     frame.stack = vars(execute_state)["copy"].deepcopy(env.stack)  # as moto copies it
     try:
-        self._eval_execution(frame)
+        contextvars.Context().run(self._eval_execution, frame)
         execution_output = frame.stack[-1]
     finally:
         frame.set_ended()
@@ -918,14 +921,20 @@ def _as_jsonata(value: Any) -> Any:
     return str(value)
 
 
-# A JSONata name: letters (any script), digits and "_", not starting with a digit.
+# A plain name, for the direct reads: letters (any script), digits and "_", not
+# starting with a digit. Anything else is left to JSONata.
 _NAME = r"[^\W\d]\w*"
-_VARIABLE = re.compile(rf"\$({_NAME})((?:\.{_NAME})*)")
+# Where JSONata's tokenizer ends a name: whitespace or a one-character operator
+# (checked against jsonata-python's in check_moto_internals). Anything else goes
+# on with the name: "temp°C", "price$usd" and 'a"b"' are each one name.
+_NAME_ENDS = frozenset(" \t\n\r!#%&()*+,-./:;<=>?@[]^{|}~")
+_NAME_CHAR = "[^" + re.escape("".join(sorted(_NAME_ENDS))) + "]"
+# A field step: a name that does not start as a number, a string, a quoted
+# name or a variable would.
+_STEP = "[^" + re.escape("".join(sorted(_NAME_ENDS)) + "0123456789\"'`$") + "]" + _NAME_CHAR + "*"
+_VARIABLE = re.compile(rf"\$({_NAME_CHAR}*)((?:\.{_STEP})*)")
 # Words JSONata reads as literals or operators, never as a field step.
 _NOT_STEPS = frozenset({"true", "false", "null", "and", "or", "in", "function"})
-# Where a JSONata name ends: whitespace, an operator or a quote (or the text).
-# Anything else goes on with the name, "temp°C" or "price$usd" say.
-_NAME_ENDS = frozenset(" \t\r\n.[]{}(),@#;:?+-*/%|=<>^&!~\"'`")
 # The parts of $states an expression reads: {field: {field: ...}}, where None
 # is the whole value at that point.
 StatesPaths = Mapping[str, "StatesPaths | None"]
@@ -943,9 +952,9 @@ def _references(expression: str) -> tuple[frozenset[str], StatesPaths | None]:
     reads); what is left out is undefined, so a name is only left out when
     it does not occur in the text at all. Of $states, "$states.context.Execution.Id"
     needs only that field; a path that goes on in any other way (a predicate,
-    a quoted name, a function, a name with characters beyond letters, digits
-    and "_") gets the whole value where its sure steps end, and any use of
-    JSONata's parent operator (%) gets all of $states.
+    a quoted name, a function) gets the whole value where its plain steps end,
+    and any use of JSONata's parent operator (%) gets all of $states. Names
+    end where JSONata's tokenizer ends them.
     """
     names: set[str] = set()
     paths: dict[str, Any] | None = None if "%" in expression else {}
@@ -955,9 +964,6 @@ def _references(expression: str) -> tuple[frozenset[str], StatesPaths | None]:
         if name != "states" or paths is None:
             continue
         steps = chain.split(".")[1:]
-        end = match.end()
-        if steps and end < len(expression) and expression[end] not in _NAME_ENDS:
-            steps = steps[:-1]  # the last name goes on past what the pattern read
         for n, step in enumerate(steps):
             if step in _NOT_STEPS:
                 steps = steps[:n]
@@ -1359,6 +1365,11 @@ def check_moto_internals() -> None:
     process_request = inspect.getsource(_original_process_request).encode()
     if hashlib.sha256(process_request).hexdigest() != _PROCESS_REQUEST_SHA256:
         problems.append("moto's BotocoreStubber.process_request changed: re-check the routing")
+    from jsonata.tokenizer import Tokenizer
+
+    ends = {op for op in Tokenizer.operators if len(op) == 1} | set(" \t\n\r")
+    if ends != set(_NAME_ENDS):
+        problems.append("jsonata-python's tokenizer ends names at other characters")
     evaluate = inspect.getsource(jsonata.Jsonata._eval)
     if (
         'environment.lookup("__evaluate_entry")' not in evaluate

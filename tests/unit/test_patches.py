@@ -455,7 +455,7 @@ def test_an_expression_is_bound_only_the_variables_it_names() -> None:
     assert patches._references("$states.input.a.b & $states.input.a")[1] == {"input": {"a": None}}
     assert patches._references("$states.input[0].a")[1] == {"input": None}
     assert patches._references("$states.input.a.%.b")[1] is None  # the parent operator
-    assert patches._references("$states.input.temp°C")[1] == {"input": None}
+    assert patches._references("$states.input.temp°C")[1] == {"input": {"temp°C": None}}
     assert patches._simple_path(" $states.input.detail ") == ("states", "input", "detail")
     assert patches._simple_path("$states.input[0]") is None
     assert patches._simple_path("$o.`version-id`") is None
@@ -907,6 +907,7 @@ _INPUT = {
     "a": {"true": 1},
     "temp°C": 20,
     "price$usd": 4,
+    'a"x"': 2,
 }
 
 
@@ -931,6 +932,8 @@ _INPUT = {
         "$states.input.temp°C",  # a name goes on past letters and digits
         "$states.context.Execution.Input.temp°C",
         "$states.input.price$usd",
+        '$states.input.a"x"',  # a quote inside a name is part of it
+        "$temp° + $states.input.price$usd",
         "$states.input.%.context.Execution.Id",  # the parent operator climbs to $states
         "$states.input.detail.%.%",
     ],
@@ -954,10 +957,12 @@ def test_an_expression_bound_only_the_parts_it_reads_gives_what_the_whole_gives(
         },
     }
     env = SimpleNamespace(
-        variable_store=SimpleNamespace(_outer_scope={"workItem": {"key": "k"}}, _inner_scope={}),
+        variable_store=SimpleNamespace(
+            _outer_scope={"workItem": {"key": "k"}, "temp°": 7}, _inner_scope={}
+        ),
         states=SimpleNamespace(_states_data=states),
     )
-    whole = {"states": states, "workItem": {"key": "k"}}
+    whole = {"states": states, "workItem": {"key": "k"}, "temp°": 7}
 
     def evaluate(bindings: dict[str, object]) -> object:
         try:
@@ -1086,12 +1091,15 @@ def test_an_expression_with_no_variable_or_function_is_evaluated_once(
     patches._compiled_eval_body(expression, env)
     env.stack[0]["b"].append("changed by a later state")
     patches._compiled_eval_body(expression, env)  # from the cache
-    assert env.stack[1] == {"b": [1]} and len(evaluated) == 3  # a copy of its own
+    env.stack[1]["b"].append("changed by a later state")
+    patches._compiled_eval_body(expression, env)
+    assert env.stack[2] == {"b": [1]} and len(evaluated) == 3  # each hit a copy of its own
 
 
 def test_a_task_without_a_timeout_runs_on_the_execution_thread_and_a_timeout_still_fires(
     engine: LocalEngine,
 ) -> None:
+    import contextvars
     import time
 
     from moto.stepfunctions.parser.utils import TMP_THREADS
@@ -1125,7 +1133,22 @@ def test_a_task_without_a_timeout_runs_on_the_execution_thread_and_a_timeout_sti
     def task_threads() -> int:  # moto's thread per Task runs _exec_and_notify
         return sum("_exec_and_notify" in thread.name for thread in TMP_THREADS)
 
-    with engine.override_function(FUNCTION, handler):
+    leaked: list[object] = []
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("onceflow_probe")
+
+    def marking(event: dict[str, object], context: object) -> dict[str, object]:
+        leaked.append(marker.get(None))  # what an earlier state's work left in the context
+        marker.set("set by an earlier state")
+        return handler(event, context)
+
+    with engine.override_function(FUNCTION, marking):
+        two = definition(None)
+        work = dict(two["States"]["Work"])  # type: ignore[index]
+        del work["End"]
+        two["States"] = {"First": {**work, "Next": "Work"}, **two["States"]}  # type: ignore[dict-item]
+        two["StartAt"] = "First"
+        _run(engine, two, {"n": 0})
+        assert leaked == [None, None]  # each state's work starts in a fresh context
         threads = task_threads()
         untimed = _run(engine, definition(None), {"n": 1})
         assert untimed.output == {"echo": {"n": 1}}  # type: ignore[attr-defined]

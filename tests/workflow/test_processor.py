@@ -454,6 +454,11 @@ def test_the_engine_starts_its_executions_directly_and_refusals_come_as_from_aws
     missing = "arn:aws:states:us-east-1:123456789012:stateMachine:no-such-machine"
     with pytest.raises(ClientError, match="StateMachineDoesNotExist"):
         engine.start_execution(missing, {})
+    machine_arn = engine.state_machine_arn(MACHINE)
+    before = len(sfn.list_executions(stateMachineArn=machine_arn)["executions"])
     with pytest.raises(ClientError, match="262144"):
         engine.start_execution(MACHINE, {"blob": "x" * 262_144})
     assert len(through_client) == 3  # each refusal asked again the usual way
+    assert len(sfn.list_executions(stateMachineArn=machine_arn)["executions"]) == before
+    arn = engine.start_execution(MACHINE, {"events": True}, name_prefix="events")
+    assert ":events-" in arn and len(through_client) == 3  # a prefix is still the engine's name
