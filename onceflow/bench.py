@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import random
 import statistics
 import time
@@ -211,9 +212,27 @@ def _events(engine: LocalEngine, prefix: str, messages: int, rng: random.Random)
     return events
 
 
+def cpu_steal() -> float | None:
+    """Seconds of CPU time the hypervisor has given to other guests (Linux), or None.
+
+    On a shared VM a busy neighbour shows here; a Python process of many
+    threads, handing the GIL back and forth, slows down far more than its
+    share of the stolen time.
+    """
+    try:
+        fields = Path("/proc/stat").read_text(encoding="ascii").split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if fields[0] != "cpu" or len(fields) < 9:
+        return None
+    return int(fields[8]) / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
 def throughput(engine: LocalEngine, events: list[Any], concurrency: int) -> dict[str, float]:
-    """Executions per second over new objects (happy), then the same again (duplicate)."""
-    rates = {}
+    """Executions per second over new objects (happy), then the same again (duplicate),
+    and the CPU steal meanwhile, in cores (stolen CPU seconds per second)."""
+    rates: dict[str, float] = {}
+    steal_before, run_started = cpu_steal(), time.perf_counter()
     for path in ("happy", "duplicate"):
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -223,6 +242,9 @@ def throughput(engine: LocalEngine, events: list[Any], concurrency: int) -> dict
         if any(r.states_entered[-1] != expected for r in results):
             raise RuntimeError(f"the {path} run did not take the {path} path")
         rates[path] = len(events) / elapsed
+    steal_after = cpu_steal()
+    if steal_before is not None and steal_after is not None:
+        rates["steal_cores"] = (steal_after - steal_before) / (time.perf_counter() - run_started)
     return rates
 
 
@@ -234,6 +256,8 @@ def summarise(rounds: list[dict[str, float]]) -> dict[str, Any]:
         summary[path] = statistics.median_low(samples)  # a round's own figure
         summary[f"{path}_best"] = max(samples)
         summary[f"{path}_rounds"] = samples
+    if all("steal_cores" in r for r in rounds):
+        summary["steal_cores_rounds"] = [r["steal_cores"] for r in rounds]
     return summary
 
 
@@ -292,7 +316,9 @@ class PowertoolsBaseline:
 
     def run(self, events: list[Any]) -> tuple[list[PathCost], dict[str, float]]:
         """Each event once (happy), then again (duplicate): the cost per path and the rates."""
-        costs, rates = [], {}
+        costs: list[PathCost] = []
+        rates: dict[str, float] = {}
+        steal_before, run_started = cpu_steal(), time.perf_counter()
         for path in ("happy", "duplicate"):
             since = len(patches.REQUEST_LOG.snapshot())
             started = time.perf_counter()
@@ -311,6 +337,11 @@ class PowertoolsBaseline:
                 lambda_ms=work + LAMBDA_OVERHEAD_MS + calls * CALL_MS,
             ))  # fmt: skip
             rates[path] = len(events) / elapsed
+        steal_after = cpu_steal()
+        if steal_before is not None and steal_after is not None:
+            rates["steal_cores"] = (steal_after - steal_before) / (
+                time.perf_counter() - run_started
+            )
         return costs, rates
 
 
@@ -463,13 +494,18 @@ def render(report: dict[str, Any]) -> str:
     lines = ["## 1. Local engine throughput (executions per second)", ""]
     lines += [
         "Median of the rounds, best round in brackets; the rounds ran side by side with "
-        "the Powertools baseline, after a warm-up that is not counted.",
+        "the Powertools baseline, after a warm-up that is not counted. After each round "
+        "in brackets: the CPU steal meanwhile, in cores (other guests' use of this VM).",
         "",
-        "| runner | happy path | duplicate path | rounds (happy) |",
+        "| runner | happy path | duplicate path | rounds (happy; steal) |",
         "|---|---|---|---|",
     ]
     for name, rates in report["throughput_per_second"].items():
-        rounds = ", ".join(f"{r:.1f}" for r in rates["happy_rounds"])
+        steal = rates.get("steal_cores_rounds") or [None] * len(rates["happy_rounds"])
+        rounds = ", ".join(
+            f"{r:.1f}" + (f" ({c:.2f})" if c is not None else "")
+            for r, c in zip(rates["happy_rounds"], steal, strict=True)
+        )
         lines.append(
             f"| {name} | {rates['happy']:.1f} ({rates['happy_best']:.1f}) | "
             f"{rates['duplicate']:.1f} ({rates['duplicate_best']:.1f}) | {rounds} |"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,9 @@ def test_a_small_bench_reports_the_four_tables(tmp_path: Path) -> None:
         assert rates["happy"] == sorted(rates["happy_rounds"])[1]  # the median round
         assert rates["happy_best"] == max(rates["happy_rounds"]) > 0
         assert rates["duplicate"] == sorted(rates["duplicate_rounds"])[1] > 0
+        if sys.platform == "linux":  # /proc/stat: the CPU steal meanwhile, per round
+            assert len(rates["steal_cores_rounds"]) == 3
+            assert all(0 <= cores <= os.cpu_count() for cores in rates["steal_cores_rounds"])
     with pytest.raises(ValueError):
         bench.run_bench(messages=4, audit_keys=0)
     json_path, md_path = bench.write(report, tmp_path)
@@ -36,3 +41,4 @@ def test_a_small_bench_reports_the_four_tables(tmp_path: Path) -> None:
     text = md_path.read_text()
     for heading in ("## 1.", "## 2.", "## 3.", "## 4."):
         assert heading in text
+    assert "rounds (happy; steal)" in text
