@@ -48,6 +48,7 @@ from moto.core import responses as moto_responses
 from moto.core import utils as moto_core_utils
 from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.core.models import botocore_stubber as moto_botocore_stubber
+from moto.dynamodb.parsing import ast_nodes as ddb_ast_nodes
 from moto.dynamodb.parsing import expressions as ddb_expressions
 from moto.dynamodb.parsing import validators as ddb_validators
 from moto.moto_api import recorder as moto_recorder
@@ -685,6 +686,142 @@ def _cached_update_expression_make(cls: type, expression: str) -> Any:
             if len(_UPDATE_EXPRESSIONS) < _UPDATE_EXPRESSIONS_KEPT:
                 tree = _UPDATE_EXPRESSIONS.setdefault(expression, tree)
     return tree
+
+
+# --------------------------------------------------------------------------
+# moto's DynamoDB validator then deep-copies that tree for every UpdateItem and
+# walks the copy ten times, once per check. Two costs are not the checks':
+# copy.deepcopy's bookkeeping, and each walk asking its checker, at every node,
+# which node classes it handles (a fresh dict of bound methods each time). The
+# copy below rebuilds a plain tree (nodes holding only type, children and
+# parent; leaves text or numbers; every node reached once, from its parent)
+# and hands anything else to copy.deepcopy; the walk asks once per walk and
+# otherwise follows moto's traverse_node_recursively step by step.
+# --------------------------------------------------------------------------
+
+_AST_NODE_KEYS = frozenset({"type", "children", "parent"})
+_AST_LEAVES = frozenset({str, int})
+_AST_NODE: Any = vars(ddb_ast_nodes)["Node"]
+_TRAVERSER: Any = vars(ddb_ast_nodes)["DepthFirstTraverser"]
+_original_traverse = _TRAVERSER.traverse
+_original_traverse_node = _TRAVERSER.traverse_node_recursively
+_original_pre_processing = _TRAVERSER.pre_processing_of_child
+# traverse, traverse_node_recursively, nodes_to_be_processed and process, as _traverse follows them
+_TRAVERSE_SHA256 = "27f36cd14b72b4f666240faba7327136644bb4b7c1941a06fe5b20f0ae13f859"
+
+
+class _NotPlain(Exception):
+    """The tree has something copy.deepcopy must handle."""
+
+
+def _copy_plain_tree(root: Any) -> Any:
+    node_type = _AST_NODE
+    seen: set[int] = set()
+
+    def copy_node(node: Any, parent: Any) -> Any:
+        state = vars(node)
+        if state.keys() != _AST_NODE_KEYS or id(node) in seen:
+            raise _NotPlain
+        seen.add(id(node))
+        new = object.__new__(type(node))
+        children = state["children"]
+        copied: list[Any] | None = None if children is None else []
+        new.__dict__.update(type=state["type"], children=copied, parent=parent)
+        if children is not None:
+            if type(children) is not list:
+                raise _NotPlain
+            for child in children:
+                if isinstance(child, node_type):
+                    if child.parent is not node:
+                        raise _NotPlain
+                    copied.append(copy_node(child, new))  # type: ignore[union-attr]
+                elif type(child) in _AST_LEAVES:
+                    copied.append(child)  # type: ignore[union-attr]
+                else:
+                    raise _NotPlain
+        return new
+
+    return copy_node(root, None)
+
+
+def _validator_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    if memo is None and isinstance(value, _AST_NODE) and value.parent is None:
+        try:
+            return _copy_plain_tree(value)
+        except _NotPlain:
+            pass  # copy.deepcopy copies whatever else the tree holds
+    return copy.deepcopy(value, memo)
+
+
+def _traverse(self: Any, node: Any) -> Any:
+    cls = type(self)
+    if (
+        cls.traverse_node_recursively is not _original_traverse_node
+        or cls.nodes_to_be_processed is not _TRAVERSER.nodes_to_be_processed
+    ):
+        return _original_traverse(self, node)
+    kinds = self.nodes_to_be_processed()  # the keys of a map moto's checkers build from constants
+    pre = self.pre_processing_of_child
+    if cls.pre_processing_of_child is _original_pre_processing:
+        pre = None  # moto's default does nothing
+    process = self.process
+    processed: dict[type, bool] = {}  # isinstance(node, kinds) by node class, asked once
+
+    def visit(node: Any, child_id: int = -1) -> Any:
+        if _is_ast_node(node):
+            parent_node = node.parent
+            if node.children is not None:
+                for i, child_node in enumerate(node.children):
+                    if pre is not None:
+                        pre(node, i)
+                    visit(child_node, i)
+            is_kind = processed.get(type(node))
+            if is_kind is None:
+                is_kind = processed[type(node)] = isinstance(node, kinds)
+            if is_kind:
+                node = process(node)
+                node.parent = parent_node
+                if parent_node:
+                    parent_node.children[child_id] = node
+        return node
+
+    return visit(node)
+
+
+# isinstance against moto's node classes goes through ABCMeta.__instancecheck__
+# (they are abc classes, though nothing registers virtual subclasses): asked
+# once per class. Keyed by type(value), which is the class isinstance sees for
+# anything that does not fake its __class__ (nothing in moto's trees does).
+_AST_NODE_CLASSES: dict[type, bool] = {}
+_AST_DESCENDED: dict[type, bool] = {}
+_AST_DESCEND_INTO: tuple[type, ...] = (
+    vars(ddb_ast_nodes)["Expression"],
+    vars(ddb_ast_nodes)["UpdateExpressionFunction"],
+)
+_original_find_clauses = _AST_NODE.find_clauses
+_FIND_CLAUSES_SHA256 = "b77be7ac447d7617ea68e818e2bceb652a8a14257001715c64b36b3244a04c55"
+
+
+def _is_ast_node(value: Any) -> bool:
+    known = _AST_NODE_CLASSES.get(type(value))
+    if known is None:
+        known = _AST_NODE_CLASSES[type(value)] = isinstance(value, _AST_NODE)
+    return known
+
+
+def _find_clauses(self: Any, clause_types: Any) -> list[Any]:
+    """moto's Node.find_clauses, with its two isinstance checks asked once per class."""
+    clauses = []
+    for child in self.children or []:
+        if type(child) in clause_types:
+            clauses.append(child)
+            continue
+        descend = _AST_DESCENDED.get(type(child))
+        if descend is None:
+            descend = _AST_DESCENDED[type(child)] = isinstance(child, _AST_DESCEND_INTO)
+        if descend:
+            clauses.extend(child.find_clauses(clause_types))
+    return clauses
 
 
 # --------------------------------------------------------------------------
@@ -1365,6 +1502,23 @@ def check_moto_internals() -> None:
     process_request = inspect.getsource(_original_process_request).encode()
     if hashlib.sha256(process_request).hexdigest() != _PROCESS_REQUEST_SHA256:
         problems.append("moto's BotocoreStubber.process_request changed: re-check the routing")
+    traverser = _TRAVERSER
+    walk = b"".join(
+        inspect.getsource(function).encode()
+        for function in (
+            _original_traverse,
+            _original_traverse_node,
+            traverser.nodes_to_be_processed,
+            traverser.process,
+        )
+    )
+    if hashlib.sha256(walk).hexdigest() != _TRAVERSE_SHA256:
+        problems.append("moto's DynamoDB DepthFirstTraverser changed: re-check _traverse")
+    find_clauses = inspect.getsource(_original_find_clauses).encode()
+    if hashlib.sha256(find_clauses).hexdigest() != _FIND_CLAUSES_SHA256:
+        problems.append("moto's DynamoDB Node.find_clauses changed: re-check _find_clauses")
+    if vars(ddb_validators).get("deepcopy") not in (copy.deepcopy, _validator_deepcopy):
+        problems.append("moto's DynamoDB validators no longer copy with copy.deepcopy")
     from jsonata.tokenizer import Tokenizer
 
     ends = {op for op in Tokenizer.operators if len(op) == 1} | set(" \t\n\r")
@@ -1417,6 +1571,9 @@ def apply() -> None:
     result_path.parse = functools.lru_cache(maxsize=1024)(_original_result_path_parse)  # type: ignore[attr-defined]
     json_path.parse = functools.lru_cache(maxsize=1024)(_original_json_path_parse)  # type: ignore[attr-defined]
     _UPDATE_EXPRESSION_PARSER.make = classmethod(_cached_update_expression_make)
+    vars(ddb_validators)["deepcopy"] = _validator_deepcopy
+    _TRAVERSER.traverse = _traverse
+    _AST_NODE.find_clauses = _find_clauses
     botocore.context.deepcopy = _context_deepcopy  # type: ignore[attr-defined]
     for module in _JSON_COPY_MODULES:
         module.copy = _JsonCopyModule()  # type: ignore[attr-defined]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import jsonata
@@ -1157,3 +1159,174 @@ def test_a_task_without_a_timeout_runs_on_the_execution_thread_and_a_timeout_sti
         assert task_threads() == threads + 1  # a TimeoutSeconds keeps moto's thread and wait
     assert "TimedOut" in timed.states_entered  # type: ignore[attr-defined]
     assert timed.status == "SUCCEEDED"  # type: ignore[attr-defined]
+
+
+# UpdateItems run in order on one item; some of them fail, as moto alone fails them.
+_UPDATES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
+    (
+        "SET a = :one, l = :list, m = :map, ss = :ss",
+        {},
+        {
+            ":one": {"N": "1"},
+            ":list": {"L": [{"S": "x"}]},
+            ":map": {"M": {}},
+            ":ss": {"SS": ["p", "q"]},
+        },
+    ),
+    (
+        "SET #n = :s, c = if_not_exists(c, :one) + :one ADD tally :one",
+        {"#n": "name"},
+        {":s": {"S": "text"}, ":one": {"N": "1"}},
+    ),
+    (
+        "SET l = list_append(if_not_exists(l, :list), :list), m.part = :map REMOVE a",
+        {},
+        {":list": {"L": [{"N": "2"}, {"N": "3"}]}, ":map": {"M": {"k": {"S": "v"}}}},
+    ),
+    ("SET m.nope.deeper = :one", {}, {":one": {"N": "1"}}),  # invalid document path
+    (
+        "SET m.part.k2 = :one, c = c - :one DELETE ss :gone",
+        {},
+        {":one": {"N": "1"}, ":gone": {"SS": ["p"]}},
+    ),
+    ("SET a = :one SET b = :one", {}, {":one": {"N": "1"}}),  # two SET sections
+    ("SET a = :one, a = :two", {}, {":one": {"N": "1"}, ":two": {"N": "2"}}),  # a path twice
+    ("SET m.part = :one, m.part.k = :one", {}, {":one": {"N": "1"}}),  # overlapping paths
+    ("SET a = :absent", {}, {}),  # a value nobody gave
+    ("SET pk = :s", {}, {":s": {"S": "other"}}),  # the key
+    ("SET open_status = :one", {}, {":one": {"N": "1"}}),  # an index key of the wrong type
+    ("SET c = c + :s", {}, {":s": {"S": "text"}}),  # a number plus a text
+    ("REMOVE l[1], l[0], gone ADD tally :one", {}, {":one": {"N": "5"}}),
+]
+
+
+def _run_updates(ddb: Any, table: str, key: str) -> list[tuple[str, Any]]:
+    from botocore.exceptions import ClientError
+
+    outcomes: list[tuple[str, Any]] = []
+    for expression, names, values in _UPDATES:
+        arguments: dict[str, Any] = {}
+        if values:
+            arguments["ExpressionAttributeValues"] = values
+        if names:
+            arguments["ExpressionAttributeNames"] = names
+        try:
+            item = ddb.update_item(
+                TableName=table,
+                Key={"pk": {"S": key}},
+                UpdateExpression=expression,
+                ReturnValues="ALL_NEW",
+                **arguments,
+            )["Attributes"]
+        except ClientError as exc:
+            outcomes.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+        else:
+            outcomes.append(("ok", {k: v for k, v in item.items() if k != "pk"}))
+    return outcomes
+
+
+def test_update_items_validate_and_apply_as_moto_alone_does(
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto.dynamodb.parsing import ast_nodes, validators
+
+    ddb = engine.client("dynamodb")
+    table = engine.ref("LedgerTable")
+    assert ast_nodes.DepthFirstTraverser.traverse is patches._traverse
+    assert ast_nodes.Node.find_clauses is patches._find_clauses
+    plain_copies = _recorded(monkeypatch, "_copy_plain_tree")
+    patched = _run_updates(ddb, table, "probe/validator-patched")
+    assert len(plain_copies) >= len(_UPDATES)  # the plain copy, not copy.deepcopy, ran
+
+    monkeypatch.setattr(ast_nodes.DepthFirstTraverser, "traverse", patches._original_traverse)
+    monkeypatch.setattr(ast_nodes.Node, "find_clauses", patches._original_find_clauses)
+    monkeypatch.setattr(validators, "deepcopy", copy.deepcopy)
+    alone = _run_updates(ddb, table, "probe/validator-moto")
+
+    assert patched == alone
+    kinds = [kind for kind, _ in patched]
+    assert kinds.count("ok") == 5 and kinds.count("ValidationException") == len(_UPDATES) - 5
+    assert len({message for kind, message in patched if kind != "ok"}) == len(_UPDATES) - 5
+    assert patched[-1][1]["tally"] == {"N": "6"} and patched[-1][1]["l"] == {"L": [{"N": "3"}]}
+
+
+def _shape(node: Any) -> Any:
+    from moto.dynamodb.parsing.ast_nodes import Node
+
+    if not isinstance(node, Node):
+        return node
+    return (type(node).__name__, node.type, [_shape(child) for child in node.children or []])
+
+
+def _pairs(original: Any, copied: Any) -> Iterator[tuple[Any, Any]]:
+    from moto.dynamodb.parsing.ast_nodes import Node
+
+    yield original, copied
+    for a, b in zip(original.children or [], copied.children or [], strict=True):
+        if isinstance(a, Node):
+            assert b.parent is copied
+            yield from _pairs(a, b)
+
+
+def test_the_validator_copies_a_plain_tree_as_deepcopy_does_and_anything_else_with_deepcopy() -> (
+    None
+):
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    patches.apply()
+    text = "SET a.b[1] = list_append(:x, #y), c = c + :one REMOVE d[2] ADD e :one DELETE f :s"
+    tree = UpdateExpressionParser.make(text)
+    copied = patches._validator_deepcopy(tree)
+    assert _shape(copied) == _shape(copy.deepcopy(tree)) == _shape(tree)
+    assert copied.parent is None
+    for original, new in _pairs(tree, copied):
+        assert new is not original and type(new) is type(original)
+        assert new.children is None or new.children is not original.children
+    copied.children[0].children.clear()  # the copy is the validator's to rewrite
+    assert _shape(tree) == _shape(UpdateExpressionParser.make(text))
+
+    odd = UpdateExpressionParser.make(text)
+    odd.children[0].extra = [1]  # an attribute moto's nodes do not have
+    with pytest.raises(patches._NotPlain):
+        patches._copy_plain_tree(odd)
+    copied_odd = patches._validator_deepcopy(odd)
+    assert (
+        copied_odd.children[0].extra == [1]
+        and copied_odd.children[0].extra is not odd.children[0].extra
+    )
+
+    shared = UpdateExpressionParser.make(text)
+    shared.children.append(shared.children[0])  # one node reached twice
+    with pytest.raises(patches._NotPlain):
+        patches._copy_plain_tree(shared)
+    copied_shared = patches._validator_deepcopy(shared)
+    assert copied_shared.children[0] is copied_shared.children[-1]  # as deepcopy keeps it
+
+    value = {"L": [1, [2]]}
+    assert (
+        patches._validator_deepcopy(value) == value
+        and patches._validator_deepcopy(value) is not value
+    )
+
+
+def test_find_clauses_finds_what_moto_finds() -> None:
+    from moto.dynamodb.parsing import ast_nodes
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    clause_kinds = [
+        [ast_nodes.UpdateExpressionSetClause],
+        [ast_nodes.UpdateExpressionAddClause, ast_nodes.UpdateExpressionRemoveClause],
+        [ast_nodes.UpdateExpressionSetAction, ast_nodes.UpdateExpressionRemoveAction],
+        [ast_nodes.ExpressionAttributeValue],
+    ]
+    found = 0
+    for expression, _, _ in _UPDATES:
+        nodes = [UpdateExpressionParser.make(expression)]
+        while nodes:
+            node = nodes.pop()
+            for kinds in clause_kinds:
+                ours = patches._find_clauses(node, kinds)
+                assert ours == patches._original_find_clauses(node, kinds)
+                found += len(ours)
+            nodes.extend(c for c in node.children or [] if isinstance(c, ast_nodes.Node))
+    assert found > 100
