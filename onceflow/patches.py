@@ -8,6 +8,7 @@ or renames what a patch relies on; tests/unit/test_patches.py runs it.
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import copy
 import dataclasses
@@ -48,6 +49,7 @@ from moto.core import responses as moto_responses
 from moto.core import utils as moto_core_utils
 from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.core.models import botocore_stubber as moto_botocore_stubber
+from moto.dynamodb import comparisons as ddb_comparisons
 from moto.dynamodb.parsing import ast_nodes as ddb_ast_nodes
 from moto.dynamodb.parsing import expressions as ddb_expressions
 from moto.dynamodb.parsing import validators as ddb_validators
@@ -686,6 +688,35 @@ def _cached_update_expression_make(cls: type, expression: str) -> Any:
             if len(_UPDATE_EXPRESSIONS) < _UPDATE_EXPRESSIONS_KEPT:
                 tree = _UPDATE_EXPRESSIONS.setdefault(expression, tree)
     return tree
+
+
+# --------------------------------------------------------------------------
+# moto's DynamoDB also lexes every ConditionExpression anew, some forty regex
+# matches for the ledger's. The tokens depend on the text alone (names and
+# values are looked up after) and are read only: each text is lexed once and
+# every parse gets its own queue of them.
+# --------------------------------------------------------------------------
+
+_CONDITION_PARSER: Any = ddb_comparisons.ConditionExpressionParser
+_original_lex_condition = _CONDITION_PARSER._lex_condition_expression
+_CONDITION_TOKENS: dict[str, tuple[Any, ...]] = {}  # text: its tokens, read only
+_CONDITION_TOKENS_KEPT = 4096
+_CONDITION_TOKENS_LOCK = threading.Lock()
+# What would change a token's children in place (the parser only reads them).
+_CHILDREN_CHANGED = re.compile(
+    r"\.children\s*(?:\[[^\]]*\]\s*=(?!=)|\+=|\.(?:append|extend|insert|pop|remove|clear|sort)\()"
+)
+
+
+def _cached_lex_condition(self: Any) -> collections.deque[Any]:
+    text = self.condition_expression
+    tokens = _CONDITION_TOKENS.get(text)
+    if tokens is None:
+        tokens = tuple(_original_lex_condition(self))  # a text that does not lex raises here
+        with _CONDITION_TOKENS_LOCK:
+            if len(_CONDITION_TOKENS) < _CONDITION_TOKENS_KEPT:
+                tokens = _CONDITION_TOKENS.setdefault(text, tokens)
+    return collections.deque(tokens)  # the parse pops its queue empty
 
 
 # --------------------------------------------------------------------------
@@ -1514,6 +1545,9 @@ def check_moto_internals() -> None:
     )
     if hashlib.sha256(walk).hexdigest() != _TRAVERSE_SHA256:
         problems.append("moto's DynamoDB DepthFirstTraverser changed: re-check _traverse")
+    lexing = inspect.getsource(_CONDITION_PARSER)
+    if "nodes = self._lex_condition_expression()" not in lexing or _CHILDREN_CHANGED.search(lexing):
+        problems.append("moto's ConditionExpressionParser may change its tokens: re-check")
     find_clauses = inspect.getsource(_original_find_clauses).encode()
     if hashlib.sha256(find_clauses).hexdigest() != _FIND_CLAUSES_SHA256:
         problems.append("moto's DynamoDB Node.find_clauses changed: re-check _find_clauses")
@@ -1574,6 +1608,7 @@ def apply() -> None:
     vars(ddb_validators)["deepcopy"] = _validator_deepcopy
     _TRAVERSER.traverse = _traverse
     _AST_NODE.find_clauses = _find_clauses
+    _CONDITION_PARSER._lex_condition_expression = _cached_lex_condition
     botocore.context.deepcopy = _context_deepcopy  # type: ignore[attr-defined]
     for module in _JSON_COPY_MODULES:
         module.copy = _JsonCopyModule()  # type: ignore[attr-defined]

@@ -1330,3 +1330,114 @@ def test_find_clauses_finds_what_moto_finds() -> None:
                 found += len(ours)
             nodes.extend(c for c in node.children or [] if isinstance(c, ast_nodes.Node))
     assert found > 100
+
+
+# ConditionExpressions checked against one item; some hold, some do not, some are invalid.
+_CONDITIONS: list[tuple[str, dict[str, str], dict[str, Any]]] = [
+    ("attribute_not_exists(pk) OR expires_at < :now", {}, {":now": {"N": "5"}}),
+    ("attribute_not_exists(pk) OR expires_at < :now", {}, {":now": {"N": "2"}}),
+    (
+        "lock_owner = :owner AND #s = :processing",
+        {"#s": "status"},
+        {":owner": {"S": "o"}, ":processing": {"S": "PROCESSING"}},
+    ),
+    (
+        "attribute_exists(pk) AND attribute_not_exists(dead_lettered_at) AND "
+        "((#s = :failed AND attempts < :max) OR (#s = :processing AND lock_expires_at < :now))",
+        {"#s": "status"},
+        {
+            ":failed": {"S": "FAILED"},
+            ":max": {"N": "3"},
+            ":processing": {"S": "PROCESSING"},
+            ":now": {"N": "9"},
+        },
+    ),
+    ("size(tags) > :n AND begins_with(lock_owner, :p)", {}, {":n": {"N": "1"}, ":p": {"S": "o"}}),
+    (
+        "a IN (:x, :y) AND b BETWEEN :lo AND :hi",
+        {},
+        {":x": {"N": "1"}, ":y": {"N": "2"}, ":lo": {"N": "4"}, ":hi": {"N": "6"}},
+    ),
+    ("NOT contains(l, :x)", {}, {":x": {"S": "p"}}),
+    ("#nobody = :x", {"#other": "a"}, {":x": {"N": "1"}}),  # a name nobody gave
+    ("status = :x", {}, {":x": {"N": "1"}}),  # a reserved word
+    ("a = = :x", {}, {":x": {"N": "1"}}),  # not an expression
+    ("a = :nobody", {}, {":x": {"N": "1"}}),  # a value nobody gave
+    ("(a = :x))", {}, {":x": {"N": "1"}}),  # unbalanced
+]
+
+
+def _run_conditions(ddb: Any, table: str, key: str) -> list[tuple[str, str]]:
+    from botocore.exceptions import ClientError
+
+    ddb.put_item(
+        TableName=table,
+        Item={
+            "pk": {"S": key},
+            "status": {"S": "PROCESSING"},
+            "lock_owner": {"S": "o"},
+            "lock_expires_at": {"N": "8"},
+            "expires_at": {"N": "3"},
+            "attempts": {"N": "1"},
+            "tags": {"SS": ["t1", "t2"]},
+            "l": {"L": [{"S": "q"}]},
+            "a": {"N": "2"},
+            "b": {"N": "5"},
+        },
+    )
+    outcomes = []
+    for n, (condition, names, values) in enumerate(_CONDITIONS):
+        arguments: dict[str, Any] = {
+            "ExpressionAttributeValues": {**values, ":probe": {"N": str(n)}}
+        }
+        if names:
+            arguments["ExpressionAttributeNames"] = names
+        try:
+            ddb.update_item(
+                TableName=table,
+                Key={"pk": {"S": key}},
+                UpdateExpression="SET probe = :probe",
+                ConditionExpression=condition,
+                **arguments,
+            )
+        except ClientError as exc:
+            outcomes.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+        except (KeyError, ValueError) as exc:  # moto lets these escape as they are
+            outcomes.append((type(exc).__name__, str(exc)))
+        else:
+            outcomes.append(("ok", ""))
+    return outcomes
+
+
+def test_condition_expressions_are_lexed_once_and_judged_as_moto_alone_judges_them(
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+
+    ddb = engine.client("dynamodb")
+    table = engine.ref("LedgerTable")
+    assert ConditionExpressionParser._lex_condition_expression is patches._cached_lex_condition
+    lexed = _recorded(monkeypatch, "_original_lex_condition")
+    patched = _run_conditions(ddb, table, "probe/conditions-patched")
+    patched_again = _run_conditions(ddb, table, "probe/conditions-again")
+    texts = [parser.condition_expression for (parser,) in lexed]
+    assert len(texts) == len(set(texts))  # each text lexed once, whatever ran it before
+    for tokens in patches._CONDITION_TOKENS.values():
+        assert all(token.children == [] for token in tokens)  # read only, as it was lexed
+
+    monkeypatch.setattr(
+        ConditionExpressionParser, "_lex_condition_expression", patches._original_lex_condition
+    )
+    alone = _run_conditions(ddb, table, "probe/conditions-moto")
+
+    assert patched == patched_again == alone
+    assert [kind for kind, _ in patched] == [
+        "ok",
+        "ConditionalCheckFailedException",
+        *["ok"] * 5,
+        "KeyError",
+        "ValidationException",
+        "ValueError",
+        "KeyError",
+        "ValueError",
+    ]
