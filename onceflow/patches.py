@@ -702,10 +702,9 @@ _original_lex_condition = _CONDITION_PARSER._lex_condition_expression
 _CONDITION_TOKENS: dict[str, tuple[Any, ...]] = {}  # text: its tokens, read only
 _CONDITION_TOKENS_KEPT = 4096
 _CONDITION_TOKENS_LOCK = threading.Lock()
-# What would change a token's children in place (the parser only reads them).
-_CHILDREN_CHANGED = re.compile(
-    r"\.children\s*(?:\[[^\]]*\]\s*=(?!=)|\+=|\.(?:append|extend|insert|pop|remove|clear|sort)\()"
-)
+# The whole parser, as the cache relies on its lexer reading only the text and
+# on nothing after it changing a token.
+_CONDITION_PARSER_SHA256 = "ba0de03156fea746536d0ec3986b7509749b4145d2919c7db2b128c2f4eabdd7"
 
 
 def _cached_lex_condition(self: Any) -> collections.deque[Any]:
@@ -732,13 +731,34 @@ def _cached_lex_condition(self: Any) -> collections.deque[Any]:
 
 _AST_NODE_KEYS = frozenset({"type", "children", "parent"})
 _AST_LEAVES = frozenset({str, int})
+_NO_PARENT = object()  # a node without the attribute
 _AST_NODE: Any = vars(ddb_ast_nodes)["Node"]
 _TRAVERSER: Any = vars(ddb_ast_nodes)["DepthFirstTraverser"]
 _original_traverse = _TRAVERSER.traverse
 _original_traverse_node = _TRAVERSER.traverse_node_recursively
 _original_pre_processing = _TRAVERSER.pre_processing_of_child
-# traverse, traverse_node_recursively, nodes_to_be_processed and process, as _traverse follows them
-_TRAVERSE_SHA256 = "27f36cd14b72b4f666240faba7327136644bb4b7c1941a06fe5b20f0ae13f859"
+_TRAVERSE_SHA256 = "a579b32b081a36c21bc576d78db7531edfa6c700301aee107f3776ea801e5d1b"
+
+
+def _walk_sources() -> list[Any]:
+    """What _traverse follows or relies on: moto's walk, its default hook, and the
+    map of every checker (whose keys must be constants)."""
+    checkers = sorted(
+        (
+            value
+            for value in vars(ddb_validators).values()
+            if isinstance(value, type) and issubclass(value, _TRAVERSER) and value is not _TRAVERSER
+        ),
+        key=lambda checker: checker.__name__,
+    )
+    return [
+        _original_traverse,
+        _original_traverse_node,
+        _original_pre_processing,
+        _TRAVERSER.nodes_to_be_processed,
+        _TRAVERSER.process,
+        *(vars(checker)["_processing_map"] for checker in checkers),
+    ]
 
 
 class _NotPlain(Exception):
@@ -763,7 +783,7 @@ def _copy_plain_tree(root: Any) -> Any:
                 raise _NotPlain
             for child in children:
                 if isinstance(child, node_type):
-                    if child.parent is not node:
+                    if vars(child).get("parent", _NO_PARENT) is not node:
                         raise _NotPlain
                     copied.append(copy_node(child, new))  # type: ignore[union-attr]
                 elif type(child) in _AST_LEAVES:
@@ -776,7 +796,8 @@ def _copy_plain_tree(root: Any) -> Any:
 
 
 def _validator_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
-    if memo is None and isinstance(value, _AST_NODE) and value.parent is None:
+    root = memo is None and isinstance(value, _AST_NODE)
+    if root and vars(value).get("parent", _NO_PARENT) is None:
         try:
             return _copy_plain_tree(value)
         except _NotPlain:
@@ -1533,21 +1554,12 @@ def check_moto_internals() -> None:
     process_request = inspect.getsource(_original_process_request).encode()
     if hashlib.sha256(process_request).hexdigest() != _PROCESS_REQUEST_SHA256:
         problems.append("moto's BotocoreStubber.process_request changed: re-check the routing")
-    traverser = _TRAVERSER
-    walk = b"".join(
-        inspect.getsource(function).encode()
-        for function in (
-            _original_traverse,
-            _original_traverse_node,
-            traverser.nodes_to_be_processed,
-            traverser.process,
-        )
-    )
+    walk = b"".join(inspect.getsource(function).encode() for function in _walk_sources())
     if hashlib.sha256(walk).hexdigest() != _TRAVERSE_SHA256:
         problems.append("moto's DynamoDB DepthFirstTraverser changed: re-check _traverse")
-    lexing = inspect.getsource(_CONDITION_PARSER)
-    if "nodes = self._lex_condition_expression()" not in lexing or _CHILDREN_CHANGED.search(lexing):
-        problems.append("moto's ConditionExpressionParser may change its tokens: re-check")
+    condition_parser = inspect.getsource(_CONDITION_PARSER).encode()
+    if hashlib.sha256(condition_parser).hexdigest() != _CONDITION_PARSER_SHA256:
+        problems.append("moto's ConditionExpressionParser changed: re-check _cached_lex_condition")
     find_clauses = inspect.getsource(_original_find_clauses).encode()
     if hashlib.sha256(find_clauses).hexdigest() != _FIND_CLAUSES_SHA256:
         problems.append("moto's DynamoDB Node.find_clauses changed: re-check _find_clauses")

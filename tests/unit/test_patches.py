@@ -1244,6 +1244,13 @@ def test_update_items_validate_and_apply_as_moto_alone_does(
     alone = _run_updates(ddb, table, "probe/validator-moto")
 
     assert patched == alone
+    parser = patches._UPDATE_EXPRESSION_PARSER
+    for expression, _, _ in _UPDATES:  # the validators rewrote copies, never the cached trees
+        if expression in patches._UPDATE_EXPRESSIONS:
+            cached = patches._UPDATE_EXPRESSIONS[expression]
+            assert _shape(cached) == _shape(
+                patches._original_update_expression_make(parser, expression)
+            )
     kinds = [kind for kind, _ in patched]
     assert kinds.count("ok") == 5 and kinds.count("ValidationException") == len(_UPDATES) - 5
     assert len({message for kind, message in patched if kind != "ok"}) == len(_UPDATES) - 5
@@ -1441,3 +1448,38 @@ def test_condition_expressions_are_lexed_once_and_judged_as_moto_alone_judges_th
         "KeyError",
         "ValueError",
     ]
+
+
+def test_every_parsed_update_expression_is_a_plain_tree() -> None:
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    for expression, _, _ in _UPDATES:
+        tree = UpdateExpressionParser.make(expression)
+        assert _shape(patches._copy_plain_tree(tree)) == _shape(tree)  # copied, no fallback
+
+
+def test_a_walk_a_subclass_changed_is_moto_s_walk_with_the_change() -> None:
+    from moto.dynamodb.parsing import ast_nodes
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    patches.apply()
+    visited: list[str] = []
+
+    class Recording(ast_nodes.DepthFirstTraverser):  # type: ignore[misc]
+        def _processing_map(self) -> dict[type, Any]:
+            return {}
+
+        def traverse_node_recursively(self, node: Any, child_id: int = -1) -> Any:
+            visited.append(type(node).__name__)
+            return super().traverse_node_recursively(node, child_id)
+
+    tree = UpdateExpressionParser.make("SET a = :one")
+    assert Recording().traverse(tree) is tree
+    nodes = [pair[0] for pair in _pairs(tree, tree)]
+    assert visited[0] == "UpdateExpression"
+    visited_nodes = [
+        name for name in visited if name not in ("str", "int")
+    ]  # leaves are visited too
+    assert sorted(visited_nodes) == sorted(
+        type(node).__name__ for node in nodes
+    )  # via the override
