@@ -1440,6 +1440,30 @@ def _indexed_describe_execution(self: Any, execution_arn: str) -> Any:
 _MOTO_STUBBED_FUNCTIONS = set(getattr(intrinsic_jsonata, "_DECLARATION_BY_VARIABLE_REFERENCE", {}))
 
 
+def _source_sha256(sources: list[Any]) -> str:
+    return hashlib.sha256(b"".join(inspect.getsource(x).encode() for x in sources)).hexdigest()
+
+
+def _pinned_sources() -> list[tuple[str, list[Any], str]]:
+    """moto code a patch follows step by step (or relies on in detail), with the
+    sha256 of its source when the patch was checked against it."""
+    return [
+        (
+            "moto's ExecutionState._evaluate_with_timeout",
+            [_original_evaluate_with_timeout],
+            _EVALUATE_WITH_TIMEOUT_SHA256,
+        ),
+        (
+            "moto's BotocoreStubber.process_request",
+            [_original_process_request],
+            _PROCESS_REQUEST_SHA256,
+        ),
+        ("moto's DynamoDB DepthFirstTraverser and checkers", _walk_sources(), _TRAVERSE_SHA256),
+        ("moto's ConditionExpressionParser", [_CONDITION_PARSER], _CONDITION_PARSER_SHA256),
+        ("moto's DynamoDB Node.find_clauses", [_original_find_clauses], _FIND_CLAUSES_SHA256),
+    ]
+
+
 def check_moto_internals() -> None:
     """Raise when moto no longer has what these patches replace."""
     import moto
@@ -1548,21 +1572,9 @@ def check_moto_internals() -> None:
         or "for execution in self.executions:" not in inspect.getsource(_original_name_check)
     ):
         problems.append("moto no longer keeps executions in their state machine's list")
-    evaluate_with_timeout = inspect.getsource(_original_evaluate_with_timeout).encode()
-    if hashlib.sha256(evaluate_with_timeout).hexdigest() != _EVALUATE_WITH_TIMEOUT_SHA256:
-        problems.append("moto's ExecutionState._evaluate_with_timeout changed: re-check")
-    process_request = inspect.getsource(_original_process_request).encode()
-    if hashlib.sha256(process_request).hexdigest() != _PROCESS_REQUEST_SHA256:
-        problems.append("moto's BotocoreStubber.process_request changed: re-check the routing")
-    walk = b"".join(inspect.getsource(function).encode() for function in _walk_sources())
-    if hashlib.sha256(walk).hexdigest() != _TRAVERSE_SHA256:
-        problems.append("moto's DynamoDB DepthFirstTraverser changed: re-check _traverse")
-    condition_parser = inspect.getsource(_CONDITION_PARSER).encode()
-    if hashlib.sha256(condition_parser).hexdigest() != _CONDITION_PARSER_SHA256:
-        problems.append("moto's ConditionExpressionParser changed: re-check _cached_lex_condition")
-    find_clauses = inspect.getsource(_original_find_clauses).encode()
-    if hashlib.sha256(find_clauses).hexdigest() != _FIND_CLAUSES_SHA256:
-        problems.append("moto's DynamoDB Node.find_clauses changed: re-check _find_clauses")
+    for what, sources, pinned in _pinned_sources():
+        if _source_sha256(sources) != pinned:
+            problems.append(f"{what} changed: re-check the patch that follows it")
     if vars(ddb_validators).get("deepcopy") not in (copy.deepcopy, _validator_deepcopy):
         problems.append("moto's DynamoDB validators no longer copy with copy.deepcopy")
     from jsonata.tokenizer import Tokenizer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jsonata
@@ -1200,28 +1200,38 @@ _UPDATES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
 ]
 
 
-def _run_updates(ddb: Any, table: str, key: str) -> list[tuple[str, Any]]:
+def _outcome(call: Callable[..., Any], **arguments: Any) -> tuple[str, Any]:
+    """("ok", what the call returned), or the error as a caller sees it."""
     from botocore.exceptions import ClientError
 
-    outcomes: list[tuple[str, Any]] = []
+    try:
+        result = call(**arguments)
+    except ClientError as exc:
+        return exc.response["Error"]["Code"], exc.response["Error"]["Message"]
+    except (KeyError, ValueError) as exc:  # moto lets these escape as they are
+        return type(exc).__name__, str(exc)
+    return "ok", result
+
+
+def _run_updates(ddb: Any, table: str, key: str) -> list[tuple[str, Any]]:
+    outcomes = []
     for expression, names, values in _UPDATES:
         arguments: dict[str, Any] = {}
         if values:
             arguments["ExpressionAttributeValues"] = values
         if names:
             arguments["ExpressionAttributeNames"] = names
-        try:
-            item = ddb.update_item(
-                TableName=table,
-                Key={"pk": {"S": key}},
-                UpdateExpression=expression,
-                ReturnValues="ALL_NEW",
-                **arguments,
-            )["Attributes"]
-        except ClientError as exc:
-            outcomes.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
-        else:
-            outcomes.append(("ok", {k: v for k, v in item.items() if k != "pk"}))
+        kind, found = _outcome(
+            ddb.update_item,
+            TableName=table,
+            Key={"pk": {"S": key}},
+            UpdateExpression=expression,
+            ReturnValues="ALL_NEW",
+            **arguments,
+        )
+        if kind == "ok":
+            found = {k: v for k, v in found["Attributes"].items() if k != "pk"}
+        outcomes.append((kind, found))
     return outcomes
 
 
@@ -1375,8 +1385,6 @@ _CONDITIONS: list[tuple[str, dict[str, str], dict[str, Any]]] = [
 
 
 def _run_conditions(ddb: Any, table: str, key: str) -> list[tuple[str, str]]:
-    from botocore.exceptions import ClientError
-
     ddb.put_item(
         TableName=table,
         Item={
@@ -1394,25 +1402,19 @@ def _run_conditions(ddb: Any, table: str, key: str) -> list[tuple[str, str]]:
     )
     outcomes = []
     for n, (condition, names, values) in enumerate(_CONDITIONS):
-        arguments: dict[str, Any] = {
-            "ExpressionAttributeValues": {**values, ":probe": {"N": str(n)}}
-        }
+        probe = {":probe": {"N": str(n)}}
+        arguments: dict[str, Any] = {"ExpressionAttributeValues": {**values, **probe}}
         if names:
             arguments["ExpressionAttributeNames"] = names
-        try:
-            ddb.update_item(
-                TableName=table,
-                Key={"pk": {"S": key}},
-                UpdateExpression="SET probe = :probe",
-                ConditionExpression=condition,
-                **arguments,
-            )
-        except ClientError as exc:
-            outcomes.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
-        except (KeyError, ValueError) as exc:  # moto lets these escape as they are
-            outcomes.append((type(exc).__name__, str(exc)))
-        else:
-            outcomes.append(("ok", ""))
+        kind, found = _outcome(
+            ddb.update_item,
+            TableName=table,
+            Key={"pk": {"S": key}},
+            UpdateExpression="SET probe = :probe",
+            ConditionExpression=condition,
+            **arguments,
+        )
+        outcomes.append((kind, "" if kind == "ok" else found))
     return outcomes
 
 
@@ -1483,3 +1485,19 @@ def test_a_walk_a_subclass_changed_is_moto_s_walk_with_the_change() -> None:
     assert sorted(visited_nodes) == sorted(
         type(node).__name__ for node in nodes
     )  # via the override
+
+
+@pytest.mark.parametrize(
+    "pin",
+    [
+        "_EVALUATE_WITH_TIMEOUT_SHA256",
+        "_PROCESS_REQUEST_SHA256",
+        "_TRAVERSE_SHA256",
+        "_CONDITION_PARSER_SHA256",
+        "_FIND_CLAUSES_SHA256",
+    ],
+)
+def test_moto_code_a_patch_follows_is_pinned(pin: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(patches, pin, "0" * 64)  # as if moto's source had changed
+    with pytest.raises(RuntimeError, match="changed: re-check the patch that follows it"):
+        patches.check_moto_internals()
