@@ -719,14 +719,15 @@ def _cached_lex_condition(self: Any) -> collections.deque[Any]:
 
 
 # --------------------------------------------------------------------------
-# moto's DynamoDB validator then deep-copies that tree for every UpdateItem and
-# walks the copy ten times, once per check. Two costs are not the checks':
-# copy.deepcopy's bookkeeping, and each walk asking its checker, at every node,
-# which node classes it handles (a fresh dict of bound methods each time). The
-# copy below rebuilds a plain tree (nodes holding only type, children and
-# parent; leaves text or numbers; every node reached once, from its parent)
-# and hands anything else to copy.deepcopy; the walk asks once per walk and
-# otherwise follows moto's traverse_node_recursively step by step.
+# moto's DynamoDB validator deep-copies the parsed UpdateExpression (cached
+# above) for every UpdateItem and walks the copy ten times, once per check.
+# Two costs are not the checks': copy.deepcopy's bookkeeping, and each walk
+# asking its checker, at every node, which node classes it handles (a fresh
+# dict of bound methods each time). The copy below rebuilds a plain tree
+# (nodes holding only type, children and parent; leaves text or numbers; every
+# node reached once, from its parent) and hands anything else to
+# copy.deepcopy; the walk asks once per walk and otherwise follows moto's
+# traverse_node_recursively step by step.
 # --------------------------------------------------------------------------
 
 _AST_NODE_KEYS = frozenset({"type", "children", "parent"})
