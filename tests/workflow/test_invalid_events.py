@@ -177,7 +177,7 @@ CASES = [
     ),
     pytest.param(
         lambda e: {**load_event("eventbridge-custom-event.json"), "detail": {"n": "x" * 140_000}},
-        "characters; the processor accepts at most 131072",
+        "bytes in UTF-8; the processor accepts at most 131072",
         id="event-too-large",
     ),
 ]

@@ -294,6 +294,7 @@ def test_permanent_error_dead_letters_at_once_and_a_duplicate_is_discarded(
         "ShouldDeadLetter",
         "SendToDLQ",
         "DeadLetterReason",
+        "MarkDeadLettered",
         "DeadLettered",
     ]
     assert invocations(engine) == 1  # no retries for a permanent error
