@@ -3,7 +3,6 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-LOCAL_RUNTIME := python$(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
@@ -44,9 +43,10 @@ security: $(CHECKOV_STAMP)
 test: lint typecheck security
 	$(BIN)/pytest
 
-# sam build with the runtime of this machine's Python (deploys keep the template default).
+# sam build for the runtime template.yaml deploys, whatever this machine's
+# Python: functions/Makefile has pip fetch that runtime's wheels.
 build: setup
-	$(BIN)/sam build --parameter-overrides PythonRuntime=$(LOCAL_RUNTIME)
+	BUILD_PYTHON=$(abspath $(BIN)/python) $(BIN)/sam build
 
 # Re-resolve pinned versions from requirements/dev.in.
 lock:

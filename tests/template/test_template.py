@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from onceflow.engine import LocalEngine
-from onceflow.template import Stack
+from onceflow.template import Stack, TemplateError, coerce_parameter
+from tests.template.translate import resources_of_type, translated
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-LOCAL_RUNTIME = f"python{sys.version_info.major}.{sys.version_info.minor}"
 ENV = {**os.environ, "SAM_CLI_TELEMETRY": "0", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
@@ -39,27 +39,252 @@ def test_cfn_lint_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.slow
-def test_sam_build_succeeds_with_the_local_runtime(tmp_path: Path) -> None:
-    build_dir = tmp_path / "build"
-    result = run(
-        str(BIN / "sam"),
-        "build",
-        "--build-dir",
-        str(build_dir),
-        "--parameter-overrides",
-        f"PythonRuntime={LOCAL_RUNTIME}",
+def test_two_stacks_in_one_account_do_not_share_a_schedule_name() -> None:
+    """Scheduler names are unique per account and group: a fixed one fails the second stack."""
+    # GIVEN the template as the SAM transform hands it to CloudFormation
+    template = translated()
+    # WHEN we look at the audit's schedule
+    (schedule,) = resources_of_type(template, "AWS::Scheduler::Schedule").values()
+    # THEN it carries no Name, so CloudFormation gives it one of its own per stack
+    assert "Name" not in schedule["Properties"]
+    assert schedule["Properties"]["Target"]["Arn"] == {"Ref": "AuditStateMachine"}
+
+
+# The whole-number parameters and the range each takes. CloudFormation's Number
+# type takes 1.5 too, which Lambda, Step Functions or EventBridge then refuse
+# halfway through the deploy; so they are Strings that only a range matches.
+WHOLE_NUMBERS = {
+    "MaxAttempts": (1, 50),
+    "LockTimeoutSeconds": (60, 31536000),
+    "RetentionDays": (1, 36500),
+    "ProcessorTimeoutSeconds": (3, 890),
+    "RetryIntervalSeconds": (1, 86400),
+    "RetryMaxAttempts": (0, 100),
+    "RetryMaxDelaySeconds": (1, 86400),
+    "OutputMaxDimension": (16, 16383),
+    "IngressMaxRetryAttempts": (0, 185),
+    "IngressMaxEventAgeSeconds": (60, 86400),
+    "SourceQueueMaxReceiveCount": (1, 1000),
+    "AuditRecentCutoffHours": (0, 8760),
+    "AuditMaxConcurrency": (1, 40),
+    "AuditStuckMarginSeconds": (0, 31536000),
+    "AuditAlarmThreshold": (0, 1000000),
+    "AuditOverdueHours": (2, 168),
+}
+
+
+def _deployed_parameters() -> dict[str, dict[str, Any]]:
+    parameters: dict[str, dict[str, Any]] = translated()["Parameters"]
+    return parameters
+
+
+def test_every_number_parameter_is_a_whole_number_but_the_backoff_rate() -> None:
+    # GIVEN the parameters CloudFormation receives
+    parameters = _deployed_parameters()
+    # WHEN we list those a number goes into
+    numeric = {
+        name
+        for name, spec in parameters.items()
+        if spec["Type"] == "Number" or re.fullmatch(r"\d+", str(spec.get("Default", "")))
+    }
+    # THEN each is one of the whole numbers, or the one that may be a fraction
+    assert numeric == set(WHOLE_NUMBERS) | {"RetryBackoffRate"}
+
+
+@pytest.mark.parametrize(("name", "bounds"), sorted(WHOLE_NUMBERS.items()))
+def test_whole_number_parameters_refuse_what_the_deploy_would_fail_on(
+    name: str, bounds: tuple[int, int]
+) -> None:
+    # GIVEN the parameter as CloudFormation receives it, and the range it stands for
+    spec = _deployed_parameters()[name]
+    low, high = bounds
+    assert spec["Type"] == "String" and "MinValue" not in spec
+    assert f"from {low} to {high}" in spec["ConstraintDescription"]
+    # WHEN values are checked as CloudFormation checks them (the local engine does the same)
+    accepted = [str(low), str(high), spec["Default"]]
+    refused = {"1.5", f"{low}.0", "abc", "", " 1", "1e3", "-1", "+1", f"0{low}", str(high + 1)}
+    if low > 0:
+        refused.add(str(low - 1))
+    # THEN whole numbers in range pass, as they are
+    for value in accepted:
+        assert coerce_parameter(name, spec, value) == value
+    # AND anything else is refused with an error that names the parameter and the rule
+    for value in sorted(refused):
+        with pytest.raises(TemplateError) as refusal:
+            coerce_parameter(name, spec, value)
+        assert f"parameter {name}={value!r}" in str(refusal.value)
+        assert spec["ConstraintDescription"] in str(refusal.value)
+    # AND the pattern agrees with the range at every whole number near either end
+    pattern = re.compile(spec["AllowedPattern"])
+    for number in [*range(max(0, low - 100), low + 2000), *range(max(0, high - 2000), high + 100)]:
+        assert bool(pattern.fullmatch(str(number))) == (low <= number <= high), number
+
+
+def test_the_backoff_rate_may_be_a_fraction_of_at_least_one() -> None:
+    # GIVEN the one number that may have a fraction (Step Functions' BackoffRate)
+    spec = _deployed_parameters()["RetryBackoffRate"]
+    # WHEN values are checked
+    # THEN 1 and 1.5 pass, and below 1 or not a number is refused
+    assert coerce_parameter("RetryBackoffRate", spec, "1.5") == "1.5"
+    assert coerce_parameter("RetryBackoffRate", spec, "1") == "1"
+    for value in ("0.5", "0", "abc", "", "inf", "nan", "1_0"):
+        with pytest.raises(TemplateError, match="parameter RetryBackoffRate="):
+            coerce_parameter("RetryBackoffRate", spec, value)
+
+
+FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:resize_images-2"
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        ("", True),
+        (FUNCTION, True),
+        (f"{FUNCTION}:live", True),
+        (f"{FUNCTION}:7", True),
+        (f"{FUNCTION}:$LATEST", True),
+        ("arn:aws-cn:lambda:cn-north-1:123456789012:function:mine", True),
+        ("resize_images-2", False),  # a bare name: the dashboard and IAM need the ARN
+        ("123456789012:function:resize_images-2", False),
+        ("arn:aws:lambda:us-east-1:1:function:mine", False),
+        ("arn:aws:lambda:us-east-1:123456789012:function:", False),
+        (f"{FUNCTION}:", False),
+        (f"{FUNCTION}:live:extra", False),
+        ("arn:aws:lambda:us-east-1:123456789012:layer:mine:1", False),
+        ("arn:aws:states:us-east-1:123456789012:stateMachine:mine", False),
+        (f" {FUNCTION}", False),
+    ],
+)
+def test_processor_function_arn_is_empty_or_a_whole_function_arn(
+    value: str, accepted: bool
+) -> None:
+    # GIVEN the parameter as CloudFormation receives it
+    spec = _deployed_parameters()["ProcessorFunctionArn"]
+    # WHEN the value is checked
+    # THEN only a full Lambda function ARN (with or without a qualifier) or nothing passes
+    if accepted:
+        assert coerce_parameter("ProcessorFunctionArn", spec, value) == value
+    else:
+        with pytest.raises(TemplateError, match="parameter ProcessorFunctionArn="):
+            coerce_parameter("ProcessorFunctionArn", spec, value)
+
+
+def test_whole_number_parameters_reach_the_asl_and_functions_as_numbers() -> None:
+    """Strings now, so check they still land as JSON numbers where the ASL expects one."""
+    # GIVEN every whole number at the top of its range (one the defaults never try)
+    chosen = {
+        "RetryIntervalSeconds": "86400",
+        "RetryMaxAttempts": "100",
+        "RetryMaxDelaySeconds": "86400",
+        "AuditMaxConcurrency": "40",
+        "MaxAttempts": "50",
+        "LockTimeoutSeconds": "31536000",
+    }
+    # WHEN the local engine builds the stack with them
+    with LocalEngine(parameters=chosen) as engine:
+        processor = json.loads(engine.state_machine_definition("ProcessorStateMachine")[0])
+        audit = json.loads(engine.state_machine_definition("AuditStateMachine")[0])
+        function = engine.stack.function_properties("AuditFunction")
+    # THEN the retry of the Process task and the audit's concurrency are JSON numbers
+    retries = [
+        (r.get("IntervalSeconds"), r.get("MaxAttempts"), r.get("MaxDelaySeconds"))
+        for r in processor["States"]["Process"]["Retry"]
+    ]
+    assert (86400, 100, 86400) in retries
+    maps = [s for s in audit["States"].values() if s["Type"] == "Map"]
+    assert maps and all(s["MaxConcurrency"] == 40 for s in maps)
+    assert function["Environment"]["Variables"]["MAX_ATTEMPTS"] == "50"
+
+
+def _deployed_runtime() -> str:
+    runtime = Stack.from_file(ROOT / "template.yaml").template["Globals"]["Function"]["Runtime"]
+    assert isinstance(runtime, str) and re.fullmatch(r"python3\.\d+", runtime), runtime
+    return runtime
+
+
+def _elf_machine(path: Path) -> int:
+    header = path.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF", f"{path} is not an ELF file"
+    return int.from_bytes(header[18:20], "little")
+
+
+def _wheel_tag_fits(tag: str, version: str) -> bool:
+    """Pure Python, or CPython `version` (e.g. "313") on manylinux x86_64."""
+    python_tag, abi_tag, platform = tag.split("-")
+    if platform == "any":
+        return abi_tag == "none" and python_tag.startswith("py")
+    return (
+        python_tag == f"cp{version}"
+        and abi_tag in (f"cp{version}", "abi3")
+        and re.fullmatch(r"manylinux(1|2010|2014|_2_\d+)_x86_64", platform) is not None
     )
+
+
+def _glibc(tag: str) -> tuple[int, int]:
+    """The glibc a wheel tag needs; manylinux2014 is 2.17, which every Lambda Python has."""
+    platform = tag.split("-")[2]
+    if platform == "any":
+        return (0, 0)
+    legacy = {"manylinux1_x86_64": 5, "manylinux2010_x86_64": 12, "manylinux2014_x86_64": 17}
+    if platform in legacy:
+        return (2, legacy[platform])
+    major, minor = re.findall(r"manylinux_(\d+)_(\d+)_", platform)[0]
+    return (int(major), int(minor))
+
+
+@pytest.mark.slow
+def test_sam_build_packages_binaries_for_the_deployed_runtime(tmp_path: Path) -> None:
+    """This machine's Python is not the deployed one, and there is no Docker: the build
+    must still install the wheels of the deployed runtime, not of the Python running it."""
+    # GIVEN the runtime template.yaml deploys, and its CPython tags
+    runtime = _deployed_runtime()
+    version = runtime.removeprefix("python").replace(".", "")
+    build_dir = tmp_path / "build"
+    # WHEN sam build runs as `make build` runs it: no parameter override, no container
+    result = subprocess.run(
+        [str(BIN / "sam"), "build", "--build-dir", str(build_dir), "--no-cached"],
+        cwd=ROOT,
+        env={**ENV, "BUILD_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    # THEN both packages hold the code and its dependencies
     assert result.returncode == 0, result.stdout + result.stderr
-    package = build_dir / "ProcessorFunction"
-    assert (package / "service" / "handlers" / "processor.py").is_file()
-    assert (package / "PIL").is_dir() and (package / "aws_lambda_powertools").is_dir()
+    for function in ("ProcessorFunction", "AuditFunction"):
+        package = build_dir / function
+        assert (package / "service" / "handlers" / "processor.py").is_file(), function
+        assert (package / "PIL").is_dir() and (package / "aws_lambda_powertools").is_dir()
+        assert not list(package.glob("service/**/__pycache__")), "no bytecode of the build's Python"
+        # AND every extension module is for the deployed CPython on x86_64 Linux
+        modules = [p for p in package.rglob("*.so") if ".cpython-" in p.name or ".abi3." in p.name]
+        assert any(p.parent.name == "PIL" for p in modules), "Pillow's binary modules are there"
+        for module in modules:
+            suffixes = (f".cpython-{version}-x86_64-linux-gnu.so", ".abi3.so")
+            assert module.name.endswith(suffixes), module
+        # AND every shared object is an x86-64 ELF file (e_machine 62, EM_X86_64)
+        for binary in [p for p in package.rglob("*.so*") if p.is_file()]:
+            assert _elf_machine(binary) == 62, binary
+        # AND every wheel installed was one for that runtime on manylinux x86_64, or pure Python
+        wheels = list(package.glob("*.dist-info/WHEEL"))
+        assert len(wheels) >= 3, wheels
+        for wheel in wheels:
+            tags = re.findall(r"^Tag: (\S+)$", wheel.read_text(encoding="utf-8"), re.MULTILINE)
+            assert tags and all(_wheel_tag_fits(tag, version) for tag in tags), (wheel, tags)
+            # A wheel may name several platforms; one must be old enough for Lambda.
+            assert any(_glibc(tag) <= (2, 17) for tag in tags), (wheel, tags)
     shutil.rmtree(build_dir)
 
 
-def test_deploy_default_runtime_is_a_current_lambda_python() -> None:
+def test_the_deployed_runtime_is_fixed_in_the_template_not_a_parameter() -> None:
+    """A runtime chosen at deploy time could differ from the one the package was built for."""
+    # GIVEN the template as the local engine and sam read it
     stack = Stack.from_file(ROOT / "template.yaml")
-    assert stack.parameters["PythonRuntime"] in {"python3.12", "python3.13"}
+    # WHEN we look for a runtime parameter
+    # THEN there is none, and Globals names a current Lambda Python
+    assert "PythonRuntime" not in stack.parameters
+    assert _deployed_runtime() in {"python3.12", "python3.13"}
 
 
 # Which IAM action each ASL service integration needs.
@@ -183,6 +408,7 @@ def test_the_audit_function_may_do_what_it_does_and_no_more() -> None:
             ("dynamodb:BatchGetItem", table),
             ("dynamodb:UpdateItem", table),
             ("dynamodb:Query", f"{table}/index/OpenWork"),
+            ("dynamodb:Query", f"{table}/index/ObjectContent"),
             ("states:StartExecution", processor),
             (
                 "states:DescribeExecution",

@@ -1,0 +1,45 @@
+"""template.yaml as CloudFormation receives it: translated by the SAM transform."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+import boto3
+from samtranslator.parser.parser import Parser
+from samtranslator.translator.translator import Translator
+from samtranslator.yaml_helper import yaml_parse
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+
+
+@functools.cache
+def _sam_template() -> dict[str, Any]:
+    template: dict[str, Any] = yaml_parse(TEMPLATE.read_text(encoding="utf-8"))
+    # The transform takes S3 locations only; sam package puts the local code there.
+    for resource in template["Resources"].values():
+        properties = resource.get("Properties", {})
+        for key in ("CodeUri", "DefinitionUri"):
+            if isinstance(properties.get(key), str):
+                properties[key] = {"Bucket": "bucket", "Key": properties[key]}
+    return template
+
+
+def translated(parameters: dict[str, str] | None = None) -> dict[str, Any]:
+    """The CloudFormation template the SAM transform makes of template.yaml."""
+    translator = Translator(
+        None, Parser(), boto_session=boto3.session.Session(region_name="us-east-1")
+    )
+    result: dict[str, Any] = translator.translate(
+        copy.deepcopy(_sam_template()),
+        parameter_values=dict(parameters or {}),
+        # Every policy is written out in the template: no managed policy name to look up.
+        get_managed_policy_map=dict,
+    )
+    return result
+
+
+def resources_of_type(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: r for k, r in template["Resources"].items() if r["Type"] == kind}
