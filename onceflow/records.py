@@ -17,13 +17,13 @@ import hashlib
 import json
 import os
 import re
-import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from onceflow.engine import PROJECT_ROOT, ExecutionResult, LocalEngine
+from onceflow.files import private_directory, write_private
 
 DIRECTORY = PROJECT_ROOT / ".onceflow" / "executions"
 # ONCEFLOW_RECORDS moves them (tests use a temporary directory).
@@ -165,14 +165,10 @@ def describe(
 
 def write(data: dict[str, Any], into: Path | None = None) -> Path:
     """Write one record; its file's mtime becomes the execution's start."""
-    folder = into or directory()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_directory(into or directory())
     path = folder / file_name(str(data["name"]), data.get("stateMachineArn"))
-    text = json.dumps(data, default=_json_safe, separators=(",", ":"))
-    # Written aside, then renamed: a reader never sees half a record.
-    temporary = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
+    # A record holds the execution's input and history (message bodies): 0600.
+    write_private(path, json.dumps(data, default=_json_safe, separators=(",", ":")))
     start = _date(data.get("startDate"))
     if start is not None:
         stamp = start.timestamp()

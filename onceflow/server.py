@@ -11,11 +11,19 @@ The protocol is the command line itself: POST /run {"argv": [...]} runs
 `onceflow <argv>` inside the server and answers its exit code, stdout and
 stderr. Commands run one at a time (each one's output is captured). The
 address is in .onceflow/server.json; a stale file (no answer) is ignored.
+
+The token in that file never travels. Each request carries a fresh nonce and
+an HMAC of it (and of the method, path and body) under the token; each answer
+carries an HMAC of the nonce and the answer. A client trusts an answer only
+once it checked that proof, so another local program that took the port of a
+stale server.json learns nothing and cannot answer for the server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import io
 import json
 import os
@@ -33,11 +41,39 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.engine import EngineError, LocalEngine
+from onceflow.files import private_directory, write_private
 
 ROOT = Path(__file__).resolve().parent.parent
 # Commands that use the server when it is up (and no --stack-name is given).
 FORWARDED = frozenset({"demo", "execute", "audit", "redrive", "inspect", "executions", "show"})
 HOST = "127.0.0.1"
+NONCE_HEADER = "X-Onceflow-Nonce"
+AUTH_HEADER = "X-Onceflow-Auth"
+PROOF_HEADER = "X-Onceflow-Proof"
+# Nonces a server remembers to refuse a replayed request (a few per command).
+_REMEMBERED_NONCES = 10_000
+
+
+class ServerError(Exception):
+    """A listener on the recorded port that could not prove it is `onceflow up`."""
+
+
+def _mac(token: str, *parts: bytes) -> str:
+    """HMAC-SHA256 under the token; the first part says what is signed (request or answer)."""
+    return hmac.new(token.encode(), b"\n".join(parts), hashlib.sha256).hexdigest()
+
+
+def request_mac(token: str, method: str, path: str, nonce: str, body: bytes) -> str:
+    return _mac(token, b"request", method.encode(), path.encode(), nonce.encode(), body)
+
+
+def answer_mac(token: str, nonce: str, status: int, body: bytes) -> str:
+    return _mac(token, b"answer", nonce.encode(), str(status).encode(), body)
+
+
+def signed_headers(token: str, method: str, path: str, nonce: str, body: bytes) -> dict[str, str]:
+    """The headers that authenticate one request (the token itself is not among them)."""
+    return {NONCE_HEADER: nonce, AUTH_HEADER: request_mac(token, method, path, nonce, body)}
 
 
 def state_file() -> Path:
@@ -96,47 +132,65 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         self.server.log(f"{self.address_string()} {format % args}")
 
-    def _answer(self, status: int, body: dict[str, Any]) -> None:
+    def _answer(self, status: int, body: dict[str, Any], nonce: str | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if nonce is not None:
+            self.send_header(PROOF_HEADER, answer_mac(self.server.token, nonce, status, data))
         self.end_headers()
         self.wfile.write(data)
 
-    def _authorised(self) -> bool:
-        if not secrets.compare_digest(self.headers.get("X-Onceflow-Token", ""), self.server.token):
-            self._answer(403, {"error": "wrong or missing X-Onceflow-Token"})
-            return False
-        return True
+    def _authorised(self, body: bytes) -> str | None:
+        """The request's nonce when its HMAC holds and the nonce is new; else answer 403."""
+        nonce = self.headers.get(NONCE_HEADER, "")
+        expected = request_mac(self.server.token, self.command, self.path, nonce, body)
+        if (
+            len(nonce) < 32
+            or not hmac.compare_digest(self.headers.get(AUTH_HEADER, ""), expected)
+            or not self.server.fresh(nonce)
+        ):
+            self._answer(403, {"error": "the request is not signed with this server's token"})
+            return None
+        return nonce
 
     def do_GET(self) -> None:
-        if not self._authorised():
+        nonce = self._authorised(b"")
+        if nonce is None:
             return
         if self.path == "/health":
-            self._answer(200, self.server.describe())
+            self._answer(200, self.server.describe(), nonce)
         else:
-            self._answer(404, {"error": f"no {self.path}"})
+            self._answer(404, {"error": f"no {self.path}"}, nonce)
 
     def do_POST(self) -> None:
-        if not self._authorised():
-            return
-        if self.path != "/run":
-            self._answer(404, {"error": f"no {self.path}"})
-            return
         try:
             length = int(self.headers.get("Content-Length", "0"))
-            request = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            length = -1
+        if not 0 <= length <= 1 << 20:
+            self._answer(400, {"error": "bad Content-Length"})
+            return
+        body = self.rfile.read(length)
+        nonce = self._authorised(body)
+        if nonce is None:
+            return
+        if self.path != "/run":
+            self._answer(404, {"error": f"no {self.path}"}, nonce)
+            return
+        try:
+            request = json.loads(body or b"{}")
             argv = request["argv"]
             cwd = request.get("cwd")
             if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
                 raise ValueError("argv must be a list of strings")
             if cwd is not None and not Path(cwd).is_dir():
                 raise ValueError(f"no directory {cwd}")
-        except (ValueError, KeyError) as exc:
-            self._answer(400, {"error": f"bad request: {exc}"})
+        except (ValueError, KeyError, TypeError) as exc:
+            self._answer(400, {"error": f"bad request: {exc}"}, nonce)
             return
-        self._answer(200, self.server.run(argv, cwd))
+        self._answer(200, self.server.run(argv, cwd), nonce)
 
 
 class EngineServer(ThreadingHTTPServer):
@@ -161,6 +215,8 @@ class EngineServer(ThreadingHTTPServer):
         self.commands = 0
         self._lock = threading.Lock()
         self._log = log
+        self._nonces: dict[str, None] = {}  # insertion-ordered: oldest first
+        self._nonces_lock = threading.Lock()
 
     @property
     def port(self) -> int:
@@ -169,6 +225,16 @@ class EngineServer(ThreadingHTTPServer):
     def log(self, text: str) -> None:
         if self._log is not None:
             self._log(text)
+
+    def fresh(self, nonce: str) -> bool:
+        """True the first time a nonce is seen: a captured request cannot be sent again."""
+        with self._nonces_lock:
+            if nonce in self._nonces:
+                return False
+            self._nonces[nonce] = None
+            if len(self._nonces) > _REMEMBERED_NONCES:
+                del self._nonces[next(iter(self._nonces))]
+            return True
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -216,15 +282,9 @@ class EngineServer(ThreadingHTTPServer):
     def publish(self) -> Path:
         """Write the address and token where clients look for them (readable by this user only)."""
         path = state_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        # Created readable by this user only: the token lets a command run here.
-        descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump({**self.describe(), "token": self.token}, handle)
-        tmp.replace(path)
+        private_directory(path.parent)
+        # The token lets a command run here: 0600 from the moment the file exists.
+        write_private(path, json.dumps({**self.describe(), "token": self.token}))
         return path
 
     def unpublish(self) -> None:
@@ -254,40 +314,86 @@ def _command_stdout(out: io.StringIO) -> Iterator[None]:
         sys.stdout, FUNCTION_OUTPUT.passthrough = saved_stdout, saved_passthrough
 
 
+def _impostor(port: Any, why: str) -> ServerError:
+    path = state_file()
+    return ServerError(
+        f"the program listening on {HOST}:{port} (the port {path} names) could not prove "
+        f"it is the onceflow up that wrote that file ({why}); the token was never sent to it "
+        f"and its answer is ignored. If onceflow up is not running, delete {path}; or add "
+        "--no-server."
+    )
+
+
 def _request(state: dict[str, Any], method: str, path: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
+    """One signed request; its answer only once the answer proves the token."""
+    data = b"" if body is None else json.dumps(body).encode()
+    token = str(state["token"])
+    nonce = secrets.token_hex(16)
     request = urllib.request.Request(
-        f"http://{HOST}:{state['port']}{path}",
-        data=data,
+        f"http://{HOST}:{int(state['port'])}{path}",
+        data=data if body is not None else None,
         method=method,
-        headers={"X-Onceflow-Token": str(state["token"]), "Content-Type": "application/json"},
+        headers={
+            **signed_headers(token, method, path, nonce, data),
+            "Content-Type": "application/json",
+        },
     )
     timeout = None if path == "/run" else 2
-    # The URL is always http://127.0.0.1:<port>, never a caller's scheme.
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-        return json.loads(response.read())
+    try:
+        # The URL is always http://127.0.0.1:<port>, never a caller's scheme.
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            status, proof, answer = (
+                response.status,
+                response.headers.get(PROOF_HEADER),
+                response.read(),
+            )
+    except urllib.error.HTTPError as exc:
+        status, proof, answer = exc.code, exc.headers.get(PROOF_HEADER), exc.read()
+    if not proof or not hmac.compare_digest(proof, answer_mac(token, nonce, status, answer)):
+        raise _impostor(state["port"], f"HTTP {status} without a valid {PROOF_HEADER}")
+    if status != 200:
+        raise ServerError(f"the local engine (onceflow up) answered HTTP {status}: {answer!r}")
+    return json.loads(answer)
 
 
 def running() -> dict[str, Any] | None:
-    """The running server's description, or None (no state file, or nobody answers it)."""
+    """The running server's description, or None (no state file, or nobody listens).
+
+    Raises ServerError when something listens on the recorded port but cannot
+    prove it knows the token: a stale file whose port another program took.
+    """
     path = state_file()
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
+        port, token = int(state["port"]), str(state["token"])
     except FileNotFoundError:
         return None
-    except ValueError:
+    except (ValueError, KeyError, TypeError):
         return None  # a half-written or foreign file: treat as no server
+    if not 0 < port < 65536 or not token:
+        return None
     try:
-        health = _request(state, "GET", "/health")
-        return {**health, "token": state["token"]}
-    except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError):
-        return None  # stale (the server that wrote it is gone), or not a server's file
+        health = _request({"port": port, "token": token}, "GET", "/health")
+    except ConnectionRefusedError:
+        return None  # stale: the server that wrote it is gone and nobody took its port
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ConnectionRefusedError):
+            return None
+        raise _impostor(port, f"{exc.reason}") from exc
+    except (OSError, ValueError) as exc:
+        raise _impostor(port, f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(health, dict):
+        raise _impostor(port, "its answer is not a description")
+    return {**health, "port": port, "token": token}
 
 
 def forward(state: dict[str, Any], argv: list[str]) -> int:
     """Run the command on the server; print what it printed; return its exit code."""
     try:
         answer = _request(state, "POST", "/run", {"argv": argv, "cwd": os.getcwd()})
+    except ServerError as exc:
+        print(f"onceflow: {exc}", file=sys.stderr)
+        return 2
     except (OSError, urllib.error.URLError, ValueError) as exc:
         print(
             f"onceflow: the local engine (onceflow up, port {state['port']}) did not answer "
@@ -310,7 +416,12 @@ def serve(
     ready: Callable[[EngineServer], None] | None = None,
 ) -> int:
     """`onceflow up`: start the engine and serve until interrupted."""
-    existing = running()
+    try:
+        existing = running()
+    except ServerError as exc:
+        # Not a onceflow server: this one publishes a new address over the stale file.
+        print(f"onceflow up: {exc}", file=sys.stderr)
+        existing = None
     if existing is not None:
         print(
             f"onceflow up: a local engine is already up (pid {existing['pid']}, "

@@ -23,6 +23,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from onceflow import diagram, history, records
+from onceflow.files import private_directory, write_private
 from onceflow.ops import OpsError, Target
 from onceflow.records import Record, RecordError
 
@@ -1172,6 +1173,6 @@ def html_path(record: Record, folder: Path | None = None) -> Path:
 
 
 def write_page(record: Record, asl: dict[str, Any], destination: Path) -> Path:
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    destination.write_text(page(record, asl), encoding="utf-8")
-    return destination
+    """The page holds the execution's input and history (message bodies): 0600."""
+    private_directory(destination.parent)
+    return write_private(destination, page(record, asl))

@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -238,3 +240,139 @@ def test_onceflow_up_serves_until_terminated_and_cleans_up(state_dir: Path) -> N
     assert "stopping the local engine" in err
     assert not (state_dir / "server.json").exists()
     assert server.running() is None
+
+
+class _Impostor(ThreadingHTTPServer):
+    """Some other local program that took the port a stale server.json names.
+
+    It answers like `onceflow up` would (a health page, a cheerful command
+    result) but does not know the token; it keeps every request it is sent.
+    """
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+        impostor = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                return None  # a quiet impostor
+
+            def _answer(self, body: dict[str, object]) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                payload = self.rfile.read(length) if length else b""
+                impostor.received.append(bytes(self.headers) + payload)
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                # A proof it cannot compute: it does not know the token.
+                self.send_header("X-Onceflow-Proof", "0" * 64)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._answer({"pid": 1, "port": impostor.server_address[1], "parameters": {}})
+
+            def do_POST(self) -> None:
+                self._answer({"code": 0, "stdout": "exactly once: OK\n", "stderr": ""})
+
+        super().__init__((server.HOST, 0), Handler)
+
+
+def test_a_listener_that_cannot_prove_the_token_gets_nothing_and_is_refused(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a stale server.json whose port another local program now listens on
+    impostor = _Impostor()
+    thread = threading.Thread(target=impostor.serve_forever, daemon=True)
+    thread.start()
+    token = "4f6e6365666c6f772d746f6b656e2121"
+    (state_dir / "server.json").write_text(
+        json.dumps({"port": impostor.server_address[1], "token": token, "pid": 1}),
+        encoding="utf-8",
+    )
+    try:
+        # WHEN a command looks for `onceflow up`
+        code = main(EXECUTE)
+    finally:
+        impostor.shutdown()
+        impostor.server_close()
+        thread.join(5)
+    # THEN it refuses with a clear error and a non-zero exit, prints nothing of the impostor's
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "exactly once: OK" not in out
+    assert "could not prove" in err and "server.json" in err
+    # AND the token never reached the impostor, in any header or body
+    assert impostor.received, "the client did ask the listener"
+    assert all(token.encode() not in request for request in impostor.received)
+
+
+def test_the_server_answers_only_a_request_authenticated_with_its_token(
+    up: server.EngineServer,
+) -> None:
+    # GIVEN the running server, and a request signed with a wrong token
+    forged = server.signed_headers("0" * 32, "GET", "/health", "n" * 32, b"")
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{up.port}/health", headers=forged, method="GET"
+    )
+    # WHEN it is sent, THEN it is refused
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 403
+    # AND the token itself, sent as a header, is no credential either
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{up.port}/health",
+        headers={"X-Onceflow-Token": up.token},
+        method="GET",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 403
+
+
+def test_a_replayed_request_is_refused(up: server.EngineServer) -> None:
+    # GIVEN a request correctly signed once
+    headers = server.signed_headers(up.token, "GET", "/health", "r" * 32, b"")
+    url = f"http://127.0.0.1:{up.port}/health"
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as ok:
+        assert ok.status == 200
+    # WHEN someone who saw it sends it again, THEN the server refuses it
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5)
+    assert refused.value.code == 403
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_records_pages_and_the_address_file_are_this_users_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN state and record directories that do not exist yet, and a permissive umask
+    state = tmp_path / "state" / "nested"
+    recorded = tmp_path / "records" / "executions"
+    monkeypatch.setenv("ONCEFLOW_STATE_DIR", str(state))
+    monkeypatch.setenv("ONCEFLOW_RECORDS", str(recorded))
+    page = tmp_path / "pages" / "run.html"
+    previous = os.umask(0o022)
+    try:
+        # WHEN an execution is run, recorded and shown, and `onceflow up` publishes its address
+        assert main(["execute", "ProcessorStateMachine", "-e", CUSTOM, "--no-server"]) == 0
+        (record,) = list(recorded.iterdir())
+        assert main(["show", record.stem.split("@")[0], "--html", str(page)]) == 0
+        with LocalEngine(parameters={}) as engine:
+            published = server.EngineServer(engine, {}).publish()
+            published_mode = _mode(published)
+    finally:
+        os.umask(previous)
+    # THEN the files (they hold message bodies, or the token) are 0600
+    assert _mode(record) == 0o600
+    assert _mode(page) == 0o600
+    assert published_mode == 0o600
+    # AND the directories created for them are 0700
+    for directory in (recorded, recorded.parent, page.parent, state, state.parent):
+        assert _mode(directory) == 0o700, directory
