@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import io
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -207,32 +209,73 @@ def render_audit(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_SINCE = re.compile(r"^(\d+)([mhd])$")
+
+
+def _since(text: str) -> datetime.datetime:
+    """--since: 90m, 24h, 7d (that long ago), or an ISO 8601 time (UTC unless it says)."""
+    match = _SINCE.match(text)
+    if match:
+        unit = {"m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
+        delta = datetime.timedelta(**{unit: int(match.group(1))})
+        return datetime.datetime.now(datetime.UTC) - delta
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a duration (90m, 24h, 7d) nor an ISO 8601 time"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
+
+
 def cmd_redrive(args: argparse.Namespace) -> int:
+    if not args.undelivered and args.since is not None:
+        raise SystemExit("onceflow redrive: --since applies to --undelivered only")
+    if args.undelivered and args.queue is not None:
+        raise SystemExit(
+            "onceflow redrive: --undelivered reads the processor's failed executions, not a queue"
+        )
+
     def show(item: ops.Redriven) -> None:
-        what = item.idempotency_key or "(an invalid event: no key)"
-        print(f"{item.action:<15} {what}  {item.detail}", file=sys.stderr)
+        what = item.failed_execution or item.idempotency_key or "(an invalid event: no key)"
+        print(f"{item.action:<17} {what}  {item.detail}", file=sys.stderr)
 
     with _target(args) as target:
-        report = ops.redrive(
-            target,
-            args.max,
-            args.dry_run,
-            progress=None if args.json else show,
-            queue=args.queue,
-        )
+        if args.undelivered:
+            report = ops.redrive_undelivered(
+                target, args.max, args.since, args.dry_run, progress=None if args.json else show
+            )
+        else:
+            report = ops.redrive(
+                target,
+                args.max,
+                args.dry_run,
+                progress=None if args.json else show,
+                queue=args.queue or "processor",
+            )
     data = report.as_dict()
     if args.json:
         print(json.dumps(data, indent=2))
         return 0 if data["kept"] == 0 else 1
     for item in report.messages:
         if item.outcome:
-            print(f"  {item.idempotency_key or item.message_id}: {item.outcome}")
-    verb = "would move" if args.dry_run else "moved"
+            print(
+                f"  {item.idempotency_key or item.execution_arn or item.message_id}: {item.outcome}"
+            )
     moved = data["would_resubmit"] if args.dry_run else data["resubmitted"]
-    print(
-        f"redrive: {verb} {moved} message(s) back into processing; "
-        f"{data['kept']} kept in the DLQ, {data['deleted_already_processed']} stale removed"
-    )
+    if args.undelivered:
+        verb = "would restart" if args.dry_run else "restarted"
+        print(
+            f"redrive: {verb} {moved} undelivered execution(s); "
+            f"{data['already_restarted']} restarted by an earlier run, {data['kept']} kept"
+        )
+    else:
+        verb = "would move" if args.dry_run else "moved"
+        print(
+            f"redrive: {verb} {moved} message(s) back into processing; "
+            f"{data['kept']} kept in the DLQ, {data['left']} left for a later run (their work "
+            f"was moved earlier in this run), {data['deleted_already_processed']} stale removed"
+        )
     return 0 if data["kept"] == 0 else 1
 
 
@@ -433,14 +476,35 @@ def build_parser() -> argparse.ArgumentParser:
     audit.set_defaults(func=cmd_audit)
 
     redrive = commands.add_parser(
-        "redrive", help="move DLQ messages back into processing (a deliberate second chance)"
+        "redrive",
+        help="move DLQ messages back into processing (a deliberate second chance); "
+        "--undelivered restarts executions that could not dead-letter",
+        description="Move DLQ messages back into processing, each piece of work at most once "
+        "per run. With --undelivered, restart instead the processor executions that ended "
+        "in DeadLetterFailed (their DLQ message could not be sent), each at most once ever.",
     )
-    redrive.add_argument("--max", type=int, help="move at most N messages")
+    redrive.add_argument(
+        "--max", type=int, help="move at most N messages (restart at most N executions)"
+    )
     redrive.add_argument(
         "--queue",
         choices=sorted(ops.QUEUES),
-        default="processor",
+        default=None,
         help="the processor's DLQ (default), or the EventBridge rules' ingress DLQ",
+    )
+    redrive.add_argument(
+        "--undelivered",
+        action="store_true",
+        help="restart the processor's FAILED executions whose error is DeadLetterFailed "
+        "(newest first), with their original input, under a name derived from theirs: "
+        "each is restarted at most once however often this runs",
+    )
+    redrive.add_argument(
+        "--since",
+        type=_since,
+        metavar="WHEN",
+        help="with --undelivered: only executions started since WHEN "
+        "(90m, 24h, 7d, or an ISO 8601 time; default: all Step Functions keeps, 90 days)",
     )
     redrive.add_argument(
         "--dry-run", action="store_true", help="show what would move; change nothing"
@@ -565,7 +629,11 @@ def _forward(argv: list[str], args: argparse.Namespace) -> int | None:
         return None
     if getattr(args, "event", None) == "-":
         return None  # stdin stays with this process
-    state = server.running()
+    try:
+        state = server.running()
+    except server.ServerError as exc:
+        print(f"onceflow: {exc}", file=sys.stderr)
+        return 2
     if state is None:
         return None
     if args.command == "demo":

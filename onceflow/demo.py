@@ -30,10 +30,11 @@ AUDIT_LABELS = (
     ("missing_resubmitted", "missing, resubmitted"),
     ("failed_resubmitted", "failed, resubmitted"),
     ("dead_lettered_skipped", "dead-lettered, skipped"),
-    ("unversioned_skipped", "unversioned, skipped"),
+    ("superseded_skipped", "replaced before processing, skipped"),
     ("stuck_released", "stuck locks released"),
     ("stuck_dead_lettered", "stuck at max attempts, dead-lettered"),
     ("stuck_left_alone", "stuck locks renewed meanwhile"),
+    ("failed_dead_lettered", "failed at max attempts, dead-lettered"),
     ("resubmit_errors", "could not be resubmitted"),
 )
 

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import copy
+import datetime
 import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
-from onceflow import ops
+from onceflow import ops, patches
 from onceflow.cli import main
 from onceflow.engine import LocalEngine
 from tests.helpers import (
     FUNCTION,
     MACHINE,
     PermanentError,
+    TransientError,
     attributes,
     dlq_messages,
     idempotency_key,
     ledger_row,
+    load_event,
     output_effects,
     s3_event,
     upload,
@@ -220,3 +227,246 @@ def test_redrive_from_the_ingress_dlq_starts_the_event_as_it_was(engine: LocalEn
     assert item.action == "resubmitted" and item.outcome == "SUCCEEDED"
     assert output_effects(engine) == 1
     assert ledger_row(engine, idempotency_key(engine, "ingress.png", version)) is not None
+
+
+def _settle_each_start(engine: LocalEngine, starts: list[str]) -> Any:
+    """A progress callback: each redriven execution ends (and dead-letters anew) before
+    the run receives again, as a slow run on AWS would see it; a runaway is cut short."""
+
+    def settle(item: ops.Redriven) -> None:
+        if item.execution_arn and item.action == "resubmitted":
+            starts.append(item.execution_arn)
+            assert len(starts) <= 3, f"runaway: {len(starts)} starts in one redrive run"
+            engine.wait(item.execution_arn)
+
+    return settle
+
+
+def test_a_run_without_max_redrives_a_still_failing_key_once_and_stops(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN a corrupt upload, dead-lettered as poison
+    version = upload(engine, "runaway.png", b"not an image")
+    pk = idempotency_key(engine, "runaway.png", version)
+    assert engine.execute(MACHINE, s3_event(engine, "runaway.png", version)).states_entered[-1] == (
+        "DeadLettered"
+    )
+    (first,) = dlq_messages(engine)
+    starts: list[str] = []
+    # WHEN one redrive run without --max moves it, and the work fails again during the run
+    report = ops.redrive(ops.LocalTarget(engine), progress=_settle_each_start(engine, starts))
+    # THEN the key was started once; its new dead letter was left for a later run
+    assert len(starts) == 1 and report.count("resubmitted") == 1
+    assert [m.action for m in report.messages] == ["resubmitted", "left"]
+    left = report.messages[1]
+    assert left.idempotency_key == pk and "earlier in this run" in left.detail
+    # AND the DLQ holds exactly that one new message, visible again
+    (again,) = dlq_messages(engine)
+    assert again["MessageId"] == left.message_id != first["MessageId"]
+    assert attributes(again)["IDEMPOTENCY_KEY"] == pk
+    row = ledger_row(engine, pk)
+    assert row is not None and row["redrives"] == "1" and "dead_lettered_at" in row
+
+
+def test_a_run_redrives_a_still_invalid_keyless_event_once_and_stops(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN an event no key can be derived from, dead-lettered as InvalidEvent
+    assert (
+        engine.execute(MACHINE, load_event("invalid-unknown-shape.json")).states_entered[-1]
+        == "InvalidEvent"
+    )
+    starts: list[str] = []
+    # WHEN a run redrives it and it is dead-lettered again (no key: EXECUTION_ARN and the
+    # event say it is the same work)
+    report = ops.redrive(ops.LocalTarget(engine), progress=_settle_each_start(engine, starts))
+    # THEN it was started once and the run stopped, its new message left in the DLQ
+    assert len(starts) == 1
+    assert [m.action for m in report.messages] == ["resubmitted", "left"]
+    (again,) = dlq_messages(engine)
+    assert attributes(again)["EXECUTION_ARN"] == starts[0]
+    assert report.as_dict()["left"] == 1
+
+
+def test_a_row_redriven_many_times_keeps_a_bounded_claims_list(engine: LocalEngine) -> None:
+    # GIVEN a poison object, dead-lettered
+    version = upload(engine, "again-and-again.png", b"not an image")
+    pk = idempotency_key(engine, "again-and-again.png", version)
+    engine.execute(MACHINE, s3_event(engine, "again-and-again.png", version))
+    # WHEN it is redriven 14 times, failing every time
+    redriven = []
+    for _ in range(14):
+        (item,) = ops.redrive(ops.LocalTarget(engine)).messages
+        assert item.action == "resubmitted" and item.outcome == "FAILED (PermanentError)"
+        redriven.append(item.execution_arn)
+    # THEN the row keeps the newest claims only, and counts the ones it let go
+    row = ops.inspect_key(ops.LocalTarget(engine), pk)["row"]
+    assert row["redrives"] == 14
+    # The newest 10 kept at the last reset, plus that redrive's own Reclaim.
+    assert len(row["claims"]) == 11
+    assert row["claims"] == redriven[-len(row["claims"]) :]
+    assert row["claims_dropped"] + len(row["claims"]) == 15  # the first claim and 14 redrives
+    assert len(dlq_messages(engine)) == 1
+
+
+def test_a_reset_that_races_a_change_of_the_row_does_not_overwrite_it(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN a dead-lettered row, and a writer that changes it between redrive's read and write
+    pk = dead_letter(engine, "raced.png")
+    dynamodb = engine.client("dynamodb")
+    real_get = dynamodb.get_item
+    changed = {"n": 0}
+
+    def get_then_change(**kwargs: Any) -> Any:
+        item = real_get(**kwargs)
+        if changed["n"] == 0:
+            changed["n"] += 1
+            # Someone processes it meanwhile (a hand-made fix): the reset must not undo that.
+            dynamodb.update_item(
+                TableName=engine.ref("LedgerTable"),
+                Key={"pk": {"S": pk}},
+                UpdateExpression="SET #s = :p, updated_at = :t",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={":p": {"S": "PROCESSED"}, ":t": {"N": "1"}},
+            )
+        return item
+
+    target = ops.LocalTarget(engine)
+    real_client = target.client
+
+    def client(service: str) -> Any:
+        if service == "dynamodb":
+            wrapped = type("Wrapped", (), {})()
+            wrapped.get_item = get_then_change  # type: ignore[attr-defined]
+            wrapped.update_item = dynamodb.update_item  # type: ignore[attr-defined]
+            return wrapped
+        return real_client(service)
+
+    target.client = client  # type: ignore[method-assign]
+    # WHEN the DLQ is redriven
+    report = ops.redrive(target)
+    # THEN the write saw the change, read again, and removed the now stale message
+    (item,) = report.messages
+    assert item.action == "deleted" and "already processed" in item.detail
+    row = ledger_row(engine, pk)
+    assert row is not None and row["status"] == "PROCESSED" and "redrives" not in row
+    assert dlq_messages(engine) == []
+
+
+def _dlq_refuses(service: str, operation: str, body: str) -> Any:
+    """SQS answering SendMessage as it does when the queue's KMS key refuses the sender
+    (the JSON protocol: __type, and the query-compatible code in x-amzn-query-error)."""
+    if service != "sqs" or operation != "SendMessage":
+        return None
+    return (
+        400,
+        {
+            "x-amzn-RequestId": str(uuid.uuid4()),
+            "x-amzn-query-error": "KMS.AccessDeniedException;Sender",
+            "Content-Type": "application/x-amz-json-1.0",
+        },
+        json.dumps(
+            {
+                "__type": "com.amazonaws.sqs#KmsAccessDenied",
+                "message": "injected: the DLQ's KMS key does not let this role use it",
+            }
+        ),
+    )
+
+
+@contextmanager
+def _dlq_refusing() -> Iterator[None]:
+    patches.FAULTS.append(_dlq_refuses)
+    try:
+        yield
+    finally:
+        patches.FAULTS.remove(_dlq_refuses)
+
+
+def _processor_executions(engine: LocalEngine) -> list[str]:
+    sfn = engine.client("stepfunctions")
+    pages = sfn.get_paginator("list_executions").paginate(stateMachineArn=engine.ref(MACHINE))
+    return [e["executionArn"] for page in pages for e in page["executions"]]
+
+
+def test_an_event_that_could_not_be_dead_lettered_is_restarted_once_by_redrive_undelivered(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN an invalid event whose DLQ message could not be sent (the DLQ refused it)
+    event = load_event("invalid-unknown-shape.json")
+    with _dlq_refusing():
+        undelivered = engine.execute(MACHINE, copy.deepcopy(event))
+    assert undelivered.status == "FAILED" and undelivered.error == "DeadLetterFailed"
+    assert undelivered.states_entered[-1] == "DeadLetterFailed"
+    assert dlq_messages(engine) == []
+    # AND an execution that failed for another reason, which is not redrive's to restart
+    version = upload(engine, "flaky.png")
+
+    def flaky(event: dict[str, Any], context: Any) -> Any:
+        raise TransientError("injected: S3 SlowDown")
+
+    with engine.override_function(FUNCTION, flaky):
+        other = engine.execute(MACHINE, s3_event(engine, "flaky.png", version))
+    assert other.status == "FAILED" and other.error == "TransientError"
+    target = ops.LocalTarget(engine)
+    # WHEN the DLQ works again: a dry run, then two real runs
+    before = len(_processor_executions(engine))
+    dry = ops.redrive_undelivered(target, dry_run=True)
+    assert [(m.action, m.failed_execution) for m in dry.messages] == [
+        ("would resubmit", undelivered.arn)
+    ]
+    assert len(_processor_executions(engine)) == before and dlq_messages(engine) == []
+    first = ops.redrive_undelivered(target)
+    second = ops.redrive_undelivered(target)
+    # THEN the undelivered execution was restarted once, with its original input
+    (restarted,) = first.messages
+    assert restarted.action == "resubmitted" and restarted.failed_execution == undelivered.arn
+    assert restarted.outcome == "FAILED (InvalidEvent)"
+    rerun = engine.wait(str(restarted.execution_arn))
+    assert rerun.input == event
+    assert rerun.name == ops.undelivered_name(undelivered.name)
+    (again,) = second.messages
+    assert again.action == "already restarted" and again.execution_arn == rerun.arn
+    assert len(_processor_executions(engine)) == before + 1
+    # AND exactly one DLQ message now holds it, as the processor dead-letters an invalid event
+    (message,) = dlq_messages(engine)
+    assert attributes(message)["EXHAUSTED_RETRY_CONDITION"] == "InvalidEvent"
+    assert attributes(message)["EXECUTION_ARN"] == rerun.arn
+    assert json.loads(message["Body"])["event"] == event
+
+
+def test_redrive_undelivered_looks_back_only_as_far_as_since_and_max(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN two undelivered events
+    with _dlq_refusing():
+        older = engine.execute(MACHINE, load_event("invalid-unknown-shape.json"))
+        newer = engine.execute(MACHINE, load_event("invalid-s3-missing-key.json"))
+    assert older.error == newer.error == "DeadLetterFailed"
+    target = ops.LocalTarget(engine)
+    # WHEN redrive looks only at executions started after both, THEN it restarts nothing
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)
+    assert ops.redrive_undelivered(target, since=later).messages == []
+    # WHEN it may restart one, THEN it restarts the newest
+    (one,) = ops.redrive_undelivered(target, max_executions=1).messages
+    assert one.action == "resubmitted" and one.failed_execution == newer.arn
+    # AND the next run restarts the other, and only that one
+    rest = ops.redrive_undelivered(target)
+    assert sorted((m.action, m.failed_execution) for m in rest.messages) == sorted(
+        [("already restarted", newer.arn), ("resubmitted", older.arn)]
+    )
+    assert len(dlq_messages(engine)) == 2
+
+
+def test_cli_redrive_undelivered_on_a_fresh_local_stack(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["redrive", "--undelivered", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["undelivered"] is True and data["resubmitted"] == 0
+    assert main(["redrive", "--undelivered", "--since", "2h", "--dry-run"]) == 0
+    assert "would restart 0 undelivered execution(s)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        main(["redrive", "--undelivered", "--queue", "ingress"])
+    assert "--undelivered reads the processor's failed executions" in str(refused.value.code)
