@@ -125,10 +125,20 @@ def _prepare_object(
         return notes
     except ClientError:
         pass  # not there yet: upload the sample below
-    new_version = s3.put_object(Bucket=bucket, Key=key, Body=_sample_body(key)).get("VersionId")
+    uploaded = s3.put_object(Bucket=bucket, Key=key, Body=_sample_body(key))
+    new_version = uploaded.get("VersionId")
     kind = "text (not an image)" if key.endswith(".txt") else "image"
     notes.append(f"uploaded a sample {kind} to s3://{bucket}/{key}")
     if isinstance(version, str) and new_version:
         _set(holder, version_path, new_version)
         notes.append(f"version id {version} is now {new_version}, the one S3 gave the upload")
+    # An upload without a real version id is read only while it still holds the
+    # ETag its event names (anything else counts as superseded): name the sample's.
+    parent_path = version_path.rpartition(".")[0]
+    parent = _get(holder, parent_path) if parent_path else holder
+    etag = str(uploaded.get("ETag", "")).strip('"')
+    for field in ("etag", "eTag"):
+        if isinstance(parent, dict) and isinstance(parent.get(field), str) and etag:
+            notes.append(f"etag {parent[field]} is now {etag}, the one S3 gave the upload")
+            parent[field] = etag
     return notes

@@ -16,6 +16,19 @@ class PermanentError(ProcessingError):
     """The input can never be processed (not an image, corrupt, gone). Dead-lettered at once."""
 
 
+class ObjectSuperseded(ProcessingError):
+    """The object of an unversioned work item no longer holds the content its event announced.
+
+    Without version ids an upload overwrites the key in place: when the key now
+    holds other bytes (its ETag no longer matches) or is gone, the announced
+    content can never be read again. Processing the replacement instead would
+    process it twice and the announced content never, so the work item ends in
+    the state machine's Superseded state; the replacement is its own upload,
+    with its own event (or the audit's resubmission). Deliberately not a
+    PermanentError: nothing failed, and nothing belongs in the DLQ.
+    """
+
+
 class ConfigurationError(Exception):
     """An environment variable the function needs is missing or malformed."""
 

@@ -68,6 +68,7 @@ class AuditSettings:
     recent_cutoff_seconds: float
     retention_seconds: float
     stuck_margin_seconds: float
+    object_content_index: str = "ObjectContent"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AuditSettings:
@@ -83,6 +84,7 @@ class AuditSettings:
             recent_cutoff_seconds=_number(env, "AUDIT_RECENT_CUTOFF_HOURS", 0) * 3600,
             retention_seconds=_number(env, "RETENTION_DAYS", 1) * 86400,
             stuck_margin_seconds=_number(env, "AUDIT_STUCK_MARGIN_SECONDS", 0),
+            object_content_index=env.get("OBJECT_CONTENT_INDEX", "ObjectContent"),
         )
 
 

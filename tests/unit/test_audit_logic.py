@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import boto3
 import pytest
+from botocore.exceptions import ClientError
+from botocore.stub import Stubber
 
 from service.errors import ConfigurationError, is_transient
 from service.logic.audit import (
@@ -13,10 +16,13 @@ from service.logic.audit import (
     ListedObject,
     add_counts,
     classify,
+    content_row,
+    idempotency_key,
     object_work_item,
     resubmission_name,
     row_work_item,
 )
+from service.logic.s3objects import object_ref, plain_etag
 from service.settings import AuditSettings
 
 NOW = 1_800_000_000.0
@@ -48,9 +54,130 @@ def test_classify(age_hours: float, row: dict[str, Any] | None, verdict: str) ->
     assert classify(listed(age_hours), row, WINDOW) == verdict
 
 
-def test_a_null_version_is_never_resubmitted_under_a_guessed_key() -> None:
-    # The processor keyed it on the event's sequencer, which no listing shows.
-    assert classify(listed(24, "null"), None, WINDOW) == "unversioned_skipped"
+def test_an_unversioned_upload_without_a_row_is_resubmitted_under_its_etag_and_time() -> None:
+    # GIVEN an upload without a version id, 24 h old, that no row has
+    obj = listed(24, "null")
+    # WHEN the audit classifies it THEN it is missing, as a versioned upload would be
+    assert classify(obj, None, WINDOW) == "missing_resubmitted"
+    # AND its key names that upload (ETag without quotes, last-modified in ms):
+    # the same in every audit, and new for a later upload of the same bytes
+    key = idempotency_key("b", obj)
+    assert key == f"s3://b/k.png#etag:etag:{round(obj.last_modified * 1000)}"
+    assert key == idempotency_key("b", listed(24, "null"))
+    assert key != idempotency_key("b", listed(23, "null"))
+    item = object_work_item("b", obj, key)["workItem"]
+    assert item == {"source": "audit", "idempotencyKey": key, "bucket": "b", "key": "k.png",
+                    "versionId": "null", "etag": '"etag"', "size": 10}  # fmt: skip
+
+
+def test_a_null_version_that_is_no_longer_current_is_not_resubmitted() -> None:
+    # GIVEN versioning switched back on: the null upload is an older version now
+    old = ListedObject("k.png", "null", NOW - 24 * 3600, '"etag"', 10, latest=False)
+    # WHEN the audit classifies it, with or without a row
+    # THEN it is skipped: the processor reads only the key's current content
+    assert classify(old, None, WINDOW) == "superseded_skipped"
+    assert classify(old, {"status": "FAILED", "attempts": 1, **LIVE}, WINDOW) == (
+        "superseded_skipped"
+    )
+    # AND a versioned upload that is no longer current is still its own work
+    assert classify(listed(24), None, WINDOW) == "missing_resubmitted"
+    assert classify(ListedObject("k.png", "v1", NOW - 3600, '"e"', 1, latest=False), None,
+                    WINDOW) == "skipped_recent"  # fmt: skip
+
+
+def test_count_keys_no_longer_know_unversioned_skipped() -> None:
+    assert "unversioned_skipped" not in COUNT_KEYS
+    assert "missing_resubmitted" in COUNT_KEYS
+
+
+_PROCESSED = {"pk": "s3://b/k.png#SEQ1", "status": "PROCESSED", **LIVE}
+_PROCESSING = {"pk": "s3://b/k.png#SEQ2", "status": "PROCESSING", **LIVE}
+_RETRYABLE = {"pk": "s3://b/k.png#SEQ3", "status": "FAILED", "attempts": 1, **LIVE}
+_DEAD = {"pk": "s3://b/k.png#SEQ4", "status": "FAILED", "attempts": 3, **LIVE}
+_SUPERSEDED = {**_PROCESSED, "pk": "s3://b/k.png#SEQ5", "superseded_at": 1}
+_EXPIRED = {**_PROCESSED, "pk": "s3://b/k.png#SEQ6", "expires_at": int(NOW) - 1}
+
+
+@pytest.mark.parametrize(
+    ("rows", "chosen", "verdict"),
+    [
+        ([], None, "missing_resubmitted"),
+        ([_DEAD, _RETRYABLE, _PROCESSING, _PROCESSED], _PROCESSED, "ok"),
+        ([_DEAD, _RETRYABLE, _PROCESSING], _PROCESSING, "in_progress"),
+        ([_DEAD, _RETRYABLE], _RETRYABLE, "failed_resubmitted"),
+        ([_DEAD], _DEAD, "dead_lettered_skipped"),
+        # Its content was replaced before it was processed: the same bytes again are new.
+        ([_SUPERSEDED], None, "missing_resubmitted"),
+        ([_EXPIRED], None, "missing_resubmitted"),
+    ],
+)
+def test_the_row_of_unversioned_content_is_the_most_settled_live_one(
+    rows: list[dict[str, Any]], chosen: dict[str, Any] | None, verdict: str
+) -> None:
+    # GIVEN the rows the ObjectContent index holds for the object's current ETag
+    # WHEN the audit picks the one that stands for the content
+    row = content_row(rows, WINDOW)
+    # THEN it is the most settled live row, and the verdict is that row's
+    assert row == chosen
+    assert classify(listed(24, "null"), row, WINDOW) == verdict
+
+
+def test_a_listing_etag_and_an_event_etag_are_one_etag() -> None:
+    assert plain_etag('"abc-2"') == plain_etag("abc-2") == "abc-2"
+    assert object_ref("b", "a/k é.png") == "s3://b/a/k é.png"
+
+
+def test_the_content_query_asks_for_both_etag_forms_and_reads_every_page() -> None:
+    from service.dal.ledger import Ledger
+
+    # GIVEN an index that answers in two pages (stubbed, as DynamoDB would)
+    client = boto3.client("dynamodb", region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    expected = {
+        "TableName": "t",
+        "IndexName": "ObjectContent",
+        "KeyConditionExpression": "object_ref = :ref",
+        "FilterExpression": "#etag IN (:bare, :quoted)",
+        "ExpressionAttributeNames": {"#etag": "etag"},
+        "ExpressionAttributeValues": {
+            ":ref": {"S": "s3://b/k.png"}, ":bare": {"S": "abc"}, ":quoted": {"S": '"abc"'},
+        },
+    }  # fmt: skip
+    last = {"pk": {"S": "s3://b/k.png#A"}, "object_ref": {"S": "s3://b/k.png"}}
+    with Stubber(client) as stub:
+        stub.add_response(
+            "query",
+            {"Items": [{**last, "status": {"S": "PROCESSED"}}], "LastEvaluatedKey": last},
+            expected,
+        )
+        stub.add_response(
+            "query",
+            {"Items": [{"pk": {"S": "s3://b/k.png#B"}, "status": {"S": "FAILED"}}]},
+            {**expected, "ExclusiveStartKey": last},
+        )
+        # WHEN the audit asks for the rows of a listed (quoted) ETag
+        rows = Ledger("t", "OpenWork", client).content_rows("s3://b/k.png", '"abc"')
+        stub.assert_no_pending_responses()
+    # THEN both pages were read
+    assert [r["pk"] for r in rows] == ["s3://b/k.png#A", "s3://b/k.png#B"]
+
+
+def test_a_throttled_content_query_is_transient_and_a_refused_one_is_not() -> None:
+    from service.dal.ledger import Ledger
+    from service.errors import TransientError
+
+    client = boto3.client("dynamodb", region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    ledger = Ledger("t", "OpenWork", client)
+    with Stubber(client) as stub:
+        stub.add_client_error(
+            "query", "ProvisionedThroughputExceededException", http_status_code=400
+        )
+        stub.add_client_error("query", "ValidationException", http_status_code=400)
+        with pytest.raises(TransientError, match="object-content index"):
+            ledger.content_rows("s3://b/k.png", "abc")
+        with pytest.raises(ClientError, match="ValidationException"):
+            ledger.content_rows("s3://b/k.png", "abc")
 
 
 def test_counts_add_up_and_ignore_what_is_not_a_count() -> None:
@@ -99,6 +226,9 @@ def test_audit_settings_parse_the_environment() -> None:
     settings = AuditSettings.from_env(ENV)
     assert settings.recent_cutoff_seconds == 43200 and settings.retention_seconds == 2592000
     assert settings.max_attempts == 3 and settings.report_prefix == "reports/audit/"
+    assert settings.object_content_index == "ObjectContent"
+    named = AuditSettings.from_env({**ENV, "OBJECT_CONTENT_INDEX": "Other"})
+    assert named.object_content_index == "Other"
 
 
 @pytest.mark.parametrize(

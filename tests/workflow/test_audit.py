@@ -486,7 +486,7 @@ def test_a_throttled_resubmission_after_a_release_is_not_lost(audited: LocalEngi
     assert output_effects(audited) == 1
 
 
-def test_an_unversioned_listing_skips_and_counts_every_object(audited: LocalEngine) -> None:
+def test_an_unversioned_listing_names_every_object_version_null(audited: LocalEngine) -> None:
     from service.dal.bucket import Bucket
 
     s3 = audited.client("s3")
@@ -498,3 +498,4 @@ def test_an_unversioned_listing_skips_and_counts_every_object(audited: LocalEngi
     objects, cursor = bucket.page("", None, versioned=False)
     assert cursor is None
     assert [(o.key, o.version_id) for o in objects] == [("a.png", "null"), ("b.png", "null")]
+    assert all(o.latest for o in objects)  # without versions, each is its key's content

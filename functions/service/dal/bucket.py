@@ -8,7 +8,8 @@ import boto3
 from botocore.exceptions import ClientError
 
 from service.errors import TransientError, is_transient
-from service.logic.audit import NULL_VERSION, ListedObject
+from service.logic.audit import ListedObject
+from service.logic.s3objects import NULL_VERSION
 
 PAGE_SIZE = 1000  # the most one ListObjectsV2 / ListObjectVersions call returns
 
@@ -58,6 +59,7 @@ class Bucket:
                 last_modified=v["LastModified"].timestamp(),
                 etag=str(v.get("ETag", "")),
                 size=int(v.get("Size", 0)),
+                latest=bool(v.get("IsLatest", True)),
             )
             for v in response.get("Versions", [])
         ]

@@ -10,6 +10,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from service.errors import TransientError, is_transient
+from service.logic.s3objects import plain_etag
 
 _BATCH_GET_LIMIT = 100  # keys per BatchGetItem request
 _UNPROCESSED_RETRIES = 8
@@ -37,9 +38,16 @@ def plain(item: dict[str, Any]) -> dict[str, Any]:
 
 
 class Ledger:
-    def __init__(self, table: str, index: str, client: Any | None = None) -> None:
+    def __init__(
+        self,
+        table: str,
+        index: str,
+        client: Any | None = None,
+        content_index: str = "ObjectContent",
+    ) -> None:
         self.table = table
         self.index = index
+        self.content_index = content_index
         self._dynamodb = client if client is not None else boto3.client("dynamodb")
 
     def batch_get(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -101,6 +109,40 @@ class Ledger:
             raise TransientError(f"querying the open-work index: {exc}") from exc
         return [plain(i) for i in response.get("Items", [])], response.get("LastEvaluatedKey")
 
+    def content_rows(self, object_ref: str, etag: str) -> list[dict[str, Any]]:
+        """The rows of one key's uploads with this content (the sparse ObjectContent index).
+
+        Events carry ETags unquoted and listings quoted; a row holds either form.
+        The index is eventually consistent, which the audit can afford: it judges
+        only objects older than its recent cutoff.
+        """
+        bare = plain_etag(etag)
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": self.content_index,
+            "KeyConditionExpression": "object_ref = :ref",
+            "FilterExpression": "#etag IN (:bare, :quoted)",
+            "ExpressionAttributeNames": {"#etag": "etag"},
+            "ExpressionAttributeValues": {
+                ":ref": {"S": object_ref},
+                ":bare": {"S": bare},
+                ":quoted": {"S": f'"{bare}"'},
+            },
+        }
+        rows: list[dict[str, Any]] = []
+        while True:
+            try:
+                response = self._dynamodb.query(**kwargs)
+            except ClientError as exc:
+                if not is_transient(exc.response):
+                    raise
+                raise TransientError(f"querying the object-content index: {exc}") from exc
+            rows += [plain(i) for i in response.get("Items", [])]
+            start = response.get("LastEvaluatedKey")
+            if not start:
+                return rows
+            kwargs["ExclusiveStartKey"] = start
+
     def release_stuck(
         self, row: dict[str, Any], now_ms: int, released_by: str, dead_letter: bool
     ) -> bool:
@@ -151,4 +193,62 @@ class Ledger:
             if not is_transient(exc.response):
                 raise
             raise TransientError(f"releasing {row['pk']}: {exc}") from exc
+        return True
+
+    def current(self, pk: str) -> dict[str, Any] | None:
+        """One row as it is now (a strongly consistent read), or None.
+
+        The open-work index lags the table: what it shows may have changed.
+        """
+        request = {self.table: {"Keys": [{"pk": {"S": pk}}], "ConsistentRead": True}}
+        try:
+            response = self._dynamodb.batch_get_item(RequestItems=request)
+        except ClientError as exc:
+            if not is_transient(exc.response):
+                raise
+            raise TransientError(f"reading {pk}: {exc}") from exc
+        if response.get("UnprocessedKeys"):
+            raise TransientError(f"reading {pk}: the ledger left it unprocessed (throttled)")
+        items = response.get("Responses", {}).get(self.table, [])
+        return plain(items[0]) if items else None
+
+    def dead_letter_failed(self, row: dict[str, Any], now_ms: int, dead_lettered_by: str) -> bool:
+        """Fenced: set dead_lettered_at on a FAILED row whose DLQ message was just sent.
+
+        Holds only if the row is still as read: FAILED, not dead-lettered, the
+        same ``updated_at`` and ``lock_owner`` (a redrive or a reclaim since
+        changes them). Otherwise nothing is written and False is returned.
+        """
+        values: dict[str, Any] = {
+            ":failed": {"S": "FAILED"},
+            ":now_ms": {"N": str(now_ms)},
+            ":by": {"S": dead_lettered_by},
+        }
+        fence = ["#status = :failed", "attribute_not_exists(dead_lettered_at)"]
+        for name in ("updated_at", "lock_owner"):
+            if name in row:
+                values[f":seen_{name}"] = (
+                    {"N": str(row[name])} if name == "updated_at" else {"S": str(row[name])}
+                )
+                fence.append(f"{name} = :seen_{name}")
+            else:
+                fence.append(f"attribute_not_exists({name})")
+        try:
+            self._dynamodb.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": row["pk"]}},
+                UpdateExpression=(
+                    "SET dead_lettered_at = :now_ms, updated_at = :now_ms, "
+                    "dead_lettered_by = :by REMOVE open_status"
+                ),
+                ConditionExpression=" AND ".join(fence),
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            if not is_transient(exc.response):
+                raise
+            raise TransientError(f"dead-lettering {row['pk']}: {exc}") from exc
         return True

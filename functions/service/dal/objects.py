@@ -7,12 +7,24 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from service.errors import PermanentError, TransientError
+from service.errors import ObjectSuperseded, PermanentError, TransientError
+from service.logic.s3objects import has_version, plain_etag
 
-# The object (or its version) is gone or unreadable for good: retrying cannot help.
-_PERMANENT_READ_CODES = {"NoSuchKey", "NoSuchVersion", "InvalidObjectState", "404"}
-# Another writer created the key first: for a write-once output, that means done.
-_ALREADY_EXISTS_CODES = {"PreconditionFailed", "412"}
+# The object (or its version) is gone: retrying cannot help. S3 says so (404)
+# only to a caller that may list the bucket; without s3:ListBucket it answers
+# a missing key with 403 AccessDenied, so the template grants ListBucket on the
+# ingest bucket to the processor.
+_MISSING_CODES = {"NoSuchKey", "NoSuchVersion", "404"}
+# Archived (S3 Glacier storage classes): unreadable until someone restores it.
+_UNREADABLE_CODES = {"InvalidObjectState"}
+# IfMatch failed: the key holds other bytes now. On a write (IfNoneMatch "*"):
+# another writer created the key first, which for a write-once output means done.
+_PRECONDITION_CODES = {"PreconditionFailed", "412"}
+# 403 AccessDenied is none of these and stays transient: with ListBucket
+# granted it no longer stands for a missing key but for a real permission
+# problem (a KMS key policy, a bucket policy, an SCP), which an operator can
+# fix while the retries and redeliveries wait; dead-lettering at once would
+# turn a fixable misconfiguration into work to redrive by hand.
 
 
 def _code(exc: ClientError) -> str:
@@ -25,19 +37,41 @@ class ObjectStore:
     def __init__(self, client: Any | None = None) -> None:
         self._s3 = client if client is not None else boto3.client("s3")
 
-    def read(self, bucket: str, key: str, version_id: str | None) -> bytes:
+    def read(self, bucket: str, key: str, version_id: str | None, etag: str | None = None) -> bytes:
+        """The bytes of one upload.
+
+        A version id pins the upload. Without one (versioning off or
+        suspended: absent or "null") the key holds only its latest upload, so
+        the read is conditional on the ETag the event announced: content that
+        was replaced (412) or deleted since raises ObjectSuperseded rather
+        than processing the replacement under this upload's key.
+        """
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
-        if version_id and version_id != "null":
+        versioned = has_version(version_id)
+        # No etag (a direct work item may carry none): nothing to compare, so
+        # the read is plain and takes whatever the key holds now.
+        conditional = not versioned and bool(etag)
+        if versioned:
             kwargs["VersionId"] = version_id
+        elif conditional and etag:
+            # If-Match takes an HTTP entity tag, quoted (RFC 7232), as S3 returns
+            # ETags; events carry them unquoted.
+            kwargs["IfMatch"] = f'"{plain_etag(etag)}"'
+        where = f"s3://{bucket}/{key}"
         try:
             response = self._s3.get_object(**kwargs)
             return bytes(response["Body"].read())
         except ClientError as exc:
-            if _code(exc) in _PERMANENT_READ_CODES:
-                raise PermanentError(f"s3://{bucket}/{key} cannot be read: {_code(exc)}") from exc
-            raise TransientError(f"reading s3://{bucket}/{key}: {_code(exc)}") from exc
+            code = _code(exc)
+            if conditional and code in _PRECONDITION_CODES | _MISSING_CODES:
+                raise ObjectSuperseded(
+                    f"{where} no longer holds the content with ETag {etag}: {code}"
+                ) from exc
+            if code in _MISSING_CODES | _UNREADABLE_CODES:
+                raise PermanentError(f"{where} cannot be read: {code}") from exc
+            raise TransientError(f"reading {where}: {code}") from exc
         except BotoCoreError as exc:
-            raise TransientError(f"reading s3://{bucket}/{key}: {exc}") from exc
+            raise TransientError(f"reading {where}: {exc}") from exc
 
     def write_once(
         self, bucket: str, key: str, body: bytes, content_type: str, metadata: dict[str, str]
@@ -54,7 +88,7 @@ class ObjectStore:
             )
             return True
         except ClientError as exc:
-            if _code(exc) in _ALREADY_EXISTS_CODES:
+            if _code(exc) in _PRECONDITION_CODES:
                 return False
             # ConditionalRequestConflict (409), SlowDown, 5xx: a retry settles it.
             raise TransientError(f"writing s3://{bucket}/{key}: {_code(exc)}") from exc

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from typing import Any
+from urllib.parse import quote
 
 import boto3
 from botocore.config import Config
@@ -74,23 +76,38 @@ class DeadLetters:
         self._sqs = client if client is not None else boto3.client("sqs")
 
     def send(self, body: Any, attributes: dict[str, str]) -> None:
+        message_attributes: dict[str, Any] = {
+            name: _attribute(name, value) for name, value in attributes.items() if value
+        }
         try:
             self._sqs.send_message(
                 QueueUrl=self.queue_url,
-                MessageBody=json.dumps(body),
-                MessageAttributes={
-                    name: {
-                        "DataType": "Number" if name == "RETRY_ATTEMPTS" else "String",
-                        "StringValue": value,
-                    }
-                    for name, value in attributes.items()
-                    if value
-                },
+                MessageBody=json.dumps(body),  # ASCII: every other character escaped
+                MessageAttributes=message_attributes,
             )
         except (ClientError, BotoCoreError) as exc:
             if isinstance(exc, ClientError) and not is_transient(exc.response):
                 raise
             raise TransientError(f"sending to the DLQ: {exc}") from exc
+
+
+# What SQS accepts in a message (XML 1.0 characters); anything else is refused.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _attribute(name: str, value: str) -> dict[str, str]:
+    """A message attribute SQS accepts, as the processor's SendToDLQ writes it: a key with
+    characters SQS refuses travels URL-encoded (String.urlencoded, decoded by redrive);
+    in any other attribute such characters become U+FFFD."""
+    if name == "RETRY_ATTEMPTS":
+        return {"DataType": "Number", "StringValue": value}
+    if not _NOT_XML.search(value):
+        return {"DataType": "String", "StringValue": value}
+    if name == "IDEMPOTENCY_KEY":
+        # encodeURIComponent's unreserved set, as the state machine encodes it.
+        encoded = quote(value, safe="-_.!~*'()", errors="surrogatepass")
+        return {"DataType": "String.urlencoded", "StringValue": encoded}
+    return {"DataType": "String", "StringValue": _NOT_XML.sub("\ufffd", value)}
 
 
 class Reports:

@@ -23,14 +23,19 @@ from service.logic.audit import (
     SAMPLE_CHARACTERS,
     SAMPLE_LIMIT,
     AuditWindow,
+    ListedObject,
     add_counts,
+    age_verdict,
     classify,
+    content_row,
+    failed_dead_letter_message,
     idempotency_key,
     object_work_item,
     resubmission_name,
     row_work_item,
     stuck_dead_letter_message,
 )
+from service.logic.s3objects import NULL_VERSION, object_ref
 from service.observability import logger, metrics, tracer
 from service.settings import AuditSettings, audit_settings
 
@@ -42,7 +47,11 @@ class Clients:
 
     def __init__(self, settings: AuditSettings) -> None:
         self.bucket = Bucket(settings.ingest_bucket)
-        self.ledger = Ledger(settings.ledger_table, settings.open_work_index)
+        self.ledger = Ledger(
+            settings.ledger_table,
+            settings.open_work_index,
+            content_index=settings.object_content_index,
+        )
         self.processor = Processor(settings.processor_arn)
         self.dead_letters = DeadLetters(settings.dead_letter_queue_url)
         self.reports = Reports(settings.report_bucket)
@@ -89,13 +98,20 @@ def audit_objects(
         versioned = clients.bucket.versioned()
     prefix = str(event.get("prefix", ""))
     objects, cursor = clients.bucket.page(prefix, event.get("cursor"), versioned)
-    keys = {obj: idempotency_key(settings.ingest_bucket, obj) for obj in objects}
-    rows = clients.ledger.batch_get(keys.values())
+    bucket = settings.ingest_bucket
+    versions = {
+        obj: idempotency_key(bucket, obj) for obj in objects if obj.version_id != NULL_VERSION
+    }
+    rows = clients.ledger.batch_get(versions.values())
     counts = add_counts(event.get("counts") or {})
     resubmitted: list[str] = []
-    for obj, key in keys.items():
+    for obj in objects:
         counts["scanned"] += 1
-        verdict = classify(obj, rows.get(key), window)
+        if obj in versions:
+            key, row = versions[obj], rows.get(versions[obj])
+        else:
+            key, row = _unversioned_row(obj, window, bucket, clients)
+        verdict = classify(obj, row, window)
         if verdict in _RESUBMIT:
             name = resubmission_name("audit", str(event["auditId"]), key)
             clients.processor.start(name, object_work_item(settings.ingest_bucket, obj, key))
@@ -112,6 +128,24 @@ def audit_objects(
     }
 
 
+def _unversioned_row(
+    obj: ListedObject, window: AuditWindow, bucket: str, clients: Clients
+) -> tuple[str, dict[str, Any] | None]:
+    """(the key to resubmit under, the row) of an upload without a version id.
+
+    Its row, if any, is keyed on its event's sequencer, which no listing shows:
+    the ObjectContent index gives the rows of the key, and the one with the
+    object's current ETag stands for it. A FAILED one is resubmitted under its
+    own key (Reclaim takes it over); with none, the upload gets a key of its own.
+    """
+    if age_verdict(obj, window) is not None or not obj.latest:
+        return idempotency_key(bucket, obj), None  # not judged by its rows: no query
+    row = content_row(clients.ledger.content_rows(object_ref(bucket, obj.key), obj.etag), window)
+    if row is None:
+        return idempotency_key(bucket, obj), None
+    return str(row["pk"]), row
+
+
 def sweep_locks(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> dict[str, Any]:
     """One page of the open-work index: first stuck PROCESSING rows, then FAILED ones.
 
@@ -120,8 +154,10 @@ def sweep_locks(event: dict[str, Any], settings: AuditSettings, clients: Clients
     instead, as the processor would have done. A FAILED row below
     MaxAttempts is resubmitted: for an SQS message or a custom event nothing
     else ever would (the pipe and the rule do not redeliver a failed
-    execution). Resubmissions share the bucket walk's names, so a key is
-    started once per audit however many phases see it.
+    execution). A FAILED row at MaxAttempts that is still open has no DLQ
+    message (the processor's send failed: DeadLetterFailed); it is
+    dead-lettered here. Resubmissions share the bucket walk's names, so a key
+    is started once per audit however many phases see it.
     """
     now = float(event["startedAt"]) / 1000
     cursor = event.get("cursor") or {"phase": "stuck"}
@@ -221,15 +257,50 @@ def _retry_failed(
     resubmitted: list[str],
 ) -> None:
     now = float(event["startedAt"]) / 1000
-    if (
-        int(row.get("attempts", 0)) >= settings.max_attempts
-        or "dead_lettered_at" in row
-        or int(row.get("expires_at", 0)) < now
-    ):
+    if "dead_lettered_at" in row or int(row.get("expires_at", 0)) < now:
         return  # not open work (the index lags a write), or expired: a new delivery's
+    if int(row.get("attempts", 0)) >= settings.max_attempts:
+        _dead_letter_failed(row, event, settings, clients, counts)
+        return
     if _resubmit(row, event, clients, counts, resubmitted):
         counts["failed_resubmitted"] += 1
         logger.info("failed work resubmitted", extra={"idempotency_key": row["pk"]})
+
+
+def _dead_letter_failed(
+    row: dict[str, Any],
+    event: dict[str, Any],
+    settings: AuditSettings,
+    clients: Clients,
+    counts: dict[str, int],
+) -> None:
+    """A FAILED row at MaxAttempts still open: its DLQ message was never sent.
+
+    The processor ends such work in DeadLetterFailed (SendMessage failed past
+    its retries) and leaves the row open; nothing reclaims it at MaxAttempts,
+    so the audit sends the message, then marks the row dead-lettered (fenced
+    on what it read). A page retried between the two sends again: a DLQ
+    message too many beats a dead-lettered row with none.
+    """
+    current = clients.ledger.current(str(row["pk"]))
+    if current is None or any(
+        current.get(name) != row.get(name)
+        for name in ("status", "updated_at", "lock_owner", "dead_lettered_at")
+    ):
+        logger.info("changed since the index was read", extra={"idempotency_key": row["pk"]})
+        return
+    original = clients.processor.execution_input(str(current.get("lock_owner", "")))
+    message = failed_dead_letter_message(current, original, settings.processor_arn)
+    clients.dead_letters.send(message["body"], message["attributes"])
+    audit_id = str(event["auditId"])
+    if not clients.ledger.dead_letter_failed(current, int(time.time() * 1000), audit_id):
+        logger.warning(
+            "changed after its DLQ message was sent: redrive will find it done, busy or reset",
+            extra={"idempotency_key": row["pk"]},
+        )
+        return
+    counts["failed_dead_lettered"] += 1
+    logger.warning("failed work dead-lettered", extra={"idempotency_key": row["pk"]})
 
 
 def report(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> dict[str, Any]:
@@ -258,7 +329,7 @@ def report(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> 
         ("AuditResubmitted", counts["missing_resubmitted"] + counts["failed_resubmitted"]),
         ("StuckReleased", counts["stuck_released"]),
         ("AuditResubmitErrors", counts["resubmit_errors"]),
-        ("AuditUnversionedSkipped", counts["unversioned_skipped"]),
+        ("AuditFailedDeadLettered", counts["failed_dead_lettered"]),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("audit report", extra={"report": result})

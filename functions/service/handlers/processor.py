@@ -10,7 +10,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from service.dal.objects import ObjectStore
-from service.errors import PermanentError
+from service.errors import ObjectSuperseded, PermanentError
 from service.logic.images import downscale_to_webp, output_key
 from service.observability import logger, metrics, tracer
 from service.settings import ProcessorSettings, processor_settings
@@ -53,7 +53,13 @@ def process(
             "created": created,
             "bytes": len(body),
         }
-    data = store.read(work_item["bucket"], work_item["key"], work_item.get("versionId"))
+    etag = work_item.get("etag")
+    data = store.read(
+        work_item["bucket"],
+        work_item["key"],
+        work_item.get("versionId"),
+        etag if isinstance(etag, str) else None,
+    )
     rendition = downscale_to_webp(data, settings.max_dimension)
     key = output_key(settings.output_prefix, idempotency_key)
     created = store.write_once(
@@ -90,7 +96,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_metric(name="PermanentError", unit=MetricUnit.Count, value=1)
         logger.exception("permanent failure: the work item will be dead-lettered")
         raise
-    # The flow's outcomes (Processed, Duplicate, Failed, DeadLettered, LockLost)
+    except ObjectSuperseded as exc:
+        # Not a failure: the state machine ends it in Superseded (and counts it there).
+        logger.info("superseded: the object was replaced or deleted", extra={"reason": str(exc)})
+        raise
+    # The flow's outcomes (Processed, Duplicate, Superseded, Failed, DeadLettered, LockLost)
     # are counted from the state machine's log group. This counts what only the
     # function sees: an output that already existed means the effect had
     # happened before (a worker that lost its lock, or crashed after writing).

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from service.logic.s3objects import NULL_VERSION, plain_etag
+
 # Every count the audit reports, in report order.
 COUNT_KEYS = (
     "scanned",
@@ -23,10 +25,11 @@ COUNT_KEYS = (
     "missing_resubmitted",
     "failed_resubmitted",
     "dead_lettered_skipped",
-    "unversioned_skipped",
+    "superseded_skipped",
     "stuck_released",
     "stuck_dead_lettered",
     "stuck_left_alone",
+    "failed_dead_lettered",
     "resubmit_errors",
 )
 # How many resubmitted keys a report names (the counts are always complete),
@@ -34,7 +37,6 @@ COUNT_KEYS = (
 # 1 KB each; a Map of many prefix walks must stay under the 256 KiB state limit).
 SAMPLE_LIMIT = 50
 SAMPLE_CHARACTERS = 2048
-NULL_VERSION = "null"
 
 Counts = dict[str, int]
 
@@ -61,6 +63,7 @@ class ListedObject:
     last_modified: float  # epoch seconds
     etag: str
     size: int
+    latest: bool = True  # the key's current version (a listing without versions: always)
 
 
 @dataclass(frozen=True)
@@ -74,25 +77,75 @@ class AuditWindow:
 
 
 def idempotency_key(bucket: str, obj: ListedObject) -> str:
-    """The key the processor derives for the Object Created event of this version."""
+    """The key the audit resubmits a listed upload under.
+
+    A version is the key the processor derives for its Object Created event.
+    An upload without one (version "null") was keyed on its event's sequencer,
+    which no listing shows: the audit finds such rows by content instead (see
+    content_row) and, when none has it, names the upload by its ETag and
+    last-modified time. That is the same for one upload in every audit, so
+    two audits cannot start it under two keys; a new upload of the key,
+    even of the same bytes, gets a new last-modified time.
+    """
+    if obj.version_id == NULL_VERSION:
+        last_modified_ms = round(obj.last_modified * 1000)
+        return f"s3://{bucket}/{obj.key}#etag:{plain_etag(obj.etag)}:{last_modified_ms}"
     return f"s3://{bucket}/{obj.key}#{obj.version_id}"
 
 
-def classify(obj: ListedObject, row: dict[str, Any] | None, window: AuditWindow) -> str:
-    """Name the count one listed object version falls into.
-
-    ``missing_resubmitted`` and ``failed_resubmitted`` are the two that the
-    caller resubmits; every other verdict leaves the object alone.
-    """
+def age_verdict(obj: ListedObject, window: AuditWindow) -> str | None:
+    """The verdict on an upload the audit may not judge by its age, or None."""
     age = window.now - obj.last_modified
     if age < window.recent_cutoff_seconds:
         return "skipped_recent"  # its events may still be on their way
     if age > window.retention_seconds:
         return "skipped_old"  # its row has expired: resubmitting could process it twice
-    if obj.version_id == NULL_VERSION:
-        # Uploaded while versioning was off: the processor keyed it on the
-        # event's sequencer, which no listing shows. See README, "The audit".
-        return "unversioned_skipped"
+    return None
+
+
+def content_row(rows: list[dict[str, Any]], window: AuditWindow) -> dict[str, Any] | None:
+    """Of the rows with an unversioned object's current ETag, the one that stands for it.
+
+    A superseded row does not count: its content was replaced before it was
+    processed, so the same bytes in the key again are a later upload. Nor
+    does an expired row (Claim overwrites it). Of the rest the most settled
+    wins: processed, in progress, failed but retryable, dead-lettered.
+    """
+
+    def rank(row: dict[str, Any]) -> int:
+        status = row.get("status")
+        if status == "PROCESSED":
+            return 0
+        if status == "PROCESSING":
+            return 1
+        if "dead_lettered_at" in row or int(row.get("attempts", 0)) >= window.max_attempts:
+            return 3
+        return 2
+
+    live = [
+        row
+        for row in rows
+        if "superseded_at" not in row and int(row.get("expires_at", 0)) >= window.now
+    ]
+    return min(live, key=lambda row: (rank(row), str(row.get("pk", ""))), default=None)
+
+
+def classify(obj: ListedObject, row: dict[str, Any] | None, window: AuditWindow) -> str:
+    """Name the count one listed object version falls into.
+
+    ``row`` is the upload's row: for a version, the row of its key; for an
+    unversioned upload, its content_row. ``missing_resubmitted`` and
+    ``failed_resubmitted`` are the two that the caller resubmits; every other
+    verdict leaves the object alone.
+    """
+    skipped = age_verdict(obj, window)
+    if skipped is not None:
+        return skipped
+    if obj.version_id == NULL_VERSION and not obj.latest:
+        # Versioning was switched back on and this upload is no longer the key's
+        # current content: the processor reads only that (it cannot name this
+        # upload by a version), so a resubmission could only end Superseded.
+        return "superseded_skipped"
     if row is None or int(row.get("expires_at", 0)) < window.now:
         return "missing_resubmitted"
     status = row.get("status")
@@ -157,28 +210,72 @@ def resubmission_name(kind: str, audit_id: str, idempotency_key_: str) -> str:
     return f"{prefix}-{digest}"
 
 
-def stuck_dead_letter_message(
-    row: dict[str, Any], original_event: Any, state_machine_arn: str
+def _dead_letter_message(
+    row: dict[str, Any],
+    original_event: Any,
+    state_machine_arn: str,
+    code: str,
+    message: str,
+    condition: str,
 ) -> dict[str, Any]:
-    """The DLQ message for a stuck row at MaxAttempts, in the processor's message shape."""
+    """A DLQ message for a row, in the processor's message shape."""
     work_item = row_work_item(row)
-    attempts = int(row.get("attempts", 0))
-    message = (
-        f"LockExpired: the lock of {row.get('lock_owner', 'an unknown execution')} expired with "
-        f"the work unfinished, after {attempts} attempt(s)"
-    )
     return {
         "body": {
             "event": original_event,
             "workItem": work_item["workItem"] if work_item else None,
         },
         "attributes": {
-            "ERROR_CODE": "LockExpired",
+            "ERROR_CODE": code,
             "ERROR_MESSAGE": message,
-            "EXHAUSTED_RETRY_CONDITION": "MaximumRetryAttempts",
-            "RETRY_ATTEMPTS": str(attempts),
+            "EXHAUSTED_RETRY_CONDITION": condition,
+            "RETRY_ATTEMPTS": str(int(row.get("attempts", 0))),
             "STATE_MACHINE_ARN": state_machine_arn,
             "EXECUTION_ARN": str(row.get("lock_owner", "")),
             "IDEMPOTENCY_KEY": str(row["pk"]),
         },
     }
+
+
+def stuck_dead_letter_message(
+    row: dict[str, Any], original_event: Any, state_machine_arn: str
+) -> dict[str, Any]:
+    """The DLQ message for a stuck row at MaxAttempts, in the processor's message shape."""
+    message = (
+        f"LockExpired: the lock of {row.get('lock_owner', 'an unknown execution')} expired with "
+        f"the work unfinished, after {int(row.get('attempts', 0))} attempt(s)"
+    )
+    return _dead_letter_message(
+        row, original_event, state_machine_arn, "LockExpired", message, "MaximumRetryAttempts"
+    )
+
+
+# What the processor writes to last_error when its DLQ message could not be sent:
+# "DeadLetterFailed: <SendMessage's error>: <its cause> (dead-lettering <code>: <message>)".
+_UNDELIVERED = re.compile(r"^DeadLetterFailed: .*? \(dead-lettering ([A-Za-z0-9_.-]+): ", re.S)
+_LEADING_NAME = re.compile(r"^([A-Za-z0-9_.-]+):")
+
+
+def failure_code(last_error: str) -> str:
+    """The name of the failure a row records: for one that could not be dead-lettered,
+    the failure it was being dead-lettered for (not the DLQ's refusal)."""
+    undelivered = _UNDELIVERED.match(last_error)
+    if undelivered:
+        return undelivered.group(1)
+    leading = _LEADING_NAME.match(last_error)
+    return leading.group(1) if leading else "Unknown"
+
+
+def failed_dead_letter_message(
+    row: dict[str, Any], original_event: Any, state_machine_arn: str
+) -> dict[str, Any]:
+    """The DLQ message for a FAILED row at MaxAttempts that has none (DeadLetterFailed).
+
+    ERROR_CODE is the failure the row records, ERROR_MESSAGE the row's whole
+    last_error; the condition is PermanentError when that failure was one.
+    """
+    last_error = str(row.get("last_error") or "")
+    code = failure_code(last_error)
+    message = last_error or f"{code}: failed {int(row.get('attempts', 0))} time(s)"
+    condition = "PermanentError" if code == "PermanentError" else "MaximumRetryAttempts"
+    return _dead_letter_message(row, original_event, state_machine_arn, code, message, condition)
