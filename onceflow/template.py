@@ -41,7 +41,7 @@ def _tag_constructor(tag: str) -> Callable[[yaml.SafeLoader, yaml.Node], Any]:
 
 for _tag in (
     "Ref", "Sub", "GetAtt", "If", "Equals", "Not", "And", "Or", "Join", "Select",
-    "Split", "FindInMap", "Base64", "GetAZs", "ImportValue", "Condition",
+    "Split", "FindInMap", "Base64", "GetAZs", "ImportValue", "Condition", "Contains",
 ):  # fmt: skip
     _CfnLoader.add_constructor(f"!{_tag}", _tag_constructor(_tag))
 
@@ -54,20 +54,29 @@ def load_template(path: Path) -> dict[str, Any]:
     return document
 
 
-def _coerce_parameter(name: str, spec: Mapping[str, Any], value: Any) -> str:
+_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
+
+
+def coerce_parameter(name: str, spec: Mapping[str, Any], value: Any) -> str:
+    """A parameter's value as text, refused where CloudFormation refuses it at deploy."""
     text = str(value)
     allowed = spec.get("AllowedValues")
     if allowed is not None and text not in [str(a) for a in allowed]:
         raise TemplateError(f"parameter {name}={text!r} is not one of {allowed}")
+    pattern = spec.get("AllowedPattern")
+    # CloudFormation applies AllowedPattern to the whole value (String types only).
+    if pattern is not None and spec.get("Type") == "String" and not re.fullmatch(pattern, text):
+        rule = spec.get("ConstraintDescription") or f"must match the pattern {pattern}"
+        raise TemplateError(f"parameter {name}={text!r} failed its constraint: {rule}")
     if spec.get("Type") == "Number":
-        try:
-            number = float(text)
-        except ValueError:
-            raise TemplateError(f"parameter {name} must be a number, not {text!r}") from None
+        # Plain decimal notation only: Python's float() also reads "inf", "nan" and "1_0".
+        if not _NUMBER.fullmatch(text):
+            raise TemplateError(f"parameter {name}={text!r} must be a number")
+        number = float(text)
         if "MinValue" in spec and number < float(spec["MinValue"]):
-            raise TemplateError(f"parameter {name}={text} is below {spec['MinValue']}")
+            raise TemplateError(f"parameter {name}={text!r} is below {spec['MinValue']}")
         if "MaxValue" in spec and number > float(spec["MaxValue"]):
-            raise TemplateError(f"parameter {name}={text} is above {spec['MaxValue']}")
+            raise TemplateError(f"parameter {name}={text!r} is above {spec['MaxValue']}")
     return text
 
 
@@ -110,8 +119,23 @@ class Stack:
                 value = spec["Default"]
             else:
                 raise TemplateError(f"parameter {name} has no default and no value")
-            parameters[name] = _coerce_parameter(name, spec, value)
-        return cls(template, path.parent, parameters, region, account_id, stack_name)
+            parameters[name] = coerce_parameter(name, spec, value)
+        stack = cls(template, path.parent, parameters, region, account_id, stack_name)
+        stack.check_rules()
+        return stack
+
+    # ---- rules --------------------------------------------------------------
+
+    def check_rules(self) -> None:
+        """Refuse the parameters as CloudFormation does: every assertion of every rule whose
+        RuleCondition holds (no condition: always) must hold."""
+        for name, rule in self.template.get("Rules", {}).items():
+            if "RuleCondition" in rule and not self._condition_value(rule["RuleCondition"]):
+                continue
+            for assertion in rule.get("Assertions", []):
+                if not self._condition_value(assertion["Assert"]):
+                    description = assertion.get("AssertDescription", "an assertion failed")
+                    raise TemplateError(f"rule {name}: {description}")
 
     # ---- conditions -------------------------------------------------------
 
@@ -135,6 +159,9 @@ class Stack:
                 return any(self._condition_value(a) for a in arg)
             if key == "Condition":
                 return self.condition(arg)
+            if key == "Fn::Contains":
+                values, value = (self.resolve(a) for a in arg)
+                return str(value) in [str(v) for v in values]
         return self.resolve(node)
 
     def resource_enabled(self, logical_id: str) -> bool:

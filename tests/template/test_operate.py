@@ -12,6 +12,7 @@ import pytest
 from onceflow import diagram
 from onceflow.engine import LocalEngine
 from onceflow.template import Stack
+from tests.template.translate import resources_of_type, translated
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "arn:aws:kms:us-east-1:123456789012:key/0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
@@ -58,6 +59,7 @@ def test_metric_filters_count_end_states_the_processor_has() -> None:
     assert metrics == {
         "Processed": ["Processed"],
         "Duplicate": ["Duplicate"],
+        "Superseded": ["Superseded"],
         "Failed": ["Failed"],
         "DeadLettered": ["DeadLettered", "InvalidEvent"],
         "LockLost": ["LockLost"],
@@ -74,12 +76,16 @@ def test_every_alarm_notifies_the_alarm_topic() -> None:
         "AuditFoundLostWorkAlarm",
         "AuditFailedAlarm",
         "SourceDeadLetterQueueAlarm",
+        "AuditOverdueAlarm",
+        "AuditScheduleDeadLetterQueueAlarm",
     }
     for logical_id, alarm in alarms.items():
         props = alarm["Properties"]
         assert props["AlarmActions"] == [{"Ref": "AlarmTopic"}], logical_id
         assert props["OKActions"] == [{"Ref": "AlarmTopic"}], logical_id
-        assert props["TreatMissingData"] == "notBreaching", logical_id
+        # Only the overdue alarm fires on silence: no audit, no datapoint.
+        expected = "breaching" if logical_id == "AuditOverdueAlarm" else "notBreaching"
+        assert props["TreatMissingData"] == expected, logical_id
         assert props.get("AlarmDescription"), logical_id
     subscription = _template()["Resources"]["AlarmEmailSubscription"]
     assert subscription["Condition"] == "HasAlarmEmail"
@@ -95,22 +101,29 @@ def test_the_lock_lost_alarm_watches_the_metric_its_filter_writes() -> None:
     assert props["Threshold"] == 0 and props["ComparisonOperator"] == "GreaterThanThreshold"
 
 
-def test_the_dashboard_body_is_json_with_the_flows_numbers() -> None:
-    with LocalEngine() as engine:
+@pytest.mark.parametrize("audit_enabled", ["true", "false"])
+def test_the_dashboard_body_is_json_with_the_flows_numbers(audit_enabled: str) -> None:
+    # GIVEN a stack with its audit schedule on or off
+    with LocalEngine(parameters={"AuditEnabled": audit_enabled}) as engine:
+        # WHEN its dashboard body is resolved as CloudFormation resolves it
         body_template = engine.stack.template["Resources"]["Dashboard"]["Properties"]
-        text, variables = body_template["DashboardBody"]["Fn::Sub"]
-        # Give every ${...} a plain value; what remains must be JSON.
-        filled = re.sub(r"\$\{[^}]+\}", "x", text)
-        body = json.loads(filled)
-        assert set(variables) == {"ProcessorFunctionName"}
+        body = json.loads(engine.stack.resolve(body_template["DashboardBody"]))
+        created = {
+            logical_id: engine.get_att(logical_id, "Arn")
+            for logical_id in _resources("AWS::CloudWatch::Alarm")
+            if engine.stack.resource_enabled(logical_id)
+        }
+    # THEN it is JSON showing every outcome metric and what the audit did
     metrics = json.dumps(body)
-    for name in ("Processed", "Duplicate", "Failed", "DeadLettered", "LockLost"):
+    for name in ("Processed", "Duplicate", "Superseded", "Failed", "DeadLettered", "LockLost"):
         assert f'"{name}"' in metrics
     for name in ("AuditResubmitted", "StuckReleased", "ApproximateNumberOfMessagesVisible"):
         assert name in metrics
-    alarm_widgets = [w for w in body["widgets"] if w["type"] == "alarm"]
-    always = [k for k, r in _resources("AWS::CloudWatch::Alarm").items() if "Condition" not in r]
-    assert len(alarm_widgets[0]["properties"]["alarms"]) == len(always)
+    # AND its alarm widget shows every alarm of the stack but the optional source queue's
+    (alarm_widget,) = [w for w in body["widgets"] if w["type"] == "alarm"]
+    created.pop("SourceDeadLetterQueueAlarm", None)
+    assert sorted(alarm_widget["properties"]["alarms"]) == sorted(created.values())
+    assert ("AuditOverdueAlarm" in created) == (audit_enabled == "true")
 
 
 @pytest.mark.parametrize("key", ["", KEY])
@@ -151,9 +164,11 @@ def test_encryption_everywhere_with_the_key_when_given(key: str) -> None:
             assert props["KmsMasterKeyId"] == key and "SqsManagedSseEnabled" not in props, queue
         else:
             assert props["SqsManagedSseEnabled"] is True and "KmsMasterKeyId" not in props, queue
-    # EventBridge writes the ingress DLQ: SSE-SQS always, so no key policy can drop its letters.
-    ingress = resources["IngressDeadLetterQueue"]["Properties"]
-    assert ingress["SqsManagedSseEnabled"] is True and "KmsMasterKeyId" not in ingress
+    # EventBridge and its Scheduler write these DLQs: SSE-SQS always, so no key
+    # policy (or missing kms grant) can drop their letters.
+    for queue in ("IngressDeadLetterQueue", "AuditScheduleDeadLetterQueue"):
+        props = resources[queue]["Properties"]
+        assert props["SqsManagedSseEnabled"] is True and "KmsMasterKeyId" not in props, queue
     log_groups = [r for r in resources.values() if r["Type"] == "AWS::Logs::LogGroup"]
     assert len(log_groups) == 4
     for resource in log_groups:
@@ -227,3 +242,89 @@ def test_every_bucket_queue_and_topic_refuses_plain_http() -> None:
         if r["Type"] in {"AWS::S3::Bucket", "AWS::SQS::Queue", "AWS::SNS::Topic"}
     }
     assert protected == covered
+
+
+def _breaching_hours(successes: set[int], now: int, periods: int) -> int:
+    """Hours of the alarm's window (the last `periods` whole hours) that breach.
+
+    An hour with a successful audit has a Sum of at least 1, so it does not
+    breach LessThanThreshold 1; an hour without one has a Sum of 0 or no
+    datapoint at all (AWS/States publishes on executions), and TreatMissingData
+    breaching counts that as breaching too.
+    """
+    return sum(1 for hour in range(now - periods, now) if hour not in successes)
+
+
+def test_an_audit_that_stops_running_alarms() -> None:
+    """A broken schedule sends no event anywhere: only the absence of successes shows it."""
+    # GIVEN the overdue alarm as deployed, with the default AuditOverdueHours
+    template = translated()
+    alarm = template["Resources"]["AuditOverdueAlarm"]
+    props = alarm["Properties"]
+    overdue = template["Parameters"]["AuditOverdueHours"]
+    hours = int(overdue["Default"])
+    # THEN it watches the audit's successful executions, hour by hour, over the last N hours
+    assert alarm["Condition"] == "AuditScheduleEnabled"
+    assert (props["Namespace"], props["MetricName"], props["Statistic"]) == (
+        "AWS/States",
+        "ExecutionsSucceeded",
+        "Sum",
+    )
+    assert props["Dimensions"] == [
+        {"Name": "StateMachineArn", "Value": {"Ref": "AuditStateMachine"}}
+    ]
+    assert props["Period"] == 3600
+    assert props["EvaluationPeriods"] == props["DatapointsToAlarm"] == {"Ref": "AuditOverdueHours"}
+    assert (props["ComparisonOperator"], props["Threshold"]) == ("LessThanThreshold", 1)
+    assert props["TreatMissingData"] == "breaching"
+    # AND the default leaves a daily audit two hours' slack
+    assert hours == 26
+    # AND every window the parameter allows is one CloudWatch takes: with a period
+    # of an hour or more, Period x EvaluationPeriods may reach 7 days (604,800 s)
+    (low, high) = map(int, re.findall(r"from (\d+) to (\d+)", overdue["ConstraintDescription"])[0])
+    assert low >= 1 and props["Period"] * high <= 604800
+    # WHEN audits succeed once a day (hours 0, 24, 49 and 72: one ran an hour late)
+    daily = {0, 24, 49, 72}
+    # THEN the whole window never breaches while they run
+    assert all(_breaching_hours(daily, now, hours) < hours for now in range(hours, 73 + hours))
+    # AND once they stop after hour 72, the alarm fires 26 hours later
+    assert _breaching_hours(daily, 72 + hours + 1, hours) == hours
+
+
+def test_the_audit_schedule_dead_letters_to_its_own_encrypted_queue_with_an_alarm() -> None:
+    """The Scheduler cannot start the audit (a deleted or throttled target, a role
+    lost): after its retries the event goes to a DLQ, which an alarm watches."""
+    # GIVEN the template CloudFormation receives
+    template = translated()
+    resources = template["Resources"]
+    (schedule,) = resources_of_type(template, "AWS::Scheduler::Schedule").values()
+    target = schedule["Properties"]["Target"]
+    # THEN the schedule dead-letters to a queue of the stack
+    assert target["DeadLetterConfig"] == {
+        "Arn": {"Fn::GetAtt": ["AuditScheduleDeadLetterQueue", "Arn"]}
+    }
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] >= 1
+    # AND the schedule's role (the Scheduler sends with it) may send there and start the audit
+    role = resources[target["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
+    statements = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
+    granted = {(s["Action"], json.dumps(s["Resource"], sort_keys=True)) for s in statements}
+    assert granted == {
+        ("states:StartExecution", json.dumps({"Ref": "AuditStateMachine"})),
+        ("sqs:SendMessage", json.dumps({"Fn::GetAtt": ["AuditScheduleDeadLetterQueue", "Arn"]})),
+    }
+    # AND the queue is encrypted and keeps letters as long as SQS can
+    queue = resources["AuditScheduleDeadLetterQueue"]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True and queue["MessageRetentionPeriod"] == 1209600
+    # AND an alarm fires as soon as a letter waits there
+    alarm = resources["AuditScheduleDeadLetterQueueAlarm"]["Properties"]
+    assert (alarm["Namespace"], alarm["MetricName"]) == (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+    )
+    assert alarm["Dimensions"] == [
+        {
+            "Name": "QueueName",
+            "Value": {"Fn::GetAtt": ["AuditScheduleDeadLetterQueue", "QueueName"]},
+        }
+    ]
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold", 0)
