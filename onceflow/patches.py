@@ -57,6 +57,7 @@ from moto.moto_api import recorder as moto_recorder
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions import models as sfn_models
 from moto.stepfunctions.parser import models as sfn_parser_models
+from moto.stepfunctions.parser import quotas as sfn_quotas
 from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
 from moto.stepfunctions.parser.asl.component import component as asl_component
 from moto.stepfunctions.parser.asl.component import eval_component
@@ -80,10 +81,14 @@ from moto.stepfunctions.parser.asl.component.common.timeouts import timeout as s
 from moto.stepfunctions.parser.asl.component.intrinsic import (
     jsonata as intrinsic_jsonata,
 )
+from moto.stepfunctions.parser.asl.component.state import state as sfn_state
 from moto.stepfunctions.parser.asl.component.state.exec import execute_state
 from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import (
     branches_decl,
     state_parallel,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+    state_task_lambda as sfn_task_lambda,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service,
@@ -99,6 +104,7 @@ from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.jsonata import validations as jsonata_validations
 from moto.stepfunctions.parser.asl.utils import boto_client as moto_boto_client
+from moto.stepfunctions.parser.asl.utils import encoding as sfn_encoding
 from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend import execution_worker
 
@@ -1597,6 +1603,18 @@ def check_moto_internals() -> None:
         )
 
 
+def state_within_size_quota(value: Any) -> bool:
+    """Fidelity: Step Functions holds state data as JSON text, and a JSON text has no lone
+    surrogate (it is escaped, as JavaScript's JSON.stringify does). moto encodes a bare
+    string state as it is, so a lone surrogate in it ended the execution with a Python
+    UnicodeEncodeError (States.Runtime) where AWS carries on. The size still counts
+    UTF-8 bytes against moto's limit; an escaped surrogate counts as its six characters.
+    """
+    text = value if isinstance(value, str) else sfn_encoding.to_json_str(value)
+    size = len(text.encode("utf-8", "backslashreplace"))
+    return size < sfn_quotas.MAX_STATE_SIZE_UTF8_BYTES
+
+
 def apply() -> None:
     """Install every patch (once)."""
     global _applied
@@ -1606,6 +1624,8 @@ def apply() -> None:
     retrier_decl.time = _ScaledTimeModule()  # type: ignore[assignment,attr-defined]
     wait_function.WaitFunction._wait_interval = _scaled_wait_interval  # type: ignore[method-assign]
     moto_jsonata._eval_jsonata = eval_jsonata
+    for module in (sfn_state, sfn_task_lambda, state_task_service):
+        module.is_within_size_quota = state_within_size_quota  # type: ignore[attr-defined]
     for module in (moto_jsonata, eval_states, variable_store):
         module.encode_jsonata_variable_declarations = encode_jsonata_variable_declarations  # type: ignore[attr-defined]
     # Our evaluator provides $hash and $uuid natively; moto's declarations

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -363,3 +364,27 @@ def test_a_stuck_row_at_max_attempts_is_left_to_the_audit(engine: LocalEngine) -
     # THEN it does not claim a fourth time (claims stay bounded by MaxAttempts)
     assert result.states_entered == ["Normalize", "Claim", "Reclaim", "Duplicate"]
     assert len((ledger_row(engine, pk) or {})["claims"]) == 3
+
+
+def test_a_key_sqs_cannot_carry_is_dead_lettered_url_encoded_and_round_trips(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN a work item whose key holds characters SQS refuses in a message (XML 1.0 has
+    # no U+0001 or U+FFFE), for an object that does not exist: a PermanentError
+    bucket = engine.ref("IngestBucket")
+    key = "odd/a\x01b\ufffe.png"
+    event = {"workItem": {"bucket": bucket, "key": key, "versionId": "v1"}}
+    # WHEN it is processed
+    result = engine.execute(MACHINE, event)
+    # THEN it is dead-lettered: the key URL-encoded in its attribute, the body exact JSON
+    assert result.states_entered[-1] == "DeadLettered", result.cause
+    (message,) = dlq_messages(engine)
+    pk = f"s3://{bucket}/{key}#v1"
+    assert message["MessageAttributes"]["IDEMPOTENCY_KEY"] == {
+        "DataType": "String.urlencoded",
+        "StringValue": quote(pk, safe="-_.!~*'()"),
+    }
+    assert "\x01" not in message["Body"] and "\ufffe" not in message["Body"]
+    assert json.loads(message["Body"])["workItem"]["key"] == key
+    assert "\x01" not in attributes(message)["ERROR_MESSAGE"]
+    assert (ledger_row(engine, pk) or {})["status"] == "FAILED"

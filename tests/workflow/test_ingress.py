@@ -228,11 +228,17 @@ def test_unversioned_overwrite_is_new_work_and_a_redelivery_is_a_duplicate(
     engine: LocalEngine,
 ) -> None:
     upload(engine, "uploads/plain.png")
+    # Without a version id the processor reads only the content the event names.
+    etag = engine.client("s3").head_object(
+        Bucket=engine.ref("IngestBucket"), Key="uploads/plain.png"
+    )["ETag"]
 
     def event(sequencer: str) -> dict[str, Any]:
         e = copy.deepcopy(load_event("s3-object-created-unversioned.json"))
         e["detail"]["bucket"]["name"] = engine.ref("IngestBucket")
-        e["detail"]["object"].update({"key": "uploads/plain.png", "sequencer": sequencer})
+        e["detail"]["object"].update(
+            {"key": "uploads/plain.png", "sequencer": sequencer, "etag": etag.strip('"')}
+        )
         return e
 
     results = [engine.execute(MACHINE, event(s)) for s in ("0A01", "0A02", "0A01")]
