@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from onceflow import diagram, history, ops, records, server, viewer
 from onceflow.demo import DemoConfig, demo_parameters, run_demo
 from onceflow.engine import EngineError, ExecutionResult, LocalEngine
@@ -135,7 +137,13 @@ def cmd_execute(args: argparse.Namespace) -> int:
         event, notes = prepare_event(engine, event, fixtures=not args.no_fixtures)
         for note in notes:
             print(f"local: {note}", file=sys.stderr)
-        result = engine.execute(arn, event, name=args.name)
+        try:
+            result = engine.execute(arn, event, name=args.name)
+        except ClientError as exc:
+            # Refused before it started (an input over 256 KiB, a name in use): nothing ran.
+            raise SystemExit(
+                f"onceflow execute: Step Functions refused the execution: {exc}"
+            ) from None
         # The history is read from the engine, so render while it is up.
         if args.json:
             print(json.dumps(history.to_json(result), indent=2, default=str))
@@ -652,6 +660,10 @@ def _forward(argv: list[str], args: argparse.Namespace) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # An event may hold text no encoding can write (a lone surrogate): print it escaped.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     forwarded = _forward(argv, args)

@@ -40,8 +40,9 @@ def _locate(event: Any) -> tuple[dict[str, Any], str, str, str, bool] | None:
         except (TypeError, ValueError):
             return None
         records = body.get("Records") if isinstance(body, dict) else None
-        if isinstance(records, list) and records and isinstance(records[0].get("s3"), dict):
-            return records[0]["s3"], "bucket.name", "object.key", "object.versionId", True
+        first = records[0] if isinstance(records, list) and records else None
+        if isinstance(first, dict) and isinstance(first.get("s3"), dict):
+            return first["s3"], "bucket.name", "object.key", "object.versionId", True
         return None
     if not isinstance(event, dict):
         return None
@@ -115,6 +116,14 @@ def _prepare_object(
             key = unquote_plus(key, errors="strict")
         except UnicodeDecodeError:
             return notes
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        notes.append("the key is not valid Unicode: no sample object uploaded for it")
+        return notes
+    if size > 1024:
+        notes.append(f"the key is {size} bytes, more than S3 allows: no sample object uploaded")
+        return notes
     s3 = engine.client("s3")
     version = _get(holder, version_path)
     try:
@@ -125,7 +134,11 @@ def _prepare_object(
         return notes
     except ClientError:
         pass  # not there yet: upload the sample below
-    uploaded = s3.put_object(Bucket=bucket, Key=key, Body=_sample_body(key))
+    try:
+        uploaded = s3.put_object(Bucket=bucket, Key=key, Body=_sample_body(key))
+    except ClientError as exc:
+        notes.append(f"no sample object uploaded: S3 refused the key ({exc})")
+        return notes
     new_version = uploaded.get("VersionId")
     kind = "text (not an image)" if key.endswith(".txt") else "image"
     notes.append(f"uploaded a sample {kind} to s3://{bucket}/{key}")

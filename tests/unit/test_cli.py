@@ -204,3 +204,48 @@ def test_bench_refuses_bad_sizes_before_it_starts(argv: list[str], message: str)
     with pytest.raises(SystemExit) as refused:
         main(["bench", *argv])
     assert str(refused.value) == f"onceflow bench: {message}"
+
+
+def _s3_event(**object_fields: object) -> dict[str, object]:
+    event = json.loads((EVENTS / "s3-object-created.json").read_text(encoding="utf-8"))
+    event["detail"]["object"].update(object_fields)
+    return dict(event)
+
+
+HOSTILE_FILES = [
+    pytest.param(_s3_event(key="up/\ud800.png"), 1, "not valid Unicode", id="lone-surrogate-key"),
+    pytest.param("\udc00x", 1, "the event is not a JSON object", id="lone-surrogate-string"),
+    pytest.param(
+        [{"eventSource": "aws:sqs", "messageId": "m", "body": json.dumps({"Records": ["x"]})}],
+        0,
+        "PROCESSED",
+        id="records-not-objects",
+    ),
+    pytest.param(_s3_event(pad="x" * 300_000), 1, "refused the execution", id="over-256-kib"),
+]
+
+
+@pytest.mark.parametrize(("event", "code", "said"), HOSTILE_FILES)
+def test_execute_takes_any_json_without_a_traceback(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    event: object,
+    code: int,
+    said: str,
+) -> None:
+    # GIVEN an event file a user (or a fuzzer) may hand to `onceflow execute`
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(event), encoding="utf-8")
+    # WHEN it is executed
+    try:
+        result = main(["execute", "ProcessorStateMachine", "-e", str(path)])
+    except SystemExit as exc:  # a clear refusal, as argparse and the CLI give
+        result = 1 if isinstance(exc.code, str) else int(exc.code or 0)
+        message = str(exc.code)
+    else:
+        message = ""
+    out, err = capsys.readouterr()
+    # THEN it ends with an exit code and a named outcome, never an unhandled exception
+    assert result == code
+    assert said in out + err + message
+    assert "Traceback" not in out + err

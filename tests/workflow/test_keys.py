@@ -166,3 +166,16 @@ def test_what_claim_would_refuse_is_an_invalid_event(
     result = keyed.execute(MACHINE, make(keyed))
     # THEN Normalize refuses it by name: InvalidEvent, one DLQ message, no row
     assert_invalid(keyed, result, message)
+
+
+def test_a_payload_holding_a_lone_surrogate_is_recorded_as_json(keyed: LocalEngine) -> None:
+    # GIVEN a message whose key is fine but whose payload holds a lone surrogate (JSON allows
+    # "\ud800"; UTF-8 cannot encode it)
+    body = '{"orderId": "o-lone", "note": "a\\ud800b"}'
+    # WHEN it is processed by the bundled processor
+    result = keyed.execute(MACHINE, sqs_message(body))
+    # THEN it is processed once, and the record is JSON that reads back as the payload
+    assert result.output["status"] == "PROCESSED", (result.error, result.cause)
+    output = result.output["result"]["output"].removeprefix("s3://").split("/", 1)
+    record = keyed.client("s3").get_object(Bucket=output[0], Key=output[1])["Body"].read()
+    assert json.loads(record) == {"orderId": "o-lone", "note": "a\ud800b"}

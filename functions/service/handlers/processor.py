@@ -46,7 +46,13 @@ def process(
         if "payload" not in work_item:
             raise PermanentError("the workItem has neither an object (bucket, key) nor a payload")
         key = output_key(settings.record_prefix, idempotency_key, ".json")
-        body = json.dumps(work_item["payload"], ensure_ascii=False).encode("utf-8")
+        text = json.dumps(work_item["payload"], ensure_ascii=False)
+        try:
+            body = text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (JSON allows "\ud800", UTF-8 has no form for it): write
+            # the same JSON with every non-ASCII character escaped.
+            body = json.dumps(work_item["payload"]).encode("ascii")
         created = store.write_once(settings.output_bucket, key, body, "application/json", metadata)
         return {
             "output": f"s3://{settings.output_bucket}/{key}",
