@@ -61,8 +61,10 @@ def test_metric_filters_count_end_states_the_processor_has() -> None:
         "Duplicate": ["Duplicate"],
         "Superseded": ["Superseded"],
         "Failed": ["Failed"],
-        "DeadLettered": ["DeadLettered", "InvalidEvent"],
+        "DeadLettered": ["DeadLettered", "InvalidEvent", "LedgerUnavailable"],
         "LockLost": ["LockLost"],
+        "DeadLetterFailed": ["DeadLetterFailed"],
+        "LedgerUnavailable": ["LedgerUnavailable"],
     }
 
 
@@ -78,6 +80,8 @@ def test_every_alarm_notifies_the_alarm_topic() -> None:
         "SourceDeadLetterQueueAlarm",
         "AuditOverdueAlarm",
         "AuditScheduleDeadLetterQueueAlarm",
+        "DeadLetterFailedAlarm",
+        "LedgerUnavailableAlarm",
     }
     for logical_id, alarm in alarms.items():
         props = alarm["Properties"]
@@ -99,6 +103,20 @@ def test_the_lock_lost_alarm_watches_the_metric_its_filter_writes() -> None:
         "LockLost",
     )
     assert props["Threshold"] == 0 and props["ComparisonOperator"] == "GreaterThanThreshold"
+
+
+@pytest.mark.parametrize("metric", ["DeadLetterFailed", "LedgerUnavailable"])
+def test_work_that_could_not_be_dead_lettered_or_recorded_alarms_at_once(metric: str) -> None:
+    # GIVEN the alarm on the metric its filter writes from the processor's own Fail state
+    props = _template()["Resources"][f"{metric}Alarm"]["Properties"]
+    # THEN one such execution is enough
+    assert (props["Namespace"], props["MetricName"]) == (
+        {"Fn::Sub": "onceflow/${AWS::StackName}"},
+        metric,
+    )
+    assert props["Threshold"] == 0 and props["ComparisonOperator"] == "GreaterThanThreshold"
+    dashboard = json.dumps(_template()["Resources"]["Dashboard"])
+    assert f"{metric}Alarm.Arn" in dashboard
 
 
 @pytest.mark.parametrize("audit_enabled", ["true", "false"])
