@@ -250,6 +250,14 @@ def _seen(name: str, item: Mapping[str, Any], values: dict[str, Any]) -> str:
     return f"{name} = :seen_{name}"
 
 
+def open_status(status: str, key: str) -> str:
+    """The sharded OpenWork index key of a row, as the state machine writes it (and the
+    audit's functions/service/logic/open_work.py defines it; onceflow does not import the
+    deployed code, and a test holds the two together)."""
+    digest = hashlib.md5(key.encode("utf-8", "surrogatepass")).hexdigest()  # noqa: S324
+    return f"{status}#{digest[0]}"
+
+
 def _second_chance(target: Target, key: str, message_id: str) -> str:
     """Reset a dead-lettered row so that Reclaim takes it: attempts 0, recorded in the row.
 
@@ -277,9 +285,10 @@ def _second_chance(target: Target, key: str, message_id: str) -> str:
             ":one": {"N": "1"},
             ":now_ms": {"N": str(int(time.time() * 1000))},
             ":message": {"S": message_id},
+            ":open": {"S": open_status("FAILED", key)},
         }
         update = (
-            "SET #status = :failed, open_status = :failed, attempts = :zero, "
+            "SET #status = :failed, open_status = :open, attempts = :zero, "
             "redriven_at = :now_ms, updated_at = :now_ms, redrive_message_id = :message"
         )
         add = "redrives :one"

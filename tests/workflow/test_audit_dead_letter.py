@@ -93,7 +93,7 @@ def test_a_failed_row_at_max_attempts_that_could_not_be_dead_lettered_is_by_the_
     assert last.error == "DeadLetterFailed"
     row = ledger_row(audited, pk)
     assert row is not None and row["status"] == "FAILED" and row["attempts"] == "3"
-    assert row["open_status"] == "FAILED" and "dead_lettered_at" not in row
+    assert row["open_status"].startswith("FAILED") and "dead_lettered_at" not in row
     assert row["last_error"].startswith("DeadLetterFailed: ")
     assert dlq_messages(audited) == []
     started = processor_executions(audited)

@@ -20,6 +20,7 @@ import pytest
 
 from onceflow import patches
 from onceflow.engine import ACCOUNT_ID, REGION, LocalEngine
+from service.logic.open_work import open_status
 from tests.helpers import (
     FUNCTION,
     MACHINE,
@@ -92,7 +93,7 @@ def test_a_dlq_send_that_fails_never_marks_the_row_dead_lettered(engine: LocalEn
     assert row is not None
     assert row["status"] == "FAILED"
     assert "dead_lettered_at" not in row
-    assert row["open_status"] == "FAILED"  # the audit's open-work index finds it
+    assert row["open_status"] == open_status("FAILED", pk)  # the audit's open-work index finds it
     assert row["last_error"].startswith("DeadLetterFailed: ")
     assert dlq_messages(engine) == []
     # AND once the DLQ works again, the next delivery dead-letters it: one message, then the mark
@@ -388,3 +389,31 @@ def test_a_key_sqs_cannot_carry_is_dead_lettered_url_encoded_and_round_trips(
     assert json.loads(message["Body"])["workItem"]["key"] == key
     assert "\x01" not in attributes(message)["ERROR_MESSAGE"]
     assert (ledger_row(engine, pk) or {})["status"] == "FAILED"
+
+
+def test_claim_and_reclaim_put_the_row_in_its_shard_of_the_open_work_index(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN a processor that reads its own row while it works (first call fails: a reclaim
+    # follows on the next delivery)
+    version = upload(engine, "uploads/shard.png")
+    event = s3_event(engine, "uploads/shard.png", version)
+    pk = idempotency_key(engine, "uploads/shard.png", version)
+    seen: list[str] = []
+    real = bundled(engine)
+
+    def handler(payload: dict[str, Any], context: Any) -> Any:
+        seen.append((ledger_row(engine, pk) or {}).get("open_status", ""))
+        if len(seen) == 1:
+            raise raising("PermanentErrorNot")("fails once, not retried in the execution")
+        return real(payload, context)
+
+    # WHEN it is claimed, fails, and is reclaimed by the next delivery
+    with engine.override_function(FUNCTION, handler):
+        first = engine.execute(MACHINE, event)
+        second = engine.execute(MACHINE, event)
+    # THEN while PROCESSING the row sat in the shard the audit's code computes for its key
+    assert first.states_entered[-1] == "Failed"
+    assert second.states_entered[-2:] == ["MarkComplete", "Processed"]
+    assert seen == [open_status("PROCESSING", pk)] * 2
+    assert "open_status" not in (ledger_row(engine, pk) or {})

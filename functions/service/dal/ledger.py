@@ -10,6 +10,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from service.errors import TransientError, is_transient
+from service.logic.open_work import open_status, open_status_values
 from service.logic.s3objects import plain_etag
 
 _BATCH_GET_LIMIT = 100  # keys per BatchGetItem request
@@ -83,12 +84,30 @@ class Ledger:
     def open_rows(
         self, status: str, lock_cutoff: int | None, cursor: dict[str, Any] | None, limit: int = 200
     ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        """A page of open work (the sparse OpenWork index) in one status, oldest lock first.
+        """A page of open work (the sparse OpenWork index) in one status, shard by shard,
+        oldest lock first within a shard. Returns the rows and the cursor of the next page
+        (None when every shard is read).
 
         ``lock_cutoff``: only rows whose lock expired before it (stuck PROCESSING rows).
         """
+        keys = open_status_values(status)
+        position = int((cursor or {}).get("shard", 0))
+        start = (cursor or {}).get("key")
+        rows: list[dict[str, Any]] = []
+        while position < len(keys) and len(rows) < limit:
+            page, start = self._open_page(keys[position], lock_cutoff, start, limit - len(rows))
+            rows += page
+            if start is None:
+                position += 1
+        if position >= len(keys):
+            return rows, None
+        return rows, {"shard": position, "key": start}
+
+    def _open_page(
+        self, key: str, lock_cutoff: int | None, start: dict[str, Any] | None, limit: int
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         condition = "open_status = :status"
-        values: dict[str, Any] = {":status": {"S": status}}
+        values: dict[str, Any] = {":status": {"S": key}}
         if lock_cutoff is not None:
             condition += " AND lock_expires_at < :cutoff"
             values[":cutoff"] = {"N": str(lock_cutoff)}
@@ -99,8 +118,8 @@ class Ledger:
             "ExpressionAttributeValues": values,
             "Limit": limit,
         }
-        if cursor:
-            kwargs["ExclusiveStartKey"] = cursor
+        if start:
+            kwargs["ExclusiveStartKey"] = start
         try:
             response = self._dynamodb.query(**kwargs)
         except ClientError as exc:
@@ -164,7 +183,7 @@ class Ledger:
             )
         else:
             update = (
-                "SET #status = :failed, open_status = :failed, last_error = :error, "
+                "SET #status = :failed, open_status = :open, last_error = :error, "
                 "updated_at = :now_ms, released_by = :by"
             )
         try:
@@ -185,6 +204,7 @@ class Ledger:
                     ":error": {"S": message[:1000]},
                     ":now_ms": {"N": str(now_ms)},
                     ":by": {"S": released_by},
+                    **({} if dead_letter else {":open": {"S": open_status("FAILED", row["pk"])}}),
                 },
             )
         except ClientError as exc:
