@@ -44,6 +44,11 @@ def _load_event(path: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SystemExit(f"{path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise SystemExit(
+            f"{path} nests deeper than this tool reads (about 1,000 levels); "
+            "the processor's JSONata could not evaluate it either"
+        ) from None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -673,6 +678,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except (EngineError, TemplateError, ops.OpsError, records.RecordError) as exc:
         print(f"onceflow: {exc}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        # Python's recursion limit (about 1,000 nested levels) binds before JSONata's on
+        # AWS (about 4,000 under node): the local engine cannot run this input.
+        print("onceflow: the input nests too deeply for the local engine", file=sys.stderr)
         return 2
 
 

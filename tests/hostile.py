@@ -4,9 +4,8 @@ Classes (each input says which): not an object; wrong types in every field of
 each source's shape; huge strings; deep nesting; lone surrogates; NUL and
 control characters; big, tiny, infinite and 16+-digit numbers; empty ids; SQS
 pipe arrays of every size; custom events; direct work items; random JSON; and
-mutations of every file in events/. Inputs are JSON-serialisable the way
-StartExecution takes them (``json.dumps`` with ``allow_nan=False``): a value
-JSON cannot carry (an infinite number) travels inside an SQS body as text.
+mutations of every file in events/. An infinite number stands for a JSON
+number past a double's range (1e400), which parses as Infinity.
 """
 
 from __future__ import annotations
@@ -258,7 +257,14 @@ def corpus(bucket: str, seed: int = 20261123) -> list[Hostile]:
                 mutated = _set(mutated, ("detail", "bucket", "name"), bucket)
             out.append(Hostile(f"mutation:{name}", mutated))
 
-    # Every input must be valid JSON text for StartExecution (no NaN or Infinity).
-    for hostile in out:
-        json.dumps(hostile.event, allow_nan=False)
+    # Numbers past a double's range: 1e400 in the JSON text reaches the state machine as
+    # Infinity (Python's float("inf") stands for it here), anywhere in the event.
+    infinite = float("inf")
+    out.append(Hostile("numbers:infinite", infinite, must_be_invalid=True))
+    out.append(Hostile("numbers:infinite", _set(custom, ("detail", "orderId"), infinite), True))
+    out.append(
+        Hostile("numbers:infinite", _set(custom, ("detail", "deep"), [1, {"x": -infinite}]), True)
+    )
+    out.append(Hostile("numbers:infinite", _set(s3, ("detail", "object", "size"), infinite), True))
+    out.append(Hostile("numbers:infinite", _set(item, ("workItem", "size"), -infinite), True))
     return out

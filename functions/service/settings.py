@@ -69,6 +69,7 @@ class AuditSettings:
     retention_seconds: float
     stuck_margin_seconds: float
     object_content_index: str = "ObjectContent"
+    late_event_seconds: float = 0.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AuditSettings:
@@ -85,6 +86,7 @@ class AuditSettings:
             retention_seconds=_number(env, "RETENTION_DAYS", 1) * 86400,
             stuck_margin_seconds=_number(env, "AUDIT_STUCK_MARGIN_SECONDS", 0),
             object_content_index=env.get("OBJECT_CONTENT_INDEX", "ObjectContent"),
+            late_event_seconds=_number(env, "INGRESS_MAX_EVENT_AGE_SECONDS", 0),
         )
 
 

@@ -222,6 +222,10 @@ HOSTILE_FILES = [
         id="records-not-objects",
     ),
     pytest.param(_s3_event(pad="x" * 300_000), 1, "refused the execution", id="over-256-kib"),
+    pytest.param(_s3_event(size=float("inf")), 1, "send the key as a string", id="1e400"),
+    pytest.param(
+        _s3_event(pad="NESTED"), 2, "nests too deeply for the local engine", id="deep-nesting"
+    ),
 ]
 
 
@@ -235,7 +239,8 @@ def test_execute_takes_any_json_without_a_traceback(
 ) -> None:
     # GIVEN an event file a user (or a fuzzer) may hand to `onceflow execute`
     path = tmp_path / "event.json"
-    path.write_text(json.dumps(event), encoding="utf-8")
+    text = json.dumps(event).replace("Infinity", "1e400")  # as the JSON text would carry it
+    path.write_text(text.replace('"NESTED"', '{"n": ' * 900 + "1" + "}" * 900), encoding="utf-8")
     # WHEN it is executed
     try:
         result = main(["execute", "ProcessorStateMachine", "-e", str(path)])

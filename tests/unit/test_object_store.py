@@ -59,6 +59,25 @@ def test_a_missing_version_is_a_permanent_error(code: str, status: int) -> None:
     stub.assert_no_pending_responses()
 
 
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [("InvalidArgument", 400), ("MethodNotAllowed", 405), ("InvalidObjectState", 403)],
+)
+def test_a_version_no_retry_can_read_is_a_permanent_error(code: str, status: int) -> None:
+    # GIVEN S3 refuses the version for good: an id it cannot parse, a delete marker, an archive
+    store, stub = stubbed()
+    stub.add_client_error(
+        "get_object",
+        service_error_code=code,
+        http_status_code=status,
+        expected_params={"Bucket": BUCKET, "Key": KEY, "VersionId": "v1"},
+    )
+    # WHEN the processor reads it THEN it is dead-lettered at once, not retried for days
+    with stub, pytest.raises(PermanentError, match=code):
+        store.read(BUCKET, KEY, "v1", ETAG)
+    stub.assert_no_pending_responses()
+
+
 def test_access_denied_stays_transient() -> None:
     """With s3:ListBucket granted, 403 means a permission problem (KMS, bucket
     policy) an operator can fix while the retries wait, not a missing object."""

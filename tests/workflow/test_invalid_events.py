@@ -177,7 +177,7 @@ CASES = [
     ),
     pytest.param(
         lambda e: {**load_event("eventbridge-custom-event.json"), "detail": {"n": "x" * 140_000}},
-        "bytes in UTF-8; the processor accepts at most 131072",
+        "bytes in UTF-8; the processor accepts at most 122880",
         id="event-too-large",
     ),
 ]
@@ -290,8 +290,8 @@ def _assert_invalid(engine: LocalEngine, result: Any, message: str, event: Any) 
     assert attrs["EXECUTION_ARN"] == result.arn
     assert "IDEMPOTENCY_KEY" not in attrs  # there is no key to name
     body = json.loads(messages[0]["Body"])
-    if len(json.dumps(event)) > 131072:
-        assert body["event"] is None and body["eventCharacters"] > 131072
+    if len(json.dumps(event, ensure_ascii=False).encode()) > 122880:
+        assert body["event"] is None and body["eventBytes"] > 122880
         assert json.dumps(event, separators=(",", ":")).startswith(body["eventExcerpt"])
     else:
         assert body == {"event": event, "workItem": None}

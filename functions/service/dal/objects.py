@@ -15,8 +15,10 @@ from service.logic.s3objects import has_version, plain_etag
 # a missing key with 403 AccessDenied, so the template grants ListBucket on the
 # ingest bucket to the processor.
 _MISSING_CODES = {"NoSuchKey", "NoSuchVersion", "404"}
-# Archived (S3 Glacier storage classes): unreadable until someone restores it.
-_UNREADABLE_CODES = {"InvalidObjectState"}
+# Archived (S3 Glacier storage classes): unreadable until someone restores it. A version
+# id S3 cannot parse (InvalidArgument), or one that names a delete marker (405
+# MethodNotAllowed): no retry makes them readable either.
+_UNREADABLE_CODES = {"InvalidObjectState", "InvalidArgument", "MethodNotAllowed", "405"}
 # IfMatch failed: the key holds other bytes now. On a write (IfNoneMatch "*"):
 # another writer created the key first, which for a write-once output means done.
 _PRECONDITION_CODES = {"PreconditionFailed", "412"}

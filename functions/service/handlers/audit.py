@@ -73,6 +73,7 @@ def _window(event: dict[str, Any], settings: AuditSettings) -> AuditWindow:
         recent_cutoff_seconds=settings.recent_cutoff_seconds,
         retention_seconds=settings.retention_seconds,
         max_attempts=settings.max_attempts,
+        late_event_seconds=settings.late_event_seconds,
     )
 
 

@@ -74,6 +74,10 @@ class AuditWindow:
     recent_cutoff_seconds: float
     retention_seconds: float
     max_attempts: int
+    # How late EventBridge may still deliver an event (the rules' MaximumEventAgeInSeconds).
+    # An upload without a version id is resubmitted under a key of its own; its event
+    # arriving after that would be processed under another: the audit waits it out.
+    late_event_seconds: float = 0.0
 
 
 def idempotency_key(bucket: str, obj: ListedObject) -> str:
@@ -96,7 +100,10 @@ def idempotency_key(bucket: str, obj: ListedObject) -> str:
 def age_verdict(obj: ListedObject, window: AuditWindow) -> str | None:
     """The verdict on an upload the audit may not judge by its age, or None."""
     age = window.now - obj.last_modified
-    if age < window.recent_cutoff_seconds:
+    cutoff = window.recent_cutoff_seconds
+    if obj.version_id == NULL_VERSION:
+        cutoff = max(cutoff, window.late_event_seconds)
+    if age < cutoff:
         return "skipped_recent"  # its events may still be on their way
     if age > window.retention_seconds:
         return "skipped_old"  # its row has expired: resubmitting could process it twice
