@@ -15,6 +15,7 @@ from service.logic.audit import (
     AuditWindow,
     ListedObject,
     add_counts,
+    age_verdict,
     classify,
     content_row,
     idempotency_key,
@@ -219,6 +220,7 @@ ENV = {
     "AUDIT_RECENT_CUTOFF_HOURS": "12",
     "RETENTION_DAYS": "30",
     "AUDIT_STUCK_MARGIN_SECONDS": "300",
+    "INGRESS_MAX_EVENT_AGE_SECONDS": "86400",
 }
 
 
@@ -227,6 +229,7 @@ def test_audit_settings_parse_the_environment() -> None:
     assert settings.recent_cutoff_seconds == 43200 and settings.retention_seconds == 2592000
     assert settings.max_attempts == 3 and settings.report_prefix == "reports/audit/"
     assert settings.object_content_index == "ObjectContent"
+    assert settings.late_event_seconds == 86400
     named = AuditSettings.from_env({**ENV, "OBJECT_CONTENT_INDEX": "Other"})
     assert named.object_content_index == "Other"
 
@@ -314,3 +317,23 @@ def test_a_name_started_again_while_running_is_not_counted_twice() -> None:
     assert processor.start("audit-x-1", {"a": 1}) is True
     assert processor.start("audit-x-1", {"a": 1}) is False
     assert Idempotent.calls == 1
+
+
+def test_an_upload_without_a_version_waits_out_eventbridges_retries_before_a_resubmission() -> None:
+    # GIVEN the audit's window: 12 h recent cutoff, EventBridge may deliver up to 24 h late
+    window = AuditWindow(
+        now=1_000_000.0,
+        recent_cutoff_seconds=12 * 3600,
+        retention_seconds=30 * 86400,
+        max_attempts=3,
+        late_event_seconds=86400,
+    )
+    sixteen_hours_ago = window.now - 16 * 3600
+    versioned = ListedObject("k", "v1", sixteen_hours_ago, '"e"', 1)
+    unversioned = ListedObject("k", "null", sixteen_hours_ago, '"e"', 1)
+    # WHEN both were uploaded 16 h ago and have no row
+    # THEN the versioned one is resubmitted (a late event keys on the same version id:
+    # a Duplicate), and the unversioned one waits (its late event would key elsewhere)
+    assert classify(versioned, None, window) == "missing_resubmitted"
+    assert age_verdict(unversioned, window) == "skipped_recent"
+    assert age_verdict(ListedObject("k", "null", window.now - 25 * 3600, '"e"', 1), window) is None
