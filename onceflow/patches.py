@@ -14,7 +14,6 @@ import copy
 import dataclasses
 import functools
 import hashlib
-import importlib.metadata
 import inspect
 import json
 import math
@@ -27,16 +26,13 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import unquote, urlsplit
 
 import botocore
 import botocore.context
 import botocore.signers
 import botocore.useragent
-import jsonata
-import jsonata.timebox
-import jsonata.utils
 import moto.backend_index as backend_index
 from moto import backends as moto_backends
 from moto import settings as moto_settings
@@ -102,14 +98,14 @@ from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval.event import event_manager
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
-from moto.stepfunctions.parser.asl.jsonata import validations as jsonata_validations
 from moto.stepfunctions.parser.asl.utils import boto_client as moto_boto_client
 from moto.stepfunctions.parser.asl.utils import encoding as sfn_encoding
 from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend import execution_worker
 
+from onceflow import jsonata_node
+
 MOTO_VERSION = "5.2.5"
-JSONATA_PYTHON_VERSION = "0.7.1"
 
 # --------------------------------------------------------------------------
 # Time scale: Retry backoff and Wait states sleep scaled, the ASL untouched.
@@ -154,128 +150,32 @@ def _scaled_wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
 
 
 # --------------------------------------------------------------------------
-# JSONata: moto leaves its evaluator unset (it expects a JVM); plug in
-# jsonata-python, with real $hash and $uuid in place of moto's text stubs.
+# JSONata: moto leaves its evaluator unset (it expects a JVM). Every expression
+# is evaluated by jsonata 2.0.6 in node, the library and version Step Functions
+# runs, with the functions Step Functions adds ($hash, $uuid, $random with a
+# seed, $partition, $range, $parse) and without $eval (onceflow/jsonata_node.py).
 # --------------------------------------------------------------------------
 
-_HASH_ALGORITHMS = {
-    "MD5": "md5",
-    "SHA-1": "sha1",
-    "SHA-256": "sha256",
-    "SHA-384": "sha384",
-    "SHA-512": "sha512",
-}
-
-
-def jsonata_hash(value: Any, algorithm: str = "SHA-256") -> str:
-    """AWS's ``$hash(value, algorithm)``: the hex digest of a string."""
-    if not isinstance(value, str):
-        raise ValueError("$hash: the value to hash must be a string")
-    try:
-        name = _HASH_ALGORITHMS[algorithm]
-    except KeyError:
-        raise ValueError(f"$hash: algorithm must be one of {', '.join(_HASH_ALGORITHMS)}") from None
-    return hashlib.new(name, value.encode("utf-8")).hexdigest()
-
-
-def jsonata_uuid() -> str:
-    return str(uuid.uuid4())
-
-
-def jsonata_parse(text: Any) -> Any:
-    """AWS's ``$parse(text)``: JSON.parse, an error for anything that is not JSON.
-
-    moto declares ``$parse`` as ``$eval``, which evaluates the text as a
-    JSONata *expression*: "order.id" would quietly yield nothing, not fail.
-    """
-    if not isinstance(text, str):
-        raise ValueError("$parse: the argument must be a string")
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise ValueError(f"$parse: the text is not valid JSON ({exc})") from None
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_PERCENT_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-
-
-def jsonata_decode_url_component(text: Any) -> Any:
-    """JavaScript's decodeURIComponent, which JSONata (and AWS) use.
-
-    jsonata-python's version returns malformed escapes ("%zz") unchanged where
-    JavaScript throws a URIError; a local run must fail where AWS fails.
-    """
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        raise ValueError("$decodeUrlComponent: the argument must be a string")
-    if _PERCENT_ESCAPE.search(text):
-        raise ValueError("Malformed URL passed to $decodeUrlComponent(): a bad % escape")
-    try:
-        return unquote(text, errors="strict")
-    except UnicodeDecodeError:
-        raise ValueError(
-            "Malformed URL passed to $decodeUrlComponent(): escapes are not UTF-8"
-        ) from None
-
-
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "hash": jsonata_hash,
-    "uuid": jsonata_uuid,
-    "parse": jsonata_parse,
-    "decodeUrlComponent": jsonata_decode_url_component,
-}
-# Parsed expressions, by text. A jsonata-python instance keeps per-evaluation
-# state (input, environment, timestamp), so each evaluation runs on a shallow
-# copy with a fresh frame; the parsed tree is shared, read-only.
-_COMPILED: dict[str, jsonata.Jsonata] = {}
-_COMPILED_LOCK = threading.Lock()
-
-
-def _fresh(expression: str, cache: bool) -> jsonata.Jsonata:
-    template = _COMPILED.get(expression) if cache else None
-    if template is None:
-        template = jsonata.Jsonata(expression)  # raises on a syntax error
-        if cache:
-            with _COMPILED_LOCK:
-                _COMPILED[expression] = template
-    instance = copy.copy(template)
-    instance.environment = instance.create_frame(jsonata.Jsonata.static_frame)
-    for name, function in _FUNCTIONS.items():
-        instance.register_lambda(name, function)
-    return instance
-
-
-def _evaluate(instance: jsonata.Jsonata, bindings: dict[str, Any] | None) -> Any:
-    # jsonata-python evaluates on the thread's "current" instance and reads
-    # $millis()/$now() from it: make this one current, or the clock stops at
-    # the first evaluation the thread made.
-    current = getattr(jsonata.Jsonata.CURRENT, "jsonata", None)
-    jsonata.Jsonata.CURRENT.jsonata = instance
-    try:
-        return instance.evaluate(None, bindings)
-    finally:
-        if current is None:
-            del jsonata.Jsonata.CURRENT.jsonata
-        else:
-            jsonata.Jsonata.CURRENT.jsonata = current
+UNSUPPORTED_RESULT = "returned an unsupported result type"
 
 
 def eval_jsonata(expression: str, bindings: dict[str, Any] | None = None) -> Any:
-    """Evaluate one expression with jsonata-python (moto's hook expects a JVM).
+    """Evaluate one expression with the reference library (moto's hook expects a JVM).
 
-    With bindings, the expression is one from a definition: parsed once and
+    With bindings, the expression is one from a definition: compiled once and
     cached. Without, it is moto's composed text (its fallback path), which
-    embeds the data: never cached.
+    embeds the data: never cached. Undefined is None here, as moto's hook
+    returns it (moto then asks $exists to tell it from null).
     """
     try:
-        return _evaluate(_fresh(expression, cache=bindings is not None), bindings)
-    except Exception as exc:  # moto turns this into States.QueryEvaluationError
-        raise moto_jsonata.JSONataException("UNKNOWN", str(exc)) from exc
+        result = jsonata_node.evaluate(expression, bindings, cache=bindings is not None)
+    except jsonata_node.JsonataError as exc:  # moto turns this into States.QueryEvaluationError
+        raise moto_jsonata.JSONataException(exc.code or "UNKNOWN", str(exc)) from exc
+    except jsonata_node.UnsupportedResult as exc:
+        raise moto_jsonata.JSONataException(
+            "UNKNOWN", f"The JSONata expression '{expression}' {UNSUPPORTED_RESULT}."
+        ) from exc
+    return None if result is jsonata_node.UNDEFINED else result
 
 
 moto_encode_jsonata_variable_declarations = moto_jsonata.encode_jsonata_variable_declarations
@@ -994,41 +894,6 @@ def _evaluate_with_timeout(self: Any, env: Any) -> None:
 
 
 # --------------------------------------------------------------------------
-# jsonata-python looks up two callback names ("__evaluate_entry" and
-# "__evaluate_exit", a Timebox's) for every node it evaluates, each a
-# recursive walk up every frame to the root: about a quarter of its time.
-# The walk is a loop here, and the two names are not looked for until
-# something binds one of them (a Timebox, or an expression or caller
-# binding the name: every binding goes through Frame.bind).
-# --------------------------------------------------------------------------
-
-_JSONATA_NONE = jsonata.utils.Utils.NONE
-_CALLBACK_NAMES = frozenset({"__evaluate_entry", "__evaluate_exit"})
-_original_frame_lookup = jsonata.Jsonata.Frame.lookup
-_original_frame_bind = jsonata.Jsonata.Frame.bind
-_jsonata_callbacks_set = False
-
-
-def _frame_lookup(self: Any, name: str) -> Any:
-    if not _jsonata_callbacks_set and name in _CALLBACK_NAMES:
-        return None
-    frame = self
-    while frame is not None:
-        value = frame.bindings.get(name, _JSONATA_NONE)
-        if value is not _JSONATA_NONE:
-            return value
-        frame = frame.parent
-    return None
-
-
-def _frame_bind(self: Any, name: str, value: Any) -> None:
-    global _jsonata_callbacks_set
-    if name in _CALLBACK_NAMES:
-        _jsonata_callbacks_set = True
-    _original_frame_bind(self, name, value)
-
-
-# --------------------------------------------------------------------------
 # botocore, while the local services answer: nobody checks the signature
 # (moto reads only the access key from it, to know the account), and
 # computing it cost about a twelfth of an execution. A request to them gets
@@ -1091,39 +956,10 @@ _applied = False
 _original_jsonata_eval_body = string_expression.StringJSONata._eval_body
 
 
-# moto defines these as JSONata text prepended to each expression; an
-# expression that uses one takes moto's own (slow) path.
-_MOTO_TEXT_FUNCTIONS = re.compile(r"\$(?:partition|range|randomSeeded)\b")
-
-
-JSONATA_NULL = jsonata.utils.Utils.NULL_VALUE
-
-
-def _as_jsonata(value: Any) -> Any:
-    """A copy of a JSON value as jsonata-python reads JSON (null is NULL_VALUE,
-    None is undefined), in one pass; anything else becomes text, as
-    json.dumps(default=str) would make it."""
-    if value is None:
-        return JSONATA_NULL
-    if isinstance(value, str | bool | int | float):
-        return value
-    if isinstance(value, dict):
-        return {
-            (k if isinstance(k, str) else json.dumps(k, default=str)): _as_jsonata(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [_as_jsonata(v) for v in value]
-    return str(value)
-
-
-# A plain name, for the direct reads: letters (any script), digits and "_", not
-# starting with a digit. Anything else is left to JSONata.
-_NAME = r"[^\W\d]\w*"
 # Where JSONata's tokenizer ends a name: whitespace or a one-character operator
-# (checked against jsonata-python's in check_moto_internals). Anything else goes
-# on with the name: "temp°C", "price$usd" and 'a"b"' are each one name.
-_NAME_ENDS = frozenset(" \t\n\r!#%&()*+,-./:;<=>?@[]^{|}~")
+# (jsonata.js 2.0.6's, checked by tests/unit/test_jsonata_node.py). Anything
+# else goes on with the name: "temp°C", "price$usd" and 'a"b"' are each one name.
+_NAME_ENDS = frozenset(" \t\n\r\v!#%&()*+,-./:;<=>?@[]^{|}~")
 _NAME_CHAR = "[^" + re.escape("".join(sorted(_NAME_ENDS))) + "]"
 # A field step: a name that does not start as a number, a string, a quoted
 # name or a variable would.
@@ -1188,64 +1024,9 @@ def _pick(value: Mapping[str, Any], paths: StatesPaths) -> dict[str, Any]:
     return picked
 
 
-_SIMPLE_PATH = re.compile(rf"\${_NAME}(?:\.{_NAME})*")
-_MISSING = object()  # undefined
-_UNSURE = object()  # for JSONata to evaluate
-
-
-@functools.lru_cache(maxsize=4096)
-def _simple_path(expression: str) -> tuple[str, ...] | None:
-    """["states", "input"] for "$states.input": a variable and plain field steps, or None."""
-    text = expression.strip()
-    if not _SIMPLE_PATH.fullmatch(text):
-        return None
-    steps = tuple(text[1:].split("."))
-    if _NOT_STEPS.intersection(steps[1:]):
-        return None  # JSONata's own answer (an error, for "$x.true")
-    return steps
-
-
-def _plain_copy(value: Any) -> Any:
-    """A copy as the JSONata path gives it back: what is not JSON becomes text."""
-    if value is None or isinstance(value, str | bool | int | float):
-        return value
-    if isinstance(value, dict):
-        return {
-            (k if isinstance(k, str) else json.dumps(k, default=str)): _plain_copy(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [_plain_copy(v) for v in value]
-    return str(value)
-
-
-def _follow(steps: tuple[str, ...], env: Any) -> Any:
-    """A simple path's value read directly, _MISSING when undefined, or _UNSURE
-    for JSONata to evaluate: a step into an array maps over it in JSONata,
-    and that is left to JSONata (so is a value that is not plain JSON)."""
-    name, fields = steps[0], steps[1:]
-    store = env.variable_store
-    if name == "states":
-        value: Any = env.states._states_data
-    elif name in store._inner_scope:
-        value = store._inner_scope[name]
-    elif name in store._outer_scope:
-        value = store._outer_scope[name]
-    else:
-        return _MISSING
-    for step in fields:
-        if not isinstance(value, dict):
-            return _UNSURE if isinstance(value, list) else _MISSING
-        value = value.get(step, _MISSING)
-        if value is _MISSING:
-            return _MISSING
-    if isinstance(value, list) or not isinstance(value, str | bool | int | float | dict | None):
-        return _UNSURE
-    return _plain_copy(value)
-
-
 def _bindings(expression: str, env: Any) -> dict[str, Any]:
-    """The variables and $states the expression reads, copied for jsonata-python."""
+    """The variables and $states the expression reads (only those: each is sent to
+    node as JSON text, and $states holds the input twice, up to 256 KiB each)."""
     names, paths = _references(expression)
     store = env.variable_store
     bindings: dict[str, Any] = {}
@@ -1255,7 +1036,34 @@ def _bindings(expression: str, env: Any) -> dict[str, Any]:
     if "states" in names:
         states = env.states._states_data
         bindings["states"] = states if paths is None else _pick(states, paths)
-    return {name: _as_jsonata(value) for name, value in bindings.items()}
+    return bindings
+
+
+def _refuse(env: Any, expression: str, what: str) -> NoReturn:
+    """Fail the state as Step Functions does for a result it cannot use, with
+    moto's own EvaluationFailed event (as its validate_jsonata_expression_output)."""
+    error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
+    failure = FailureEventException(
+        failure_event=FailureEvent(
+            env=env,
+            error_name=error_name,
+            event_type=HistoryEventType.EvaluationFailed,
+            event_details=EventDetails(  # type: ignore[typeddict-item]
+                evaluationFailedEventDetails=EvaluationFailedEventDetails(
+                    cause=f"The JSONata expression '{expression}' {what}.",
+                    error=error_name.error_name,
+                )
+            ),
+        )
+    )
+    env.event_manager.add_event(
+        context=env.event_history_context,
+        event_type=HistoryEventType.EvaluationFailed,
+        event_details=EventDetails(  # type: ignore[typeddict-item]
+            evaluationFailedEventDetails=failure.get_evaluation_failed_event_details()
+        ),
+    )
+    raise failure
 
 
 # Results of expressions with neither a variable nor a function, by text.
@@ -1264,60 +1072,30 @@ _CONSTANTS_KEPT = 4096
 
 
 def _compiled_eval_body(self: Any, env: Any) -> None:
-    """StringJSONata._eval_body without re-parsing: compile once, bind the variables.
+    """StringJSONata._eval_body with the reference library: compile once, bind the variables.
 
     moto writes $states and every variable into the expression as JSONata
     text and parses the whole of it on each evaluation (the input included,
     up to 256 KiB). Step Functions compiles each expression as written and
     binds the variables; so does this, which also makes a top-level
-    "$a := 1; $a" fail here as it fails on AWS.
+    "$a := 1; $a" fail here as it fails on AWS. Undefined and a value JSON
+    cannot hold (a function, Infinity) fail the state, as on AWS.
     """
-    if _MOTO_TEXT_FUNCTIONS.search(self.expression):
-        _original_jsonata_eval_body(self, env)
+    expression = self.expression
+    constant = "$" not in expression  # no variable, no function: "60 + 10", say
+    if constant and expression in _CONSTANTS:
+        env.stack.append(_copy_json(_CONSTANTS[expression]))
         return
-    constant = "$" not in self.expression  # no variable, no function: "60 + 10", say
-    if constant and self.expression in _CONSTANTS:
-        env.stack.append(_copy_json(_CONSTANTS[self.expression]))
-        return
-    steps = _simple_path(self.expression)
-    if steps is not None:
-        # "$states.input", "$workItem.idempotencyKey": most of a definition's
-        # expressions are a variable and field names; read them directly.
-        value = _follow(steps, env)
-        if value is _MISSING:  # moto's own check names it and records the event
-            jsonata_validations.validate_jsonata_expression_output(
-                env,
-                self.expression,
-                self.expression,
-                None,  # type: ignore[arg-type]
-            )
-            value = None
-        if value is not _UNSURE:
-            env.stack.append(value)
-            return
-    bindings = _bindings(self.expression, env)
     try:
-        instance = _fresh(self.expression, cache=True)
-        instance.set_output_convert_nulls(False)  # keep null apart from undefined
-        result = _evaluate(instance, bindings)
-    except Exception as exc:  # moto turns this into States.QueryEvaluationError
-        raise moto_jsonata.JSONataException("UNKNOWN", str(exc)) from exc
-    if result is None:  # undefined: moto's own check names it and records the event
-        jsonata_validations.validate_jsonata_expression_output(
-            env,
-            self.expression,
-            self.expression,
-            result,  # type: ignore[arg-type]
-        )
-    result = jsonata.utils.Utils.convert_nulls(result)  # null: None, however deep
-    if not isinstance(result, str | int | float | bool | list | dict | None):
-        # A function, say. (moto re-evaluates the whole text with $type() for
-        # every string result to find this; a Python str is a string.)
-        raise moto_jsonata.JSONataException(
-            "UNKNOWN", f"the expression returned an unsupported result type: {type(result)}"
-        )
-    if constant and result is not None and len(_CONSTANTS) < _CONSTANTS_KEPT:
-        _CONSTANTS[self.expression] = _copy_json(result)
+        result = jsonata_node.evaluate(expression, _bindings(expression, env))
+    except jsonata_node.JsonataError as exc:  # States.QueryEvaluationError, below
+        raise moto_jsonata.JSONataException(exc.code or "UNKNOWN", str(exc)) from exc
+    except jsonata_node.UnsupportedResult:
+        _refuse(env, expression, UNSUPPORTED_RESULT)
+    if result is jsonata_node.UNDEFINED:
+        _refuse(env, expression, "returned nothing (undefined)")
+    if constant and len(_CONSTANTS) < _CONSTANTS_KEPT:
+        _CONSTANTS[expression] = _copy_json(result)
     env.stack.append(result)
 
 
@@ -1493,15 +1271,13 @@ def check_moto_internals() -> None:
     for module in (moto_jsonata, eval_states, variable_store):
         if not hasattr(module, "encode_jsonata_variable_declarations"):
             problems.append(f"{module.__name__} no longer encodes variables")
-    if not {"$hash", "$uuid", "$parse"} <= _MOTO_STUBBED_FUNCTIONS:
-        problems.append("moto's JSONata $hash/$uuid/$parse declarations moved")
+    if not {"$hash", "$uuid", "$parse", "$partition", "$range"} <= _MOTO_STUBBED_FUNCTIONS:
+        problems.append("moto's JSONata function declarations moved")
     if "eval_jsonata_expression(rich_jsonata_expression)" not in inspect.getsource(
         _original_jsonata_eval_body
     ):
         problems.append("StringJSONata._eval_body no longer evaluates through the hook")
     body = inspect.getsource(_original_jsonata_eval_body)
-    if "_validate_null_output" not in inspect.getsource(jsonata_validations):
-        problems.append("moto's JSONata output validation changed")
     for needed in ("env.variable_store", "env.states", "validate_jsonata_expression_output"):
         if needed not in body:
             problems.append(f"StringJSONata._eval_body no longer uses {needed}")
@@ -1555,8 +1331,6 @@ def check_moto_internals() -> None:
         "parse(path)" not in inspect.getsource(json_path.extract_json)
     ):
         problems.append("moto no longer parses JSONPaths through the module's parse")
-    if importlib.metadata.version("jsonata-python") != JSONATA_PYTHON_VERSION:
-        problems.append(f"jsonata-python is not {JSONATA_PYTHON_VERSION}, patches verified on it")
     if "deepcopy(expression)" not in inspect.getsource(ddb_validators.Validator.__init__):
         problems.append("moto's DynamoDB validator no longer works on a copy of the expression")
     for module in _JSON_COPY_MODULES:
@@ -1584,19 +1358,6 @@ def check_moto_internals() -> None:
             problems.append(f"{what} changed: re-check the patch that follows it")
     if vars(ddb_validators).get("deepcopy") not in (copy.deepcopy, _validator_deepcopy):
         problems.append("moto's DynamoDB validators no longer copy with copy.deepcopy")
-    from jsonata.tokenizer import Tokenizer
-
-    ends = {op for op in Tokenizer.operators if len(op) == 1} | set(" \t\n\r")
-    if ends != set(_NAME_ENDS):
-        problems.append("jsonata-python's tokenizer ends names at other characters")
-    evaluate = inspect.getsource(jsonata.Jsonata._eval)
-    if (
-        'environment.lookup("__evaluate_entry")' not in evaluate
-        or "self.parent.lookup(name)" not in inspect.getsource(_original_frame_lookup)
-        or ".set_evaluate_entry_callback(" not in inspect.getsource(jsonata.timebox)
-        or 'self.bind("__evaluate_entry"' not in inspect.getsource(jsonata.Jsonata.Frame)
-    ):
-        problems.append("jsonata-python's frames or callbacks changed")
     if problems:
         raise RuntimeError(
             "onceflow's moto patches no longer fit this moto: " + "; ".join(problems)
@@ -1628,11 +1389,11 @@ def apply() -> None:
         module.is_within_size_quota = state_within_size_quota  # type: ignore[attr-defined]
     for module in (moto_jsonata, eval_states, variable_store):
         module.encode_jsonata_variable_declarations = encode_jsonata_variable_declarations  # type: ignore[attr-defined]
-    # Our evaluator provides $hash and $uuid natively; moto's declarations
-    # would shadow them with functions that return a "not supported" text.
-    intrinsic_jsonata._DECLARATION_BY_VARIABLE_REFERENCE.pop("$hash", None)
-    intrinsic_jsonata._DECLARATION_BY_VARIABLE_REFERENCE.pop("$uuid", None)
-    intrinsic_jsonata._DECLARATION_BY_VARIABLE_REFERENCE.pop("$parse", None)
+    # The evaluator has Step Functions' own functions; moto's declarations, which
+    # it prepends to the text of its fallback path, would shadow them ($hash and
+    # $uuid as a "not supported" text, $parse as $eval, $randomSeeded, which AWS
+    # does not have).
+    intrinsic_jsonata._DECLARATION_BY_VARIABLE_REFERENCE.clear()
     string_expression.StringJSONata._eval_body = _jsonata_eval_body  # type: ignore[method-assign]
     branches_decl.CustomErrorName = _branch_error_name  # type: ignore[assignment,attr-defined]
     sfn_parser_models.StepFunctionsParserBackend.start_execution = _start_execution  # type: ignore[method-assign]
@@ -1658,6 +1419,4 @@ def apply() -> None:
     for module in _JSON_COPY_MODULES:
         module.copy = _JsonCopyModule()  # type: ignore[attr-defined]
     execute_state.ExecutionState._evaluate_with_timeout = _evaluate_with_timeout  # type: ignore[method-assign]
-    jsonata.Jsonata.Frame.lookup = _frame_lookup  # type: ignore[method-assign]
-    jsonata.Jsonata.Frame.bind = _frame_bind  # type: ignore[method-assign]
     _applied = True

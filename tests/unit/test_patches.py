@@ -8,7 +8,6 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import jsonata
 import pytest
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
@@ -62,18 +61,18 @@ def test_uuid_is_unique() -> None:
     assert patches.eval_jsonata("$uuid()") != patches.eval_jsonata("$uuid()")
 
 
-@pytest.mark.parametrize("value", ['a"b', "back\\slash", "new\nline", "ünïcödé"])
+@pytest.mark.parametrize("value", ['a"b', "back\\slash", "new\nline", "ünïcödé", "\udc80"])
 def test_string_variables_are_escaped(value: str) -> None:
     declarations = patches.encode_jsonata_variable_declarations({"$v": value})
-    assert jsonata.Jsonata(f"({declarations}$v)").evaluate(None) == value
+    assert patches.eval_jsonata(f"({declarations}$v)") == value
 
 
 def test_moto_unescaped_strings_break_the_expression() -> None:
     # The trap: moto writes "{value}" as is, so a quote ends the literal early.
     broken = patches.moto_encode_jsonata_variable_declarations({"$v": 'a"b'})
     assert broken == '$v:="a"b";'
-    with pytest.raises(Exception):  # noqa: B017 - any parse error shows the trap
-        jsonata.Jsonata(f"({broken}$v)").evaluate(None)
+    with pytest.raises(moto_jsonata.JSONataException, match="S0"):  # a syntax error
+        patches.eval_jsonata(f"({broken}$v)")
 
 
 def test_time_scale_zero_never_sleeps() -> None:
@@ -129,14 +128,15 @@ def test_parse_is_json_parse() -> None:
         patches.eval_jsonata("$parse('order.id')")
 
 
-def test_moto_parse_evaluates_text_as_an_expression() -> None:
-    # The trap: moto declares $parse as $eval, so a path "parses" to nothing.
+def test_moto_parse_was_eval_which_step_functions_does_not_have() -> None:
+    # The trap: moto declares $parse as $eval, so a path "parses" to nothing;
+    # and $eval is not available on AWS at all.
     from moto.stepfunctions.parser.asl.component.intrinsic import jsonata as intrinsic
 
-    assert "$parse" not in intrinsic._DECLARATION_BY_VARIABLE_REFERENCE  # apply() removed it
-    moto_parse = "$parse:=function($v){$eval($v)};"
-    value = jsonata.Jsonata(f"({moto_parse} $parse('order.id'))").evaluate(None)
-    assert value is None  # no error: "order.id" silently yields nothing
+    patches.apply()
+    assert intrinsic._DECLARATION_BY_VARIABLE_REFERENCE == {}  # apply() removed them all
+    with pytest.raises(moto_jsonata.JSONataException, match="T1006"):
+        patches.eval_jsonata("$eval('1 + 1')")
 
 
 @pytest.mark.parametrize(
@@ -151,11 +151,6 @@ def test_decode_url_component_decodes(text: str, decoded: str) -> None:
 def test_decode_url_component_rejects_malformed_escapes(text: str) -> None:
     with pytest.raises(moto_jsonata.JSONataException, match="Malformed URL"):
         patches.eval_jsonata(f"$decodeUrlComponent('{text}')")
-
-
-def test_jsonata_python_alone_lets_a_malformed_escape_through() -> None:
-    # The trap closed above: JavaScript (and AWS) throw a URIError here.
-    assert jsonata.Jsonata("$decodeUrlComponent('100%zz')").evaluate(None) == "100%zz"
 
 
 # ---- JSONata errors are States.QueryEvaluationError, catchable -----------------
@@ -258,8 +253,20 @@ def test_an_input_over_256_kib_is_refused(engine: LocalEngine) -> None:
         engine.start_execution("ProcessorStateMachine", {"blob": "x" * 262_144})
 
 
-def test_each_expression_is_parsed_once_and_evaluated_with_bindings(engine: LocalEngine) -> None:
+def test_each_expression_is_parsed_once_and_evaluated_with_bindings(
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The compile cache: moto re-parsed $states and every variable as text each time."""
+    from onceflow import jsonata_node
+
+    requests: list[str] = []
+    call = jsonata_node._Worker.call
+
+    def recording(worker: jsonata_node._Worker, request: str) -> dict[str, Any]:
+        requests.append(request)
+        return call(worker, request)
+
+    monkeypatch.setattr(jsonata_node._Worker, "call", recording)
     definition = {
         "QueryLanguage": "JSONata",
         "StartAt": "Double",
@@ -272,16 +279,21 @@ def test_each_expression_is_parsed_once_and_evaluated_with_bindings(engine: Loca
             }
         },
     }
-    first = _run(engine, definition, {"n": 1, "text": 'a "quoted" \\ text'})
-    compiled = dict(patches._COMPILED)
+    # GIVEN each worker has compiled the definition's expressions once
+    for _ in range(jsonata_node.POOL_SIZE + 1):
+        first = _run(engine, definition, {"n": 1, "text": 'a "quoted" \\ text'})
+    requests.clear()
+    # WHEN the definition runs again
     second = _run(engine, definition, {"n": 21, "text": "plain"})
+    # THEN its values are bound, and no expression text is sent (none is compiled again)
     assert first.output == {"n": 2, "text": 'a "quoted" \\ text!'}  # type: ignore[attr-defined]
     assert second.output == {"n": 42, "text": "plain!"}  # type: ignore[attr-defined]
-    assert compiled == patches._COMPILED  # nothing parsed again
+    assert len(requests) == 2 and not any('"x":' in r for r in requests)
+    assert all('"b":' in r for r in requests)
 
 
 def test_one_parsed_expression_evaluates_safely_on_many_threads() -> None:
-    # A jsonata-python instance keeps per-evaluation state; the cache shares only the tree.
+    # Many threads share a few node workers, each compiling the text once.
     expression = "$sum($map([1..200], function($i) { $i * $k })) = 20100 * $k ? $k : -1"
     results: dict[int, object] = {}
 
@@ -406,8 +418,8 @@ def test_millis_moves_on_within_an_execution() -> None:
             assert 200 <= elapsed < 5000
 
 
-def test_plain_paths_are_read_directly_and_agree_with_jsonata(engine: LocalEngine) -> None:
-    """A variable and field names is read without JSONata; a step into an array is not."""
+def test_plain_paths_give_what_jsonata_gives(engine: LocalEngine) -> None:
+    """A variable and field names, a step into an array (JSONata maps it), undefined."""
     definition = {
         "QueryLanguage": "JSONata",
         "StartAt": "Read",
@@ -441,8 +453,6 @@ def test_plain_paths_are_read_directly_and_agree_with_jsonata(engine: LocalEngin
         "text": "x",
         "fromVariable": [1, {"d": None}],
     }
-    assert "$states.input.a.b" not in {k.strip() for k in patches._COMPILED}  # read directly
-    assert "$states.input.items.x" in {k.strip() for k in patches._COMPILED}  # left to JSONata
     missing = _run(engine, {**definition, "StartAt": "Again"}, data)  # $object is undefined
     assert missing.status == "FAILED"  # type: ignore[attr-defined]
     assert missing.error == "States.QueryEvaluationError"  # type: ignore[attr-defined]
@@ -458,9 +468,7 @@ def test_an_expression_is_bound_only_the_variables_it_names() -> None:
     assert patches._references("$states.input[0].a")[1] == {"input": None}
     assert patches._references("$states.input.a.%.b")[1] is None  # the parent operator
     assert patches._references("$states.input.temp°C")[1] == {"input": {"temp°C": None}}
-    assert patches._simple_path(" $states.input.detail ") == ("states", "input", "detail")
-    assert patches._simple_path("$states.input[0]") is None
-    assert patches._simple_path("$o.`version-id`") is None
+    assert patches._references("$a\v.b")[0] == {"a"}  # a vertical tab ends a name too
 
 
 def test_one_parsed_program_serves_concurrent_executions_with_their_own_retries(
@@ -673,7 +681,7 @@ def test_a_plain_path_gives_what_jsonata_gives_and_refuses_what_it_refuses(
     assert refused.error == "States.QueryEvaluationError"  # type: ignore[attr-defined]
 
 
-# ---- moto's URL tables, JSONPaths and jsonata-python's frame lookups -------------
+# ---- moto's URL tables and JSONPaths ---------------------------------------------
 
 
 def _s3_backend() -> object:
@@ -755,59 +763,6 @@ def test_a_jsonpath_is_parsed_once_and_serves_every_execution(engine: LocalEngin
         assert output == {"order": order, "copied": {"order": order}, "first": f"item-{n}"}
     assert after.misses - before.misses <= 2  # each path text parsed at most once
     assert after.hits - before.hits >= 4
-
-
-def _evaluate_both_ways(monkeypatch: pytest.MonkeyPatch, expression: str, bindings: dict) -> tuple:
-    patched = patches.eval_jsonata(expression, bindings)
-    with monkeypatch.context() as m:
-        m.setattr(jsonata.Jsonata.Frame, "lookup", patches._original_frame_lookup)
-        original = patches.eval_jsonata(expression, bindings)
-    return patched, original
-
-
-@pytest.mark.parametrize(
-    ("expression", "expected"),
-    [
-        ("($a := 1; ($a := 2; $b := $a + 1; [$a, $b, $c]))", [2, 3, 5]),
-        ("($a := 1; ($a := 2); $a)", 1),  # an inner block's binding stays inside it
-        ("($f := function($n) { $n > 0 ? $n + $f($n - 1) : $c }; $f(4))", 15),
-        ("$c.{'k': $}.k", 5),
-        ("($n := null; [$n, $missing])", None),  # null bound stops the walk; undefined drops
-    ],
-)
-def test_a_frame_lookup_finds_what_jsonata_python_finds(
-    monkeypatch: pytest.MonkeyPatch, expression: str, expected: object
-) -> None:
-    patches.apply()
-    assert jsonata.Jsonata.Frame.lookup is patches._frame_lookup
-    patched, original = _evaluate_both_ways(monkeypatch, expression, {"c": 5})
-    assert patched == original
-    if expected is not None:
-        assert patched == expected
-
-
-def test_a_timebox_still_stops_a_runaway_expression(monkeypatch: pytest.MonkeyPatch) -> None:
-    patches.apply()
-    monkeypatch.setattr(patches, "_jsonata_callbacks_set", False)  # as before any Timebox
-    runaway = "($f := function($n) { $n = 0 ? 0 : 1 + $f($n - 1) }; $f(200))"
-    assert jsonata.Jsonata(runaway).evaluate(None) == 200  # no bounds: it runs to the end
-    bounded = jsonata.Jsonata(runaway, stack=50)  # sets the entry and exit callbacks
-    assert patches._jsonata_callbacks_set
-    with pytest.raises(jsonata.JException) as failure:
-        bounded.evaluate(None)
-    assert failure.value.error == "D1011"  # stack too deep
-
-
-def test_a_callback_name_bound_any_way_is_looked_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    patches.apply()
-    monkeypatch.setattr(patches, "_jsonata_callbacks_set", False)
-    seen: list[object] = []
-    expression = jsonata.Jsonata("1 + 2")
-    expression.evaluate(None, {"__evaluate_entry": lambda *args: seen.append(args[0])})
-    assert seen  # a binding passed to evaluate is a callback too
-    monkeypatch.setattr(patches, "_jsonata_callbacks_set", False)
-    with pytest.raises(TypeError):  # as jsonata-python: 5 is called as the exit callback
-        jsonata.Jsonata("($__evaluate_exit := 5; $__evaluate_exit)").evaluate(None)
 
 
 def test_an_update_expression_is_parsed_once_and_each_update_gets_its_values(
@@ -973,7 +928,7 @@ def test_an_expression_bound_only_the_parts_it_reads_gives_what_the_whole_gives(
             return ("error", exc.details)
 
     picked = evaluate(patches._bindings(expression, env))
-    assert picked == evaluate({k: patches._as_jsonata(v) for k, v in whole.items()})
+    assert picked == evaluate(whole)
 
 
 def test_an_execution_is_found_by_its_arn_and_moto_answers_for_the_rest(
@@ -1069,7 +1024,16 @@ def test_a_request_is_routed_as_moto_routes_it(
 def test_an_expression_with_no_variable_or_function_is_evaluated_once(
     engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    evaluated = _recorded(monkeypatch, "_evaluate")
+    from onceflow import jsonata_node
+
+    evaluated: list[str] = []
+    evaluate = jsonata_node.evaluate
+
+    def recording(expression: str, *args: Any, **kwargs: Any) -> Any:
+        evaluated.append(expression)
+        return evaluate(expression, *args, **kwargs)
+
+    monkeypatch.setattr(jsonata_node, "evaluate", recording)
     monkeypatch.setattr(patches, "_CONSTANTS", {})
     definition = {
         "QueryLanguage": "JSONata",
