@@ -32,7 +32,7 @@ from moto.core.exceptions import AWSError
 from moto.events.models import EventPattern
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
-from onceflow import patches
+from onceflow import iam, jsonata_node, limits, patches
 from onceflow.lambdas import FUNCTION_OUTPUT, FunctionSpec, InProcessRuntime
 from onceflow.template import Stack, TemplateError
 
@@ -170,6 +170,7 @@ class LocalEngine:
         self._mock: Any = None
         self._saved_env: dict[str, str | None] = {}
         self._froze_heap = False
+        self.access = iam.AccessControl(self.stack)  # the template's IAM roles, enforced
         self.stack.create = self._create
 
     # ---- lifecycle -----------------------------------------------------------
@@ -183,6 +184,7 @@ class LocalEngine:
 
     def start(self) -> None:
         patches.apply()
+        jsonata_node.evaluator().warm()  # node and jsonata 2.0.6 are there, or fail now
         # moto logs every ASL error it handles (a Catch is normal control
         # flow here); the history and the result carry what matters.
         logging.getLogger("moto.stepfunctions").setLevel(logging.CRITICAL)
@@ -197,6 +199,7 @@ class LocalEngine:
         self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
         self._mock.start()
         try:
+            limits.install(self)  # AWS's quotas (history, sizes, timeouts), undone by stop()
             for logical_id in self.stack.template["Resources"]:
                 self._create(logical_id)
             # Import every handler now (the cold start), before executions
@@ -204,6 +207,7 @@ class LocalEngine:
             self.runtime.cold_start()
             for spec in list(self.runtime.functions.values()):
                 self.runtime.load(spec)
+            self.access.start(self.runtime)  # every resource exists: the roles resolve
         except Exception:
             self.stop()
             raise
@@ -211,6 +215,8 @@ class LocalEngine:
         self._froze_heap = True
 
     def stop(self) -> None:
+        self.access.stop()  # first: it was installed last, over the limits and patches
+        limits.uninstall(self)
         if self._froze_heap:
             _unfreeze_heap()
             self._froze_heap = False
@@ -250,6 +256,8 @@ class LocalEngine:
                 if client is None:
                     session = boto3.session.Session(region_name=REGION)
                     client = session.client(service)  # type: ignore[call-overload]
+                    # The operator's: unchecked by IAM even from inside a handler.
+                    client = iam.as_operator(client)
                     self._clients[service] = client
         return client
 
@@ -511,7 +519,7 @@ class LocalEngine:
     def override_function(self, function: str, handler: Any) -> Iterator[None]:
         """Run handler in place of the template's for a while (failure injection)."""
         name = self.function_name(function)
-        self.runtime.overrides[name] = handler
+        self.runtime.overrides[name] = self.access.as_function(name, handler)
         try:
             yield
         finally:

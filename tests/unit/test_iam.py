@@ -1,0 +1,304 @@
+"""IAM on the local engine, piece by piece: the policy evaluation, and which action and
+resource each AWS request is authorised against (Service Authorization Reference).
+
+The requests are the ones botocore really sends, caught before they leave the client.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from onceflow import iam
+from onceflow.lambdas import InProcessRuntime
+from onceflow.template import Stack, TemplateError
+
+ACCOUNT = "123456789012"
+TABLE_ARN = f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/Ledger"
+QUEUE_URL = f"https://sqs.us-east-1.amazonaws.com/{ACCOUNT}/dlq"
+MACHINE_ARN = f"arn:aws:states:us-east-1:{ACCOUNT}:stateMachine:processor"
+
+
+def allow(action: Any, resource: Any, **extra: Any) -> dict[str, Any]:
+    return {"Effect": "Allow", "Action": action, "Resource": resource, **extra}
+
+
+def deny(action: Any, resource: Any, **extra: Any) -> dict[str, Any]:
+    return {"Effect": "Deny", "Action": action, "Resource": resource, **extra}
+
+
+# ---- evaluation ---------------------------------------------------------------------
+
+
+def test_an_explicit_deny_wins_over_any_allow() -> None:
+    # GIVEN a role allowed everything on the table, and denied DeleteItem on it
+    statements = [allow("dynamodb:*", TABLE_ARN), deny("dynamodb:DeleteItem", TABLE_ARN)]
+    # WHEN each action is evaluated
+    # THEN the deny decides DeleteItem, the allow decides the rest
+    assert iam.evaluate(statements, "dynamodb:DeleteItem", TABLE_ARN) is iam.Decision.EXPLICIT_DENY
+    assert iam.evaluate(statements, "dynamodb:PutItem", TABLE_ARN) is iam.Decision.ALLOWED
+
+
+def test_what_no_statement_allows_is_implicitly_denied() -> None:
+    # GIVEN a role allowed PutItem on one table
+    statements = [allow("dynamodb:PutItem", TABLE_ARN)]
+    # WHEN another action, or the same on another table, is evaluated
+    # THEN neither is allowed
+    assert iam.evaluate(statements, "dynamodb:GetItem", TABLE_ARN) is iam.Decision.IMPLICIT_DENY
+    other = TABLE_ARN.replace("Ledger", "Other")
+    assert iam.evaluate(statements, "dynamodb:PutItem", other) is iam.Decision.IMPLICIT_DENY
+
+
+def test_actions_ignore_case_and_resources_do_not() -> None:
+    # GIVEN a statement written in a different case than the request's action
+    statements = [allow("S3:getobject", "arn:aws:s3:::bucket/Photos/*")]
+    # WHEN the request's action and resource are evaluated
+    # THEN the action matches whatever its case (IAM: actions are case-insensitive),
+    # the resource only in its own case
+    assert iam.evaluate(statements, "s3:GetObject", "arn:aws:s3:::bucket/Photos/a.png") is (
+        iam.Decision.ALLOWED
+    )
+    assert iam.evaluate(statements, "s3:GetObject", "arn:aws:s3:::bucket/photos/a.png") is (
+        iam.Decision.IMPLICIT_DENY
+    )
+
+
+def test_wildcards_are_iams_and_every_other_character_is_literal() -> None:
+    # GIVEN patterns with "*", "?" and a "." (a regular expression would read it as any character)
+    statements = [
+        allow("dynamodb:Query", f"{TABLE_ARN}/index/Open.Work"),
+        allow("s3:GetObject", "arn:aws:s3:::bucket/v?/*"),
+    ]
+    # WHEN requests are evaluated against them
+    # THEN "." matches only itself, "?" one character, "*" any run
+    assert iam.evaluate(statements, "dynamodb:Query", f"{TABLE_ARN}/index/Open.Work") is (
+        iam.Decision.ALLOWED
+    )
+    assert iam.evaluate(statements, "dynamodb:Query", f"{TABLE_ARN}/index/OpenXWork") is (
+        iam.Decision.IMPLICIT_DENY
+    )
+    assert iam.evaluate(statements, "s3:GetObject", "arn:aws:s3:::bucket/v1/a/b.png") is (
+        iam.Decision.ALLOWED
+    )
+    assert iam.evaluate(statements, "s3:GetObject", "arn:aws:s3:::bucket/v12/a.png") is (
+        iam.Decision.IMPLICIT_DENY
+    )
+
+
+def test_not_action_and_not_resource_match_everything_else() -> None:
+    # GIVEN a deny of every SQS action but ReceiveMessage, and an allow outside one queue
+    statements = [
+        {"Effect": "Allow", "Action": "sqs:*", "NotResource": "arn:aws:sqs:us-east-1:1:secret"},
+        {"Effect": "Deny", "NotAction": "sqs:ReceiveMessage", "Resource": "*"},
+    ]
+    # WHEN actions are evaluated
+    # THEN ReceiveMessage is allowed except on the excluded queue, every other action denied
+    assert iam.evaluate(statements, "sqs:ReceiveMessage", "arn:aws:sqs:us-east-1:1:q") is (
+        iam.Decision.ALLOWED
+    )
+    assert iam.evaluate(statements, "sqs:ReceiveMessage", "arn:aws:sqs:us-east-1:1:secret") is (
+        iam.Decision.IMPLICIT_DENY
+    )
+    assert iam.evaluate(statements, "sqs:SendMessage", "arn:aws:sqs:us-east-1:1:q") is (
+        iam.Decision.EXPLICIT_DENY
+    )
+
+
+def test_a_statement_with_a_condition_neither_allows_nor_denies() -> None:
+    # GIVEN statements whose conditions the local engine cannot evaluate
+    condition = {"Bool": {"aws:SecureTransport": "false"}}
+    allowing = [allow("s3:GetObject", "*", Condition=condition)]
+    denying = [allow("s3:GetObject", "*"), deny("s3:*", "*", Condition=condition)]
+    # WHEN a request is evaluated
+    # THEN the conditional Allow grants nothing, the conditional Deny refuses nothing
+    assert iam.evaluate(allowing, "s3:GetObject", "arn:aws:s3:::b/k") is (
+        iam.Decision.IMPLICIT_DENY
+    )
+    assert iam.evaluate(denying, "s3:GetObject", "arn:aws:s3:::b/k") is iam.Decision.ALLOWED
+
+
+# ---- requests -> actions ------------------------------------------------------------
+
+
+class _Caught(Exception):
+    """Raised in place of sending: carries the request botocore prepared."""
+
+    def __init__(self, request: Any) -> None:
+        super().__init__("caught")
+        self.request = request
+
+
+def captured(service: str, call: Callable[[Any], Any]) -> Any:
+    """The request botocore prepares for call(client); nothing is sent, moto answers nothing."""
+    client = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    ).client(service)  # type: ignore[call-overload]
+
+    def catch(request: Any, **_: Any) -> None:
+        raise _Caught(request)
+
+    client.meta.events.register_first("before-send", catch)  # before moto's stubber
+    with pytest.raises(_Caught) as caught:
+        call(client)
+    return caught.value.request
+
+
+def sent(service: str, call: Callable[[Any], Any]) -> iam.Call:
+    """What botocore sends for call(client), described as IAM sees it."""
+    described = iam.describe_call(captured(service, call), ACCOUNT)
+    assert described is not None
+    return described
+
+
+def checks(described: iam.Call) -> list[tuple[str, str]]:
+    return [(c.action, c.resource) for c in described.checks]
+
+
+def test_dynamodb_requests_name_the_table_or_the_index_they_touch() -> None:
+    # GIVEN requests on the ledger, one through its index, one on two tables
+    put = sent("dynamodb", lambda c: c.put_item(TableName="Ledger", Item={"pk": {"S": "a"}}))
+    query = sent(
+        "dynamodb",
+        lambda c: c.query(
+            TableName="Ledger",
+            IndexName="OpenWork",
+            KeyConditionExpression="s = :s",
+            ExpressionAttributeValues={":s": {"S": "x"}},
+        ),
+    )
+    batch = sent(
+        "dynamodb",
+        lambda c: c.batch_get_item(
+            RequestItems={
+                "Ledger": {"Keys": [{"pk": {"S": "a"}}]},
+                "Other": {"Keys": [{"pk": {"S": "b"}}]},
+            }
+        ),
+    )
+    # WHEN IAM authorises them
+    # THEN each needs its action on the table, a query on an index the index's ARN
+    assert checks(put) == [("dynamodb:PutItem", TABLE_ARN)]
+    assert checks(query) == [("dynamodb:Query", f"{TABLE_ARN}/index/OpenWork")]
+    assert checks(batch) == [
+        ("dynamodb:BatchGetItem", TABLE_ARN),
+        ("dynamodb:BatchGetItem", TABLE_ARN.replace("Ledger", "Other")),
+    ]
+
+
+def test_s3_object_reads_name_the_object_and_the_version_action_when_a_version_is_given() -> None:
+    # GIVEN reads of an object whose key needs URL-encoding, with and without a version
+    key = "in/ü b+c.png"
+    plain = sent("s3", lambda c: c.get_object(Bucket="ingest", Key=key))
+    versioned = sent("s3", lambda c: c.get_object(Bucket="ingest", Key=key, VersionId="v1"))
+    head = sent("s3", lambda c: c.head_object(Bucket="ingest", Key=key))
+    # WHEN IAM authorises them
+    # THEN GetObject on the object, GetObjectVersion with a version (S3 GetObject,
+    # "Permissions"), and a missing key is judged by ListBucket on the bucket
+    assert checks(plain) == [("s3:GetObject", f"arn:aws:s3:::ingest/{key}")]
+    assert checks(versioned) == [("s3:GetObjectVersion", f"arn:aws:s3:::ingest/{key}")]
+    assert checks(head) == [("s3:GetObject", f"arn:aws:s3:::ingest/{key}")]
+    assert plain.missing_key_bucket == "ingest" and head.head and not plain.head
+
+
+def test_s3_bucket_requests_and_copies_name_what_they_need() -> None:
+    # GIVEN listings, a versioning read, a put and a copy
+    listing = sent("s3", lambda c: c.list_objects_v2(Bucket="ingest", Prefix="a/"))
+    versions = sent("s3", lambda c: c.list_object_versions(Bucket="ingest"))
+    versioning = sent("s3", lambda c: c.get_bucket_versioning(Bucket="ingest"))
+    put = sent("s3", lambda c: c.put_object(Bucket="out", Key="r/1.json", Body=b"{}"))
+    copy = sent(
+        "s3",
+        lambda c: c.copy_object(
+            Bucket="out", Key="copy.png", CopySource={"Bucket": "ingest", "Key": "a.png"}
+        ),
+    )
+    # WHEN IAM authorises them
+    # THEN bucket actions on the bucket's ARN, object actions on the object's, a copy both
+    assert checks(listing) == [("s3:ListBucket", "arn:aws:s3:::ingest")]
+    assert checks(versions) == [("s3:ListBucketVersions", "arn:aws:s3:::ingest")]
+    assert checks(versioning) == [("s3:GetBucketVersioning", "arn:aws:s3:::ingest")]
+    assert checks(put) == [("s3:PutObject", "arn:aws:s3:::out/r/1.json")]
+    assert checks(copy) == [
+        ("s3:PutObject", "arn:aws:s3:::out/copy.png"),
+        ("s3:GetObject", "arn:aws:s3:::ingest/a.png"),
+    ]
+    assert put.missing_key_bucket is None
+
+
+def test_queue_state_machine_function_and_bus_requests_name_their_arns() -> None:
+    # GIVEN a send, a start, a describe, two invokes and a PutEvents
+    send = sent("sqs", lambda c: c.send_message(QueueUrl=QUEUE_URL, MessageBody="x"))
+    start = sent("stepfunctions", lambda c: c.start_execution(stateMachineArn=MACHINE_ARN))
+    execution = MACHINE_ARN.replace("stateMachine", "execution") + ":run-1"
+    describe = sent("stepfunctions", lambda c: c.describe_execution(executionArn=execution))
+    by_name = sent("lambda", lambda c: c.invoke(FunctionName="processor", Payload=b"{}"))
+    function_arn = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:processor"
+    qualified = sent(
+        "lambda", lambda c: c.invoke(FunctionName=function_arn, Qualifier="live", Payload=b"{}")
+    )
+    events = sent(
+        "events",
+        lambda c: c.put_events(Entries=[{"Source": "s", "DetailType": "d", "Detail": "{}"}]),
+    )
+    # WHEN IAM authorises them
+    # THEN each names the resource it acts on (the execution, not its machine, for Describe)
+    assert checks(send) == [("sqs:SendMessage", f"arn:aws:sqs:us-east-1:{ACCOUNT}:dlq")]
+    assert checks(start) == [("states:StartExecution", MACHINE_ARN)]
+    assert checks(describe) == [("states:DescribeExecution", execution)]
+    assert checks(by_name) == [("lambda:InvokeFunction", function_arn)]
+    assert checks(qualified) == [("lambda:InvokeFunction", f"{function_arn}:live")]
+    assert checks(events) == [
+        ("events:PutEvents", f"arn:aws:events:us-east-1:{ACCOUNT}:event-bus/default")
+    ]
+
+
+def test_a_request_no_action_is_known_for_is_refused_not_let_through() -> None:
+    # GIVEN a PartiQL statement (no mapping to an IAM action here) made by a role
+    principal = iam.Principal("F", "function", "F-role", "f", ACCOUNT, (allow("*", "*"),))
+    statement = sent("dynamodb", lambda c: c.execute_statement(Statement="SELECT * FROM t"))
+    assert statement.unmapped is not None
+    request = captured("dynamodb", lambda c: c.execute_statement(Statement="SELECT * FROM t"))
+    # WHEN the role makes it
+    answered: list[bool] = []
+    response = iam.check_request(principal, request, lambda: answered.append(True) or None)
+    # THEN it never reaches the service and the caller hears AccessDenied, naming the gap
+    assert answered == []
+    assert response is not None
+    status, _, body = response
+    assert status == 400
+    assert json.loads(body)["__type"].endswith("AccessDeniedException")
+    assert "cannot map to an IAM action" in json.loads(body)["message"]
+
+
+# ---- roles from a template ------------------------------------------------------------
+
+
+def test_a_managed_policy_is_refused_rather_than_guessed(tmp_path: Path) -> None:
+    # GIVEN a function whose Policies name an AWS managed policy (its statements are not
+    # in the template)
+    template = tmp_path / "template.yaml"
+    template.write_text(
+        "Transform: AWS::Serverless-2016-10-31\n"
+        "Resources:\n"
+        "  Fn:\n"
+        "    Type: AWS::Serverless::Function\n"
+        "    Properties:\n"
+        "      CodeUri: functions/\n"
+        "      Handler: app.handler\n"
+        "      Policies: [AmazonS3ReadOnlyAccess]\n",
+        encoding="utf-8",
+    )
+    stack = Stack.from_file(template)
+    stack.refs["Fn"] = "fn"
+    access = iam.AccessControl(stack)
+    # WHEN the engine would enforce the roles
+    # THEN it refuses, naming the policy, and installs nothing
+    with pytest.raises(TemplateError, match="AmazonS3ReadOnlyAccess"):
+        access.start(InProcessRuntime())
+    access.stop()
+    assert not iam._CONTROLS
