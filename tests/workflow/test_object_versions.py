@@ -24,6 +24,7 @@ from tests.helpers import (
     FUNCTION,
     MACHINE,
     TransientError,
+    age_object,
     attributes,
     audit_engine,
     dlq_messages,
@@ -53,8 +54,14 @@ def suspend_versioning(engine: LocalEngine) -> None:
 
 
 def put(engine: LocalEngine, body: bytes, key: str = KEY) -> str:
-    """Upload to the ingest bucket; the ETag, as the event carries it (no quotes)."""
+    """Upload to the ingest bucket; the ETag, as the event carries it (no quotes).
+
+    The upload is dated two days back: the audit waits out EventBridge's retries
+    (IngressMaxEventAgeSeconds, one day) before it resubmits an upload without a
+    version id, whose late event would otherwise be processed under another key.
+    """
     response = engine.client("s3").put_object(Bucket=engine.ref("IngestBucket"), Key=key, Body=body)
+    age_object(engine, key, days=2)
     return str(response["ETag"]).strip('"')
 
 
