@@ -212,7 +212,14 @@ def raising(error_type: str) -> type[Exception]:
 
 
 @pytest.mark.parametrize(
-    "error_type", ["Sandbox.Timedout", "Lambda.Unknown", "Lambda.TooManyRequestsException"]
+    "error_type",
+    [
+        "Sandbox.Timedout",
+        "Lambda.Unknown",
+        "Runtime.OutOfMemory",
+        "Runtime.ExitError",
+        "Lambda.TooManyRequestsException",
+    ],
 )
 def test_lambda_timeouts_crashes_and_throttling_are_retried(
     engine: LocalEngine, error_type: str
