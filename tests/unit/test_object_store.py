@@ -42,10 +42,19 @@ def body(data: bytes) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("code", "status"), [("NoSuchKey", 404), ("NoSuchVersion", 404), ("404", 404)]
+    ("code", "status"),
+    [
+        ("NoSuchKey", 404),
+        ("NoSuchVersion", 404),
+        ("404", 404),
+        ("InvalidArgument", 400),  # a version id S3 cannot parse
+        ("MethodNotAllowed", 405),  # a version that is a delete marker
+        ("InvalidObjectState", 403),  # archived
+    ],
 )
 def test_a_missing_version_is_a_permanent_error(code: str, status: int) -> None:
-    # GIVEN S3 answers that the version is gone (what a role with s3:ListBucket hears)
+    # GIVEN S3 answers that the version is gone or unreadable for good (what a role with
+    # s3:ListBucket hears)
     store, stub = stubbed()
     stub.add_client_error(
         "get_object",
@@ -54,25 +63,6 @@ def test_a_missing_version_is_a_permanent_error(code: str, status: int) -> None:
         expected_params={"Bucket": BUCKET, "Key": KEY, "VersionId": "v1"},
     )
     # WHEN the processor reads it THEN retrying cannot help: PermanentError
-    with stub, pytest.raises(PermanentError, match=code):
-        store.read(BUCKET, KEY, "v1", ETAG)
-    stub.assert_no_pending_responses()
-
-
-@pytest.mark.parametrize(
-    ("code", "status"),
-    [("InvalidArgument", 400), ("MethodNotAllowed", 405), ("InvalidObjectState", 403)],
-)
-def test_a_version_no_retry_can_read_is_a_permanent_error(code: str, status: int) -> None:
-    # GIVEN S3 refuses the version for good: an id it cannot parse, a delete marker, an archive
-    store, stub = stubbed()
-    stub.add_client_error(
-        "get_object",
-        service_error_code=code,
-        http_status_code=status,
-        expected_params={"Bucket": BUCKET, "Key": KEY, "VersionId": "v1"},
-    )
-    # WHEN the processor reads it THEN it is dead-lettered at once, not retried for days
     with stub, pytest.raises(PermanentError, match=code):
         store.read(BUCKET, KEY, "v1", ETAG)
     stub.assert_no_pending_responses()
