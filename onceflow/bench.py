@@ -42,7 +42,6 @@ from typing import IO, Any, TextIO, cast
 
 from PIL import Image
 
-from onceflow import patches
 from onceflow.engine import ACCOUNT_ID, PROJECT_ROOT, REGION, ExecutionResult, LocalEngine
 from onceflow.lambdas import FUNCTION_OUTPUT
 
@@ -1067,8 +1066,9 @@ def _sample_s3_event(engine: LocalEngine, key: str, body: bytes) -> dict[str, An
     return event
 
 
-def _requests(since: int) -> Counter[str]:
-    return Counter(f"{r.service}:{r.operation}" for r in patches.REQUEST_LOG.snapshot()[since:])
+def _requests(engine: LocalEngine, since: int) -> Counter[str]:
+    snapshot = engine.state.requests.snapshot()[since:]
+    return Counter(f"{r.service}:{r.operation}" for r in snapshot)
 
 
 def _transitions(result: ExecutionResult) -> int:
@@ -1135,14 +1135,14 @@ def _measure(
     row_key: str | None = None,
     extra_sqs: Mapping[str, int] | None = None,
 ) -> tuple[PathMeasure, ExecutionResult]:
-    since = len(patches.REQUEST_LOG.snapshot())
+    since = len(engine.state.requests.snapshot())
     invocations = len(engine.runtime.invocations)
     mark = meter.mark()
     log_start = log.tell()
     result = run()
     function_lines = _lines(log.getvalue()[log_start:])
     writes, reads = meter.since(mark)
-    requests = _requests(since)
+    requests = _requests(engine, since)
     retries = sum(e["type"] == "TaskScheduled" for e in result.events) - sum(
         e["type"] == "TaskStateEntered" for e in result.events
     )
@@ -1516,14 +1516,14 @@ class PowertoolsBaseline:
         try:
             for path in ("happy", "duplicate"):
                 batch = [{**r, "messageId": str(uuid.uuid4())} for r in records]
-                since = len(patches.REQUEST_LOG.snapshot())
+                since = len(self.engine.state.requests.snapshot())
                 mark = meter.mark()
                 start = log.tell()
                 self.invoke(batch)
                 lines = _lines(log.getvalue()[start:])
                 writes, reads = meter.since(mark)
                 writes = [w for w in writes if w.table == self.TABLE]
-                requests = _requests(since)
+                requests = _requests(self.engine, since)
                 per_message = [line for line in lines if '"message":"processed"' in line]
                 per_batch = [line for line in lines if line not in per_message]
                 rows = [w.after_bytes for w in writes if not w.failed]
@@ -1562,7 +1562,7 @@ class AuditMeasure:
 def _audit_run(
     engine: LocalEngine, meter: DynamoDBMeter, log: io.StringIO, prefix: str, keys: int
 ) -> AuditMeasure:
-    since = len(patches.REQUEST_LOG.snapshot())
+    since = len(engine.state.requests.snapshot())
     invocations = len(engine.runtime.invocations)
     mark = meter.mark()
     log_start = log.tell()
@@ -1577,7 +1577,7 @@ def _audit_run(
         scanned=int(output.get("scanned", 0)),
         transitions=_transitions(result),
         lambda_invocations=len(engine.runtime.invocations) - invocations,
-        requests=dict(sorted(_requests(since).items())),
+        requests=dict(sorted(_requests(engine, since).items())),
         rru=sum(r.units for r in reads),
         sfn_log_events={
             lvl: log_records(result.events, result.arn, lvl) for lvl in ("ALL", "ERROR")

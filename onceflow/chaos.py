@@ -252,7 +252,7 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
         # Deliveries closer than CONCURRENT_GAP run at the same moment.
         deliveries.sort(key=lambda d: d.at)
 
-        patches.REQUEST_LOG.clear()
+        engine.state.requests.clear()
         results: list[tuple[Delivery, ExecutionResult]] = []
         results_lock = threading.Lock()
         bar = Progress(len(deliveries), "delivering", progress)
@@ -265,7 +265,7 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
                     results.append((delivery, result))
             bar.advance()
 
-        patches.FAULTS.append(injector.dynamodb)
+        engine.state.faults.append(injector.dynamodb)
         try:
             with (
                 engine.override_function("ProcessorFunction", injector.processor),
@@ -274,7 +274,7 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
                 list(pool.map(deliver, deliveries))
                 engine.wait_for_running("ProcessorStateMachine")
         finally:
-            patches.FAULTS.remove(injector.dynamodb)
+            engine.state.faults.remove(injector.dynamodb)
 
         injector.expire_crashed_locks()
         if progress is not None:
@@ -371,7 +371,7 @@ def _check(
     output_bucket = engine.ref("OutputBucket")
     blocked = sum(
         1
-        for r in patches.REQUEST_LOG.snapshot()
+        for r in engine.state.requests.snapshot()
         if r.service == "s3" and r.operation == "PutObject" and r.bucket == output_bucket
         and r.status == 412
     )  # fmt: skip

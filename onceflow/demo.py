@@ -17,7 +17,7 @@ from urllib.parse import quote_plus
 
 from PIL import Image
 
-from onceflow import ops, patches, records, server
+from onceflow import ops, records, server
 from onceflow.engine import ExecutionResult, LocalEngine
 
 # The audit's counts, as the demo and `onceflow audit` print them.
@@ -288,7 +288,7 @@ def run_demo(
             return real_handler(event, context)
 
         if not shared:
-            patches.REQUEST_LOG.clear()  # the running engine's log is not the demo's to clear
+            engine.state.requests.clear()  # the running engine's log is not the demo's to clear
         results: list[ExecutionResult] = []
         results_lock = threading.Lock()
         deliveries = Progress(len(first_wave) + len(late_wave), "delivering", progress)

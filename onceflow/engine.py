@@ -158,7 +158,12 @@ class LocalEngine:
             template, parameters, region=REGION, account_id=ACCOUNT_ID, stack_name=stack_name
         )
         self.time_scale = time_scale
+        # This engine's clock, request log, faults, functions and executions
+        # inside the patches: another engine in this process keeps its own.
+        self.state = patches.EngineState(name=stack_name, clock=patches.Clock(time_scale))
         self.runtime = InProcessRuntime()
+        # A handler's calls are this engine's work, on whichever thread it runs.
+        self.runtime.around = lambda: patches.hooks.working_for(self.state)
         self.function_log = function_log
         self.function_log_level = function_log_level
         self.not_emulated: list[str] = []
@@ -183,13 +188,13 @@ class LocalEngine:
         self.stop()
 
     def start(self) -> None:
-        patches.apply()
+        self.state.clock.scale = self.time_scale
+        self.state.requests.clear()  # a new engine is a new world: no requests of an earlier one
+        patches.install(self.state)  # taken away again when the last engine stops
         jsonata_node.evaluator().warm()  # node and jsonata 2.0.6 are there, or fail now
         # moto logs every ASL error it handles (a Catch is normal control
         # flow here); the history and the result carry what matters.
         logging.getLogger("moto.stepfunctions").setLevel(logging.CRITICAL)
-        patches.CLOCK.scale = self.time_scale
-        patches.REQUEST_LOG.clear()  # a new engine is a new world: no requests of an earlier one
         # In-process, concurrent invocations share one Powertools Metrics object,
         # so one may flush what another added and warn that its own set is empty.
         # A Lambda sandbox runs one invocation at a time and never sees this.
@@ -217,12 +222,12 @@ class LocalEngine:
     def stop(self) -> None:
         self.access.stop()  # first: it was installed last, over the limits and patches
         limits.uninstall(self)
+        patches.uninstall(self.state)  # after the limits, which were installed over them
         if self._froze_heap:
             _unfreeze_heap()
             self._froze_heap = False
-        patches.FINISHED.clear()
-        for name in self.runtime.functions:
-            patches.INVOKERS.pop(name, None)
+        self.state.finished.clear()
+        self.state.invokers.clear()
         FUNCTION_OUTPUT.uninstall()
         if self._mock is not None:
             self._mock.stop()
@@ -258,6 +263,7 @@ class LocalEngine:
                     client = session.client(service)  # type: ignore[call-overload]
                     # The operator's: unchecked by IAM even from inside a handler.
                     client = iam.as_operator(client)
+                    client = patches.hooks.on_behalf_of(self.state, client)
                     self._clients[service] = client
         return client
 
@@ -415,7 +421,7 @@ class LocalEngine:
         )
         self._apply_function_environment(spec)
         self.runtime.register(spec)
-        patches.INVOKERS[name] = self.runtime.moto_invoker(name)
+        self.state.invokers[name] = self.runtime.moto_invoker(name)
         self.stack.refs[logical_id] = name
         self.stack.attributes[logical_id] = {"Arn": arn}
 
@@ -488,7 +494,7 @@ class LocalEngine:
         """PutObjects into bucket that S3 accepted, by key: writes that took effect."""
         return Counter(
             r.key
-            for r in patches.REQUEST_LOG.snapshot()
+            for r in self.state.requests.snapshot()
             if r.service == "s3"
             and r.operation == "PutObject"
             and r.bucket == bucket
@@ -614,7 +620,7 @@ class LocalEngine:
     def wait(self, execution_arn: str, timeout: float = 120.0) -> ExecutionResult:
         sfn = self.client("stepfunctions")
         deadline = time.monotonic() + timeout
-        finished = patches.FINISHED.event(execution_arn)
+        finished = self.state.finished.event(execution_arn)
         while True:
             # Woken by the execution's end (at once if it has ended); the
             # timeout only bounds a missed signal.

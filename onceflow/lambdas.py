@@ -13,7 +13,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -192,6 +192,8 @@ class InProcessRuntime:
         self._lock = threading.Lock()
         # Tests replace a handler (a processor that raises, sleeps ...) by name.
         self.overrides: dict[str, Callable[[Any, Any], Any]] = {}
+        # Entered around every handler call, on the thread that runs it.
+        self.around: Callable[[], AbstractContextManager[None]] = nullcontext
 
     def register(self, spec: FunctionSpec) -> None:
         self.functions[spec.name] = spec
@@ -246,7 +248,7 @@ class InProcessRuntime:
         started = time.perf_counter()
         error_type: str | None = None
         try:
-            with FUNCTION_OUTPUT.running_function():
+            with self.around(), FUNCTION_OUTPUT.running_function():
                 payload = handler(event, context)
         except Exception as exc:  # reported to the caller as Lambda does
             error_type = type(exc).__name__

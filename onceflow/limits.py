@@ -82,8 +82,8 @@ from moto.stepfunctions.parser.backend import execution_worker
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
-from onceflow import patches
 from onceflow.lambdas import FUNCTION_OUTPUT, Invocation, LambdaContext
+from onceflow.patches import hooks
 
 if TYPE_CHECKING:
     from onceflow.engine import LocalEngine
@@ -125,7 +125,7 @@ def _replace(owner: Any, name: str, value: Any) -> Any:
 
 
 def install(engine: LocalEngine) -> None:
-    """Enforce the limits for this engine (after patches.apply())."""
+    """Enforce the limits for this engine (after patches.install())."""
     with _LOCK:
         if any(e is engine for e in _ENGINES):
             return
@@ -384,6 +384,8 @@ class ExecutionLimits:
         self.closed = False
         self.closing: int | None = None  # the thread ending the execution
         self.reason: str | None = None
+        engine = hooks.for_env(env)  # its engine's clock (a clock of its own if none)
+        self.clock = engine.clock if engine is not None else hooks.Clock()
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started + self.virtual
@@ -398,7 +400,7 @@ class ExecutionLimits:
         on AWS they overlap: below time scale 1 such an EXPRESS execution reaches
         its five minutes early. (The processor's one Parallel has one branch.)
         """
-        self.virtual += seconds * (1.0 - patches.CLOCK.scale)
+        self.virtual += seconds * (1.0 - self.clock.scale)
 
     def last_event_id(self) -> int:
         return int(self.root.event_manager._event_id_gen._next_id) - 1
@@ -720,7 +722,7 @@ class TimedInvoke:
             error_type: str | None = None
             raised: BaseException | None = None
             try:
-                with FUNCTION_OUTPUT.running_function():
+                with runtime.around(), FUNCTION_OUTPUT.running_function():
                     payload = handler(event, context)
             except Exception as exc:  # reported to the caller as Lambda does
                 error_type = type(exc).__name__

@@ -3,13 +3,33 @@
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from onceflow import patches
 from onceflow.engine import LocalEngine
+
+# The whole suite on the CI machine (2 cores, 2 workers), measured at the commit
+# that last changed this line; the last run on this machine is kept in pytest's cache.
+REFERENCE_MINUTES = "about 5.5"
+_STARTED = time.monotonic()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = [f"onceflow: the whole suite takes {REFERENCE_MINUTES} minutes on a 2-core machine"]
+    last = config.cache.get("onceflow/minutes", None) if config.cache is not None else None
+    if last is not None:
+        lines.append(f"onceflow: its last whole run here took {last:.1f} minutes")
+    return lines
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    whole = not config.option.file_or_dir  # the whole suite, not a chosen file
+    if whole and not hasattr(config, "workerinput") and config.cache is not None:
+        config.cache.set("onceflow/minutes", round((time.monotonic() - _STARTED) / 60, 2))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -28,6 +48,6 @@ def _private_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 @pytest.fixture
 def engine() -> Iterator[LocalEngine]:
     with LocalEngine(function_log=io.StringIO(), time_scale=0.0) as local:
-        patches.REQUEST_LOG.clear()
-        patches.CLOCK.slept.clear()
+        local.state.requests.clear()
+        local.state.clock.slept.clear()
         yield local

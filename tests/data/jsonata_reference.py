@@ -194,12 +194,12 @@ def _snapshot(env: Any) -> dict[str, Any]:
 
 def _capture(engine: Any) -> dict[str, list[dict[str, Any]]]:
     """Run the workflows locally; the contexts each expression was evaluated in."""
-    from onceflow import patches
+    from onceflow.patches import fidelity
     from tests import helpers, hostile
 
     captured: dict[str, list[dict[str, Any]]] = {}
     texts: dict[str, set[str]] = {}
-    original = patches._bindings
+    original = fidelity._bindings
 
     def capturing(expression: str, env: Any) -> dict[str, Any]:
         seen = texts.setdefault(expression, set())
@@ -211,12 +211,12 @@ def _capture(engine: Any) -> dict[str, list[dict[str, Any]]]:
                 captured.setdefault(expression, []).append(context)
         return original(expression, env)
 
-    patches._bindings = capturing  # type: ignore[assignment]
+    fidelity._bindings = capturing  # type: ignore[assignment]
     try:
         for run in _scenarios():
             run(engine, helpers, hostile)
     finally:
-        patches._bindings = original  # type: ignore[assignment]
+        fidelity._bindings = original  # type: ignore[assignment]
     return captured
 
 
@@ -253,11 +253,11 @@ def _scenarios() -> Iterator[Callable[[Any, Any, Any], None]]:
             engine.execute(helpers.MACHINE, helpers.s3_event(engine, "reference/none.png", version))
 
     def failing_services(engine: Any, helpers: Any, hostile: Any) -> None:
-        from onceflow import patches
+        from onceflow.patches import hooks
 
         for service, operation, response in (
-            ("dynamodb", "PutItem", patches.dynamodb_error("ValidationException", "refused")),
-            ("dynamodb", "UpdateItem", patches.dynamodb_error("ValidationException", "refused")),
+            ("dynamodb", "PutItem", hooks.dynamodb_error("ValidationException", "refused")),
+            ("dynamodb", "UpdateItem", hooks.dynamodb_error("ValidationException", "refused")),
             ("sqs", "SendMessage", _sqs_error("KmsAccessDenied", "denied")),
         ):
 
@@ -273,11 +273,11 @@ def _scenarios() -> Iterator[Callable[[Any, Any, Any], None]]:
 
             key = f"reference/{operation}.jpg"
             version = helpers.upload(engine, key, b"not an image")
-            patches.FAULTS.append(injector)
+            engine.state.faults.append(injector)
             try:
                 engine.execute(helpers.MACHINE, helpers.s3_event(engine, key, version))
             finally:
-                patches.FAULTS.remove(injector)
+                engine.state.faults.remove(injector)
 
     def hostile_sample(engine: Any, helpers: Any, hostile: Any) -> None:
         for item in hostile.corpus(engine.ref("IngestBucket"))[::25]:
@@ -311,7 +311,7 @@ def _sqs_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
 
 def _generic_context(texts: list[str]) -> dict[str, Any]:
     """One context in which every variable the expressions name is bound."""
-    from onceflow import patches
+    from onceflow.patches import fidelity
 
     functions = set(
         re.findall(
@@ -323,7 +323,7 @@ def _generic_context(texts: list[str]) -> dict[str, Any]:
     ) | {"hash", "uuid", "random", "partition", "range", "parse", "millis", "now", "eval"}
     names: set[str] = set()
     for text in texts:
-        names |= patches._references(text)[0]
+        names |= fidelity._references(text)[0]
     names -= functions | {"states", ""}
     work_item = {
         "idempotencyKey": "s3://ingest/in/a b+c.png#3sL4kqtJlcpXroDTDmJ",

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from onceflow import jsonata_node, patches
+from onceflow import jsonata_node
 from onceflow.engine import LocalEngine
+from onceflow.patches import fidelity
 
 
 def evaluate(expression: str, bindings: dict[str, Any] | None = None) -> Any:
@@ -70,7 +71,7 @@ def test_names_end_where_the_jsonata_2_0_6_tokenizer_ends_them() -> None:
     ends = single | set(" \t\n\r\v")
     # THEN the engine's variable scan ends names at exactly those characters
     assert "' \\t\\n\\r\\v'.indexOf(ch)" in source
-    assert ends == set(patches._NAME_ENDS)
+    assert ends == set(fidelity._NAME_ENDS)
 
 
 # ---- AWS's functions ------------------------------------------------------------
@@ -324,9 +325,9 @@ def test_an_infinite_result_fails_the_state_and_can_be_caught(engine: LocalEngin
     # THEN the state fails with States.QueryEvaluationError (no message is sent)
     assert result.status == "SUCCEEDED", result.cause
     assert result.output["Error"] == "States.QueryEvaluationError"
-    assert patches.UNSUPPORTED_RESULT in result.output["Cause"]
+    assert fidelity.UNSUPPORTED_RESULT in result.output["Cause"]
     assert "EvaluationFailed" in result.event_types()
-    sent = [r for r in patches.REQUEST_LOG.snapshot() if r.operation == "SendMessage"]
+    sent = [r for r in engine.state.requests.snapshot() if r.operation == "SendMessage"]
     assert sent == []
 
 

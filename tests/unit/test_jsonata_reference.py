@@ -14,8 +14,9 @@ from moto.stepfunctions.parser.asl.component.common.error_name.failure_event imp
 )
 from moto.stepfunctions.parser.asl.jsonata.jsonata import JSONataException
 
-from onceflow import jsonata_node, patches
+from onceflow import jsonata_node
 from onceflow.engine import LocalEngine
+from onceflow.patches import fidelity
 from tests.data import jsonata_reference as reference
 
 RERECORD = "re-record: .venv/bin/python -m tests.data.jsonata_reference --record"
@@ -37,13 +38,13 @@ def _engine_outcome(expression: str, states: Any, variables: dict[str, Any]) -> 
         event_manager=SimpleNamespace(add_event=lambda **event: None),
     )
     try:
-        patches._jsonata_eval_body(SimpleNamespace(expression=expression), env)
+        fidelity._jsonata_eval_body(SimpleNamespace(expression=expression), env)
     except FailureEventException as exc:
         details = exc.failure_event.event_details["evaluationFailedEventDetails"]  # type: ignore[index]
         cause = str(details["cause"])
         if cause.endswith("returned nothing (undefined)."):
             return {"u": 1}
-        if cause.endswith(f"{patches.UNSUPPORTED_RESULT}."):
+        if cause.endswith(f"{fidelity.UNSUPPORTED_RESULT}."):
             return {"s": "function or number"}
         error = exc.__cause__
         assert isinstance(error, JSONataException), cause
@@ -85,7 +86,7 @@ def test_the_engine_evaluates_every_case_as_jsonata_2_0_6_does(
         "evaluate",
         functools.partial(jsonata_node.evaluate, clock=recording["clock_ms"]),
     )
-    monkeypatch.setattr(patches, "_CONSTANTS", {})
+    monkeypatch.setattr(fidelity, "_CONSTANTS", {})
     expressions = recording["expressions"]
     contexts = recording["contexts"]
     mutations = recording["mutations"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,24 +15,40 @@ from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
 from onceflow import patches
 from onceflow.engine import LocalEngine
+from onceflow.patches import fidelity, hooks, speedups
 from tests.helpers import FUNCTION, upload
 
 
-def test_patches_fit_the_pinned_moto() -> None:
-    # Fails loudly (RuntimeError naming what moved) after a moto upgrade.
-    patches.check_moto_internals()
+@pytest.fixture
+def installed() -> Iterator[None]:
+    """The patches in place without an engine (as the first engine installs them)."""
+    state = patches.EngineState(name="unit")
+    patches.install(state)
+    try:
+        yield
+    finally:
+        patches.uninstall(state)
 
 
-def test_apply_installs_every_patch() -> None:
-    patches.apply()
-    assert moto_jsonata._eval_jsonata is patches.eval_jsonata
+def test_every_patch_fits_the_pinned_moto() -> None:
+    # A hook or fidelity patch that does not fit stops the engine; a speed-up that
+    # does not is left out. On the pinned moto, every one fits.
+    assert patches.problems() == {}
+
+
+@pytest.mark.usefixtures("installed")
+def test_install_puts_every_patch_in_place() -> None:
+    assert moto_jsonata._eval_jsonata is fidelity.eval_jsonata
     assert (
         moto_jsonata.encode_jsonata_variable_declarations
-        is patches.encode_jsonata_variable_declarations
+        is fidelity.encode_jsonata_variable_declarations
     )
     from moto.stepfunctions.parser.asl.component.intrinsic import jsonata as intrinsic
 
     assert "$hash" not in intrinsic._DECLARATION_BY_VARIABLE_REFERENCE
+    current = patches.installed()
+    assert current is not None and current.skipped == {}
+    assert {p.name for p in current.patches} == {p.name for p in patches.PATCHES}
 
 
 @pytest.mark.parametrize(
@@ -44,42 +62,44 @@ def test_apply_installs_every_patch() -> None:
     ],
 )
 def test_hash_is_a_real_digest(algorithm: str, name: str) -> None:
-    value = patches.eval_jsonata(f'$hash("s3://b/k#v1", "{algorithm}")')
+    value = fidelity.eval_jsonata(f'$hash("s3://b/k#v1", "{algorithm}")')
     assert value == hashlib.new(name, b"s3://b/k#v1").hexdigest()
     # moto's stub returned one text for every input: every hash collided.
-    assert patches.eval_jsonata(f'$hash("a", "{algorithm}")') != patches.eval_jsonata(
+    assert fidelity.eval_jsonata(f'$hash("a", "{algorithm}")') != fidelity.eval_jsonata(
         f'$hash("b", "{algorithm}")'
     )
 
 
 def test_hash_rejects_an_unknown_algorithm() -> None:
     with pytest.raises(moto_jsonata.JSONataException, match="algorithm must be one of"):
-        patches.eval_jsonata('$hash("a", "SHA-999")')
+        fidelity.eval_jsonata('$hash("a", "SHA-999")')
 
 
 def test_uuid_is_unique() -> None:
-    assert patches.eval_jsonata("$uuid()") != patches.eval_jsonata("$uuid()")
+    assert fidelity.eval_jsonata("$uuid()") != fidelity.eval_jsonata("$uuid()")
 
 
 @pytest.mark.parametrize("value", ['a"b', "back\\slash", "new\nline", "ünïcödé", "\udc80"])
 def test_string_variables_are_escaped(value: str) -> None:
-    declarations = patches.encode_jsonata_variable_declarations({"$v": value})
-    assert patches.eval_jsonata(f"({declarations}$v)") == value
+    declarations = fidelity.encode_jsonata_variable_declarations({"$v": value})
+    assert fidelity.eval_jsonata(f"({declarations}$v)") == value
 
 
 def test_moto_unescaped_strings_break_the_expression() -> None:
     # The trap: moto writes "{value}" as is, so a quote ends the literal early.
-    broken = patches.moto_encode_jsonata_variable_declarations({"$v": 'a"b'})
+    broken = fidelity.moto_encode_jsonata_variable_declarations({"$v": 'a"b'})
     assert broken == '$v:="a"b";'
     with pytest.raises(moto_jsonata.JSONataException, match="S0"):  # a syntax error
-        patches.eval_jsonata(f"({broken}$v)")
+        fidelity.eval_jsonata(f"({broken}$v)")
 
 
-def test_time_scale_zero_never_sleeps() -> None:
-    patches.CLOCK.scale = 0.0
-    patches.CLOCK.slept.clear()
-    patches._ScaledTimeModule.sleep(30)
-    assert patches.CLOCK.slept == [30]
+def test_time_scale_zero_never_sleeps(engine: LocalEngine) -> None:
+    engine.state.clock.slept.clear()
+    started = time.monotonic()
+    with hooks.working_for(engine.state):
+        hooks._ScaledTimeModule.sleep(30)  # the retrier's time.sleep
+    assert engine.state.clock.slept == [30]
+    assert time.monotonic() - started < 5
 
 
 def test_concurrent_conditional_puts_have_exactly_one_winner(engine: LocalEngine) -> None:
@@ -123,20 +143,20 @@ def test_concurrent_conditional_puts_have_exactly_one_winner(engine: LocalEngine
 
 
 def test_parse_is_json_parse() -> None:
-    assert patches.eval_jsonata('$parse(\'{"a": [1, "x"]}\')') == {"a": [1, "x"]}
+    assert fidelity.eval_jsonata('$parse(\'{"a": [1, "x"]}\')') == {"a": [1, "x"]}
     with pytest.raises(moto_jsonata.JSONataException, match="not valid JSON"):
-        patches.eval_jsonata("$parse('order.id')")
+        fidelity.eval_jsonata("$parse('order.id')")
 
 
+@pytest.mark.usefixtures("installed")
 def test_moto_parse_was_eval_which_step_functions_does_not_have() -> None:
     # The trap: moto declares $parse as $eval, so a path "parses" to nothing;
     # and $eval is not available on AWS at all.
     from moto.stepfunctions.parser.asl.component.intrinsic import jsonata as intrinsic
 
-    patches.apply()
     assert intrinsic._DECLARATION_BY_VARIABLE_REFERENCE == {}  # apply() removed them all
     with pytest.raises(moto_jsonata.JSONataException, match="T1006"):
-        patches.eval_jsonata("$eval('1 + 1')")
+        fidelity.eval_jsonata("$eval('1 + 1')")
 
 
 @pytest.mark.parametrize(
@@ -144,13 +164,13 @@ def test_moto_parse_was_eval_which_step_functions_does_not_have() -> None:
     [("a%20b%2Bc", "a b+c"), ("caf%C3%A9", "café"), ("%E2%98%95", "☕"), ("plain", "plain")],
 )
 def test_decode_url_component_decodes(text: str, decoded: str) -> None:
-    assert patches.eval_jsonata(f"$decodeUrlComponent('{text}')") == decoded
+    assert fidelity.eval_jsonata(f"$decodeUrlComponent('{text}')") == decoded
 
 
 @pytest.mark.parametrize("text", ["100%zz", "a%C3%28", "%", "%E2%98"])
 def test_decode_url_component_rejects_malformed_escapes(text: str) -> None:
     with pytest.raises(moto_jsonata.JSONataException, match="Malformed URL"):
-        patches.eval_jsonata(f"$decodeUrlComponent('{text}')")
+        fidelity.eval_jsonata(f"$decodeUrlComponent('{text}')")
 
 
 # ---- JSONata errors are States.QueryEvaluationError, catchable -----------------
@@ -169,15 +189,15 @@ def _run(engine: LocalEngine, definition: dict[str, object], execution_input: ob
 
 
 def _recorded(monkeypatch: pytest.MonkeyPatch, name: str) -> list[tuple[Any, ...]]:
-    """The arguments of each call of patches.<name>, which still runs."""
+    """The arguments of each call of speedups.<name>, which still runs."""
     calls: list[tuple[Any, ...]] = []
-    original = getattr(patches, name)
+    original = getattr(speedups, name)
 
     def recording(*args: Any) -> Any:
         calls.append(args)
         return original(*args)
 
-    monkeypatch.setattr(patches, name, recording)
+    monkeypatch.setattr(speedups, name, recording)
     return calls
 
 
@@ -299,7 +319,7 @@ def test_one_parsed_expression_evaluates_safely_on_many_threads() -> None:
 
     def run(k: int) -> None:
         for _ in range(20):
-            results[k] = patches.eval_jsonata(expression, {"k": k})
+            results[k] = fidelity.eval_jsonata(expression, {"k": k})
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(1, 9)]
     for thread in threads:
@@ -329,11 +349,11 @@ def test_moto_integrations_share_one_client_per_service(engine: LocalEngine) -> 
         state_task_service_dynamodb,
     )
 
-    assert lambda_eval_utils.boto_client_for is patches._cached_boto_client_for
-    assert state_task_service_dynamodb.boto_client_for is patches._cached_boto_client_for
-    first = patches._cached_boto_client_for("us-east-1", "dynamodb", object())
-    assert patches._cached_boto_client_for("us-east-1", "dynamodb", None) is first
-    assert patches._cached_boto_client_for("us-east-1", "sqs") is not first
+    assert lambda_eval_utils.boto_client_for is speedups._cached_boto_client_for
+    assert state_task_service_dynamodb.boto_client_for is speedups._cached_boto_client_for
+    first = speedups._cached_boto_client_for("us-east-1", "dynamodb", object())
+    assert speedups._cached_boto_client_for("us-east-1", "dynamodb", None) is first
+    assert speedups._cached_boto_client_for("us-east-1", "sqs") is not first
 
 
 def test_the_engine_shares_one_client_per_service_across_threads(engine: LocalEngine) -> None:
@@ -354,10 +374,10 @@ def test_moto_lists_a_response_class_once(engine: LocalEngine) -> None:
     from moto.core import responses
     from moto.dynamodb.responses import DynamoHandler
 
-    assert responses.method_names_from_class is patches._cached_method_names
-    names = patches._cached_method_names(DynamoHandler)
+    assert responses.method_names_from_class is speedups._cached_method_names
+    names = speedups._cached_method_names(DynamoHandler)
     assert "put_item" in names and "update_item" in names
-    assert patches._cached_method_names(DynamoHandler) is names
+    assert speedups._cached_method_names(DynamoHandler) is names
     engine.client("dynamodb").list_tables()  # a request still dispatches
 
 
@@ -460,15 +480,15 @@ def test_plain_paths_give_what_jsonata_gives(engine: LocalEngine) -> None:
 
 
 def test_an_expression_is_bound_only_the_variables_it_names() -> None:
-    names, paths = patches._references("$a & $states.input.x & $states.context.Execution.Id")
+    names, paths = fidelity._references("$a & $states.input.x & $states.context.Execution.Id")
     assert names == {"a", "states"}
     assert paths == {"input": {"x": None}, "context": {"Execution": {"Id": None}}}
-    assert patches._references("$string($states)")[1] is None  # all of $states
-    assert patches._references("$states.input.a.b & $states.input.a")[1] == {"input": {"a": None}}
-    assert patches._references("$states.input[0].a")[1] == {"input": None}
-    assert patches._references("$states.input.a.%.b")[1] is None  # the parent operator
-    assert patches._references("$states.input.temp°C")[1] == {"input": {"temp°C": None}}
-    assert patches._references("$a\v.b")[0] == {"a"}  # a vertical tab ends a name too
+    assert fidelity._references("$string($states)")[1] is None  # all of $states
+    assert fidelity._references("$states.input.a.b & $states.input.a")[1] == {"input": {"a": None}}
+    assert fidelity._references("$states.input[0].a")[1] == {"input": None}
+    assert fidelity._references("$states.input.a.%.b")[1] is None  # the parent operator
+    assert fidelity._references("$states.input.temp°C")[1] == {"input": {"temp°C": None}}
+    assert fidelity._references("$a\v.b")[0] == {"a"}  # a vertical tab ends a name too
 
 
 def test_one_parsed_program_serves_concurrent_executions_with_their_own_retries(
@@ -505,13 +525,13 @@ def test_one_parsed_program_serves_concurrent_executions_with_their_own_retries(
         roleArn="arn:aws:iam::123456789012:role/probe",
     )["stateMachineArn"]
     parses: list[int] = []
-    original = patches._original_entrypoint
+    original = speedups._original_entrypoint
 
     def counted(worker: object) -> object:
         parses.append(1)
         return original(worker)
 
-    monkeypatch.setattr(patches, "_original_entrypoint", counted)
+    monkeypatch.setattr(speedups, "_original_entrypoint", counted)
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda n: engine.execute(arn, {"n": n}), range(16)))
     assert [r.status for r in results] == ["SUCCEEDED"] * 16
@@ -541,7 +561,7 @@ def test_one_parsed_program_serves_concurrent_executions_with_their_own_retries(
 
     program, _ = AmazonStateLanguageParser.parse(json.dumps(definition))
     assert None in heap_keys(program)  # moto draws them on first use
-    patches._fix_heap_keys(program)
+    speedups._fix_heap_keys(program)
     keys = heap_keys(program)
     assert len(keys) > 10 and None not in keys and len(set(keys)) == len(keys)
 
@@ -592,13 +612,14 @@ def test_local_requests_carry_a_dummy_signature_and_the_rest_are_signed(
     assert "Signature=" in real and not real.endswith("0" * 64)
 
 
+@pytest.mark.usefixtures("installed")
 def test_the_user_agent_sanitiser_gives_what_botocore_gives() -> None:
     import botocore.useragent
 
-    assert botocore.useragent.sanitize_user_agent_string_component is patches._cached_sanitize
+    assert botocore.useragent.sanitize_user_agent_string_component is speedups._cached_sanitize
     for text in ("Boto3/1.0", "a b#c(d)", "md/Python#3.11"):
         for allow_hash in (True, False):
-            assert patches._cached_sanitize(text, allow_hash) == patches._original_sanitize(
+            assert speedups._cached_sanitize(text, allow_hash) == speedups._original_sanitize(
                 text, allow_hash
             )
 
@@ -695,14 +716,14 @@ def test_a_url_table_is_built_once_and_follows_the_settings(
     engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     built: list[object] = []
-    build = patches._original_urls
+    build = speedups._original_urls
 
     def counting(backend: object) -> dict[str, object]:
         built.append(backend)
         return build(backend)
 
-    monkeypatch.setattr(patches, "_URLS", {})
-    monkeypatch.setattr(patches, "_original_urls", counting)
+    monkeypatch.setattr(speedups, "_URLS", {})
+    monkeypatch.setattr(speedups, "_original_urls", counting)
     s3 = _s3_backend()
     tables = [s3.urls for _ in range(3)]  # type: ignore[attr-defined]
     assert len(built) == 1
@@ -793,6 +814,7 @@ def test_an_update_expression_is_parsed_once_and_each_update_gets_its_values(
     assert [text for _, text in parsed] == [expression]  # moto alone parses twice per update
 
 
+@pytest.mark.usefixtures("installed")
 def test_the_interpreter_copies_json_values_as_deepcopy_does() -> None:
     import copy
     import datetime
@@ -800,8 +822,7 @@ def test_the_interpreter_copies_json_values_as_deepcopy_does() -> None:
 
     from moto.stepfunctions.parser.asl.component.state.exec import execute_state
 
-    patches.apply()
-    assert isinstance(execute_state.copy, patches._JsonCopyModule)
+    assert isinstance(execute_state.copy, speedups._JsonCopyModule)
     assert execute_state.copy.copy is copy.copy  # the rest of the module is the real one
     when = datetime.datetime(2026, 11, 22, tzinfo=datetime.UTC)
     value = {
@@ -827,29 +848,29 @@ def test_the_interpreter_copies_json_values_as_deepcopy_does() -> None:
     assert without == {"x": [1], "y": [1]} and without["x"] is not shared
 
 
+@pytest.mark.usefixtures("installed")
 def test_a_running_program_state_is_copied_as_deepcopy_copies_it() -> None:
     import copy
 
     from moto.stepfunctions.parser.asl.eval.program_state import ProgramError, ProgramRunning
 
-    patches.apply()
     running = ProgramRunning()
     running.next_state_name = "Claim"
-    copied = patches._json_deepcopy(running)
+    copied = speedups._json_deepcopy(running)
     assert type(copied) is ProgramRunning and copied is not running
     assert vars(copied) == vars(copy.deepcopy(running)) == vars(running)
     copied.next_state_name = "MarkComplete"
     assert running.next_state_name == "Claim"
     error = ProgramError(error={"error": "States.TaskFailed", "cause": "boom"})
-    copied_error = patches._json_deepcopy(error)  # not flat: copy.deepcopy's copy
+    copied_error = speedups._json_deepcopy(error)  # not flat: copy.deepcopy's copy
     assert copied_error.error == error.error and copied_error.error is not error.error
 
 
+@pytest.mark.usefixtures("installed")
 def test_botocore_copies_its_call_context_as_deepcopy_does() -> None:
     import botocore.context
 
-    patches.apply()
-    assert botocore.context.deepcopy is patches._context_deepcopy  # type: ignore[attr-defined]
+    assert botocore.context.deepcopy is speedups._context_deepcopy  # type: ignore[attr-defined]
     outer = botocore.context.ClientContext(features={"A", "B"})
     with botocore.context.start_as_current_context(outer):
         inner = botocore.context.get_context()
@@ -895,13 +916,13 @@ _INPUT = {
         "$states.input.detail.%.%",
     ],
 )
+@pytest.mark.usefixtures("installed")
 def test_an_expression_bound_only_the_parts_it_reads_gives_what_the_whole_gives(
     expression: str,
 ) -> None:
     import datetime
     from types import SimpleNamespace
 
-    patches.apply()
     states = {
         "input": _INPUT,
         "context": {
@@ -923,11 +944,11 @@ def test_an_expression_bound_only_the_parts_it_reads_gives_what_the_whole_gives(
 
     def evaluate(bindings: dict[str, object]) -> object:
         try:
-            return ("value", patches.eval_jsonata(expression, bindings))
+            return ("value", fidelity.eval_jsonata(expression, bindings))
         except moto_jsonata.JSONataException as exc:
             return ("error", exc.details)
 
-    picked = evaluate(patches._bindings(expression, env))
+    picked = evaluate(fidelity._bindings(expression, env))
     assert picked == evaluate(whole)
 
 
@@ -983,19 +1004,19 @@ def test_a_request_is_routed_as_moto_routes_it(
     from botocore.exceptions import ClientError
 
     pairs: list[tuple[str, object, object]] = []
-    routed = patches._routed_process_request
+    routed = speedups._routed_process_request
 
     def both(stubber: object, request: object) -> object:
         ours = routed(stubber, request)
-        theirs = patches._original_process_request(stubber, request)  # read-only requests
+        theirs = speedups._ORIGINAL_PROCESS_REQUEST(stubber, request)  # read-only requests
         pairs.append((request.url, ours, theirs))  # type: ignore[attr-defined]
         return ours
 
     bucket = engine.ref("IngestBucket")
     key = "routing/an object.png"
     upload(engine, key)
-    monkeypatch.setattr(patches, "_routed_process_request", both)
-    monkeypatch.setattr(patches, "_ROUTES", {})
+    monkeypatch.setattr(speedups, "_routed_process_request", both)
+    monkeypatch.setattr(speedups, "_ROUTES", {})
     for _ in range(2):  # the second time from the routes found the first
         engine.client("dynamodb").describe_table(TableName=engine.ref("LedgerTable"))
         engine.client("s3").get_object(Bucket=bucket, Key=key)
@@ -1006,7 +1027,7 @@ def test_a_request_is_routed_as_moto_routes_it(
         engine.client("sqs").list_queues()
         engine.client("lambda").get_function(FunctionName=engine.function_name(FUNCTION))
         engine.client("events").list_rules()
-    assert len(pairs) == 16 and len(patches._ROUTES) == 8
+    assert len(pairs) == 16 and len(speedups._ROUTES) == 8
 
     def stable(body: object) -> object:  # request ids and dates differ from call to call
         text = body.decode("latin-1") if isinstance(body, bytes) else str(body)
@@ -1018,7 +1039,7 @@ def test_a_request_is_routed_as_moto_routes_it(
         assert ours[0] == theirs[0], url  # type: ignore[index]
         assert stable(ours[2]) == stable(theirs[2]), url  # type: ignore[index]
     outside = type("Request", (), {"url": "https://example.com/x", "headers": {}, "body": b""})
-    assert patches._routed_process_request(None, outside) is None  # not AWS: not answered
+    assert speedups._routed_process_request(None, outside) is None  # not AWS: not answered
 
 
 def test_an_expression_with_no_variable_or_function_is_evaluated_once(
@@ -1034,7 +1055,7 @@ def test_an_expression_with_no_variable_or_function_is_evaluated_once(
         return evaluate(expression, *args, **kwargs)
 
     monkeypatch.setattr(jsonata_node, "evaluate", recording)
-    monkeypatch.setattr(patches, "_CONSTANTS", {})
+    monkeypatch.setattr(fidelity, "_CONSTANTS", {})
     definition = {
         "QueryLanguage": "JSONata",
         "StartAt": "Constant",
@@ -1054,11 +1075,11 @@ def test_an_expression_with_no_variable_or_function_is_evaluated_once(
     scopes = SimpleNamespace(_outer_scope={}, _inner_scope={})
     env = SimpleNamespace(stack=[], variable_store=scopes)
     expression = SimpleNamespace(expression="{'b': [1]}")
-    patches._compiled_eval_body(expression, env)
+    fidelity._compiled_eval_body(expression, env)
     env.stack[0]["b"].append("changed by a later state")
-    patches._compiled_eval_body(expression, env)  # from the cache
+    fidelity._compiled_eval_body(expression, env)  # from the cache
     env.stack[1]["b"].append("changed by a later state")
-    patches._compiled_eval_body(expression, env)
+    fidelity._compiled_eval_body(expression, env)
     assert env.stack[2] == {"b": [1]} and len(evaluated) == 3  # each hit a copy of its own
 
 
@@ -1206,24 +1227,24 @@ def test_update_items_validate_and_apply_as_moto_alone_does(
 
     ddb = engine.client("dynamodb")
     table = engine.ref("LedgerTable")
-    assert ast_nodes.DepthFirstTraverser.traverse is patches._traverse
-    assert ast_nodes.Node.find_clauses is patches._find_clauses
+    assert ast_nodes.DepthFirstTraverser.traverse is speedups._traverse
+    assert ast_nodes.Node.find_clauses is speedups._find_clauses
     plain_copies = _recorded(monkeypatch, "_copy_plain_tree")
     patched = _run_updates(ddb, table, "probe/validator-patched")
     assert len(plain_copies) >= len(_UPDATES)  # the plain copy, not copy.deepcopy, ran
 
-    monkeypatch.setattr(ast_nodes.DepthFirstTraverser, "traverse", patches._original_traverse)
-    monkeypatch.setattr(ast_nodes.Node, "find_clauses", patches._original_find_clauses)
+    monkeypatch.setattr(ast_nodes.DepthFirstTraverser, "traverse", speedups._original_traverse)
+    monkeypatch.setattr(ast_nodes.Node, "find_clauses", speedups._original_find_clauses)
     monkeypatch.setattr(validators, "deepcopy", copy.deepcopy)
     alone = _run_updates(ddb, table, "probe/validator-moto")
 
     assert patched == alone
-    parser = patches._UPDATE_EXPRESSION_PARSER
+    parser = speedups._UPDATE_EXPRESSION_PARSER
     for expression, _, _ in _UPDATES:  # the validators rewrote copies, never the cached trees
-        if expression in patches._UPDATE_EXPRESSIONS:
-            cached = patches._UPDATE_EXPRESSIONS[expression]
+        if expression in speedups._UPDATE_EXPRESSIONS:
+            cached = speedups._UPDATE_EXPRESSIONS[expression]
             assert _shape(cached) == _shape(
-                patches._original_update_expression_make(parser, expression)
+                speedups._original_update_expression_make(parser, expression)
             )
     kinds = [kind for kind, _ in patched]
     assert kinds.count("ok") == 5 and kinds.count("ValidationException") == len(_UPDATES) - 5
@@ -1249,15 +1270,15 @@ def _pairs(original: Any, copied: Any) -> Iterator[tuple[Any, Any]]:
             yield from _pairs(a, b)
 
 
+@pytest.mark.usefixtures("installed")
 def test_the_validator_copies_a_plain_tree_as_deepcopy_does_and_anything_else_with_deepcopy() -> (
     None
 ):
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    patches.apply()
     text = "SET a.b[1] = list_append(:x, #y), c = c + :one REMOVE d[2] ADD e :one DELETE f :s"
     tree = UpdateExpressionParser.make(text)
-    copied = patches._validator_deepcopy(tree)
+    copied = speedups._validator_deepcopy(tree)
     assert _shape(copied) == _shape(copy.deepcopy(tree)) == _shape(tree)
     assert copied.parent is None
     for original, new in _pairs(tree, copied):
@@ -1268,9 +1289,9 @@ def test_the_validator_copies_a_plain_tree_as_deepcopy_does_and_anything_else_wi
 
     odd = UpdateExpressionParser.make(text)
     odd.children[0].extra = [1]  # an attribute moto's nodes do not have
-    with pytest.raises(patches._NotPlain):
-        patches._copy_plain_tree(odd)
-    copied_odd = patches._validator_deepcopy(odd)
+    with pytest.raises(speedups._NotPlain):
+        speedups._copy_plain_tree(odd)
+    copied_odd = speedups._validator_deepcopy(odd)
     assert (
         copied_odd.children[0].extra == [1]
         and copied_odd.children[0].extra is not odd.children[0].extra
@@ -1278,15 +1299,15 @@ def test_the_validator_copies_a_plain_tree_as_deepcopy_does_and_anything_else_wi
 
     shared = UpdateExpressionParser.make(text)
     shared.children.append(shared.children[0])  # one node reached twice
-    with pytest.raises(patches._NotPlain):
-        patches._copy_plain_tree(shared)
-    copied_shared = patches._validator_deepcopy(shared)
+    with pytest.raises(speedups._NotPlain):
+        speedups._copy_plain_tree(shared)
+    copied_shared = speedups._validator_deepcopy(shared)
     assert copied_shared.children[0] is copied_shared.children[-1]  # as deepcopy keeps it
 
     value = {"L": [1, [2]]}
     assert (
-        patches._validator_deepcopy(value) == value
-        and patches._validator_deepcopy(value) is not value
+        speedups._validator_deepcopy(value) == value
+        and speedups._validator_deepcopy(value) is not value
     )
 
 
@@ -1306,8 +1327,8 @@ def test_find_clauses_finds_what_moto_finds() -> None:
         while nodes:
             node = nodes.pop()
             for kinds in clause_kinds:
-                ours = patches._find_clauses(node, kinds)
-                assert ours == patches._original_find_clauses(node, kinds)
+                ours = speedups._find_clauses(node, kinds)
+                assert ours == speedups._original_find_clauses(node, kinds)
                 found += len(ours)
             nodes.extend(c for c in node.children or [] if isinstance(c, ast_nodes.Node))
     assert found > 100
@@ -1389,17 +1410,17 @@ def test_condition_expressions_are_lexed_once_and_judged_as_moto_alone_judges_th
 
     ddb = engine.client("dynamodb")
     table = engine.ref("LedgerTable")
-    assert ConditionExpressionParser._lex_condition_expression is patches._cached_lex_condition
+    assert ConditionExpressionParser._lex_condition_expression is speedups._cached_lex_condition
     lexed = _recorded(monkeypatch, "_original_lex_condition")
     patched = _run_conditions(ddb, table, "probe/conditions-patched")
     patched_again = _run_conditions(ddb, table, "probe/conditions-again")
     texts = [parser.condition_expression for (parser,) in lexed]
     assert len(texts) == len(set(texts))  # each text lexed once, whatever ran it before
-    for tokens in patches._CONDITION_TOKENS.values():
+    for tokens in speedups._CONDITION_TOKENS.values():
         assert all(token.children == [] for token in tokens)  # read only, as it was lexed
 
     monkeypatch.setattr(
-        ConditionExpressionParser, "_lex_condition_expression", patches._original_lex_condition
+        ConditionExpressionParser, "_lex_condition_expression", speedups._original_lex_condition
     )
     alone = _run_conditions(ddb, table, "probe/conditions-moto")
 
@@ -1421,14 +1442,14 @@ def test_every_parsed_update_expression_is_a_plain_tree() -> None:
 
     for expression, _, _ in _UPDATES:
         tree = UpdateExpressionParser.make(expression)
-        assert _shape(patches._copy_plain_tree(tree)) == _shape(tree)  # copied, no fallback
+        assert _shape(speedups._copy_plain_tree(tree)) == _shape(tree)  # copied, no fallback
 
 
+@pytest.mark.usefixtures("installed")
 def test_a_walk_a_subclass_changed_is_moto_s_walk_with_the_change() -> None:
     from moto.dynamodb.parsing import ast_nodes
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    patches.apply()
     visited: list[str] = []
 
     class Recording(ast_nodes.DepthFirstTraverser):  # type: ignore[misc]
@@ -1451,17 +1472,12 @@ def test_a_walk_a_subclass_changed_is_moto_s_walk_with_the_change() -> None:
     )  # via the override
 
 
-@pytest.mark.parametrize(
-    "pin",
-    [
-        "_EVALUATE_WITH_TIMEOUT_SHA256",
-        "_PROCESS_REQUEST_SHA256",
-        "_TRAVERSE_SHA256",
-        "_CONDITION_PARSER_SHA256",
-        "_FIND_CLAUSES_SHA256",
-    ],
-)
-def test_moto_code_a_patch_follows_is_pinned(pin: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(patches, pin, "0" * 64)  # as if moto's source had changed
-    with pytest.raises(RuntimeError, match="changed: re-check the patch that follows it"):
-        patches.check_moto_internals()
+@pytest.mark.parametrize("speedup", [p.name for p in speedups.PATCHES])
+def test_every_speedup_is_pinned_to_the_source_it_follows(speedup: str) -> None:
+    (patch,) = [p for p in speedups.PATCHES if p.name == speedup]
+    assert patch.kind == "speedup" and patch.pins
+    for pin in patch.pins:
+        assert pin.actual() == pin.sha256  # the moto it was checked against
+        changed = dataclasses.replace(pin, sha256="0" * 64)  # as if moto's source had changed
+        broken = dataclasses.replace(patch, pins=(changed,))
+        assert broken.problems() == [f"{speedup} changed: re-check the patch that follows it"]

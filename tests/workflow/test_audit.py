@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from onceflow import patches
 from onceflow.engine import LocalEngine
 from tests.helpers import (
     FUNCTION,
@@ -39,7 +38,7 @@ from tests.helpers import (
 @pytest.fixture
 def audited() -> Iterator[LocalEngine]:
     with audit_engine() as local:
-        patches.REQUEST_LOG.clear()
+        local.state.requests.clear()
         yield local
 
 

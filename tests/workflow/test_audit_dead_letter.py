@@ -2,7 +2,7 @@
 have no DLQ message (their SendMessage failed past its retries: DeadLetterFailed).
 
 The DLQ's refusal is injected for real (SQS answering SendMessage with an error
-through onceflow.patches.FAULTS); each test asserts the report, the row, the DLQ
+through onceflow.engine.state.faults); each test asserts the report, the row, the DLQ
 message and what redrive can do with it afterwards.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from onceflow import ops, patches
+from onceflow import ops
 from onceflow.engine import LocalEngine
 from tests.helpers import (
     FUNCTION,
@@ -50,12 +50,12 @@ def _dlq_refuses(service: str, operation: str, body: str) -> Any:
 
 
 @contextmanager
-def dlq_refusing() -> Iterator[None]:
-    patches.FAULTS.append(_dlq_refuses)
+def dlq_refusing(engine: LocalEngine) -> Iterator[None]:
+    engine.state.faults.append(_dlq_refuses)
     try:
         yield
     finally:
-        patches.FAULTS.remove(_dlq_refuses)
+        engine.state.faults.remove(_dlq_refuses)
 
 
 def always(error: type[Exception]) -> Any:
@@ -74,7 +74,7 @@ def processor_executions(engine: LocalEngine) -> int:
 @pytest.fixture
 def audited() -> Iterator[LocalEngine]:
     with audit_engine() as local:
-        patches.REQUEST_LOG.clear()
+        local.state.requests.clear()
         yield local
 
 
@@ -88,7 +88,7 @@ def test_a_failed_row_at_max_attempts_that_could_not_be_dead_lettered_is_by_the_
     with audited.override_function(FUNCTION, always(TransientError)):
         for _ in range(2):
             assert audited.execute(MACHINE, event).states_entered[-1] == "Failed"
-        with dlq_refusing():
+        with dlq_refusing(audited):
             last = audited.execute(MACHINE, event)
     assert last.error == "DeadLetterFailed"
     row = ledger_row(audited, pk)
@@ -129,7 +129,7 @@ def test_a_message_that_failed_permanently_and_could_not_be_dead_lettered() -> N
             QueueUrl=engine.ref("SourceQueue"),
             MessageBody=json.dumps({"orderId": "o-dlq", "n": 1}),
         )
-        with engine.override_function(FUNCTION, always(PermanentError)), dlq_refusing():
+        with engine.override_function(FUNCTION, always(PermanentError)), dlq_refusing(engine):
             (arn,) = engine.pump_pipes()
             undelivered = engine.wait(arn)
         assert undelivered.error == "DeadLetterFailed"
@@ -163,7 +163,7 @@ def test_a_failed_row_below_max_attempts_is_still_resubmitted(audited: LocalEngi
     # error on the first attempt, the DLQ refusing)
     version = upload(audited, "below.png", b"not an image")
     pk = idempotency_key(audited, "below.png", version)
-    with dlq_refusing():
+    with dlq_refusing(audited):
         first = audited.execute(MACHINE, s3_event(audited, "below.png", version))
     assert first.error == "DeadLetterFailed"
     row = ledger_row(audited, pk)
@@ -184,7 +184,7 @@ def test_an_invalid_event_that_could_not_be_dead_lettered_leaves_no_row_for_the_
     audited: LocalEngine,
 ) -> None:
     # GIVEN an invalid event whose dead letter could not be sent: it has no row
-    with dlq_refusing():
+    with dlq_refusing(audited):
         failed = audited.execute(MACHINE, load_event("invalid-unknown-shape.json"))
     assert failed.error == "DeadLetterFailed"
     # WHEN the audit runs, THEN it has nothing to find: redrive --undelivered is the way back

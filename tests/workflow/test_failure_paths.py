@@ -52,7 +52,9 @@ def sqs_error(code: str, message: str) -> Response:
 
 
 @contextmanager
-def failing(service: str, operation: str, response: Response, when: str = "") -> Iterator[None]:
+def failing(
+    engine: LocalEngine, service: str, operation: str, response: Response, when: str = ""
+) -> Iterator[None]:
     """Every matching request (its body containing ``when``) is answered with ``response``."""
 
     def injector(svc: str, op: str, body: str) -> Response | None:
@@ -60,11 +62,11 @@ def failing(service: str, operation: str, response: Response, when: str = "") ->
             return response
         return None
 
-    patches.FAULTS.append(injector)
+    engine.state.faults.append(injector)
     try:
         yield
     finally:
-        patches.FAULTS.remove(injector)
+        engine.state.faults.remove(injector)
 
 
 KMS_DENIED = sqs_error("KmsAccessDenied", "The ciphertext refers to a customer master key ...")
@@ -77,7 +79,7 @@ def test_a_dlq_send_that_fails_never_marks_the_row_dead_lettered(engine: LocalEn
     event = s3_event(engine, "poison/a.jpg", version)
     pk = idempotency_key(engine, "poison/a.jpg", version)
     # WHEN the event is processed
-    with failing("sqs", "SendMessage", KMS_DENIED):
+    with failing(engine, "sqs", "SendMessage", KMS_DENIED):
         result = engine.execute(MACHINE, event)
     # THEN the execution ends in its own named state, and the row is open work, not dead-lettered
     assert result.status == "FAILED"
@@ -111,7 +113,7 @@ def test_an_invalid_event_whose_dlq_send_fails_ends_dead_letter_failed_with_its_
     # GIVEN an event no key can be derived from, and a DLQ that refuses messages
     event = load_event("invalid-unknown-shape.json")
     # WHEN it is processed
-    with failing("sqs", "SendMessage", KMS_DENIED):
+    with failing(engine, "sqs", "SendMessage", KMS_DENIED):
         result = engine.execute(MACHINE, event)
     # THEN it ends DeadLetterFailed (not a bare failure inside SendToDLQ), and the
     # execution keeps its input for `onceflow redrive --undelivered`
@@ -141,7 +143,7 @@ def test_a_claim_throttled_past_its_retries_sends_the_message_to_the_dlq(
     # that throttles every claim
     event = load_event("sqs-business-message.json")
     # WHEN it is processed
-    with failing("dynamodb", "PutItem", throttled()):
+    with failing(engine, "dynamodb", "PutItem", throttled()):
         result = engine.execute(MACHINE, event)
     # THEN it ends LedgerUnavailable with the message in the DLQ, naming what failed
     assert result.status == "FAILED"
@@ -165,7 +167,7 @@ def test_a_claim_throttled_past_its_retries_sends_the_message_to_the_dlq(
     # the claim was retried before giving up (each throttled PutItem is logged)
     puts = [
         r
-        for r in patches.REQUEST_LOG.snapshot()
+        for r in engine.state.requests.snapshot()
         if r.service == "dynamodb" and r.operation == "PutItem"
     ]
     assert len(puts) == 5  # the first call and four retries
@@ -180,7 +182,7 @@ def test_a_mark_complete_refused_past_its_retries_ends_in_a_named_state(
     pk = idempotency_key(engine, "uploads/refused.png", version)
     refused = patches.dynamodb_error("ValidationException", "Item size has exceeded the maximum")
     # WHEN it is processed
-    with failing("dynamodb", "UpdateItem", refused, when="completed_at"):
+    with failing(engine, "dynamodb", "UpdateItem", refused, when="completed_at"):
         result = engine.execute(MACHINE, event)
     # THEN the effect happened once, the execution ends LedgerUnavailable, the work is in
     # the DLQ, and the row is left PROCESSING for its lock to expire (the audit's sweep)

@@ -11,7 +11,6 @@ from urllib.parse import quote_plus
 
 import pytest
 
-from onceflow import patches
 from onceflow.engine import LocalEngine
 from tests.helpers import (
     MACHINE,
@@ -32,7 +31,7 @@ def sqs_engine() -> Iterator[LocalEngine]:
     """The stack with a created source queue and SQS messages keyed by orderId."""
     parameters = {"SqsSource": "create", "IdempotencyKeyPath": "orderId"}
     with LocalEngine(parameters=parameters, function_log=io.StringIO()) as local:
-        patches.REQUEST_LOG.clear()
+        local.state.requests.clear()
         yield local
 
 
@@ -115,7 +114,7 @@ def test_custom_events_are_keyed_on_the_event_id(engine: LocalEngine) -> None:
 def test_custom_events_keyed_on_a_detail_path_discard_a_resend_with_a_new_id() -> None:
     parameters = {"CustomEventKeyPath": "appointmentId"}
     with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
-        patches.REQUEST_LOG.clear()
+        engine.state.requests.clear()
         detail = {"appointmentId": "appt-9", "slot": "09:30"}
         [arn] = engine.put_custom_event("onceflow.work", "Appointment Requested", detail)
         first = engine.wait(arn)

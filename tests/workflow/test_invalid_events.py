@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from onceflow import patches
 from onceflow.engine import LocalEngine
 from tests.helpers import MACHINE, attributes, dlq_messages, invocations, ledger_rows, load_event
 
@@ -242,7 +241,7 @@ def keyed_engine() -> Iterator[LocalEngine]:
     """The stack with IdempotencyKeyPath set: SQS messages are keyed by orderId."""
     parameters = {"IdempotencyKeyPath": "orderId"}
     with LocalEngine(parameters=parameters, function_log=io.StringIO()) as local:
-        patches.REQUEST_LOG.clear()
+        local.state.requests.clear()
         yield local
 
 

@@ -19,7 +19,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
-from onceflow import limits, patches
+from onceflow import limits
 from onceflow.engine import ACCOUNT_ID, REGION, LocalEngine
 from tests.helpers import AUDIT, FUNCTION, audit_engine
 
@@ -397,7 +397,7 @@ def test_express_retry_backoff_counts_toward_the_five_minutes(engine: LocalEngin
     assert result.status == "TIMED_OUT"
     assert result.error == "States.Timeout"
     assert len(calls) == 2
-    first, second = patches.CLOCK.slept[-2:]  # the second cut short at the deadline
+    first, second = engine.state.clock.slept[-2:]  # the second cut short at the deadline
     assert first == 100 and 199 < second < 200
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from onceflow import patches
 from onceflow.engine import LocalEngine
 from tests.helpers import (
     FUNCTION,
@@ -150,7 +149,7 @@ def s3_as_aws(engine: LocalEngine) -> Iterator[LocalEngine]:
 @pytest.fixture
 def audited() -> Iterator[LocalEngine]:
     with audit_engine() as local:
-        patches.REQUEST_LOG.clear()
+        local.state.requests.clear()
         yield local
 
 

@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote_plus
 
-from onceflow import patches
 from onceflow.engine import LocalEngine
 from service.logic.open_work import open_status
 from tests.helpers import (
@@ -186,8 +185,8 @@ def test_transient_failure_then_success_is_retried_with_backoff(engine: LocalEng
         == 1
     )
     assert invocations(engine) == 2
-    assert patches.CLOCK.slept, "the retry asked for a backoff"
-    assert 0 <= patches.CLOCK.slept[0] <= 2  # full jitter below IntervalSeconds
+    assert engine.state.clock.slept, "the retry asked for a backoff"
+    assert 0 <= engine.state.clock.slept[0] <= 2  # full jitter below IntervalSeconds
     row = ledger_row(engine, result.output["idempotencyKey"])
     assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "1"
     assert output_effects(engine) == 1

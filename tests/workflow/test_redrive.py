@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from onceflow import ops, patches
+from onceflow import ops
 from onceflow.cli import main
 from onceflow.engine import LocalEngine
 from tests.helpers import (
@@ -376,12 +376,12 @@ def _dlq_refuses(service: str, operation: str, body: str) -> Any:
 
 
 @contextmanager
-def _dlq_refusing() -> Iterator[None]:
-    patches.FAULTS.append(_dlq_refuses)
+def _dlq_refusing(engine: LocalEngine) -> Iterator[None]:
+    engine.state.faults.append(_dlq_refuses)
     try:
         yield
     finally:
-        patches.FAULTS.remove(_dlq_refuses)
+        engine.state.faults.remove(_dlq_refuses)
 
 
 def _processor_executions(engine: LocalEngine) -> list[str]:
@@ -395,7 +395,7 @@ def test_an_event_that_could_not_be_dead_lettered_is_restarted_once_by_redrive_u
 ) -> None:
     # GIVEN an invalid event whose DLQ message could not be sent (the DLQ refused it)
     event = load_event("invalid-unknown-shape.json")
-    with _dlq_refusing():
+    with _dlq_refusing(engine):
         undelivered = engine.execute(MACHINE, copy.deepcopy(event))
     assert undelivered.status == "FAILED" and undelivered.error == "DeadLetterFailed"
     assert undelivered.states_entered[-1] == "DeadLetterFailed"
@@ -440,7 +440,7 @@ def test_redrive_undelivered_looks_back_only_as_far_as_since_and_max(
     engine: LocalEngine,
 ) -> None:
     # GIVEN two undelivered events
-    with _dlq_refusing():
+    with _dlq_refusing(engine):
         older = engine.execute(MACHINE, load_event("invalid-unknown-shape.json"))
         newer = engine.execute(MACHINE, load_event("invalid-s3-missing-key.json"))
     assert older.error == newer.error == "DeadLetterFailed"

@@ -1,0 +1,190 @@
+"""The patch layer: kinds kept apart, state kept per engine, everything undone at the end.
+
+Each test runs real executions: the processor's own ASL and handler on the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from moto.core import botocore_stubber
+from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
+
+from onceflow import patches
+from onceflow.engine import LocalEngine
+from onceflow.patches import fidelity, hooks, registry, speedups
+from tests.helpers import (
+    FUNCTION,
+    MACHINE,
+    idempotency_key,
+    invocations,
+    ledger_row,
+    output_effects,
+    s3_event,
+    upload,
+)
+
+
+def _transient(event: Any, context: Any) -> Any:
+    from service.errors import TransientError
+
+    raise TransientError("injected: the service is briefly unavailable")
+
+
+def _throttled(service: str, operation: str, body: str) -> Any:
+    if service == "dynamodb" and operation == "PutItem":
+        return patches.dynamodb_error(
+            "ProvisionedThroughputExceededException", "injected: throughput exceeded"
+        )
+    return None
+
+
+def _everything_in_place() -> dict[tuple[int, str], Any]:
+    """What every attribute a patch replaces holds now, by (owner, name)."""
+    state = patches.EngineState(name="probe")
+    installed = patches.install(state)
+    try:
+        touched = [(owner, name) for owner, name, _, _ in installed.installer.done]
+    finally:
+        patches.uninstall(state)
+    return {(id(owner), name): vars(owner).get(name) for owner, name in touched}
+
+
+def test_two_engines_keep_their_own_clock_log_and_faults() -> None:
+    # GIVEN two engines in one process, one inside the other
+    with LocalEngine(function_log=io.StringIO(), stack_name="outer") as outer:
+        with LocalEngine(function_log=io.StringIO(), stack_name="inner") as inner:
+            outer.state.requests.clear()
+            inner.state.requests.clear()
+            # WHEN the outer engine's ledger is throttled and the inner's processor
+            # fails once with a transient error (a retry, so a backoff on its clock)
+            outer.state.faults.append(_throttled)
+            outer_version = upload(outer, "a.png")
+            inner_version = upload(inner, "a.png")
+            with inner.override_function(FUNCTION, _transient):
+                inner_result = inner.execute(MACHINE, s3_event(inner, "a.png", inner_version))
+            outer_result = outer.execute(MACHINE, s3_event(outer, "a.png", outer_version))
+            # THEN the fault hit only the outer engine's claims
+            assert outer_result.states_entered[-1] == "LedgerUnavailable"
+            assert inner_result.states_entered[-1] != "LedgerUnavailable"
+            assert inner_result.states_entered.count("Process") == 1  # retried inside it
+            assert ledger_row(inner, idempotency_key(inner, "a.png", inner_version)) is not None
+            # each engine's clock was asked for its own backoffs only: the inner
+            # one's between its processor's attempts, the outer one's between its
+            # throttled claims
+            assert len(inner.state.clock.slept) == invocations(inner) - 1 > 0
+            claims = [r for r in outer.state.requests.snapshot() if r.operation == "PutItem"]
+            assert len(outer.state.clock.slept) == len(claims) - 1 > 0
+            # and each log holds only its own engine's buckets and tables
+            inner_buckets = {r.bucket for r in inner.state.requests.snapshot() if r.bucket}
+            outer_buckets = {r.bucket for r in outer.state.requests.snapshot() if r.bucket}
+            assert inner_buckets and outer_buckets and not inner_buckets & outer_buckets
+            throttled = [r for r in outer.state.requests.snapshot() if r.status == 400]
+            assert throttled and not [r for r in inner.state.requests.snapshot() if r.status == 400]
+        # the inner engine stopped: the outer one still runs as before
+        again = upload(outer, "b.png")
+        outer.state.faults.clear()
+        assert outer.execute(MACHINE, s3_event(outer, "b.png", again)).status == "SUCCEEDED"
+        assert output_effects(outer) == 1
+
+
+def test_every_patch_is_undone_when_the_last_engine_stops() -> None:
+    # GIVEN what moto and botocore hold with no engine running
+    before = _everything_in_place()
+    stubber = botocore_stubber.BotocoreStubber.process_request
+    # WHEN two engines start and stop (the outer one last)
+    with LocalEngine(function_log=io.StringIO(), stack_name="outer"):
+        with LocalEngine(function_log=io.StringIO(), stack_name="inner"):
+            assert moto_jsonata._eval_jsonata is fidelity.eval_jsonata
+        # THEN the first to stop leaves them in place for the other
+        assert moto_jsonata._eval_jsonata is fidelity.eval_jsonata
+        assert patches.installed() is not None
+    # and the last takes every one away
+    assert patches.installed() is None
+    assert moto_jsonata._eval_jsonata is not fidelity.eval_jsonata
+    assert botocore_stubber.BotocoreStubber.process_request is stubber
+    assert _everything_in_place() == before
+
+
+@pytest.fixture
+def pins_broken(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every speed-up's pin mismatching, as after a moto upgrade that changed them all."""
+    monkeypatch.setenv(registry.BREAK_PINS_ENV, "1")
+    monkeypatch.setattr(registry, "_WARNED", set())
+    yield
+
+
+@pytest.mark.usefixtures("pins_broken")
+def test_with_every_speedup_pin_broken_the_engine_runs_with_every_fidelity_patch(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="onceflow.patches")
+    with LocalEngine(function_log=io.StringIO()) as engine:
+        installed = patches.installed()
+        assert installed is not None
+        # THEN every speed-up was left out, each with one warning line
+        assert set(installed.skipped) == {p.name for p in speedups.PATCHES}
+        warned = [r.getMessage() for r in caplog.records if r.name == "onceflow.patches"]
+        assert len(warned) == len(speedups.PATCHES)
+        assert all("\n" not in line and "left out" in line for line in warned)
+        # and every hook and fidelity patch is in place
+        kinds = {p.name for p in installed.patches}
+        assert kinds == {p.name for p in (*hooks.PATCHES, *fidelity.PATCHES)}
+        assert moto_jsonata._eval_jsonata is fidelity.eval_jsonata
+        # and the processor behaves as it does with them: done once, a duplicate
+        # discarded, a failure retried
+        version = upload(engine, "slow.png")
+        event = s3_event(engine, "slow.png", version)
+        assert engine.execute(MACHINE, event).states_entered[-1] == "Processed"
+        assert engine.execute(MACHINE, event).states_entered[-1] == "Duplicate"
+        assert output_effects(engine) == 1
+        retried = upload(engine, "retried.png")
+        with engine.override_function(FUNCTION, _transient):
+            failed = engine.execute(MACHINE, s3_event(engine, "retried.png", retried))
+        assert failed.states_entered.count("Process") == 1
+        assert engine.state.clock.slept
+    # a second engine does not warn again (one line per speed-up and process)
+    with LocalEngine(function_log=io.StringIO()):
+        pass
+    again = [r for r in caplog.records if r.name == "onceflow.patches"]
+    assert len(again) == len(speedups.PATCHES)
+
+
+def test_a_fidelity_patch_that_no_longer_fits_stops_the_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a fidelity patch whose moto code moved
+    moved = dataclasses.replace(fidelity.PATCHES[-1], fits=lambda: ["moto's code moved"])
+    monkeypatch.setattr(patches, "PATCHES", (*patches.PATCHES[:-1], moved))
+    # WHEN an engine starts THEN it refuses, naming the patch, and leaves nothing behind
+    with pytest.raises(RuntimeError, match=f"{moved.name}: moto's code moved"):
+        LocalEngine(function_log=io.StringIO()).start()
+    assert patches.installed() is None
+    assert moto_jsonata._eval_jsonata is not fidelity.eval_jsonata
+
+
+def test_each_fidelity_patch_names_the_aws_behaviour_and_its_test() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent.parent
+    for patch in (*fidelity.PATCHES, *hooks.PATCHES, *speedups.PATCHES):
+        path, _, name = patch.test.partition("::")
+        text = (root / path).read_text()
+        assert not name or f"def {name}(" in text, f"{patch.name}: {patch.test} is not a test"
+    for patch in fidelity.PATCHES:
+        assert patch.kind == "fidelity" and len(patch.why) > 80
+
+
+def test_the_readme_lists_the_patches_the_code_has() -> None:
+    from pathlib import Path
+
+    from onceflow.patches import __main__ as table
+
+    readme = Path(__file__).resolve().parent.parent.parent / "README.md"
+    assert table.main(["--check", str(readme)]) == 0
+    assert all(f"| {p.name} |" in readme.read_text() for p in patches.PATCHES)
