@@ -182,6 +182,16 @@ class Invocation:
     duration_ms: float
 
 
+def error_payload(exc: BaseException, context: LambdaContext) -> dict[str, Any]:
+    """What Lambda returns for a handler that raised (the Python runtime's shape)."""
+    return {
+        "errorMessage": str(exc),
+        "errorType": type(exc).__name__,
+        "requestId": context.aws_request_id,
+        "stackTrace": traceback.format_tb(exc.__traceback__),
+    }
+
+
 class InProcessRuntime:
     """Loads handlers from CodeUri + Handler and invokes them with a Lambda context."""
 
@@ -252,12 +262,7 @@ class InProcessRuntime:
                 payload = handler(event, context)
         except Exception as exc:  # reported to the caller as Lambda does
             error_type = type(exc).__name__
-            payload = {
-                "errorMessage": str(exc),
-                "errorType": error_type,
-                "requestId": context.aws_request_id,
-                "stackTrace": traceback.format_tb(exc.__traceback__),
-            }
+            payload = error_payload(exc, context)
         duration = (time.perf_counter() - started) * 1000
         with self._lock:
             self.invocations.append(Invocation(name, context.aws_request_id, error_type, duration))

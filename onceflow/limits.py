@@ -24,7 +24,6 @@ import re
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -82,7 +81,7 @@ from moto.stepfunctions.parser.backend import execution_worker
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
-from onceflow.lambdas import FUNCTION_OUTPUT, Invocation, LambdaContext
+from onceflow.lambdas import FUNCTION_OUTPUT, Invocation, LambdaContext, error_payload
 from onceflow.patches import hooks
 
 if TYPE_CHECKING:
@@ -726,12 +725,7 @@ class TimedInvoke:
                     payload = handler(event, context)
             except Exception as exc:  # reported to the caller as Lambda does
                 error_type = type(exc).__name__
-                payload = {
-                    "errorMessage": str(exc),
-                    "errorType": error_type,
-                    "requestId": context.aws_request_id,
-                    "stackTrace": traceback.format_tb(exc.__traceback__),
-                }
+                payload = error_payload(exc, context)
             except BaseException as exc:  # handed to the caller's thread, as invoke raised it
                 raised = exc
             with call.lock:

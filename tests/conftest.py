@@ -19,7 +19,8 @@ _STARTED = time.monotonic()
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [f"onceflow: the whole suite takes {REFERENCE_MINUTES} minutes on a 2-core machine"]
-    last = config.cache.get("onceflow/minutes", None) if config.cache is not None else None
+    cache = getattr(config, "cache", None)  # absent with -p no:cacheprovider
+    last = cache.get("onceflow/minutes", None) if cache is not None else None
     if last is not None:
         lines.append(f"onceflow: its last whole run here took {last:.1f} minutes")
     return lines
@@ -28,8 +29,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     whole = not config.option.file_or_dir  # the whole suite, not a chosen file
-    if whole and not hasattr(config, "workerinput") and config.cache is not None:
-        config.cache.set("onceflow/minutes", round((time.monotonic() - _STARTED) / 60, 2))
+    cache = getattr(config, "cache", None)
+    if whole and not hasattr(config, "workerinput") and cache is not None:
+        cache.set("onceflow/minutes", round((time.monotonic() - _STARTED) / 60, 2))
 
 
 @pytest.fixture(autouse=True, scope="session")
