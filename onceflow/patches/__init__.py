@@ -18,7 +18,7 @@ import threading
 
 import moto
 
-from onceflow.patches import fidelity, hooks, speedups
+from onceflow.patches import distributed_map, fidelity, hooks, speedups
 from onceflow.patches.fidelity import UNSUPPORTED_RESULT, eval_jsonata
 from onceflow.patches.hooks import (
     Clock,
@@ -47,7 +47,12 @@ MOTO_VERSION = "5.2.5"  # the version every pin and check was made against
 
 # In this order: each later patch wraps what the earlier ones put in place (the
 # request log and the atomic writes wrap the routed process_request, say).
-PATCHES: tuple[Patch, ...] = (*speedups.PATCHES, *hooks.PATCHES, *fidelity.PATCHES)
+PATCHES: tuple[Patch, ...] = (
+    *speedups.PATCHES,
+    *hooks.PATCHES,
+    *fidelity.PATCHES,
+    *distributed_map.PATCHES,
+)
 
 _LOCK = threading.Lock()
 _ENGINES: list[EngineState] = []

@@ -1,0 +1,271 @@
+"""A Distributed Map run on the engine as Step Functions runs it (patches/distributed_map.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import (
+    resource_eval_s3,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
+    distributed_iteration_component as distributed,
+)
+
+from onceflow import patches
+from onceflow.engine import ExecutionResult, LocalEngine
+from onceflow.patches import distributed_map
+
+ROLE = "arn:aws:iam::123456789012:role/probe"
+EXCEEDED = "States.ExceedToleratedFailureThreshold"
+PROCESSOR = {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
+# A child that fails (Error "Boom") when its item says so, and returns it otherwise.
+FAILING_CHILD = {
+    "ProcessorConfig": PROCESSOR,
+    "StartAt": "Check",
+    "States": {
+        "Check": {
+            "Type": "Choice",
+            "Choices": [{"Condition": "{% $states.input.fail %}", "Next": "Bad"}],
+            "Default": "Good",
+        },
+        "Bad": {"Type": "Fail", "Error": "Boom", "Cause": "the item said so"},
+        "Good": {"Type": "Pass", "End": True},
+    },
+}
+_NAMES = iter(range(10**6))
+
+
+def _run(engine: LocalEngine, map_state: dict[str, Any], execution_input: Any) -> ExecutionResult:
+    """Run a one-state JSONata machine whose state is map_state."""
+    definition = {"QueryLanguage": "JSONata", "StartAt": "Map", "States": {"Map": map_state}}
+    arn = engine.client("stepfunctions").create_state_machine(
+        name=f"dmap-{threading.get_ident()}-{next(_NAMES)}",
+        definition=json.dumps(definition),
+        roleArn=ROLE,
+    )["stateMachineArn"]
+    return engine.execute(arn, execution_input)
+
+
+def _listing(bucket: str, **fields: Any) -> dict[str, Any]:
+    """A Distributed Map over the objects under the input's prefix; each child returns its item."""
+    return {
+        "Type": "Map",
+        "ItemReader": {
+            "Resource": "arn:aws:states:::s3:listObjectsV2",
+            "Arguments": {"Bucket": bucket, "Prefix": "{% $states.input.prefix %}"},
+        },
+        "ItemProcessor": {
+            "ProcessorConfig": PROCESSOR,
+            "StartAt": "Echo",
+            "States": {"Echo": {"Type": "Pass", "End": True}},
+        },
+        "MaxConcurrency": 20,
+        "End": True,
+        **fields,
+    }
+
+
+def _put(engine: LocalEngine, keys: list[str]) -> None:
+    s3 = engine.client("s3")
+    bucket = engine.ref("IngestBucket")
+    for key in keys:
+        s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+
+
+def test_a_listing_reads_every_page(engine: LocalEngine) -> None:
+    bucket = engine.ref("IngestBucket")
+    keys = [f"many/{n:05}.json" for n in range(1_050)]  # past one page of 1,000
+    _put(engine, [*keys, "other/outside.json"])
+    result = _run(engine, _listing(bucket), {"prefix": "many/"})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert sorted(item["Key"] for item in result.output) == keys
+
+    # Each item as AWS gives it to the child: exactly these fields.
+    head = engine.client("s3").head_object(Bucket=bucket, Key=keys[7])
+    item = next(i for i in result.output if i["Key"] == keys[7])
+    assert item == {
+        "Etag": head["ETag"],
+        "Key": keys[7],
+        "LastModified": int(head["LastModified"].timestamp()),
+        "Size": len(keys[7]),
+        "StorageClass": "STANDARD",
+    }
+    assert type(item["LastModified"]) is int
+    # The execution's output is JSON (moto's datetimes broke DescribeExecution).
+    described = engine.client("stepfunctions").describe_execution(executionArn=result.arn)
+    assert len(json.loads(described["output"])) == len(keys)
+
+
+def test_max_items_stops_a_listing(engine: LocalEngine) -> None:
+    bucket = engine.ref("IngestBucket")
+    keys = [f"few/{n}.json" for n in range(6)]
+    _put(engine, keys)
+    counted = "{% $count($states.result) %}"
+    # No InputType: a listing needs none on AWS (moto's grammar insisted on one).
+    fixed = _listing(bucket, ReaderConfig={"MaxItems": 4}, Output=counted)
+    fixed["ItemReader"]["ReaderConfig"] = fixed.pop("ReaderConfig")
+    assert _run(engine, fixed, {"prefix": "few/"}).output == 4
+    computed = _listing(bucket, Output=counted)
+    computed["ItemReader"]["ReaderConfig"] = {"MaxItems": "{% $states.input.max %}"}
+    assert _run(engine, computed, {"prefix": "few/", "max": 2}).output == 2
+    assert _run(engine, _listing(bucket, Output=counted), {"prefix": "few/"}).output == 6
+
+
+def test_an_empty_prefix_gives_zero_items(engine: LocalEngine) -> None:
+    bucket = engine.ref("IngestBucket")
+    _put(engine, ["full/a.json"])
+    result = _run(engine, _listing(bucket), {"prefix": "empty/"})
+    assert (result.status, result.output) == ("SUCCEEDED", [])
+
+
+def _items(failing: int, total: int) -> dict[str, Any]:
+    return {"items": [{"n": n, "fail": n < failing} for n in range(total)]}
+
+
+def _tolerating(**fields: Any) -> dict[str, Any]:
+    return {
+        "Type": "Map",
+        "Items": "{% $states.input.items %}",
+        "ItemProcessor": FAILING_CHILD,
+        "MaxConcurrency": 4,
+        "End": True,
+        **fields,
+    }
+
+
+def test_failures_beyond_the_threshold_fail_the_map(engine: LocalEngine) -> None:
+    # Default: no failure tolerated.
+    failed = _run(engine, _tolerating(), _items(failing=1, total=4))
+    assert (failed.status, failed.error) == ("FAILED", EXCEEDED)
+    assert "MapRunFailed" in [event["type"] for event in failed.events]
+    # 1 of 4 is 25%: within 50% (an integer, which moto's grammar refused) ...
+    within = _run(engine, _tolerating(ToleratedFailurePercentage=50), _items(1, 4))
+    assert within.status == "SUCCEEDED", (within.error, within.cause)
+    assert [item["n"] for item in within.output if item is not None] == [1, 2, 3]
+    # ... 3 of 4 is 75%: beyond it.
+    beyond = _run(engine, _tolerating(ToleratedFailurePercentage=50), _items(3, 4))
+    assert (beyond.status, beyond.error) == ("FAILED", EXCEEDED)
+    # A percentage of 0 fails on one failure.
+    zero = _run(engine, _tolerating(ToleratedFailurePercentage=0), _items(1, 4))
+    assert (zero.status, zero.error) == ("FAILED", EXCEEDED)
+
+
+def test_no_failure_is_within_any_threshold(engine: LocalEngine) -> None:
+    result = _run(engine, _tolerating(), _items(failing=0, total=4))
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert [item["n"] for item in result.output] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("count", [1, "{% $states.input.tolerated %}"])
+def test_a_failure_count_is_a_count(engine: LocalEngine, count: Any) -> None:
+    # With only a count declared, the default percentage of 0 does not apply; an
+    # expression is a count too (moto read it as a percentage).
+    state = _tolerating(ToleratedFailureCount=count)
+    one = _run(engine, state, {**_items(1, 4), "tolerated": 1})
+    assert one.status == "SUCCEEDED", (one.error, one.cause)
+    two = _run(engine, state, {**_items(2, 4), "tolerated": 1})
+    assert (two.status, two.error) == ("FAILED", EXCEEDED)
+
+
+def test_either_threshold_exceeded_fails_the_map(engine: LocalEngine) -> None:
+    both = _tolerating(ToleratedFailureCount=3, ToleratedFailurePercentage=20)
+    result = _run(engine, both, _items(failing=1, total=4))  # 1 <= 3, but 25% > 20%
+    assert (result.status, result.error) == ("FAILED", EXCEEDED)
+
+
+def test_the_threshold_failure_is_caught(engine: LocalEngine) -> None:
+    state = _tolerating(
+        Catch=[{"ErrorEquals": [EXCEEDED], "Next": "Caught", "Output": "{% $states.errorOutput %}"}]
+    )
+    state.pop("End")
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Map",
+        "States": {"Map": state, "Caught": {"Type": "Pass", "End": True}},
+    }
+    arn = engine.client("stepfunctions").create_state_machine(
+        name="dmap-caught", definition=json.dumps(definition), roleArn=ROLE
+    )["stateMachineArn"]
+    result = engine.execute(arn, _items(failing=2, total=4))
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.output["Error"] == EXCEEDED
+    assert result.states_entered == ["Map", "Caught"]
+
+
+def test_the_definition_is_kept_as_written(engine: LocalEngine) -> None:
+    # The rewrite is for moto's parser only: DescribeStateMachine returns the text as created.
+    definition = json.dumps(
+        {
+            "QueryLanguage": "JSONata",
+            "StartAt": "Map",
+            "States": {"Map": _tolerating(ToleratedFailurePercentage=50)},
+        }
+    )
+    sfn = engine.client("stepfunctions")
+    arn = sfn.create_state_machine(name="dmap-kept", definition=definition, roleArn=ROLE)[
+        "stateMachineArn"
+    ]
+    assert sfn.describe_state_machine(stateMachineArn=arn)["definition"] == definition
+
+
+@pytest.mark.parametrize(
+    ("failed", "total", "count", "percentage", "declared", "exceeded"),
+    [
+        (0, 0, 0, 0.0, (False, False), False),
+        (1, 10, 0, 0.0, (False, False), True),
+        (5, 10, 0, 50.0, (False, True), False),  # equal is not beyond
+        (6, 10, 0, 50.0, (False, True), True),
+        (6, 10, 6, 0.0, (True, False), False),
+        (7, 10, 6, 0.0, (True, False), True),
+        (2, 10, 6, 10.0, (True, True), True),
+    ],
+)
+def test_threshold_arithmetic(
+    failed: int,
+    total: int,
+    count: int,
+    percentage: float,
+    declared: tuple[bool, bool],
+    exceeded: bool,
+) -> None:
+    assert (
+        distributed_map.threshold_exceeded(failed, total, count, percentage, declared) is exceeded
+    )
+
+
+def test_the_patches_are_undone_when_the_engine_stops() -> None:
+    s3_eval = resource_eval_s3.ResourceEvalS3
+    component = distributed.DistributedIterationComponent
+    before = (vars(s3_eval)["_handle_list_objects_v2"], vars(component)["_map_run"])
+    with LocalEngine(function_log=io.StringIO(), time_scale=0.0):
+        assert vars(s3_eval)["_handle_list_objects_v2"].__func__ is (
+            distributed_map._list_all_objects
+        )
+        assert vars(component)["_map_run"] is not before[1]
+        current = patches.installed()
+        assert current is not None
+        assert {p.name for p in distributed_map.PATCHES} <= {p.name for p in current.patches}
+    assert patches.installed() is None
+    assert (vars(s3_eval)["_handle_list_objects_v2"], vars(component)["_map_run"]) == before
+
+
+def test_express_children_run(engine: LocalEngine) -> None:
+    express = {**FAILING_CHILD, "ProcessorConfig": {**PROCESSOR, "ExecutionType": "EXPRESS"}}
+    result = _run(engine, _tolerating(ItemProcessor=express), _items(failing=0, total=3))
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert [item["n"] for item in result.output] == [0, 1, 2]
+
+
+def test_each_patch_names_the_aws_behaviour_and_its_test() -> None:
+    text = Path(__file__).read_text(encoding="utf-8")
+    for patch in distributed_map.PATCHES:
+        assert patch.kind == "fidelity" and len(patch.why) > 80, patch.name
+        assert "docs.aws.amazon.com" in patch.why, patch.name
+        path, _, name = patch.test.partition("::")
+        assert path == "tests/unit/test_distributed_map.py" and f"def {name}(" in text
+        assert patch.problems() == [], patch.name
