@@ -432,3 +432,24 @@ def test_the_audit_function_may_do_what_it_does_and_no_more() -> None:
     granted = {a for s in statements for a in s["Action"]}
     assert granted == {a for a, _ in needed}, "nothing beyond what it calls"
     assert all(s["Resource"] != "*" for s in statements)
+
+
+@pytest.mark.parametrize("expire", ["true", "false"])
+def test_noncurrent_versions_expire_after_the_retention_window_only_when_asked(
+    expire: str,
+) -> None:
+    from tests.template.translate import translated
+
+    parameters = {"ExpireNoncurrentVersions": expire, "RetentionDays": "45"}
+    bucket = translated(parameters)["Resources"]["IngestBucket"]["Properties"]
+    stack = Stack.from_file(ROOT / "template.yaml", parameters)
+    # AWS::NoValue drops the property
+    resolved = stack.resolve({"L": bucket.get("LifecycleConfiguration", {"Ref": "AWS::NoValue"})})
+    if expire == "false":
+        assert resolved == {}
+        return
+    resolved = resolved["L"]
+    (rule,) = resolved["Rules"]
+    assert rule["Status"] == "Enabled"
+    assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": "45"}
+    assert "Expiration" not in rule and "ExpirationInDays" not in rule  # current ones stay
