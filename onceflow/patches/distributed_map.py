@@ -1,23 +1,26 @@
 """A Distributed Map as Step Functions runs it, where moto runs it otherwise.
 
 moto 5.2.5 parses a Distributed Map and runs its children in-process, but
-its S3 object listing reads one page in boto's shape, and failed children
-never fail the Map. Each patch below names the AWS behaviour it reproduces,
-with the page that documents it, and the test that holds the engine to it
-(see ``PATCHES`` at the end).
+its S3 object listing reads one page in boto's shape, failed children never
+fail the Map, and it has no ItemBatcher. Each patch below names the AWS
+behaviour it reproduces, with the page that documents it, and the test that
+holds the engine to it (see ``PATCHES`` at the end).
 
-Two of them change a definition's text before moto's parser reads it (a
-form AWS accepts that moto's grammar refuses); the text a state machine
+Some change a definition's text before moto's parser reads it (a form AWS
+accepts that moto's grammar refuses: an integer percentage, EXPRESS children,
+ReaderConfig without InputType, ItemBatcher); the text a state machine
 keeps, and DescribeStateMachine returns, is the one it was created with.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import inspect
 import json
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 from moto.stepfunctions.parser.api import HistoryEventType, MapRunFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
@@ -30,6 +33,7 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
     StatesErrorNameType,
 )
+from moto.stepfunctions.parser.asl.component.common.string import string_expression
 from moto.stepfunctions.parser.asl.component.state.exec.state_map import (
     state_map,
     tolerated_failure,
@@ -47,7 +51,17 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.re
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
     distributed_iteration_component as distributed,
 )
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
+    iteration_component,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor import (
+    distributed_item_processor as distributed_processor,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor import (
+    inline_item_processor_worker as inline_worker,
+)
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+from moto.stepfunctions.parser.asl.eval.states import ItemData, MapData
 from moto.stepfunctions.parser.asl.parse import asl_parser, preprocessor
 from moto.stepfunctions.parser.utils import camel_to_snake_case
 
@@ -382,6 +396,270 @@ def _install_express(installer: Installer) -> None:
     _install_rewrite(installer, _express_as_standard)
 
 
+# --------------------------------------------------------------------------
+# 4. ItemBatcher: the items (each through ItemSelector first) grouped into
+# batches, one child per batch, each child's input {"BatchInput"?, "Items"}.
+# --------------------------------------------------------------------------
+
+_BATCHER_PAGE = _DOCS + "input-output-itembatcher.html"
+_FIELDS_PAGE = _DOCS + "input-output-fields-dist-map.html"
+MAX_BATCH_BYTES = 256 * 1024  # MaxInputBytesPerBatch's default and its largest value
+_BATCHER_FIELDS = frozenset({"MaxItemsPerBatch", "MaxInputBytesPerBatch", "BatchInput"})
+_BATCHER_MARK = "onceflow-item-batcher:"
+# The ItemBatcher objects set aside by the definition rewrite, by the mark the
+# rewrite leaves in the ItemProcessor's Comment (keyed by content: bounded by
+# the distinct batchers ever defined).
+_BATCHERS: dict[str, dict[str, Any]] = {}
+
+
+def _is_jsonata(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("{%") and value.endswith("%}")
+
+
+def _batcher_is_valid(batcher: Any) -> TypeGuard[dict[str, Any]]:
+    """An ItemBatcher AWS accepts in a JSONata Map: MaxItemsPerBatch and/or
+    MaxInputBytesPerBatch (a positive integer, the bytes at most 256 KiB, or an
+    expression), an optional BatchInput object or expression, nothing else."""
+    if not isinstance(batcher, dict) or not set(batcher) <= _BATCHER_FIELDS:
+        return False
+    if not {"MaxItemsPerBatch", "MaxInputBytesPerBatch"} & set(batcher):
+        return False
+    for field, most in (("MaxItemsPerBatch", None), ("MaxInputBytesPerBatch", MAX_BATCH_BYTES)):
+        value = batcher.get(field, 1)
+        if _is_jsonata(value):
+            continue
+        if type(value) is not int or value < 1 or (most is not None and value > most):
+            return False
+    batch_input = batcher.get("BatchInput", {})
+    return isinstance(batch_input, dict) or _is_jsonata(batch_input)
+
+
+def _map_states_in_language(states: Any, language: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """Every Map state of a States object (nested ones too) with its query language."""
+    if not isinstance(states, dict):
+        return
+    for state in states.values():
+        if not isinstance(state, dict):
+            continue
+        own = state.get("QueryLanguage", language)
+        if state.get("Type") == "Map":
+            yield state, own
+            for inner in ("ItemProcessor", "Iterator"):
+                processor = state.get(inner)
+                if isinstance(processor, dict):
+                    yield from _map_states_in_language(processor.get("States"), language)
+        elif state.get("Type") == "Parallel" and isinstance(state.get("Branches"), list):
+            for branch in state["Branches"]:
+                if isinstance(branch, dict):
+                    yield from _map_states_in_language(branch.get("States"), language)
+
+
+def _set_batcher_aside(state: dict[str, Any], language: str) -> bool:
+    """Take a valid JSONata Distributed Map's ItemBatcher out of the state (moto's
+    grammar has no ItemBatcher) and leave its mark as the ItemProcessor's Comment,
+    which moto keeps on the iteration component and nothing else reads.
+
+    An ItemBatcher that is not valid, in an Inline Map or in JSONPath (its *Path
+    fields and "key.$" templates are not reproduced) stays, and moto's parser
+    refuses the definition as before.
+    """
+    batcher = state.get("ItemBatcher")
+    processor = state.get("ItemProcessor")
+    config = processor.get("ProcessorConfig") if isinstance(processor, dict) else None
+    if (
+        language != "JSONata"
+        or not isinstance(processor, dict)
+        or not isinstance(config, dict)
+        or config.get("Mode") != "DISTRIBUTED"
+        or not _batcher_is_valid(batcher)
+    ):
+        return False
+    text = json.dumps(batcher, sort_keys=True, ensure_ascii=False)
+    mark = _BATCHER_MARK + hashlib.sha256(text.encode()).hexdigest()[:32]
+    _BATCHERS[mark] = batcher
+    del state["ItemBatcher"]
+    processor["Comment"] = mark
+    return True
+
+
+def _batcher_rewriting_parse(original: Callable[[str], Any]) -> Any:
+    """AmazonStateLanguageParser.parse that first sets each ItemBatcher aside."""
+
+    def parse(definition: str) -> Any:
+        try:
+            document = json.loads(definition)
+        except ValueError:
+            return original(definition)
+        if not isinstance(document, dict):
+            return original(definition)
+        language = document.get("QueryLanguage", "JSONPath")
+        changed = [
+            _set_batcher_aside(state, own)
+            for state, own in _map_states_in_language(document.get("States"), language)
+        ]
+        if any(changed):
+            definition = json.dumps(document, ensure_ascii=False)
+        return original(definition)
+
+    return staticmethod(parse)
+
+
+def json_bytes(value: Any) -> int:
+    """A value's size as Step Functions counts a payload: its JSON text in UTF-8."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def batch_items(
+    items: list[Any],
+    max_items: int | None,
+    max_bytes: int,
+    batch_input: dict[str, Any] | None,
+) -> list[dict[str, Any]]:
+    """Items in order, in batches of at most max_items whose child input
+    ({"BatchInput": ..., "Items": [...]}, BatchInput only when given) is at most
+    max_bytes; an item too large for any batch goes alone in its own."""
+    head: dict[str, Any] = {} if batch_input is None else {"BatchInput": batch_input}
+    empty = json_bytes({**head, "Items": []})
+    groups: list[list[Any]] = []
+    current: list[Any] = []
+    size = empty
+    for item in items:
+        added = json_bytes(item) + (1 if current else 0)  # and a comma after the first
+        full = max_items is not None and len(current) >= max_items
+        if current and (full or size + added > max_bytes):
+            groups.append(current)
+            current, size, added = [], empty, added - 1
+        current.append(item)
+        size += added
+    if current:
+        groups.append(current)
+    return [{**copy.deepcopy(head), "Items": group} for group in groups]
+
+
+def _query_failure(env: Any, cause: str) -> FailureEventException:
+    error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
+    return FailureEventException(
+        failure_event=FailureEvent(
+            env=env,
+            error_name=error_name,
+            event_type=HistoryEventType.MapRunFailed,
+            event_details=EventDetails(  # type: ignore[typeddict-item]
+                mapRunFailedEventDetails=MapRunFailedEventDetails(
+                    error=error_name.error_name, cause=cause
+                )
+            ),
+        )
+    )
+
+
+def _evaluated(env: Any, value: Any) -> Any:
+    """A field's value: a {% %} string evaluated (as moto evaluates any JSONata
+    field, against the Map's input and variables), objects and arrays throughout."""
+    if _is_jsonata(value):
+        string_expression.StringJSONata(expression=value[2:-2].strip()).eval(env=env)
+        return env.stack.pop()
+    if isinstance(value, dict):
+        return {key: _evaluated(env, inner) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [_evaluated(env, inner) for inner in value]
+    return value
+
+
+def _positive_int(env: Any, batcher: dict[str, Any], field: str) -> int | None:
+    if field not in batcher:
+        return None
+    value = _evaluated(env, batcher[field])
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if type(value) is not int or value < 1:
+        raise _query_failure(env, f"{field} must be a positive integer, was {value!r}")
+    return value
+
+
+def _batches_for(env: Any, batcher: dict[str, Any], items: list[Any]) -> list[dict[str, Any]]:
+    """The ItemBatcher's fields, evaluated once for the Map Run, applied to items."""
+    max_items = _positive_int(env, batcher, "MaxItemsPerBatch")
+    max_bytes = _positive_int(env, batcher, "MaxInputBytesPerBatch") or MAX_BATCH_BYTES
+    batch_input = None
+    if "BatchInput" in batcher:
+        batch_input = _evaluated(env, batcher["BatchInput"])
+        if not isinstance(batch_input, dict):
+            raise _query_failure(env, f"BatchInput must be an object, was {batch_input!r}")
+    return batch_items(items, max_items, min(max_bytes, MAX_BATCH_BYTES), batch_input)
+
+
+def _selected_each(env: Any, selector: Any, items: list[Any], map_input: Any) -> list[Any]:
+    """ItemSelector applied to each item, as moto's worker applies it to a child's
+    item (the Map's input as $states.input, the item in $states.context.Map.Item)."""
+    frame = env.open_inner_frame()
+    try:
+        selected = []
+        for index, item in enumerate(items):
+            frame.states.context_object.context_object_data["Map"] = MapData(
+                Item=ItemData(Index=index, Value=item)
+            )
+            frame.states.reset(input_value=map_input)
+            frame.stack.append(map_input)
+            selector.eval(frame)
+            selected.append(frame.stack.pop())
+        return selected
+    finally:
+        env.delete_frame(frame)
+
+
+def _batcher_of(component: Any) -> dict[str, Any] | None:
+    comment = getattr(component, "_comment", None)
+    return _BATCHERS.get(getattr(comment, "comment", None) or "")
+
+
+def _batching_map_run(original: Callable[[Any, Any, Any], None]) -> Any:
+    def _map_run(component: Any, env: Any, eval_input: Any) -> None:
+        """DistributedIterationComponent._map_run over batches when the Map has an
+        ItemBatcher: each item through ItemSelector, then grouped, then the children
+        (which apply no ItemSelector again)."""
+        batcher = _batcher_of(component)
+        if batcher is None:
+            original(component, env, eval_input)
+            return
+        items = env.stack.pop()
+        if eval_input.item_selector is not None:
+            items = _selected_each(env, eval_input.item_selector, items, env.stack[-1])
+            eval_input = copy.copy(eval_input)
+            eval_input.item_selector = None
+        env.stack.append(_batches_for(env, batcher, items))
+        original(component, env, eval_input)
+
+    return _map_run
+
+
+def _install_batcher(installer: Installer) -> None:
+    parser = asl_parser.AmazonStateLanguageParser
+    installer.replace(parser, "parse", _batcher_rewriting_parse(parser.parse))
+    component = distributed.DistributedIterationComponent
+    installer.replace(component, "_map_run", _batching_map_run(component._map_run))
+
+
+def _batcher_fits() -> list[str]:
+    problems = _parse_fits()
+    component = distributed.DistributedIterationComponent
+    run = inspect.getsource(component._map_run)
+    if "input_items: list[json] = env.stack.pop()" not in run:
+        problems.append("DistributedIterationComponent._map_run no longer takes its items")
+    if "comment" not in inspect.signature(component.__init__).parameters or "_comment" not in (
+        inspect.getsource(iteration_component.IterationComponent.__init__)
+    ):
+        problems.append("an iteration component no longer keeps its Comment")
+    worker = inspect.getsource(inline_worker.InlineItemProcessorWorker._eval_input)
+    for needed in ("self._item_selector", "self._env.stack[-1]", "states.reset"):
+        if needed not in worker:
+            problems.append(f"a child's ItemSelector no longer uses {needed}")
+    if "item_selector=eval_input.item_selector" not in inspect.getsource(
+        distributed_processor.DistributedItemProcessor._create_worker
+    ):
+        problems.append("a child no longer takes its ItemSelector from the eval input")
+    return problems
+
+
 _TESTS = "tests/unit/test_distributed_map.py::"
 PATCHES: tuple[Patch, ...] = (
     Patch(
@@ -429,5 +707,27 @@ PATCHES: tuple[Patch, ...] = (
         test=_TESTS + "test_express_children_run",
         install=_install_express,
         fits=_parse_fits,
+    ),
+    Patch(
+        name="Distributed Map: ItemBatcher",
+        kind="fidelity",
+        why="A Distributed Map's ItemBatcher hands each child a batch of items: Step "
+        'Functions "adds the items to an Items array" and passes it as the child\'s input, '
+        'with BatchInput alongside ({"BatchInput": {...}, "Items": [...]}) when set; '
+        "MaxItemsPerBatch and MaxInputBytesPerBatch (at most 256 KiB, which is also the "
+        "default) bound each batch, either may be a JSONata expression ('ItemBatcher "
+        "(Map)', " + _BATCHER_PAGE + "). ItemSelector applies to each item before the "
+        "batching ('Map state input and output fields', " + _FIELDS_PAGE + "). The Map's "
+        "result has one element per batch. Not verified: that BatchInput's bytes count "
+        "toward MaxInputBytesPerBatch (here the whole child input does), what happens to "
+        "one item larger than MaxInputBytesPerBatch (here it goes alone in a batch), "
+        "MaxInputBytesPerBatch from an expression above 256 KiB (here capped), the "
+        "error for an expression that is not a positive integer (here "
+        "States.QueryEvaluationError), and whether tolerated failures count items or "
+        "batches (here, as before, children: batches). JSONPath's *Path fields are not "
+        "reproduced: moto still refuses them. moto's grammar refused any ItemBatcher.",
+        test=_TESTS + "test_items_go_to_children_in_batches",
+        install=_install_batcher,
+        fits=_batcher_fits,
     ),
 )

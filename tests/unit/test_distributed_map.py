@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import (
     resource_eval_s3,
 )
@@ -269,3 +270,171 @@ def test_each_patch_names_the_aws_behaviour_and_its_test() -> None:
         path, _, name = patch.test.partition("::")
         assert path == "tests/unit/test_distributed_map.py" and f"def {name}(" in text
         assert patch.problems() == [], patch.name
+
+
+# --------------------------------------------------------------------------
+# ItemBatcher
+# --------------------------------------------------------------------------
+
+ECHO = {
+    "ProcessorConfig": PROCESSOR,
+    "StartAt": "Echo",
+    "States": {"Echo": {"Type": "Pass", "End": True}},
+}
+
+
+def _batching(batcher: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A Distributed Map over the input's items whose children return their input."""
+    return {
+        "Type": "Map",
+        "Items": "{% $states.input.items %}",
+        "ItemProcessor": ECHO,
+        "ItemBatcher": batcher,
+        "MaxConcurrency": 4,
+        "End": True,
+        **fields,
+    }
+
+
+def test_items_go_to_children_in_batches(engine: LocalEngine) -> None:
+    items = [{"n": n} for n in range(25)]
+    batcher = {
+        "MaxItemsPerBatch": 10,
+        "BatchInput": {"run": "{% $states.input.run %}", "fixed": [1, "two"]},
+    }
+    result = _run(engine, _batching(batcher), {"items": items, "run": "r-7"})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    # One child per batch; each child's input is {"BatchInput", "Items"}, BatchInput
+    # evaluated from the Map's input.
+    assert [len(child["Items"]) for child in result.output] == [10, 10, 5]
+    assert [item for child in result.output for item in child["Items"]] == items
+    for child in result.output:
+        assert list(child) == ["BatchInput", "Items"]
+        assert child["BatchInput"] == {"run": "r-7", "fixed": [1, "two"]}
+
+
+def test_a_listing_in_batches_of_an_expression(engine: LocalEngine) -> None:
+    bucket = engine.ref("IngestBucket")
+    keys = [f"batched/{n:02}.json" for n in range(25)]
+    _put(engine, keys)
+    state = _listing(bucket, ItemBatcher={"MaxItemsPerBatch": "{% $states.input.per %}"})
+    result = _run(engine, state, {"prefix": "batched/", "per": 10})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    # No BatchInput configured: the child's input has Items only.
+    assert [list(child) for child in result.output] == [["Items"]] * 3
+    assert [len(child["Items"]) for child in result.output] == [10, 10, 5]
+    listed = [item["Key"] for child in result.output for item in child["Items"]]
+    assert sorted(listed) == keys
+    assert set(result.output[0]["Items"][0]) == {
+        "Etag",
+        "Key",
+        "LastModified",
+        "Size",
+        "StorageClass",
+    }
+
+
+def _utf8_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def test_max_input_bytes_splits_batches_in_utf8(engine: LocalEngine) -> None:
+    # Each item is {"s":"éééééééééé"}: 18 characters but 28 bytes in UTF-8. A child's
+    # input {"Items":[...]} of k items is 12 + 28k + (k - 1) bytes: 3 fit in 100
+    # (98 bytes), 4 do not (127); counted in characters, 4 would (87).
+    items = [{"s": "é" * 10} for _ in range(7)]
+    result = _run(engine, _batching({"MaxInputBytesPerBatch": 100}), {"items": items})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert [len(child["Items"]) for child in result.output] == [3, 3, 1]
+    assert [_utf8_size(child) for child in result.output] == [98, 98, 40]
+    # MaxItemsPerBatch too: whichever limit is reached first closes the batch.
+    both = _batching({"MaxInputBytesPerBatch": 100, "MaxItemsPerBatch": 2})
+    assert [len(c["Items"]) for c in _run(engine, both, {"items": items}).output] == [2, 2, 2, 1]
+
+
+def test_an_item_larger_than_the_batch_goes_alone(engine: LocalEngine) -> None:
+    items = [{"s": "a"}, {"s": "b" * 200}, {"s": "c"}, {"s": "d"}]
+    result = _run(engine, _batching({"MaxInputBytesPerBatch": 40}), {"items": items})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert [child["Items"] for child in result.output] == [items[:1], items[1:2], items[2:]]
+
+
+def test_item_selector_runs_per_item_before_batching(engine: LocalEngine) -> None:
+    selector = {
+        "n": "{% $states.context.Map.Item.Value.n %}",
+        "index": "{% $states.context.Map.Item.Index %}",
+        "tag": "{% $states.input.tag %}",
+    }
+    state = _batching({"MaxItemsPerBatch": 2}, ItemSelector=selector)
+    items = [{"n": n * 10, "unused": True} for n in range(5)]
+    result = _run(engine, state, {"items": items, "tag": "t"})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    # Each item was selected on its own (its own index, its own value), then batched,
+    # and the batch was not selected again.
+    assert [child["Items"] for child in result.output] == [
+        [{"n": 0, "index": 0, "tag": "t"}, {"n": 10, "index": 1, "tag": "t"}],
+        [{"n": 20, "index": 2, "tag": "t"}, {"n": 30, "index": 3, "tag": "t"}],
+        [{"n": 40, "index": 4, "tag": "t"}],
+    ]
+
+
+def test_a_failed_batch_is_one_failed_child(engine: LocalEngine) -> None:
+    # A child fails when an item of its batch says so; tolerance counts children.
+    child = {
+        "ProcessorConfig": PROCESSOR,
+        "StartAt": "Check",
+        "States": {
+            "Check": {
+                "Type": "Choice",
+                "Choices": [{"Condition": "{% true in $states.input.Items.fail %}", "Next": "Bad"}],
+                "Default": "Good",
+            },
+            "Bad": {"Type": "Fail", "Error": "Boom", "Cause": "an item said so"},
+            "Good": {"Type": "Pass", "End": True},
+        },
+    }
+    items = _items(failing=1, total=25)  # item 0 fails: the first of 3 batches, 33%
+    within = _batching({"MaxItemsPerBatch": 10}, ItemProcessor=child, ToleratedFailurePercentage=40)
+    result = _run(engine, within, items)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.output[0] is None and [len(c["Items"]) for c in result.output[1:]] == [10, 5]
+    beyond = _batching({"MaxItemsPerBatch": 10}, ItemProcessor=child, ToleratedFailurePercentage=30)
+    failed = _run(engine, beyond, items)
+    assert (failed.status, failed.error) == ("FAILED", EXCEEDED)
+
+
+def test_a_batch_size_that_is_not_a_positive_integer(engine: LocalEngine) -> None:
+    sfn = engine.client("stepfunctions")
+    for batcher in ({"MaxItemsPerBatch": 0}, {"MaxInputBytesPerBatch": 256 * 1024 + 1}, {}):
+        definition = {"QueryLanguage": "JSONata", "StartAt": "Map"}
+        definition["States"] = {"Map": _batching(batcher)}
+        # Refused as moto refuses any definition its grammar does not read.
+        with pytest.raises(ClientError, match="ItemBatcher"):
+            sfn.create_state_machine(
+                name="dmap-bad-batcher", definition=json.dumps(definition), roleArn=ROLE
+            )
+    computed = _batching({"MaxItemsPerBatch": "{% $states.input.per %}"})
+    result = _run(engine, computed, {"items": [1, 2, 3], "per": 0})
+    assert (result.status, result.error) == ("FAILED", "States.QueryEvaluationError")
+
+
+def test_the_batcher_is_undone_when_the_engine_stops() -> None:
+    parser = distributed_map.asl_parser.AmazonStateLanguageParser
+    component = distributed.DistributedIterationComponent
+    before = (vars(parser)["parse"], vars(component)["_map_run"])
+    definition = json.dumps(
+        {
+            "QueryLanguage": "JSONata",
+            "StartAt": "Map",
+            "States": {"Map": _batching({"MaxItemsPerBatch": 2})},
+        }
+    )
+    with LocalEngine(function_log=io.StringIO(), time_scale=0.0) as engine:
+        arn = engine.client("stepfunctions").create_state_machine(
+            name="dmap-undo", definition=definition, roleArn=ROLE
+        )["stateMachineArn"]
+        result = engine.execute(arn, {"items": [1, 2, 3]})
+        assert [child["Items"] for child in result.output] == [[1, 2], [3]]
+    assert (vars(parser)["parse"], vars(component)["_map_run"]) == before
+    with pytest.raises(Exception, match="ItemBatcher"):  # moto's grammar refuses it again
+        parser.parse(definition)
