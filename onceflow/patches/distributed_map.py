@@ -317,18 +317,8 @@ def _tolerating_map_run(original: Callable[[Any, Any, Any], None]) -> Any:
         ):
             return
         env.stack.pop()
-        error_name = StatesErrorName(typ=StatesErrorNameType.StatesExceedToleratedFailureThreshold)
-        raise FailureEventException(
-            failure_event=FailureEvent(
-                env=env,
-                error_name=error_name,
-                event_type=HistoryEventType.MapRunFailed,
-                event_details=EventDetails(  # type: ignore[typeddict-item]
-                    mapRunFailedEventDetails=MapRunFailedEventDetails(
-                        error=error_name.error_name, cause=EXCEEDED_CAUSE
-                    )
-                ),
-            )
+        raise map_run_failure(
+            env, StatesErrorNameType.StatesExceedToleratedFailureThreshold, EXCEEDED_CAUSE
         )
 
     return _map_run
@@ -536,8 +526,12 @@ def batch_items(
     return [{**copy.deepcopy(head), "Items": group} for group in groups]
 
 
-def _query_failure(env: Any, cause: str) -> FailureEventException:
-    error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
+_QUERY_ERROR = StatesErrorNameType.StatesQueryEvaluationError
+
+
+def map_run_failure(env: Any, error: StatesErrorNameType, cause: str) -> FailureEventException:
+    """The Map state failing as its Map Run failed (a MapRunFailed event), with error."""
+    error_name = StatesErrorName(typ=error)
     return FailureEventException(
         failure_event=FailureEvent(
             env=env,
@@ -572,7 +566,11 @@ def _positive_int(env: Any, batcher: dict[str, Any], field: str) -> int | None:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if type(value) is not int or value < 1:
-        raise _query_failure(env, f"{field} must be a positive integer, was {value!r}")
+        raise map_run_failure(
+            env,
+            StatesErrorNameType.StatesQueryEvaluationError,
+            f"{field} must be a positive integer, was {value!r}",
+        )
     return value
 
 
@@ -584,7 +582,11 @@ def _batches_for(env: Any, batcher: dict[str, Any], items: list[Any]) -> list[di
     if "BatchInput" in batcher:
         batch_input = _evaluated(env, batcher["BatchInput"])
         if not isinstance(batch_input, dict):
-            raise _query_failure(env, f"BatchInput must be an object, was {batch_input!r}")
+            raise map_run_failure(
+                env,
+                StatesErrorNameType.StatesQueryEvaluationError,
+                f"BatchInput must be an object, was {batch_input!r}",
+            )
     return batch_items(items, max_items, min(max_bytes, MAX_BATCH_BYTES), batch_input)
 
 

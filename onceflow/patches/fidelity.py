@@ -47,6 +47,7 @@ from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
 from onceflow import jsonata_node
+from onceflow.patches.hooks import stubber_fits
 from onceflow.patches.registry import Installer, Patch
 
 # --------------------------------------------------------------------------
@@ -408,12 +409,6 @@ def _install_atomic_writes(installer: Installer) -> None:
     installer.replace(stubber, "process_request", _serialised(stubber.process_request))
 
 
-def _atomic_writes_fit() -> list[str]:
-    if "process_request" not in vars(botocore_stubber.BotocoreStubber):
-        return ["BotocoreStubber.process_request is gone"]
-    return []
-
-
 _TESTS = "tests/unit/test_patches.py::"
 PATCHES = (
     Patch(
@@ -469,6 +464,6 @@ PATCHES = (
         "backends are not thread-safe: both could win.",
         test=_TESTS + "test_concurrent_conditional_puts_have_exactly_one_winner",
         install=_install_atomic_writes,
-        fits=_atomic_writes_fit,
+        fits=stubber_fits,
     ),
 )

@@ -367,7 +367,7 @@ def _install_log(installer: Installer) -> None:
     installer.replace(stubber, "process_request", _logged(stubber.process_request))
 
 
-def _log_fits() -> list[str]:
+def stubber_fits() -> list[str]:
     if "process_request" not in vars(botocore_stubber.BotocoreStubber):
         return ["BotocoreStubber.process_request is gone"]
     return []
@@ -457,7 +457,7 @@ PATCHES = (
         "counts, the bench's bill) after the chaos harness's faults had their chance.",
         test="tests/unit/test_patch_layer.py::test_two_engines_keep_their_own_clock_log_and_faults",
         install=_install_log,
-        fits=_log_fits,
+        fits=stubber_fits,
     ),
     Patch(
         name="handlers in-process",
