@@ -14,11 +14,12 @@ these, per engine, and undone the same way.
 
 from __future__ import annotations
 
+import importlib
 import threading
 
 import moto
 
-from onceflow.patches import distributed_map, fidelity, hooks, speedups
+from onceflow.patches import distributed_map, fidelity, hooks
 from onceflow.patches.fidelity import UNSUPPORTED_RESULT, eval_jsonata
 from onceflow.patches.hooks import (
     Clock,
@@ -45,10 +46,22 @@ __all__ = [
 
 MOTO_VERSION = "5.2.5"  # the version every pin and check was made against
 
+
+def _speedups() -> tuple[Patch, ...]:
+    """The speed-ups, or none if moto moved so far that their module cannot load
+    (it looks moto's code up as it loads): never the fidelity patches with them."""
+    try:
+        speedups = importlib.import_module("onceflow.patches.speedups")
+    except Exception as exc:  # reported: the engine runs, slower, as moto alone runs
+        LOG.warning("onceflow: every speed-up left out (%s: %s)", type(exc).__name__, exc)
+        return ()
+    return tuple(speedups.PATCHES)
+
+
 # In this order: each later patch wraps what the earlier ones put in place (the
 # request log and the atomic writes wrap the routed process_request, say).
 PATCHES: tuple[Patch, ...] = (
-    *speedups.PATCHES,
+    *_speedups(),
     *hooks.PATCHES,
     *fidelity.PATCHES,
     *distributed_map.PATCHES,

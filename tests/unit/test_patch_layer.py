@@ -194,3 +194,34 @@ def test_the_readme_lists_the_patches_the_code_has() -> None:
     readme = Path(__file__).resolve().parent.parent.parent / "README.md"
     assert table.main(["--check", str(readme)]) == 0
     assert all(f"| {p.name} |" in readme.read_text() for p in patches.PATCHES)
+
+
+def test_a_speedup_whose_check_itself_fails_is_left_out_and_says_why() -> None:
+    def moved() -> list[str]:
+        raise AttributeError("module 'moto...' has no attribute 'gone'")
+
+    broken = dataclasses.replace(speedups.PATCHES[0], fits=moved)
+    assert broken.problems() == [
+        "its check failed (AttributeError: module 'moto...' has no attribute 'gone')"
+    ]
+
+
+def test_speedups_that_cannot_load_leave_the_fidelity_patches_in_place(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import sys
+
+    # GIVEN a moto so changed that the speed-up module cannot even load
+    monkeypatch.setitem(sys.modules, "onceflow.patches.speedups", None)  # import fails
+    caplog.set_level(logging.WARNING, logger="onceflow.patches")
+    left = patches._speedups()
+    # THEN no speed-up, one line saying so, and the engine runs on its fidelity patches
+    assert left == ()
+    assert [r.getMessage() for r in caplog.records][-1].startswith(
+        "onceflow: every speed-up left out (ModuleNotFoundError"
+    )
+    monkeypatch.setattr(patches, "PATCHES", (*hooks.PATCHES, *fidelity.PATCHES))
+    with LocalEngine(function_log=io.StringIO()) as engine:
+        version = upload(engine, "a.png")
+        assert engine.execute(MACHINE, s3_event(engine, "a.png", version)).status == "SUCCEEDED"
+        assert moto_jsonata._eval_jsonata is fidelity.eval_jsonata
