@@ -75,26 +75,28 @@ _THRESHOLD_PAGE = _DOCS + "state-map-distributed.html#maprun-fail-threshold"
 # Definitions rewritten before moto's parser reads them.
 # --------------------------------------------------------------------------
 
-Rewrite = Callable[[dict[str, Any]], bool]  # changes a Map state in place; True: changed
+# Changes a Map state (given its query language) in place; True: it changed.
+Rewrite = Callable[[dict[str, Any], str], bool]
 
 
-def _map_states(states: Any) -> Iterator[dict[str, Any]]:
-    """Every Map state in a States object, nested Maps and Parallel branches included."""
+def _map_states_in_language(states: Any, language: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """Every Map state of a States object (nested ones too) with its query language."""
     if not isinstance(states, dict):
         return
     for state in states.values():
         if not isinstance(state, dict):
             continue
+        own = state.get("QueryLanguage", language)
         if state.get("Type") == "Map":
-            yield state
+            yield state, own
             for inner in ("ItemProcessor", "Iterator"):
                 processor = state.get(inner)
                 if isinstance(processor, dict):
-                    yield from _map_states(processor.get("States"))
+                    yield from _map_states_in_language(processor.get("States"), language)
         elif state.get("Type") == "Parallel" and isinstance(state.get("Branches"), list):
             for branch in state["Branches"]:
                 if isinstance(branch, dict):
-                    yield from _map_states(branch.get("States"))
+                    yield from _map_states_in_language(branch.get("States"), language)
 
 
 def _rewriting_parse(original: Callable[[str], Any], rewrite: Rewrite) -> Any:
@@ -111,7 +113,11 @@ def _rewriting_parse(original: Callable[[str], Any], rewrite: Rewrite) -> Any:
             return original(definition)
         if not isinstance(document, dict):
             return original(definition)
-        changed = [rewrite(state) for state in _map_states(document.get("States"))]
+        language = document.get("QueryLanguage", "JSONPath")
+        changed = [
+            rewrite(state, own)
+            for state, own in _map_states_in_language(document.get("States"), language)
+        ]
         if any(changed):
             definition = json.dumps(document, ensure_ascii=False)
         return original(definition)
@@ -119,7 +125,12 @@ def _rewriting_parse(original: Callable[[str], Any], rewrite: Rewrite) -> Any:
     return staticmethod(parse)
 
 
-def _install_rewrite(installer: Installer, rewrite: Rewrite) -> None:
+def _install_rewrite(installer: Installer, rewrite: Callable[[dict[str, Any]], bool]) -> None:
+    """A rewrite of every Map state, whatever its query language."""
+    _install_language_rewrite(installer, lambda state, language: rewrite(state))
+
+
+def _install_language_rewrite(installer: Installer, rewrite: Rewrite) -> None:
     parser = asl_parser.AmazonStateLanguageParser
     installer.replace(parser, "parse", _rewriting_parse(parser.parse, rewrite))
 
@@ -424,26 +435,6 @@ def _batcher_is_valid(batcher: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(batch_input, dict) or _is_jsonata(batch_input)
 
 
-def _map_states_in_language(states: Any, language: str) -> Iterator[tuple[dict[str, Any], str]]:
-    """Every Map state of a States object (nested ones too) with its query language."""
-    if not isinstance(states, dict):
-        return
-    for state in states.values():
-        if not isinstance(state, dict):
-            continue
-        own = state.get("QueryLanguage", language)
-        if state.get("Type") == "Map":
-            yield state, own
-            for inner in ("ItemProcessor", "Iterator"):
-                processor = state.get(inner)
-                if isinstance(processor, dict):
-                    yield from _map_states_in_language(processor.get("States"), language)
-        elif state.get("Type") == "Parallel" and isinstance(state.get("Branches"), list):
-            for branch in state["Branches"]:
-                if isinstance(branch, dict):
-                    yield from _map_states_in_language(branch.get("States"), language)
-
-
 def _set_batcher_aside(state: dict[str, Any], language: str) -> bool:
     """Take a valid JSONata Distributed Map's ItemBatcher out of the state (moto's
     grammar has no ItemBatcher) and leave its mark as the ItemProcessor's Comment,
@@ -470,28 +461,6 @@ def _set_batcher_aside(state: dict[str, Any], language: str) -> bool:
     del state["ItemBatcher"]
     processor["Comment"] = mark
     return True
-
-
-def _batcher_rewriting_parse(original: Callable[[str], Any]) -> Any:
-    """AmazonStateLanguageParser.parse that first sets each ItemBatcher aside."""
-
-    def parse(definition: str) -> Any:
-        try:
-            document = json.loads(definition)
-        except ValueError:
-            return original(definition)
-        if not isinstance(document, dict):
-            return original(definition)
-        language = document.get("QueryLanguage", "JSONPath")
-        changed = [
-            _set_batcher_aside(state, own)
-            for state, own in _map_states_in_language(document.get("States"), language)
-        ]
-        if any(changed):
-            definition = json.dumps(document, ensure_ascii=False)
-        return original(definition)
-
-    return staticmethod(parse)
 
 
 def json_bytes(value: Any) -> int:
@@ -635,8 +604,7 @@ def _batching_map_run(original: Callable[[Any, Any, Any], None]) -> Any:
 
 
 def _install_batcher(installer: Installer) -> None:
-    parser = asl_parser.AmazonStateLanguageParser
-    installer.replace(parser, "parse", _batcher_rewriting_parse(parser.parse))
+    _install_language_rewrite(installer, _set_batcher_aside)
     component = distributed.DistributedIterationComponent
     installer.replace(component, "_map_run", _batching_map_run(component._map_run))
 
