@@ -190,8 +190,8 @@ class LocalEngine:
     def start(self) -> None:
         self.state.clock.scale = self.time_scale
         self.state.requests.clear()  # a new engine is a new world: no requests of an earlier one
-        patches.install(self.state)  # taken away again when the last engine stops
         jsonata_node.evaluator().warm()  # node and jsonata 2.0.6 are there, or fail now
+        patches.install(self.state)  # taken away again when the last engine stops
         # moto logs every ASL error it handles (a Catch is normal control
         # flow here); the history and the result carry what matters.
         logging.getLogger("moto.stepfunctions").setLevel(logging.CRITICAL)
