@@ -203,7 +203,7 @@ def _target(args: argparse.Namespace) -> Iterator[ops.Target]:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     with _target(args) as target:
-        report = ops.run_audit(target, prefixes=args.prefix or None, progress=sys.stderr)
+        report = ops.run_audit(target, prefix=args.prefix, progress=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -484,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit = commands.add_parser(
         "audit", help="run the audit: resubmit lost, failed and stuck work; print the report"
     )
-    audit.add_argument("--prefix", action="append", help="audit only this key prefix (repeatable)")
+    audit.add_argument("--prefix", help="audit only the objects under this key prefix")
     add_target_options(audit)
     audit.set_defaults(func=cmd_audit)
 

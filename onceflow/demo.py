@@ -329,9 +329,9 @@ def run_demo(
         if progress is not None:
             progress.write("auditing  the bucket against the ledger\n")
         target = ops.LocalTarget(engine)
-        scope = [run_prefix] if shared else None
-        audit = ops.run_audit(target, prefixes=scope)
-        again = ops.run_audit(target, prefixes=scope)
+        scope = run_prefix if shared else None
+        audit = ops.run_audit(target, prefix=scope)
+        again = ops.run_audit(target, prefix=scope)
         demo_keys = {o.idempotency_key(bucket) for o in objects}
         resubmitted_again = _resubmitted_by(engine, str(again["audit"]), demo_keys) if shared else 0
         dead_letters = _drain(engine, engine.ref("DeadLetterQueue"), demo_keys)

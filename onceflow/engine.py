@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any, TextIO
@@ -169,6 +170,8 @@ class LocalEngine:
         self.not_emulated: list[str] = []
         self.rules: dict[str, dict[str, Any]] = {}
         self.pipes: dict[str, dict[str, Any]] = {}
+        # S3 Inventory configurations by bucket (logical id): deliver_inventory().
+        self.inventories: dict[str, list[dict[str, Any]]] = {}
         self._creating: set[str] = set()
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
@@ -329,11 +332,29 @@ class LocalEngine:
         s3.create_bucket(Bucket=name)
         if props.get("VersioningConfiguration", {}).get("Status") == "Enabled":
             s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+        self.inventories[logical_id] = list(props.get("InventoryConfigurations") or [])
         self.stack.refs[logical_id] = name
         self.stack.attributes[logical_id] = {
             "Arn": f"arn:aws:s3:::{name}",
             "DomainName": f"{name}.s3.amazonaws.com",
         }
+
+    def deliver_inventory(self, bucket: str = "IngestBucket", when: datetime | None = None) -> str:
+        """Deliver a bucket's S3 Inventory report now, as S3 does on its schedule.
+
+        S3 writes a report daily or weekly (storage-inventory.html); locally
+        nothing runs on a schedule, so a test or the bench asks for one. Returns
+        the manifest's key. Raises EngineError when the bucket has no inventory
+        configured (AuditInventory none).
+        """
+        from onceflow import inventory
+
+        configurations = [c for c in self.inventories.get(bucket, []) if c.get("Enabled")]
+        if not configurations:
+            raise EngineError(f"{bucket} has no S3 Inventory configured (AuditInventory)")
+        return inventory.deliver(
+            self.client("s3"), self.ref(bucket), configurations[0], when or datetime.now(UTC)
+        )
 
     def _create_table(self, logical_id: str, resource: dict[str, Any]) -> None:
         props = self.stack.resolve(resource.get("Properties", {}))
@@ -723,12 +744,26 @@ class LocalEngine:
         return str(self.client("sqs").get_queue_url(QueueName=arn.rsplit(":", 1)[-1])["QueueUrl"])
 
     def pump_pipes(self, limit: int | None = None) -> list[str]:
-        """Run every pipe until its source queue is empty (or limit messages handled).
+        """Run every pipe until its source queue is empty (or limit executions started).
 
         As EventBridge Pipes does for SQS: receive a batch, start the target
-        with the batch as a JSON array, delete the messages once the start was
-        accepted. A failed start leaves the messages in the queue; after the
-        queue's maxReceiveCount its redrive policy moves them to its DLQ.
+        with the batch as a JSON array, even for one message
+        (eb-pipes-batching-concurrency.html). The target's InvocationType
+        decides the rest; AWS's default is REQUEST_RESPONSE (AWS::Pipes::Pipe
+        PipeTargetStateMachineParameters).
+
+        FIRE_AND_FORGET (StartExecution): the messages are deleted once the
+        start was accepted. A failed start leaves them in the queue (visible
+        again at once); after the queue's maxReceiveCount its redrive policy
+        moves them to its DLQ.
+
+        REQUEST_RESPONSE (StartSyncExecution, EXPRESS only): the pipe waits for
+        the execution's end and deletes what it reports done (_sync_failures):
+        a failed or timed-out execution keeps the whole batch; its output's
+        batchItemFailures keeps the messages it names. Kept messages become
+        visible again when this pass over the queue ends: on AWS they reappear
+        after the queue's visibility timeout, so the next pump_pipes() is their
+        next delivery (and counts toward maxReceiveCount).
         Returns the ARNs of the executions started.
         """
         sqs = self.client("sqs")
@@ -738,6 +773,10 @@ class LocalEngine:
             batch_size = int(
                 pipe.get("SourceParameters", {}).get("SqsQueueParameters", {}).get("BatchSize", 10)
             )
+            synchronous = self._pipe_invocation_type(pipe) == "REQUEST_RESPONSE"
+            if synchronous:
+                self._check_sync_target(pipe)
+            kept: list[dict[str, Any]] = []  # visible again once the queue is drained
             failures = 0
             while (limit is None or len(started) < limit) and failures < _PIPE_FAILURE_LIMIT:
                 messages = sqs.receive_message(
@@ -750,9 +789,7 @@ class LocalEngine:
                     break
                 records = [self._pipe_record(m, str(pipe["Source"])) for m in messages]
                 try:
-                    started.append(
-                        self.start_execution(str(pipe["Target"]), records, name_prefix="pipe")
-                    )
+                    arn = self.start_execution(str(pipe["Target"]), records, name_prefix="pipe")
                 except ClientError:
                     # A queue without a redrive policy would retry forever;
                     # the pipe would too, but a local run has to end.
@@ -762,9 +799,72 @@ class LocalEngine:
                             QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
                         )
                     continue
+                started.append(arn)
+                retried = self._sync_failures(arn, messages) if synchronous else set()
                 for m in messages:
-                    sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+                    if m["MessageId"] in retried:
+                        kept.append(m)
+                    else:
+                        sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+            for m in kept:
+                sqs.change_message_visibility(
+                    QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
+                )
         return started
+
+    @staticmethod
+    def _pipe_invocation_type(pipe: Mapping[str, Any]) -> str:
+        """FIRE_AND_FORGET or REQUEST_RESPONSE (AWS's default when the template names none)."""
+        parameters = pipe.get("TargetParameters", {}).get("StepFunctionStateMachineParameters", {})
+        return str(parameters.get("InvocationType", "REQUEST_RESPONSE"))
+
+    def _check_sync_target(self, pipe: Mapping[str, Any]) -> None:
+        """REQUEST_RESPONSE is not supported for STANDARD workflows (PipeTargetStateMachine-
+        Parameters); AWS stops such a pipe (eb-pipes-error-troubleshooting.html)."""
+        arn = self.state_machine_arn(str(pipe["Target"]))
+        described = self.client("stepfunctions").describe_state_machine(stateMachineArn=arn)
+        if described.get("type") != "EXPRESS":
+            raise EngineError(
+                f"pipe {pipe['name']}: REQUEST_RESPONSE needs an EXPRESS state machine, "
+                f"{arn} is {described.get('type')}; AWS stops such a pipe"
+            )
+
+    def _sync_failures(self, execution_arn: str, messages: list[dict[str, Any]]) -> set[str]:
+        """The messageIds a synchronously invoked target leaves in the queue.
+
+        As EventBridge Pipes reads a Step Functions target's answer for an SQS
+        source (eb-pipes-sqs.html, eb-pipes-batching-concurrency.html):
+        - an execution that did not succeed (FAILED, TIMED_OUT: a customer
+          invocation error, eb-pipes-error-troubleshooting.html) keeps every message;
+        - an output that is empty or null, or whose batchItemFailures is empty
+          or null, is complete success: none is kept;
+        - an itemIdentifier that is null, empty or not a string, or an entry
+          without one (a bad key name), fails the whole batch;
+        - otherwise the messages named are kept. An itemIdentifier that names
+          no message of the batch fails the whole batch here as well, as
+          Lambda's event source mapping does; for Pipes that is not verified.
+        """
+        everything = {str(m["MessageId"]) for m in messages}
+        result = self.wait(execution_arn, timeout=limits.EXPRESS_DURATION_LIMIT + 60)
+        if result.status != "SUCCEEDED":
+            return everything
+        output = result.output
+        if output is None or output == {} or output == "":
+            return set()
+        if not isinstance(output, dict):
+            return everything  # not the payload a partial failure is read from
+        failures = output.get("batchItemFailures")
+        if failures is None or failures == []:
+            return set()
+        if not isinstance(failures, list):
+            return everything
+        named: set[str] = set()
+        for entry in failures:
+            identifier = entry.get("itemIdentifier") if isinstance(entry, dict) else None
+            if not isinstance(identifier, str) or identifier not in everything:
+                return everything
+            named.add(identifier)
+        return named
 
     @staticmethod
     def _pipe_record(message: dict[str, Any], source_arn: str) -> dict[str, Any]:

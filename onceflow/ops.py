@@ -115,17 +115,18 @@ def wait_for_execution(
 
 def run_audit(
     target: Target,
-    prefixes: list[str] | None = None,
+    prefix: str | None = None,
     name: str | None = None,
     progress: TextIO | None = None,
 ) -> dict[str, Any]:
     """Start the audit state machine, wait for it, return its report.
 
-    Locally, also wait for the processor executions it started, so that the
-    caller sees their effects.
+    ``prefix``: audit only the objects under this key prefix (the run lists
+    them instead of reading an inventory report). Locally, also wait for the
+    processor executions it started, so that the caller sees their effects.
     """
     sfn = target.client("stepfunctions")
-    audit_input = {"prefixes": prefixes} if prefixes else {}
+    audit_input = {"prefix": prefix} if prefix else {}
     kwargs: dict[str, Any] = {
         "stateMachineArn": target.output("AuditStateMachineArn"),
         "input": json.dumps(audit_input),

@@ -124,10 +124,14 @@ class Record:
 
 
 def _logical_ids(engine: LocalEngine) -> dict[str, str]:
-    """State machine ARN -> logical id, for the template's state machines."""
+    """State machine ARN -> logical id, for the template's state machines that exist
+    (a state machine whose Condition is false, such as BatchProcessorStateMachine by
+    default, has no ARN)."""
     ids = {}
     for logical_id, resource in engine.stack.template["Resources"].items():
-        if resource["Type"] == "AWS::Serverless::StateMachine" and logical_id in engine.stack.refs:
+        if resource["Type"] == "AWS::Serverless::StateMachine" and engine.stack.refs.get(
+            logical_id
+        ):
             ids[engine.ref(logical_id)] = logical_id
     return ids
 

@@ -90,9 +90,10 @@ def attributes(message: dict[str, Any]) -> dict[str, str]:
 
 
 def output_effects(engine: LocalEngine) -> int:
-    """Successful PutObjects of outputs (not the audit's reports): writes that took effect."""
+    """Successful PutObjects of outputs (not the audit's reports or the bucket's inventory
+    reports): writes that took effect."""
     puts = engine.successful_puts(engine.ref("OutputBucket"))
-    return sum(n for key, n in puts.items() if not key.startswith("reports/"))
+    return sum(n for key, n in puts.items() if not key.startswith(("reports/", "inventory/")))
 
 
 def invocations(engine: LocalEngine) -> int:

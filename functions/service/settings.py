@@ -29,6 +29,12 @@ def _number(env: Mapping[str, str], name: str, minimum: float, integer: bool = F
     return value
 
 
+def _optional(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
+    if not env.get(name, "").strip():
+        return default
+    return _number(env, name, minimum)
+
+
 @dataclass(frozen=True)
 class ProcessorSettings:
     """Where the bundled image processor writes, and how large."""
@@ -70,6 +76,18 @@ class AuditSettings:
     stuck_margin_seconds: float
     object_content_index: str = "ObjectContent"
     late_event_seconds: float = 0.0
+    # Where S3 delivers the bucket's inventory reports, in the report bucket
+    # (<prefix>/<source bucket>/<configuration id>/); empty: no inventory.
+    inventory_prefix: str = ""
+    # A report older than this is not used (the listing is): objects uploaded since
+    # it was taken are in none, and one that misses too many days misses the
+    # retention window.
+    inventory_max_age_seconds: float = 48 * 3600.0
+    # All batches together start at most this many processor executions a second.
+    resubmits_per_second: float = 25.0
+    max_concurrency: int = 1
+    # How long one batch may spend resubmitting (its EXPRESS child lives 5 minutes).
+    batch_seconds: float = 240.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AuditSettings:
@@ -87,6 +105,11 @@ class AuditSettings:
             stuck_margin_seconds=_number(env, "AUDIT_STUCK_MARGIN_SECONDS", 0),
             object_content_index=env.get("OBJECT_CONTENT_INDEX", "ObjectContent"),
             late_event_seconds=_number(env, "INGRESS_MAX_EVENT_AGE_SECONDS", 0),
+            inventory_prefix=env.get("AUDIT_INVENTORY_PREFIX", "").strip(),
+            inventory_max_age_seconds=_optional(env, "AUDIT_INVENTORY_MAX_AGE_HOURS", 48, 1) * 3600,
+            resubmits_per_second=_optional(env, "AUDIT_RESUBMITS_PER_SECOND", 25, 0.001),
+            max_concurrency=int(_optional(env, "AUDIT_MAX_CONCURRENCY", 1, 1)),
+            batch_seconds=_optional(env, "AUDIT_BATCH_SECONDS", 240, 0.01),
         )
 
 

@@ -20,6 +20,8 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from moto.core import botocore_stubber
+from moto.core.utils import unix_time_millis
+from moto.s3 import models as s3_models
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
@@ -409,6 +411,60 @@ def _install_atomic_writes(installer: Installer) -> None:
     installer.replace(stubber, "process_request", _serialised(stubber.process_request))
 
 
+def _from_key_marker(original: Any) -> Any:
+    """ListObjectVersions with a KeyMarker and no VersionIdMarker: every version of
+    every key after the marker. moto skips the keys before the marker and then also
+    the first version after it, whatever it is (its comment assumes the marker is
+    the last key of a previous page). Delegated as moto's own (key, version) resume:
+    from the last version at or before the marker."""
+
+    def list_object_versions(
+        self: Any,
+        bucket_name: str,
+        delimiter: str | None = None,
+        key_marker: str | None = None,
+        max_keys: int | None = 1000,
+        prefix: str = "",
+        version_id_marker: str | None = None,
+    ) -> Any:
+        if key_marker is not None and not version_id_marker:
+            bucket = self.get_bucket(bucket_name)
+            names = sorted({name for name, _ in bucket.keys.iterlists() if name <= key_marker})
+            if names:
+                # moto lists a key's versions newest first (a stable sort): the
+                # same sort of that key's versions gives the one it lists last.
+                last = names[-1]
+                versions = sorted(
+                    bucket.keys.getlist(last), key=lambda v: -unix_time_millis(v.last_modified)
+                )
+                key_marker, version_id_marker = last, versions[-1].version_id
+            else:
+                key_marker = None
+        return original(
+            self, bucket_name, delimiter, key_marker, max_keys, prefix, version_id_marker
+        )
+
+    return list_object_versions
+
+
+def _install_version_marker(installer: Installer) -> None:
+    backend = s3_models.S3Backend
+    installer.replace(
+        backend, "list_object_versions", _from_key_marker(backend.list_object_versions)
+    )
+
+
+def _version_marker_fits() -> list[str]:
+    parameters = list(inspect.signature(s3_models.S3Backend.list_object_versions).parameters)
+    expected = [
+        "self", "bucket_name", "delimiter", "key_marker", "max_keys", "prefix",
+        "version_id_marker",
+    ]  # fmt: skip
+    if parameters != expected:
+        return [f"moto's S3Backend.list_object_versions takes {parameters}, not {expected}"]
+    return []
+
+
 _TESTS = "tests/unit/test_patches.py::"
 PATCHES = (
     Patch(
@@ -465,5 +521,17 @@ PATCHES = (
         test=_TESTS + "test_concurrent_conditional_puts_have_exactly_one_winner",
         install=_install_atomic_writes,
         fits=stubber_fits,
+    ),
+    Patch(
+        name="ListObjectVersions from a KeyMarker",
+        kind="fidelity",
+        why="With a KeyMarker and no VersionIdMarker, ListObjectVersions lists the versions "
+        "of the keys after the marker (Amazon S3 API reference, ListObjectVersions: "
+        "'key-marker: Specifies the key to start with'; whether the marker's own key is "
+        "included is not verified, and onceflow does not depend on it). moto also dropped "
+        "the first version after the marker.",
+        test=_TESTS + "test_list_object_versions_from_a_key_marker_drops_no_version",
+        install=_install_version_marker,
+        fits=_version_marker_fits,
     ),
 )

@@ -350,8 +350,15 @@ def _generic_context(texts: list[str]) -> dict[str, Any]:
         "readError": "onceflow-invalid: the body is not JSON || more",
         "lockSeconds": 900,
         "startedAt": CLOCK_MS,
-        "prefixes": ["", "in/"],
-        "objects": {"checked": 1},
+        "plan": {
+            "startedAt": CLOCK_MS,
+            "prefix": "in/",
+            "versioned": True,
+            "source": "inventory",
+            "sourceReason": "the inventory report of 2026-11-23T01:00:00+00:00",
+            "manifest": {"bucket": "out", "key": "inventory/in/onceflow-audit/m/manifest.json"},
+        },
+        "objects": {"source": "listing", "error": "States.ExceedToleratedFailureThreshold"},
         "held": True,
     }
     variables = {name: known.get(name, {"value": name, "items": [1, "a", None]}) for name in names}

@@ -66,7 +66,10 @@ WHOLE_NUMBERS = {
     "IngressMaxEventAgeSeconds": (60, 86400),
     "SourceQueueMaxReceiveCount": (1, 1000),
     "AuditRecentCutoffHours": (0, 8760),
-    "AuditMaxConcurrency": (1, 40),
+    "AuditMaxConcurrency": (1, 1000),
+    "AuditToleratedFailurePercentage": (0, 100),
+    "AuditResubmitsPerSecond": (1, 1000),
+    "SqsBatchSize": (1, 10),
     "AuditStuckMarginSeconds": (0, 31536000),
     "AuditAlarmThreshold": (0, 1000000),
     "AuditOverdueHours": (2, 168),
@@ -176,7 +179,8 @@ def test_whole_number_parameters_reach_the_asl_and_functions_as_numbers() -> Non
         "RetryIntervalSeconds": "86400",
         "RetryMaxAttempts": "100",
         "RetryMaxDelaySeconds": "86400",
-        "AuditMaxConcurrency": "40",
+        "AuditMaxConcurrency": "1000",
+        "AuditToleratedFailurePercentage": "100",
         "MaxAttempts": "50",
         "LockTimeoutSeconds": "31536000",
     }
@@ -192,7 +196,8 @@ def test_whole_number_parameters_reach_the_asl_and_functions_as_numbers() -> Non
     ]
     assert (86400, 100, 86400) in retries
     maps = [s for s in audit["States"].values() if s["Type"] == "Map"]
-    assert maps and all(s["MaxConcurrency"] == 40 for s in maps)
+    assert maps and all(s["MaxConcurrency"] == 1000 for s in maps)
+    assert all(s["ToleratedFailurePercentage"] == 100 for s in maps)
     assert function["Environment"]["Variables"]["MAX_ATTEMPTS"] == "50"
 
 
@@ -422,6 +427,9 @@ def test_the_audit_function_may_do_what_it_does_and_no_more() -> None:
             ),
             ("sqs:SendMessage", engine.get_att("DeadLetterQueue", "Arn")),
             ("s3:PutObject", engine.get_att("OutputBucket", "Arn") + "/reports/audit/*"),
+            # The Distributed Map's exported results, and where inventory reports arrive.
+            ("s3:GetObject", engine.get_att("OutputBucket", "Arn") + "/reports/audit-runs/*"),
+            ("s3:ListBucket", engine.get_att("OutputBucket", "Arn")),
         ]
     for action, arn in needed:
         assert any(

@@ -13,15 +13,20 @@ from service.errors import ConfigurationError, is_transient
 from service.logic.audit import (
     COUNT_KEYS,
     AuditWindow,
+    Budget,
     ListedObject,
     add_counts,
     age_verdict,
     classify,
     content_row,
     idempotency_key,
+    inventory_item,
+    key_marker_before,
+    listed_item,
     object_work_item,
     resubmission_name,
     row_work_item,
+    versions_of,
 )
 from service.logic.s3objects import object_ref, plain_etag
 from service.settings import AuditSettings
@@ -337,3 +342,115 @@ def test_an_upload_without_a_version_waits_out_eventbridges_retries_before_a_res
     assert classify(versioned, None, window) == "missing_resubmitted"
     assert age_verdict(unversioned, window) == "skipped_recent"
     assert age_verdict(ListedObject("k", "null", window.now - 25 * 3600, '"e"', 1), window) is None
+
+
+# ---- the Distributed Map's items and the batch's budget ---------------------------
+
+
+def test_a_listed_item_in_step_functions_shape_is_the_unversioned_upload() -> None:
+    # GIVEN an item as the ListObjectsV2 item reader hands it to a child
+    item = {"Etag": '"abc"', "Key": "in/a b.png", "LastModified": 1668699881, "Size": 34910}
+    # WHEN it is read
+    obj = listed_item({**item, "StorageClass": "STANDARD"})
+    # THEN it is the key's current upload, named "null" (a listing has no versions)
+    assert obj == ListedObject("in/a b.png", "null", 1668699881.0, '"abc"', 34910, True)
+
+
+def test_an_inventory_row_is_decoded_and_a_delete_marker_or_foreign_row_skipped() -> None:
+    # GIVEN rows of a CSV inventory with every version (every value a string, keys URL-encoded)
+    row = {
+        "Bucket": "ingest",
+        "Key": "in/a+b%C3%A9.png",
+        "VersionId": "v1",
+        "IsLatest": "false",
+        "IsDeleteMarker": "false",
+        "Size": "12",
+        "LastModifiedDate": "2026-11-20T10:00:01.000Z",
+        "ETag": "abc",
+    }
+    # WHEN they are read
+    obj = inventory_item(row, "ingest")
+    # THEN the key is decoded, the time is epoch seconds and the version not the latest
+    assert obj is not None
+    assert (obj.key, obj.version_id, obj.latest, obj.size) == ("in/a bé.png", "v1", False, 12)
+    assert obj.last_modified == 1795168801.0
+    assert inventory_item({**row, "IsDeleteMarker": "true"}, "ingest") is None
+    assert inventory_item({**row, "Bucket": "other"}, "ingest") is None
+    unversioned = inventory_item({**row, "VersionId": ""}, "ingest")
+    assert unversioned is not None and unversioned.version_id == "null"
+
+
+@pytest.mark.parametrize(
+    ("first", "marker"), [("img/1.png", "img/1.pn"), ("a", None), ("é", None), ("aé", "a")]
+)
+def test_the_key_marker_sorts_before_the_batchs_first_key(first: str, marker: str | None) -> None:
+    assert key_marker_before(first) == marker
+    assert marker is None or marker.encode() < first.encode()
+
+
+def test_versions_of_keeps_only_the_batchs_keys() -> None:
+    inside = ListedObject("b", "v1", 0.0, "", 0)
+    outside = ListedObject("ba", "v2", 0.0, "", 0)
+    assert versions_of(["a", "b"], [inside, outside]) == [inside]
+
+
+def test_the_budget_spaces_starts_at_its_rate_and_stops_at_its_deadline() -> None:
+    # GIVEN a batch's share of 25 starts/s among 10 children, and 2 s to spend
+    budget = Budget(per_second=2.5, deadline=102.0)
+    # WHEN it is asked for starts at t=100
+    waits = [budget.wait(100.0) for _ in range(6)]
+    # THEN they are 0.4 s apart, and none is given at or after the deadline
+    assert waits[:5] == pytest.approx([0.0, 0.4, 0.8, 1.2, 1.6])
+    assert waits[5] is None
+
+
+class _Starts:
+    """A processor that records its starts (the rate is what is under test)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def start(self, name: str, execution_input: Any) -> bool:
+        self.names.append(name)
+        return True
+
+
+class _EmptyLedger:
+    def batch_get(self, keys: Any) -> dict[str, Any]:
+        return {}
+
+    def content_rows(self, ref: str, etag: str) -> list[dict[str, Any]]:
+        return []
+
+
+def test_a_batch_keeps_to_its_share_of_the_rate_and_defers_the_rest() -> None:
+    from types import SimpleNamespace
+
+    from service.handlers.audit import audit_batch
+
+    # GIVEN 100 lost uploads in one batch, 10 starts/s among 1 child, 0.15 s to spend
+    settings = AuditSettings.from_env(
+        {
+            **ENV,
+            "AUDIT_RESUBMITS_PER_SECOND": "10",
+            "AUDIT_MAX_CONCURRENCY": "1",
+            "AUDIT_BATCH_SECONDS": "0.15",
+            "AUDIT_RECENT_CUTOFF_HOURS": "0",
+            "INGRESS_MAX_EVENT_AGE_SECONDS": "0",
+        }
+    )
+    items = [
+        {"Key": f"k{n}", "Etag": f'"e{n}"', "LastModified": int(NOW) - 3600, "Size": 1}
+        for n in range(100)
+    ]
+    processor = _Starts()
+    clients: Any = SimpleNamespace(processor=processor, ledger=_EmptyLedger(), bucket=None)
+    event = {"auditId": "a1", "startedAt": NOW * 1000, "versioned": False, "items": items}
+    # WHEN the batch runs
+    result = audit_batch(event, settings, clients)
+    # THEN it started no more than the rate allows in its time, and counted the rest
+    counts = result["counts"]
+    assert 1 <= len(processor.names) <= 2
+    assert counts["missing_resubmitted"] == len(processor.names)
+    assert counts["resubmit_deferred"] == 100 - len(processor.names)
+    assert counts["scanned"] == 100

@@ -142,9 +142,9 @@ EXPECTED_END_STATE: dict[str, tuple[str, list[str]]] = {
 
 # The audit's events: file -> (state machine or function, what it ends in).
 AUDIT_EVENTS: dict[str, tuple[str, str]] = {
-    "audit-run.json": ("AuditStateMachine", "Report"),
-    "audit-prefixes.json": ("AuditStateMachine", "Report"),
-    "audit-page.json": ("AuditFunction", "one page's counts"),
+    "audit-run.json": ("AuditStateMachine", "Audited"),
+    "audit-prefix.json": ("AuditStateMachine", "Audited"),
+    "audit-batch.json": ("AuditFunction", "one batch's counts"),
 }
 
 
@@ -154,19 +154,20 @@ def test_every_sample_event_is_listed() -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["audit-run.json", "audit-prefixes.json"])
+@pytest.mark.parametrize("name", ["audit-run.json", "audit-prefix.json"])
 def test_audit_events_run_the_audit(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["execute", "AuditStateMachine", "-e", str(EVENTS / name), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["states"][-1]["name"] == "Report"
+    assert [s["name"] for s in report["states"]][-3:] == ["Report", "ObjectsAudited", "Audited"]
     assert report["output"]["scanned"] == 0
+    assert report["output"]["prefix"] == json.loads((EVENTS / name).read_text()).get("prefix", "")
 
 
-def test_audit_page_event_invokes_the_audit_function(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["invoke", "AuditFunction", "-e", str(EVENTS / "audit-page.json")]) == 0
-    page = json.loads(capsys.readouterr().out)
-    assert page["done"] is True and page["counts"]["scanned"] == 0
-    assert page["prefix"] == "uploads/"
+def test_audit_batch_event_invokes_the_audit_function(capsys: pytest.CaptureFixture[str]) -> None:
+    # The sample's object is not in the (empty) local bucket: listed, it has no versions.
+    assert main(["invoke", "AuditFunction", "-e", str(EVENTS / "audit-batch.json")]) == 0
+    batch = json.loads(capsys.readouterr().out)
+    assert batch["counts"]["scanned"] == 0 and batch["resubmittedSample"] == []
 
 
 @pytest.mark.parametrize(

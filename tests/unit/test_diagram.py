@@ -26,10 +26,12 @@ def test_the_graph_has_every_state_and_transition_of_the_asl() -> None:
     assert ("Normalize", "DescribeInvalidEvent", "default") in edges
     assert g.children["ReadMessage"] == ["ParseMessage"]
     audit = diagram.graph(diagram.load_asl(diagram.MACHINES["audit"]))
-    assert audit.children["AuditObjects"] == ["AuditPage", "MoreObjects", "PrefixAudited"]
-    assert ("MoreObjects", "AuditPage", "choice") in {
-        (e.source, e.target, e.kind) for e in audit.edges
-    }
+    assert audit.children["AuditListing"] == ["AuditListedBatch"]
+    assert audit.children["AuditInventory"] == ["AuditInventoryBatch"]
+    audit_edges = {(e.source, e.target, e.kind) for e in audit.edges}
+    assert ("ObjectSource", "AuditInventory", "choice") in audit_edges
+    assert ("AuditListing", "SweepLocks", "catch") in audit_edges
+    assert ("MoreLocks", "SweepLocks", "choice") in audit_edges
 
 
 def _copy(tmp_path: Path) -> tuple[Path, dict[str, Path]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import gzip
 import io
 import json
 import threading
@@ -10,12 +12,19 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader import (
+    item_reader_decl,
+)
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import (
     resource_eval_s3,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
     distributed_iteration_component as distributed,
 )
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor import (
+    distributed_item_processor_worker as distributed_worker,
+)
+from moto.stepfunctions.parser.asl.parse import asl_parser
 
 from onceflow import patches
 from onceflow.engine import ExecutionResult, LocalEngine
@@ -25,7 +34,7 @@ ROLE = "arn:aws:iam::123456789012:role/probe"
 EXCEEDED = "States.ExceedToleratedFailureThreshold"
 PROCESSOR = {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
 # A child that fails (Error "Boom") when its item says so, and returns it otherwise.
-FAILING_CHILD = {
+FAILING_CHILD: dict[str, Any] = {
     "ProcessorConfig": PROCESSOR,
     "StartAt": "Check",
     "States": {
@@ -406,7 +415,7 @@ def test_a_failed_batch_is_one_failed_child(engine: LocalEngine) -> None:
 def test_a_batch_size_that_is_not_a_positive_integer(engine: LocalEngine) -> None:
     sfn = engine.client("stepfunctions")
     for batcher in ({"MaxItemsPerBatch": 0}, {"MaxInputBytesPerBatch": 256 * 1024 + 1}, {}):
-        definition = {"QueryLanguage": "JSONata", "StartAt": "Map"}
+        definition: dict[str, Any] = {"QueryLanguage": "JSONata", "StartAt": "Map"}
         definition["States"] = {"Map": _batching(batcher)}
         # Refused as moto refuses any definition its grammar does not read.
         with pytest.raises(ClientError, match="ItemBatcher"):
@@ -419,7 +428,7 @@ def test_a_batch_size_that_is_not_a_positive_integer(engine: LocalEngine) -> Non
 
 
 def test_the_batcher_is_undone_when_the_engine_stops() -> None:
-    parser = distributed_map.asl_parser.AmazonStateLanguageParser
+    parser = asl_parser.AmazonStateLanguageParser
     component = distributed.DistributedIterationComponent
     before = (vars(parser)["parse"], vars(component)["_map_run"])
     definition = json.dumps(
@@ -438,3 +447,334 @@ def test_the_batcher_is_undone_when_the_engine_stops() -> None:
     assert (vars(parser)["parse"], vars(component)["_map_run"]) == before
     with pytest.raises(Exception, match="ItemBatcher"):  # moto's grammar refuses it again
         parser.parse(definition)
+
+
+# --------------------------------------------------------------------------
+# ItemReader over an S3 Inventory manifest
+# --------------------------------------------------------------------------
+
+MANIFEST_FORMS = [{"InputType": "MANIFEST"}, {"ManifestType": "S3_INVENTORY"}]
+
+
+def _csv_gz(rows: list[list[str]]) -> bytes:
+    text = io.StringIO(newline="")
+    csv.writer(text, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
+    return gzip.compress(text.getvalue().encode())
+
+
+def _put_manifest(
+    engine: LocalEngine, files: list[list[list[str]]], schema: str, file_format: str = "CSV"
+) -> tuple[str, str]:
+    """A manifest.json in a bucket of its own listing one gzip CSV file per rows list;
+    returns (bucket, manifest key)."""
+    s3 = engine.client("s3")
+    bucket = f"inventory-{next(_NAMES)}"
+    s3.create_bucket(Bucket=bucket)
+    entries = []
+    for number, rows in enumerate(files):
+        key = f"inv/source/daily/data/file-{number}.csv.gz"
+        body = _csv_gz(rows)
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+        entries.append({"key": key, "size": len(body), "MD5checksum": "not-checked"})
+    manifest = {
+        "sourceBucket": "source",
+        "destinationBucket": f"arn:aws:s3:::{bucket}",
+        "version": "2016-11-30",
+        "creationTimestamp": "1514944800000",
+        "fileFormat": file_format,
+        "fileSchema": schema,
+        "files": entries,
+    }
+    key = "inv/source/daily/2026-01-04T00-00Z/manifest.json"
+    s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(manifest).encode())
+    return bucket, key
+
+
+def _manifest_map(bucket: str, config: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A Distributed Map over the inventory whose manifest the input names (by a JSONata
+    expression); each child returns its item."""
+    return {
+        "Type": "Map",
+        "ItemReader": {
+            "Resource": "arn:aws:states:::s3:getObject",
+            "ReaderConfig": config,
+            "Arguments": {"Bucket": bucket, "Key": "{% $states.input.manifest %}"},
+        },
+        "ItemProcessor": ECHO,
+        "MaxConcurrency": 4,
+        "End": True,
+        **fields,
+    }
+
+
+INVENTORY_ROWS = [
+    [["src", "a.json", "10", "2026-01-01T00:00:01.000Z"]],
+    [
+        ["src", "b%2Bc.json", "20", "2026-01-02T00:00:02.000Z"],
+        ["src", "d+e.json", "30", "2026-01-03T00:00:03.000Z"],
+    ],
+]
+INVENTORY_ITEMS = [
+    {"Bucket": b, "Key": k, "Size": s, "LastModifiedDate": d}
+    for rows in INVENTORY_ROWS
+    for b, k, s, d in rows
+]
+
+
+@pytest.mark.parametrize("form", MANIFEST_FORMS, ids=["InputType", "ManifestType"])
+def test_an_inventory_manifest_is_read_file_by_file(
+    engine: LocalEngine, form: dict[str, str]
+) -> None:
+    schema = "Bucket, Key, Size, LastModifiedDate"
+    bucket, key = _put_manifest(engine, INVENTORY_ROWS, schema)
+    result = _run(engine, _manifest_map(bucket, dict(form)), {"manifest": key})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    # Every row of every file, in order; fields named by fileSchema, every value a string.
+    assert result.output == INVENTORY_ITEMS
+    # MaxItems stops the reading in the second file.
+    limited = _run(engine, _manifest_map(bucket, {**form, "MaxItems": 2}), {"manifest": key})
+    assert limited.output == INVENTORY_ITEMS[:2]
+    # The reads went through the engine's S3, as the state machine's own calls.
+    requests = engine.state.requests.snapshot()
+    read = {r.key for r in requests if r.service == "s3" and r.operation == "GetObject"}
+    assert {key, *(f"inv/source/daily/data/file-{n}.csv.gz" for n in (0, 1))} <= read
+
+
+def test_manifest_forms_aws_refuses_are_refused(engine: LocalEngine) -> None:
+    sfn = engine.client("stepfunctions")
+    both = {"InputType": "MANIFEST", "ManifestType": "S3_INVENTORY"}  # "must not also specify"
+    for config in (both, {"ManifestType": "ATHENA_DATA"}, {"InputType": "MANIFEST", "X": 1}):
+        definition: dict[str, Any] = {"QueryLanguage": "JSONata", "StartAt": "Map"}
+        definition["States"] = {"Map": _manifest_map("b", config)}
+        with pytest.raises(ClientError, match="ASLParserException"):  # moto's refusal
+            sfn.create_state_machine(
+                name="dmap-bad-manifest", definition=json.dumps(definition), roleArn=ROLE
+            )
+
+
+def test_an_inventory_that_cannot_be_read_fails_the_map(engine: LocalEngine) -> None:
+    orc, orc_key = _put_manifest(engine, [], "struct<bucket:string>", file_format="ORC")
+    result = _run(engine, _manifest_map(orc, {"InputType": "MANIFEST"}), {"manifest": orc_key})
+    assert (result.status, result.error) == ("FAILED", "States.ItemReaderFailed")
+    assert "CSV" in (result.cause or "")
+    assert "MapRunFailed" in result.event_types()
+    # A data file the manifest lists but that is not there.
+    bucket, key = _put_manifest(engine, INVENTORY_ROWS, "Bucket, Key, Size, LastModifiedDate")
+    engine.client("s3").delete_object(Bucket=bucket, Key="inv/source/daily/data/file-1.csv.gz")
+    missing = _run(engine, _manifest_map(bucket, {"InputType": "MANIFEST"}), {"manifest": key})
+    assert (missing.status, missing.error) == ("FAILED", "States.ItemReaderFailed")
+    assert "NoSuchKey" in (missing.cause or "")
+    # A row whose field count is not the schema's.
+    short, short_key = _put_manifest(engine, [[["src", "a.json"]]], "Bucket, Key, Size")
+    result = _run(engine, _manifest_map(short, {"InputType": "MANIFEST"}), {"manifest": short_key})
+    assert (result.status, result.error) == ("FAILED", "States.ItemReaderFailed")
+
+
+# --------------------------------------------------------------------------
+# ResultWriter
+# --------------------------------------------------------------------------
+
+
+def _writing(writer: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A Distributed Map over the input's items (a child fails when its item says so)
+    with a ResultWriter."""
+    return _tolerating(ResultWriter=writer, **fields)
+
+
+def _export_to(bucket: Any, prefix: Any, **config: str) -> dict[str, Any]:
+    writer: dict[str, Any] = {
+        "Resource": "arn:aws:states:::s3:putObject",
+        "Arguments": {"Bucket": bucket, "Prefix": prefix},
+    }
+    if config:
+        writer["WriterConfig"] = config
+    return writer
+
+
+def _s3_json(engine: LocalEngine, bucket: str, key: str) -> Any:
+    return json.loads(engine.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def test_results_are_written_to_s3_by_status(engine: LocalEngine) -> None:
+    bucket = engine.ref("OutputBucket")
+    writer = _export_to("{% $states.input.bucket %}", "{% 'runs/' & $states.input.run %}")
+    state = _writing(writer, ToleratedFailurePercentage=100)
+    result = _run(engine, state, {**_items(failing=1, total=3), "bucket": bucket, "run": "r7"})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    # The Map's result points at the manifest rather than holding the results.
+    map_run_arn = result.output["MapRunArn"]
+    run_id = map_run_arn.rsplit(":", 1)[-1]
+    manifest_key = f"runs/r7/{run_id}/manifest.json"
+    assert result.output == {
+        "MapRunArn": map_run_arn,
+        "ResultWriterDetails": {"Bucket": bucket, "Key": manifest_key},
+    }
+    assert ":mapRun:" in map_run_arn
+    manifest = _s3_json(engine, bucket, manifest_key)
+    listed = engine.client("s3").list_objects_v2(Bucket=bucket, Prefix=f"runs/r7/{run_id}/")
+    sizes = {o["Key"]: o["Size"] for o in listed["Contents"]}
+    assert manifest == {
+        "DestinationBucket": bucket,
+        "MapRunArn": map_run_arn,
+        "ResultFiles": {
+            "FAILED": [{"Key": f"runs/r7/{run_id}/FAILED_0.json", "Size": ANY_SIZE}],
+            "PENDING": [],
+            "SUCCEEDED": [{"Key": f"runs/r7/{run_id}/SUCCEEDED_0.json", "Size": ANY_SIZE}],
+        },
+    }
+    for files in manifest["ResultFiles"].values():
+        for file in files:
+            assert file["Size"] == sizes[file["Key"]]
+    succeeded = _s3_json(engine, bucket, f"runs/r7/{run_id}/SUCCEEDED_0.json")
+    failed = _s3_json(engine, bucket, f"runs/r7/{run_id}/FAILED_0.json")
+    # NONE (the default when exporting): each child's output with its metadata.
+    assert [json.loads(entry["Output"]) for entry in succeeded] == [
+        {"n": 1, "fail": False},
+        {"n": 2, "fail": False},
+    ]
+    assert [json.loads(entry["Input"]) for entry in succeeded] == [
+        {"n": 1, "fail": False},
+        {"n": 2, "fail": False},
+    ]
+    child_machine = map_run_arn.replace(":mapRun:", ":stateMachine:").rsplit(":", 1)[0]
+    for entry in succeeded:
+        assert entry["Status"] == "SUCCEEDED" and entry["StateMachineArn"] == child_machine
+        assert entry["ExecutionArn"] == (
+            child_machine.replace(":stateMachine:", ":execution:") + ":" + entry["Name"]
+        )
+        assert {"Error", "Cause"}.isdisjoint(entry)
+        assert entry["StartDate"] <= entry["StopDate"]
+    # The failed child, with its Error and Cause and no Output.
+    assert len(failed) == 1
+    assert failed[0]["Status"] == "FAILED"
+    assert (failed[0]["Error"], failed[0]["Cause"]) == ("Boom", "the item said so")
+    assert json.loads(failed[0]["Input"]) == {"n": 0, "fail": True}
+    assert "Output" not in failed[0]
+
+
+class _AnySize:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int) and other > 0
+
+
+ANY_SIZE = _AnySize()
+
+
+def test_writer_config_transforms_what_is_written(engine: LocalEngine) -> None:
+    bucket = engine.ref("OutputBucket")
+    # Children that return an array: [n, n].
+    doubling = {**FAILING_CHILD, "States": {**FAILING_CHILD["States"]}}
+    doubling["States"]["Good"] = {
+        "Type": "Pass",
+        "Output": "{% [$states.input.n, $states.input.n] %}",
+        "End": True,
+    }
+    runs = {}
+    for transformation in ("COMPACT", "FLATTEN"):
+        writer = _export_to(bucket, "t", Transformation=transformation, OutputType="JSONL")
+        state = _writing(writer, ItemProcessor=doubling, ToleratedFailureCount=1)
+        result = _run(engine, state, _items(failing=1, total=3))
+        assert result.status == "SUCCEEDED", (result.error, result.cause)
+        manifest = _s3_json(engine, bucket, result.output["ResultWriterDetails"]["Key"])
+        key = manifest["ResultFiles"]["SUCCEEDED"][0]["Key"]
+        assert key.endswith("/SUCCEEDED_0.jsonl")
+        body = engine.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+        runs[transformation] = [json.loads(line) for line in body.splitlines()]
+        failed_key = manifest["ResultFiles"]["FAILED"][0]["Key"]
+        failed = engine.client("s3").get_object(Bucket=bucket, Key=failed_key)["Body"].read()
+        # A failed child is written unchanged (as NONE) whatever the transformation.
+        (entry,) = [json.loads(line) for line in failed.decode().splitlines()]
+        assert (entry["Status"], entry["Error"]) == ("FAILED", "Boom")
+    assert runs["COMPACT"] == [[1, 1], [2, 2]]  # each output
+    assert runs["FLATTEN"] == [1, 1, 2, 2]  # array outputs spread
+    # WriterConfig alone: nothing written, the state's result transformed.
+    alone = _writing({"WriterConfig": {"Transformation": "FLATTEN", "OutputType": "JSON"}})
+    alone["ItemProcessor"] = doubling
+    result = _run(engine, alone, _items(failing=0, total=2))
+    assert (result.status, result.output) == ("SUCCEEDED", [0, 0, 1, 1])
+
+
+def test_results_are_written_when_the_threshold_fails_the_map(engine: LocalEngine) -> None:
+    bucket = engine.ref("OutputBucket")
+    result = _run(engine, _writing(_export_to(bucket, "over")), _items(failing=2, total=3))
+    assert (result.status, result.error) == ("FAILED", EXCEEDED)
+    listed = engine.client("s3").list_objects_v2(Bucket=bucket, Prefix="over/")
+    keys = sorted(o["Key"].rsplit("/", 1)[-1] for o in listed["Contents"])
+    assert keys == ["FAILED_0.json", "SUCCEEDED_0.json", "manifest.json"]
+
+
+def test_a_result_writer_that_cannot_write_fails_the_map(engine: LocalEngine) -> None:
+    writer = _export_to("{% $states.input.bucket %}", "p")
+    result = _run(engine, _writing(writer), {**_items(0, 2), "bucket": "no-such-bucket-here"})
+    assert (result.status, result.error) == ("FAILED", "States.ResultWriterFailed")
+    assert "NoSuchBucket" in (result.cause or "")
+    not_text = _run(engine, _writing(_export_to("{% 7 %}", "p")), _items(0, 2))
+    assert (not_text.status, not_text.error) == ("FAILED", "States.QueryEvaluationError")
+
+
+def test_results_past_the_file_limit_go_on_in_the_next_file(
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each output {"n":0,"fail":false} is 20 bytes: two make a 43-byte array, three 64.
+    monkeypatch.setattr(distributed_map, "MAX_RESULT_FILE_BYTES", 50)
+    bucket = engine.ref("OutputBucket")
+    writer = _export_to(bucket, "split", Transformation="COMPACT")
+    result = _run(engine, _writing(writer), _items(failing=0, total=5))
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    manifest = _s3_json(engine, bucket, result.output["ResultWriterDetails"]["Key"])
+    files = manifest["ResultFiles"]["SUCCEEDED"]
+    assert [f["Key"].rsplit("/", 1)[-1] for f in files] == [
+        "SUCCEEDED_0.json",
+        "SUCCEEDED_1.json",
+        "SUCCEEDED_2.json",
+    ]
+    assert [f["Size"] for f in files] == [43, 43, 22]
+    written = [item for f in files for item in _s3_json(engine, bucket, f["Key"])]
+    assert [item["n"] for item in written] == [0, 1, 2, 3, 4]
+
+
+def test_result_writers_aws_refuses_are_refused(engine: LocalEngine) -> None:
+    sfn = engine.client("stepfunctions")
+    bad: list[dict[str, Any]] = [
+        {},  # "cannot be empty"
+        {"WriterConfig": {"Transformation": "SOME"}},
+        {"WriterConfig": {"OutputType": "CSV"}},
+        {"Resource": "arn:aws:states:::s3:getObject", "Arguments": {"Bucket": "b"}},
+        {"Resource": "arn:aws:states:::s3:putObject"},  # no Arguments
+    ]
+    for writer in bad:
+        definition: dict[str, Any] = {"QueryLanguage": "JSONata", "StartAt": "Map"}
+        definition["States"] = {"Map": _writing(writer)}
+        with pytest.raises(ClientError, match=r"ASLParserException|ResultWriter"):  # moto's
+            sfn.create_state_machine(
+                name="dmap-bad-writer", definition=json.dumps(definition), roleArn=ROLE
+            )
+
+
+def test_the_writer_and_reader_are_undone_when_the_engine_stops() -> None:
+    worker = distributed_worker.DistributedItemProcessorWorker
+    reader = item_reader_decl.ItemReader
+    before = (vars(worker)["_eval_job"], "_eval_input" in vars(worker), vars(reader)["_eval_body"])
+    with LocalEngine(function_log=io.StringIO(), time_scale=0.0):
+        assert vars(worker)["_eval_job"] is not before[0]
+        assert "_eval_input" in vars(worker)
+        assert vars(reader)["_eval_body"] is not before[2]
+    after = (vars(worker)["_eval_job"], "_eval_input" in vars(worker), vars(reader)["_eval_body"])
+    assert after == before
+
+
+def test_a_batched_map_writes_one_entry_per_batch(engine: LocalEngine) -> None:
+    # ItemBatcher and ResultWriter both set aside from one Map; the state's Output reads
+    # the writer's result.
+    bucket = engine.ref("OutputBucket")
+    state = _batching(
+        {"MaxItemsPerBatch": 2},
+        ResultWriter=_export_to(bucket, "batched", Transformation="COMPACT"),
+        Output="{% $states.result.ResultWriterDetails %}",
+    )
+    result = _run(engine, state, {"items": [1, 2, 3]})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.output["Bucket"] == bucket
+    manifest = _s3_json(engine, bucket, result.output["Key"])
+    (file,) = manifest["ResultFiles"]["SUCCEEDED"]
+    assert _s3_json(engine, bucket, file["Key"]) == [{"Items": [1, 2]}, {"Items": [3]}]

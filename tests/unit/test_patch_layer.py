@@ -17,7 +17,7 @@ from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
 from onceflow import patches
 from onceflow.engine import LocalEngine
-from onceflow.patches import fidelity, hooks, registry, speedups
+from onceflow.patches import distributed_map, fidelity, hooks, registry, speedups
 from tests.helpers import (
     FUNCTION,
     MACHINE,
@@ -220,7 +220,9 @@ def test_speedups_that_cannot_load_leave_the_fidelity_patches_in_place(
     assert [r.getMessage() for r in caplog.records][-1].startswith(
         "onceflow: every speed-up left out (ModuleNotFoundError"
     )
-    monkeypatch.setattr(patches, "PATCHES", (*hooks.PATCHES, *fidelity.PATCHES))
+    monkeypatch.setattr(
+        patches, "PATCHES", (*hooks.PATCHES, *fidelity.PATCHES, *distributed_map.PATCHES)
+    )
     with LocalEngine(function_log=io.StringIO()) as engine:
         version = upload(engine, "a.png")
         assert engine.execute(MACHINE, s3_event(engine, "a.png", version)).status == "SUCCEEDED"

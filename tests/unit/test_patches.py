@@ -1481,3 +1481,27 @@ def test_every_speedup_is_pinned_to_the_source_it_follows(speedup: str) -> None:
         changed = dataclasses.replace(pin, sha256="0" * 64)  # as if moto's source had changed
         broken = dataclasses.replace(patch, pins=(changed,))
         assert broken.problems() == [f"{speedup} changed: re-check the patch that follows it"]
+
+
+def test_list_object_versions_from_a_key_marker_drops_no_version(engine: LocalEngine) -> None:
+    # GIVEN keys before, at and after a marker, one of them with two versions
+    s3 = engine.client("s3")
+    bucket = engine.ref("IngestBucket")
+    for key in ("img/1.pn", "img/1.png", "img/2.png", "img/2.png", "img/3.png"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+    # WHEN versions are listed from a marker that is no key, and from one that is
+    from_gap = s3.list_object_versions(Bucket=bucket, KeyMarker="img/1.pna")["Versions"]
+    from_key = s3.list_object_versions(Bucket=bucket, KeyMarker="img/1.png")["Versions"]
+    # THEN every version after the marker is listed (moto dropped the first), once,
+    # and paging by NextKeyMarker/NextVersionIdMarker still reads each version once
+    assert [v["Key"] for v in from_gap] == ["img/1.png", "img/2.png", "img/2.png", "img/3.png"]
+    assert [v["Key"] for v in from_key] == ["img/2.png", "img/2.png", "img/3.png"]
+    seen: list[str] = []
+    kwargs: dict[str, Any] = {"Bucket": bucket, "MaxKeys": 2}
+    while True:
+        page = s3.list_object_versions(**kwargs)
+        seen += [v["VersionId"] for v in page.get("Versions", [])]
+        if not page["IsTruncated"]:
+            break
+        kwargs.update(KeyMarker=page["NextKeyMarker"], VersionIdMarker=page["NextVersionIdMarker"])
+    assert len(seen) == len(set(seen)) == 5

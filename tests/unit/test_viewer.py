@@ -382,8 +382,9 @@ def test_one_name_in_two_state_machines_keeps_both_records(tmp_path: Path) -> No
 
 
 # Two Map iterations interleaved, as AWS writes them (ids and previousEventId
-# from a local run of the audit with two prefixes): neither iteration went from
-# MoreObjects back to AuditPage, though the two iterations' events alternate.
+# from a local run of the audit with two prefixes, when its walk was an inline
+# Map): neither iteration went from MoreObjects back to AuditPage, though the
+# two iterations' events alternate.
 _INTERLEAVED = [
     (1, 0, "ExecutionStarted", None),
     (2, 0, "PassStateEntered", "Plan"),
@@ -430,8 +431,34 @@ def _chained(rows: list[tuple[int, int, str, str | None]]) -> list[dict[str, Any
     return events
 
 
+# An inline Map whose iterations loop (the audit's shape before its Distributed Map).
+_LOOPING_MAP = {
+    "StartAt": "Plan",
+    "States": {
+        "Plan": {"Type": "Pass", "Next": "AuditObjects"},
+        "AuditObjects": {
+            "Type": "Map",
+            "ItemProcessor": {
+                "StartAt": "AuditPage",
+                "States": {
+                    "AuditPage": {"Type": "Task", "Resource": "x", "Next": "MoreObjects"},
+                    "MoreObjects": {
+                        "Type": "Choice",
+                        "Choices": [{"Condition": "{% true %}", "Next": "AuditPage"}],
+                        "Default": "PrefixAudited",
+                    },
+                    "PrefixAudited": {"Type": "Succeed"},
+                },
+            },
+            "Next": "SweepLocks",
+        },
+        "SweepLocks": {"Type": "Task", "Resource": "x", "End": True},
+    },
+}
+
+
 def test_interleaved_map_iterations_mark_only_the_transitions_each_took() -> None:
-    graph = diagram.graph(diagram.load_asl(diagram.MACHINES["audit"]))
+    graph = diagram.graph(_LOOPING_MAP)
     traced = viewer.trace(graph, record("interleaved", _chained(_INTERLEAVED)))
     taken = {(graph.edges[i].source, graph.edges[i].target) for i in traced.taken}
     assert ("AuditPage", "MoreObjects") in taken

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from onceflow.engine import LocalEngine
 from tests.helpers import (
+    AUDIT,
     FUNCTION,
     MACHINE,
     Gate,
@@ -98,25 +100,25 @@ def test_a_lost_event_is_found_and_processed_once(audited: LocalEngine) -> None:
     assert stored["missing_resubmitted"] == 1 and stored["audit"] == report["audit"]
 
 
-def test_the_audit_costs_two_transitions_and_one_invocation_per_page(
-    audited: LocalEngine,
-) -> None:
+def test_the_audit_walks_the_bucket_with_one_distributed_map(audited: LocalEngine) -> None:
     upload(audited, "a.png")
     result = run_audit(audited)
-    # Plan, the Map, one page (2), one lock page (2), Report.
+    # The walk is one Distributed Map state, whatever the bucket's size.
     assert result.states_entered == [
         "Plan",
-        "AuditObjects",
-        "AuditPage",
-        "MoreObjects",
-        "PrefixAudited",
+        "ObjectSource",
+        "AuditListing",
         "SweepLocks",
         "MoreLocks",
         "Report",
+        "ObjectsAudited",
+        "Audited",
     ]
     audit_function = audited.function_name("AuditFunction")
     calls = [i for i in audited.runtime.invocations if i.function == audit_function]
-    assert len(calls) == 3  # objects page, locks page, report
+    assert len(calls) == 4  # plan, one batch, one page of open work, report
+    assert result.output["source"] == "listing"
+    assert result.output["source_reason"] == "AuditInventory is off"
 
 
 def test_two_audits_in_a_row_the_second_resubmits_nothing(audited: LocalEngine) -> None:
@@ -368,57 +370,180 @@ def test_a_stuck_sqs_message_is_resubmitted_from_its_execution_input() -> None:
         assert output_effects(engine) == 1
 
 
-def test_a_5000_key_bucket_is_audited_page_by_page() -> None:
-    # Two prefixes walked side by side, 2,500 keys each: three pages per walk.
-    with audit_engine(AuditPrefixes="a/,b/") as engine:
-        s3 = engine.client("s3")
-        bucket = engine.ref("IngestBucket")
-        table = engine.ref("LedgerTable")
-        dynamodb = engine.client("dynamodb")
-        missing: list[str] = []
-        rows = []
-        for n in range(5000):
-            key = f"{'ab'[n % 2]}/{n:05d}.png"
-            version = s3.put_object(Bucket=bucket, Key=key, Body=b"x")["VersionId"]
-            pk = f"s3://{bucket}/{key}#{version}"
-            if n % 500 == 7:
-                missing.append(pk)  # ten objects whose events were lost
-                continue
-            rows.append(
-                {
-                    "PutRequest": {
-                        "Item": {
-                            "pk": {"S": pk},
-                            "status": {"S": "PROCESSED"},
-                            "attempts": {"N": "1"},
-                            "expires_at": {"N": "99999999999"},
-                        }
-                    }
-                }
-            )
-        for start in range(0, len(rows), 25):
-            dynamodb.batch_write_item(RequestItems={table: rows[start : start + 25]})
+def _bucket_with_rows(engine: LocalEngine, count: int, lost_every: int = 0) -> list[str]:
+    """``count`` objects, each with a PROCESSED row except every ``lost_every``-th
+    (its event lost). Returns the lost objects' idempotency keys."""
+    s3 = engine.client("s3")
+    bucket = engine.ref("IngestBucket")
+    table = engine.ref("LedgerTable")
+    dynamodb = engine.client("dynamodb")
+    missing: list[str] = []
+    rows = []
+    for n in range(count):
+        key = f"{'ab'[n % 2]}/{n:05d}.png"
+        version = s3.put_object(Bucket=bucket, Key=key, Body=b"x")["VersionId"]
+        pk = f"s3://{bucket}/{key}#{version}"
+        if lost_every and n % lost_every == 7:
+            missing.append(pk)
+            continue
+        item = {
+            "pk": {"S": pk},
+            "status": {"S": "PROCESSED"},
+            "attempts": {"N": "1"},
+            "expires_at": {"N": "99999999999"},
+        }
+        rows.append({"PutRequest": {"Item": item}})
+    for start in range(0, len(rows), 25):
+        dynamodb.batch_write_item(RequestItems={table: rows[start : start + 25]})
+    return missing
+
+
+def history_size(engine: LocalEngine, arn: str) -> int:
+    sfn = engine.client("stepfunctions")
+    pages = sfn.get_paginator("get_execution_history").paginate(executionArn=arn)
+    return sum(len(page["events"]) for page in pages)
+
+
+def test_a_5000_key_bucket_is_audited_in_batches_with_the_history_of_a_small_one() -> None:
+    with audit_engine() as engine:
         with engine.override_function(FUNCTION, always(PermanentError)):
-            result = run_audit(engine)
-        report = result.output
+            small = run_audit(engine)
+        missing = _bucket_with_rows(engine, 5000, lost_every=500)
+        batches: list[int] = []
+        with (
+            engine.override_function("AuditFunction", recording_batches(engine, batches)),
+            engine.override_function(FUNCTION, always(PermanentError)),
+        ):
+            large = run_audit(engine)
+        report = large.output
         assert report["scanned"] == 5000 and report["ok"] == 4990
         assert report["missing_resubmitted"] == 10
         assert sorted(report["resubmitted_sample"]) == sorted(missing)
-        assert report["prefixes"] == ["a/", "b/"]
-        # 3 pages per prefix, each one AuditPage and one MoreObjects: 12 transitions, 6 calls.
-        assert result.states_entered.count("AuditPage") == 6
-        assert result.states_entered.count("MoreObjects") == 6
+        # Five batches of 1000 (five EXPRESS children), each one invocation.
+        assert sorted(batches) == [1000] * 5 and report["batches"] == 5
+        # The audit's own history does not grow with the bucket.
+        assert history_size(engine, large.arn) == history_size(engine, small.arn)
         # The ten resubmissions ran (the injected processor dead-letters them).
         assert len(dlq_messages(engine)) == 10
 
 
-def test_one_audit_prefix_is_walked_alone() -> None:
-    with audit_engine(AuditPrefixes="uploads/") as engine:
-        upload(engine, "uploads/in.png")
-        upload(engine, "elsewhere/out.png")
-        report = run_audit(engine).output
-        assert report["prefixes"] == ["uploads/"]
-        assert report["scanned"] == 1 and report["missing_resubmitted"] == 1
+def recording_batches(engine: LocalEngine, sizes: list[int]) -> Any:
+    """The real audit function, recording the size of every batch it is given."""
+    real = engine.runtime.load(engine.runtime.functions[engine.function_name("AuditFunction")])
+
+    def handler(event: dict[str, Any], context: Any) -> Any:
+        if event.get("action") == "batch":
+            sizes.append(len(event["items"]))
+        return real(event, context)
+
+    return handler
+
+
+def failing_batches(engine: LocalEngine, poison: set[str]) -> Any:
+    """The real audit function, except that a batch holding a poison key raises."""
+    real = engine.runtime.load(engine.runtime.functions[engine.function_name("AuditFunction")])
+
+    def handler(event: dict[str, Any], context: Any) -> Any:
+        keys = {item.get("Key") for item in event.get("items") or []}
+        if event.get("action") == "batch" and keys & poison:
+            raise RuntimeError("injected: this batch cannot be audited")
+        return real(event, context)
+
+    return handler
+
+
+def test_a_failed_batch_is_tolerated_reported_and_the_sweep_still_runs() -> None:
+    with audit_engine(AuditToleratedFailurePercentage="50") as engine:
+        # Lost: a/00340, a/01006, a/01672 (in the first batch, a/00000..a/01998),
+        # a/02338 and b/00007, b/00673, b/01339, b/02005 (in the others).
+        missing = _bucket_with_rows(engine, 2500, lost_every=333)
+        stuck = "sqs:stuck-1"
+        _stuck_row(engine, stuck)
+        with (
+            engine.override_function("AuditFunction", failing_batches(engine, {"a/00000.png"})),
+            engine.override_function(FUNCTION, always(PermanentError)),
+        ):
+            result = run_audit(engine)
+        report = result.output
+        # Three batches (1000, 1000, 500); the one holding a/00000.png failed.
+        assert report["failed_batches"] == 1 and report["unaudited_objects"] == 1000
+        assert report["scanned"] == 1500
+        assert len(missing) == 8 and report["missing_resubmitted"] == 5
+        unaudited = {pk for pk in missing if pk.split("/", 3)[3] < "a/02000"}
+        assert set(report["resubmitted_sample"]) == set(missing) - unaudited | {stuck}
+        assert report["stuck_released"] == 1
+        # The failed batch is in the Map Run's exported FAILED results, with its error.
+        s3 = engine.client("s3")
+        runs = s3.list_objects_v2(
+            Bucket=engine.ref("OutputBucket"), Prefix=f"reports/audit-runs/{result.name}/"
+        )
+        names = sorted(o["Key"].rsplit("/", 1)[-1] for o in runs.get("Contents", []))
+        assert "manifest.json" in names and any(n.startswith("FAILED") for n in names)
+
+
+def test_too_many_failed_batches_fail_the_run_after_the_sweep_and_the_report() -> None:
+    with audit_engine() as engine:  # AuditToleratedFailurePercentage 10
+        _bucket_with_rows(engine, 2500)
+        stuck = "sqs:stuck-2"
+        _stuck_row(engine, stuck)
+        with (
+            engine.override_function("AuditFunction", failing_batches(engine, {"a/00000.png"})),
+            engine.override_function(FUNCTION, always(PermanentError)),
+        ):
+            result = engine.execute(AUDIT, {})
+        engine.wait_for_running(MACHINE)
+        assert result.status == "FAILED"
+        assert result.error == "AuditWalkFailed"
+        assert result.cause is not None
+        assert "States.ExceedToleratedFailureThreshold" in result.cause
+        assert result.states_entered[-4:] == [
+            "MoreLocks",
+            "Report",
+            "ObjectsAudited",
+            "ObjectsNotAudited",
+        ]
+        # The sweep ran: the stuck lock was released and its work resubmitted.
+        row = ledger_row(engine, stuck)
+        assert row is not None and row["status"] != "PROCESSING"
+        report_key = f"reports/audit/{time.strftime('%Y-%m-%d', time.gmtime())}.json"
+        stored = json.loads(
+            engine.client("s3")
+            .get_object(Bucket=engine.ref("OutputBucket"), Key=report_key)["Body"]
+            .read()
+        )
+        assert stored["error"].startswith("States.ExceedToleratedFailureThreshold")
+        assert stored["stuck_released"] == 1
+
+
+def _stuck_row(engine: LocalEngine, pk: str) -> None:
+    """A PROCESSING row of an SQS message whose lock expired an hour ago, with a work item
+    the audit can resubmit from (its execution input)."""
+    arn = engine.start_execution(
+        MACHINE, [{"messageId": pk, "body": "{}", "attributes": {}}], name_prefix="stuck"
+    )
+    engine.wait_for_running(MACHINE)
+    engine.client("dynamodb").put_item(
+        TableName=engine.ref("LedgerTable"),
+        Item={
+            "pk": {"S": pk},
+            "status": {"S": "PROCESSING"},
+            "open_status": {"S": "PROCESSING#0"},
+            "lock_owner": {"S": arn},
+            "lock_expires_at": {"N": str(int(time.time()) - 3600)},
+            "attempts": {"N": "1"},
+            "expires_at": {"N": "99999999999"},
+        },
+    )
+
+
+def test_one_audit_prefix_is_walked_alone(audited: LocalEngine) -> None:
+    upload(audited, "uploads/in.png")
+    upload(audited, "elsewhere/out.png")
+    result = audited.execute(AUDIT, {"prefix": "uploads/"})
+    audited.wait_for_running(MACHINE)
+    report = result.output
+    assert report["prefix"] == "uploads/" and report["source"] == "listing"
+    assert report["scanned"] == 1 and report["missing_resubmitted"] == 1
 
 
 def test_a_failed_sqs_message_is_retried_by_the_audit() -> None:
@@ -485,16 +610,66 @@ def test_a_throttled_resubmission_after_a_release_is_not_lost(audited: LocalEngi
     assert output_effects(audited) == 1
 
 
-def test_an_unversioned_listing_names_every_object_version_null(audited: LocalEngine) -> None:
+def test_a_batch_reads_the_versions_of_its_own_keys_only(audited: LocalEngine) -> None:
     from service.dal.bucket import Bucket
 
     s3 = audited.client("s3")
-    s3.create_bucket(Bucket="plain-bucket")
-    for key in ("a.png", "b.png"):
-        s3.put_object(Bucket="plain-bucket", Key=key, Body=b"x")
-    bucket = Bucket("plain-bucket", s3)
-    assert bucket.versioned() is False
-    objects, cursor = bucket.page("", None, versioned=False)
-    assert cursor is None
-    assert [(o.key, o.version_id) for o in objects] == [("a.png", "null"), ("b.png", "null")]
-    assert all(o.latest for o in objects)  # without versions, each is its key's content
+    name = audited.ref("IngestBucket")
+    # Keys that sort just before, inside and just after the batch's range
+    # "img/1.png".."img/3.png", and two versions of one key inside it.
+    for key in ("img/1.pn", "img/1.pna", "img/1.png", "img/2.png", "img/3.png", "img/3.pngx"):
+        s3.put_object(Bucket=name, Key=key, Body=b"x")
+    s3.put_object(Bucket=name, Key="img/2.png", Body=b"y")
+    found = Bucket(name, s3).versions_between("img/1.png", "img/3.png")
+    assert sorted(o.key for o in found) == ["img/1.png", "img/2.png", "img/2.png", "img/3.png"]
+    assert sum(o.latest for o in found) == 3  # one current version per key
+
+
+def test_an_inventory_report_is_read_instead_of_the_listing() -> None:
+    with audit_engine(AuditInventory="Daily") as engine:
+        s3 = engine.client("s3")
+        bucket = engine.ref("IngestBucket")
+        # GIVEN a processed upload, two whose events were lost (one with a key that
+        # an inventory URL-encodes), and a lost upload whose key was deleted since
+        done = upload(engine, "in/done.png")
+        engine.execute(MACHINE, s3_event(engine, "in/done.png", done))
+        lost = upload(engine, "in/lost one é.png")
+        also_lost = upload(engine, "in/lost+two.png")
+        deleted = upload(engine, "in/deleted.png")
+        s3.delete_object(Bucket=bucket, Key="in/deleted.png")
+        # AND the day's inventory report, then an upload it does not hold
+        engine.deliver_inventory()
+        upload(engine, "in/after-the-report.png")
+        # WHEN the audit runs
+        report = run_audit(engine).output
+        # THEN it read the report: every version in it (the delete marker is no upload),
+        # the deleted key's lost upload included, which no listing shows
+        assert report["source"] == "inventory"
+        assert report["source_reason"].startswith("the inventory report of ")
+        assert report["scanned"] == 4 and report["ok"] == 1
+        assert sorted(report["resubmitted_sample"]) == sorted(
+            idempotency_key(engine, key, version)
+            for key, version in (
+                ("in/lost one é.png", lost),
+                ("in/lost+two.png", also_lost),
+                ("in/deleted.png", deleted),
+            )
+        )
+        # (4 scanned: the upload after the report waits for the next one.)
+        assert output_effects(engine) == 4
+
+
+def test_without_a_fresh_inventory_report_the_audit_lists_the_bucket() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    with audit_engine(AuditInventory="Daily") as engine:
+        upload(engine, "a.png")
+        first = engine.execute(AUDIT, {}).output
+        engine.wait_for_running(MACHINE)
+        assert first["source"] == "listing"
+        assert first["source_reason"] == "no complete inventory report yet"
+        engine.deliver_inventory(when=datetime.now(UTC) - timedelta(days=3))
+        second = run_audit(engine).output
+        assert second["source"] == "listing"
+        assert "too old" in second["source_reason"]
+        assert first["missing_resubmitted"] == 1 and second["ok"] == 1

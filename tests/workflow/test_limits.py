@@ -21,7 +21,7 @@ from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
 from onceflow import limits
 from onceflow.engine import ACCOUNT_ID, REGION, LocalEngine
-from tests.helpers import AUDIT, FUNCTION, audit_engine
+from tests.helpers import FUNCTION, audit_engine
 
 ROLE = "arn:aws:iam::123456789012:role/limits-probe"
 
@@ -79,42 +79,6 @@ def audited() -> Iterator[LocalEngine]:
 
 
 @pytest.mark.slow
-def test_the_audit_inline_loop_fails_at_the_history_limit(audited: LocalEngine) -> None:
-    # GIVEN a bucket whose listing never ends: every page says there is another
-    calls: dict[str, int] = {}
-
-    def endless_pages(event: dict[str, Any], context: Any) -> dict[str, Any]:
-        action = str(event["action"])
-        calls[action] = calls.get(action, 0) + 1
-        return {**event, "cursor": f"page-{calls[action]}", "done": False, "counts": {}}
-
-    # WHEN the audit walks it (AuditPage -> MoreObjects -> AuditPage ..., 7 events a page)
-    with audited.override_function("AuditFunction", endless_pages):
-        started = time.monotonic()
-        result = audited.execute(AUDIT, {}, timeout=300)
-        took = time.monotonic() - started
-    # THEN the execution fails at the 25,000th event as on AWS: that event is an
-    # ExecutionFailed with States.Runtime, after the 24,999th the machine produced
-    assert result.status == "FAILED", (result.error, result.cause, took)
-    assert result.error == "States.Runtime"
-    assert result.cause == "The execution reached the maximum number of history events (25000)."
-    last, before = _last_events(audited, result.arn)
-    assert (last["id"], last["type"], last["previousEventId"]) == (
-        25_000,
-        "ExecutionFailed",
-        24_999,
-    )
-    assert last["executionFailedEventDetails"] == {
-        "error": "States.Runtime",
-        "cause": "The execution reached the maximum number of history events (25000).",
-    }
-    assert before["id"] == 24_999
-    # ... at about page 3,570 (6 events before the first page, then 7 per page),
-    # and nothing after it ran: no lock sweep, no report
-    assert 3_560 <= calls["objects"] <= 3_580, calls
-    assert set(calls) == {"objects"}
-
-
 def _counting_loop(iterations: int) -> dict[str, Any]:
     """A Pass/Choice loop: 4 events per turn; with ExecutionStarted and the final
     Succeed state and ExecutionSucceeded, 4 * iterations + 4 events in all."""

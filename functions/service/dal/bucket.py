@@ -1,17 +1,29 @@
-"""The audit's view of the ingest bucket: one listing page at a time."""
+"""The audit's view of the ingest bucket and of its S3 Inventory reports."""
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
 from botocore.exceptions import ClientError
 
 from service.errors import TransientError, is_transient
-from service.logic.audit import ListedObject
+from service.logic.audit import ListedObject, key_marker_before
 from service.logic.s3objects import NULL_VERSION
 
-PAGE_SIZE = 1000  # the most one ListObjectsV2 / ListObjectVersions call returns
+PAGE_SIZE = 1000  # the most one ListObjectVersions call returns
+
+# A report's folder under <destination prefix>/<source bucket>/<configuration id>/
+# (storage-inventory-location.html): YYYY-MM-DDTHH-MMZ.
+_REPORT_FOLDER = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}Z)/$")
+
+
+def _transient(what: str, exc: ClientError) -> Exception:
+    if not is_transient(exc.response):
+        return exc
+    return TransientError(f"{what}: {exc}")
 
 
 class Bucket:
@@ -24,69 +36,85 @@ class Bucket:
         try:
             status = self._s3.get_bucket_versioning(Bucket=self.name).get("Status")
         except ClientError as exc:
-            if not is_transient(exc.response):
-                raise
-            raise TransientError(f"reading versioning of {self.name}: {exc}") from exc
+            raise _transient(f"reading versioning of {self.name}", exc) from exc
         return status in ("Enabled", "Suspended")
 
-    def page(
-        self, prefix: str, cursor: dict[str, str] | None, versioned: bool
-    ) -> tuple[list[ListedObject], dict[str, str] | None]:
-        """Up to 1000 objects (every version of them, when versioned) and the next cursor."""
+    def versions_between(self, first: str, last: str) -> list[ListedObject]:
+        """Every version of every key from ``first`` to ``last`` (both included).
+
+        One ListObjectVersions call per 1000 versions: a batch of listed keys is a
+        contiguous key range (the listing is in key order), so this reads their
+        versions together instead of one request per key. Delete markers are not
+        uploads and are left out.
+        """
+        kwargs: dict[str, Any] = {"Bucket": self.name, "MaxKeys": PAGE_SIZE}
+        marker = key_marker_before(first)
+        if marker is not None:
+            kwargs["KeyMarker"] = marker
+        found: list[ListedObject] = []
         try:
-            if versioned:
-                return self._versions_page(prefix, cursor or {})
-            return self._objects_page(prefix, cursor or {})
+            while True:
+                response = self._s3.list_object_versions(**kwargs)
+                for v in response.get("Versions", []):
+                    key = str(v["Key"])
+                    if key > last:
+                        return found
+                    if key >= first:
+                        found.append(
+                            ListedObject(
+                                key=key,
+                                version_id=v.get("VersionId") or NULL_VERSION,
+                                last_modified=v["LastModified"].timestamp(),
+                                etag=str(v.get("ETag", "")),
+                                size=int(v.get("Size", 0)),
+                                latest=bool(v.get("IsLatest", True)),
+                            )
+                        )
+                if not response.get("IsTruncated"):
+                    return found
+                next_key = str(response["NextKeyMarker"])
+                if next_key > last:
+                    return found
+                kwargs["KeyMarker"] = next_key
+                kwargs.pop("VersionIdMarker", None)
+                if response.get("NextVersionIdMarker"):
+                    kwargs["VersionIdMarker"] = response["NextVersionIdMarker"]
         except ClientError as exc:
-            if not is_transient(exc.response):
-                raise
-            raise TransientError(f"listing s3://{self.name}/{prefix}: {exc}") from exc
+            raise _transient(f"listing versions in s3://{self.name}/", exc) from exc
 
-    def _versions_page(
-        self, prefix: str, cursor: dict[str, str]
-    ) -> tuple[list[ListedObject], dict[str, str] | None]:
-        kwargs: dict[str, Any] = {"Bucket": self.name, "Prefix": prefix, "MaxKeys": PAGE_SIZE}
-        if cursor.get("keyMarker"):
-            kwargs["KeyMarker"] = cursor["keyMarker"]
-            if cursor.get("versionIdMarker"):
-                kwargs["VersionIdMarker"] = cursor["versionIdMarker"]
-        response = self._s3.list_object_versions(**kwargs)
-        # Delete markers are not uploads: nothing to process.
-        objects = [
-            ListedObject(
-                key=v["Key"],
-                version_id=v.get("VersionId") or NULL_VERSION,
-                last_modified=v["LastModified"].timestamp(),
-                etag=str(v.get("ETag", "")),
-                size=int(v.get("Size", 0)),
-                latest=bool(v.get("IsLatest", True)),
-            )
-            for v in response.get("Versions", [])
-        ]
-        if not response.get("IsTruncated"):
-            return objects, None
-        next_cursor = {"keyMarker": response["NextKeyMarker"]}
-        if response.get("NextVersionIdMarker"):
-            next_cursor["versionIdMarker"] = response["NextVersionIdMarker"]
-        return objects, next_cursor
 
-    def _objects_page(
-        self, prefix: str, cursor: dict[str, str]
-    ) -> tuple[list[ListedObject], dict[str, str] | None]:
-        kwargs: dict[str, Any] = {"Bucket": self.name, "Prefix": prefix, "MaxKeys": PAGE_SIZE}
-        if cursor.get("continuationToken"):
-            kwargs["ContinuationToken"] = cursor["continuationToken"]
-        response = self._s3.list_objects_v2(**kwargs)
-        objects = [
-            ListedObject(
-                key=o["Key"],
-                version_id=NULL_VERSION,
-                last_modified=o["LastModified"].timestamp(),
-                etag=str(o.get("ETag", "")),
-                size=int(o.get("Size", 0)),
-            )
-            for o in response.get("Contents", [])
-        ]
-        if not response.get("IsTruncated"):
-            return objects, None
-        return objects, {"continuationToken": response["NextContinuationToken"]}
+class Inventory:
+    """The S3 Inventory reports of the ingest bucket, where S3 delivers them."""
+
+    def __init__(self, bucket: str, prefix: str, client: Any | None = None) -> None:
+        self.bucket = bucket
+        self.prefix = prefix if prefix.endswith("/") else prefix + "/"
+        self._s3 = client if client is not None else boto3.client("s3")
+
+    def newest(self) -> tuple[str, datetime] | None:
+        """(the manifest key, its report time) of the newest complete report, or None.
+
+        S3 writes manifest.checksum after manifest.json (storage-inventory-location.html):
+        a report folder without it is still being delivered.
+        """
+        folders: list[str] = []
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix, "Delimiter": "/"}
+        try:
+            while True:
+                response = self._s3.list_objects_v2(**kwargs)
+                folders += [p["Prefix"] for p in response.get("CommonPrefixes", [])]
+                if not response.get("IsTruncated"):
+                    break
+                kwargs["ContinuationToken"] = response["NextContinuationToken"]
+            for folder in sorted(folders, reverse=True):
+                match = _REPORT_FOLDER.search(folder)
+                if match is None:
+                    continue  # data/, hive/
+                listed = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=folder)
+                names = {o["Key"][len(folder) :] for o in listed.get("Contents", [])}
+                if {"manifest.json", "manifest.checksum"} <= names:
+                    when = datetime.strptime(match.group(1), "%Y-%m-%dT%H-%MZ").replace(tzinfo=UTC)
+                    return folder + "manifest.json", when
+        except ClientError as exc:
+            raise _transient(f"listing s3://{self.bucket}/{self.prefix}", exc) from exc
+        return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -12,7 +13,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from service.errors import TransientError, is_transient
+from service.errors import PermanentError, TransientError, is_transient
 
 # StartExecution is throttled per account (a token bucket); a page resubmits
 # up to 1000 keys, so let the SDK back off and retry rather than fail the page.
@@ -128,3 +129,76 @@ class Reports:
                 raise
             raise TransientError(f"writing the report s3://{self.bucket}/{key}: {exc}") from exc
         return f"s3://{self.bucket}/{key}"
+
+    def map_run_results(self, bucket: str, manifest_key: str) -> MapRunResults:
+        """What a Distributed Map's ResultWriter exported: its manifest, then every file.
+
+        The manifest lists the result files by status (ResultFiles: SUCCEEDED,
+        FAILED, PENDING: input-output-resultwriter.html). A succeeded child's entry
+        is its output (COMPACT); a failed child's is the whole execution result
+        (as NONE: ExecutionArn, Input, Error, Cause...), Input and Output as JSON text.
+        """
+        manifest = self._json(bucket, manifest_key)
+        files = manifest.get("ResultFiles") or {}
+        results = MapRunResults()
+        for entry in self._entries(bucket, files.get("SUCCEEDED") or []):
+            results.outputs.append(_parsed(entry.get("Output")) if _is_result(entry) else entry)
+        for status in ("FAILED", "PENDING"):
+            for entry in self._entries(bucket, files.get(status) or []):
+                results.failed.append({"Status": status, **entry})
+        return results
+
+    def _entries(self, bucket: str, files: list[dict[str, Any]]) -> list[Any]:
+        entries: list[Any] = []
+        for file in files:
+            text = self._text(bucket, str(file["Key"]))
+            stripped = text.lstrip()
+            if stripped.startswith("["):
+                entries += json.loads(stripped)
+            else:  # JSONL
+                entries += [json.loads(line) for line in text.splitlines() if line.strip()]
+        return entries
+
+    def _json(self, bucket: str, key: str) -> dict[str, Any]:
+        value = json.loads(self._text(bucket, key))
+        if not isinstance(value, dict):
+            raise PermanentError(f"s3://{bucket}/{key} is not a JSON object")
+        return value
+
+    def _text(self, bucket: str, key: str) -> str:
+        try:
+            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except (ClientError, BotoCoreError) as exc:
+            if isinstance(exc, ClientError) and not is_transient(exc.response):
+                raise
+            raise TransientError(f"reading s3://{bucket}/{key}: {exc}") from exc
+        return str(body.decode("utf-8"))
+
+
+@dataclass
+class MapRunResults:
+    """The children's outputs (succeeded) and their results (failed or never run)."""
+
+    outputs: list[Any] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _is_result(entry: Any) -> bool:
+    return isinstance(entry, dict) and "ExecutionArn" in entry and "Status" in entry
+
+
+def _parsed(value: Any) -> Any:
+    """A child's Input or Output: JSON text in an exported result, parsed."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def batch_size(result: dict[str, Any]) -> int:
+    """How many items a failed child held (its input is {BatchInput, Items})."""
+    value = _parsed(result.get("Input"))
+    items = value.get("Items") if isinstance(value, dict) else None
+    return len(items) if isinstance(items, list) else 0

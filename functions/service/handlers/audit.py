@@ -1,28 +1,31 @@
-"""Audit Lambda: one page of the bucket, one page of expired locks, or the final report.
+"""Audit Lambda: the plan, one batch of the bucket walk, one page of open work, or the report.
 
-The audit state machine calls it once per page (up to 1000 object versions)
-and once per page of the open-work index; the state carries the cursor and
-the running counts between calls.
+The audit state machine calls it once to plan the run, once per batch of up
+to 1000 objects (each batch is one EXPRESS child of a Distributed Map), once
+per page of the open-work index (the state carries the cursor and the running
+counts between pages), and once for the report.
 """
 
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from service.dal.bucket import Bucket
+from service.dal.bucket import Bucket, Inventory
 from service.dal.ledger import Ledger
-from service.dal.workflow import DeadLetters, Processor, Reports
+from service.dal.workflow import DeadLetters, Processor, Reports, batch_size
 from service.errors import PermanentError
 from service.logic.audit import (
     COUNT_KEYS,
     SAMPLE_CHARACTERS,
     SAMPLE_LIMIT,
     AuditWindow,
+    Budget,
     ListedObject,
     add_counts,
     age_verdict,
@@ -30,10 +33,13 @@ from service.logic.audit import (
     content_row,
     failed_dead_letter_message,
     idempotency_key,
+    inventory_item,
+    listed_item,
     object_work_item,
     resubmission_name,
     row_work_item,
     stuck_dead_letter_message,
+    versions_of,
 )
 from service.logic.s3objects import NULL_VERSION, object_ref
 from service.observability import logger, metrics, tracer
@@ -55,6 +61,11 @@ class Clients:
         self.processor = Processor(settings.processor_arn)
         self.dead_letters = DeadLetters(settings.dead_letter_queue_url)
         self.reports = Reports(settings.report_bucket)
+        self.inventory = (
+            Inventory(settings.report_bucket, settings.inventory_prefix)
+            if settings.inventory_prefix
+            else None
+        )
 
 
 _clients: Clients | None = None
@@ -89,44 +100,106 @@ def _sample(event: dict[str, Any], keys: list[str]) -> list[str]:
     return sample
 
 
-def audit_objects(
+def plan(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> dict[str, Any]:
+    """The run's moment, the bucket's versioning, and where its objects come from.
+
+    The newest complete S3 Inventory report when there is one (AuditInventory)
+    no older than AUDIT_INVENTORY_MAX_AGE_HOURS; otherwise the bucket's listing.
+    A run for one key prefix, or one that asks for it, uses the listing.
+    """
+    started_at = int(event.get("startedAt") or time.time() * 1000)
+    prefix = str(event.get("prefix") or "")
+    source, reason, manifest = "listing", "AuditInventory is off", None
+    if event.get("source") == "listing":
+        reason = "the run asked for the listing"
+    elif prefix:
+        reason = f"a run for the prefix {prefix!r} lists it"
+    elif settings.inventory_prefix:
+        newest = clients.inventory.newest() if clients.inventory else None
+        if newest is None:
+            reason = "no complete inventory report yet"
+        else:
+            key, taken = newest
+            age = started_at / 1000 - taken.timestamp()
+            if age > settings.inventory_max_age_seconds:
+                reason = f"the newest inventory report ({taken.isoformat()}) is too old"
+            else:
+                source, reason = "inventory", f"the inventory report of {taken.isoformat()}"
+                manifest = {"bucket": settings.report_bucket, "key": key}
+    logger.info("audit planned", extra={"source": source, "reason": reason})
+    return {
+        "startedAt": started_at,
+        "prefix": prefix,
+        "versioned": clients.bucket.versioned(),
+        "source": source,
+        "sourceReason": reason,
+        "manifest": manifest,
+    }
+
+
+def _batch_objects(
     event: dict[str, Any], settings: AuditSettings, clients: Clients
-) -> dict[str, Any]:
-    """One listing page: resubmit what has no row or a FAILED row below MaxAttempts."""
-    window = _window(event, settings)
-    versioned = event.get("versioned")
-    if versioned is None:
-        versioned = clients.bucket.versioned()
-    prefix = str(event.get("prefix", ""))
-    objects, cursor = clients.bucket.page(prefix, event.get("cursor"), versioned)
+) -> list[ListedObject]:
+    """The object versions one batch of the Distributed Map stands for."""
+    items = [i for i in event.get("items") or [] if isinstance(i, dict)]
     bucket = settings.ingest_bucket
+    if event.get("source") == "inventory":
+        return [o for o in (inventory_item(i, bucket) for i in items) if o is not None]
+    listed = [listed_item(i) for i in items]
+    if not event.get("versioned") or not listed:
+        return listed
+    keys = [o.key for o in listed]
+    return versions_of(keys, clients.bucket.versions_between(min(keys), max(keys)))
+
+
+def audit_batch(
+    event: dict[str, Any], settings: AuditSettings, clients: Clients, context: Any = None
+) -> dict[str, Any]:
+    """One batch: resubmit what has no row or a FAILED row below MaxAttempts.
+
+    Objects outside the window (too recent, older than the retention) are
+    counted with no ledger read. Resubmissions keep to the batch's share of
+    AuditResubmitsPerSecond and stop when the batch's time is up; the rest are
+    counted as deferred (the next audit finds them again).
+    """
+    window = _window(event, settings)
+    bucket = settings.ingest_bucket
+    objects = _batch_objects(event, settings, clients)
+    judged = [o for o in objects if age_verdict(o, window) is None]
     versions = {
-        obj: idempotency_key(bucket, obj) for obj in objects if obj.version_id != NULL_VERSION
+        obj: idempotency_key(bucket, obj) for obj in judged if obj.version_id != NULL_VERSION
     }
     rows = clients.ledger.batch_get(versions.values())
-    counts = add_counts(event.get("counts") or {})
+    counts = add_counts()
+    seconds = settings.batch_seconds
+    if context is not None:  # and the Lambda's own timeout, 30 s to spare
+        seconds = min(seconds, context.get_remaining_time_in_millis() / 1000 - 30)
+    budget = Budget(
+        per_second=settings.resubmits_per_second / settings.max_concurrency,
+        deadline=time.monotonic() + seconds,
+    )
     resubmitted: list[str] = []
     for obj in objects:
         counts["scanned"] += 1
         if obj in versions:
             key, row = versions[obj], rows.get(versions[obj])
-        else:
+        else:  # too recent or too old (no read), or an upload without a version
             key, row = _unversioned_row(obj, window, bucket, clients)
         verdict = classify(obj, row, window)
         if verdict in _RESUBMIT:
+            pause = budget.wait(time.monotonic())
+            if pause is None:
+                counts["resubmit_deferred"] += 1
+                continue
+            time.sleep(pause)
             name = resubmission_name("audit", str(event["auditId"]), key)
-            clients.processor.start(name, object_work_item(settings.ingest_bucket, obj, key))
+            clients.processor.start(name, object_work_item(bucket, obj, key))
             resubmitted.append(key)
             logger.info("resubmitted", extra={"idempotency_key": key, "verdict": verdict})
         counts[verdict] += 1
-    return {
-        **event,
-        "versioned": versioned,
-        "cursor": cursor,
-        "done": cursor is None,
-        "counts": counts,
-        "resubmittedSample": _sample(event, resubmitted),
-    }
+    if counts["resubmit_deferred"]:
+        logger.warning("resubmissions deferred", extra={"deferred": counts["resubmit_deferred"]})
+    return {"counts": counts, "resubmittedSample": _sample({}, resubmitted)}
 
 
 def _unversioned_row(
@@ -304,9 +377,42 @@ def _dead_letter_failed(
     logger.warning("failed work dead-lettered", extra={"idempotency_key": row["pk"]})
 
 
+def _walk(objects: dict[str, Any], clients: Clients) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The batches' counts and what the report says about the bucket walk.
+
+    The Distributed Map exported its children's results to S3 (ResultWriter):
+    the succeeded batches' outputs are summed; a failed batch's objects are
+    counted as not audited (the next run walks them again).
+    """
+    walk: dict[str, Any] = {
+        "source": objects.get("source", ""),
+        "source_reason": objects.get("sourceReason", ""),
+        "prefix": objects.get("prefix", ""),
+        "batches": 0,
+    }
+    if objects.get("error"):
+        walk["error"] = f"{objects['error']}: {str(objects.get('cause') or '')[:1000]}"
+    where = objects.get("results") or {}
+    if not where.get("Bucket") or not where.get("Key"):
+        return [], walk
+    results = clients.reports.map_run_results(str(where["Bucket"]), str(where["Key"]))
+    walk["batches"] = len(results.outputs) + len(results.failed)
+    parts = [o for o in results.outputs if isinstance(o, dict)]
+    failed = add_counts()
+    failed["failed_batches"] = len(results.failed)
+    failed["unaudited_objects"] = sum(batch_size(r) for r in results.failed)
+    for result in results.failed[:5]:
+        logger.error(
+            "an audit batch failed",
+            extra={"error": result.get("Error"), "cause": str(result.get("Cause"))[:500]},
+        )
+    return [*parts, {"counts": failed}], walk
+
+
 def report(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> dict[str, Any]:
-    """Sum the pages, write reports/audit/<date>.json, emit the metrics."""
-    parts: list[dict[str, Any]] = [*(event.get("objects") or []), event.get("locks") or {}]
+    """Sum the batches and the lock sweep, write reports/audit/<date>.json, emit the metrics."""
+    batches, walk = _walk(event.get("objects") or {}, clients)
+    parts: list[dict[str, Any]] = [*batches, event.get("locks") or {}]
     counts = add_counts(*(p.get("counts") or {} for p in parts))
     sample: list[str] = []
     for part in parts:
@@ -318,7 +424,7 @@ def report(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> 
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "bucket": settings.ingest_bucket,
-        "prefixes": [p.get("prefix", "") for p in event.get("objects") or []],
+        **walk,
         "resubmitted_sample": sample[:SAMPLE_LIMIT],
     }
     key = f"{settings.report_prefix}{started.date().isoformat()}.json"
@@ -331,13 +437,20 @@ def report(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> 
         ("StuckReleased", counts["stuck_released"]),
         ("AuditResubmitErrors", counts["resubmit_errors"]),
         ("AuditFailedDeadLettered", counts["failed_dead_lettered"]),
+        ("AuditResubmitDeferred", counts["resubmit_deferred"]),
+        ("AuditFailedBatches", counts["failed_batches"]),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("audit report", extra={"report": result})
     return result
 
 
-_ACTIONS = {"objects": audit_objects, "locks": sweep_locks, "report": report}
+def _batch(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> dict[str, Any]:
+    return audit_batch(event, settings, clients, _CONTEXT.get())
+
+
+_ACTIONS = {"plan": plan, "batch": _batch, "locks": sweep_locks, "report": report}
+_CONTEXT: ContextVar[LambdaContext | None] = ContextVar("audit_context", default=None)
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -352,4 +465,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         action=event.get("action"),
         execution_arn=event.get("executionArn"),
     )
-    return action(event, audit_settings(), _get_clients())
+    token = _CONTEXT.set(context)
+    try:
+        return action(event, audit_settings(), _get_clients())
+    finally:
+        _CONTEXT.reset(token)

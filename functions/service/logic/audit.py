@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+from urllib.parse import unquote_plus
 
 from service.logic.s3objects import NULL_VERSION, plain_etag
 
@@ -31,6 +34,9 @@ COUNT_KEYS = (
     "stuck_left_alone",
     "failed_dead_lettered",
     "resubmit_errors",
+    "resubmit_deferred",
+    "failed_batches",
+    "unaudited_objects",
 )
 # How many resubmitted keys a report names (the counts are always complete),
 # and how many characters of keys one walk carries in the state (keys can be
@@ -286,3 +292,87 @@ def failed_dead_letter_message(
     message = last_error or f"{code}: failed {int(row.get('attempts', 0))} time(s)"
     condition = "PermanentError" if code == "PermanentError" else "MaximumRetryAttempts"
     return _dead_letter_message(row, original_event, state_machine_arn, code, message, condition)
+
+
+# ---- the Distributed Map's items -------------------------------------------------
+
+
+def listed_item(item: dict[str, Any]) -> ListedObject:
+    """A ListObjectsV2 item as the Distributed Map hands it to a batch.
+
+    Step Functions' shape, not boto's: ``Etag`` (lower-case t), ``LastModified``
+    in epoch seconds, ``Size`` (input-output-itemreader.html). A listing names no
+    versions: in an unversioned bucket this is the upload itself (version "null").
+    """
+    return ListedObject(
+        key=str(item["Key"]),
+        version_id=NULL_VERSION,
+        last_modified=float(item["LastModified"]),
+        etag=str(item.get("Etag", "")),
+        size=int(item.get("Size", 0)),
+    )
+
+
+def _true(value: Any) -> bool:
+    return str(value).strip().lower() == "true"
+
+
+def inventory_item(row: dict[str, Any], bucket: str) -> ListedObject | None:
+    """An S3 Inventory CSV row (every value a string, columns from the manifest's
+    fileSchema) as a listed object version; None for a delete marker or another
+    bucket's row.
+
+    Keys in an inventory report are URL-encoded (storage-inventory.html); a row
+    without VersionId (an inventory of current versions, or an upload made while
+    versioning was off) is the key's "null" version.
+    """
+    if row.get("Bucket", bucket) != bucket or _true(row.get("IsDeleteMarker", "false")):
+        return None
+    version = str(row.get("VersionId") or "") or NULL_VERSION
+    modified = str(row["LastModifiedDate"]).replace("Z", "+00:00")
+    return ListedObject(
+        key=unquote_plus(str(row["Key"])),
+        version_id=version,
+        last_modified=datetime.fromisoformat(modified).timestamp(),
+        etag=str(row.get("ETag", "")),
+        size=int(row.get("Size") or 0),
+        latest=_true(row.get("IsLatest", "true")),
+    )
+
+
+def key_marker_before(first_key: str) -> str | None:
+    """A ListObjectVersions KeyMarker below ``first_key``, so a listing from it reaches
+    ``first_key``'s versions whether the marker itself is included or not: the key
+    with its last character dropped (a proper prefix sorts first). None: from the start.
+    """
+    return first_key[:-1] or None
+
+
+def versions_of(keys: Iterable[str], versions: Iterable[ListedObject]) -> list[ListedObject]:
+    """The versions of these keys among a range listing's (which may hold other keys)."""
+    wanted = set(keys)
+    return [v for v in versions if v.key in wanted]
+
+
+@dataclass
+class Budget:
+    """How fast and how long one batch may resubmit.
+
+    ``per_second``: the batch's share of AuditResubmitsPerSecond (the rate divided by
+    the children running at once), so the audit never takes more of the processor's
+    StartExecution quota than that. ``deadline``: the monotonic time after which
+    the batch stops resubmitting and counts the rest as deferred (an EXPRESS child
+    lives at most five minutes; the next audit finds them again).
+    """
+
+    per_second: float
+    deadline: float
+    next_start: float = 0.0
+
+    def wait(self, now: float) -> float | None:
+        """Seconds to sleep before the next start, or None when the time is up."""
+        at = max(now, self.next_start)
+        if at >= self.deadline:
+            return None
+        self.next_start = at + 1.0 / self.per_second
+        return at - now

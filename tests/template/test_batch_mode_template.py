@@ -1,0 +1,400 @@
+"""The SQS batch mode in the template: the generated definition, the pipe, the queue, IAM.
+
+AWS facts these tests hold the template to:
+- REQUEST_RESPONSE invokes with StartSyncExecution and is not supported for STANDARD
+  workflows; FIRE_AND_FORGET uses StartExecution (AWS::Pipes::Pipe
+  PipeTargetStateMachineParameters, CloudFormation template reference). The pipe's
+  role therefore needs states:StartSyncExecution on the batch workflow; the action
+  name is the API's, as CDK's pipes target grants it (aws-cdk, aws-pipes-targets-alpha
+  SfnStateMachine.grantPush); the Pipes permissions page's target section was not read.
+- A Step Functions target receives the whole batch as one JSON array, limited by the
+  262,144 characters of its input (eb-pipes-batching-concurrency.html); the pipe hides
+  a batch for the queue's visibility timeout (eb-pipes-sqs.html), and a pipe execution
+  lasts at most five minutes (eb-pipes-batching-concurrency.html).
+- The BatchSize of an SQS source is 1 to 10000 (PipeSourceSqsQueueParameters).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onceflow import batch_definition
+from onceflow.batch_definition import (
+    RETRIED,
+    SETTLED,
+    DefinitionError,
+    parse_definition,
+    render_definition,
+)
+from onceflow.engine import DEFAULT_TEMPLATE, LocalEngine
+from onceflow.template import Stack, TemplateError, coerce_parameter
+from onceflow.worstcase import EXPRESS_LIMIT_SECONDS, worst_case_seconds
+from tests.template.translate import translated
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE: Path = DEFAULT_TEMPLATE
+BATCH = "BatchProcessorStateMachine"
+EXPRESS_LIMITS = {"RetryMaxAttempts": "1", "ProcessorTimeoutSeconds": "40"}
+BATCH_MODE = {"SqsSource": "create", "SqsBatchMode": "true", **EXPRESS_LIMITS}
+STEP_FUNCTIONS_INPUT = 262_144
+RECORD_OVERHEAD = 2048  # messageId, receipt handle, attributes, ARNs of one pipe record
+
+
+def _array(n: int) -> int:
+    """Bytes of a batch of n records besides their bodies: records, commas, brackets."""
+    return n * RECORD_OVERHEAD + (n - 1) + 2
+
+
+@pytest.fixture(scope="module")
+def batch_engine() -> Iterator[LocalEngine]:
+    parameters = {**BATCH_MODE, "SqsBatchSize": "7"}
+    with LocalEngine(
+        TEMPLATE, parameters, function_log=io.StringIO(), stack_name="batch-mode"
+    ) as engine:
+        yield engine
+
+
+def _definition(engine: LocalEngine) -> dict[str, Any]:
+    text, workflow_type = engine.state_machine_definition(BATCH)
+    assert workflow_type == "EXPRESS"
+    return dict(json.loads(text))
+
+
+# ---- the generated definition -----------------------------------------------------
+
+
+def test_the_committed_batch_definition_is_what_the_processor_generates() -> None:
+    command = [sys.executable, "-m", "onceflow.batch_definition", "--check"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert batch_definition.generate() == batch_definition.BATCH.read_text(encoding="utf-8")
+
+
+def test_check_fails_naming_the_file_and_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a batch definition someone edited by hand
+    stale = tmp_path / "batch.asl.json"
+    stale.write_text(batch_definition.generate().replace("EachMessage", "Edited"), "utf-8")
+    monkeypatch.setattr(batch_definition, "BATCH", stale)
+    monkeypatch.setattr(batch_definition, "PROJECT_ROOT", tmp_path)
+    # WHEN it is checked, THEN the check fails, says how to fix it, and writes nothing
+    assert batch_definition.main(["--check"]) == 1
+    assert "run: python -m onceflow.batch_definition" in capsys.readouterr().err
+    assert "Edited" in stale.read_text("utf-8")
+    # AND generating it again makes the check pass
+    assert batch_definition.main([]) == 0
+    assert batch_definition.main(["--check"]) == 0
+
+
+def test_substitutions_are_kept_verbatim_quoted_or_not() -> None:
+    processor = batch_definition.PROCESSOR.read_text(encoding="utf-8")
+    batch = batch_definition.BATCH.read_text(encoding="utf-8")
+    # the parser gives back exactly the text it read (a number placeholder stays unquoted)
+    assert render_definition(parse_definition(processor)) == processor
+    names = set(re.findall(r"\$\{(\w+)\}", processor))
+    assert set(re.findall(r"\$\{(\w+)\}", batch)) == names
+    unquoted = re.compile(r'"(\w+)": \$\{(\w+)\}')
+    assert unquoted.findall(batch) == unquoted.findall(processor)
+    assert unquoted.findall(batch), "the processor's retrier has unquoted numbers"
+
+
+def test_every_execution_id_becomes_the_message_lock_owner() -> None:
+    processor = batch_definition.PROCESSOR.read_text(encoding="utf-8")
+    batch = batch_definition.BATCH.read_text(encoding="utf-8")
+    uses = processor.count("$states.context.Execution.Id")
+    assert uses > 5
+    # Only the first state of an iteration reads it, to make the owner of its message
+    assert batch.count("$states.context.Execution.Id") == 1
+    assert batch.count("$lockOwner") == uses
+    for forbidden in ("Execution.Input", "Execution.Name", "Execution.StartTime"):
+        assert forbidden not in batch
+
+
+def test_every_end_state_says_whether_its_message_is_kept() -> None:
+    processor = parse_definition(batch_definition.PROCESSOR.read_text(encoding="utf-8"))
+    batch = parse_definition(batch_definition.BATCH.read_text(encoding="utf-8"))
+    states = batch["States"]["EachMessage"]["ItemProcessor"]["States"]
+    ends = {n for n, s in processor["States"].items() if s["Type"] in ("Succeed", "Fail")}
+    # GIVEN every end state of the processor, THEN the batch has each, as a Succeed state
+    assert {n for n, s in states.items() if s["Type"] in ("Succeed", "Fail")} == ends
+    assert all(states[n]["Type"] == "Succeed" for n in ends)
+    for name in ends - {"Duplicate"}:
+        output = states[name]["Output"]
+        assert f"'outcome': \"{name}\"" in output
+        assert ("'retry': true" in output) == (name in RETRIED), name
+        assert ("'retry': false" in output) == (name in SETTLED), name
+    # AND a Fail state's Error and Cause are kept as values
+    assert "'error': ($failure.code)" in states["Failed"]["Output"]
+    assert "'cause': ($failure.message)" in states["Failed"]["Output"]
+    assert "'error': \"LockLost\"" in states["LockLost"]["Output"]
+    # AND Duplicate is reached through a consistent read of the row
+    assert states["Reclaim"]["Catch"][0]["Next"] == "ReadDuplicateRow"
+    read = states["ReadDuplicateRow"]
+    assert read["Resource"] == "arn:aws:states:::dynamodb:getItem"
+    assert read["Arguments"]["ConsistentRead"] is True
+    assert "PROCESSED" in states["Duplicate"]["Output"]
+
+
+def _processor() -> dict[str, Any]:
+    return parse_definition(batch_definition.PROCESSOR.read_text(encoding="utf-8"))
+
+
+def test_the_generator_refuses_a_processor_it_cannot_translate() -> None:
+    # A context field that would name the batch, not the message
+    reads_input = _processor()
+    reads_input["States"]["Processed"]["Output"] = "{% $states.context.Execution.Input %}"
+    with pytest.raises(DefinitionError, match=r"Execution\.Input"):
+        batch_definition.batch_definition(reads_input)
+    # An end state nobody decided about
+    new_end = _processor()
+    new_end["States"]["Abandoned"] = {"Type": "Fail", "Error": "Abandoned"}
+    with pytest.raises(DefinitionError, match="Abandoned is neither settled nor retried"):
+        batch_definition.batch_definition(new_end)
+    # JSONPath
+    jsonpath = _processor()
+    jsonpath["QueryLanguage"] = "JSONPath"
+    with pytest.raises(DefinitionError, match="JSONata"):
+        batch_definition.batch_definition(jsonpath)
+
+
+# ---- parameters and rules ----------------------------------------------------
+
+
+def test_batch_mode_is_refused_without_the_express_limits_or_a_queue() -> None:
+    # The batch workflow is EXPRESS: the five-minute rule applies to it
+    with pytest.raises(TemplateError, match="ExpressFitsInFiveMinutes"):
+        Stack.from_file(TEMPLATE, {"SqsSource": "create", "SqsBatchMode": "true"})
+    # Without an SQS source there is nothing to batch
+    with pytest.raises(TemplateError, match="SqsBatchModeNeedsAQueue"):
+        Stack.from_file(TEMPLATE, {"SqsBatchMode": "true", **EXPRESS_LIMITS})
+    # A batch is 1 to 10 messages
+    for size in ("0", "11", "1.5"):
+        with pytest.raises(TemplateError):
+            Stack.from_file(TEMPLATE, {**BATCH_MODE, "SqsBatchSize": size})
+    # The default keeps today's pipe: no EXPRESS rule for a STANDARD processor
+    Stack.from_file(TEMPLATE, {"SqsSource": "create"})
+
+
+def test_the_batch_size_is_a_whole_number_from_1_to_10() -> None:
+    # GIVEN the parameter as CloudFormation receives it (a String with a pattern, as the
+    # template's other whole numbers: a Number would take 1.5)
+    spec = translated()["Parameters"]["SqsBatchSize"]
+    assert spec["Type"] == "String"
+    assert "from 1 to 10" in spec["ConstraintDescription"]
+    # THEN the pattern agrees with the range, and anything else is refused by name
+    pattern = re.compile(spec["AllowedPattern"])
+    for number in range(200):
+        assert bool(pattern.fullmatch(str(number))) == (1 <= number <= 10), number
+    for value in ("1.5", "01", " 1", "1e1", "+1", ""):
+        with pytest.raises(TemplateError, match="parameter SqsBatchSize="):
+            coerce_parameter("SqsBatchSize", spec, value)
+    assert coerce_parameter("SqsBatchSize", spec, spec["Default"]) == "10"
+
+
+def test_every_parameter_set_the_express_rule_allows_fits_in_five_minutes(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN the largest values the rule allows and the largest of those it leaves free
+    rule = Stack.from_file(TEMPLATE).template["Rules"]["ExpressFitsInFiveMinutes"]
+    largest = {}
+    for assertion in rule["Assertions"]:
+        values, ref = assertion["Assert"]["Fn::Contains"]
+        largest[ref["Ref"]] = max((str(v) for v in values), key=int)
+    parameters = {
+        **BATCH_MODE,
+        **largest,
+        "RetryBackoffRate": "1000",
+        "RetryMaxDelaySeconds": "86400",
+    }
+    with LocalEngine(
+        TEMPLATE, parameters, function_log=io.StringIO(), stack_name="batch-worst-case"
+    ) as engine:
+        definition = _definition(engine)
+    # WHEN the worst case of one message is computed (every message of a batch runs at once)
+    each = definition["States"]["EachMessage"]
+    assert each["MaxConcurrency"] >= 10
+    worst = worst_case_seconds(each["ItemProcessor"])
+    # THEN it stays under five minutes
+    assert 0 < worst < EXPRESS_LIMIT_SECONDS, worst
+
+
+# ---- the pipe, the queue and the roles as deployed ------------------------------------
+
+
+def _statements(engine: LocalEngine, logical_id: str) -> list[dict[str, Any]]:
+    resource = engine.stack.template["Resources"][logical_id]["Properties"]
+    policies = resource["Policies"]
+    documents = [p.get("PolicyDocument", p) for p in policies]
+    return [s for d in engine.stack.resolve(documents) for s in d["Statement"]]
+
+
+def test_the_pipe_runs_the_batch_workflow_synchronously(batch_engine: LocalEngine) -> None:
+    [pipe] = batch_engine.pipes.values()
+    batch = batch_engine.ref(BATCH)
+    assert pipe["Target"] == batch
+    assert pipe["TargetParameters"]["StepFunctionStateMachineParameters"] == {
+        "InvocationType": "REQUEST_RESPONSE"
+    }
+    assert str(pipe["SourceParameters"]["SqsQueueParameters"]["BatchSize"]) == "7"
+    allowed = [s for s in _statements(batch_engine, "PipeRole") if s["Effect"] == "Allow"]
+    starts = [s for s in allowed if str(s["Action"]).startswith("states:")]
+    assert starts == [{"Effect": "Allow", "Action": "states:StartSyncExecution", "Resource": batch}]
+    # The queue hides a batch longer than the five minutes a synchronous run may take
+    attributes = batch_engine.client("sqs").get_queue_attributes(
+        QueueUrl=batch_engine.ref("SourceQueue"), AttributeNames=["All"]
+    )["Attributes"]
+    assert int(attributes["VisibilityTimeout"]) > 300
+    largest = int(attributes["MaximumMessageSize"])
+    assert 7 * 2 * largest + _array(7) <= STEP_FUNCTIONS_INPUT
+
+
+def test_the_default_pipe_is_unchanged() -> None:
+    parameters = {"SqsSource": "create"}
+    with LocalEngine(
+        TEMPLATE, parameters, function_log=io.StringIO(), stack_name="default-pipe"
+    ) as engine:
+        [pipe] = engine.pipes.values()
+        assert pipe["Target"] == engine.ref("ProcessorStateMachine")
+        assert pipe["TargetParameters"]["StepFunctionStateMachineParameters"] == {
+            "InvocationType": "FIRE_AND_FORGET"
+        }
+        assert str(pipe["SourceParameters"]["SqsQueueParameters"]["BatchSize"]) == "1"
+        assert engine.ref(BATCH) == ""  # not created
+        attributes = engine.client("sqs").get_queue_attributes(
+            QueueUrl=engine.ref("SourceQueue"), AttributeNames=["All"]
+        )["Attributes"]
+        assert (attributes["VisibilityTimeout"], attributes["MaximumMessageSize"]) == (
+            "60",
+            "65536",
+        )
+        starts = [
+            s
+            for s in _statements(engine, "PipeRole")
+            if str(s.get("Action", "")).startswith("states:")
+        ]
+        assert [s["Action"] for s in starts] == ["states:StartExecution"]
+
+
+def test_each_batch_size_gets_the_largest_message_a_whole_batch_fits() -> None:
+    queue = Stack.from_file(TEMPLATE).template["Resources"]["SourceQueue"]["Properties"]
+    _, chosen, single = queue["MaximumMessageSize"]["Fn::If"]
+    index, sizes = chosen["Fn::Select"]
+    assert index == {"Ref": "SqsBatchSize"}
+    assert single == 65536 == sizes[1]  # one message: today's limit
+    for n in range(1, 11):
+        # each body JSON-escaped to at most twice its size, plus the record around it
+        fits = (STEP_FUNCTIONS_INPUT - _array(n)) // (2 * n) // 1024 * 1024
+        assert sizes[n] == min(65536, fits), n
+        assert n * (2 * sizes[n]) + _array(n) <= STEP_FUNCTIONS_INPUT
+
+
+_INTEGRATION_ACTIONS = {
+    "arn:aws:states:::dynamodb:putItem": ("dynamodb:PutItem", "TableName"),
+    "arn:aws:states:::dynamodb:updateItem": ("dynamodb:UpdateItem", "TableName"),
+    "arn:aws:states:::dynamodb:getItem": ("dynamodb:GetItem", "TableName"),
+    "arn:aws:states:::sqs:sendMessage": ("sqs:SendMessage", "QueueUrl"),
+    "arn:aws:states:::lambda:invoke": ("lambda:InvokeFunction", "FunctionName"),
+}
+
+
+def _tasks(definition: dict[str, Any]) -> list[dict[str, Any]]:
+    tasks = []
+    for state in definition["States"].values():
+        if state["Type"] == "Task":
+            tasks.append(state)
+        for nested in [state.get("ItemProcessor"), *state.get("Branches", [])]:
+            if nested:
+                tasks += _tasks(nested)
+    return tasks
+
+
+def test_every_resource_the_batch_workflow_touches_is_granted(batch_engine: LocalEngine) -> None:
+    definition = _definition(batch_engine)
+    statements = _statements(batch_engine, BATCH)
+    table = batch_engine.get_att("LedgerTable", "Arn")
+    arns = {
+        batch_engine.ref("LedgerTable"): table,
+        batch_engine.ref("DeadLetterQueue"): batch_engine.get_att("DeadLetterQueue", "Arn"),
+    }
+    tasks = _tasks(definition)
+    assert {t["Resource"] for t in tasks} == set(_INTEGRATION_ACTIONS)
+    for task in tasks:
+        action, field = _INTEGRATION_ACTIONS[task["Resource"]]
+        target = str(task["Arguments"][field])
+        assert not target.startswith("{%"), "targets come from substitutions, not data"
+        arn = arns.get(target, target)
+        assert any(
+            s["Effect"] == "Allow"
+            and action in s["Action"]
+            and arn in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+            for s in statements
+        ), f"{BATCH} needs {action} on {arn}"
+    wildcard = [s for s in statements if s["Resource"] == "*"]
+    assert {a.split(":")[0] for s in wildcard for a in s["Action"]} <= {"logs", "xray"}
+
+
+def test_every_jsonata_expression_compiles_as_aws_reads_it(batch_engine: LocalEngine) -> None:
+    """Each {% %} on its own, after substitution, with jsonata 2.0.6 (see test_template)."""
+    from onceflow import jsonata_node
+
+    expressions: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str) and node.startswith("{%") and node.endswith("%}"):
+            expressions.append(node[2:-2].strip())
+
+    walk(_definition(batch_engine))
+    assert len(expressions) > 50
+    for expression in expressions:
+        try:
+            jsonata_node.evaluate(expression, cache=False)
+        except jsonata_node.JsonataError as exc:
+            assert not (exc.code or "").startswith("S"), f"{expression!r}: {exc}"
+        except jsonata_node.UnsupportedResult:
+            pass  # it compiled
+
+
+# ---- what deploys ------------------------------------------------------------
+
+
+def test_sam_translates_batch_mode_into_an_express_machine_and_a_synchronous_pipe() -> None:
+    resources = translated({**BATCH_MODE, "SqsBatchSize": "5"})["Resources"]
+    machine = resources[BATCH]
+    assert machine["Type"] == "AWS::StepFunctions::StateMachine"
+    assert machine["Condition"] == "UseSqsBatchMode"
+    assert machine["Properties"]["StateMachineType"] == "EXPRESS"
+    assert machine["Properties"]["DefinitionS3Location"]["Key"] == "statemachines/batch.asl.json"
+    processor = resources["ProcessorStateMachine"]["Properties"]
+    for key in ("DefinitionSubstitutions", "LoggingConfiguration", "TracingConfiguration"):
+        assert machine["Properties"][key] == processor[key], key
+    role = json.dumps(resources[f"{BATCH}Role"]["Properties"]["Policies"])
+    assert "dynamodb:GetItem" in role
+    pipe = resources["SourcePipe"]["Properties"]
+    assert pipe["TargetParameters"]["StepFunctionStateMachineParameters"]["InvocationType"] == {
+        "Fn::If": ["UseSqsBatchMode", "REQUEST_RESPONSE", "FIRE_AND_FORGET"]
+    }
+
+
+def test_cfn_lint_accepts_batch_mode() -> None:
+    parameters = [f"{k}={v}" for k, v in {**BATCH_MODE, "SqsBatchSize": "10"}.items()]
+    command = [str(Path(sys.executable).parent / "cfn-lint"), str(TEMPLATE), "--parameters"]
+    result = subprocess.run(
+        [*command, *parameters], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,456 @@
+"""The SQS batch mode: the pipe runs the EXPRESS batch workflow synchronously on a batch
+and deletes only the messages whose outcome is in the ledger.
+
+EventBridge Pipes reads a Step Functions target's partial failure from its output,
+``{"batchItemFailures": [{"itemIdentifier": <messageId>}]}``, and keeps those messages
+in the queue (eb-pipes-batching-concurrency.html, eb-pipes-sqs.html); a failed
+execution keeps the whole batch (eb-pipes-error-troubleshooting.html). Every failure
+here is injected for real: a processor that raises, a result over Step Functions'
+256 KiB (States.DataLimitExceeded, which no Catch takes: concepts-error-handling.html),
+a ledger row held by another execution's lock.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from moto.sqs.models import sqs_backends
+
+from onceflow.engine import ACCOUNT_ID, DEFAULT_TEMPLATE, REGION, EngineError, LocalEngine
+from tests.helpers import (
+    FUNCTION,
+    TransientError,
+    dlq_messages,
+    expire_lock,
+    invocations,
+    ledger_row,
+    output_effects,
+)
+
+TEMPLATE: Path = DEFAULT_TEMPLATE
+BATCH = "BatchProcessorStateMachine"
+# EXPRESS: the template's rule bounds the retries and the processor timeout.
+PARAMETERS = {
+    "SqsSource": "create",
+    "SqsBatchMode": "true",
+    "RetryMaxAttempts": "1",
+    "ProcessorTimeoutSeconds": "40",
+    "IdempotencyKeyPath": "orderId",
+}
+
+
+@pytest.fixture
+def batch_engine() -> Iterator[LocalEngine]:
+    with LocalEngine(TEMPLATE, PARAMETERS, function_log=io.StringIO(), time_scale=0.0) as local:
+        local.state.requests.clear()
+        yield local
+
+
+def send(engine: LocalEngine, order: str, **fields: Any) -> str:
+    """An order message on the source queue; its messageId."""
+    response = engine.client("sqs").send_message(
+        QueueUrl=engine.ref("SourceQueue"), MessageBody=json.dumps({"orderId": order, **fields})
+    )
+    return str(response["MessageId"])
+
+
+def queued(engine: LocalEngine, logical_id: str = "SourceQueue") -> dict[str, str]:
+    """Every message in a queue, visible or not: messageId -> orderId (or the raw body).
+
+    Read from the local SQS itself: a ReceiveMessage would count as a receive, and
+    enough of them would move the message to the queue's DLQ (maxReceiveCount).
+    """
+    name = engine.get_att(logical_id, "QueueName")
+    queue = sqs_backends[ACCOUNT_ID][REGION].get_queue(name)
+    seen: dict[str, str] = {}
+    for message in list(queue._messages):
+        try:
+            seen[message.id] = json.loads(message.body)["orderId"]
+        except (ValueError, KeyError, TypeError):
+            seen[message.id] = message.body
+    return seen
+
+
+def outcomes(engine: LocalEngine, arn: str) -> dict[str, dict[str, Any]]:
+    """Each message's outcome in one batch execution, by messageId (the Map's output)."""
+    result = engine.wait(arn)
+    [exited] = [
+        e["stateExitedEventDetails"]
+        for e in result.events
+        if e["type"] == "MapStateExited" and e["stateExitedEventDetails"]["name"] == "EachMessage"
+    ]
+    return {o["messageId"]: o for o in json.loads(exited["output"])}
+
+
+def row(engine: LocalEngine, order: str) -> dict[str, Any]:
+    found = ledger_row(engine, f"sqs:{order}")
+    assert found is not None, f"no ledger row for {order}"
+    return found
+
+
+def requests(engine: LocalEngine, service: str, since: int = 0) -> list[tuple[str, int]]:
+    """(operation, HTTP status) of the calls made to a service, after the first `since`."""
+    log = engine.state.requests.snapshot()[since:]
+    return [(r.operation, r.status) for r in log if r.service == service]
+
+
+def bundled(engine: LocalEngine) -> Callable[[Any, Any], Any]:
+    runtime = engine.runtime
+    return runtime.load(runtime.functions[engine.function_name(FUNCTION)])
+
+
+# ---- partial failure ------------------------------------------------------------
+
+
+def test_partial_failure_keeps_exactly_the_failed_messages(batch_engine: LocalEngine) -> None:
+    # GIVEN six orders in the queue, and a processor that fails two of them every time
+    ids = {send(batch_engine, f"order-{n}"): f"order-{n}" for n in range(6)}
+    failing = {"order-1", "order-4"}
+    real = bundled(batch_engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        if payload["workItem"]["payload"]["orderId"] in failing:
+            raise TransientError("the warehouse is down")
+        return real(payload, context)
+
+    # WHEN the pipe runs the batch workflow on them
+    with batch_engine.override_function(FUNCTION, handler):
+        [arn] = batch_engine.pump_pipes()
+    result = batch_engine.wait(arn)
+    # THEN the workflow names exactly the failed messages, and only they stay in the queue
+    failed_ids = {m for m, order in ids.items() if order in failing}
+    assert result.status == "SUCCEEDED"
+    assert {f["itemIdentifier"] for f in result.output["batchItemFailures"]} == failed_ids
+    assert len(result.output["batchItemFailures"]) == 2
+    assert queued(batch_engine) == {m: ids[m] for m in failed_ids}
+    by_message = outcomes(batch_engine, arn)
+    assert {m: o["outcome"] for m, o in by_message.items() if o["retry"]} == dict.fromkeys(
+        failed_ids, "Failed"
+    )
+    # AND every deleted message's outcome is in the ledger; the failed ones are open work
+    for order in ids.values():
+        expected = "FAILED" if order in failing else "PROCESSED"
+        assert row(batch_engine, order)["status"] == expected
+    assert output_effects(batch_engine) == 4
+    # WHEN they come back with the processor healthy
+    [again] = batch_engine.pump_pipes()
+    # THEN they are reclaimed and done, and the queue is empty
+    assert batch_engine.wait(again).output == {"batchItemFailures": []}
+    assert {o["outcome"] for o in outcomes(batch_engine, again).values()} == {"Processed"}
+    assert queued(batch_engine) == {}
+    assert all(row(batch_engine, o)["status"] == "PROCESSED" for o in ids.values())
+    assert output_effects(batch_engine) == 6
+
+
+def test_dead_lettered_and_invalid_messages_are_settled_and_deleted(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN an order the processor refuses for good, a message that is not JSON, and a good one
+    real = bundled(batch_engine)
+    permanent = type("PermanentError", (Exception,), {})
+
+    def handler(payload: Any, context: Any) -> Any:
+        if payload["workItem"]["payload"]["orderId"] == "poison":
+            raise permanent("the order is malformed")
+        return real(payload, context)
+
+    send(batch_engine, "poison")
+    send(batch_engine, "fine")
+    batch_engine.client("sqs").send_message(
+        QueueUrl=batch_engine.ref("SourceQueue"), MessageBody="not json {"
+    )
+    # WHEN the batch runs
+    with batch_engine.override_function(FUNCTION, handler):
+        [arn] = batch_engine.pump_pipes()
+    # THEN the poison order is dead-lettered, the unreadable message is an InvalidEvent,
+    # both with their DLQ message sent, and all three are deleted
+    assert sorted(o["outcome"] for o in outcomes(batch_engine, arn).values()) == [
+        "DeadLettered",
+        "InvalidEvent",
+        "Processed",
+    ]
+    assert batch_engine.wait(arn).output == {"batchItemFailures": []}
+    assert queued(batch_engine) == {}
+    assert len(dlq_messages(batch_engine)) == 2
+    assert "dead_lettered_at" in row(batch_engine, "poison")
+
+
+# ---- a crash mid-batch --------------------------------------------------------
+
+
+def test_a_crash_mid_batch_loses_no_message_and_repeats_no_effect(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN five orders, and a processor that, on one of them, does the work and then
+    # answers more than Step Functions takes (256 KiB) once the others are done: the
+    # execution fails with States.DataLimitExceeded, which no Catch takes
+    orders = [f"crash-{n}" for n in range(5)]
+    ids = {send(batch_engine, order): order for order in orders}
+    real = bundled(batch_engine)
+    crashed: list[str] = []
+
+    def handler(payload: Any, context: Any) -> Any:
+        result = real(payload, context)
+        order = payload["workItem"]["payload"]["orderId"]
+        if order == "crash-2" and not crashed:
+            crashed.append(order)
+            deadline = time.monotonic() + 60
+            others = [o for o in orders if o != order]
+            while any(
+                (ledger_row(batch_engine, f"sqs:{o}") or {}).get("status") != "PROCESSED"
+                for o in others
+            ):
+                assert time.monotonic() < deadline, "the other messages never finished"
+                time.sleep(0.05)
+            return {**result, "padding": "x" * 300_000}
+        return result
+
+    # WHEN the pipe runs the batch
+    with batch_engine.override_function(FUNCTION, handler):
+        [first] = batch_engine.pump_pipes()
+        crash = batch_engine.wait(first)
+        # THEN the whole execution failed after four messages were processed, and every
+        # message is still in the queue: the pipe deleted none
+        # (moto names the Map's failure States.Runtime, its cause the iteration's error)
+        assert crash.status == "FAILED"
+        assert "States.DataLimitExceeded" in f"{crash.error} {crash.cause}"
+        assert queued(batch_engine) == ids
+        assert [row(batch_engine, o)["status"] for o in orders] == ["PROCESSED"] * 2 + [
+            "PROCESSING"
+        ] + ["PROCESSED"] * 2
+        assert output_effects(batch_engine) == 5
+        calls = invocations(batch_engine)
+        # WHEN the batch comes back
+        [second] = batch_engine.pump_pipes()
+        # THEN the four processed ones are settled duplicates (deleted, no processor call);
+        # the crashed one is held by the dead execution's lock, so it stays
+        by_message = outcomes(batch_engine, second)
+        assert {ids[m]: (o["outcome"], o["retry"]) for m, o in by_message.items()} == {
+            **{o: ("Duplicate", False) for o in orders if o != "crash-2"},
+            "crash-2": ("Duplicate", True),
+        }
+        assert invocations(batch_engine) == calls
+        assert queued(batch_engine) == {m: o for m, o in ids.items() if o == "crash-2"}
+        # WHEN its lock expires and it comes back once more
+        expire_lock(batch_engine, "sqs:crash-2")
+        [third] = batch_engine.pump_pipes()
+    # THEN it is reclaimed and completed; nothing is left, nothing was done twice
+    assert [o["outcome"] for o in outcomes(batch_engine, third).values()] == ["Processed"]
+    assert queued(batch_engine) == {}
+    assert queued(batch_engine, "SourceDeadLetterQueue") == {}
+    assert all(row(batch_engine, o)["status"] == "PROCESSED" for o in orders)
+    assert output_effects(batch_engine) == 5
+
+
+# ---- duplicates -----------------------------------------------------------------
+
+
+def test_a_duplicate_costs_its_claim_and_reclaim_and_no_processor_call(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN an order already processed
+    send(batch_engine, "order-dup")
+    batch_engine.pump_pipes()
+    assert row(batch_engine, "order-dup")["status"] == "PROCESSED"
+    calls = invocations(batch_engine)
+    before = len(batch_engine.state.requests.snapshot())
+    # WHEN the producer sends it again
+    resent = send(batch_engine, "order-dup")
+    [arn] = batch_engine.pump_pipes()
+    # THEN it is a settled duplicate: deleted, after one refused claim, one refused
+    # reclaim and a read of the row; the processor is not called
+    assert outcomes(batch_engine, arn)[resent]["outcome"] == "Duplicate"
+    assert outcomes(batch_engine, arn)[resent]["retry"] is False
+    assert queued(batch_engine) == {}
+    assert invocations(batch_engine) == calls
+    assert requests(batch_engine, "dynamodb", since=before) == [
+        ("PutItem", 400),
+        ("UpdateItem", 400),
+        ("GetItem", 200),
+    ]
+    assert output_effects(batch_engine) == 1
+
+
+def test_a_message_held_by_another_live_lock_stays_in_the_queue(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN an order whose row another execution holds (a live lock, an hour left)
+    now = int(time.time())
+    batch_engine.client("dynamodb").put_item(
+        TableName=batch_engine.ref("LedgerTable"),
+        Item={
+            "pk": {"S": "sqs:order-held"},
+            "status": {"S": "PROCESSING"},
+            "lock_owner": {"S": "arn:aws:states:us-east-1:123456789012:express:other:x:y#0"},
+            "lock_expires_at": {"N": str(now + 3600)},
+            "attempts": {"N": "1"},
+            "expires_at": {"N": str(now + 86400)},
+        },
+    )
+    message = send(batch_engine, "order-held")
+    # WHEN its message arrives
+    [arn] = batch_engine.pump_pipes()
+    # THEN it is a duplicate that is not settled: it stays, and nothing was processed
+    outcome = outcomes(batch_engine, arn)[message]
+    assert (outcome["outcome"], outcome["retry"], outcome["ledgerStatus"]) == (
+        "Duplicate",
+        True,
+        "PROCESSING",
+    )
+    assert batch_engine.wait(arn).output == {"batchItemFailures": [{"itemIdentifier": message}]}
+    assert queued(batch_engine) == {message: "order-held"}
+    assert invocations(batch_engine) == 0
+    # WHEN that other execution dies (its lock expires) and the message comes back
+    expire_lock(batch_engine, "sqs:order-held")
+    batch_engine.pump_pipes()
+    # THEN this copy does the work
+    assert queued(batch_engine) == {}
+    assert row(batch_engine, "order-held")["status"] == "PROCESSED"
+    assert output_effects(batch_engine) == 1
+
+
+# ---- lock owners -------------------------------------------------------------
+
+
+def test_messages_of_one_batch_get_their_own_lock_owner_and_call_token(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN three orders and a processor that records what it is given
+    orders = ["own-a", "own-b", "own-c"]
+    for order in orders:
+        send(batch_engine, order)
+    seen: list[dict[str, Any]] = []
+    real = bundled(batch_engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        seen.append(payload)
+        return real(payload, context)
+
+    # WHEN one batch processes them
+    with batch_engine.override_function(FUNCTION, handler):
+        [arn] = batch_engine.pump_pipes()
+    # THEN each message's lock token is the execution and its index, all different,
+    # and it is the lock owner its row was written with
+    tokens = sorted(p["lockToken"] for p in seen)
+    assert tokens == [f"{arn}#{n}" for n in range(3)]
+    assert len({p["callToken"] for p in seen}) == 3
+    assert all(p["callToken"].startswith(p["lockToken"] + "#") for p in seen)
+    owners = sorted(row(batch_engine, o)["lock_owner"] for o in orders)
+    assert owners == tokens
+
+
+# ---- the largest batch fits -------------------------------------------------------
+
+
+def test_a_full_batch_of_the_largest_messages_fits_the_execution_input(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN ten messages as large as the created queue takes, each made of characters
+    # JSON escapes (a quote doubles when the pipe writes the body into its record)
+    sqs = batch_engine.client("sqs")
+    url = batch_engine.ref("SourceQueue")
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])
+    largest = int(attributes["Attributes"]["MaximumMessageSize"])
+    for n in range(10):
+        head = json.dumps({"orderId": f"big-{n}", "notes": ""})[:-2]
+        filler = '\\"' * ((largest - len(head) - 2) // 2)
+        body = head + filler + '"}'
+        assert largest - 2 <= len(body.encode()) <= largest
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+    # WHEN the pipe hands them over as one batch
+    [arn] = batch_engine.pump_pipes()
+    result = batch_engine.wait(arn)
+    # THEN the execution took them all (its input is under 256 KiB) and did them all
+    assert result.status == "SUCCEEDED", result.cause
+    assert len(json.dumps(result.input).encode()) <= 262_144
+    assert len(result.input) == 10
+    assert {o["outcome"] for o in outcomes(batch_engine, arn).values()} == {"Processed"}
+    # AND one byte more is refused by the queue, before any pipe sees it
+    with pytest.raises(Exception, match=r"MessageTooLong|InvalidParameterValue"):
+        sqs.send_message(QueueUrl=url, MessageBody="x" * (largest + 1))
+
+
+# ---- the pipe's reading of the answer ----------------------------------------------
+
+ANSWER = "answer-machine"
+
+
+@pytest.fixture
+def answering(batch_engine: LocalEngine) -> Callable[[Any], set[str]]:
+    """A synchronous target's answer, as the pipe reads it: the messageIds it keeps.
+
+    An EXPRESS state machine that outputs whatever it is told to, or fails when told
+    to; the pipe's rules (_sync_failures) read its real execution.
+    """
+    sfn = batch_engine.client("stepfunctions")
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Choose",
+        "States": {
+            "Choose": {
+                "Type": "Choice",
+                "Choices": [{"Condition": "{% $states.input.fail = true %}", "Next": "Crash"}],
+                "Default": "Answer",
+            },
+            "Answer": {"Type": "Pass", "Output": "{% $states.input.answer %}", "End": True},
+            "Crash": {"Type": "Fail", "Error": "Crashed"},
+        },
+    }
+    arn = sfn.create_state_machine(
+        name=ANSWER,
+        definition=json.dumps(definition),
+        roleArn="arn:aws:iam::123456789012:role/answer",
+        type="EXPRESS",
+    )["stateMachineArn"]
+    messages = [{"MessageId": "m1"}, {"MessageId": "m2"}]
+
+    def read(answer: Any) -> set[str]:
+        execution_input = {"fail": True} if answer == "crash" else {"answer": answer}
+        started = batch_engine.start_execution(arn, execution_input)
+        return batch_engine._sync_failures(started, messages)
+
+    return read
+
+
+@pytest.mark.parametrize(
+    ("answer", "kept"),
+    [
+        pytest.param(None, set(), id="null-response"),
+        pytest.param({}, set(), id="empty-response"),
+        pytest.param({"batchItemFailures": []}, set(), id="empty-list"),
+        pytest.param({"batchItemFailures": None}, set(), id="null-list"),
+        pytest.param({"batchItemFailures": [{"itemIdentifier": "m2"}]}, {"m2"}, id="one"),
+        pytest.param({"batchItemFailures": [{"itemIdentifier": None}]}, {"m1", "m2"}, id="null-id"),
+        pytest.param({"batchItemFailures": [{"itemIdentifier": ""}]}, {"m1", "m2"}, id="empty-id"),
+        pytest.param({"batchItemFailures": [{"id": "m1"}]}, {"m1", "m2"}, id="bad-key-name"),
+        pytest.param(
+            {"batchItemFailures": [{"itemIdentifier": "m9"}]}, {"m1", "m2"}, id="unknown-id"
+        ),
+        pytest.param("crash", {"m1", "m2"}, id="failed-execution"),
+    ],
+)
+def test_the_pipe_reads_the_answer_as_eventbridge_pipes_does(
+    answering: Callable[[Any], set[str]], answer: Any, kept: set[str]
+) -> None:
+    assert answering(answer) == kept
+
+
+def test_a_request_response_pipe_cannot_target_a_standard_workflow() -> None:
+    # GIVEN the default stack (STANDARD processor, FIRE_AND_FORGET pipe) made synchronous
+    parameters = {"SqsSource": "create"}
+    with LocalEngine(TEMPLATE, parameters, function_log=io.StringIO()) as engine:
+        [pipe] = engine.pipes.values()
+        pipe["TargetParameters"]["StepFunctionStateMachineParameters"]["InvocationType"] = (
+            "REQUEST_RESPONSE"
+        )
+        send(engine, "order-1")
+        # WHEN the pipe runs, THEN it is refused (AWS stops such a pipe), and nothing is lost
+        with pytest.raises(EngineError, match="REQUEST_RESPONSE needs an EXPRESS"):
+            engine.pump_pipes()
+        assert list(queued(engine).values()) == ["order-1"]
