@@ -405,7 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="benchmarks: throughput, cost per path, the Powertools baseline, the audit"
     )
     bench_cmd.add_argument("--messages", type=int, default=200, help="messages per path")
-    bench_cmd.add_argument("--audit-keys", type=int, default=5000, help="keys the audit walks")
+    bench_cmd.add_argument(
+        "--audit-keys", type=int, default=100_000, help="objects the local audit walks"
+    )
     bench_cmd.add_argument("--concurrency", type=int, default=8, help="executions at once")
     bench_cmd.add_argument(
         "--rounds", type=int, default=3, help="throughput rounds (the median is reported)"

@@ -465,6 +465,96 @@ def _version_marker_fits() -> list[str]:
     return []
 
 
+def _duplicate_state(definition: str) -> str | None:
+    """Where a state name is used a second time in a definition, or None.
+
+    "State names MUST be unique within the scope of the whole state machine"
+    (Amazon States Language): across Parallel branches and Map processors too.
+    """
+    try:
+        document = json.loads(definition)
+    except ValueError:
+        return None  # not JSON: moto's parser says so
+    seen: set[str] = set()
+
+    def walk(machine: Any, path: str) -> str | None:
+        states = machine.get("States") if isinstance(machine, dict) else None
+        if not isinstance(states, dict):
+            return None
+        for name, state in states.items():
+            where = f"{path}/States/{name}"
+            if name in seen:
+                return f"Duplicate State name: {name} at {where}"
+            seen.add(name)
+            if not isinstance(state, dict):
+                continue
+            for index, branch in enumerate(state.get("Branches") or []):
+                found = walk(branch, f"{where}/Branches[{index}]")
+                if found:
+                    return found
+            for field in ("ItemProcessor", "Iterator"):
+                found = walk(state.get(field), f"{where}/{field}")
+                if found:
+                    return found
+        return None
+
+    return walk(document, "")
+
+
+def _validated(original: Any) -> Any:
+    def _validate_definition(definition: str) -> None:
+        duplicate = _duplicate_state(definition)
+        if duplicate is not None:
+            raise sfn_parser_models.InvalidDefinition(
+                message=f"Invalid State Machine Definition: 'DUPLICATE_STATE_NAME: {duplicate}'"
+            )
+        original(definition=definition)
+
+    return staticmethod(_validate_definition)
+
+
+def _named_error_init(original: Any) -> Any:
+    def __init__(
+        self: Any, message: str, exception_type: str | None = None, status: int | None = None
+    ) -> None:
+        named = getattr(type(self), "code", None)
+        if exception_type is None and type(self).TYPE is None and isinstance(named, str):
+            exception_type = named  # the error's name, as the parser's API declares it
+        original(self, message, exception_type, status)
+
+    return __init__
+
+
+def _install_named_errors(installer: Installer) -> None:
+    error = sfn_exceptions.AWSError
+    installer.replace(error, "__init__", _named_error_init(error.__init__))
+
+
+def _named_errors_fit() -> list[str]:
+    parameters = list(inspect.signature(sfn_exceptions.AWSError.__init__).parameters)
+    if parameters != ["self", "message", "exception_type", "status"]:
+        return [f"moto's stepfunctions AWSError takes {parameters}"]
+    if sfn_parser_models.InvalidDefinition.code != "InvalidDefinition":
+        return ["moto's parser InvalidDefinition no longer declares its code"]
+    return []
+
+
+def _install_unique_state_names(installer: Installer) -> None:
+    backend = sfn_parser_models.StepFunctionsParserBackend
+    installer.replace(backend, "_validate_definition", _validated(backend._validate_definition))
+
+
+def _unique_state_names_fit() -> list[str]:
+    backend = sfn_parser_models.StepFunctionsParserBackend
+    if not isinstance(vars(backend).get("_validate_definition"), staticmethod):
+        return ["moto's StepFunctionsParserBackend._validate_definition is no staticmethod"]
+    if "_validate_definition(definition=definition)" not in inspect.getsource(
+        backend.create_state_machine
+    ):
+        return ["moto's create_state_machine no longer validates through _validate_definition"]
+    return []
+
+
 _TESTS = "tests/unit/test_patches.py::"
 PATCHES = (
     Patch(
@@ -533,5 +623,28 @@ PATCHES = (
         test=_TESTS + "test_list_object_versions_from_a_key_marker_drops_no_version",
         install=_install_version_marker,
         fits=_version_marker_fits,
+    ),
+    Patch(
+        name="state names unique in the whole definition",
+        kind="fidelity",
+        why="CreateStateMachine refuses a definition that uses a state name twice, in "
+        "Parallel branches and Map processors too, with InvalidDefinition "
+        "'DUPLICATE_STATE_NAME' (Amazon States Language: 'state names MUST be unique "
+        "within the scope of the whole state machine'; the error as CloudFormation "
+        "reports it, cfn-lint issue 3616). moto took such a definition.",
+        test=_TESTS + "test_a_state_name_used_twice_is_an_invalid_definition",
+        install=_install_unique_state_names,
+        fits=_unique_state_names_fit,
+    ),
+    Patch(
+        name="Step Functions error names",
+        kind="fidelity",
+        why="Step Functions answers a refused request with its error's name, such as "
+        "InvalidDefinition or InvalidExecutionInput (AWS Step Functions API reference, "
+        "CreateStateMachine and StartExecution, Errors). moto's parser raised them with an "
+        "empty name, so a caller could not tell them apart.",
+        test=_TESTS + "test_a_state_name_used_twice_is_an_invalid_definition",
+        install=_install_named_errors,
+        fits=_named_errors_fit,
     ),
 )

@@ -47,12 +47,14 @@ def test_metric_filters_count_end_states_the_processor_has() -> None:
         props = resource["Properties"]
         assert props["LogGroupName"] == {"Ref": "ProcessorStateMachineLogGroup"}, logical_id
         pattern = props["FilterPattern"]
-        (event_type,) = re.findall(r'\$\.type = "(\w+)"', pattern)
+        event_types = re.findall(r'\$\.type = "(\w+)"', pattern)
         names = re.findall(r'\$\.details\.name = "(\w+)"', pattern)
         assert names, logical_id
-        expected = {"SucceedStateEntered": "Succeed", "FailStateEntered": "Fail"}[event_type]
+        kinds = {"SucceedStateEntered": "Succeed", "FailStateEntered": "Fail"}
         for name in names:
-            assert states[name]["Type"] == expected, f"{logical_id}: {name} is not a {expected}"
+            assert states[name]["Type"] in {kinds[e] for e in event_types}, (
+                f"{logical_id}: {name} is a {states[name]['Type']}, not counted as one"
+            )
         (transformation,) = props["MetricTransformations"]
         assert transformation["MetricNamespace"] == {"Fn::Sub": "onceflow/${AWS::StackName}"}
         metrics[transformation["MetricName"]] = names
@@ -66,6 +68,27 @@ def test_metric_filters_count_end_states_the_processor_has() -> None:
         "DeadLetterFailed": ["DeadLetterFailed"],
         "LedgerUnavailable": ["LedgerUnavailable"],
     }
+
+
+def _batch_end_states() -> dict[str, dict[str, Any]]:
+    batch = diagram.load_asl(ROOT / "statemachines" / "batch.asl.json")
+    states: dict[str, dict[str, Any]] = batch["States"]["EachMessage"]["ItemProcessor"]["States"]
+    return {name: s for name, s in states.items() if s["Type"] == "Succeed"}
+
+
+def test_batch_mode_end_states_are_counted_like_the_processors() -> None:
+    """In the batch workflow every end state is a Succeed state (a Fail state would fail
+    the whole batch) under the processor's name, logged to the processor's log group:
+    each metric must count that name as a SucceedStateEntered too."""
+    ends = _batch_end_states()
+    for logical_id, resource in _resources("AWS::Logs::MetricFilter").items():
+        pattern = resource["Properties"]["FilterPattern"]
+        types = set(re.findall(r'\$\.type = "(\w+)"', pattern))
+        for name in re.findall(r'\$\.details\.name = "(\w+)"', pattern):
+            assert name in ends, f"{logical_id}: the batch workflow has no end state {name}"
+            assert "SucceedStateEntered" in types, (
+                f"{logical_id}: the batch workflow's {name} (a Succeed state) is not counted"
+            )
 
 
 def test_every_alarm_notifies_the_alarm_topic() -> None:

@@ -18,6 +18,7 @@ from service.logic.audit import (
     add_counts,
     age_verdict,
     classify,
+    common_prefix,
     content_row,
     idempotency_key,
     inventory_item,
@@ -386,6 +387,21 @@ def test_an_inventory_row_is_decoded_and_a_delete_marker_or_foreign_row_skipped(
 def test_the_key_marker_sorts_before_the_batchs_first_key(first: str, marker: str | None) -> None:
     assert key_marker_before(first) == marker
     assert marker is None or marker.encode() < first.encode()
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "prefix"),
+    [
+        ("img/1.png", "img/3.png", "img/"),
+        ("a", "a", "a"),
+        ("data/x", "data-y", "data"),
+        ("", "b", ""),
+    ],
+)
+def test_a_batchs_versions_are_listed_under_its_keys_common_prefix(
+    first: str, last: str, prefix: str
+) -> None:
+    assert common_prefix(first, last) == prefix
 
 
 def test_versions_of_keeps_only_the_batchs_keys() -> None:

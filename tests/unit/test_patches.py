@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1505,3 +1506,75 @@ def test_list_object_versions_from_a_key_marker_drops_no_version(engine: LocalEn
             break
         kwargs.update(KeyMarker=page["NextKeyMarker"], VersionIdMarker=page["NextVersionIdMarker"])
     assert len(seen) == len(set(seen)) == 5
+
+
+def test_versions_listed_under_a_prefix_are_what_moto_lists(engine: LocalEngine) -> None:
+    # GIVEN keys under a prefix and around it, overwritten and deleted ones among them
+    s3 = engine.client("s3")
+    bucket = engine.ref("IngestBucket")
+    for key in ("a/1", "a/2", "a/2", "a/3", "a-b/1", "a0", "b/1", "a/"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+    s3.delete_object(Bucket=bucket, Key="a/3")
+    from moto.s3.models import s3_backends
+
+    from onceflow.engine import ACCOUNT_ID
+
+    backend = s3_backends[ACCOUNT_ID]["aws"]
+    a2 = backend.get_bucket(bucket).keys.getlist("a/2")
+    (ab1,) = backend.get_bucket(bucket).keys.getlist("a-b/1")
+    # WHEN the speed-up and moto's own code list them, from the start and resuming
+    cases = [
+        {"prefix": "a/"},
+        {"prefix": "a/", "max_keys": 2},
+        {"prefix": "a/", "key_marker": "a/2", "version_id_marker": a2[-1].version_id},
+        {"prefix": "a/", "key_marker": "a0", "version_id_marker": "x"},
+        # resuming from a key outside the prefix (as the KeyMarker fidelity patch does)
+        {"prefix": "a/", "key_marker": "a-b/1", "version_id_marker": ab1.version_id},
+        {"prefix": "a", "delimiter": "/"},
+        {"prefix": "a/", "key_marker": "a/1"},  # no version id: moto's own code runs
+    ]
+    for case in cases:
+        ours = speedups._prefixed_list_object_versions(backend, bucket, **case)
+        theirs = speedups._ORIGINAL_LIST_OBJECT_VERSIONS(backend, bucket, **case)
+        # THEN each lists the same versions, delete markers, prefixes and next markers
+        assert _listed(ours) == _listed(theirs), case
+
+
+def _listed(result: Any) -> Any:
+    versions, prefixes, markers, next_key, next_version = result
+    return (
+        [(v.name, v.version_id, v.is_latest) for v in versions],
+        prefixes,
+        [(m.name, m.version_id) for m in markers],
+        next_key,
+        next_version,
+    )
+
+
+def test_a_state_name_used_twice_is_an_invalid_definition(engine: LocalEngine) -> None:
+    from botocore.exceptions import ClientError
+
+    # GIVEN a definition whose Map processor reuses a name from the top level
+    definition = {
+        "StartAt": "Work",
+        "States": {
+            "Work": {
+                "Type": "Map",
+                "ItemProcessor": {"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}},
+                "Next": "Done",
+            },
+            "Done": {"Type": "Succeed"},
+        },
+    }
+    sfn = engine.client("stepfunctions")
+    role = "arn:aws:iam::123456789012:role/onceflow-test"
+    # WHEN it is created, THEN it is refused as AWS refuses it
+    with pytest.raises(ClientError) as refused:
+        sfn.create_state_machine(name="twice", definition=json.dumps(definition), roleArn=role)
+    assert refused.value.response["Error"]["Code"] == "InvalidDefinition"
+    assert "DUPLICATE_STATE_NAME: Duplicate State name: Done" in str(refused.value)
+    # AND the same machine with distinct names is taken
+    processor = definition["States"]["Work"]["ItemProcessor"]  # type: ignore[index]
+    processor["StartAt"] = "ItemDone"
+    processor["States"] = {"ItemDone": {"Type": "Succeed"}}
+    sfn.create_state_machine(name="once", definition=json.dumps(definition), roleArn=role)

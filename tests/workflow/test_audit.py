@@ -513,6 +513,10 @@ def test_too_many_failed_batches_fail_the_run_after_the_sweep_and_the_report() -
         )
         assert stored["error"].startswith("States.ExceedToleratedFailureThreshold")
         assert stored["stuck_released"] == 1
+        # What the batches that ran did is in the report: the Map Run's exported results.
+        assert stored["batches"] == 3 and stored["failed_batches"] == 1
+        assert stored["scanned"] == 1500 and stored["ok"] == 1500
+        assert stored["unaudited_objects"] == 1000
 
 
 def _stuck_row(engine: LocalEngine, pk: str) -> None:

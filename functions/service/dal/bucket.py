@@ -10,7 +10,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from service.errors import TransientError, is_transient
-from service.logic.audit import ListedObject, key_marker_before
+from service.logic.audit import ListedObject, common_prefix, key_marker_before
 from service.logic.s3objects import NULL_VERSION
 
 PAGE_SIZE = 1000  # the most one ListObjectVersions call returns
@@ -47,7 +47,13 @@ class Bucket:
         versions together instead of one request per key. Delete markers are not
         uploads and are left out.
         """
-        kwargs: dict[str, Any] = {"Bucket": self.name, "MaxKeys": PAGE_SIZE}
+        # Only keys sharing the range's common prefix can fall inside it: the
+        # listing starts there, not at whatever sorts between the marker and it.
+        kwargs: dict[str, Any] = {
+            "Bucket": self.name,
+            "MaxKeys": PAGE_SIZE,
+            "Prefix": common_prefix(first, last),
+        }
         marker = key_marker_before(first)
         if marker is not None:
             kwargs["KeyMarker"] = marker

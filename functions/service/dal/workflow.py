@@ -130,6 +130,23 @@ class Reports:
             raise TransientError(f"writing the report s3://{self.bucket}/{key}: {exc}") from exc
         return f"s3://{self.bucket}/{key}"
 
+    def find_manifest(self, prefix: str) -> str | None:
+        """The key of a Map Run's exported manifest.json under ``prefix``, if any."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        try:
+            while True:
+                response = self._s3.list_objects_v2(**kwargs)
+                for item in response.get("Contents", []):
+                    if str(item["Key"]).endswith("/manifest.json"):
+                        return str(item["Key"])
+                if not response.get("IsTruncated"):
+                    return None
+                kwargs["ContinuationToken"] = response["NextContinuationToken"]
+        except (ClientError, BotoCoreError) as exc:
+            if isinstance(exc, ClientError) and not is_transient(exc.response):
+                raise
+            raise TransientError(f"listing s3://{self.bucket}/{prefix}: {exc}") from exc
+
     def map_run_results(self, bucket: str, manifest_key: str) -> MapRunResults:
         """What a Distributed Map's ResultWriter exported: its manifest, then every file.
 

@@ -46,6 +46,8 @@ from service.observability import logger, metrics, tracer
 from service.settings import AuditSettings, audit_settings
 
 _RESUBMIT = {"missing_resubmitted", "failed_resubmitted"}
+# Where the Distributed Maps export their children's results (the ASL's ResultWriter).
+RESULTS_PREFIX = "reports/audit-runs/"
 
 
 class Clients:
@@ -162,6 +164,15 @@ def audit_batch(
     AuditResubmitsPerSecond and stop when the batch's time is up; the rest are
     counted as deferred (the next audit finds them again).
     """
+    # The batch's time runs from here: its EXPRESS child gives the task 280 s, so
+    # listing and reading count against the 240 s, leaving room for a last start.
+    seconds = settings.batch_seconds
+    if context is not None:  # and the Lambda's own timeout, 30 s to spare
+        seconds = min(seconds, context.get_remaining_time_in_millis() / 1000 - 30)
+    budget = Budget(
+        per_second=settings.resubmits_per_second / settings.max_concurrency,
+        deadline=time.monotonic() + seconds,
+    )
     window = _window(event, settings)
     bucket = settings.ingest_bucket
     objects = _batch_objects(event, settings, clients)
@@ -171,13 +182,6 @@ def audit_batch(
     }
     rows = clients.ledger.batch_get(versions.values())
     counts = add_counts()
-    seconds = settings.batch_seconds
-    if context is not None:  # and the Lambda's own timeout, 30 s to spare
-        seconds = min(seconds, context.get_remaining_time_in_millis() / 1000 - 30)
-    budget = Budget(
-        per_second=settings.resubmits_per_second / settings.max_concurrency,
-        deadline=time.monotonic() + seconds,
-    )
     resubmitted: list[str] = []
     for obj in objects:
         counts["scanned"] += 1
@@ -377,12 +381,17 @@ def _dead_letter_failed(
     logger.warning("failed work dead-lettered", extra={"idempotency_key": row["pk"]})
 
 
-def _walk(objects: dict[str, Any], clients: Clients) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _walk(
+    objects: dict[str, Any], audit_id: str, clients: Clients
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The batches' counts and what the report says about the bucket walk.
 
     The Distributed Map exported its children's results to S3 (ResultWriter):
     the succeeded batches' outputs are summed; a failed batch's objects are
-    counted as not audited (the next run walks them again).
+    counted as not audited (the next run walks them again). A walk that failed
+    (too many failed batches) hands on no result, but its results were exported
+    all the same (input-output-resultwriter.html): they are found under the run's
+    prefix, so what the batches that ran did is still counted.
     """
     walk: dict[str, Any] = {
         "source": objects.get("source", ""),
@@ -394,7 +403,10 @@ def _walk(objects: dict[str, Any], clients: Clients) -> tuple[list[dict[str, Any
         walk["error"] = f"{objects['error']}: {str(objects.get('cause') or '')[:1000]}"
     where = objects.get("results") or {}
     if not where.get("Bucket") or not where.get("Key"):
-        return [], walk
+        found = clients.reports.find_manifest(f"{RESULTS_PREFIX}{audit_id}/")
+        if found is None:
+            return [], walk
+        where = {"Bucket": clients.reports.bucket, "Key": found}
     results = clients.reports.map_run_results(str(where["Bucket"]), str(where["Key"]))
     walk["batches"] = len(results.outputs) + len(results.failed)
     parts = [o for o in results.outputs if isinstance(o, dict)]
@@ -411,7 +423,7 @@ def _walk(objects: dict[str, Any], clients: Clients) -> tuple[list[dict[str, Any
 
 def report(event: dict[str, Any], settings: AuditSettings, clients: Clients) -> dict[str, Any]:
     """Sum the batches and the lock sweep, write reports/audit/<date>.json, emit the metrics."""
-    batches, walk = _walk(event.get("objects") or {}, clients)
+    batches, walk = _walk(event.get("objects") or {}, str(event.get("auditId", "")), clients)
     parts: list[dict[str, Any]] = [*batches, event.get("locks") or {}]
     counts = add_counts(*(p.get("counts") or {} for p in parts))
     sample: list[str] = []

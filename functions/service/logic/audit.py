@@ -348,6 +348,16 @@ def key_marker_before(first_key: str) -> str | None:
     return first_key[:-1] or None
 
 
+def common_prefix(first: str, last: str) -> str:
+    """The characters two keys start with alike (S3 prefixes are strings, not paths)."""
+    length = 0
+    for a, b in zip(first, last, strict=False):
+        if a != b:
+            break
+        length += 1
+    return first[:length]
+
+
 def versions_of(keys: Iterable[str], versions: Iterable[ListedObject]) -> list[ListedObject]:
     """The versions of these keys among a range listing's (which may hold other keys)."""
     wanted = set(keys)
