@@ -40,6 +40,10 @@ DUPLICATE_COMMENT. An uncaught error, a crash or the five-minute limit fails
 the whole execution, and the pipe then retries the whole batch
 (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-pipes-error-troubleshooting.html).
 
+The copied claims and failure writes leave out the OpenWork index entry
+(WITHOUT_OPEN_WORK): the queue, not the audit, brings back a message whose work
+failed or stalled.
+
 The file keeps the processor's ``${Param}`` DefinitionSubstitutions verbatim,
 quoted or not (``"IntervalSeconds": ${RetryIntervalSeconds}``).
 
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import re
 import sys
@@ -280,6 +285,72 @@ def _duplicate_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {READ_DUPLICATE: read, DUPLICATE: duplicate}
 
 
+# The batch mode keeps its rows out of the OpenWork index. The index is how the
+# audit finds stuck and failed work that nothing else would bring back (a message
+# the pipe deleted at the start of its execution); in batch mode the queue keeps
+# a message until its outcome is settled and brings back one that failed or whose
+# execution died, so the index's 2 write units a message buy nothing. Each
+# rewrite must apply (the processor's text is matched exactly): a processor that
+# writes open_status another way fails the generator, not the batch.
+_SHARD = "$lowercase($substring($hash({key}, 'MD5'), 0, 1))"
+WITHOUT_OPEN_WORK: tuple[tuple[str, str, str], ...] = (
+    (
+        "Claim",
+        "'open_status': {'S': 'PROCESSING#' & " + _SHARD.format(key="$w.idempotencyKey") + "}, ",
+        "",
+    ),
+    ("Reclaim", "SET #status = :processing, open_status = :open, ", "SET #status = :processing, "),
+    (
+        "Reclaim",
+        "':open': {'S': 'PROCESSING#' & " + _SHARD.format(key="$workItem.idempotencyKey") + "}, ",
+        "",
+    ),
+    ("MarkFailed", "SET #status = :failed, open_status = :open, ", "SET #status = :failed, "),
+    (
+        "MarkFailed",
+        ", ':open': {'S': 'FAILED#' & " + _SHARD.format(key="$workItem.idempotencyKey") + "}",
+        "",
+    ),
+    (
+        "ReleaseUndelivered",
+        "SET #status = :failed, open_status = :open, ",
+        "SET #status = :failed, ",
+    ),
+    (
+        "ReleaseUndelivered",
+        "':open': {'S': 'FAILED#' & " + _SHARD.format(key="$workItem.idempotencyKey") + "}, ",
+        "",
+    ),
+)
+
+
+def _replace(text: str, old: str, new: str) -> str:
+    return text.replace(old, new)
+
+
+def _without_open_work(states: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out = dict(states)
+    for name, old, new in WITHOUT_OPEN_WORK:
+        if name not in out:
+            raise DefinitionError(f"the processor has no state {name} to keep out of OpenWork")
+        found = [s for s in _strings(out[name]) if old in s]
+        if len(found) != 1 or found[0].count(old) != 1:
+            raise DefinitionError(
+                f"{name} no longer writes open_status as onceflow/batch_definition.py expects "
+                f"({old!r}): update WITHOUT_OPEN_WORK"
+            )
+        out[name] = _map_strings(out[name], functools.partial(_replace, old=old, new=new))
+    left = [
+        name
+        for name, state in out.items()
+        for s in _strings(state)
+        if "open_status = " in s or "'open_status':" in s or "':open'" in s
+    ]
+    if left:
+        raise DefinitionError(f"open_status is still written in {sorted(set(left))}")
+    return out
+
+
 def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     states: dict[str, dict[str, Any]] = processor["States"]
     taken = {FIRST_STATE, READ_DUPLICATE} & set(states)
@@ -337,7 +408,7 @@ def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     leftover = [name for name, s in out.items() if name != FIRST_STATE and EXECUTION_ID in str(s)]
     if leftover:
         raise DefinitionError(f"Execution.Id left in {leftover}")
-    return out
+    return _without_open_work(out)
 
 
 def batch_definition(processor: dict[str, Any]) -> dict[str, Any]:

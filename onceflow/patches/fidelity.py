@@ -20,11 +20,16 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from moto.core import botocore_stubber
+from moto.core.exceptions import AWSError
 from moto.core.utils import unix_time_millis
 from moto.s3 import models as s3_models
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions.parser import models as sfn_parser_models
-from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
+from moto.stepfunctions.parser.api import (
+    EvaluationFailedEventDetails,
+    HistoryEventType,
+    InvalidDefinition,
+)
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
     CustomErrorName,
 )
@@ -505,7 +510,7 @@ def _validated(original: Any) -> Any:
     def _validate_definition(definition: str) -> None:
         duplicate = _duplicate_state(definition)
         if duplicate is not None:
-            raise sfn_parser_models.InvalidDefinition(
+            raise InvalidDefinition(
                 message=f"Invalid State Machine Definition: 'DUPLICATE_STATE_NAME: {duplicate}'"
             )
         original(definition=definition)
@@ -518,7 +523,12 @@ def _named_error_init(original: Any) -> Any:
         self: Any, message: str, exception_type: str | None = None, status: int | None = None
     ) -> None:
         named = getattr(type(self), "code", None)
-        if exception_type is None and type(self).TYPE is None and isinstance(named, str):
+        if (
+            exception_type is None
+            and type(self).TYPE is None
+            and isinstance(named, str)
+            and type(self).__module__.startswith("moto.stepfunctions.")
+        ):
             exception_type = named  # the error's name, as the parser's API declares it
         original(self, message, exception_type, status)
 
@@ -526,15 +536,14 @@ def _named_error_init(original: Any) -> Any:
 
 
 def _install_named_errors(installer: Installer) -> None:
-    error = sfn_exceptions.AWSError
-    installer.replace(error, "__init__", _named_error_init(error.__init__))
+    installer.replace(AWSError, "__init__", _named_error_init(AWSError.__init__))
 
 
 def _named_errors_fit() -> list[str]:
-    parameters = list(inspect.signature(sfn_exceptions.AWSError.__init__).parameters)
+    parameters = list(inspect.signature(AWSError.__init__).parameters)
     if parameters != ["self", "message", "exception_type", "status"]:
         return [f"moto's stepfunctions AWSError takes {parameters}"]
-    if sfn_parser_models.InvalidDefinition.code != "InvalidDefinition":
+    if not issubclass(InvalidDefinition, AWSError) or InvalidDefinition.code != "InvalidDefinition":
         return ["moto's parser InvalidDefinition no longer declares its code"]
     return []
 

@@ -165,6 +165,14 @@ def test_the_generator_refuses_a_processor_it_cannot_translate() -> None:
     jsonpath["QueryLanguage"] = "JSONPath"
     with pytest.raises(DefinitionError, match="JSONata"):
         batch_definition.batch_definition(jsonpath)
+    # A claim that writes the open-work index in a way the batch cannot leave out
+    other_index = _processor()
+    claim = other_index["States"]["Claim"]["Arguments"]
+    claim["Item"] = claim["Item"].replace(
+        "'open_status': {'S': 'PROCESSING#' &", "'open_status': {'S': 'P#' &"
+    )
+    with pytest.raises(DefinitionError, match="Claim no longer writes open_status"):
+        batch_definition.batch_definition(other_index)
 
 
 # ---- parameters and rules ----------------------------------------------------
