@@ -481,6 +481,27 @@ def _batcher_is_valid(batcher: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(batch_input, dict) or _is_jsonata(batch_input)
 
 
+def _move_aside(
+    state: dict[str, Any], language: str, field: str, valid: Callable[[Any], bool]
+) -> bool:
+    """Move a JSONata Distributed Map's ``field`` (when ``valid``) from the state to
+    its ItemProcessor's mark; True when it moved."""
+    value = state.get(field)
+    processor = state.get("ItemProcessor")
+    config = processor.get("ProcessorConfig") if isinstance(processor, dict) else None
+    if (
+        language != "JSONata"
+        or not isinstance(processor, dict)
+        or not isinstance(config, dict)
+        or config.get("Mode") != "DISTRIBUTED"
+        or not valid(value)
+    ):
+        return False
+    del state[field]
+    _set_aside(processor, field, value)
+    return True
+
+
 def _set_batcher_aside(state: dict[str, Any], language: str) -> bool:
     """Take a valid JSONata Distributed Map's ItemBatcher out of the state (moto's
     grammar has no ItemBatcher) and leave its mark as the ItemProcessor's Comment,
@@ -490,20 +511,7 @@ def _set_batcher_aside(state: dict[str, Any], language: str) -> bool:
     fields and "key.$" templates are not reproduced) stays, and moto's parser
     refuses the definition as before.
     """
-    batcher = state.get("ItemBatcher")
-    processor = state.get("ItemProcessor")
-    config = processor.get("ProcessorConfig") if isinstance(processor, dict) else None
-    if (
-        language != "JSONata"
-        or not isinstance(processor, dict)
-        or not isinstance(config, dict)
-        or config.get("Mode") != "DISTRIBUTED"
-        or not _batcher_is_valid(batcher)
-    ):
-        return False
-    del state["ItemBatcher"]
-    _set_aside(processor, "ItemBatcher", batcher)
-    return True
+    return _move_aside(state, language, "ItemBatcher", _batcher_is_valid)
 
 
 def json_bytes(value: Any) -> int:
@@ -900,20 +908,7 @@ def _set_writer_aside(state: dict[str, Any], language: str) -> bool:
     grammar refuses Arguments and WriterConfig there) and set it aside with the
     Map. In JSONPath, or not valid, it stays: moto's parser reads Resource and
     Parameters (and writes an empty manifest) and refuses the rest."""
-    writer = state.get("ResultWriter")
-    processor = state.get("ItemProcessor")
-    config = processor.get("ProcessorConfig") if isinstance(processor, dict) else None
-    if (
-        language != "JSONata"
-        or not isinstance(processor, dict)
-        or not isinstance(config, dict)
-        or config.get("Mode") != "DISTRIBUTED"
-        or not _writer_is_valid(writer)
-    ):
-        return False
-    del state["ResultWriter"]
-    _set_aside(processor, "ResultWriter", writer)
-    return True
+    return _move_aside(state, language, "ResultWriter", _writer_is_valid)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from onceflow.batch_definition import (
 from onceflow.engine import DEFAULT_TEMPLATE, LocalEngine
 from onceflow.template import Stack, TemplateError, coerce_parameter
 from onceflow.worstcase import EXPRESS_LIMIT_SECONDS, worst_case_seconds
-from tests.template.translate import translated
+from tests.template.translate import INTEGRATION_ACTIONS, tasks, translated
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE: Path = DEFAULT_TEMPLATE
@@ -298,32 +298,13 @@ def test_each_batch_size_gets_the_largest_message_a_whole_batch_fits() -> None:
     _, chosen, single = queue["MaximumMessageSize"]["Fn::If"]
     index, sizes = chosen["Fn::Select"]
     assert index == {"Ref": "SqsBatchSize"}
+    sizes = [int(size) for size in sizes]  # strings in the template (checkov)
     assert single == 65536 == sizes[1]  # one message: today's limit
     for n in range(1, 11):
         # each body JSON-escaped to at most twice its size, plus the record around it
         fits = (STEP_FUNCTIONS_INPUT - _array(n)) // (2 * n) // 1024 * 1024
         assert sizes[n] == min(65536, fits), n
         assert n * (2 * sizes[n]) + _array(n) <= STEP_FUNCTIONS_INPUT
-
-
-_INTEGRATION_ACTIONS = {
-    "arn:aws:states:::dynamodb:putItem": ("dynamodb:PutItem", "TableName"),
-    "arn:aws:states:::dynamodb:updateItem": ("dynamodb:UpdateItem", "TableName"),
-    "arn:aws:states:::dynamodb:getItem": ("dynamodb:GetItem", "TableName"),
-    "arn:aws:states:::sqs:sendMessage": ("sqs:SendMessage", "QueueUrl"),
-    "arn:aws:states:::lambda:invoke": ("lambda:InvokeFunction", "FunctionName"),
-}
-
-
-def _tasks(definition: dict[str, Any]) -> list[dict[str, Any]]:
-    tasks = []
-    for state in definition["States"].values():
-        if state["Type"] == "Task":
-            tasks.append(state)
-        for nested in [state.get("ItemProcessor"), *state.get("Branches", [])]:
-            if nested:
-                tasks += _tasks(nested)
-    return tasks
 
 
 def test_every_resource_the_batch_workflow_touches_is_granted(batch_engine: LocalEngine) -> None:
@@ -334,10 +315,10 @@ def test_every_resource_the_batch_workflow_touches_is_granted(batch_engine: Loca
         batch_engine.ref("LedgerTable"): table,
         batch_engine.ref("DeadLetterQueue"): batch_engine.get_att("DeadLetterQueue", "Arn"),
     }
-    tasks = _tasks(definition)
-    assert {t["Resource"] for t in tasks} == set(_INTEGRATION_ACTIONS)
-    for task in tasks:
-        action, field = _INTEGRATION_ACTIONS[task["Resource"]]
+    found = tasks(definition)
+    assert {t["Resource"] for t in found} == set(INTEGRATION_ACTIONS)
+    for task in found:
+        action, field = INTEGRATION_ACTIONS[task["Resource"]]
         target = str(task["Arguments"][field])
         assert not target.startswith("{%"), "targets come from substitutions, not data"
         arn = arns.get(target, target)

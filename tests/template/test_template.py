@@ -15,7 +15,7 @@ import pytest
 
 from onceflow.engine import LocalEngine
 from onceflow.template import Stack, TemplateError, coerce_parameter
-from tests.template.translate import resources_of_type, translated
+from tests.template.translate import INTEGRATION_ACTIONS, resources_of_type, tasks, translated
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -292,27 +292,6 @@ def test_the_deployed_runtime_is_fixed_in_the_template_not_a_parameter() -> None
     assert _deployed_runtime() in {"python3.12", "python3.13"}
 
 
-# Which IAM action each ASL service integration needs.
-_INTEGRATION_ACTIONS = {
-    "arn:aws:states:::dynamodb:putItem": ("dynamodb:PutItem", "TableName"),
-    "arn:aws:states:::dynamodb:updateItem": ("dynamodb:UpdateItem", "TableName"),
-    "arn:aws:states:::sqs:sendMessage": ("sqs:SendMessage", "QueueUrl"),
-    "arn:aws:states:::lambda:invoke": ("lambda:InvokeFunction", "FunctionName"),
-}
-
-
-def _tasks(definition: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every Task state, those inside Map and Parallel states included."""
-    tasks = []
-    for state in definition["States"].values():
-        if state["Type"] == "Task":
-            tasks.append(state)
-        for nested in [state.get("ItemProcessor"), *state.get("Branches", [])]:
-            if nested:
-                tasks += _tasks(nested)
-    return tasks
-
-
 def _policy_statements(stack: Stack, logical_id: str) -> list[dict[str, Any]]:
     policies = stack.template["Resources"][logical_id]["Properties"]["Policies"]
     return [s for p in policies for s in stack.resolve(p)["Statement"]]
@@ -334,8 +313,8 @@ def test_every_resource_the_asl_touches_is_granted(machine: str) -> None:
         definition = json.loads(text)
         statements = _policy_statements(engine.stack, machine)
         needed = []
-        for task in _tasks(definition):
-            action, field = _INTEGRATION_ACTIONS[task["Resource"]]
+        for task in tasks(definition):
+            action, field = INTEGRATION_ACTIONS[task["Resource"]]
             target = task["Arguments"][field]
             assert not str(target).startswith("{%"), "targets come from substitutions, not data"
             needed.append((action, _to_arn(engine, target)))

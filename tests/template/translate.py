@@ -43,3 +43,25 @@ def translated(parameters: dict[str, str] | None = None) -> dict[str, Any]:
 
 def resources_of_type(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
     return {k: r for k, r in template["Resources"].items() if r["Type"] == kind}
+
+
+# Which IAM action each ASL service integration of the state machines needs.
+INTEGRATION_ACTIONS = {
+    "arn:aws:states:::dynamodb:putItem": ("dynamodb:PutItem", "TableName"),
+    "arn:aws:states:::dynamodb:updateItem": ("dynamodb:UpdateItem", "TableName"),
+    "arn:aws:states:::dynamodb:getItem": ("dynamodb:GetItem", "TableName"),
+    "arn:aws:states:::sqs:sendMessage": ("sqs:SendMessage", "QueueUrl"),
+    "arn:aws:states:::lambda:invoke": ("lambda:InvokeFunction", "FunctionName"),
+}
+
+
+def tasks(definition: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every Task state, those inside Map and Parallel states included."""
+    found = []
+    for state in definition["States"].values():
+        if state["Type"] == "Task":
+            found.append(state)
+        for nested in [state.get("ItemProcessor"), *state.get("Branches", [])]:
+            if nested:
+                found += tasks(nested)
+    return found
