@@ -421,6 +421,19 @@ def test_the_audit_function_may_do_what_it_does_and_no_more() -> None:
     assert all(s["Resource"] != "*" for s in statements)
 
 
+def test_the_audits_results_and_inventory_reports_do_not_pile_up() -> None:
+    from tests.template.translate import translated
+
+    rules = translated()["Resources"]["OutputBucket"]["Properties"]["LifecycleConfiguration"]
+    by_prefix = {r["Prefix"]: r for r in rules["Rules"]}
+    # Only what the audit writes expires: outputs and audit reports stay
+    assert set(by_prefix) == {"reports/audit-runs/", "inventory/"}
+    assert by_prefix["reports/audit-runs/"]["ExpirationInDays"] == 30
+    # The audit reads a report at most 8 days old (Weekly): 14 days keep two
+    assert by_prefix["inventory/"]["ExpirationInDays"] == 14
+    assert all(r["Status"] == "Enabled" for r in rules["Rules"])
+
+
 @pytest.mark.parametrize("expire", ["true", "false"])
 def test_noncurrent_versions_expire_after_the_retention_window_only_when_asked(
     expire: str,

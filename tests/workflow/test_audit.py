@@ -404,11 +404,11 @@ def history_size(engine: LocalEngine, arn: str) -> int:
     return sum(len(page["events"]) for page in pages)
 
 
-def test_a_5000_key_bucket_is_audited_in_batches_with_the_history_of_a_small_one() -> None:
+def test_a_2500_key_bucket_is_audited_in_batches_with_the_history_of_a_small_one() -> None:
     with audit_engine() as engine:
         with engine.override_function(FUNCTION, always(PermanentError)):
             small = run_audit(engine)
-        missing = _bucket_with_rows(engine, 5000, lost_every=500)
+        missing = _bucket_with_rows(engine, 2500, lost_every=500)
         batches: list[int] = []
         with (
             engine.override_function("AuditFunction", recording_batches(engine, batches)),
@@ -416,15 +416,15 @@ def test_a_5000_key_bucket_is_audited_in_batches_with_the_history_of_a_small_one
         ):
             large = run_audit(engine)
         report = large.output
-        assert report["scanned"] == 5000 and report["ok"] == 4990
-        assert report["missing_resubmitted"] == 10
+        assert report["scanned"] == 2500 and report["ok"] == 2495
+        assert report["missing_resubmitted"] == 5
         assert sorted(report["resubmitted_sample"]) == sorted(missing)
-        # Five batches of 1000 (five EXPRESS children), each one invocation.
-        assert sorted(batches) == [1000] * 5 and report["batches"] == 5
+        # Three batches of at most 1000 (three EXPRESS children), each one invocation.
+        assert sorted(batches) == [500, 1000, 1000] and report["batches"] == 3
         # The audit's own history does not grow with the bucket.
         assert history_size(engine, large.arn) == history_size(engine, small.arn)
-        # The ten resubmissions ran (the injected processor dead-letters them).
-        assert len(dlq_messages(engine)) == 10
+        # The five resubmissions ran (the injected processor dead-letters them).
+        assert len(dlq_messages(engine)) == 5
 
 
 def recording_batches(engine: LocalEngine, sizes: list[int]) -> Any:
