@@ -9,6 +9,7 @@ import contextlib
 import datetime
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -622,6 +623,9 @@ def _diagrams(args: argparse.Namespace) -> int:
             print(
                 f"README.md: the {name} diagram differs from its ASL; run onceflow diagrams --write"
             )
+        if not stale:
+            names = ", ".join(diagram.MACHINES)
+            print(f"README.md: the diagrams ({names}) match their ASL files")
         return 1 if stale else 0
     if args.write:
         text = diagram.README.read_text(encoding="utf-8")
@@ -666,6 +670,16 @@ def _forward(argv: list[str], args: argparse.Namespace) -> int | None:
     return server.forward(state, argv)
 
 
+def _silence_stdout() -> None:
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return  # not a file (a test's stream): there is nothing to flush at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     # An event may hold text no encoding can write (a lone surrogate): print it escaped.
     for stream in (sys.stdout, sys.stderr):
@@ -678,6 +692,12 @@ def main(argv: list[str] | None = None) -> int:
         return forwarded
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # The reader went away (onceflow executions | head): nothing more to say, and
+        # Python must not fail again flushing stdout at exit (Python docs, "Note on
+        # SIGPIPE"): what is left goes to /dev/null.
+        _silence_stdout()
+        return 1
     except (EngineError, TemplateError, ops.OpsError, records.RecordError) as exc:
         print(f"onceflow: {exc}", file=sys.stderr)
         return 2

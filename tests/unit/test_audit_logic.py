@@ -299,13 +299,20 @@ def test_batch_get_retries_unprocessed_keys_until_all_are_read() -> None:
     assert sorted(rows) == ["a", "b", "c"] and client.calls == 3
 
 
-def test_batch_get_gives_up_as_a_transient_error() -> None:
-    from service.dal.ledger import Ledger
+def test_batch_get_gives_up_as_a_transient_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.dal import ledger
     from service.errors import TransientError
 
+    # GIVEN a table that keeps every key unprocessed (throttled), and a clock that
+    # records the backoff instead of sleeping it
+    waits: list[float] = []
+    monkeypatch.setattr(ledger.time, "sleep", waits.append)
     client = _Throttled("t", unprocessed_rounds=100)
+    # WHEN the ledger reads, THEN it backs off exponentially and gives up as transient
     with pytest.raises(TransientError, match="unprocessed"):
-        Ledger("t", "OpenWork", client).batch_get([str(n) for n in range(20)])
+        ledger.Ledger("t", "OpenWork", client).batch_get([str(n) for n in range(20)])
+    retries = ledger._UNPROCESSED_RETRIES
+    assert waits == [min(0.05 * 2**attempt, 2.0) for attempt in range(retries)]
 
 
 def test_a_name_started_again_while_running_is_not_counted_twice() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -255,3 +257,20 @@ def test_execute_takes_any_json_without_a_traceback(
     assert result == code
     assert said in out + err + message
     assert "Traceback" not in out + err
+
+
+class _ClosedPipe(io.StringIO):
+    """stdout after its reader went away (onceflow diagrams | head -1)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_reader_that_went_away_ends_the_command_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a stdout whose reader has closed the pipe
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    # WHEN a command prints to it, THEN it ends with status 1 and says nothing more
+    assert main(["diagrams"]) == 1
+    assert capsys.readouterr().err == ""

@@ -69,7 +69,12 @@ def test_check_and_write(
     assert "audit diagram differs" in capsys.readouterr().out
     assert main(["diagrams", "--write"]) == 0
     assert 'MoreLocks -->|"Locks left"| SweepLocks' in readme.read_text(encoding="utf-8")
+    capsys.readouterr()
     assert main(["diagrams", "--check"]) == 0
+    # A check that passed says so
+    assert capsys.readouterr().out == (
+        "README.md: the diagrams (processor, audit) match their ASL files\n"
+    )
 
 
 def test_a_readme_without_the_blocks_is_an_error(
