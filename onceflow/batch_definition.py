@@ -28,9 +28,12 @@ Terminal states change, because in an inline Map "any iteration failure causes
 the Map state to fail" and then "all iterations stop" (ProcessorConfig, Step
 Functions developer guide,
 https://docs.aws.amazon.com/step-functions/latest/dg/state-map-inline.html),
-and so the execution fails, the whole batch with it. Each becomes a
-Succeed state whose output is ``{messageId, outcome, retry, error?, cause?}``;
-the Fail state's Error and Cause expressions are kept as values. ``retry``
+and so the execution fails, the whole batch with it. Each ends the
+iteration with the output ``{messageId, outcome, retry, error?, cause?}``: a
+Succeed state stays a Succeed state; a Fail state runs inside a one-branch
+Parallel (``Log<name>``) whose Catch makes that output from its Error and
+Cause, so the Fail state is still entered, and logged at level ERROR, under
+its own name (the template's failure metrics count it). ``retry``
 is true (the message stays in the queue) for every outcome that is not
 settled; Duplicate is settled only when the row is PROCESSED or
 dead-lettered, which it reads back (the dynamodb:getItem integration,
@@ -75,6 +78,8 @@ DUPLICATE = "Duplicate"
 OWNER = "lockOwner"
 MESSAGE_ID = "messageId"
 DUPLICATE_ROW = "duplicateRow"
+LOG_PREFIX = "Log"  # the Parallel a processor Fail state runs in
+MESSAGE_ENDS = "MessageEnds"
 MAX_CONCURRENCY = 10  # SqsBatchSize is at most 10: every message of a batch runs at once
 
 EXECUTION_ID = "$states.context.Execution.Id"
@@ -102,7 +107,6 @@ _SUBSTITUTION = re.compile(r"\$\{(\w+)\}")
 _MARK = "@@onceflow-substitution:{}@@"
 _MARKED = re.compile(r'"@@onceflow-substitution:(\w+)@@"')
 _CONTEXT = re.compile(r"\$states\.context(?:\.[A-Za-z]+)+")
-_EXPRESSION = re.compile(r"^\{%(.*)%\}$", re.S)
 
 
 class DefinitionError(Exception):
@@ -172,15 +176,6 @@ def _strings(node: Any) -> list[str]:
     return [node] if isinstance(node, str) else []
 
 
-def _as_jsonata(value: Any) -> str:
-    """A Fail state's Error or Cause as a JSONata value: its expression, or a literal."""
-    if isinstance(value, str):
-        match = _EXPRESSION.match(value.strip())
-        if match is not None:
-            return f"({match.group(1).strip()})"
-    return json.dumps(value)
-
-
 def _outcome(name: str, retry: bool, extra: Sequence[tuple[str, str]] = ()) -> str:
     fields = [
         ("messageId", f"${MESSAGE_ID}"),
@@ -191,24 +186,58 @@ def _outcome(name: str, retry: bool, extra: Sequence[tuple[str, str]] = ()) -> s
     return "{% {" + ", ".join(f"'{key}': {value}" for key, value in fields) + "} %}"
 
 
-def _terminal(name: str, state: dict[str, Any]) -> dict[str, Any]:
-    """A processor end state as a Succeed state whose output says what the pipe must do."""
+def _terminal(name: str, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A processor end state as the batch's states: ends the iteration with an output that
+    says what the pipe must do.
+
+    A Succeed state stays a Succeed state of the same name (logged at level ALL).
+    A Fail state would fail the whole Map, so it runs inside a one-branch Parallel
+    (``Log<name>``) whose Catch ends the iteration: the Fail state keeps its name, its
+    Error and its Cause, and Step Functions logs its FailStateEntered at level ERROR
+    as for the processor (cw-logs.html), so the failure metrics count a batch's
+    failures at the batch mode's default log level, ERROR.
+    """
     comment = state.get("Comment")
-    if state["Type"] == "Fail":
-        retry = name in RETRIED
-        extra = [
-            (key.lower(), _as_jsonata(state[key])) for key in ("Error", "Cause") if key in state
-        ]
-        why = "In the batch a Fail state would fail the whole Map: a Succeed state instead, " + (
-            "the message stays in the queue." if retry else "the message is deleted."
-        )
-    else:
-        retry, extra = False, []
+    if state["Type"] != "Fail":
         why = "In the batch: settled, the message is deleted."
-    converted: dict[str, Any] = {"Type": "Succeed"}
-    converted["Comment"] = f"{comment} {why}" if comment else why
-    converted["Output"] = _outcome(name, retry, extra)
-    return converted
+        return {
+            name: {
+                "Type": "Succeed",
+                "Comment": f"{comment} {why}" if comment else why,
+                "Output": _outcome(name, False),
+            }
+        }
+    retry = name in RETRIED
+    caught = _outcome(
+        name,
+        retry,
+        [("error", "$states.errorOutput.Error"), ("cause", "$states.errorOutput.Cause")],
+    )
+    why = (
+        f"In the batch a Fail state would fail the whole Map: {name} runs inside this "
+        "Parallel, whose Catch ends the message's iteration; "
+        + ("the message stays in the queue." if retry else "the message is deleted.")
+    )
+    return {
+        LOG_PREFIX + name: {
+            "Type": "Parallel",
+            "Comment": f"{comment} {why}" if comment else why,
+            "Branches": [{"StartAt": name, "States": {name: copy.deepcopy(state)}}],
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Output": caught, "Next": MESSAGE_ENDS}],
+            "Next": MESSAGE_ENDS,
+        }
+    }
+
+
+def _message_ends() -> dict[str, Any]:
+    return {
+        "Type": "Succeed",
+        "Comment": (
+            "The end of a message that ended in a Fail state of the processor: its outcome, "
+            "made by the Catch of that state's Parallel."
+        ),
+        "Output": "{% $states.input %}",
+    }
 
 
 def _redirect(state: dict[str, Any], old: str, new: str) -> dict[str, Any]:
@@ -353,7 +382,8 @@ def _without_open_work(states: dict[str, dict[str, Any]]) -> dict[str, dict[str,
 
 def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     states: dict[str, dict[str, Any]] = processor["States"]
-    taken = {FIRST_STATE, READ_DUPLICATE} & set(states)
+    taken = {FIRST_STATE, READ_DUPLICATE, MESSAGE_ENDS} & set(states)
+    taken |= {LOG_PREFIX + n for n in states} & set(states)
     if taken:
         raise DefinitionError(f"the processor already has states named {sorted(taken)}")
     if DUPLICATE not in states:
@@ -388,6 +418,7 @@ def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
     out: dict[str, dict[str, Any]] = {FIRST_STATE: first}
     duplicate_states = _duplicate_states(processor)
+    fails: set[str] = set()
     for name, state in states.items():
         state = _map_strings(state, lambda s: s.replace(EXECUTION_ID, f"${OWNER}"))
         state = _redirect(state, DUPLICATE, READ_DUPLICATE)
@@ -403,8 +434,16 @@ def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 )
             if state["Type"] not in ("Succeed", "Fail"):
                 raise DefinitionError(f"the processor's end state {name} is a {state['Type']}")
-            state = _terminal(name, state)
+            ends_as = _terminal(name, state)
+            out.update(ends_as)
+            fails.update(n for n in ends_as if n != name)
+            continue
         out[name] = state
+    for name in fails:
+        for other, state in out.items():
+            out[other] = _redirect(state, name[len(LOG_PREFIX) :], name)
+    if fails:
+        out[MESSAGE_ENDS] = _message_ends()
     leftover = [name for name, s in out.items() if name != FIRST_STATE and EXECUTION_ID in str(s)]
     if leftover:
         raise DefinitionError(f"Execution.Id left in {leftover}")

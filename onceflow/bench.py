@@ -1295,11 +1295,7 @@ def cost_model(engine: LocalEngine, meter: DynamoDBMeter, log: io.StringIO) -> d
     sqs_happy.row_bytes = item_size(meter.current(ledger, {"pk": {"S": message_key}}))
     measures.append(sqs_happy)
     # A redelivery of the same message: the pipe receives and deletes it again.
-    redelivery = {
-        op: n
-        for op, n in sqs_happy.sqs_requests.items()
-        if op in ("ReceiveMessage", "DeleteMessage")
-    }
+    redelivery = {op: n for op, n in sqs_happy.sqs_requests.items() if op in REDELIVERY_REQUESTS}
     records = delivered.input
     measures.append(_measure(
         engine, meter, log, "duplicate", "sqs", lambda: engine.execute(machine, records),
@@ -1319,6 +1315,10 @@ def cost_model(engine: LocalEngine, meter: DynamoDBMeter, log: io.StringIO) -> d
         "definition_bytes": len(definition.encode("utf-8")),
     }
 
+
+# What a redelivered message costs the pipe again (the engine's pipe deletes a batch
+# with one DeleteMessageBatch: which call AWS's makes is not verified).
+REDELIVERY_REQUESTS = ("ReceiveMessage", "DeleteMessage", "DeleteMessageBatch")
 
 # The batch mode's stack: SqsBatchMode needs the EXPRESS limits (the template's rule).
 BATCH_PARAMETERS = {
@@ -1356,9 +1356,7 @@ def batch_cost_model(engine: LocalEngine, meter: DynamoDBMeter, log: io.StringIO
     keys = [str(item.get("idempotencyKey")) for item in _row_keys(engine, delivered)]
     happy.row_bytes = max(item_size(meter.current(ledger, {"pk": {"S": k}})) for k in keys)
     # The same batch delivered again: the pipe receives and deletes it again.
-    redelivery = {
-        op: n for op, n in happy.sqs_requests.items() if op in ("ReceiveMessage", "DeleteMessage")
-    }
+    redelivery = {op: n for op, n in happy.sqs_requests.items() if op in REDELIVERY_REQUESTS}
     records = delivered.input
     duplicate, _ = _measure(
         engine, meter, log, "duplicate", "sqs-batch", lambda: engine.execute(machine, records),
@@ -1901,7 +1899,10 @@ def run_bench(
         batch_log.seek(0, io.SEEK_END)
         with DynamoDBMeter(batch_engine) as batch_meter, _function_log_level(template_level):
             batched = batch_cost_model(batch_engine, batch_meter, batch_log)
+        batch_level = str(batch_engine.stack.parameters.get("SqsBatchLogLevel", "ALL"))
     model = dataclasses.replace(model, batch_definition_bytes=batched["definition_bytes"])
+    # Each mode at the level its template parameter gives by default.
+    configured = {m.name: batch_level if m.batch > 1 else configured_level for m in MODES}
     measures: list[PathMeasure] = [*measured["measures"], *batched["measures"]]
     audit = {
         level: audit_per_message(fixed_run, walked_run, level, model) for level in ("ALL", "ERROR")
@@ -1924,7 +1925,7 @@ def run_bench(
         "EXPRESS batch SQS at most 1.2x Powertools, all-in (P8 item 4)": all(
             row["ratio_to_baseline"] <= 1.2
             for row in modes
-            if row["mode"] == MODES[-1].name and row["level"] == configured_level
+            if row["mode"] == MODES[-1].name and row["level"] == configured[row["mode"]]
         ),
         "no EXPRESS ceiling under 5,000 messages/s but Lambda concurrency and StartExecution": all(
             b["messages_per_second"] >= 5000 or any(a in b["quota"] for a in allowed)
@@ -1938,6 +1939,7 @@ def run_bench(
         "quotas": {k: dataclasses.asdict(q) for k, q in QUOTAS.items()},
         "model": {**dataclasses.asdict(model), "messages_per_second": model.messages_per_second},
         "configured_log_level": configured_level,
+        "configured_log_levels": configured,
         "throughput_per_second": {
             "onceflow local engine": rates,
             "Powertools batch handler, in-process (messages)": baseline_rates,
@@ -2066,7 +2068,9 @@ def render(report: dict[str, Any]) -> str:
         )
     lines += ["", "## 3. All-in dollars per million messages, and the ratio to the baseline", ""]
     lines += [
-        f"Configured state machine log level: {report['configured_log_level']}. Seed mix: "
+        "Configured state machine log levels: "
+        + ", ".join(f"{m} {lv}" for m, lv in report["configured_log_levels"].items())
+        + f" (the template's defaults: StateMachineLogLevel, SqsBatchLogLevel). Seed mix: "
         f"{SEED_DUPLICATE_SHARE:.2%} duplicates. Ratio: happy path against the baseline's "
         "happy path at the same level (the baseline has no state machine logs).",
         "",
@@ -2082,9 +2086,13 @@ def render(report: dict[str, Any]) -> str:
             f"| {m['mode']} | {m['level']} | {_usd(usd['happy'])} | {_usd(usd['duplicate'])} | "
             f"{_usd(usd['seed_mix'])} | {m['ratio_to_baseline']:.2f}x |"
         )
-    level = report["configured_log_level"]
-    built = [m for m in report["modes"] if m["built"] and m["level"] == level]
-    lines += ["", f"## 4. The happy path's bill by component, $/M (log level {level})", ""]
+    levels = report["configured_log_levels"]
+    built = [
+        m
+        for m in report["modes"]
+        if m["built"] and m["level"] == levels.get(m["mode"], report["configured_log_level"])
+    ]
+    lines += ["", "## 4. The happy path's bill by component, $/M (at each mode's level)", ""]
     lines += [
         "| component | " + " | ".join(m["mode"] for m in built) + " |",
         "|---|" + "---|" * len(built),

@@ -125,18 +125,30 @@ def test_every_end_state_says_whether_its_message_is_kept() -> None:
     batch = parse_definition(batch_definition.BATCH.read_text(encoding="utf-8"))
     states = batch["States"]["EachMessage"]["ItemProcessor"]["States"]
     ends = {n for n, s in processor["States"].items() if s["Type"] in ("Succeed", "Fail")}
-    # GIVEN every end state of the processor, THEN the batch has each, as a Succeed state
-    assert {n for n, s in states.items() if s["Type"] in ("Succeed", "Fail")} == ends
-    assert all(states[n]["Type"] == "Succeed" for n in ends)
+    fails = {n for n in ends if processor["States"][n]["Type"] == "Fail"}
+    # GIVEN every end state of the processor, THEN the batch has each under its name:
+    # a Succeed state as a Succeed state; a Fail state as the same Fail state, kept,
+    # inside a one-branch Parallel Log<name> whose Catch ends the message
+    assert {n for n, s in states.items() if s["Type"] == "Succeed"} == (ends - fails) | {
+        "MessageEnds"
+    }
+    for name in fails:
+        wrapper = states[f"Log{name}"]
+        assert wrapper["Type"] == "Parallel"
+        (branch,) = wrapper["Branches"]
+        assert branch == {"StartAt": name, "States": {name: processor["States"][name]}}
+        (catch,) = wrapper["Catch"]
+        assert catch["ErrorEquals"] == ["States.ALL"] and catch["Next"] == "MessageEnds"
+        assert all(s.get("Next") != name for s in states.values()), name
     for name in ends - {"Duplicate"}:
-        output = states[name]["Output"]
+        output = states[f"Log{name}"]["Catch"][0]["Output"] if name in fails else None
+        output = output or states[name]["Output"]
         assert f"'outcome': \"{name}\"" in output
         assert ("'retry': true" in output) == (name in RETRIED), name
         assert ("'retry': false" in output) == (name in SETTLED), name
-    # AND a Fail state's Error and Cause are kept as values
-    assert "'error': ($failure.code)" in states["Failed"]["Output"]
-    assert "'cause': ($failure.message)" in states["Failed"]["Output"]
-    assert "'error': \"LockLost\"" in states["LockLost"]["Output"]
+    # AND a Fail state's Error and Cause reach the outcome through the Catch
+    assert "'error': $states.errorOutput.Error" in states["LogFailed"]["Catch"][0]["Output"]
+    assert "'cause': $states.errorOutput.Cause" in states["LogFailed"]["Catch"][0]["Output"]
     # AND Duplicate is reached through a consistent read of the row
     assert states["Reclaim"]["Catch"][0]["Next"] == "ReadDuplicateRow"
     read = states["ReadDuplicateRow"]

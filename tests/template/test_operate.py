@@ -70,25 +70,44 @@ def test_metric_filters_count_end_states_the_processor_has() -> None:
     }
 
 
-def _batch_end_states() -> dict[str, dict[str, Any]]:
-    batch = diagram.load_asl(ROOT / "statemachines" / "batch.asl.json")
-    states: dict[str, dict[str, Any]] = batch["States"]["EachMessage"]["ItemProcessor"]["States"]
-    return {name: s for name, s in states.items() if s["Type"] == "Succeed"}
+def _batch_end_states() -> dict[str, tuple[str, str]]:
+    """The batch workflow's end states by name: (their type, the state they run in)."""
+    states = _batch_states()
+    ends = {n: ("Succeed", "EachMessage") for n, s in states.items() if s["Type"] == "Succeed"}
+    for outer, state in states.items():
+        for branch in state.get("Branches", []):
+            for name, inner in branch["States"].items():
+                if inner["Type"] == "Fail":
+                    ends[name] = ("Fail", outer)
+    return ends
 
 
 def test_batch_mode_end_states_are_counted_like_the_processors() -> None:
-    """In the batch workflow every end state is a Succeed state (a Fail state would fail
-    the whole batch) under the processor's name, logged to the processor's log group:
-    each metric must count that name as a SucceedStateEntered too."""
+    """The batch workflow logs to the processor's log group under the processor's end
+    state names. Its Fail states run inside a one-branch Parallel whose Catch ends the
+    message's iteration (a Fail state of the Map's iteration would fail the whole
+    batch), so each metric finds the same name, entered as the same kind of state."""
     ends = _batch_end_states()
+    states = _batch_states()
     for logical_id, resource in _resources("AWS::Logs::MetricFilter").items():
         pattern = resource["Properties"]["FilterPattern"]
         types = set(re.findall(r'\$\.type = "(\w+)"', pattern))
         for name in re.findall(r'\$\.details\.name = "(\w+)"', pattern):
             assert name in ends, f"{logical_id}: the batch workflow has no end state {name}"
-            assert "SucceedStateEntered" in types, (
-                f"{logical_id}: the batch workflow's {name} (a Succeed state) is not counted"
-            )
+            kind, runs_in = ends[name]
+            assert f"{kind}StateEntered" in types, f"{logical_id}: the batch's {name} is a {kind}"
+            if kind == "Fail":
+                # the Parallel catches every error and ends the message, its outcome kept
+                (catch,) = states[runs_in]["Catch"]
+                assert catch["ErrorEquals"] == ["States.ALL"], runs_in
+                assert states[catch["Next"]]["Type"] == "Succeed", runs_in
+                assert f"'outcome': \"{name}\"" in catch["Output"], runs_in
+
+
+def _batch_states() -> dict[str, dict[str, Any]]:
+    batch = diagram.load_asl(ROOT / "statemachines" / "batch.asl.json")
+    states: dict[str, dict[str, Any]] = batch["States"]["EachMessage"]["ItemProcessor"]["States"]
+    return states
 
 
 def test_every_alarm_notifies_the_alarm_topic() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from moto.sqs.models import sqs_backends
 
+from onceflow.bench import ERROR_EVENT_TYPES, log_records
 from onceflow.engine import ACCOUNT_ID, DEFAULT_TEMPLATE, REGION, EngineError, LocalEngine
 from tests.helpers import (
     FUNCTION,
@@ -146,6 +147,61 @@ def test_partial_failure_keeps_exactly_the_failed_messages(batch_engine: LocalEn
     assert queued(batch_engine) == {}
     assert all(row(batch_engine, o)["status"] == "PROCESSED" for o in ids.values())
     assert output_effects(batch_engine) == 6
+
+
+def test_the_pipe_deletes_a_batchs_settled_messages_with_one_request(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN five orders in the queue, and a processor that fails one of them
+    ids = {send(batch_engine, f"order-{n}"): f"order-{n}" for n in range(5)}
+    real = bundled(batch_engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        if payload["workItem"]["payload"]["orderId"] == "order-3":
+            raise TransientError("the warehouse is down")
+        return real(payload, context)
+
+    before = len(batch_engine.state.requests.snapshot())
+    # WHEN the pipe runs the batch workflow on them
+    with batch_engine.override_function(FUNCTION, handler):
+        batch_engine.pump_pipes()
+    # THEN the four settled messages go in one DeleteMessageBatch, the failed one is
+    # made visible again, and nothing is deleted one by one
+    sqs_calls = [op for op, _ in requests(batch_engine, "sqs", since=before)]
+    assert sqs_calls.count("DeleteMessageBatch") == 1
+    assert "DeleteMessage" not in sqs_calls
+    assert queued(batch_engine) == {m: o for m, o in ids.items() if o == "order-3"}
+
+
+def test_a_batchs_failures_are_logged_at_level_error_under_the_processors_names(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN three orders, and a processor that fails one of them
+    ids = {send(batch_engine, f"order-{n}"): f"order-{n}" for n in range(3)}
+    real = bundled(batch_engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        if payload["workItem"]["payload"]["orderId"] == "order-2":
+            raise TransientError("the warehouse is down")
+        return real(payload, context)
+
+    # WHEN the pipe runs the batch workflow on them
+    with batch_engine.override_function(FUNCTION, handler):
+        [arn] = batch_engine.pump_pipes()
+    result = batch_engine.wait(arn)
+    # THEN the batch succeeds and names the failed message only
+    failed = next(m for m, o in ids.items() if o == "order-2")
+    assert result.status == "SUCCEEDED"
+    assert result.output == {"batchItemFailures": [{"itemIdentifier": failed}]}
+    assert outcomes(batch_engine, arn)[failed]["error"] == "TransientError"
+    # AND what the workflow logs at level ERROR (SqsBatchLogLevel's default) is the
+    # processor's Fail state "Failed", entered once: what FailedMetricFilter counts
+    errors = [json.loads(line) for line in log_records(result.events, arn, "ERROR")]
+    entered = [r["details"]["name"] for r in errors if r["type"] == "FailStateEntered"]
+    assert entered == ["Failed"]
+    # AND the two processed messages log nothing at that level
+    assert {r["type"] for r in errors} <= ERROR_EVENT_TYPES
+    assert not [r for r in errors if r["details"].get("name") == "Processed"]
 
 
 def test_dead_lettered_and_invalid_messages_are_settled_and_deleted(
