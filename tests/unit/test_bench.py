@@ -322,7 +322,8 @@ def test_a_small_bench_reports_every_table(tmp_path: Path) -> None:
     assert happy["new_row"] and not duplicate["new_row"]
     assert 0 < happy["row_bytes"] < 1024
     sqs = paths[("sqs", "happy")]
-    assert sqs["sqs_requests"] == {"DeleteMessage": 1, "ReceiveMessage": 1, "SendMessage": 1}
+    # the pipe deletes its batch (here of one) with DeleteMessageBatch
+    assert sqs["sqs_requests"] == {"DeleteMessageBatch": 1, "ReceiveMessage": 1, "SendMessage": 1}
     assert sqs["sfn_log_bytes"]["ALL"] > happy["sfn_log_bytes"]["ALL"] > 0
     assert happy["sfn_log_bytes"]["ERROR"] == 0 < duplicate["sfn_log_bytes"]["ERROR"]
     baseline = {p["path"]: p for p in report["baseline_paths"]}
