@@ -1,7 +1,10 @@
-"""The functions' error classes; the state machines retry and catch them by name."""
+"""The functions' error classes; the state machines retry and catch them by name.
 
-from collections.abc import Mapping
-from typing import Any
+``TransientError`` is retried with backoff, ``PermanentError`` is not (the
+processor's work item is dead-lettered at once), ``ObjectSuperseded`` ends the
+work item in Superseded. How a failed AWS call becomes one of them:
+service/dal/aws.py.
+"""
 
 
 class ProcessingError(Exception):
@@ -13,7 +16,12 @@ class TransientError(ProcessingError):
 
 
 class PermanentError(ProcessingError):
-    """The input can never be processed (not an image, corrupt, gone). Dead-lettered at once."""
+    """The input can never be processed (not an image, corrupt, gone). Dead-lettered at once.
+
+    Also what an AWS call that the service refused for good becomes (a
+    ValidationException, an AccessDenied the caller did not name as
+    transient): retrying sends the same request and hears the same answer.
+    """
 
 
 class ObjectSuperseded(ProcessingError):
@@ -31,25 +39,3 @@ class ObjectSuperseded(ProcessingError):
 
 class ConfigurationError(Exception):
     """An environment variable the function needs is missing or malformed."""
-
-
-_TRANSIENT_CODES = {
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "Throttling",
-    "RequestLimitExceeded",
-    "TooManyRequestsException",
-    "InternalServerError",
-    "InternalFailure",
-    "ServiceUnavailable",
-    "SlowDown",
-}
-
-
-def is_transient(response: Mapping[str, Any]) -> bool:
-    """Whether a failed AWS call (a ClientError's response) may succeed if retried."""
-    error = response.get("Error")
-    code = str(error.get("Code", "")) if isinstance(error, dict) else ""
-    metadata = response.get("ResponseMetadata")
-    status = metadata.get("HTTPStatusCode", 0) if isinstance(metadata, dict) else 0
-    return code in _TRANSIENT_CODES or (isinstance(status, int) and status >= 500)

@@ -6,17 +6,19 @@ injected with botocore Stubbers and each request is asserted exactly.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from service.dal.ledger import Ledger
+from service.dal.ledger import Ledger, plain
 from service.dal.workflow import DeadLetters, Processor, Reports
-from service.handlers import audit
 from service.logic.audit import empty_counts, failed_dead_letter_message, failure_code
+from service.model import LedgerRow
 from service.settings import AuditSettings
+from service.usecases import audit
 
 TABLE = "ledger"
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/dlq"
@@ -39,7 +41,7 @@ SETTINGS = AuditSettings(
     retention_seconds=30 * 86400,
     stuck_margin_seconds=0,
 )
-EVENT = {"auditId": "audit-1", "startedAt": 1_800_000_000_000}
+RUN = audit.AuditRun(audit_id="audit-1", started_at_ms=1_800_000_000_000)
 # A FAILED row as the open-work index shows it (and as a consistent read does, unchanged).
 ROW = {
     "pk": {"S": "s3://in/a.png#v1"},
@@ -139,10 +141,8 @@ FENCED_UPDATE = {
 }
 
 
-def _row() -> dict[str, Any]:
-    from service.dal.ledger import plain
-
-    return plain(ROW)
+def _row() -> LedgerRow:
+    return LedgerRow.of(plain(ROW))
 
 
 def test_the_message_is_sent_then_the_row_is_dead_lettered_fenced_on_what_was_read() -> None:
@@ -188,7 +188,7 @@ def test_the_message_is_sent_then_the_row_is_dead_lettered_fenced_on_what_was_re
         )
         stubbed.db.add_response("update_item", {}, FENCED_UPDATE)
         # WHEN the sweep meets the row
-        audit._retry_failed(_row(), EVENT, SETTINGS, stubbed.clients, counts, [])
+        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [])
     assert counts["failed_dead_lettered"] == 1 and counts["failed_resubmitted"] == 0
 
 
@@ -203,7 +203,7 @@ def test_a_row_changed_after_the_message_was_sent_is_not_overwritten() -> None:
             "update_item", "ConditionalCheckFailedException", expected_params=FENCED_UPDATE
         )
         # WHEN the sweep dead-letters it
-        audit._retry_failed(_row(), EVENT, SETTINGS, stubbed.clients, counts, [])
+        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [])
     # THEN the reset stands (the fence refused the write) and nothing counts as dead-lettered
     assert counts["failed_dead_lettered"] == 0
 
@@ -222,7 +222,7 @@ def test_a_row_the_index_shows_stale_gets_no_message(changed: dict[str, Any]) ->
         # GIVEN a consistent read that shows the row changed since the index was read
         _consistent_read(stubbed, {**ROW, **changed})
         # WHEN the sweep meets the index's copy, THEN it sends nothing and writes nothing
-        audit._retry_failed(_row(), EVENT, SETTINGS, stubbed.clients, counts, [])
+        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [])
     assert counts["failed_dead_lettered"] == 0
 
 
@@ -250,7 +250,7 @@ def test_a_row_the_index_shows_stale_gets_no_message(changed: dict[str, Any]) ->
 def test_the_message_names_the_failure_the_row_records(
     last_error: str, code: str, condition: str
 ) -> None:
-    row = {**_row(), "last_error": last_error}
+    row = replace(_row(), last_error=last_error)
     assert failure_code(last_error) == code
     attributes = failed_dead_letter_message(row, None, PROCESSOR)["attributes"]
     assert attributes["ERROR_CODE"] == code

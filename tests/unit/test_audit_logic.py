@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import boto3
@@ -9,7 +10,8 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from service.errors import ConfigurationError, is_transient
+from service.dal.aws import is_transient
+from service.errors import ConfigurationError
 from service.logic.audit import (
     COUNT_KEYS,
     AuditWindow,
@@ -30,12 +32,18 @@ from service.logic.audit import (
     versions_of,
 )
 from service.logic.s3objects import object_ref, plain_etag
+from service.model import LedgerRow, Status
 from service.settings import AuditSettings
 
 NOW = 1_800_000_000.0
 WINDOW = AuditWindow(now=NOW, recent_cutoff_seconds=12 * 3600, retention_seconds=30 * 86400,
                      max_attempts=3)  # fmt: skip
-LIVE = {"expires_at": int(NOW) + 86400}
+LIVE: dict[str, Any] = {"expires_at": int(NOW) + 86400}
+
+
+def row(pk: str = "s3://b/k.png#v1", **attributes: Any) -> LedgerRow:
+    """A ledger row with these attributes (and the key's pk)."""
+    return LedgerRow(pk=pk, **attributes)
 
 
 def listed(age_hours: float, version: str = "v1") -> ListedObject:
@@ -48,16 +56,16 @@ def listed(age_hours: float, version: str = "v1") -> ListedObject:
         (1, None, "skipped_recent"),
         (24 * 31, None, "skipped_old"),
         (24, None, "missing_resubmitted"),
-        (24, {"status": "PROCESSED", "expires_at": int(NOW) - 1}, "missing_resubmitted"),
-        (24, {"status": "PROCESSED", **LIVE}, "ok"),
-        (24, {"status": "PROCESSING", **LIVE}, "in_progress"),
-        (24, {"status": "FAILED", "attempts": 1, **LIVE}, "failed_resubmitted"),
-        (24, {"status": "FAILED", "attempts": 3, **LIVE}, "dead_lettered_skipped"),
-        (24, {"status": "FAILED", "attempts": 1, "dead_lettered_at": 1, **LIVE},
+        (24, row(status=Status.PROCESSED, expires_at=int(NOW) - 1), "missing_resubmitted"),
+        (24, row(status=Status.PROCESSED, **LIVE), "ok"),
+        (24, row(status=Status.PROCESSING, **LIVE), "in_progress"),
+        (24, row(status=Status.FAILED, attempts=1, **LIVE), "failed_resubmitted"),
+        (24, row(status=Status.FAILED, attempts=3, **LIVE), "dead_lettered_skipped"),
+        (24, row(status=Status.FAILED, attempts=1, dead_lettered_at=1, **LIVE),
          "dead_lettered_skipped"),
     ],
 )  # fmt: skip
-def test_classify(age_hours: float, row: dict[str, Any] | None, verdict: str) -> None:
+def test_classify(age_hours: float, row: LedgerRow | None, verdict: str) -> None:
     assert classify(listed(age_hours), row, WINDOW) == verdict
 
 
@@ -83,7 +91,7 @@ def test_a_null_version_that_is_no_longer_current_is_not_resubmitted() -> None:
     # WHEN the audit classifies it, with or without a row
     # THEN it is skipped: the processor reads only the key's current content
     assert classify(old, None, WINDOW) == "superseded_skipped"
-    assert classify(old, {"status": "FAILED", "attempts": 1, **LIVE}, WINDOW) == (
+    assert classify(old, row(status=Status.FAILED, attempts=1, **LIVE), WINDOW) == (
         "superseded_skipped"
     )
     # AND a versioned upload that is no longer current is still its own work
@@ -97,12 +105,12 @@ def test_count_keys_no_longer_know_unversioned_skipped() -> None:
     assert "missing_resubmitted" in COUNT_KEYS
 
 
-_PROCESSED = {"pk": "s3://b/k.png#SEQ1", "status": "PROCESSED", **LIVE}
-_PROCESSING = {"pk": "s3://b/k.png#SEQ2", "status": "PROCESSING", **LIVE}
-_RETRYABLE = {"pk": "s3://b/k.png#SEQ3", "status": "FAILED", "attempts": 1, **LIVE}
-_DEAD = {"pk": "s3://b/k.png#SEQ4", "status": "FAILED", "attempts": 3, **LIVE}
-_SUPERSEDED = {**_PROCESSED, "pk": "s3://b/k.png#SEQ5", "superseded_at": 1}
-_EXPIRED = {**_PROCESSED, "pk": "s3://b/k.png#SEQ6", "expires_at": int(NOW) - 1}
+_PROCESSED = row("s3://b/k.png#SEQ1", status=Status.PROCESSED, **LIVE)
+_PROCESSING = row("s3://b/k.png#SEQ2", status=Status.PROCESSING, **LIVE)
+_RETRYABLE = row("s3://b/k.png#SEQ3", status=Status.FAILED, attempts=1, **LIVE)
+_DEAD = row("s3://b/k.png#SEQ4", status=Status.FAILED, attempts=3, **LIVE)
+_SUPERSEDED = replace(_PROCESSED, pk="s3://b/k.png#SEQ5", superseded_at=1)
+_EXPIRED = replace(_PROCESSED, pk="s3://b/k.png#SEQ6", expires_at=int(NOW) - 1)
 
 
 @pytest.mark.parametrize(
@@ -119,14 +127,14 @@ _EXPIRED = {**_PROCESSED, "pk": "s3://b/k.png#SEQ6", "expires_at": int(NOW) - 1}
     ],
 )
 def test_the_row_of_unversioned_content_is_the_most_settled_live_one(
-    rows: list[dict[str, Any]], chosen: dict[str, Any] | None, verdict: str
+    rows: list[LedgerRow], chosen: LedgerRow | None, verdict: str
 ) -> None:
     # GIVEN the rows the ObjectContent index holds for the object's current ETag
     # WHEN the audit picks the one that stands for the content
-    row = content_row(rows, WINDOW)
+    picked = content_row(rows, WINDOW)
     # THEN it is the most settled live row, and the verdict is that row's
-    assert row == chosen
-    assert classify(listed(24, "null"), row, WINDOW) == verdict
+    assert picked == chosen
+    assert classify(listed(24, "null"), picked, WINDOW) == verdict
 
 
 def test_a_listing_etag_and_an_event_etag_are_one_etag() -> None:
@@ -166,12 +174,12 @@ def test_the_content_query_asks_for_both_etag_forms_and_reads_every_page() -> No
         rows = Ledger("t", "OpenWork", client).content_rows("s3://b/k.png", '"abc"')
         stub.assert_no_pending_responses()
     # THEN both pages were read
-    assert [r["pk"] for r in rows] == ["s3://b/k.png#A", "s3://b/k.png#B"]
+    assert [r.pk for r in rows] == ["s3://b/k.png#A", "s3://b/k.png#B"]
 
 
 def test_a_throttled_content_query_is_transient_and_a_refused_one_is_not() -> None:
     from service.dal.ledger import Ledger
-    from service.errors import TransientError
+    from service.errors import PermanentError, TransientError
 
     client = boto3.client("dynamodb", region_name="us-east-1",
                           aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
@@ -183,8 +191,9 @@ def test_a_throttled_content_query_is_transient_and_a_refused_one_is_not() -> No
         stub.add_client_error("query", "ValidationException", http_status_code=400)
         with pytest.raises(TransientError, match="object-content index"):
             ledger.content_rows("s3://b/k.png", "abc")
-        with pytest.raises(ClientError, match="ValidationException"):
+        with pytest.raises(PermanentError, match="ValidationException") as refused:
             ledger.content_rows("s3://b/k.png", "abc")
+    assert isinstance(refused.value.__cause__, ClientError)
 
 
 def test_counts_add_up_and_ignore_what_is_not_a_count() -> None:
@@ -203,8 +212,9 @@ def test_resubmission_names_are_valid_deterministic_and_distinct() -> None:
 def test_work_items_carry_the_ledger_key() -> None:
     item = object_work_item("b", listed(24), "s3://b/k.png#v1")["workItem"]
     assert item["idempotencyKey"] == "s3://b/k.png#v1" and item["versionId"] == "v1"
-    row = {"pk": "s3://b/k.png#SEQ", "bucket": "b", "object_key": "k.png", "sequencer": "SEQ"}
-    assert row_work_item(row) == {
+    of_object = row("s3://b/k.png#SEQ", status=Status.FAILED, bucket="b", object_key="k.png",
+                    sequencer="SEQ")  # fmt: skip
+    assert row_work_item(of_object) == {
         "workItem": {
             "source": "audit",
             "idempotencyKey": "s3://b/k.png#SEQ",
@@ -213,7 +223,7 @@ def test_work_items_carry_the_ledger_key() -> None:
             "sequencer": "SEQ",
         }
     }
-    assert row_work_item({"pk": "sqs:o-1", "source": "sqs"}) is None
+    assert row_work_item(row("sqs:o-1", status=Status.FAILED, source="sqs")) is None
 
 
 ENV = {
@@ -439,10 +449,10 @@ class _Starts:
 
 
 class _EmptyLedger:
-    def batch_get(self, keys: Any) -> dict[str, Any]:
+    def batch_get(self, keys: Any) -> dict[str, LedgerRow]:
         return {}
 
-    def content_rows(self, ref: str, etag: str) -> list[dict[str, Any]]:
+    def content_rows(self, ref: str, etag: str) -> list[LedgerRow]:
         return []
 
 

@@ -143,6 +143,44 @@ def test_without_an_etag_an_unversioned_read_takes_what_the_key_holds() -> None:
     stub.assert_no_pending_responses()
 
 
+def test_the_output_is_written_once_and_an_existing_one_is_no_error() -> None:
+    # GIVEN S3 creates the output the first time and refuses the second (it exists)
+    store, stub = stubbed()
+    request = {
+        "Bucket": "out",
+        "Key": "processed/k.webp",
+        "Body": b"webp",
+        "ContentType": "image/webp",
+        "Metadata": {"idempotency-key": "s3://in/a.png#v1"},
+        "IfNoneMatch": "*",
+    }
+    stub.add_response("put_object", {"ETag": '"e"'}, request)
+    stub.add_client_error(
+        "put_object", "PreconditionFailed", http_status_code=412, expected_params=request
+    )
+    metadata = {"idempotency-key": "s3://in/a.png#v1"}
+    with stub:
+        # WHEN the processor writes it twice
+        # THEN the first call created it, the second found it there: done, by someone
+        assert store.write_once("out", "processed/k.webp", b"webp", "image/webp", metadata)
+        assert not store.write_once("out", "processed/k.webp", b"webp", "image/webp", metadata)
+    stub.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [("ConditionalRequestConflict", 409), ("SlowDown", 503), ("AccessDenied", 403)],
+)
+def test_any_other_refused_write_is_retried(code: str, status: int) -> None:
+    # GIVEN S3 refuses the write: a concurrent conditional write, throttling, a policy
+    store, stub = stubbed()
+    stub.add_client_error("put_object", code, http_status_code=status)
+    # WHEN the processor writes THEN a retry may settle it: TransientError, never permanent
+    with stub, pytest.raises(TransientError, match=code) as raised:
+        store.write_once("out", "processed/k.webp", b"webp", "image/webp", {})
+    assert type(raised.value) is TransientError
+
+
 # ---- The same, played on moto through the local engine's client -------------------
 
 

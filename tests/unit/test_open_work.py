@@ -60,7 +60,7 @@ def test_a_page_reads_on_through_the_shards_and_the_cursor_resumes_where_it_stop
         pages = 0
         while True:
             rows, cursor = ledger.open_rows("FAILED", None, cursor, limit=2)
-            seen += [r["pk"] for r in rows]
+            seen += [r.pk for r in rows]
             pages += 1
             if cursor is None:
                 break

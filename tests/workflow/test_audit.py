@@ -587,7 +587,7 @@ def test_a_throttled_resubmission_after_a_release_is_not_lost(audited: LocalEngi
         def start(self: Any, name: str, execution_input: Any) -> bool:
             if event.get("action") == "locks" and throttled["left"]:
                 throttled["left"] -= 1
-                raise workflow.TransientError("injected: StartExecution throttled")
+                raise TransientError("injected: StartExecution throttled")
             return original_start(self, name, execution_input)
 
         workflow.Processor.start = start  # type: ignore[method-assign]

@@ -7,9 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import boto3
-from botocore.exceptions import ClientError
 
-from service.errors import TransientError, is_transient
+from service.dal.aws import aws_call
 from service.logic.audit import ListedObject, common_prefix, key_marker_before
 from service.logic.s3objects import NULL_VERSION
 
@@ -20,12 +19,6 @@ PAGE_SIZE = 1000  # the most one ListObjectVersions call returns
 _REPORT_FOLDER = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}Z)/$")
 
 
-def _transient(what: str, exc: ClientError) -> Exception:
-    if not is_transient(exc.response):
-        return exc
-    return TransientError(f"{what}: {exc}")
-
-
 class Bucket:
     def __init__(self, name: str, client: Any | None = None) -> None:
         self.name = name
@@ -33,10 +26,8 @@ class Bucket:
 
     def versioned(self) -> bool:
         """Versioning on or suspended: list versions (each upload has its own)."""
-        try:
+        with aws_call(f"reading versioning of {self.name}"):
             status = self._s3.get_bucket_versioning(Bucket=self.name).get("Status")
-        except ClientError as exc:
-            raise _transient(f"reading versioning of {self.name}", exc) from exc
         return status in ("Enabled", "Suspended")
 
     def versions_between(self, first: str, last: str) -> list[ListedObject]:
@@ -58,7 +49,7 @@ class Bucket:
         if marker is not None:
             kwargs["KeyMarker"] = marker
         found: list[ListedObject] = []
-        try:
+        with aws_call(f"listing versions in s3://{self.name}/"):
             while True:
                 response = self._s3.list_object_versions(**kwargs)
                 for v in response.get("Versions", []):
@@ -85,8 +76,6 @@ class Bucket:
                 kwargs.pop("VersionIdMarker", None)
                 if response.get("NextVersionIdMarker"):
                     kwargs["VersionIdMarker"] = response["NextVersionIdMarker"]
-        except ClientError as exc:
-            raise _transient(f"listing versions in s3://{self.name}/", exc) from exc
 
 
 class Inventory:
@@ -105,7 +94,7 @@ class Inventory:
         """
         folders: list[str] = []
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix, "Delimiter": "/"}
-        try:
+        with aws_call(f"listing s3://{self.bucket}/{self.prefix}"):
             while True:
                 response = self._s3.list_objects_v2(**kwargs)
                 folders += [p["Prefix"] for p in response.get("CommonPrefixes", [])]
@@ -121,6 +110,4 @@ class Inventory:
                 if {"manifest.json", "manifest.checksum"} <= names:
                     when = datetime.strptime(match.group(1), "%Y-%m-%dT%H-%MZ").replace(tzinfo=UTC)
                     return folder + "manifest.json", when
-        except ClientError as exc:
-            raise _transient(f"listing s3://{self.bucket}/{self.prefix}", exc) from exc
         return None

@@ -7,21 +7,26 @@ from collections.abc import Iterable
 from typing import Any
 
 import boto3
-from botocore.exceptions import ClientError
 
-from service.errors import TransientError, is_transient
+from service.dal.aws import CONDITIONAL_CHECK_FAILED, aws_call
+from service.errors import TransientError
 from service.logic.open_work import open_status, open_status_values
 from service.logic.s3objects import plain_etag
+from service.model import Attribute, LedgerRow, Status
 
 _BATCH_GET_LIMIT = 100  # keys per BatchGetItem request
 _UNPROCESSED_RETRIES = 8
 # What the audit reads of a row; many ledger attribute names are DynamoDB reserved words.
 _READ = (
-    "pk", "status", "attempts", "dead_lettered_at", "expires_at", "lock_owner",
-    "lock_expires_at", "source", "bucket", "object_key", "version_id", "sequencer", "etag", "size",
+    Attribute.PK, Attribute.STATUS, Attribute.ATTEMPTS, Attribute.DEAD_LETTERED_AT,
+    Attribute.EXPIRES_AT, Attribute.LOCK_OWNER, Attribute.LOCK_EXPIRES_AT, Attribute.SOURCE,
+    Attribute.BUCKET, Attribute.OBJECT_KEY, Attribute.VERSION_ID, Attribute.SEQUENCER,
+    Attribute.ETAG, Attribute.SIZE,
 )  # fmt: skip
-_READ_NAMES = {f"#a{i}": name for i, name in enumerate(_READ)}
+_READ_NAMES = {f"#a{i}": str(name) for i, name in enumerate(_READ)}
 _READ_ATTRIBUTES = ", ".join(_READ_NAMES)
+# A fenced write that finds the row changed is refused: an answer, not a failure.
+_FENCED = frozenset({CONDITIONAL_CHECK_FAILED})
 
 
 def plain(item: dict[str, Any]) -> dict[str, Any]:
@@ -38,6 +43,10 @@ def plain(item: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _key(pk: str) -> dict[str, Any]:
+    return {Attribute.PK.value: {"S": pk}}
+
+
 class Ledger:
     def __init__(
         self,
@@ -51,28 +60,24 @@ class Ledger:
         self.content_index = content_index
         self._dynamodb = client if client is not None else boto3.client("dynamodb")
 
-    def batch_get(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+    def batch_get(self, keys: Iterable[str]) -> dict[str, LedgerRow]:
         """The rows of these keys (absent keys have none), 100 keys per request."""
         unique = list(dict.fromkeys(keys))
-        rows: dict[str, dict[str, Any]] = {}
+        rows: dict[str, LedgerRow] = {}
         for start in range(0, len(unique), _BATCH_GET_LIMIT):
             request: dict[str, Any] = {
                 self.table: {
-                    "Keys": [{"pk": {"S": k}} for k in unique[start : start + _BATCH_GET_LIMIT]],
+                    "Keys": [_key(k) for k in unique[start : start + _BATCH_GET_LIMIT]],
                     "ProjectionExpression": _READ_ATTRIBUTES,
                     "ExpressionAttributeNames": _READ_NAMES,
                 }
             }
             for attempt in range(_UNPROCESSED_RETRIES + 1):
-                try:
+                with aws_call("reading the ledger"):
                     response = self._dynamodb.batch_get_item(RequestItems=request)
-                except ClientError as exc:
-                    if not is_transient(exc.response):
-                        raise
-                    raise TransientError(f"reading the ledger: {exc}") from exc
                 for item in response.get("Responses", {}).get(self.table, []):
-                    row = plain(item)
-                    rows[row["pk"]] = row
+                    row = LedgerRow.of(plain(item))
+                    rows[row.pk] = row
                 request = response.get("UnprocessedKeys") or {}
                 if not request:
                     break
@@ -83,17 +88,17 @@ class Ledger:
 
     def open_rows(
         self, status: str, lock_cutoff: int | None, cursor: dict[str, Any] | None, limit: int = 200
-    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    ) -> tuple[list[LedgerRow], dict[str, Any] | None]:
         """A page of open work (the sparse OpenWork index) in one status, shard by shard,
         oldest lock first within a shard. Returns the rows and the cursor of the next page
         (None when every shard is read).
 
         ``lock_cutoff``: only rows whose lock expired before it (stuck PROCESSING rows).
         """
-        keys = open_status_values(status)
+        keys = open_status_values(str(status))
         position = int((cursor or {}).get("shard", 0))
         start = (cursor or {}).get("key")
-        rows: list[dict[str, Any]] = []
+        rows: list[LedgerRow] = []
         while position < len(keys) and len(rows) < limit:
             page, start = self._open_page(keys[position], lock_cutoff, start, limit - len(rows))
             rows += page
@@ -105,7 +110,7 @@ class Ledger:
 
     def _open_page(
         self, key: str, lock_cutoff: int | None, start: dict[str, Any] | None, limit: int
-    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    ) -> tuple[list[LedgerRow], dict[str, Any] | None]:
         condition = "open_status = :status"
         values: dict[str, Any] = {":status": {"S": key}}
         if lock_cutoff is not None:
@@ -120,15 +125,12 @@ class Ledger:
         }
         if start:
             kwargs["ExclusiveStartKey"] = start
-        try:
+        with aws_call("querying the open-work index"):
             response = self._dynamodb.query(**kwargs)
-        except ClientError as exc:
-            if not is_transient(exc.response):
-                raise
-            raise TransientError(f"querying the open-work index: {exc}") from exc
-        return [plain(i) for i in response.get("Items", [])], response.get("LastEvaluatedKey")
+        rows = [LedgerRow.of(plain(i)) for i in response.get("Items", [])]
+        return rows, response.get("LastEvaluatedKey")
 
-    def content_rows(self, object_ref: str, etag: str) -> list[dict[str, Any]]:
+    def content_rows(self, object_ref: str, etag: str) -> list[LedgerRow]:
         """The rows of one key's uploads with this content (the sparse ObjectContent index).
 
         Events carry ETags unquoted and listings quoted; a row holds either form.
@@ -141,29 +143,25 @@ class Ledger:
             "IndexName": self.content_index,
             "KeyConditionExpression": "object_ref = :ref",
             "FilterExpression": "#etag IN (:bare, :quoted)",
-            "ExpressionAttributeNames": {"#etag": "etag"},
+            "ExpressionAttributeNames": {"#etag": Attribute.ETAG.value},
             "ExpressionAttributeValues": {
                 ":ref": {"S": object_ref},
                 ":bare": {"S": bare},
                 ":quoted": {"S": f'"{bare}"'},
             },
         }
-        rows: list[dict[str, Any]] = []
+        rows: list[LedgerRow] = []
         while True:
-            try:
+            with aws_call("querying the object-content index"):
                 response = self._dynamodb.query(**kwargs)
-            except ClientError as exc:
-                if not is_transient(exc.response):
-                    raise
-                raise TransientError(f"querying the object-content index: {exc}") from exc
-            rows += [plain(i) for i in response.get("Items", [])]
+            rows += [LedgerRow.of(plain(i)) for i in response.get("Items", [])]
             start = response.get("LastEvaluatedKey")
             if not start:
                 return rows
             kwargs["ExclusiveStartKey"] = start
 
     def release_stuck(
-        self, row: dict[str, Any], now_ms: int, released_by: str, dead_letter: bool
+        self, row: LedgerRow, now_ms: int, released_by: str, dead_letter: bool
     ) -> bool:
         """Fenced: FAILED with last_error LockExpired, only if the lock is still the one seen.
 
@@ -172,9 +170,12 @@ class Ledger:
         written and False is returned. ``dead_letter`` also sets
         dead_lettered_at and takes the row out of the open-work index.
         """
+        if row.lock_owner is None or row.lock_expires_at is None:
+            # Every row in the OpenWork index has both: a claim writes them.
+            raise ValueError(f"{row.pk} has no lock to release")
         message = (
-            f"LockExpired: the lock of {row.get('lock_owner')} expired at "
-            f"{row.get('lock_expires_at')} with the work unfinished; released by {released_by}"
+            f"LockExpired: the lock of {row.lock_owner} expired at "
+            f"{row.lock_expires_at} with the work unfinished; released by {released_by}"
         )
         if dead_letter:
             update = (
@@ -186,53 +187,46 @@ class Ledger:
                 "SET #status = :failed, open_status = :open, last_error = :error, "
                 "updated_at = :now_ms, released_by = :by"
             )
-        try:
+        values: dict[str, Any] = {
+            ":failed": {"S": Status.FAILED.value},
+            ":processing": {"S": Status.PROCESSING.value},
+            ":owner": {"S": row.lock_owner},
+            ":lock_expires_at": {"N": str(row.lock_expires_at)},
+            ":error": {"S": message[:1000]},
+            ":now_ms": {"N": str(now_ms)},
+            ":by": {"S": released_by},
+        }
+        if not dead_letter:
+            values[":open"] = {"S": open_status(Status.FAILED, row.pk)}
+        with aws_call(f"releasing {row.pk}", expected=_FENCED) as call:
             self._dynamodb.update_item(
                 TableName=self.table,
-                Key={"pk": {"S": row["pk"]}},
+                Key=_key(row.pk),
                 UpdateExpression=update,
+                # The lock as the index showed it: a reclaim since changed owner or expiry.
                 ConditionExpression=(
                     "#status = :processing AND lock_owner = :owner "
                     "AND lock_expires_at = :lock_expires_at"
                 ),
-                ExpressionAttributeNames={"#status": "status"},
-                ExpressionAttributeValues={
-                    ":failed": {"S": "FAILED"},
-                    ":processing": {"S": "PROCESSING"},
-                    ":owner": {"S": str(row["lock_owner"])},
-                    ":lock_expires_at": {"N": str(row["lock_expires_at"])},
-                    ":error": {"S": message[:1000]},
-                    ":now_ms": {"N": str(now_ms)},
-                    ":by": {"S": released_by},
-                    **({} if dead_letter else {":open": {"S": open_status("FAILED", row["pk"])}}),
-                },
+                ExpressionAttributeNames={"#status": Attribute.STATUS.value},
+                ExpressionAttributeValues=values,
             )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            if not is_transient(exc.response):
-                raise
-            raise TransientError(f"releasing {row['pk']}: {exc}") from exc
-        return True
+        return call.refused is None
 
-    def current(self, pk: str) -> dict[str, Any] | None:
+    def current(self, pk: str) -> LedgerRow | None:
         """One row as it is now (a strongly consistent read), or None.
 
         The open-work index lags the table: what it shows may have changed.
         """
-        request = {self.table: {"Keys": [{"pk": {"S": pk}}], "ConsistentRead": True}}
-        try:
+        request = {self.table: {"Keys": [_key(pk)], "ConsistentRead": True}}
+        with aws_call(f"reading {pk}"):
             response = self._dynamodb.batch_get_item(RequestItems=request)
-        except ClientError as exc:
-            if not is_transient(exc.response):
-                raise
-            raise TransientError(f"reading {pk}: {exc}") from exc
         if response.get("UnprocessedKeys"):
             raise TransientError(f"reading {pk}: the ledger left it unprocessed (throttled)")
         items = response.get("Responses", {}).get(self.table, [])
-        return plain(items[0]) if items else None
+        return LedgerRow.of(plain(items[0])) if items else None
 
-    def dead_letter_failed(self, row: dict[str, Any], now_ms: int, dead_lettered_by: str) -> bool:
+    def dead_letter_failed(self, row: LedgerRow, now_ms: int, dead_lettered_by: str) -> bool:
         """Fenced: set dead_lettered_at on a FAILED row whose DLQ message was just sent.
 
         Holds only if the row is still as read: FAILED, not dead-lettered, the
@@ -240,35 +234,31 @@ class Ledger:
         changes them). Otherwise nothing is written and False is returned.
         """
         values: dict[str, Any] = {
-            ":failed": {"S": "FAILED"},
+            ":failed": {"S": Status.FAILED.value},
             ":now_ms": {"N": str(now_ms)},
             ":by": {"S": dead_lettered_by},
         }
         fence = ["#status = :failed", "attribute_not_exists(dead_lettered_at)"]
-        for name in ("updated_at", "lock_owner"):
-            if name in row:
-                values[f":seen_{name}"] = (
-                    {"N": str(row[name])} if name == "updated_at" else {"S": str(row[name])}
-                )
-                fence.append(f"{name} = :seen_{name}")
-            else:
-                fence.append(f"attribute_not_exists({name})")
-        try:
+        if row.updated_at is None:
+            fence.append("attribute_not_exists(updated_at)")
+        else:
+            values[":seen_updated_at"] = {"N": str(row.updated_at)}
+            fence.append("updated_at = :seen_updated_at")
+        if row.lock_owner is None:
+            fence.append("attribute_not_exists(lock_owner)")
+        else:
+            values[":seen_lock_owner"] = {"S": row.lock_owner}
+            fence.append("lock_owner = :seen_lock_owner")
+        with aws_call(f"dead-lettering {row.pk}", expected=_FENCED) as call:
             self._dynamodb.update_item(
                 TableName=self.table,
-                Key={"pk": {"S": row["pk"]}},
+                Key=_key(row.pk),
                 UpdateExpression=(
                     "SET dead_lettered_at = :now_ms, updated_at = :now_ms, "
                     "dead_lettered_by = :by REMOVE open_status"
                 ),
                 ConditionExpression=" AND ".join(fence),
-                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeNames={"#status": Attribute.STATUS.value},
                 ExpressionAttributeValues=values,
             )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            if not is_transient(exc.response):
-                raise
-            raise TransientError(f"dead-lettering {row['pk']}: {exc}") from exc
-        return True
+        return call.refused is None

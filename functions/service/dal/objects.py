@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
 
+from service.dal.aws import aws_call
 from service.errors import ObjectSuperseded, PermanentError, TransientError
 from service.logic.s3objects import has_version, plain_etag
 
@@ -14,23 +14,21 @@ from service.logic.s3objects import has_version, plain_etag
 # only to a caller that may list the bucket; without s3:ListBucket it answers
 # a missing key with 403 AccessDenied, so the template grants ListBucket on the
 # ingest bucket to the processor.
-_MISSING_CODES = {"NoSuchKey", "NoSuchVersion", "404"}
+_MISSING_CODES = frozenset({"NoSuchKey", "NoSuchVersion", "404"})
 # Archived (S3 Glacier storage classes): unreadable until someone restores it. A version
 # id S3 cannot parse (InvalidArgument), or one that names a delete marker (405
 # MethodNotAllowed): no retry makes them readable either.
-_UNREADABLE_CODES = {"InvalidObjectState", "InvalidArgument", "MethodNotAllowed", "405"}
+_UNREADABLE_CODES = frozenset({"InvalidObjectState", "InvalidArgument", "MethodNotAllowed", "405"})
 # IfMatch failed: the key holds other bytes now. On a write (IfNoneMatch "*"):
 # another writer created the key first, which for a write-once output means done.
-_PRECONDITION_CODES = {"PreconditionFailed", "412"}
-# 403 AccessDenied is none of these and stays transient: with ListBucket
-# granted it no longer stands for a missing key but for a real permission
-# problem (a KMS key policy, a bucket policy, an SCP), which an operator can
-# fix while the retries and redeliveries wait; dead-lettering at once would
-# turn a fixable misconfiguration into work to redrive by hand.
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
+_PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})
+# 403 AccessDenied is none of these and stays transient, as does every other
+# code S3 answers: with ListBucket granted it no longer stands for a missing key
+# but for a real permission problem (a KMS key policy, a bucket policy, an SCP),
+# which an operator can fix while the retries and redeliveries wait;
+# dead-lettering at once would turn a fixable misconfiguration into work to
+# redrive by hand.
+_OTHERWISE = TransientError
 
 
 class ObjectStore:
@@ -60,26 +58,29 @@ class ObjectStore:
             # ETags; events carry them unquoted.
             kwargs["IfMatch"] = f'"{plain_etag(etag)}"'
         where = f"s3://{bucket}/{key}"
-        try:
+        # A precondition failure is an answer only to a conditional read.
+        expected = _MISSING_CODES | _UNREADABLE_CODES
+        if conditional:
+            expected |= _PRECONDITION_CODES
+        with aws_call(f"reading {where}", expected, otherwise=_OTHERWISE) as call:
             response = self._s3.get_object(**kwargs)
             return bytes(response["Body"].read())
-        except ClientError as exc:
-            code = _code(exc)
-            if conditional and code in _PRECONDITION_CODES | _MISSING_CODES:
-                raise ObjectSuperseded(
-                    f"{where} no longer holds the content with ETag {etag}: {code}"
-                ) from exc
-            if code in _MISSING_CODES | _UNREADABLE_CODES:
-                raise PermanentError(f"{where} cannot be read: {code}") from exc
-            raise TransientError(f"reading {where}: {code}") from exc
-        except BotoCoreError as exc:
-            raise TransientError(f"reading {where}: {exc}") from exc
+        code = call.refused
+        if conditional and code in _PRECONDITION_CODES | _MISSING_CODES:
+            raise ObjectSuperseded(
+                f"{where} no longer holds the content with ETag {etag}: {code}"
+            ) from call.refusal
+        raise PermanentError(f"{where} cannot be read: {code}") from call.refusal
 
     def write_once(
         self, bucket: str, key: str, body: bytes, content_type: str, metadata: dict[str, str]
     ) -> bool:
         """Create the object unless it exists (IfNoneMatch: "*"). True when this call created it."""
-        try:
+        # Another writer created the key first (412): for a write-once output, done.
+        # Any other refusal (ConditionalRequestConflict 409, SlowDown, 5xx): a retry settles it.
+        with aws_call(
+            f"writing s3://{bucket}/{key}", _PRECONDITION_CODES, otherwise=_OTHERWISE
+        ) as call:
             self._s3.put_object(
                 Bucket=bucket,
                 Key=key,
@@ -88,11 +89,4 @@ class ObjectStore:
                 Metadata=metadata,
                 IfNoneMatch="*",
             )
-            return True
-        except ClientError as exc:
-            if _code(exc) in _PRECONDITION_CODES:
-                return False
-            # ConditionalRequestConflict (409), SlowDown, 5xx: a retry settles it.
-            raise TransientError(f"writing s3://{bucket}/{key}: {_code(exc)}") from exc
-        except BotoCoreError as exc:
-            raise TransientError(f"writing s3://{bucket}/{key}: {exc}") from exc
+        return call.refused is None

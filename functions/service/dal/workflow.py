@@ -11,14 +11,15 @@ from urllib.parse import quote
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
 
-from service.errors import PermanentError, TransientError, is_transient
+from service.dal.aws import EXECUTION_ALREADY_EXISTS, aws_call
+from service.errors import PermanentError
 
 # StartExecution is throttled per account (a token bucket); a page resubmits
 # up to 1000 keys, so let the SDK back off and retry rather than fail the page.
 _RETRYING = Config(retries={"mode": "adaptive", "max_attempts": 10})
 _REMEMBERED_STARTS = 20_000
+_ALREADY_STARTED = frozenset({EXECUTION_ALREADY_EXISTS})
 
 
 class Processor:
@@ -40,18 +41,12 @@ class Processor:
         """
         if name in self._started:
             return False
-        try:
+        with aws_call(f"starting {name}", expected=_ALREADY_STARTED) as call:
             self._sfn.start_execution(
                 stateMachineArn=self.arn, name=name, input=json.dumps(execution_input)
             )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
-                return False
-            if not is_transient(exc.response):
-                raise
-            raise TransientError(f"starting {name}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise TransientError(f"starting {name}: {exc}") from exc
+        if call.refused:
+            return False  # the name ran before: whatever it did stands
         self._started[name] = None
         if len(self._started) > _REMEMBERED_STARTS:
             self._started.popitem(last=False)
@@ -60,10 +55,9 @@ class Processor:
     def execution_input(self, execution_arn: str) -> Any:
         """The input an execution was started with; None when Step Functions no longer has it."""
         try:
-            description = self._sfn.describe_execution(executionArn=execution_arn)
-        except ClientError as exc:
-            if is_transient(exc.response):
-                raise TransientError(f"describing {execution_arn}: {exc}") from exc
+            with aws_call(f"describing {execution_arn}"):
+                description = self._sfn.describe_execution(executionArn=execution_arn)
+        except PermanentError:
             # Gone (STANDARD keeps executions 90 days), or an EXPRESS
             # execution, which DescribeExecution does not serve.
             return None
@@ -80,16 +74,12 @@ class DeadLetters:
         message_attributes: dict[str, Any] = {
             name: _attribute(name, value) for name, value in attributes.items() if value
         }
-        try:
+        with aws_call("sending to the DLQ"):
             self._sqs.send_message(
                 QueueUrl=self.queue_url,
                 MessageBody=json.dumps(body),  # ASCII: every other character escaped
                 MessageAttributes=message_attributes,
             )
-        except (ClientError, BotoCoreError) as exc:
-            if isinstance(exc, ClientError) and not is_transient(exc.response):
-                raise
-            raise TransientError(f"sending to the DLQ: {exc}") from exc
 
 
 # What SQS accepts in a message (XML 1.0 characters); anything else is refused.
@@ -117,23 +107,19 @@ class Reports:
         self._s3 = client if client is not None else boto3.client("s3")
 
     def put(self, key: str, report: dict[str, Any]) -> str:
-        try:
+        with aws_call(f"writing the report s3://{self.bucket}/{key}"):
             self._s3.put_object(
                 Bucket=self.bucket,
                 Key=key,
                 Body=json.dumps(report, indent=2).encode(),
                 ContentType="application/json",
             )
-        except (ClientError, BotoCoreError) as exc:
-            if isinstance(exc, ClientError) and not is_transient(exc.response):
-                raise
-            raise TransientError(f"writing the report s3://{self.bucket}/{key}: {exc}") from exc
         return f"s3://{self.bucket}/{key}"
 
     def find_manifest(self, prefix: str) -> str | None:
         """The key of a Map Run's exported manifest.json under ``prefix``, if any."""
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
-        try:
+        with aws_call(f"listing s3://{self.bucket}/{prefix}"):
             while True:
                 response = self._s3.list_objects_v2(**kwargs)
                 for item in response.get("Contents", []):
@@ -142,10 +128,6 @@ class Reports:
                 if not response.get("IsTruncated"):
                     return None
                 kwargs["ContinuationToken"] = response["NextContinuationToken"]
-        except (ClientError, BotoCoreError) as exc:
-            if isinstance(exc, ClientError) and not is_transient(exc.response):
-                raise
-            raise TransientError(f"listing s3://{self.bucket}/{prefix}: {exc}") from exc
 
     def map_run_results(self, bucket: str, manifest_key: str) -> MapRunResults:
         """What a Distributed Map's ResultWriter exported: its manifest, then every file.
@@ -183,12 +165,8 @@ class Reports:
         return value
 
     def _text(self, bucket: str, key: str) -> str:
-        try:
+        with aws_call(f"reading s3://{bucket}/{key}"):
             body = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        except (ClientError, BotoCoreError) as exc:
-            if isinstance(exc, ClientError) and not is_transient(exc.response):
-                raise
-            raise TransientError(f"reading s3://{bucket}/{key}: {exc}") from exc
         return str(body.decode("utf-8"))
 
 

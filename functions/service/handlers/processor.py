@@ -1,19 +1,23 @@
-"""Processor Lambda: turn one claimed work item into one WebP output."""
+"""Processor Lambda: turn one claimed work item into one WebP output.
+
+This module reads the state machine's event (the work item, the lock token),
+calls the use case (service/usecases/process.py) and shapes its answer.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-from urllib.parse import quote
+from typing import Any, cast
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from service.dal.objects import ObjectStore
 from service.errors import ObjectSuperseded, PermanentError
-from service.logic.images import downscale_to_webp, output_key
+from service.model import WorkItem
 from service.observability import logger, metrics, tracer
 from service.settings import ProcessorSettings, processor_settings
+from service.usecases.process import Output
+from service.usecases.process import process as process_work_item
 
 _store: ObjectStore | None = None
 
@@ -25,63 +29,29 @@ def _object_store() -> ObjectStore:
     return _store
 
 
-def process(
-    event: dict[str, Any], settings: ProcessorSettings, store: ObjectStore
-) -> dict[str, Any]:
-    """Read the object of the work item, downscale it, write the output once.
-
-    A work item from a message or a custom event (no object, a payload)
-    is recorded once instead: the payload as JSON under the record prefix.
-    """
+def work_item_of(event: dict[str, Any]) -> WorkItem:
+    """The event's work item; PermanentError when it has none the processor can name."""
     work_item = event.get("workItem")
     if not isinstance(work_item, dict) or not work_item.get("idempotencyKey"):
         raise PermanentError("the payload has no workItem with an idempotencyKey")
-    idempotency_key = str(work_item["idempotencyKey"])
-    metadata = {
-        # Metadata must be ASCII: keep the key readable but encoded.
-        "idempotency-key": quote(idempotency_key, safe="/:#"),
-        "lock-token": str(event.get("lockToken", "")),
-    }
-    if not work_item.get("bucket") or not work_item.get("key"):
-        if "payload" not in work_item:
-            raise PermanentError("the workItem has neither an object (bucket, key) nor a payload")
-        key = output_key(settings.record_prefix, idempotency_key, ".json")
-        text = json.dumps(work_item["payload"], ensure_ascii=False)
-        try:
-            body = text.encode("utf-8")
-        except UnicodeEncodeError:
-            # A lone surrogate (JSON allows "\ud800", UTF-8 has no form for it): write
-            # the same JSON with every non-ASCII character escaped.
-            body = json.dumps(work_item["payload"]).encode("ascii")
-        created = store.write_once(settings.output_bucket, key, body, "application/json", metadata)
-        return {
-            "output": f"s3://{settings.output_bucket}/{key}",
-            "created": created,
-            "bytes": len(body),
-        }
-    etag = work_item.get("etag")
-    data = store.read(
-        work_item["bucket"],
-        work_item["key"],
-        work_item.get("versionId"),
-        etag if isinstance(etag, str) else None,
-    )
-    rendition = downscale_to_webp(data, settings.max_dimension)
-    key = output_key(settings.output_prefix, idempotency_key)
-    created = store.write_once(
-        settings.output_bucket,
-        key,
-        rendition.body,
-        "image/webp",
-        metadata,
-    )
-    return {
-        "output": f"s3://{settings.output_bucket}/{key}",
-        "created": created,
-        "width": rendition.width,
-        "height": rendition.height,
-        "bytes": len(rendition.body),
-    }
+    return cast(WorkItem, work_item)
+
+
+def shaped(output: Output) -> dict[str, Any]:
+    """The Process state's result: an image's also says its size in pixels."""
+    result: dict[str, Any] = {"output": output.output, "created": output.created}
+    if output.width is not None and output.height is not None:
+        result |= {"width": output.width, "height": output.height}
+    result["bytes"] = output.bytes
+    return result
+
+
+def process(
+    event: dict[str, Any], settings: ProcessorSettings, store: ObjectStore
+) -> dict[str, Any]:
+    """One invocation's work, from the event to the result the state machine records."""
+    work_item = work_item_of(event)
+    return shaped(process_work_item(work_item, str(event.get("lockToken", "")), settings, store))
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -1,6 +1,6 @@
 """The audit's decisions, free of AWS: what a listed object or a ledger row needs.
 
-The ledger rules it relies on (see DESIGN.md section 3):
+The ledger rules it relies on (service/model.py draws a row's life):
 - a row whose ``expires_at`` has passed counts as absent (Claim overwrites it);
 - a dead-lettered row, or a FAILED row at MaxAttempts, is never reclaimed;
 - a FAILED row below MaxAttempts is reclaimed by the next delivery of its key.
@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from service.logic.s3objects import NULL_VERSION, plain_etag
+from service.model import LedgerRow, Status, WorkItem
 
 # Every count the audit reports, in report order.
 COUNT_KEYS = (
@@ -43,6 +44,8 @@ COUNT_KEYS = (
 # 1 KB each; a Map of many prefix walks must stay under the 256 KiB state limit).
 SAMPLE_LIMIT = 50
 SAMPLE_CHARACTERS = 2048
+# The source of the work items the audit sends (the ledger row records it at Claim).
+AUDIT_SOURCE = "audit"
 
 Counts = dict[str, int]
 
@@ -116,7 +119,7 @@ def age_verdict(obj: ListedObject, window: AuditWindow) -> str | None:
     return None
 
 
-def content_row(rows: list[dict[str, Any]], window: AuditWindow) -> dict[str, Any] | None:
+def content_row(rows: list[LedgerRow], window: AuditWindow) -> LedgerRow | None:
     """Of the rows with an unversioned object's current ETag, the one that stands for it.
 
     A superseded row does not count: its content was replaced before it was
@@ -125,25 +128,20 @@ def content_row(rows: list[dict[str, Any]], window: AuditWindow) -> dict[str, An
     wins: processed, in progress, failed but retryable, dead-lettered.
     """
 
-    def rank(row: dict[str, Any]) -> int:
-        status = row.get("status")
-        if status == "PROCESSED":
+    def rank(row: LedgerRow) -> int:
+        if row.status == Status.PROCESSED:
             return 0
-        if status == "PROCESSING":
+        if row.status == Status.PROCESSING:
             return 1
-        if "dead_lettered_at" in row or int(row.get("attempts", 0)) >= window.max_attempts:
+        if row.dead_lettered or row.attempts >= window.max_attempts:
             return 3
         return 2
 
-    live = [
-        row
-        for row in rows
-        if "superseded_at" not in row and int(row.get("expires_at", 0)) >= window.now
-    ]
-    return min(live, key=lambda row: (rank(row), str(row.get("pk", ""))), default=None)
+    live = [row for row in rows if row.superseded_at is None and row.expires_at >= window.now]
+    return min(live, key=lambda row: (rank(row), row.pk), default=None)
 
 
-def classify(obj: ListedObject, row: dict[str, Any] | None, window: AuditWindow) -> str:
+def classify(obj: ListedObject, row: LedgerRow | None, window: AuditWindow) -> str:
     """Name the count one listed object version falls into.
 
     ``row`` is the upload's row: for a version, the row of its key; for an
@@ -159,53 +157,52 @@ def classify(obj: ListedObject, row: dict[str, Any] | None, window: AuditWindow)
         # current content: the processor reads only that (it cannot name this
         # upload by a version), so a resubmission could only end Superseded.
         return "superseded_skipped"
-    if row is None or int(row.get("expires_at", 0)) < window.now:
+    if row is None or row.expires_at < window.now:
         return "missing_resubmitted"
-    status = row.get("status")
-    if status == "PROCESSED":
+    if row.status == Status.PROCESSED:
         return "ok"
-    if status == "PROCESSING":
+    if row.status == Status.PROCESSING:
         return "in_progress"  # live, or stuck: the lock sweep decides
-    if "dead_lettered_at" in row or int(row.get("attempts", 0)) >= window.max_attempts:
+    if row.dead_lettered or row.attempts >= window.max_attempts:
         return "dead_lettered_skipped"
     return "failed_resubmitted"
 
 
 def object_work_item(
     bucket: str, obj: ListedObject, idempotency_key_: str | None = None
-) -> dict[str, Any]:
+) -> dict[str, WorkItem]:
     """The direct work item the audit sends for an object (keys are not URL-encoded)."""
-    return {
-        "workItem": {
-            "source": "audit",
-            "idempotencyKey": idempotency_key_ or idempotency_key(bucket, obj),
-            "bucket": bucket,
-            "key": obj.key,
-            "versionId": obj.version_id,
-            "etag": obj.etag,
-            "size": obj.size,
-        }
+    item: WorkItem = {
+        "source": AUDIT_SOURCE,
+        "idempotencyKey": idempotency_key_ or idempotency_key(bucket, obj),
+        "bucket": bucket,
+        "key": obj.key,
+        "versionId": obj.version_id,
+        "etag": obj.etag,
+        "size": obj.size,
     }
+    return {"workItem": item}
 
 
-def row_work_item(row: dict[str, Any]) -> dict[str, Any] | None:
+def row_work_item(row: LedgerRow) -> dict[str, WorkItem] | None:
     """A direct work item rebuilt from an object's ledger row; None for messages and events."""
-    if not row.get("bucket") or not row.get("object_key"):
+    if not row.bucket or not row.object_key:
         return None
-    item: dict[str, Any] = {
-        "source": "audit",
-        "idempotencyKey": row["pk"],
-        "bucket": row["bucket"],
-        "key": row["object_key"],
+    item: WorkItem = {
+        "source": AUDIT_SOURCE,
+        "idempotencyKey": row.pk,
+        "bucket": row.bucket,
+        "key": row.object_key,
     }
-    for attribute, field in (
-        ("version_id", "versionId"),
-        ("sequencer", "sequencer"),
-        ("etag", "etag"),
-        ("size", "size"),
-    ):
-        if attribute in row:
-            item[field] = row[attribute]
+    # What Claim copied from the object's work item (WORK_ITEM_COPIES), as it was.
+    if row.version_id is not None:
+        item["versionId"] = row.version_id
+    if row.sequencer is not None:
+        item["sequencer"] = row.sequencer
+    if row.etag is not None:
+        item["etag"] = row.etag
+    if row.size is not None:
+        item["size"] = row.size
     return {"workItem": item}
 
 
@@ -224,7 +221,7 @@ def resubmission_name(kind: str, audit_id: str, idempotency_key_: str) -> str:
 
 
 def _dead_letter_message(
-    row: dict[str, Any],
+    row: LedgerRow,
     original_event: Any,
     state_machine_arn: str,
     code: str,
@@ -242,21 +239,22 @@ def _dead_letter_message(
             "ERROR_CODE": code,
             "ERROR_MESSAGE": message,
             "EXHAUSTED_RETRY_CONDITION": condition,
-            "RETRY_ATTEMPTS": str(int(row.get("attempts", 0))),
+            "RETRY_ATTEMPTS": str(row.attempts),
             "STATE_MACHINE_ARN": state_machine_arn,
-            "EXECUTION_ARN": str(row.get("lock_owner", "")),
-            "IDEMPOTENCY_KEY": str(row["pk"]),
+            "EXECUTION_ARN": row.lock_owner or "",
+            "IDEMPOTENCY_KEY": row.pk,
         },
     }
 
 
 def stuck_dead_letter_message(
-    row: dict[str, Any], original_event: Any, state_machine_arn: str
+    row: LedgerRow, original_event: Any, state_machine_arn: str
 ) -> dict[str, Any]:
     """The DLQ message for a stuck row at MaxAttempts, in the processor's message shape."""
+    owner = row.lock_owner if row.lock_owner is not None else "an unknown execution"
     message = (
-        f"LockExpired: the lock of {row.get('lock_owner', 'an unknown execution')} expired with "
-        f"the work unfinished, after {int(row.get('attempts', 0))} attempt(s)"
+        f"LockExpired: the lock of {owner} expired with "
+        f"the work unfinished, after {row.attempts} attempt(s)"
     )
     return _dead_letter_message(
         row, original_event, state_machine_arn, "LockExpired", message, "MaximumRetryAttempts"
@@ -280,16 +278,16 @@ def failure_code(last_error: str) -> str:
 
 
 def failed_dead_letter_message(
-    row: dict[str, Any], original_event: Any, state_machine_arn: str
+    row: LedgerRow, original_event: Any, state_machine_arn: str
 ) -> dict[str, Any]:
     """The DLQ message for a FAILED row at MaxAttempts that has none (DeadLetterFailed).
 
     ERROR_CODE is the failure the row records, ERROR_MESSAGE the row's whole
     last_error; the condition is PermanentError when that failure was one.
     """
-    last_error = str(row.get("last_error") or "")
+    last_error = row.last_error or ""
     code = failure_code(last_error)
-    message = last_error or f"{code}: failed {int(row.get('attempts', 0))} time(s)"
+    message = last_error or f"{code}: failed {row.attempts} time(s)"
     condition = "PermanentError" if code == "PermanentError" else "MaximumRetryAttempts"
     return _dead_letter_message(row, original_event, state_machine_arn, code, message, condition)
 

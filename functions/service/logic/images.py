@@ -49,7 +49,10 @@ def downscale_to_webp(data: bytes, max_dimension: int) -> Rendition:
             converted = image.convert("RGBA" if "A" in image.getbands() else "RGB")
     except PermanentError:
         raise
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except UnidentifiedImageError as exc:
+        # Pillow's message names the stream it read (a BytesIO's repr): not the reader's business.
+        raise PermanentError("not a readable image: not in a format Pillow reads") from exc
+    except (OSError, SyntaxError, ValueError) as exc:
         raise PermanentError(f"not a readable image: {exc}") from exc
     converted.thumbnail((max_dimension, max_dimension))
     out = io.BytesIO()

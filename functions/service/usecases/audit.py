@@ -1,0 +1,529 @@
+"""The audit's use cases: plan the run, audit one batch, sweep one page of open work, report.
+
+Each takes what its state of the audit state machine hands on, already parsed
+by the handler, and the clients of the data layer it works through.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from service.dal.bucket import Bucket, Inventory
+from service.dal.ledger import Ledger
+from service.dal.workflow import DeadLetters, Processor, Reports, batch_size
+from service.logic.audit import (
+    COUNT_KEYS,
+    SAMPLE_CHARACTERS,
+    SAMPLE_LIMIT,
+    AuditWindow,
+    Budget,
+    Counts,
+    ListedObject,
+    add_counts,
+    age_verdict,
+    classify,
+    content_row,
+    failed_dead_letter_message,
+    idempotency_key,
+    inventory_item,
+    listed_item,
+    object_work_item,
+    resubmission_name,
+    row_work_item,
+    stuck_dead_letter_message,
+    versions_of,
+)
+from service.logic.s3objects import NULL_VERSION, object_ref
+from service.model import LedgerRow, Status
+from service.observability import logger, metrics
+from service.settings import AuditSettings
+
+_RESUBMIT = {"missing_resubmitted", "failed_resubmitted"}
+# Where the Distributed Maps export their children's results (the ASL's ResultWriter).
+RESULTS_PREFIX = "reports/audit-runs/"
+# The Lambda's own timeout leaves a batch this much time to spare.
+_TIMEOUT_MARGIN_SECONDS = 30
+
+
+class Clients:
+    """The data layer the audit works through; one warm sandbox reuses them."""
+
+    def __init__(self, settings: AuditSettings) -> None:
+        self.bucket = Bucket(settings.ingest_bucket)
+        self.ledger = Ledger(
+            settings.ledger_table,
+            settings.open_work_index,
+            content_index=settings.object_content_index,
+        )
+        self.processor = Processor(settings.processor_arn)
+        self.dead_letters = DeadLetters(settings.dead_letter_queue_url)
+        self.reports = Reports(settings.report_bucket)
+        self.inventory = (
+            Inventory(settings.report_bucket, settings.inventory_prefix)
+            if settings.inventory_prefix
+            else None
+        )
+
+
+@dataclass(frozen=True)
+class AuditRun:
+    """Which audit a call belongs to, and the moment it started (the window's "now")."""
+
+    audit_id: str
+    started_at_ms: float
+
+    @property
+    def now(self) -> float:
+        """The run's start in epoch seconds."""
+        return self.started_at_ms / 1000
+
+
+def sample(earlier: Iterable[str], keys: Iterable[str]) -> list[str]:
+    """The first resubmitted keys, bounded in number and size (they travel in the state)."""
+    kept = list(earlier)
+    size = sum(len(k) for k in kept)
+    for key in keys:
+        if len(kept) >= SAMPLE_LIMIT or size + len(key) > SAMPLE_CHARACTERS:
+            break
+        kept.append(key)
+        size += len(key)
+    return kept
+
+
+def _window(run: AuditRun, settings: AuditSettings) -> AuditWindow:
+    return AuditWindow(
+        now=run.now,
+        recent_cutoff_seconds=settings.recent_cutoff_seconds,
+        retention_seconds=settings.retention_seconds,
+        max_attempts=settings.max_attempts,
+        late_event_seconds=settings.late_event_seconds,
+    )
+
+
+# ---- Plan -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The run's moment, the bucket's versioning, and where its objects come from."""
+
+    started_at_ms: int
+    prefix: str
+    versioned: bool
+    source: str  # "inventory" or "listing"
+    source_reason: str
+    manifest: dict[str, str] | None  # the inventory report's manifest.json
+
+
+def plan(
+    settings: AuditSettings,
+    clients: Clients,
+    started_at_ms: int | None,
+    prefix: str,
+    asked_for: str | None,
+) -> Plan:
+    """Plan a run: the newest complete S3 Inventory report when there is one
+    (AuditInventory) no older than AUDIT_INVENTORY_MAX_AGE_HOURS; otherwise the
+    bucket's listing. A run for one key prefix, or one that asks for it
+    (``asked_for`` "listing"), uses the listing.
+    """
+    started_at = started_at_ms or int(time.time() * 1000)
+    source, reason, manifest = "listing", "AuditInventory is off", None
+    if asked_for == "listing":
+        reason = "the run asked for the listing"
+    elif prefix:
+        reason = f"a run for the prefix {prefix!r} lists it"
+    elif settings.inventory_prefix:
+        newest = clients.inventory.newest() if clients.inventory else None
+        if newest is None:
+            reason = "no complete inventory report yet"
+        else:
+            key, taken = newest
+            age = started_at / 1000 - taken.timestamp()
+            if age > settings.inventory_max_age_seconds:
+                reason = f"the newest inventory report ({taken.isoformat()}) is too old"
+            else:
+                source, reason = "inventory", f"the inventory report of {taken.isoformat()}"
+                manifest = {"bucket": settings.report_bucket, "key": key}
+    logger.info("audit planned", extra={"source": source, "reason": reason})
+    return Plan(
+        started_at_ms=started_at,
+        prefix=prefix,
+        versioned=clients.bucket.versioned(),
+        source=source,
+        source_reason=reason,
+        manifest=manifest,
+    )
+
+
+# ---- one batch of the bucket walk -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of the Distributed Map: up to 1000 items of a listing or an inventory."""
+
+    items: list[dict[str, Any]]
+    source: str | None  # "inventory": S3 Inventory CSV rows; otherwise ListObjectsV2 items
+    versioned: bool
+
+
+@dataclass
+class Tally:
+    """What a batch or a page did: the counts, and a sample of the keys it resubmitted."""
+
+    counts: Counts
+    resubmitted_sample: list[str]
+
+
+def _batch_objects(batch: Batch, settings: AuditSettings, clients: Clients) -> list[ListedObject]:
+    """The object versions one batch of the Distributed Map stands for."""
+    bucket = settings.ingest_bucket
+    if batch.source == "inventory":
+        return [o for o in (inventory_item(i, bucket) for i in batch.items) if o is not None]
+    listed = [listed_item(i) for i in batch.items]
+    if not batch.versioned or not listed:
+        return listed
+    keys = [o.key for o in listed]
+    return versions_of(keys, clients.bucket.versions_between(min(keys), max(keys)))
+
+
+def audit_batch(
+    settings: AuditSettings,
+    clients: Clients,
+    run: AuditRun,
+    batch: Batch,
+    remaining_seconds: float | None = None,
+) -> Tally:
+    """One batch: resubmit what has no row or a FAILED row below MaxAttempts.
+
+    Objects outside the window (too recent, older than the retention) are
+    counted with no ledger read. Resubmissions keep to the batch's share of
+    AuditResubmitsPerSecond and stop when the batch's time is up; the rest are
+    counted as deferred (the next audit finds them again). ``remaining_seconds``:
+    what the Lambda's timeout leaves of the invocation.
+    """
+    # The batch's time runs from here: its EXPRESS child gives the task 280 s, so
+    # listing and reading count against the 240 s, leaving room for a last start.
+    seconds = settings.batch_seconds
+    if remaining_seconds is not None:
+        seconds = min(seconds, remaining_seconds - _TIMEOUT_MARGIN_SECONDS)
+    budget = Budget(
+        per_second=settings.resubmits_per_second / settings.max_concurrency,
+        deadline=time.monotonic() + seconds,
+    )
+    window = _window(run, settings)
+    bucket = settings.ingest_bucket
+    objects = _batch_objects(batch, settings, clients)
+    judged = [o for o in objects if age_verdict(o, window) is None]
+    versions = {
+        obj: idempotency_key(bucket, obj) for obj in judged if obj.version_id != NULL_VERSION
+    }
+    rows = clients.ledger.batch_get(versions.values())
+    counts = add_counts()
+    resubmitted: list[str] = []
+    for obj in objects:
+        counts["scanned"] += 1
+        if obj in versions:
+            key, row = versions[obj], rows.get(versions[obj])
+        else:  # too recent or too old (no read), or an upload without a version
+            key, row = _unversioned_row(obj, window, bucket, clients)
+        verdict = classify(obj, row, window)
+        if verdict in _RESUBMIT:
+            pause = budget.wait(time.monotonic())
+            if pause is None:
+                counts["resubmit_deferred"] += 1
+                continue
+            time.sleep(pause)
+            name = resubmission_name("audit", run.audit_id, key)
+            clients.processor.start(name, object_work_item(bucket, obj, key))
+            resubmitted.append(key)
+            logger.info("resubmitted", extra={"idempotency_key": key, "verdict": verdict})
+        counts[verdict] += 1
+    if counts["resubmit_deferred"]:
+        logger.warning("resubmissions deferred", extra={"deferred": counts["resubmit_deferred"]})
+    return Tally(counts, sample([], resubmitted))
+
+
+def _unversioned_row(
+    obj: ListedObject, window: AuditWindow, bucket: str, clients: Clients
+) -> tuple[str, LedgerRow | None]:
+    """(the key to resubmit under, the row) of an upload without a version id.
+
+    Its row, if any, is keyed on its event's sequencer, which no listing shows:
+    the ObjectContent index gives the rows of the key, and the one with the
+    object's current ETag stands for it. A FAILED one is resubmitted under its
+    own key (Reclaim takes it over); with none, the upload gets a key of its own.
+    """
+    if age_verdict(obj, window) is not None or not obj.latest:
+        return idempotency_key(bucket, obj), None  # not judged by its rows: no query
+    row = content_row(clients.ledger.content_rows(object_ref(bucket, obj.key), obj.etag), window)
+    if row is None:
+        return idempotency_key(bucket, obj), None
+    return row.pk, row
+
+
+# ---- one page of open work --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepPage:
+    """Where the sweep stands after a page: the next page's cursor (None: done), the tally."""
+
+    cursor: dict[str, Any] | None
+    tally: Tally
+
+
+def sweep_locks(
+    settings: AuditSettings,
+    clients: Clients,
+    run: AuditRun,
+    cursor: dict[str, Any] | None,
+    so_far: Tally,
+) -> SweepPage:
+    """One page of the open-work index: first stuck PROCESSING rows, then FAILED ones.
+
+    A stuck row (its lock expired more than the margin ago) is released with
+    a fenced update and resubmitted; at MaxAttempts it is dead-lettered
+    instead, as the processor would have done. A FAILED row below
+    MaxAttempts is resubmitted: for an SQS message or a custom event nothing
+    else ever would (the pipe and the rule do not redeliver a failed
+    execution). A FAILED row at MaxAttempts that is still open has no DLQ
+    message (the processor's send failed: DeadLetterFailed); it is
+    dead-lettered here. Resubmissions share the bucket walk's names, so a key
+    is started once per audit however many phases see it.
+    """
+    cursor = cursor or {"phase": "stuck"}
+    counts = add_counts(so_far.counts)
+    resubmitted: list[str] = []
+    phase: dict[str, Any] = cursor
+    if cursor.get("phase") == "stuck":
+        cutoff = int(run.now - settings.stuck_margin_seconds)
+        rows, start = clients.ledger.open_rows(Status.PROCESSING, cutoff, cursor.get("start"))
+        for row in rows:
+            _release_stuck(row, run, settings, clients, counts, resubmitted)
+        # The last stuck page goes straight on to the first FAILED page.
+        phase = {"phase": "stuck", "start": start} if start else {"phase": "failed"}
+    next_cursor: dict[str, Any] | None = phase
+    if phase.get("phase") == "failed":
+        rows, start = clients.ledger.open_rows(Status.FAILED, None, phase.get("start"))
+        for row in rows:
+            _retry_failed(row, run, settings, clients, counts, resubmitted)
+        next_cursor = {"phase": "failed", "start": start} if start else None
+    return SweepPage(next_cursor, Tally(counts, sample(so_far.resubmitted_sample, resubmitted)))
+
+
+def _resubmit(
+    row: LedgerRow,
+    run: AuditRun,
+    clients: Clients,
+    counts: Counts,
+    resubmitted: list[str],
+) -> bool:
+    """Start the processor again for a row: a work item, or the original execution's input."""
+    execution_input = row_work_item(row) or clients.processor.execution_input(row.lock_owner or "")
+    if execution_input is None:
+        counts["resubmit_errors"] += 1
+        logger.error(
+            "cannot resubmit: the original input is gone (or the execution was EXPRESS)",
+            extra={"idempotency_key": row.pk, "lock_owner": row.lock_owner},
+        )
+        return False
+    name = resubmission_name("audit", run.audit_id, row.pk)
+    started = clients.processor.start(name, execution_input)
+    if started:
+        resubmitted.append(row.pk)
+    return started
+
+
+def _release_stuck(
+    row: LedgerRow,
+    run: AuditRun,
+    settings: AuditSettings,
+    clients: Clients,
+    counts: Counts,
+    resubmitted: list[str],
+) -> None:
+    if row.attempts >= settings.max_attempts:
+        # The message first: if this page fails after it, the retried page
+        # finds the row still PROCESSING and sends again (a DLQ message too
+        # many beats a dead-lettered row with none).
+        original = clients.processor.execution_input(row.lock_owner or "")
+        message = stuck_dead_letter_message(row, original, settings.processor_arn)
+        clients.dead_letters.send(message["body"], message["attributes"])
+        if not clients.ledger.release_stuck(row, int(time.time() * 1000), run.audit_id, True):
+            counts["stuck_left_alone"] += 1
+            logger.warning(
+                "taken over after its DLQ message was sent: redrive will find it done or busy",
+                extra={"idempotency_key": row.pk},
+            )
+            return
+        counts["stuck_released"] += 1
+        counts["stuck_dead_lettered"] += 1
+        logger.warning("stuck work dead-lettered", extra={"idempotency_key": row.pk})
+        return
+    if not clients.ledger.release_stuck(row, int(time.time() * 1000), run.audit_id, False):
+        counts["stuck_left_alone"] += 1  # reclaimed or renewed since the index was read
+        return
+    counts["stuck_released"] += 1
+    # Released first: should this start fail, the retried page (or the next
+    # audit) finds the row FAILED and resubmits it from there.
+    _resubmit(row, run, clients, counts, resubmitted)
+    logger.info("stuck lock released and resubmitted", extra={"idempotency_key": row.pk})
+
+
+def _retry_failed(
+    row: LedgerRow,
+    run: AuditRun,
+    settings: AuditSettings,
+    clients: Clients,
+    counts: Counts,
+    resubmitted: list[str],
+) -> None:
+    if row.dead_lettered or row.expires_at < run.now:
+        return  # not open work (the index lags a write), or expired: a new delivery's
+    if row.attempts >= settings.max_attempts:
+        _dead_letter_failed(row, run, settings, clients, counts)
+        return
+    if _resubmit(row, run, clients, counts, resubmitted):
+        counts["failed_resubmitted"] += 1
+        logger.info("failed work resubmitted", extra={"idempotency_key": row.pk})
+
+
+def _unchanged(current: LedgerRow, seen: LedgerRow) -> bool:
+    """Whether a row is still as the index showed it: what a redrive, a reclaim or
+    another dead-lettering would have changed."""
+    return (
+        current.status == seen.status
+        and current.updated_at == seen.updated_at
+        and current.lock_owner == seen.lock_owner
+        and current.dead_lettered_at == seen.dead_lettered_at
+    )
+
+
+def _dead_letter_failed(
+    row: LedgerRow,
+    run: AuditRun,
+    settings: AuditSettings,
+    clients: Clients,
+    counts: Counts,
+) -> None:
+    """A FAILED row at MaxAttempts still open: its DLQ message was never sent.
+
+    The processor ends such work in DeadLetterFailed (SendMessage failed past
+    its retries) and leaves the row open; nothing reclaims it at MaxAttempts,
+    so the audit sends the message, then marks the row dead-lettered (fenced
+    on what it read). A page retried between the two sends again: a DLQ
+    message too many beats a dead-lettered row with none.
+    """
+    current = clients.ledger.current(row.pk)
+    if current is None or not _unchanged(current, row):
+        logger.info("changed since the index was read", extra={"idempotency_key": row.pk})
+        return
+    original = clients.processor.execution_input(current.lock_owner or "")
+    message = failed_dead_letter_message(current, original, settings.processor_arn)
+    clients.dead_letters.send(message["body"], message["attributes"])
+    if not clients.ledger.dead_letter_failed(current, int(time.time() * 1000), run.audit_id):
+        logger.warning(
+            "changed after its DLQ message was sent: redrive will find it done, busy or reset",
+            extra={"idempotency_key": row.pk},
+        )
+        return
+    counts["failed_dead_lettered"] += 1
+    logger.warning("failed work dead-lettered", extra={"idempotency_key": row.pk})
+
+
+# ---- the report -------------------------------------------------------------------
+
+
+def _walk(
+    objects: dict[str, Any], audit_id: str, clients: Clients
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The batches' counts and what the report says about the bucket walk.
+
+    The Distributed Map exported its children's results to S3 (ResultWriter):
+    the succeeded batches' outputs are summed; a failed batch's objects are
+    counted as not audited (the next run walks them again). A walk that failed
+    (too many failed batches) hands on no result, but its results were exported
+    all the same (input-output-resultwriter.html): they are found under the run's
+    prefix, so what the batches that ran did is still counted.
+    """
+    walk: dict[str, Any] = {
+        "source": objects.get("source", ""),
+        "source_reason": objects.get("sourceReason", ""),
+        "prefix": objects.get("prefix", ""),
+        "batches": 0,
+    }
+    if objects.get("error"):
+        walk["error"] = f"{objects['error']}: {str(objects.get('cause') or '')[:1000]}"
+    where = objects.get("results") or {}
+    if not where.get("Bucket") or not where.get("Key"):
+        found = clients.reports.find_manifest(f"{RESULTS_PREFIX}{audit_id}/")
+        if found is None:
+            return [], walk
+        where = {"Bucket": clients.reports.bucket, "Key": found}
+    results = clients.reports.map_run_results(str(where["Bucket"]), str(where["Key"]))
+    walk["batches"] = len(results.outputs) + len(results.failed)
+    parts = [o for o in results.outputs if isinstance(o, dict)]
+    failed = add_counts()
+    failed["failed_batches"] = len(results.failed)
+    failed["unaudited_objects"] = sum(batch_size(r) for r in results.failed)
+    for result in results.failed[:5]:
+        logger.error(
+            "an audit batch failed",
+            extra={"error": result.get("Error"), "cause": str(result.get("Cause"))[:500]},
+        )
+    return [*parts, {"counts": failed}], walk
+
+
+def report(
+    settings: AuditSettings,
+    clients: Clients,
+    audit_id: str,
+    started_at_ms: float,
+    objects: dict[str, Any],
+    locks: dict[str, Any],
+) -> dict[str, Any]:
+    """Sum the batches and the lock sweep, write reports/audit/<date>.json, emit the metrics.
+
+    ``objects``: what the bucket walk handed on (its results' location, or its
+    error); ``locks``: the sweep's last page (its counts and sample).
+    """
+    batches, walk = _walk(objects, audit_id, clients)
+    parts: list[dict[str, Any]] = [*batches, locks]
+    counts = add_counts(*(p.get("counts") or {} for p in parts))
+    resubmitted: list[str] = []
+    for part in parts:
+        resubmitted += part.get("resubmittedSample") or []
+    started = datetime.fromtimestamp(started_at_ms / 1000, UTC)
+    result: dict[str, Any] = {
+        **{k: counts[k] for k in COUNT_KEYS},
+        "audit": audit_id,
+        "started_at": started.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "bucket": settings.ingest_bucket,
+        **walk,
+        "resubmitted_sample": resubmitted[:SAMPLE_LIMIT],
+    }
+    key = f"{settings.report_prefix}{started.date().isoformat()}.json"
+    result["report"] = clients.reports.put(key, result)
+    for name, value in (
+        ("AuditScanned", counts["scanned"]),
+        ("AuditMissing", counts["missing_resubmitted"]),
+        ("AuditFailedResubmitted", counts["failed_resubmitted"]),
+        ("AuditResubmitted", counts["missing_resubmitted"] + counts["failed_resubmitted"]),
+        ("StuckReleased", counts["stuck_released"]),
+        ("AuditResubmitErrors", counts["resubmit_errors"]),
+        ("AuditFailedDeadLettered", counts["failed_dead_lettered"]),
+        ("AuditResubmitDeferred", counts["resubmit_deferred"]),
+        ("AuditFailedBatches", counts["failed_batches"]),
+    ):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    logger.info("audit report", extra={"report": result})
+    return result

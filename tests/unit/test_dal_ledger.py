@@ -1,0 +1,302 @@
+"""The ledger's data layer asks DynamoDB exactly these requests, and maps its answers.
+
+Each request is asserted whole with a botocore Stubber (a parameter more or
+less fails the test), as DynamoDB would receive it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+
+from service.dal.ledger import Ledger
+from service.errors import PermanentError, TransientError
+from service.model import LedgerRow, Status
+
+TABLE = "ledger"
+OWNER = "arn:aws:states:us-east-1:123456789012:execution:processor:first"
+PK = "s3://in/a.png#v1"
+# What the audit reads of a row (the names DynamoDB reserves go through #a<n>).
+READ_NAMES = {
+    "#a0": "pk", "#a1": "status", "#a2": "attempts", "#a3": "dead_lettered_at",
+    "#a4": "expires_at", "#a5": "lock_owner", "#a6": "lock_expires_at", "#a7": "source",
+    "#a8": "bucket", "#a9": "object_key", "#a10": "version_id", "#a11": "sequencer",
+    "#a12": "etag", "#a13": "size",
+}  # fmt: skip
+STUCK = LedgerRow(
+    pk=PK, status=Status.PROCESSING, attempts=1, lock_owner=OWNER, lock_expires_at=1_700_000_000
+)
+
+
+@pytest.fixture
+def dynamodb() -> Iterator[tuple[Ledger, Stubber]]:
+    client = boto3.client(
+        "dynamodb",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",  # a stub: nothing is sent
+    )
+    with Stubber(client) as stub:
+        yield Ledger(TABLE, "OpenWork", client), stub
+        stub.assert_no_pending_responses()
+
+
+def test_batch_get_reads_the_audits_attributes_of_each_key_once(
+    dynamodb: tuple[Ledger, Stubber],
+) -> None:
+    ledger, stub = dynamodb
+    # GIVEN a table holding a row for one of two keys
+    stub.add_response(
+        "batch_get_item",
+        {
+            "Responses": {
+                TABLE: [
+                    {
+                        "pk": {"S": PK},
+                        "status": {"S": "PROCESSED"},
+                        "attempts": {"N": "1"},
+                        "expires_at": {"N": "1900000000"},
+                        "size": {"N": "34910"},
+                    }
+                ]
+            }
+        },
+        {
+            "RequestItems": {
+                TABLE: {
+                    "Keys": [{"pk": {"S": PK}}, {"pk": {"S": "s3://in/b.png#v1"}}],
+                    "ProjectionExpression": ", ".join(READ_NAMES),
+                    "ExpressionAttributeNames": READ_NAMES,
+                }
+            }
+        },
+    )
+    # WHEN the audit reads both keys (one named twice)
+    rows = ledger.batch_get([PK, "s3://in/b.png#v1", PK])
+    # THEN one request names each key once, and the row comes back typed
+    assert rows == {
+        PK: LedgerRow(
+            pk=PK, status=Status.PROCESSED, attempts=1, expires_at=1_900_000_000, size=34910
+        )
+    }
+
+
+def test_open_rows_query_each_shard_of_a_status_with_the_lock_cutoff(
+    dynamodb: tuple[Ledger, Stubber],
+) -> None:
+    ledger, stub = dynamodb
+
+    # GIVEN an index with one stuck row in shard 0, read in two pages, and nothing elsewhere
+    def query(open_status: str, **more: Any) -> dict[str, Any]:
+        return {
+            "TableName": TABLE,
+            "IndexName": "OpenWork",
+            "KeyConditionExpression": "open_status = :status AND lock_expires_at < :cutoff",
+            "ExpressionAttributeValues": {
+                ":status": {"S": open_status},
+                ":cutoff": {"N": "1700000100"},
+            },
+            "Limit": 200,
+            **more,
+        }
+
+    item = {
+        "pk": {"S": PK},
+        "status": {"S": "PROCESSING"},
+        "lock_owner": {"S": OWNER},
+        "lock_expires_at": {"N": "1700000000"},
+        "attempts": {"N": "1"},
+    }
+    last = {"pk": {"S": PK}, "open_status": {"S": "PROCESSING#0"}}
+    # Rows written before the shards carry the bare status: that key is read first.
+    stub.add_response("query", {"Items": []}, query("PROCESSING"))
+    stub.add_response("query", {"Items": [item], "LastEvaluatedKey": last}, query("PROCESSING#0"))
+    stub.add_response(
+        "query", {"Items": []}, query("PROCESSING#0", Limit=199, ExclusiveStartKey=last)
+    )
+    for shard in "123456789abcdef":
+        stub.add_response("query", {"Items": []}, query(f"PROCESSING#{shard}", Limit=199))
+    # WHEN the sweep reads a page of stuck work
+    rows, cursor = ledger.open_rows(Status.PROCESSING, 1_700_000_100, None)
+    # THEN every shard was asked in order, page by page, and the sweep is done with them
+    assert rows == [STUCK]
+    assert cursor is None
+
+
+def test_a_stuck_release_is_fenced_on_the_lock_the_index_showed(
+    dynamodb: tuple[Ledger, Stubber],
+) -> None:
+    ledger, stub = dynamodb
+    # GIVEN the row still held by the owner and expiry the index showed
+    stub.add_response(
+        "update_item",
+        {},
+        {
+            "TableName": TABLE,
+            "Key": {"pk": {"S": PK}},
+            "UpdateExpression": (
+                "SET #status = :failed, open_status = :open, last_error = :error, "
+                "updated_at = :now_ms, released_by = :by"
+            ),
+            "ConditionExpression": (
+                "#status = :processing AND lock_owner = :owner "
+                "AND lock_expires_at = :lock_expires_at"
+            ),
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": {
+                ":failed": {"S": "FAILED"},
+                ":processing": {"S": "PROCESSING"},
+                ":owner": {"S": OWNER},
+                ":lock_expires_at": {"N": "1700000000"},
+                ":error": {
+                    "S": f"LockExpired: the lock of {OWNER} expired at 1700000000 with the "
+                    "work unfinished; released by audit-1"
+                },
+                ":now_ms": {"N": "1700000200000"},
+                ":by": {"S": "audit-1"},
+                # The FAILED row goes back into the open-work index, in its key's shard.
+                ":open": {"S": "FAILED#e"},
+            },
+        },
+    )
+    # WHEN the audit releases it THEN the write went through
+    assert ledger.release_stuck(STUCK, 1_700_000_200_000, "audit-1", dead_letter=False)
+
+
+def test_a_stuck_release_at_max_attempts_dead_letters_and_closes_the_row(
+    dynamodb: tuple[Ledger, Stubber],
+) -> None:
+    ledger, stub = dynamodb
+    # GIVEN a stuck row whose DLQ message the audit has sent
+    stub.add_response(
+        "update_item",
+        {},
+        {
+            "TableName": TABLE,
+            "Key": {"pk": {"S": PK}},
+            "UpdateExpression": (
+                "SET #status = :failed, last_error = :error, updated_at = :now_ms, "
+                "dead_lettered_at = :now_ms, released_by = :by REMOVE open_status"
+            ),
+            "ConditionExpression": ANY,
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": {
+                ":failed": {"S": "FAILED"},
+                ":processing": {"S": "PROCESSING"},
+                ":owner": {"S": OWNER},
+                ":lock_expires_at": {"N": "1700000000"},
+                ":error": ANY,
+                ":now_ms": {"N": "1700000200000"},
+                ":by": {"S": "audit-1"},
+            },
+        },
+    )
+    # WHEN it releases the row as dead-lettered THEN the row leaves the index, never reclaimed
+    assert ledger.release_stuck(STUCK, 1_700_000_200_000, "audit-1", dead_letter=True)
+
+
+def test_a_release_the_fence_refuses_is_a_takeover_not_an_error(
+    dynamodb: tuple[Ledger, Stubber],
+) -> None:
+    ledger, stub = dynamodb
+    # GIVEN a redelivery that reclaimed the row since the index was read
+    stub.add_client_error("update_item", "ConditionalCheckFailedException", http_status_code=400)
+    # WHEN the audit releases what it saw THEN nothing is written, and it says so
+    assert ledger.release_stuck(STUCK, 1, "audit-1", dead_letter=False) is False
+
+
+def test_a_fenced_dead_lettering_without_an_owner_asks_that_there_still_is_none(
+    dynamodb: tuple[Ledger, Stubber],
+) -> None:
+    ledger, stub = dynamodb
+    # GIVEN a FAILED row read without lock_owner and updated_at (absent, not empty)
+    row = LedgerRow(pk=PK, status=Status.FAILED, attempts=3)
+    stub.add_response(
+        "update_item",
+        {},
+        {
+            "TableName": TABLE,
+            "Key": {"pk": {"S": PK}},
+            "UpdateExpression": (
+                "SET dead_lettered_at = :now_ms, updated_at = :now_ms, "
+                "dead_lettered_by = :by REMOVE open_status"
+            ),
+            "ConditionExpression": (
+                "#status = :failed AND attribute_not_exists(dead_lettered_at) "
+                "AND attribute_not_exists(updated_at) AND attribute_not_exists(lock_owner)"
+            ),
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": {
+                ":failed": {"S": "FAILED"},
+                ":now_ms": {"N": "5"},
+                ":by": {"S": "audit-1"},
+            },
+        },
+    )
+    stub.add_client_error("update_item", "ConditionalCheckFailedException", http_status_code=400)
+    # WHEN the audit marks it dead-lettered, and again once a redrive set them
+    # THEN the first write holds and the second is refused by the fence
+    assert ledger.dead_letter_failed(row, 5, "audit-1") is True
+    assert ledger.dead_letter_failed(row, 5, "audit-1") is False
+
+
+def test_the_current_row_is_a_consistent_read(dynamodb: tuple[Ledger, Stubber]) -> None:
+    ledger, stub = dynamodb
+    # GIVEN a key with a row, and one without
+    request = {"RequestItems": {TABLE: {"Keys": [{"pk": {"S": PK}}], "ConsistentRead": True}}}
+    item = {"pk": {"S": PK}, "status": {"S": "FAILED"}, "last_error": {"S": "PermanentError: x"}}
+    stub.add_response("batch_get_item", {"Responses": {TABLE: [item]}}, request)
+    stub.add_response("batch_get_item", {"Responses": {TABLE: []}}, request)
+    # WHEN the audit reads it twice THEN the row, then None
+    assert ledger.current(PK) == LedgerRow(PK, Status.FAILED, last_error="PermanentError: x")
+    assert ledger.current(PK) is None
+
+
+def test_a_consistent_read_left_unprocessed_is_transient(dynamodb: tuple[Ledger, Stubber]) -> None:
+    ledger, stub = dynamodb
+    # GIVEN DynamoDB leaves the key unprocessed (it does so when throttled)
+    keys = {TABLE: {"Keys": [{"pk": {"S": PK}}], "ConsistentRead": True}}
+    stub.add_response("batch_get_item", {"Responses": {TABLE: []}, "UnprocessedKeys": keys})
+    # WHEN the audit reads it THEN it is told to try again, not that the row is gone
+    with pytest.raises(TransientError, match="unprocessed"):
+        ledger.current(PK)
+
+
+# ---- every ledger call, refused ---------------------------------------------------
+
+_CALLS: dict[str, tuple[str, Any]] = {
+    "batch_get": ("batch_get_item", lambda ledger: ledger.batch_get([PK])),
+    "open_rows": ("query", lambda ledger: ledger.open_rows(Status.FAILED, None, None)),
+    "content_rows": ("query", lambda ledger: ledger.content_rows("s3://in/a.png", "e")),
+    "release_stuck": ("update_item", lambda ledger: ledger.release_stuck(STUCK, 1, "a", False)),
+    "current": ("batch_get_item", lambda ledger: ledger.current(PK)),
+    "dead_letter_failed": ("update_item", lambda ledger: ledger.dead_letter_failed(STUCK, 1, "a")),
+}
+
+
+@pytest.mark.parametrize("method", sorted(_CALLS))
+@pytest.mark.parametrize(
+    ("code", "status", "error"),
+    [
+        ("ProvisionedThroughputExceededException", 400, TransientError),
+        ("ThrottlingException", 400, TransientError),
+        ("InternalServerError", 500, TransientError),
+        ("AccessDeniedException", 400, PermanentError),
+        ("ValidationException", 400, PermanentError),
+    ],
+)
+def test_a_refused_ledger_call_is_transient_when_it_may_pass_and_permanent_otherwise(
+    dynamodb: tuple[Ledger, Stubber], method: str, code: str, status: int, error: type[Exception]
+) -> None:
+    ledger, stub = dynamodb
+    operation, call = _CALLS[method]
+    # GIVEN DynamoDB refuses the call with this code
+    stub.add_client_error(operation, code, http_status_code=status)
+    # WHEN the audit makes it THEN the error is the functions' own, named after the code
+    with pytest.raises(error, match=code) as raised:
+        call(ledger)
+    assert type(raised.value) is error

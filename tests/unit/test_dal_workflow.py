@@ -1,0 +1,245 @@
+"""The audit's writes outside the ledger ask exactly these requests, and map the answers.
+
+Step Functions (StartExecution, DescribeExecution), SQS (SendMessage) and S3
+(the report, the Map Run's exported results), each request asserted whole with
+a botocore Stubber.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import boto3
+import pytest
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
+
+from service.dal.workflow import DeadLetters, Processor, Reports
+from service.errors import PermanentError, TransientError
+
+PROCESSOR = "arn:aws:states:us-east-1:123456789012:stateMachine:processor"
+EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:processor:first"
+QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/dlq"
+ITEM = {"workItem": {"source": "audit", "idempotencyKey": "s3://in/a.png#v1"}}
+
+
+def _client(service: str) -> Any:
+    return boto3.client(
+        service,
+        region_name="us-east-1",  # type: ignore[call-overload]
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",  # a stub: nothing is sent
+    )
+
+
+def _body(text: str) -> dict[str, Any]:
+    data = text.encode()
+    return {"Body": StreamingBody(io.BytesIO(data), len(data))}
+
+
+# ---- Processor ----------------------------------------------------------------------
+
+
+def test_a_start_names_the_execution_and_a_second_start_of_the_name_is_not_sent() -> None:
+    sfn = _client("stepfunctions")
+    processor = Processor(PROCESSOR, sfn)
+    with Stubber(sfn) as stub:
+        # GIVEN Step Functions starts the named execution
+        stub.add_response(
+            "start_execution",
+            {"executionArn": EXECUTION, "startDate": "2026-01-01T00:00:00Z"},
+            {"stateMachineArn": PROCESSOR, "name": "audit-1-abc", "input": json.dumps(ITEM)},
+        )
+        # WHEN the audit starts it twice
+        # THEN one StartExecution is sent, and only the first start counts
+        assert processor.start("audit-1-abc", ITEM) is True
+        assert processor.start("audit-1-abc", ITEM) is False
+        stub.assert_no_pending_responses()
+
+
+def test_a_name_that_ran_before_is_not_started_again() -> None:
+    sfn = _client("stepfunctions")
+    processor = Processor(PROCESSOR, sfn)
+    with Stubber(sfn) as stub:
+        # GIVEN an execution of that name ran before (another sandbox's start, a retried page)
+        stub.add_client_error("start_execution", "ExecutionAlreadyExists", http_status_code=400)
+        # WHEN the audit starts it THEN that is no error: it was started, not by this call
+        assert processor.start("audit-1-abc", ITEM) is False
+        stub.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "error"),
+    [
+        ("ThrottlingException", 400, TransientError),
+        ("ExecutionLimitExceeded", 400, PermanentError),
+        ("AccessDeniedException", 400, PermanentError),
+        ("StateMachineDoesNotExist", 400, PermanentError),
+    ],
+)
+def test_a_refused_start_is_transient_only_when_throttled(
+    code: str, status: int, error: type[Exception]
+) -> None:
+    sfn = _client("stepfunctions")
+    with Stubber(sfn) as stub:
+        # GIVEN Step Functions refuses the start
+        stub.add_client_error("start_execution", code, http_status_code=status)
+        # WHEN the audit starts it THEN the error is named after the refusal
+        with pytest.raises(error, match=code) as raised:
+            Processor(PROCESSOR, sfn).start("audit-1-abc", ITEM)
+    assert type(raised.value) is error
+
+
+def test_the_original_input_is_described_and_gone_executions_have_none() -> None:
+    sfn = _client("stepfunctions")
+    processor = Processor(PROCESSOR, sfn)
+    original = {"source": "aws.s3", "detail": {"object": {"key": "a.png"}}}
+    with Stubber(sfn) as stub:
+        # GIVEN one execution Step Functions still has, and one it no longer does
+        stub.add_response(
+            "describe_execution",
+            {
+                "executionArn": EXECUTION,
+                "stateMachineArn": PROCESSOR,
+                "status": "FAILED",
+                "startDate": "2026-01-01T00:00:00Z",
+                "input": json.dumps(original),
+            },
+            {"executionArn": EXECUTION},
+        )
+        stub.add_client_error("describe_execution", "ExecutionDoesNotExist", http_status_code=400)
+        stub.add_client_error("describe_execution", "ThrottlingException", http_status_code=400)
+        # WHEN the audit asks for their inputs
+        # THEN the first is its input, the second None (STANDARD keeps 90 days, EXPRESS none)
+        assert processor.execution_input(EXECUTION) == original
+        assert processor.execution_input(EXECUTION) is None
+        # AND a throttled describe is no answer: it is retried
+        with pytest.raises(TransientError, match="ThrottlingException"):
+            processor.execution_input(EXECUTION)
+        stub.assert_no_pending_responses()
+
+
+# ---- DeadLetters ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "error"),
+    [
+        ("ThrottlingException", 400, TransientError),
+        ("InternalError", 500, TransientError),
+        ("AccessDenied", 403, PermanentError),
+        ("KmsAccessDenied", 400, PermanentError),
+    ],
+)
+def test_a_refused_dead_letter_is_transient_only_when_it_may_pass(
+    code: str, status: int, error: type[Exception]
+) -> None:
+    sqs = _client("sqs")
+    with Stubber(sqs) as stub:
+        # GIVEN SQS refuses the message
+        stub.add_client_error("send_message", code, http_status_code=status)
+        # WHEN the audit dead-letters a row THEN the error says whether a retry may pass
+        with pytest.raises(error, match=code) as raised:
+            DeadLetters(QUEUE, sqs).send({"event": None}, {"ERROR_CODE": "LockExpired"})
+    assert type(raised.value) is error
+
+
+# ---- Reports --------------------------------------------------------------------------
+
+
+def test_the_report_is_written_as_indented_json() -> None:
+    s3 = _client("s3")
+    report = {"scanned": 2, "audit": "audit-1"}
+    with Stubber(s3) as stub:
+        # GIVEN the report bucket takes the object
+        stub.add_response(
+            "put_object",
+            {"ETag": '"e"'},
+            {
+                "Bucket": "out",
+                "Key": "reports/audit/2026-01-01.json",
+                "Body": json.dumps(report, indent=2).encode(),
+                "ContentType": "application/json",
+            },
+        )
+        # WHEN the audit writes it THEN it names where
+        where = Reports("out", s3).put("reports/audit/2026-01-01.json", report)
+        stub.assert_no_pending_responses()
+    assert where == "s3://out/reports/audit/2026-01-01.json"
+
+
+def test_the_map_runs_manifest_is_found_across_pages() -> None:
+    s3 = _client("s3")
+    prefix = "reports/audit-runs/audit-1/"
+    with Stubber(s3) as stub:
+        # GIVEN a listing whose manifest is on its second page
+        stub.add_response(
+            "list_objects_v2",
+            {
+                "Contents": [{"Key": f"{prefix}run/SUCCEEDED_0.json"}],
+                "IsTruncated": True,
+                "NextContinuationToken": "t1",
+            },
+            {"Bucket": "out", "Prefix": prefix},
+        )
+        stub.add_response(
+            "list_objects_v2",
+            {"Contents": [{"Key": f"{prefix}run/manifest.json"}], "IsTruncated": False},
+            {"Bucket": "out", "Prefix": prefix, "ContinuationToken": "t1"},
+        )
+        # WHEN the report looks for it THEN it is found
+        assert Reports("out", s3).find_manifest(prefix) == f"{prefix}run/manifest.json"
+        stub.assert_no_pending_responses()
+
+
+def test_the_map_runs_results_are_read_from_its_manifest_and_files() -> None:
+    s3 = _client("s3")
+    manifest = {
+        "ResultFiles": {
+            "SUCCEEDED": [{"Key": "run/SUCCEEDED_0.json", "Size": 1}],
+            "FAILED": [{"Key": "run/FAILED_0.json", "Size": 1}],
+            "PENDING": [],
+        }
+    }
+    succeeded = [{"ExecutionArn": "arn:c1", "Status": "SUCCEEDED", "Output": '{"counts": {}}'}]
+    failed = [{"ExecutionArn": "arn:c2", "Status": "FAILED", "Input": '{"Items": [1, 2]}'}]
+    with Stubber(s3) as stub:
+        # GIVEN the manifest and the two result files the ResultWriter exported
+        for key, text in (
+            ("run/manifest.json", json.dumps(manifest)),
+            ("run/SUCCEEDED_0.json", json.dumps(succeeded)),
+            ("run/FAILED_0.json", json.dumps(failed)),
+        ):
+            stub.add_response("get_object", _body(text), {"Bucket": "out", "Key": key})
+        # WHEN the report reads them
+        results = Reports("out", s3).map_run_results("out", "run/manifest.json")
+        stub.assert_no_pending_responses()
+    # THEN a succeeded child's output is parsed, a failed child's result kept whole
+    assert results.outputs == [{"counts": {}}]
+    assert results.failed == [{"Status": "FAILED", **failed[0]}]
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "error"),
+    [("SlowDown", 503, TransientError), ("AccessDenied", 403, PermanentError)],
+)
+def test_a_refused_report_call_is_transient_only_when_it_may_pass(
+    code: str, status: int, error: type[Exception]
+) -> None:
+    s3 = _client("s3")
+    reports = Reports("out", s3)
+    with Stubber(s3) as stub:
+        # GIVEN S3 refuses each of the report's calls
+        for operation in ("put_object", "list_objects_v2", "get_object"):
+            stub.add_client_error(operation, code, http_status_code=status)
+        # WHEN the report writes, lists and reads THEN each error is named after the refusal
+        for call in (
+            lambda: reports.put("k.json", {}),
+            lambda: reports.find_manifest("p/"),
+            lambda: reports.map_run_results("out", "m.json"),
+        ):
+            with pytest.raises(error, match=code) as raised:
+                call()
+            assert type(raised.value) is error
