@@ -17,13 +17,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from onceflow import diagram, history, ops, records, server, viewer
+from onceflow import diagram, ops, server
+from onceflow import view as viewer
 from onceflow.demo import DemoConfig, demo_parameters, run_demo
 from onceflow.engine import EngineError, ExecutionResult, LocalEngine
-from onceflow.samples import prepare_event
-from onceflow.template import TemplateError
+from onceflow.jsonata_node import WorkerError
+from onceflow.samples import WrongEvent, prepare_event
+from onceflow.template import TemplateError, TemplateNotFound, find_template, project_directory
+from onceflow.view import history, records
 
 
 def _parameters(pairs: list[str]) -> dict[str, str]:
@@ -106,30 +109,58 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _template(args: argparse.Namespace) -> Path:
+    """The local stack's template: --template, else the nearest template.yaml upward."""
+    if args.template is not None:
+        given = Path(args.template)
+        if not given.is_file():
+            raise TemplateNotFound(f"--template {given}: no such file")
+        return given.resolve()
+    return find_template()
+
+
+# What a command run without `onceflow up` says, once, before it runs.
+FRESH_STACK = (
+    "local: this command runs on a fresh, empty local stack, gone when it ends; "
+    "`onceflow up` (in another terminal) keeps one for the commands after it"
+)
+
+
+def _fresh_stack_note(template: Path) -> None:
+    if template.parent != Path.cwd().resolve():
+        print(f"local: using {template}", file=sys.stderr)  # found above, or --template
+    print(FRESH_STACK, file=sys.stderr)
+
+
 def _engine(args: argparse.Namespace) -> contextlib.AbstractContextManager[LocalEngine]:
     """The engine a command runs on: the running `onceflow up` engine, or its own."""
     parameters = _parameters(args.parameter_overrides)
+    template = _template(args)
     if args.verbose and server.shared_engine() is not None:
         print(
             "local: function logs stay with the running engine (onceflow up); "
             "use --no-server -v to see them",
             file=sys.stderr,
         )
-    return server.engine_for(
-        parameters,
-        lambda: LocalEngine(
-            Path(args.template),
+
+    def fresh() -> LocalEngine:
+        _fresh_stack_note(template)
+        return LocalEngine(
+            template,
             parameters,
             function_log=sys.stderr if args.verbose else io.StringIO(),
             function_log_level="DEBUG" if args.verbose else None,
-        ),
-        Path(args.template),
-    )
+        )
+
+    return server.engine_for(parameters, fresh, template)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    template = _template(args)
+    if template.parent != Path.cwd().resolve():
+        print(f"local: using {template}", file=sys.stderr)
     return server.serve(
-        Path(args.template),
+        template,
         _parameters(args.parameter_overrides),
         args.port,
         args.time_scale,
@@ -140,7 +171,9 @@ def cmd_execute(args: argparse.Namespace) -> int:
     event = _load_event(args.event)
     with _engine(args) as engine:
         arn = engine.state_machine_arn(args.state_machine)  # fail early on a wrong name
-        event, notes = prepare_event(engine, event, fixtures=not args.no_fixtures)
+        event, notes = prepare_event(
+            engine, event, fixtures=not args.no_fixtures, target=args.state_machine
+        )
         for note in notes:
             print(f"local: {note}", file=sys.stderr)
         try:
@@ -152,7 +185,7 @@ def cmd_execute(args: argparse.Namespace) -> int:
             ) from None
         # The history is read from the engine, so render while it is up.
         if args.json:
-            print(json.dumps(history.to_json(result), indent=2, default=str))
+            print(json.dumps(history.to_json(result), indent=2, default=_json_value))
         else:
             print(history.render(result))
         if not args.no_record:
@@ -177,7 +210,9 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     event = _load_event(args.event)
     with _engine(args) as engine:
         engine.function_name(args.function)  # fail early on a wrong name
-        event, notes = prepare_event(engine, event, fixtures=not args.no_fixtures)
+        event, notes = prepare_event(
+            engine, event, fixtures=not args.no_fixtures, target=args.function
+        )
         for note in notes:
             print(f"local: {note}", file=sys.stderr)
         payload, error = engine.invoke(args.function, event)
@@ -191,11 +226,6 @@ def _target(args: argparse.Namespace) -> Iterator[ops.Target]:
     if args.stack_name:
         yield ops.DeployedTarget(args.stack_name, args.region, args.profile)
         return
-    if server.shared_engine() is None:
-        print(
-            "local: a fresh local stack (its state lasts as long as this command)",
-            file=sys.stderr,
-        )
     with _engine(args) as engine:
         yield ops.LocalTarget(engine)
         if not args.no_record:
@@ -216,7 +246,8 @@ def render_audit(report: dict[str, Any]) -> str:
     from onceflow.demo import AUDIT_LABELS
 
     lines = [f"audit {report.get('audit', '')}: {report.get('bucket', '')}"]
-    lines += [f"  {label:<34} {report.get(key, 0)}" for key, label in AUDIT_LABELS]
+    width = max(len(label) for _, label in AUDIT_LABELS)
+    lines += [f"  {label:<{width}} {report.get(key, 0)}" for key, label in AUDIT_LABELS]
     lines += [f"    - {key}" for key in report.get("resubmitted_sample", [])]
     if report.get("report"):
         lines.append(f"  report: {report['report']}")
@@ -297,7 +328,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     with _target(args) as target:
         found = ops.inspect_key(target, args.key, args.recent)
     if args.json:
-        print(json.dumps(found, indent=2, default=str))
+        print(json.dumps(found, indent=2, default=_json_value))
         return 0 if found["row"] else 1
     row = found["row"]
     if row is None:
@@ -306,13 +337,43 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"{args.key}:")
         for name in sorted(row):
             if name not in ("pk", "claims"):
-                print(f"  {name:<20} {row[name]}")
+                print(f"  {name:<20} {_row_value(name, row[name])}")
     print(f"executions ({found['executions_scanned']} scanned):")
     for execution in found["executions"]:
         print(f"  {execution['status']:<10} {execution['role']:<26} {execution['executionArn']}")
         if execution.get("path"):
             print("             " + " -> ".join(execution["path"]))
     return 0 if row else 1
+
+
+def _json_value(value: Any) -> Any:
+    """What JSON output makes of a value JSON has no type for: times in ISO 8601."""
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", "replace")
+    raise TypeError(f"a {type(value).__name__} in the output has no JSON form")
+
+
+def _iso_from_epoch(value: float) -> str:
+    """An epoch time in seconds, or in milliseconds (the ledger keeps both), in ISO 8601."""
+    seconds = value / 1000 if abs(value) >= 10**11 else value  # 10**11 s is the year 5138
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _row_value(name: str, value: Any) -> str:
+    """A ledger attribute as text: *_at epoch numbers as ISO 8601 (the number beside),
+    lists and maps as JSON, never as Python writes them."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number and name.endswith("_at"):
+        try:
+            return f"{_iso_from_epoch(value)}  ({value})"
+        except (OverflowError, OSError, ValueError):
+            return str(value)  # not a time after all
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=_json_value)
+    return str(value)
 
 
 def cmd_executions(args: argparse.Namespace) -> int:
@@ -427,7 +488,10 @@ def build_parser() -> argparse.ArgumentParser:
             help="event JSON file (as for sam local invoke -e), or -",
         )
         sub.add_argument(
-            "--template", default="template.yaml", help="SAM template (default template.yaml)"
+            "-t",
+            "--template",
+            help="SAM template (default: template.yaml here, or in the nearest directory "
+            "above that has one)",
         )
         sub.add_argument(
             "--parameter-overrides",
@@ -467,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--stack-name", help="a deployed stack (default: the local engine)")
         sub.add_argument("--region", help="AWS region of the stack")
         sub.add_argument("--profile", help="AWS credentials profile")
-        sub.add_argument("--template", default="template.yaml", help=argparse.SUPPRESS)
+        sub.add_argument("-t", "--template", help=argparse.SUPPRESS)
         sub.add_argument(
             "--parameter-overrides",
             nargs="*",
@@ -544,7 +608,11 @@ def build_parser() -> argparse.ArgumentParser:
         "up", help="start a local engine that later commands share, until Ctrl-C"
     )
     up.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free)")
-    up.add_argument("--template", default="template.yaml", help="SAM template")
+    up.add_argument(
+        "-t",
+        "--template",
+        help="SAM template (default: template.yaml here, or in the nearest directory above)",
+    )
     up.add_argument(
         "--parameter-overrides",
         nargs="*",
@@ -614,6 +682,13 @@ def cmd_diagrams(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a README without the generated blocks, or a bad ASL
         print(f"onceflow diagrams: {exc}", file=sys.stderr)
         return 2
+    except FileNotFoundError as exc:  # run outside a checkout: no README.md, no ASL files
+        print(
+            f"onceflow diagrams: no {exc.filename}: it keeps the README.md of a checkout "
+            "of onceflow in step with its statemachines/; run it in one",
+            file=sys.stderr,
+        )
+        return 2
 
 
 def _diagrams(args: argparse.Namespace) -> int:
@@ -649,7 +724,12 @@ def _forward(argv: list[str], args: argparse.Namespace) -> int | None:
     if getattr(args, "event", None) == "-":
         return None  # stdin stays with this process
     try:
-        state = server.running()
+        given = getattr(args, "template", None)
+        project = project_directory(Path(given) if given else None)
+    except TemplateNotFound:
+        return None  # outside any project: the command says so itself
+    try:
+        state = server.running(project)
     except server.ServerError as exc:
         print(f"onceflow: {exc}", file=sys.stderr)
         return 2
@@ -687,19 +767,30 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    forwarded = _forward(argv, args)
-    if forwarded is not None:
-        return forwarded
     try:
-        return int(args.func(args))
+        forwarded = _forward(argv, args)
+        return int(args.func(args)) if forwarded is None else forwarded
+    except KeyboardInterrupt:
+        print("onceflow: interrupted", file=sys.stderr)
+        return 130  # as a shell reports a command ended by SIGINT
     except BrokenPipeError:
         # The reader went away (onceflow executions | head): nothing more to say, and
         # Python must not fail again flushing stdout at exit (Python docs, "Note on
         # SIGPIPE"): what is left goes to /dev/null.
         _silence_stdout()
         return 1
-    except (EngineError, TemplateError, ops.OpsError, records.RecordError) as exc:
+    except (EngineError, TemplateError, ops.OpsError, records.RecordError, WrongEvent) as exc:
         print(f"onceflow: {exc}", file=sys.stderr)
+        return 2
+    except WorkerError as exc:  # node or jsonata missing: a set-up step not run
+        print(f"onceflow: {exc}", file=sys.stderr)
+        return 2
+    except (ClientError, BotoCoreError) as exc:  # credentials, permissions, a stack gone
+        print(f"onceflow: a request failed: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file the command needs is not there, or not writable
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"onceflow: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     except RecursionError:
         # Python's recursion limit (about 1,000 nested levels) binds before JSONata's on

@@ -12,13 +12,16 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote_plus
 
 from PIL import Image
 
-from onceflow import ops, records, server
+from onceflow import ops, server
 from onceflow.engine import ExecutionResult, LocalEngine
+from onceflow.template import find_template
+from onceflow.view import records
 
 # The audit's counts, as the demo and `onceflow audit` print them.
 AUDIT_LABELS = (
@@ -70,6 +73,8 @@ class DemoConfig:
     transient_rate: float = 0.05
     concurrency: int = 8
     source: str = "s3"
+    # The stack's template; None: the nearest template.yaml upward from here.
+    template: Path | None = None
 
 
 class Progress:
@@ -228,11 +233,17 @@ def run_demo(
     run_prefix = run_prefix if shared else ""
 
     def fresh() -> LocalEngine:
-        return LocalEngine(parameters=parameters, function_log=io.StringIO())
+        template = config.template or find_template()
+        return LocalEngine(template, parameters, function_log=io.StringIO())
 
     with server.engine_for(parameters, fresh) as engine:
         if shared and progress is not None:
             progress.write(f"running   on the local engine of onceflow up, under {run_prefix}\n")
+        elif progress is not None:
+            progress.write(
+                "running   on a fresh, empty local stack, gone when the demo ends "
+                "(`onceflow up` keeps one for the commands after it)\n"
+            )
         bucket = engine.ref("IngestBucket")
         output_bucket = engine.ref("OutputBucket")
         s3 = engine.client("s3")

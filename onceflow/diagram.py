@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from onceflow.template import default_project
+
+ROOT = default_project()  # where a command runs (an installed package has no checkout)
 MACHINES = {
     "processor": ROOT / "statemachines" / "processor.asl.json",
     "audit": ROOT / "statemachines" / "audit.asl.json",

@@ -35,9 +35,9 @@ from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
 from onceflow import iam, jsonata_node, limits, patches
 from onceflow.lambdas import FUNCTION_OUTPUT, FunctionSpec, InProcessRuntime
-from onceflow.template import Stack, TemplateError
+from onceflow.template import Stack, TemplateError, default_project
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = default_project()  # where a command runs (an installed package has no checkout)
 DEFAULT_TEMPLATE = PROJECT_ROOT / "template.yaml"
 REGION = "us-east-1"
 ACCOUNT_ID = "123456789012"

@@ -163,7 +163,8 @@ class _Worker:
     def __init__(self) -> None:
         if not (JS_DIR / "node_modules" / "jsonata" / "package.json").is_file():
             raise WorkerError(
-                f"jsonata {JSONATA_VERSION} is not installed in {JS_DIR}: run `make setup`"
+                f"jsonata {JSONATA_VERSION} is not installed in {JS_DIR}: run `make setup` "
+                "in a checkout, or `python -m onceflow.jsonata_node install` (npm ci there)"
             )
         self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         self.process = subprocess.Popen(  # noqa: S603 - the wheel's node and our script

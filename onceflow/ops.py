@@ -666,6 +666,11 @@ def _plain(item: Mapping[str, Any]) -> dict[str, Any]:
     return {name: number(_DESERIALIZE.deserialize(value)) for name, value in item.items()}
 
 
+def _iso(moment: Any) -> str:
+    """A boto3 time (a datetime) in ISO 8601; "" when there is none."""
+    return moment.isoformat() if isinstance(moment, datetime.datetime) else ""
+
+
 def _path(sfn: Any, arn: str) -> list[str]:
     events = sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
     return [
@@ -718,7 +723,7 @@ def inspect_key(target: Target, key: str, recent: int | None = None) -> dict[str
                 "executionArn": arn,
                 "role": role,
                 "status": described["status"],
-                "startDate": str(described.get("startDate", "")),
+                "startDate": _iso(described.get("startDate")),
                 "path": _path(sfn, arn),
             }
         )

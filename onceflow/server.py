@@ -1,7 +1,7 @@
 """`onceflow up`: one local engine that outlives a command.
 
 The server holds a LocalEngine (the same engine, template and patches) and
-listens on 127.0.0.1. While it runs, `demo`, `execute`, `audit`, `redrive`,
+listens on 127.0.0.1. While it runs, `demo`, `execute`, `invoke`, `audit`, `redrive`,
 `inspect` and the viewer send their command line to it and run there, against the one
 engine, so the ledger, buckets, queues and execution histories carry over
 from one command to the next. When no server is up they run self-contained,
@@ -10,7 +10,9 @@ as before.
 The protocol is the command line itself: POST /run {"argv": [...]} runs
 `onceflow <argv>` inside the server and answers its exit code, stdout and
 stderr. Commands run one at a time (each one's output is captured). The
-address is in .onceflow/server.json; a stale file (no answer) is ignored.
+address is in the project's .onceflow/server.json (the project: the directory
+of the template, found upward from where a command runs); a stale file (no
+answer) is ignored.
 
 The token in that file never travels. Each request carries a fresh nonce and
 an HMAC of it (and of the method, path and body) under the token; each answer
@@ -42,10 +44,12 @@ from typing import Any
 
 from onceflow.engine import EngineError, LocalEngine
 from onceflow.files import private_directory, write_private
+from onceflow.template import project_directory
 
-ROOT = Path(__file__).resolve().parent.parent
 # Commands that use the server when it is up (and no --stack-name is given).
-FORWARDED = frozenset({"demo", "execute", "audit", "redrive", "inspect", "executions", "show"})
+FORWARDED = frozenset(
+    {"demo", "execute", "invoke", "audit", "redrive", "inspect", "executions", "show"}
+)
 HOST = "127.0.0.1"
 NONCE_HEADER = "X-Onceflow-Nonce"
 AUTH_HEADER = "X-Onceflow-Auth"
@@ -76,8 +80,16 @@ def signed_headers(token: str, method: str, path: str, nonce: str, body: bytes) 
     return {NONCE_HEADER: nonce, AUTH_HEADER: request_mac(token, method, path, nonce, body)}
 
 
-def state_file() -> Path:
-    return Path(os.environ.get("ONCEFLOW_STATE_DIR", ROOT / ".onceflow")) / "server.json"
+def state_file(project: Path | None = None) -> Path:
+    """Where `onceflow up` publishes its address: the project's .onceflow/server.json.
+
+    The project is the given directory, else the one of the nearest template upward
+    (ONCEFLOW_STATE_DIR moves it: tests use a temporary directory).
+    """
+    configured = os.environ.get("ONCEFLOW_STATE_DIR")
+    if configured:
+        return Path(configured) / "server.json"
+    return (project or project_directory()) / ".onceflow" / "server.json"
 
 
 # The engine of the server this process is, while it runs a forwarded command.
@@ -210,6 +222,8 @@ class EngineServer(ThreadingHTTPServer):
         self.engine = engine
         self.parameters = dict(parameters)
         self.template = Path(template).resolve() if template is not None else None
+        # Its address goes to the template's project (else the one found from here).
+        self.project = project_directory(self.template) if self.template is not None else None
         self.token = secrets.token_hex(16)
         self.started = time.time()
         self.commands = 0
@@ -281,14 +295,14 @@ class EngineServer(ThreadingHTTPServer):
 
     def publish(self) -> Path:
         """Write the address and token where clients look for them (readable by this user only)."""
-        path = state_file()
+        path = state_file(self.project)
         private_directory(path.parent)
         # The token lets a command run here: 0600 from the moment the file exists.
         write_private(path, json.dumps({**self.describe(), "token": self.token}))
         return path
 
     def unpublish(self) -> None:
-        path = state_file()
+        path = state_file(self.project)
         with contextlib.suppress(FileNotFoundError):
             current = json.loads(path.read_text(encoding="utf-8"))
             if current.get("token") == self.token:
@@ -314,8 +328,7 @@ def _command_stdout(out: io.StringIO) -> Iterator[None]:
         sys.stdout, FUNCTION_OUTPUT.passthrough = saved_stdout, saved_passthrough
 
 
-def _impostor(port: Any, why: str) -> ServerError:
-    path = state_file()
+def _impostor(port: Any, why: str, path: Path) -> ServerError:
     return ServerError(
         f"the program listening on {HOST}:{port} (the port {path} names) could not prove "
         f"it is the onceflow up that wrote that file ({why}); the token was never sent to it "
@@ -350,19 +363,22 @@ def _request(state: dict[str, Any], method: str, path: str, body: Any = None) ->
     except urllib.error.HTTPError as exc:
         status, proof, answer = exc.code, exc.headers.get(PROOF_HEADER), exc.read()
     if not proof or not hmac.compare_digest(proof, answer_mac(token, nonce, status, answer)):
-        raise _impostor(state["port"], f"HTTP {status} without a valid {PROOF_HEADER}")
+        raise _impostor(
+            state["port"], f"HTTP {status} without a valid {PROOF_HEADER}", Path(state["file"])
+        )
     if status != 200:
-        raise ServerError(f"the local engine (onceflow up) answered HTTP {status}: {answer!r}")
+        said = answer.decode("utf-8", "replace")
+        raise ServerError(f"the local engine (onceflow up) answered HTTP {status}: {said}")
     return json.loads(answer)
 
 
-def running() -> dict[str, Any] | None:
-    """The running server's description, or None (no state file, or nobody listens).
+def running(project: Path | None = None) -> dict[str, Any] | None:
+    """The project's running server's description, or None (no state file, or nobody listens).
 
     Raises ServerError when something listens on the recorded port but cannot
     prove it knows the token: a stale file whose port another program took.
     """
-    path = state_file()
+    path = state_file(project)
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
         port, token = int(state["port"]), str(state["token"])
@@ -373,18 +389,18 @@ def running() -> dict[str, Any] | None:
     if not 0 < port < 65536 or not token:
         return None
     try:
-        health = _request({"port": port, "token": token}, "GET", "/health")
+        health = _request({"port": port, "token": token, "file": str(path)}, "GET", "/health")
     except ConnectionRefusedError:
         return None  # stale: the server that wrote it is gone and nobody took its port
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, ConnectionRefusedError):
             return None
-        raise _impostor(port, f"{exc.reason}") from exc
+        raise _impostor(port, f"{exc.reason}", path) from exc
     except (OSError, ValueError) as exc:
-        raise _impostor(port, f"{type(exc).__name__}: {exc}") from exc
+        raise _impostor(port, f"{type(exc).__name__}: {exc}", path) from exc
     if not isinstance(health, dict):
-        raise _impostor(port, "its answer is not a description")
-    return {**health, "port": port, "token": token}
+        raise _impostor(port, "its answer is not a description", path)
+    return {**health, "port": port, "token": token, "file": str(path)}
 
 
 def forward(state: dict[str, Any], argv: list[str]) -> int:
@@ -417,7 +433,7 @@ def serve(
 ) -> int:
     """`onceflow up`: start the engine and serve until interrupted."""
     try:
-        existing = running()
+        existing = running(project_directory(template))
     except ServerError as exc:
         # Not a onceflow server: this one publishes a new address over the stale file.
         print(f"onceflow up: {exc}", file=sys.stderr)

@@ -18,6 +18,57 @@ class TemplateError(Exception):
     """The template uses something the local engine cannot resolve."""
 
 
+class TemplateNotFound(TemplateError):
+    """No template.yaml in the directory a command ran in, nor in any directory above it."""
+
+
+# The names `sam` looks for in the current directory, in its order ("it looks for a
+# template.[yaml|yml] file in your current working directory by default",
+# serverless-sam-cli-using-validate.html; aws-sam-cli's get_or_default_template_file_name
+# in samcli/commands/_utils/options.py tries template.yaml, template.yml, template.json).
+TEMPLATE_NAMES = ("template.yaml", "template.yml", "template.json")
+
+
+def find_template(start: Path | None = None) -> Path:
+    """The template a command uses when it is given none: the nearest one upward.
+
+    `sam` reads template.[yaml|yml|json] from the current directory only; onceflow
+    also walks up (as git finds its repository), so a command typed in events/ or
+    functions/ uses the project's template. The first directory that holds one wins.
+    """
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        for name in TEMPLATE_NAMES:
+            candidate = directory / name
+            if candidate.is_file():
+                return candidate
+    raise TemplateNotFound(
+        f"no {' / '.join(TEMPLATE_NAMES)} in {here} or any directory above it: run onceflow "
+        "inside the project (the directory of its template.yaml, or below it), or name the "
+        "template with --template"
+    )
+
+
+def default_project() -> Path:
+    """The project a command serves by default: the one it runs in (the nearest template's
+    directory upward), else the checkout this package runs from (an editable install)."""
+    try:
+        return project_directory()
+    except TemplateNotFound:
+        return Path(__file__).resolve().parent.parent
+
+
+def project_directory(template: Path | None = None) -> Path:
+    """The directory of the project: the template's (the nearest one upward when not given).
+
+    Its .onceflow/ holds what the commands keep between runs (execution records,
+    pages, the address of `onceflow up`). CodeUri and DefinitionUri are read
+    relative to it: "the relative path is relative to your template's location"
+    (AWS CloudFormation User Guide, using-cfn-cli-package.html).
+    """
+    return (template if template is not None else find_template()).resolve().parent
+
+
 class _CfnLoader(yaml.SafeLoader):
     """YAML loader that turns short-form tags (!Ref, !Sub ...) into their long form."""
 
@@ -47,8 +98,13 @@ for _tag in (
 
 
 def load_template(path: Path) -> dict[str, Any]:
-    with path.open(encoding="utf-8") as handle:
-        document = yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+    try:
+        with path.open(encoding="utf-8") as handle:
+            document = yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+    except OSError as exc:
+        raise TemplateError(f"cannot read {path}: {exc.strerror}") from exc
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise TemplateError(f"{path} is not YAML or JSON: {exc}") from exc
     if not isinstance(document, dict) or "Resources" not in document:
         raise TemplateError(f"{path} is not a CloudFormation template")
     return document
@@ -62,7 +118,9 @@ def coerce_parameter(name: str, spec: Mapping[str, Any], value: Any) -> str:
     text = str(value)
     allowed = spec.get("AllowedValues")
     if allowed is not None and text not in [str(a) for a in allowed]:
-        raise TemplateError(f"parameter {name}={text!r} is not one of {allowed}")
+        raise TemplateError(
+            f"parameter {name}={text!r} is not one of {', '.join(str(a) for a in allowed)}"
+        )
     pattern = spec.get("AllowedPattern")
     # CloudFormation applies AllowedPattern to the whole value (String types only).
     if pattern is not None and spec.get("Type") == "String" and not re.fullmatch(pattern, text):

@@ -382,8 +382,12 @@ def test_sam_translates_batch_mode_into_an_express_machine_and_a_synchronous_pip
     assert machine["Properties"]["StateMachineType"] == "EXPRESS"
     assert machine["Properties"]["DefinitionS3Location"]["Key"] == "statemachines/batch.asl.json"
     processor = resources["ProcessorStateMachine"]["Properties"]
-    for key in ("DefinitionSubstitutions", "LoggingConfiguration", "TracingConfiguration"):
+    for key in ("DefinitionSubstitutions", "TracingConfiguration"):
         assert machine["Properties"][key] == processor[key], key
+    # AND it logs to the processor's log group (its metric filters), at its own level
+    logging = machine["Properties"]["LoggingConfiguration"]
+    assert logging["Destinations"] == processor["LoggingConfiguration"]["Destinations"]
+    assert logging["Level"] == {"Ref": "SqsBatchLogLevel"}
     role = json.dumps(resources[f"{BATCH}Role"]["Properties"]["Policies"])
     assert "dynamodb:GetItem" in role
     pipe = resources["SourcePipe"]["Properties"]

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from onceflow.cli import main
+from onceflow import server
+from onceflow.cli import FRESH_STACK, main
 from onceflow.demo import DemoConfig, run_demo
+from onceflow.engine import LocalEngine
+from tests import sam_events
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 
@@ -274,3 +280,152 @@ def test_a_reader_that_went_away_ends_the_command_without_a_traceback(
     # WHEN a command prints to it, THEN it ends with status 1 and says nothing more
     assert main(["diagrams"]) == 1
     assert capsys.readouterr().err == ""
+
+
+# ---- The events SAM users already have ----------------------------------------------
+
+
+def test_sams_s3_put_event_is_processed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN the file `sam local generate-event s3 put` writes (its default bucket and key)
+    event = sam_events.write(tmp_path / "s3-put.json", "s3", "put")
+    # WHEN it is executed on the processor
+    code = main(["execute", "ProcessorStateMachine", "-e", str(event), "--json"])
+    # THEN it is processed as the pipe would deliver it, and the notes say how
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert code == 0 and report["states"][-1]["name"] == "Processed"
+    assert "classic S3 notification (Records[].s3): run as the SQS message" in err
+    assert "bucket example-bucket stands for the local stack's" in err
+
+
+@pytest.mark.parametrize(
+    ("function", "sample"),
+    [("ProcessorFunction", "events/processor-payload.json"),
+     ("AuditFunction", "events/audit-batch.json")],
+)  # fmt: skip
+@pytest.mark.parametrize(("service", "kind"), [("s3", "put"), ("sqs", "receive-message")])
+def test_a_sam_event_invoked_on_a_function_names_the_sample(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    function: str,
+    sample: str,
+    service: str,
+    kind: str,
+) -> None:
+    # GIVEN a SAM-generated S3 or SQS event, which neither function is ever sent
+    event = sam_events.write(tmp_path / "event.json", service, kind)
+    # WHEN it is invoked on a function
+    code = main(["invoke", function, "-e", str(event)])
+    # THEN it is refused, naming the sample the function takes and where the event goes
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert f"{function} is never sent" in err and sample in err
+    assert "onceflow execute ProcessorStateMachine -e FILE" in err
+    assert "Traceback" not in err
+
+
+def test_a_foreign_bucket_says_how_the_placeholder_maps_locally(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN an event naming a bucket the local stack does not have
+    event = EVENTS / "invalid-s3-foreign-bucket.json"
+    # WHEN it is executed
+    code = main(["execute", "ProcessorStateMachine", "-e", str(event), "--json"])
+    # THEN it ends as on AWS (refused), and the note says which names stand for the bucket
+    out, err = capsys.readouterr()
+    assert code == 1 and json.loads(out)["states"][-1]["name"] == "InvalidEvent"
+    assert "bucket someone-elses-bucket is not the local stack's" in err
+    assert "amzn-s3-demo-bucket (the AWS docs' placeholder)" in err
+    assert "stand for the ingest bucket onceflow-local-ingestbucket-" in err
+
+
+# ---- What the commands print ------------------------------------------------------
+
+
+def test_a_command_without_onceflow_up_says_it_runs_on_a_fresh_stack(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN no `onceflow up` running (the suite's state directory holds no address)
+    # WHEN a command runs on a local engine
+    assert main(["execute", "ProcessorStateMachine", "-e", str(EVENTS / "work-item.json")]) == 0
+    # THEN it says once that the stack is fresh and empty, and how to keep one
+    err = capsys.readouterr().err
+    assert err.count(FRESH_STACK) == 1
+    assert "fresh, empty local stack" in FRESH_STACK and "`onceflow up`" in FRESH_STACK
+
+
+@pytest.fixture
+def shared() -> Iterator[server.EngineServer]:
+    """The engine `onceflow up` holds, without its HTTP side: commands run on it in turn."""
+    with LocalEngine(function_log=io.StringIO()) as engine:
+        engine_server = server.EngineServer(engine, {})
+        try:
+            yield engine_server
+        finally:
+            engine_server.server_close()
+
+
+# Python's own renderings, which a user never should see: an object's repr, a file
+# object, a dict or list as Python prints it, and a time with a space for ISO's T.
+REPRS = re.compile(r"<[\w.]+ object at 0x|<_io\.|\{'|\['|\d{4}-\d\d-\d\d \d\d:\d\d")
+
+
+def test_commands_print_no_python_reprs_and_iso_times(
+    shared: server.EngineServer, tmp_path: Path
+) -> None:
+    # GIVEN one engine that has processed an object (so inspect has a ledger row)
+    ran = shared.run(["execute", "ProcessorStateMachine", "-e", str(EVENTS / "work-item.json")])
+    assert ran["code"] == 0, ran["stderr"]
+    listed = json.loads(shared.run(["executions", "--json", "--limit", "1"])["stdout"])
+    key = listed[0]["idempotencyKey"]
+    commands = [
+        ["execute", "ProcessorStateMachine", "-e", str(EVENTS / "s3-object-created-poison.json")],
+        ["execute", "ProcessorStateMachine", "-e", str(EVENTS / "work-item.json"), "--json"],
+        ["invoke", "ProcessorFunction", "-e", str(EVENTS / "processor-payload.json")],
+        ["inspect", key],
+        ["inspect", key, "--json"],
+        ["audit"],
+        ["redrive", "--dry-run"],
+        ["redrive", "--undelivered", "--json"],
+        ["executions"],
+        ["show", ran["stderr"].split("onceflow show ")[1].split("`")[0], "--html",
+         str(tmp_path / "page.html")],
+        ["diagrams", "--check"],
+    ]  # fmt: skip
+    for argv in commands:
+        # WHEN each command runs
+        result = shared.run(argv)
+        printed = result["stdout"] + result["stderr"]
+        # THEN it ends without a traceback, and prints no Python repr or non-ISO time
+        assert "Traceback" not in printed, (argv, printed)
+        assert not REPRS.search(printed), (argv, REPRS.search(printed), printed)
+    # AND the ledger's epoch times read as ISO 8601 beside their numbers
+    inspected = shared.run(["inspect", key])["stdout"]
+    assert re.search(r"created_at\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z  \(\d+\)", inspected)
+
+
+def test_invoke_runs_on_the_engine_of_onceflow_up_when_one_is_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN `onceflow up` running (on a thread here), its address in the state directory
+    monkeypatch.setenv("ONCEFLOW_STATE_DIR", str(tmp_path))
+    with LocalEngine(function_log=io.StringIO()) as engine:
+        engine_server = server.EngineServer(engine, {})
+        engine_server.publish()
+        thread = threading.Thread(target=engine_server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            # WHEN a function is invoked
+            code = main(
+                ["invoke", "ProcessorFunction", "-e", str(EVENTS / "processor-payload.json")]
+            )
+        finally:
+            engine_server.shutdown()
+            engine_server.unpublish()
+            engine_server.server_close()
+            thread.join(5)
+    # THEN it ran there, not on a fresh stack of its own
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["created"] is True
+    assert f"running on the local engine at port {engine_server.port}" in err
+    assert FRESH_STACK not in err

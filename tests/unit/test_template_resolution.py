@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from onceflow.cli import main
-from onceflow.template import Stack, TemplateError
+from onceflow.template import (
+    TEMPLATE_NAMES,
+    Stack,
+    TemplateError,
+    TemplateNotFound,
+    find_template,
+    project_directory,
+)
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 EVENTS = TEMPLATE.parent / "events"
@@ -89,3 +97,80 @@ def test_globals_merge_into_functions() -> None:
     # From Globals, per stack: !Sub "onceflow/${AWS::StackName}".
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "onceflow/onceflow-local"
     assert variables["OUTPUT_BUCKET"] == "outputbucket"  # from the function
+
+
+# ---- Which template a command uses ----------------------------------------------
+
+
+def test_the_nearest_template_upward_is_found(tmp_path: Path) -> None:
+    # GIVEN a project whose template sits two directories above where a command runs
+    (tmp_path / "template.yaml").write_text("Resources: {}\n", encoding="utf-8")
+    below = tmp_path / "functions" / "service"
+    below.mkdir(parents=True)
+    # WHEN the template is looked for from there
+    found = find_template(below)
+    # THEN it is the project's, and the project is its directory
+    assert found == (tmp_path / "template.yaml").resolve()
+    assert project_directory(found) == tmp_path.resolve()
+
+
+def test_a_template_in_the_current_directory_wins_as_in_sam(tmp_path: Path) -> None:
+    # GIVEN a template.yml here and a template.yaml above (sam reads the one here)
+    (tmp_path / "template.yaml").write_text("Resources: {}\n", encoding="utf-8")
+    here = tmp_path / "nested"
+    here.mkdir()
+    (here / "template.yml").write_text("Resources: {}\n", encoding="utf-8")
+    # WHEN the template is looked for from here, THEN the nearest one is used
+    assert find_template(here) == (here / "template.yml").resolve()
+
+
+def test_outside_any_project_the_error_says_what_to_do(tmp_path: Path) -> None:
+    # GIVEN a directory with no template in it or above it (tmp_path's parents have none)
+    assert not any((d / n).exists() for d in (tmp_path, *tmp_path.parents) for n in TEMPLATE_NAMES)
+    # WHEN a template is looked for, THEN the error names the fix
+    with pytest.raises(TemplateNotFound, match=r"run onceflow inside the project.*--template"):
+        find_template(tmp_path)
+
+
+def test_a_command_in_a_subdirectory_uses_the_project_template(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a user standing in events/, naming the event relative to it
+    monkeypatch.chdir(EVENTS)
+    # WHEN a function is invoked without --template
+    code = main(["invoke", "ProcessorFunction", "-e", "processor-payload.json", "--no-server"])
+    # THEN it runs on the project's template (CodeUri resolved beside it) and says which
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["created"] is True
+    assert f"local: using {TEMPLATE}" in err
+
+
+def test_a_command_outside_any_project_says_so_without_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a directory outside the project, and an event file there
+    event = tmp_path / "event.json"
+    event.write_text((EVENTS / "processor-payload.json").read_text(encoding="utf-8"))
+    monkeypatch.chdir(tmp_path)
+    # WHEN a command that needs the template runs there
+    code = main(["invoke", "ProcessorFunction", "-e", str(event)])
+    # THEN it stops with exit 2 and says where it looked and what to do
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"onceflow: no template.yaml / template.yml / template.json in {tmp_path}" in err
+    assert "Traceback" not in err
+
+
+def test_a_template_that_is_not_yaml_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a --template that YAML cannot read
+    broken = tmp_path / "template.yaml"
+    broken.write_text("Resources: [unclosed\n", encoding="utf-8")
+    # WHEN a command runs with it
+    argv = ["invoke", "ProcessorFunction", "-e", str(EVENTS / "processor-payload.json")]
+    code = main([*argv, "--template", str(broken)])
+    # THEN it says the file is not YAML, without a traceback
+    err = capsys.readouterr().err
+    assert code == 2 and f"{broken} is not YAML or JSON" in err and "Traceback" not in err

@@ -9,28 +9,40 @@ import html
 import json
 import os
 import re
+import subprocess
 from html.parser import HTMLParser
+from importlib import resources
 from itertools import combinations, pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from onceflow import diagram, records, viewer
-from onceflow.records import AmbiguousError, Record, RecordError
+from onceflow import diagram, jsonata_node
+from onceflow.view import executions, records, text
+from onceflow.view.history import UNNAMED
+from onceflow.view.history import scope as scope_of
+from onceflow.view.history import steps as read_steps
+from onceflow.view.layout import Box, layout
+from onceflow.view.page import page as html_page
+from onceflow.view.records import AmbiguousError, Record, RecordError
+from onceflow.view.trace import trace
+from tests.css import css_problems
 
 T0 = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 MACHINE_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:onceflow-processor"
 
 
 class Elements(HTMLParser):
-    """Every start tag with its (unescaped) attributes, and the text of <script> elements."""
+    """Every start tag with its (unescaped) attributes, and the text of <script> and <style>."""
 
     def __init__(self) -> None:
         super().__init__()
         self.tags: list[tuple[str, dict[str, str]]] = []
         self.scripts: list[tuple[dict[str, str], str]] = []
+        self.styles: list[str] = []
         self._script: dict[str, str] | None = None
+        self._style = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = {name: value or "" for name, value in attrs}
@@ -38,12 +50,19 @@ class Elements(HTMLParser):
         if tag == "script":
             self._script = values
             self.scripts.append((values, ""))
+        elif tag == "style":
+            self._style = True
+            self.styles.append("")
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "script":
             self._script = None
+        elif tag == "style":
+            self._style = False
 
     def handle_data(self, data: str) -> None:
+        if self._style:
+            self.styles[-1] += data
         if self._script is not None:
             attrs, text = self.scripts[-1]
             self.scripts[-1] = (attrs, text + data)
@@ -131,7 +150,7 @@ HAPPY = [
 # ---- layout -----------------------------------------------------------------
 
 
-def _overlap(a: viewer.Box, b: viewer.Box) -> bool:
+def _overlap(a: Box, b: Box) -> bool:
     return a.x < b.x + b.w and b.x < a.x + a.w and a.y < b.y + b.h and b.y < a.y + a.h
 
 
@@ -140,7 +159,7 @@ def test_layout_boxes_every_state_without_overlap_and_nests_map_and_parallel(
     machine: str,
 ) -> None:
     graph = diagram.graph(diagram.load_asl(diagram.MACHINES[machine]))
-    drawn = viewer.layout(graph)
+    drawn = layout(graph)
     assert set(graph.states) <= set(drawn.boxes)
     scopes = [graph.top, *graph.children.values()]
     for scope in scopes:
@@ -161,11 +180,11 @@ def test_layout_boxes_every_state_without_overlap_and_nests_map_and_parallel(
 @pytest.mark.parametrize("machine", sorted(diagram.MACHINES))
 def test_layout_routes_every_transition_from_its_source_to_its_target(machine: str) -> None:
     graph = diagram.graph(diagram.load_asl(diagram.MACHINES[machine]))
-    drawn = viewer.layout(graph)
+    drawn = layout(graph)
     routed = sorted(route.index for route in drawn.routes)
     assert routed == [-1, *range(len(graph.edges))]  # -1: from the start marker
 
-    def on_border(point: tuple[float, float], box: viewer.Box) -> bool:
+    def on_border(point: tuple[float, float], box: Box) -> bool:
         x, y = point
         return box.x <= x <= box.x + box.w and y in (box.y, box.y + box.h)
 
@@ -184,7 +203,7 @@ def test_layout_routes_every_transition_from_its_source_to_its_target(machine: s
 
 def processor_page(execution: Record) -> tuple[diagram.Graph, str]:
     asl = diagram.load_asl(diagram.MACHINES["processor"])
-    return diagram.graph(asl), viewer.page(execution, asl)
+    return diagram.graph(asl), html_page(execution, asl)
 
 
 def test_page_has_a_node_per_state_an_edge_per_transition_and_the_path_marked() -> None:
@@ -262,7 +281,7 @@ def test_page_escapes_state_names_and_payloads() -> None:
     events = history(
         [(name, "Pass", {"text": hostile}, {"text": hostile}), ("Done", "Succeed", {}, {})]
     )
-    page = viewer.page(record(hostile, events), asl)
+    page = html_page(record(hostile, events), asl)
     assert "<script>alert" not in page
     assert "<State>" not in page and "<b a=" not in page
     elements = parse(page)
@@ -273,20 +292,71 @@ def test_page_escapes_state_names_and_payloads() -> None:
     assert decoded["path"] == [name, "Done"]
 
 
-def test_page_is_self_contained_and_its_policy_allows_exactly_its_own_scripts() -> None:
+def _hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def test_page_inlines_its_package_css_and_js_and_its_policy_allows_exactly_them() -> None:
+    # GIVEN the page's CSS and JavaScript as the package ships them (package data)
+    shipped = {
+        name: resources.files("onceflow.view").joinpath("static", name).read_text("utf-8")
+        for name in ("guard.js", "viewer.css", "viewer.js")
+    }
+    # WHEN an execution's page is rendered
     _, page = processor_page(record("happy", history(HAPPY)))
     elements = parse(page)
+    # THEN its style and its two scripts are those files, in that order, each allowed by
+    # its hash, and the policy allows nothing else: no other source, nothing fetched
     (policy,) = [
         a["content"] for _, a in elements.tags if a.get("http-equiv") == "Content-Security-Policy"
     ]
-    assert "default-src 'none'" in policy
-    inline = [text for attrs, text in elements.scripts if "type" not in attrs]
-    assert len(inline) == 2
-    for text in inline:
-        digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
-        assert f"'sha256-{digest}'" in policy
+    inline = [script for attrs, script in elements.scripts if "type" not in attrs]
+    assert inline == [shipped["guard.js"], shipped["viewer.js"]]
+    assert elements.styles == [shipped["viewer.css"]]
+    assert policy == (
+        "default-src 'none'; img-src data:; "
+        f"style-src {_hash(shipped['viewer.css'])}; "
+        f"script-src {_hash(shipped['guard.js'])} {_hash(shipped['viewer.js'])}"
+    )
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)  # nothing fetched
     assert not re.search(r"\son[a-z]+=", page)  # no inline event handlers
+    assert not re.search(r"<[a-z]+[^>]*\sstyle=", page)  # no style attributes either
+
+
+def _node_check(path: Path) -> subprocess.CompletedProcess[str]:
+    node = jsonata_node.node_executable()
+    return subprocess.run(
+        [str(node), "--check", str(path)], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("name", ["guard.js", "viewer.js"])
+def test_the_pages_javascript_passes_node_check(name: str, tmp_path: Path) -> None:
+    # GIVEN one of the page's scripts, and a copy of it with a syntax error
+    script = resources.files("onceflow.view").joinpath("static", name)
+    broken = tmp_path / name
+    broken.write_text(script.read_text("utf-8").replace("function", "function (", 1))
+    # WHEN node checks their syntax
+    good, bad = _node_check(Path(str(script))), _node_check(broken)
+    # THEN the script passes, and the check does catch the broken copy
+    assert good.returncode == 0, good.stderr
+    assert bad.returncode != 0 and "SyntaxError" in bad.stderr
+
+
+def test_the_pages_css_is_well_formed() -> None:
+    # GIVEN the page's style sheet, and copies with the faults a hand edit brings
+    css = resources.files("onceflow.view").joinpath("static", "viewer.css").read_text("utf-8")
+    faults = {
+        "an unclosed rule": css.replace("}", "", 1),
+        "an unknown at-rule": "@import url(x.css);\n" + css,
+        "a declaration without a colon": css.replace("margin: 0;", "margin 0;", 1),
+        "an empty rule": css + "\n.empty { }\n",
+    }
+    # WHEN each is checked
+    # THEN the sheet has no problem, and each faulty copy has one
+    assert css_problems(css) == []
+    for fault, faulty in faults.items():
+        assert css_problems(faulty), fault
 
 
 # ---- what the history says ----------------------------------------------------
@@ -294,19 +364,18 @@ def test_page_is_self_contained_and_its_policy_allows_exactly_its_own_scripts() 
 
 def test_idempotency_key_and_end_state_come_from_the_history() -> None:
     events = history(HAPPY)
-    assert viewer.idempotency_key(events) == "s3://b/k#v1"
-    assert viewer.end_state(events) == "Processed"
+    assert executions.idempotency_key(events) == "s3://b/k#v1"
+    assert executions.end_state(events) == "Processed"
     invalid = history([("Normalize", "Choice", {}, {}), ("InvalidEvent", "Fail", {}, None)])
-    assert viewer.idempotency_key(invalid) is None
-    assert viewer.end_state(invalid) == "InvalidEvent"
-    assert viewer.summary(record("bad", invalid))["idempotencyKey"] is None
-    table = viewer.render_table([viewer.summary(record("bad", invalid, status="FAILED"))])
+    assert executions.idempotency_key(invalid) is None
+    assert executions.end_state(invalid) == "InvalidEvent"
+    assert executions.summary(record("bad", invalid))["idempotencyKey"] is None
+    table = text.render_table([executions.summary(record("bad", invalid, status="FAILED"))])
     assert table.splitlines()[1].split()[-2:] == ["InvalidEvent", "-"]
 
 
 def test_terminal_rendering_lists_the_states_in_order_with_the_key() -> None:
-    text = viewer.terminal(record("happy", history(HAPPY)))
-    lines = text.splitlines()
+    lines = text.terminal(record("happy", history(HAPPY))).splitlines()
     assert lines[0] == "Execution happy"
     assert "  idempotency key: s3://b/k#v1" in lines
     rows = [line.split()[1] for line in lines if re.match(r"\s+\d+\s+\w", line)]
@@ -459,7 +528,7 @@ _LOOPING_MAP = {
 
 def test_interleaved_map_iterations_mark_only_the_transitions_each_took() -> None:
     graph = diagram.graph(_LOOPING_MAP)
-    traced = viewer.trace(graph, record("interleaved", _chained(_INTERLEAVED)))
+    traced = trace(graph, record("interleaved", _chained(_INTERLEAVED)))
     taken = {(graph.edges[i].source, graph.edges[i].target) for i in traced.taken}
     assert ("AuditPage", "MoreObjects") in taken
     assert ("MoreObjects", "PrefixAudited") in taken
@@ -469,15 +538,13 @@ def test_interleaved_map_iterations_mark_only_the_transitions_each_took() -> Non
     unchained = [
         {k: v for k, v in e.items() if k != "previousEventId"} for e in _chained(_INTERLEAVED)
     ]
-    fallback = viewer.trace(graph, record("unchained", unchained))
+    fallback = trace(graph, record("unchained", unchained))
     assert ("MoreObjects", "AuditPage") in {
         (graph.edges[i].source, graph.edges[i].target) for i in fallback.taken
     }
 
 
 def test_an_error_in_one_iteration_is_that_iterations_state() -> None:
-    from onceflow import history
-
     rows = [
         (1, 0, "ExecutionStarted", None),
         (2, 0, "MapStateEntered", "AuditObjects"),
@@ -498,6 +565,250 @@ def test_an_error_in_one_iteration_is_that_iterations_state() -> None:
     ]
     events = _chained(rows)
     events[12]["taskFailedEventDetails"] = {"error": "Lambda.TooManyRequestsException"}
-    steps = history.steps(record("errors", events).result())
+    steps = read_steps(record("errors", events).result())
     with_errors = [(step.name, step.entered) for step in steps if step.errors]
     assert with_errors == [("AuditPage", events[8]["timestamp"])]
+
+
+# ---- a caught error inside a Parallel or a Map, and the variables ------------------
+
+
+def _events(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """(id, previous id, type, state name or None, extra fields) as a chained history."""
+    events = []
+    for event_id, previous, kind, name, *extra in rows:
+        event: dict[str, Any] = {
+            "id": event_id,
+            "previousEventId": previous,
+            "type": kind,
+            "timestamp": T0 + datetime.timedelta(milliseconds=event_id),
+        }
+        if kind.endswith("StateEntered"):
+            event["stateEnteredEventDetails"] = {"name": name, "input": "{}"}
+        elif kind.endswith("StateExited"):
+            event["stateExitedEventDetails"] = {"name": name, "output": "{}"}
+        for fields in extra:
+            for key, value in fields.items():
+                event.setdefault(key, {}).update(value)
+        events.append(event)
+    return events
+
+
+def _assigned(**variables: Any) -> dict[str, Any]:
+    # As the history carries them: each value as JSON text.
+    encoded = {name: json.dumps(value) for name, value in variables.items()}
+    return {"stateExitedEventDetails": {"assignedVariables": encoded}}
+
+
+_EVALUATION_FAILED = {
+    "evaluationFailedEventDetails": {
+        "error": "States.QueryEvaluationError",
+        "cause": "the body is not JSON",
+        "state": "ParseMessage",
+    }
+}
+
+
+def _unreadable_message(named: bool) -> list[dict[str, Any]]:
+    """The processor's path for an SQS message it cannot read: ParseMessage fails inside
+    ReadMessage's branch, ReadMessage's Catch moves on. With `named`, an EvaluationFailed
+    event names the error (as the Step Functions API documents for a JSONata error);
+    without, the branch's failure shows only as ParallelStateFailed."""
+    failed = [(7, 6, "EvaluationFailed", None, _EVALUATION_FAILED)] if named else []
+    after = 7 if named else 6
+    return _events(
+        [
+            (1, 0, "ExecutionStarted", None),
+            (2, 0, "ChoiceStateEntered", "Normalize"),
+            (3, 2, "ChoiceStateExited", "Normalize", _assigned(event=[{"body": "x"}], attempt=0)),
+            (4, 3, "ParallelStateEntered", "ReadMessage"),
+            (5, 4, "ParallelStateStarted", None),
+            (6, 5, "PassStateEntered", "ParseMessage"),
+            *failed,
+            (8, after, "ParallelStateFailed", None),
+            (9, 8, "ParallelStateExited", "ReadMessage", _assigned(readError="not JSON")),
+            (10, 9, "ChoiceStateEntered", "UnreadableMessage"),
+            (11, 10, "ChoiceStateExited", "UnreadableMessage"),
+            (12, 11, "PassStateEntered", "DescribeUnreadableMessage"),
+            (13, 12, "PassStateExited", "DescribeUnreadableMessage", _assigned(held=False)),
+            (14, 13, "TaskStateEntered", "SendToDLQ"),
+            (15, 14, "TaskStateExited", "SendToDLQ"),
+            (16, 15, "ChoiceStateEntered", "DeadLetterReason"),
+            (17, 16, "ChoiceStateExited", "DeadLetterReason"),
+            (18, 17, "FailStateEntered", "InvalidEvent"),
+            (19, 18, "ExecutionFailed", None, {"executionFailedEventDetails": {"error": "X"}}),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("named", "error"), [(True, "States.QueryEvaluationError"), (False, UNNAMED)]
+)
+def test_an_error_caught_around_a_parallel_branch_is_caught_in_the_table_and_the_page(
+    named: bool, error: str
+) -> None:
+    # GIVEN an SQS message whose body ReadMessage's branch could not parse
+    execution = record("unreadable", _unreadable_message(named), status="FAILED")
+    # WHEN the terminal table and the page are made
+    table = text.terminal(execution).splitlines()
+    graph, page = processor_page(execution)
+    # THEN the state that failed in the branch and the Parallel whose Catch took the
+    # error are both caught, with the error's name (or, when no event names it, saying so)
+    column = next(line for line in table if line.endswith("outcome")).index("outcome")
+    outcome = {line.split()[1]: line[column:] for line in table if re.match(r"\s+\d", line)}
+    assert outcome["ParseMessage"] == outcome["ReadMessage"] == f"caught {error}"
+    assert outcome["InvalidEvent"] == "failed: X"
+    nodes = {a["data-state"]: a for a in parse(page).having("data-entered")}
+    caught = {name for name, a in nodes.items() if "caught" in a["class"].split()}
+    assert caught == {"ReadMessage", "ParseMessage"}
+    assert nodes["ReadMessage"]["data-error"] == nodes["ParseMessage"]["data-error"] == error
+    assert "data-error" not in nodes["Normalize"]
+    # ... and the transition out of ReadMessage is its Catch
+    traced = trace(graph, execution)
+    taken = {
+        (graph.edges[i].source, graph.edges[i].target, graph.edges[i].kind) for i in traced.taken
+    }
+    assert ("ReadMessage", "UnreadableMessage", "catch") in taken
+
+
+_MAP_WITH_CATCH = {
+    "StartAt": "Items",
+    "States": {
+        "Items": {
+            "Type": "Map",
+            "ItemProcessor": {
+                "StartAt": "Check",
+                "States": {"Check": {"Type": "Pass", "End": True}},
+            },
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Handled"}],
+            "Next": "Done",
+        },
+        "Handled": {"Type": "Succeed"},
+        "Done": {"Type": "Succeed"},
+    },
+}
+
+
+def test_an_iteration_that_failed_makes_its_state_and_the_map_caught() -> None:
+    # GIVEN a Map whose second iteration failed in Check, with no event naming the error,
+    # and whose Catch moved on to Handled
+    events = _events(
+        [
+            (1, 0, "ExecutionStarted", None),
+            (2, 0, "MapStateEntered", "Items"),
+            (3, 2, "MapStateStarted", None),
+            (4, 3, "MapIterationStarted", None),
+            (5, 4, "PassStateEntered", "Check"),
+            (6, 5, "PassStateExited", "Check"),
+            (7, 6, "MapIterationSucceeded", None),
+            (8, 3, "MapIterationStarted", None),
+            (9, 8, "PassStateEntered", "Check"),
+            (10, 9, "MapIterationFailed", None),
+            (11, 10, "MapStateFailed", None),
+            (12, 11, "MapStateExited", "Items"),
+            (13, 12, "SucceedStateEntered", "Handled"),
+            (14, 13, "SucceedStateExited", "Handled"),
+            (15, 14, "ExecutionSucceeded", None),
+        ]
+    )
+    execution = record("map", events)
+    # WHEN it is read
+    steps = read_steps(execution.result())
+    traced = trace(diagram.graph(_MAP_WITH_CATCH), execution)
+    # THEN the first iteration's Check is ok, the second's is caught, so is the Map
+    assert [(s.name, s.outcome) for s in steps] == [
+        ("Items", f"caught {UNNAMED}"),
+        ("Check", "ok"),
+        ("Check", f"caught {UNNAMED}"),
+        ("Handled", "ok"),
+    ]
+    assert traced.caught == {"Items", "Check"} and traced.failed == set()
+
+
+def test_each_state_shows_the_variables_it_assigned_and_those_in_scope() -> None:
+    # GIVEN a history where Normalize assigns, a state inside ReadMessage's branch assigns
+    # a variable of its own, and ReadMessage assigns the work item
+    events = _events(
+        [
+            (1, 0, "ExecutionStarted", None),
+            (2, 0, "ChoiceStateEntered", "Normalize"),
+            (3, 2, "ChoiceStateExited", "Normalize", _assigned(attempt=0, held=False)),
+            (4, 3, "ParallelStateEntered", "ReadMessage"),
+            (5, 4, "ParallelStateStarted", None),
+            (6, 5, "PassStateEntered", "ParseMessage"),
+            (7, 6, "PassStateExited", "ParseMessage", _assigned(inner="branch only")),
+            (8, 7, "ParallelStateSucceeded", None),
+            (9, 8, "ParallelStateExited", "ReadMessage", _assigned(workItem={"key": "k"})),
+            (10, 9, "TaskStateEntered", "Claim"),
+            (11, 10, "TaskStateExited", "Claim", _assigned(attempt=1, held=True)),
+            (12, 11, "TaskStateEntered", "Process"),
+        ]
+    )
+    # WHEN it is read
+    steps = read_steps(record("variables", events).result())
+    in_scope = {step.name: scope_of(steps, step.index) for step in steps}
+    # THEN each state's assignments are decoded, a branch sees the outer variables, what
+    # a branch assigns stays in it, and later assignments replace earlier ones
+    assert steps[-1].name == "Process" and steps[3].assigned == {"attempt": 1, "held": True}
+    assert in_scope["Normalize"] == {}
+    assert in_scope["ReadMessage"] == in_scope["ParseMessage"] == {"attempt": 0, "held": False}
+    assert in_scope["Claim"] == {"attempt": 0, "held": False, "workItem": {"key": "k"}}
+    assert in_scope["Process"] == {"attempt": 1, "held": True, "workItem": {"key": "k"}}
+    # ... and the page carries what its script needs to show the same
+    _, page = processor_page(record("variables", events))
+    (data,) = [t for attrs, t in parse(page).scripts if attrs.get("id") == "execution-data"]
+    carried = json.loads(data)["steps"]
+    assert [tuple(s["scopeFrom"] or ()) for s in carried] == [
+        tuple(step.scope_from or ()) for step in steps
+    ]
+    assert carried[2]["assigned"] == {"inner": "branch only"}
+
+
+class Rows(HTMLParser):
+    """The cells of one table (by its class), row by row, with each row's attributes."""
+
+    def __init__(self, page: str, table: str) -> None:
+        super().__init__()
+        self.table, self.inside = table, False
+        self.rows: list[tuple[dict[str, str], list[str]]] = []
+        self.feed(page)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {name: value or "" for name, value in attrs}
+        if tag == "table":
+            self.inside = values.get("class") == self.table
+        elif self.inside and tag == "tr":
+            self.rows.append((values, []))
+        elif self.inside and tag in ("td", "th"):
+            self.rows[-1][1].append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table":
+            self.inside = False
+
+    def handle_data(self, data: str) -> None:
+        if self.inside and self.rows and self.rows[-1][1]:
+            self.rows[-1][1][-1] += data
+
+
+def test_the_events_table_lists_every_event_like_the_console() -> None:
+    # GIVEN the happy path's history
+    events = history(HAPPY)
+    # WHEN its page is made
+    _, page = processor_page(record("happy", events))
+    # THEN the Events table has a row per event: id, type, the state it belongs to, the
+    # resource a task called, the time since the start and the ISO 8601 timestamp
+    (header, *rows) = [(a, [c.strip() for c in cells]) for a, cells in Rows(page, "events").rows]
+    assert header[1] == ["ID", "type", "step", "resource", "started after", "timestamp"]
+    assert [cells[0] for _, cells in rows] == [str(e["id"]) for e in events]
+    assert [cells[1] for _, cells in rows] == [e["type"] for e in events]
+    by_type = {cells[1]: (attrs, cells) for attrs, cells in rows}
+    attrs, scheduled = by_type["TaskScheduled"]
+    assert scheduled[2] == attrs["data-state"] == "Claim"
+    assert scheduled[3] == "dynamodb:putItem"
+    start = events[0]["timestamp"]
+    for (_, cells), event in zip(rows, events, strict=True):
+        elapsed = (event["timestamp"] - start).total_seconds() * 1000
+        assert cells[4] == f"{elapsed:.0f} ms"
+        assert cells[5] == event["timestamp"].strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    assert by_type["ExecutionStarted"][1][2] == "-"  # the execution's own event

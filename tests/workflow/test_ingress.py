@@ -12,6 +12,8 @@ from urllib.parse import quote_plus
 import pytest
 
 from onceflow.engine import LocalEngine
+from onceflow.samples import WrongEvent, prepare_event
+from tests import sam_events
 from tests.helpers import (
     MACHINE,
     attributes,
@@ -307,3 +309,65 @@ def test_a_direct_work_item_keys_on_strings_only(engine: LocalEngine) -> None:
     )
     assert result.states_entered[-1] == "Processed", result.cause
     assert result.output["idempotencyKey"] == idempotency_key(engine, "uploads/direct.png", version)
+
+
+# ---- The events SAM users already have (sam local generate-event) ------------------
+
+
+def _run_as_the_cli_does(engine: LocalEngine, event: Any) -> Any:
+    prepared, _ = prepare_event(engine, event, target=MACHINE)
+    return engine.execute(MACHINE, prepared)
+
+
+def test_sams_s3_put_event_is_the_same_work_item_as_the_eventbridge_event(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN `sam local generate-event s3 put`: a classic notification of an object
+    # without a version id, in SAM's placeholder bucket
+    notification = sam_events.generate("s3", "put")
+    assert notification["Records"][0]["s3"]["bucket"]["name"] == "example-bucket"
+    # WHEN it runs on the processor as the local CLI runs it (as the pipe delivers it)
+    event, notes = prepare_event(engine, notification, target=MACHINE)
+    first = engine.execute(MACHINE, event)
+    # THEN it is processed, keyed on the object and its sequencer
+    assert first.states_entered[-1] == "Processed", first.cause
+    s3 = json.loads(event[0]["body"])["Records"][0]["s3"]
+    assert first.output["idempotencyKey"] == (
+        f"s3://{engine.ref('IngestBucket')}/test/key#{s3['object']['sequencer']}"
+    )
+    assert any("example-bucket stands for" in note for note in notes)
+    # WHEN EventBridge then delivers the Object Created event of the same object
+    created = copy.deepcopy(load_event("s3-object-created-unversioned.json"))
+    created["detail"]["bucket"]["name"] = engine.ref("IngestBucket")
+    created["detail"]["object"].update(
+        {"key": "test/key", "etag": s3["object"]["eTag"], "sequencer": s3["object"]["sequencer"]}
+    )
+    again = engine.execute(MACHINE, created)
+    # THEN it is the same work item: the same key, discarded as a duplicate
+    assert again.states_entered[-1] == "Duplicate"
+    assert again.output["idempotencyKey"] == first.output["idempotencyKey"]
+    assert output_effects(engine) == 1
+
+
+def test_sams_sqs_event_is_read_as_the_pipes_messages(sqs_engine: LocalEngine) -> None:
+    # GIVEN `sam local generate-event sqs receive-message` carrying an order
+    event = sam_events.generate("sqs", "receive-message", "--body", '{\\"orderId\\": \\"o-7\\"}')
+    # WHEN it runs on the processor, and a resend of the order with another messageId
+    first = _run_as_the_cli_does(sqs_engine, event)
+    event["Records"][0]["messageId"] = "another-message-id"
+    resent = _run_as_the_cli_does(sqs_engine, event)
+    # THEN its record was the pipe's message: keyed on the order, once
+    assert first.states_entered[-1] == "Processed", first.cause
+    assert first.output["idempotencyKey"] == "sqs:o-7"
+    assert resent.states_entered[-1] == "Duplicate"
+    assert output_effects(sqs_engine) == 1
+
+
+def test_sams_sqs_event_with_several_records_names_the_sample(engine: LocalEngine) -> None:
+    # GIVEN a Lambda-style SQS event holding two messages
+    event = sam_events.generate("sqs", "receive-message")
+    event["Records"].append({**event["Records"][0], "messageId": "second"})
+    # WHEN it is prepared for the processor (one message per execution)
+    # THEN it is refused with the sample that shows one message
+    with pytest.raises(WrongEvent, match=r"2 records.*events/sqs-s3-notification\.json"):
+        prepare_event(engine, event, target=MACHINE)

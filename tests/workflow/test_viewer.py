@@ -11,7 +11,6 @@ import html
 import io
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,9 +23,13 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from onceflow import diagram, records
+from onceflow import diagram
 from onceflow.cli import main
 from onceflow.engine import LocalEngine
+from onceflow.view import history, records
+from onceflow.view import page as view_page
+from tests.chromium import Browser, find_chromium
+from tests.css import rules
 from tests.helpers import MACHINE, idempotency_key, load_event, s3_event, upload
 
 PROCESSOR = diagram.graph(diagram.load_asl(diagram.MACHINES["processor"]))
@@ -213,9 +216,7 @@ def test_show_writes_the_page_under_onceflow_show_by_default(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    from onceflow import viewer
-
-    monkeypatch.setattr(viewer, "SHOW_DIRECTORY", tmp_path / "show")
+    monkeypatch.setattr(view_page, "SHOW_DIRECTORY", tmp_path / "show")
     assert main(["show", "viewer-happy"]) == 0
     (written,) = (tmp_path / "show").glob("viewer-happy@*.html")
     assert capsys.readouterr().out.splitlines()[-1] == f"html: {written}"
@@ -308,14 +309,13 @@ def test_the_demo_records_its_executions_and_show_renders_one(
 
 
 def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip(
-        "chromium is not installed: no chromium, chromium-browser or google-chrome on PATH "
-        "(apt-get install chromium; .ci/run installs it)"
-    )
+    found = find_chromium()
+    if found is None:
+        pytest.skip(
+            "chromium is not installed: no chromium, chromium-browser or google-chrome on PATH "
+            "(apt-get install chromium; .ci/run installs it)"
+        )
+    return found
 
 
 def _render(browser: str, url: str, profile: Path) -> tuple[str, list[str]]:
@@ -417,6 +417,238 @@ def test_the_browser_check_does_see_script_errors(
 
 
 def _steps(record: records.Record) -> list[Any]:
-    from onceflow import history
-
     return history.steps(record.result())
+
+
+# ---- a caught error inside a Parallel, and the page at the console's level -------------
+
+
+@pytest.fixture(scope="module")
+def unreadable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An SQS message whose body is not JSON while the key is read from the body
+    (IdempotencyKeyPath): ReadMessage's branch fails and its Catch takes the message to
+    the DLQ. Recorded, then shown as a page."""
+    folder = tmp_path_factory.mktemp("unreadable-records")
+    page_file = folder.parent / "unreadable-page" / "unreadable.html"
+    parameters = {"IdempotencyKeyPath": "orderId"}
+    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
+        result = engine.execute(
+            MACHINE, load_event("invalid-sqs-body-not-json.json"), name="viewer-unreadable"
+        )
+        records.save_all(engine, [result], into=folder)
+    assert "ParseMessage" in result.states_entered and result.status == "FAILED"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(records.ENVIRONMENT, str(folder))
+        yield page_file
+
+
+def test_show_marks_the_state_that_failed_in_the_branch_and_the_parallel_caught(
+    unreadable: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the recorded execution of an SQS message whose body could not be read
+    # WHEN `onceflow show` prints it and writes its page
+    assert main(["show", "viewer-unreadable", "--html", str(unreadable)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # THEN the terminal table says ParseMessage and ReadMessage caught the same error
+    column = next(line for line in lines if line.endswith("outcome")).index("outcome")
+    outcome = {line.split()[1]: line[column:] for line in lines if re.match(r"\s+\d+\s", line)}
+    assert outcome["ParseMessage"].startswith("caught ")
+    assert outcome["ReadMessage"] == outcome["ParseMessage"]
+    error = outcome["ReadMessage"].removeprefix("caught ")
+    # ... and the page marks both caught (not entered-and-fine), with that error
+    page = Page(unreadable.read_text(encoding="utf-8"))
+    assert page.having("caught") == {"ReadMessage", "ParseMessage"}
+    assert page.nodes["ReadMessage"]["data-error"] == page.nodes["ParseMessage"]["data-error"]
+    assert html.unescape(page.nodes["ReadMessage"]["data-error"]) == error
+    assert page.having("failed") == {"InvalidEvent"}
+
+
+# Where everything is on the first screen, as the browser laid it out.
+_MEASURE = """(() => {
+  const box = (node) => {
+    const r = node.getBoundingClientRect();
+    return {left: r.left, top: r.top, right: r.right, bottom: r.bottom};
+  };
+  const canvas = document.getElementById("canvas");
+  const c = canvas.getBoundingClientRect();
+  const nodes = (selector) => Array.from(document.querySelectorAll(selector)).map((n) => {
+    const rect = n.querySelector("rect");
+    const style = getComputedStyle(rect);
+    return {name: n.getAttribute("data-state"), ...box(rect), stroke: style.stroke,
+            fill: style.fill};
+  });
+  return {
+    viewport: {width: innerWidth, height: innerHeight},
+    header: box(document.querySelector("header")),
+    toolbar: box(document.querySelector(".toolbar")),
+    pane: box(document.getElementById("graph-pane")),
+    // the canvas's visible area, scroll bars left out
+    canvas: {left: c.left, top: c.top, right: c.left + canvas.clientWidth,
+             bottom: c.top + canvas.clientHeight},
+    panel: box(document.getElementById("panel")),
+    buttons: Object.fromEntries(Array.from(document.querySelectorAll("[data-action]"))
+      .map((b) => [b.getAttribute("data-action"), box(b)])),
+    entered: nodes('.node[data-entered="true"]'),
+    caught: nodes(".node.caught"),
+    scale: Number(document.body.getAttribute("data-scale")),
+    fit: document.body.getAttribute("data-fit"),
+    selected: document.body.getAttribute("data-selected"),
+    panelText: document.getElementById("panel").innerText,
+    errors: document.documentElement.getAttribute("data-errors"),
+  };
+})()"""
+
+
+def _overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return (
+        a["left"] < b["right"]
+        and b["left"] < a["right"]
+        and a["top"] < b["bottom"]
+        and (b["top"] < a["bottom"])
+    )
+
+
+def _inside(inner: dict[str, float], outer: dict[str, float], slack: float = 0.5) -> bool:
+    return (
+        inner["left"] >= outer["left"] - slack
+        and inner["right"] <= outer["right"] + slack
+        and inner["top"] >= outer["top"] - slack
+        and inner["bottom"] <= outer["bottom"] + slack
+    )
+
+
+def _rgb(colour: str) -> str:
+    """#e07700 as a computed style gives it: rgb(224, 119, 0)."""
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
+
+
+def _centre(area: dict[str, float]) -> tuple[float, float]:
+    return (area["left"] + area["right"]) / 2, (area["top"] + area["bottom"]) / 2
+
+
+def test_the_page_at_1280x800_lays_graph_and_detail_side_by_side_with_the_path_in_view(
+    unreadable: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["show", "viewer-unreadable", "--html", str(unreadable)]) == 0
+    capsys.readouterr()
+    style = next(rule for rule in rules(view_page.static("viewer.css")) if rule.selector == ":root")
+    colours = dict(style.declarations)
+    # GIVEN the page in a real Chromium whose viewport is 1280 x 800 CSS pixels
+    with Browser(_chromium(), tmp_path / "profile", 1280, 800) as browser:
+        browser.open(unreadable.resolve().as_uri())
+        # WHEN it has loaded
+        first = browser.evaluate(_MEASURE)
+        browser.screenshot(tmp_path / "first.png")  # kept with the test's files
+        # THEN the header, the graph's toolbar and canvas, and the detail panel are all on
+        # the first screen, the graph and the detail side by side, none over another
+        assert first["viewport"] == {"width": 1280, "height": 800}
+        assert first["errors"] == "[]" and browser.problems() == []
+        screen = {"left": 0, "top": 0, "right": 1280, "bottom": 800}
+        parts = ["header", "toolbar", "canvas", "panel"]
+        for part in parts:
+            assert _inside(first[part], screen), part
+        for n, part in enumerate(parts):
+            for other in parts[n + 1 :]:
+                assert not _overlap(first[part], first[other]), (part, other)
+        assert first["pane"]["right"] <= first["panel"]["left"] + 0.5
+        assert first["pane"]["top"] == first["panel"]["top"]  # one row: side by side
+        assert first["canvas"]["right"] - first["canvas"]["left"] >= 600
+        assert first["canvas"]["bottom"] - first["canvas"]["top"] >= 400
+        for action, button in first["buttons"].items():
+            assert _inside(button, first["toolbar"]), action
+        # ... the whole path fitted into the graph's visible area
+        assert first["fit"] == "path" and len(first["entered"]) == len(PATH_UNREADABLE)
+        for node in first["entered"]:
+            assert _inside(node, first["canvas"]), node["name"]
+        # ... the caught states drawn in the caught colour (orange), the selected one
+        # (the failed end state) excepted, which has the selection's outline
+        assert {n["name"] for n in first["caught"]} == {"ReadMessage", "ParseMessage"}
+        parse = next(n for n in first["caught"] if n["name"] == "ParseMessage")
+        assert parse["stroke"] == _rgb(colours["--caught-line"])
+        assert parse["fill"] == _rgb(colours["--caught"])
+
+        # WHEN the zoom-in button is clicked, as a mouse does
+        browser.click(*_centre(first["buttons"]["zoom-in"]))
+        zoomed = browser.evaluate(_MEASURE)
+        # THEN the graph is drawn larger by the zoom step
+        assert zoomed["scale"] == pytest.approx(first["scale"] * 1.25, rel=1e-3)
+        before = {n["name"]: n["right"] - n["left"] for n in first["entered"]}
+        for node in zoomed["entered"]:
+            width = node["right"] - node["left"]
+            assert width == pytest.approx(before[node["name"]] * 1.25, rel=0.02), node["name"]
+
+        # WHEN "Fit path" is clicked again
+        browser.click(*_centre(zoomed["buttons"]["fit"]))
+        fitted = browser.evaluate(_MEASURE)
+        # THEN the path is back in view, at the first scale
+        assert fitted["scale"] == pytest.approx(first["scale"], rel=1e-3)
+        for node in fitted["entered"]:
+            assert _inside(node, fitted["canvas"]), node["name"]
+
+        # WHEN the caught state inside the branch is clicked
+        parse = next(n for n in fitted["entered"] if n["name"] == "ParseMessage")
+        browser.click(*_centre(parse))
+        picked = browser.evaluate(_MEASURE)
+        # THEN the panel shows it, with the error it caught
+        assert picked["selected"] == "ParseMessage"
+        assert "Caught error: " in picked["panelText"]
+        assert browser.problems() == []
+
+
+PATH_UNREADABLE = {
+    "Normalize",
+    "ReadMessage",
+    "ParseMessage",
+    "UnreadableMessage",
+    "DescribeUnreadableMessage",
+    "SendToDLQ",
+    "DeadLetterReason",
+    "InvalidEvent",
+}
+
+
+def test_every_rule_of_the_pages_css_is_one_chromium_takes(tmp_path: Path) -> None:
+    # GIVEN each selector and declaration of the page's style sheet
+    sheet = rules(view_page.static("viewer.css"))
+    selectors = sorted({part.strip() for rule in sheet for part in rule.selector.split(",")})
+    declarations = sorted({pair for rule in sheet for pair in rule.declarations})
+    # WHEN Chromium is asked whether it supports them
+    with Browser(_chromium(), tmp_path / "profile", 800, 600) as browser:
+        browser.open("about:blank")
+        unknown_selectors = browser.evaluate(
+            f"{json.dumps(selectors)}.filter((s) => !CSS.supports(`selector(${{s}})`))"
+        )
+        unknown = browser.evaluate(
+            f"{json.dumps(declarations)}.filter(([name, value]) => !CSS.supports(name, value))"
+        )
+    # THEN it supports every one (a typo in a property or a value would be dropped silently)
+    assert len(selectors) > 20 and len(declarations) > 100
+    assert unknown_selectors == [] and unknown == []
+
+
+def test_the_panel_shows_the_variables_the_work_item_travels_in(
+    demo_page: tuple[Path, records.Record], tmp_path: Path
+) -> None:
+    # GIVEN the demo's failed execution, where Process's input is {} and the work item
+    # travels in variables
+    page_file, failed = demo_page
+    steps = _steps(failed)
+    process = next(step for step in steps if step.name == "Process")
+    assert process.input == {}
+    expected = history.scope(steps, process.index)
+    assert "workItem" in expected
+    # WHEN Process is picked in the page
+    with Browser(_chromium(), tmp_path / "profile", 1280, 800) as browser:
+        browser.open(page_file.resolve().as_uri() + "#state=Process")
+        shown = browser.evaluate(
+            "[document.body.getAttribute('data-selected'),"
+            " document.querySelector('#panel pre.variables-scope').textContent,"
+            " document.querySelector('#panel .variables-assigned').textContent]"
+        )
+    # THEN its panel shows the variables in scope when it was entered, as the history has
+    # them, and what it assigned
+    assert shown[0] == "Process"
+    assert json.loads(shown[1]) == json.loads(json.dumps(expected))
+    assigned = shown[2] if shown[2] == "none" else json.loads(shown[2])
+    assert assigned == (process.assigned or "none")

@@ -1,0 +1,212 @@
+"""Executions, one summary row each: listed and found in the local records or, with
+--stack-name, in Step Functions (ListExecutions, DescribeExecution, GetExecutionHistory),
+and the definition each one ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from onceflow import diagram
+from onceflow.ops import OpsError, Target
+from onceflow.view import history, records
+from onceflow.view.records import Record, RecordError
+
+# Logical id -> the ASL file it is defined by (diagram.MACHINES' names).
+LOGICAL_IDS = {"ProcessorStateMachine": "processor", "AuditStateMachine": "audit"}
+OUTPUTS = {"processor": "ProcessorStateMachineArn", "audit": "AuditStateMachineArn"}
+STATUSES = ("RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE")
+
+
+def idempotency_key(events: list[dict[str, Any]]) -> str | None:
+    """The ledger key the execution claimed: Claim's putItem parameters, Item.pk.S."""
+    state = None
+    for event in events:
+        if "stateEnteredEventDetails" in event:
+            state = event["stateEnteredEventDetails"]["name"]
+        elif state == "Claim" and "taskScheduledEventDetails" in event:
+            parameters = history.payload(event["taskScheduledEventDetails"].get("parameters"))
+            if isinstance(parameters, dict):
+                for container in ("Item", "Key"):
+                    pk = parameters.get(container, {}).get("pk", {})
+                    if isinstance(pk, dict) and isinstance(pk.get("S"), str):
+                        return str(pk["S"])
+    return None
+
+
+def end_state(events: list[dict[str, Any]]) -> str | None:
+    entered = [
+        event["stateEnteredEventDetails"]["name"]
+        for event in events
+        if "stateEnteredEventDetails" in event
+    ]
+    return str(entered[-1]) if entered else None
+
+
+def _duration_ms(record: Record) -> float | None:
+    if record.start is None or record.stop is None:
+        return None
+    return (record.stop - record.start).total_seconds() * 1000
+
+
+def summary(record: Record) -> dict[str, Any]:
+    """One row of `onceflow executions`."""
+    events = record.events
+    duration = _duration_ms(record)
+    return {
+        "name": record.name,
+        "executionArn": record.arn,
+        "stateMachine": record.logical_id or record.data.get("stateMachineArn"),
+        "status": record.status,
+        "startDate": None if record.start is None else record.start.isoformat(),
+        "stopDate": None if record.stop is None else record.stop.isoformat(),
+        "durationMs": None if duration is None else round(duration, 1),
+        "idempotencyKey": idempotency_key(events),
+        "endState": end_state(events),
+        "error": record.data.get("error"),
+    }
+
+
+def list_local(
+    limit: int, status: str | None = None, machine: str | None = None, folder: Path | None = None
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for record in records.recent(folder):
+        if status and record.status != status:
+            continue
+        if machine and LOGICAL_IDS.get(record.logical_id or "") != machine:
+            continue
+        rows.append(summary(record))
+        if len(rows) >= limit:
+            break
+    rows.sort(key=lambda row: row["startDate"] or "", reverse=True)
+    return rows
+
+
+def _history(sfn: Any, arn: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
+        events += page["events"]
+    return events
+
+
+def _deployed_record(sfn: Any, arn: str, logical_id: str | None) -> Record:
+    description = sfn.describe_execution(executionArn=arn)
+    output = description.get("output")
+    return Record(
+        {
+            "executionArn": arn,
+            "name": description["name"],
+            "stateMachineArn": description["stateMachineArn"],
+            "logicalId": logical_id,
+            "status": description["status"],
+            "startDate": description.get("startDate"),
+            "stopDate": description.get("stopDate"),
+            "input": history.payload(description.get("input")),
+            "output": history.payload(output) if output else None,
+            "error": description.get("error"),
+            "cause": description.get("cause"),
+            "events": _history(sfn, arn),
+        }
+    )
+
+
+def _aws(what: str, exc: ClientError) -> OpsError:
+    return OpsError(f"{what}: {exc.response.get('Error', {}).get('Message') or exc}")
+
+
+def list_deployed(
+    target: Target, limit: int, status: str | None = None, machine: str = "processor"
+) -> list[dict[str, Any]]:
+    """ListExecutions on the stack's state machine, and each one's history for its key."""
+    sfn = target.client("stepfunctions")
+    machine_arn = target.output(OUTPUTS[machine])
+    logical_id = {name: lid for lid, name in LOGICAL_IDS.items()}[machine]
+    kwargs: dict[str, Any] = {"stateMachineArn": machine_arn}
+    if status:
+        kwargs["statusFilter"] = status
+    rows: list[dict[str, Any]] = []
+    try:
+        for page in sfn.get_paginator("list_executions").paginate(**kwargs):
+            for listed in page["executions"]:
+                # ListExecutions has the description's fields the table needs.
+                listed_record = Record(
+                    {
+                        **listed,
+                        "logicalId": logical_id,
+                        "events": _history(sfn, listed["executionArn"]),
+                    }
+                )
+                rows.append(summary(listed_record))
+                if len(rows) >= limit:
+                    return rows
+    except ClientError as exc:
+        raise _aws(f"cannot list the executions of {machine_arn}", exc) from exc
+    return rows
+
+
+def find_deployed(target: Target, query: str, scan: int = 1000) -> Record:
+    """An execution of the stack's state machines by ARN, name, or unique name prefix."""
+    sfn = target.client("stepfunctions")
+    machines = {name: target.output(output) for name, output in OUTPUTS.items()}
+    by_name = {name: logical_id for logical_id, name in LOGICAL_IDS.items()}
+    ids = {arn: by_name[name] for name, arn in machines.items()}
+
+    def load(arn: str) -> Record:
+        machine_arn = arn.rpartition(":")[0].replace(":execution:", ":stateMachine:", 1)
+        return _deployed_record(sfn, arn, ids.get(machine_arn))
+
+    try:
+        if query.startswith("arn:"):
+            return load(query)
+        for machine_arn in machines.values():
+            arn = machine_arn.replace(":stateMachine:", ":execution:", 1) + ":" + query
+            try:
+                return load(arn)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
+                    raise
+        candidates: list[str] = []
+        for machine_arn in machines.values():
+            seen = 0
+            for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine_arn):
+                for listed in page["executions"]:
+                    seen += 1
+                    if str(listed["name"]).startswith(query):
+                        candidates.append(listed["executionArn"])
+                if seen >= scan:
+                    break
+        if len(candidates) == 1:
+            return load(candidates[0])
+    except ClientError as exc:
+        raise _aws(f"cannot read the execution {query}", exc) from exc
+    if not candidates:
+        raise RecordError(
+            f"no execution named {query!r} among the newest {scan} of each state machine"
+        )
+    raise records.AmbiguousError(query, [arn.rpartition(":")[2] for arn in candidates])
+
+
+def definition(record: Record, target: Target | None = None) -> dict[str, Any]:
+    """The ASL the execution ran: the deployed definition, or locally the ASL file."""
+    if target is not None and not target.local:
+        # The definition this execution ran, not today's: a stack update may
+        # have changed the state machine since.
+        try:
+            described = target.client("stepfunctions").describe_state_machine_for_execution(
+                executionArn=record.arn
+            )
+        except ClientError as exc:
+            raise _aws(f"cannot read the definition {record.arn} ran", exc) from exc
+        asl: dict[str, Any] = json.loads(described["definition"])
+        return asl
+    name = LOGICAL_IDS.get(record.logical_id or "")
+    if name is None:
+        machine = str(record.data.get("stateMachineArn", "")).lower()
+        name = next((n for n in diagram.MACHINES if n in machine.rsplit(":", 1)[-1]), None)
+    if name is None:
+        raise RecordError(f"{record.name}: no ASL file for state machine {record.logical_id}")
+    return diagram.load_asl(diagram.MACHINES[name])

@@ -1,0 +1,322 @@
+"""An execution's history read as the console reads it: states in order, outcome, timing,
+the variables each state assigned, and the state each event belongs to."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from onceflow.engine import ExecutionResult
+
+# A state that failed inside a Parallel branch or a Map iteration when no event of the
+# history names the error (no TaskFailed, no EvaluationFailed): the branch's failure shows
+# only in the ParallelStateFailed or MapIterationFailed that follows.
+UNNAMED = "(an error the history does not name)"
+# Events that end a state's attempt in an error (TaskFailed, EvaluationFailed, ...).
+ERROR_EVENT = re.compile(r"(Failed|TimedOut|Aborted)$")
+# Events that open a branch or an iteration: the first state inside sees the variables
+# of the Parallel or Map it runs in ("Passing data between states with variables":
+# inner scopes read the outer scope's variables).
+_OPENS_SCOPE = ("ParallelStateStarted", "MapStateStarted", "MapIterationStarted")
+
+
+@dataclass
+class StateStep:
+    """One state the execution entered."""
+
+    name: str
+    type: str
+    entered: datetime.datetime | None
+    exited: datetime.datetime | None = None
+    errors: list[str] = field(default_factory=list)
+    outcome: str = "running"
+    # What the console shows on a state's Input and Output tabs, and the last error's cause.
+    input: Any = None
+    output: Any = None
+    cause: str | None = None
+    # The variables the state assigned (its exit event's assignedVariables), decoded.
+    assigned: dict[str, Any] = field(default_factory=dict)
+    # Where the variables in scope when it was entered come from: ("after", i) the step at
+    # index i of the path (its scope plus what it assigned), ("inside", i) the Map or
+    # Parallel step i it runs in (that step's scope), or None (nothing assigned yet).
+    scope_from: tuple[str, int] | None = None
+    index: int = 0
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.entered is None or self.exited is None:
+            return None
+        return (self.exited - self.entered).total_seconds() * 1000
+
+    @property
+    def error(self) -> str | None:
+        return self.errors[-1] if self.errors else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "outcome": self.outcome,
+            "errors": self.errors,
+            "duration_ms": None if self.duration_ms is None else round(self.duration_ms, 1),
+        }
+
+
+@dataclass
+class Reading:
+    """The steps, and for each event (by its position) the index of the step it belongs
+    to: None for the execution's own events (started, succeeded, failed)."""
+
+    steps: list[StateStep]
+    event_steps: list[int | None]
+
+
+def _details(event: dict[str, Any]) -> dict[str, Any]:
+    for key, details in event.items():
+        if key.endswith("EventDetails") and isinstance(details, dict):
+            return details
+    return {}
+
+
+def error_of(event: dict[str, Any]) -> str | None:
+    """The error an event names (TaskFailed, EvaluationFailed, ExecutionFailed, ...)."""
+    details = _details(event)
+    return str(details["error"]) if "error" in details else None
+
+
+def _cause_of(event: dict[str, Any]) -> str | None:
+    details = _details(event)
+    return str(details["cause"]) if "cause" in details else None
+
+
+def payload(text: Any) -> Any:
+    """A state's input or output as the history carries it (JSON text), decoded.
+
+    Text that is not JSON (a truncated payload) is shown as it is.
+    """
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _open_step(path: list[StateStep], name: str) -> StateStep:
+    """The step an exit event closes: the latest unexited one of that name.
+
+    A Map or Parallel exits after the states nested in it, so it is not always
+    the last step entered.
+    """
+    for step in reversed(path):
+        if step.name == name and step.exited is None:
+            return step
+    return path[-1]
+
+
+def _open_container(path: list[StateStep], kind: str) -> StateStep | None:
+    for step in reversed(path):
+        if step.type == kind and step.exited is None:
+            return step
+    return None
+
+
+def read(result: ExecutionResult) -> Reading:
+    """Group the history events under the state they belong to."""
+    events = result.events
+    path: list[StateStep] = []
+    event_steps: list[int | None] = []
+    # Step Functions chains each event to the previous one of its own branch or
+    # Map iteration (previousEventId): an error belongs to the state its chain
+    # leads back to, which in interleaved iterations is not the last one entered.
+    by_id = {event.get("id"): event for event in events if "id" in event}
+    chained = bool(events) and all("previousEventId" in event for event in events)
+    step_of_entry: dict[Any, StateStep] = {}
+    step_of_exit: dict[Any, StateStep] = {}
+
+    def back(event: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events the chain leads back through, nearest first."""
+        found: list[dict[str, Any]] = []
+        previous = by_id.get(event.get("previousEventId"))
+        while previous is not None and len(found) < len(by_id):
+            found.append(previous)
+            previous = by_id.get(previous.get("previousEventId"))
+        return found
+
+    def owner(event: dict[str, Any]) -> StateStep:
+        for previous in back(event):
+            found = step_of_entry.get(previous.get("id"))
+            if found is not None:
+                return found
+        return path[-1]
+
+    def scope_from(event: dict[str, Any]) -> tuple[str, int] | None:
+        if not chained:
+            return ("after", path[-1].index) if path else None
+        inside = False
+        for previous in back(event):
+            if not inside and previous.get("id") in step_of_exit:
+                return ("after", step_of_exit[previous["id"]].index)
+            if str(previous.get("type")) in _OPENS_SCOPE:
+                inside = True
+            elif inside and previous.get("id") in step_of_entry:
+                return ("inside", step_of_entry[previous["id"]].index)
+        return None
+
+    def event_before(position: int, event: dict[str, Any]) -> dict[str, Any]:
+        if chained:
+            return by_id.get(event.get("previousEventId")) or {}
+        return events[position - 1] if position > 0 else {}
+
+    for position, event in enumerate(events):
+        kind = str(event["type"])
+        timestamp = event.get("timestamp")
+        if "stateEnteredEventDetails" in event:
+            details = event["stateEnteredEventDetails"]
+            path.append(
+                StateStep(
+                    name=details["name"],
+                    type=kind.removesuffix("StateEntered"),
+                    entered=timestamp,
+                    input=payload(details.get("input")),
+                    scope_from=scope_from(event),
+                    index=len(path),
+                )
+            )
+            if "id" in event:
+                step_of_entry[event["id"]] = path[-1]
+            event_steps.append(path[-1].index)
+            continue
+        if not path or kind.startswith("Execution"):
+            _execution_event(path, kind, event, timestamp)
+            event_steps.append(None)
+            continue
+        if "stateExitedEventDetails" in event:
+            details = event["stateExitedEventDetails"]
+            current = _open_step(path, str(details["name"]))
+            current.exited = timestamp
+            current.output = payload(details.get("output"))
+            current.assigned = {
+                str(name): payload(value)
+                for name, value in (details.get("assignedVariables") or {}).items()
+            }
+            after_error = ERROR_EVENT.search(str(event_before(position, event).get("type", "")))
+            if current.errors and after_error:
+                current.outcome = f"caught {current.errors[-1]}"  # by the state's Catch
+            elif current.errors:
+                current.outcome = f"ok after {len(current.errors)} retried error(s)"
+            else:
+                current.outcome = "ok"
+            if "id" in event:
+                step_of_exit[event["id"]] = current
+            event_steps.append(current.index)
+            continue
+        current = owner(event)
+        if kind in ("ParallelStateFailed", "MapIterationFailed", "MapStateFailed"):
+            current = _branch_failed(path, kind, current, timestamp)
+        else:
+            error = error_of(event)
+            if error is not None:
+                if kind == "EvaluationFailed":
+                    named = str(_details(event).get("state") or current.name)
+                    current = current if current.name == named else _open_step(path, named)
+                current.errors.append(error)
+                current.cause = _cause_of(event)
+                current.exited = timestamp
+                current.outcome = f"failed: {error}"
+        event_steps.append(current.index)
+    # A Catch moves on to the next state: an error there was handled, not final.
+    for step in path[:-1]:
+        if step.outcome.startswith("failed") or step.outcome == "running":
+            step.outcome = f"caught {step.errors[-1]}" if step.errors else "ok"
+    return Reading(path, event_steps)
+
+
+def _execution_event(
+    path: list[StateStep], kind: str, event: dict[str, Any], timestamp: Any
+) -> None:
+    if not path:
+        return
+    current = path[-1]
+    if kind in ("ExecutionFailed", "ExecutionTimedOut", "ExecutionAborted"):
+        current.exited = current.exited or timestamp
+        error = error_of(event)
+        stopped = {"ExecutionTimedOut": "timed out", "ExecutionAborted": "aborted"}.get(kind)
+        current.outcome = f"failed: {error}" if error or not stopped else stopped
+    elif kind == "ExecutionSucceeded" and current.outcome == "running":
+        current.exited = timestamp
+        current.outcome = "succeeded"
+
+
+def _branch_failed(path: list[StateStep], kind: str, inner: StateStep, timestamp: Any) -> StateStep:
+    """A branch or iteration failed: the state it failed in, and (when the whole Parallel
+    or Map fails) the Parallel or Map, which fails with the same error ("Parallel workflow
+    state": a failed branch fails the Parallel). Returns the step the event belongs to."""
+    container = _open_container(path, "Map" if kind.startswith("Map") else "Parallel")
+    if inner is not container and inner.exited is None:
+        if not inner.errors:
+            inner.errors.append(UNNAMED)
+        inner.exited = timestamp
+        inner.outcome = f"failed: {inner.errors[-1]}"
+    if container is None or kind == "MapIterationFailed":
+        return inner
+    error = inner.errors[-1] if inner is not container and inner.errors else UNNAMED
+    container.errors.append(error)
+    container.cause = inner.cause if inner is not container else container.cause
+    container.outcome = f"failed: {error}"
+    return container
+
+
+def steps(result: ExecutionResult) -> list[StateStep]:
+    """The states entered, in order."""
+    return read(result).steps
+
+
+def scope(path: list[StateStep], index: int) -> dict[str, Any]:
+    """The variables in scope when path[index] was entered (later assignments win)."""
+    chain: list[tuple[str, int]] = []
+    link = path[index].scope_from
+    while link is not None:
+        chain.append(link)
+        link = path[link[1]].scope_from
+    variables: dict[str, Any] = {}
+    for how, at in reversed(chain):
+        if how == "after":
+            variables.update(path[at].assigned)
+    return variables
+
+
+def render(result: ExecutionResult) -> str:
+    """A plain-text table like the console's 'Table view' of an execution."""
+    path = steps(result)
+    width = max([22, *(len(step.name) for step in path)])
+    lines = [
+        f"Execution {result.name}",
+        f"  status: {result.status}" + (f"  error: {result.error}" if result.error else ""),
+        "",
+        f"  {'#':>2}  {'state':<{width}} {'type':<8} {'duration':>9}  outcome",
+    ]
+    for number, step in enumerate(path, start=1):
+        duration = "" if step.duration_ms is None else f"{step.duration_ms:.0f} ms"
+        lines.append(
+            f"  {number:>2}  {step.name:<{width}} {step.type:<8} {duration:>9}  {step.outcome}"
+        )
+    lines.append("")
+    if result.cause:
+        lines.append(f"  cause: {result.cause}")
+    lines.append("  output: " + json.dumps(result.output, indent=2).replace("\n", "\n  "))
+    return "\n".join(lines)
+
+
+def to_json(result: ExecutionResult) -> dict[str, Any]:
+    return {
+        "executionArn": result.arn,
+        "status": result.status,
+        "error": result.error,
+        "cause": result.cause,
+        "output": result.output,
+        "states": [step.to_json() for step in steps(result)],
+    }
