@@ -29,11 +29,18 @@ def _sam_template() -> dict[str, Any]:
 
 def translated(parameters: dict[str, str] | None = None) -> dict[str, Any]:
     """The CloudFormation template the SAM transform makes of template.yaml."""
+    return translate_template(copy.deepcopy(_sam_template()), parameters)
+
+
+def translate_template(
+    template: dict[str, Any], parameters: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The CloudFormation template the SAM transform makes of a SAM template (changed)."""
     translator = Translator(
         None, Parser(), boto_session=boto3.session.Session(region_name="us-east-1")
     )
     result: dict[str, Any] = translator.translate(
-        copy.deepcopy(_sam_template()),
+        template,
         parameter_values=dict(parameters or {}),
         # Every policy is written out in the template: no managed policy name to look up.
         get_managed_policy_map=dict,
