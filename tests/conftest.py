@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 
 # The whole suite on the CI machine (2 cores, 2 workers), measured at the commit
 # that last changed this line; the last run on this machine is kept in pytest's cache.

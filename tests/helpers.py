@@ -12,7 +12,7 @@ from typing import Any
 
 from PIL import Image
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
 MACHINE = "ProcessorStateMachine"
@@ -142,7 +142,7 @@ def age_object(engine: LocalEngine, key: str, days: float) -> None:
     from moto.core.utils import utcnow
     from moto.s3.models import s3_backends
 
-    from onceflow.engine import ACCOUNT_ID
+    from onceflow.local.engine import ACCOUNT_ID
 
     bucket = s3_backends[ACCOUNT_ID]["aws"].buckets[engine.ref("IngestBucket")]
     versions = bucket.keys.getlist(key)

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from onceflow import diagram
-from onceflow.ops import OpsError, Target
+from onceflow.asl import diagram
 from onceflow.view import history, records
 from onceflow.view.records import Record, RecordError
 
@@ -19,6 +18,21 @@ from onceflow.view.records import Record, RecordError
 LOGICAL_IDS = {"ProcessorStateMachine": "processor", "AuditStateMachine": "audit"}
 OUTPUTS = {"processor": "ProcessorStateMachineArn", "audit": "AuditStateMachineArn"}
 STATUSES = ("RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE")
+
+
+class Stack(Protocol):
+    """A stack as the viewer reads it: its clients and outputs (onceflow.ops' Targets have
+    this shape; the viewer does not import the operations)."""
+
+    local: bool
+
+    def client(self, service: str) -> Any: ...
+
+    def output(self, name: str) -> str: ...
+
+
+class StackError(Exception):
+    """A deployed stack's executions could not be read (a permission, a name gone)."""
 
 
 def idempotency_key(events: list[dict[str, Any]]) -> str | None:
@@ -114,12 +128,12 @@ def _deployed_record(sfn: Any, arn: str, logical_id: str | None) -> Record:
     )
 
 
-def _aws(what: str, exc: ClientError) -> OpsError:
-    return OpsError(f"{what}: {exc.response.get('Error', {}).get('Message') or exc}")
+def _aws(what: str, exc: ClientError) -> StackError:
+    return StackError(f"{what}: {exc.response.get('Error', {}).get('Message') or exc}")
 
 
 def list_deployed(
-    target: Target, limit: int, status: str | None = None, machine: str = "processor"
+    target: Stack, limit: int, status: str | None = None, machine: str = "processor"
 ) -> list[dict[str, Any]]:
     """ListExecutions on the stack's state machine, and each one's history for its key."""
     sfn = target.client("stepfunctions")
@@ -148,7 +162,7 @@ def list_deployed(
     return rows
 
 
-def find_deployed(target: Target, query: str, scan: int = 1000) -> Record:
+def find_deployed(target: Stack, query: str, scan: int = 1000) -> Record:
     """An execution of the stack's state machines by ARN, name, or unique name prefix."""
     sfn = target.client("stepfunctions")
     machines = {name: target.output(output) for name, output in OUTPUTS.items()}
@@ -190,7 +204,7 @@ def find_deployed(target: Target, query: str, scan: int = 1000) -> Record:
     raise records.AmbiguousError(query, [arn.rpartition(":")[2] for arn in candidates])
 
 
-def definition(record: Record, target: Target | None = None) -> dict[str, Any]:
+def definition(record: Record, target: Stack | None = None) -> dict[str, Any]:
     """The ASL the execution ran: the deployed definition, or locally the ASL file."""
     if target is not None and not target.local:
         # The definition this execution ran, not today's: a stack update may

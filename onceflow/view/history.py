@@ -7,9 +7,40 @@ import datetime
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from onceflow.engine import ExecutionResult
+
+class Execution(Protocol):
+    """A finished execution as the viewer reads it: DescribeExecution's facts and the history.
+
+    The local engine's ExecutionResult has this shape, and so has a record's
+    (records.RecordedExecution): the viewer imports neither the engine nor moto.
+    """
+
+    @property
+    def arn(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def input(self) -> Any: ...
+
+    @property
+    def output(self) -> Any: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def cause(self) -> str | None: ...
+
+    @property
+    def events(self) -> list[dict[str, Any]]: ...
+
 
 # A state that failed inside a Parallel branch or a Map iteration when no event of the
 # history names the error (no TaskFailed, no EvaluationFailed): the branch's failure shows
@@ -124,7 +155,7 @@ def _open_container(path: list[StateStep], kind: str) -> StateStep | None:
     return None
 
 
-def read(result: ExecutionResult) -> Reading:
+def read(result: Execution) -> Reading:
     """Group the history events under the state they belong to."""
     events = result.events
     path: list[StateStep] = []
@@ -270,7 +301,7 @@ def _branch_failed(path: list[StateStep], kind: str, inner: StateStep, timestamp
     return container
 
 
-def steps(result: ExecutionResult) -> list[StateStep]:
+def steps(result: Execution) -> list[StateStep]:
     """The states entered, in order."""
     return read(result).steps
 
@@ -289,7 +320,7 @@ def scope(path: list[StateStep], index: int) -> dict[str, Any]:
     return variables
 
 
-def render(result: ExecutionResult) -> str:
+def render(result: Execution) -> str:
     """A plain-text table like the console's 'Table view' of an execution."""
     path = steps(result)
     width = max([22, *(len(step.name) for step in path)])
@@ -311,7 +342,7 @@ def render(result: ExecutionResult) -> str:
     return "\n".join(lines)
 
 
-def to_json(result: ExecutionResult) -> dict[str, Any]:
+def to_json(result: Execution) -> dict[str, Any]:
     return {
         "executionArn": result.arn,
         "status": result.status,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from onceflow import diagram
+from onceflow.asl import diagram
 
 _CHAR = 7.2  # px per character of 12px monospace text
 LABEL_CHAR = 6.6  # 11px

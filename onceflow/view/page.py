@@ -18,8 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from onceflow import diagram
-from onceflow.files import private_directory, write_private
+from onceflow.asl import diagram
+from onceflow.project import private_directory, write_private
 from onceflow.view import history, records
 from onceflow.view.executions import summary
 from onceflow.view.layout import subtitle

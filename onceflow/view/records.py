@@ -18,14 +18,14 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from onceflow.engine import PROJECT_ROOT, ExecutionResult, LocalEngine
-from onceflow.files import private_directory, write_private
+from onceflow.project import default_project, private_directory, write_private
+from onceflow.view.history import Execution
 
-DIRECTORY = PROJECT_ROOT / ".onceflow" / "executions"
+DIRECTORY = default_project() / ".onceflow" / "executions"
 # ONCEFLOW_RECORDS moves them (tests use a temporary directory).
 ENVIRONMENT = "ONCEFLOW_RECORDS"
 # The newest records kept; older ones are removed after each save.
@@ -109,9 +109,8 @@ class Record:
             events.append(event)
         return events
 
-    def result(self) -> ExecutionResult:
-        events = self.events
-        return ExecutionResult(
+    def result(self) -> RecordedExecution:
+        return RecordedExecution(
             arn=self.arn,
             name=self.name,
             status=self.status,
@@ -119,21 +118,44 @@ class Record:
             output=self.data.get("output"),
             error=self.data.get("error"),
             cause=self.data.get("cause"),
-            load_events=lambda: events,
+            events=self.events,
         )
 
 
-def _logical_ids(engine: LocalEngine) -> dict[str, str]:
-    """State machine ARN -> logical id, for the template's state machines that exist
-    (a state machine whose Condition is false, such as BatchProcessorStateMachine by
-    default, has no ARN)."""
-    ids = {}
-    for logical_id, resource in engine.stack.template["Resources"].items():
-        if resource["Type"] == "AWS::Serverless::StateMachine" and engine.stack.refs.get(
-            logical_id
-        ):
-            ids[engine.ref(logical_id)] = logical_id
-    return ids
+@dataclass(frozen=True)
+class RecordedExecution:
+    """A recorded execution as the viewer reads one (a history.Execution)."""
+
+    arn: str
+    name: str
+    status: str
+    input: Any
+    output: Any
+    error: str | None
+    cause: str | None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def states_entered(self) -> list[str]:
+        return [
+            e["stateEnteredEventDetails"]["name"]
+            for e in self.events
+            if "stateEnteredEventDetails" in e
+        ]
+
+
+class ExecutionSource(Protocol):
+    """What runs the executions to record (the local engine has this shape)."""
+
+    def client(self, service: str) -> Any: ...
+
+    def wait(self, execution_arn: str) -> Execution:
+        """The finished execution (its history is read while the source is up)."""
+        ...
+
+    def state_machines(self) -> dict[str, str]:
+        """ARN -> logical id of the state machines whose executions are recorded."""
+        ...
 
 
 def _state_machine_arn(execution_arn: str) -> str:
@@ -143,7 +165,7 @@ def _state_machine_arn(execution_arn: str) -> str:
 
 
 def describe(
-    result: ExecutionResult, listed: dict[str, Any] | None, logical_ids: dict[str, str]
+    result: Execution, listed: dict[str, Any] | None, logical_ids: dict[str, str]
 ) -> dict[str, Any]:
     """A record of a finished execution (its history is read now: the engine must be up)."""
     events = result.events
@@ -181,8 +203,8 @@ def write(data: dict[str, Any], into: Path | None = None) -> Path:
 
 
 def save_all(
-    engine: LocalEngine,
-    known: Iterable[ExecutionResult] = (),
+    engine: ExecutionSource,
+    known: Iterable[Execution] = (),
     into: Path | None = None,
     since: float | None = None,
 ) -> list[Path]:
@@ -194,7 +216,7 @@ def save_all(
     """
     sfn = engine.client("stepfunctions")
     by_arn = {result.arn: result for result in known}
-    logical_ids = _logical_ids(engine)
+    logical_ids = engine.state_machines()
     written: list[Path] = []
     for machine in logical_ids:
         for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine):

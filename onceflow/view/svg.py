@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from onceflow import diagram
+from onceflow.asl import diagram
 from onceflow.view.layout import LABEL_CHAR, START, Box, layout, subtitle
 from onceflow.view.trace import Trace
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow import diagram
+from onceflow.asl import diagram
 from onceflow.view import history
 from onceflow.view.records import Record
 

@@ -11,7 +11,7 @@
 const path = require('path');
 const readline = require('readline');
 
-const jsDir = path.resolve(__dirname, '..', '..', 'onceflow', 'jsonata_js');
+const jsDir = path.resolve(__dirname, '..', '..', 'onceflow', 'local', 'jsonata_js');
 const jsonata = require(path.join(jsDir, 'node_modules', 'jsonata'));
 const aws = require(path.join(jsDir, 'aws_functions.js'));
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from onceflow import jsonata_node
+from onceflow.local import jsonata_node
 
 RECORDING = Path(__file__).resolve().parent / "jsonata_reference.json"
 REFERENCE_SCRIPT = Path(__file__).resolve().parent / "jsonata_reference.js"
@@ -194,7 +194,7 @@ def _snapshot(env: Any) -> dict[str, Any]:
 
 def _capture(engine: Any) -> dict[str, list[dict[str, Any]]]:
     """Run the workflows locally; the contexts each expression was evaluated in."""
-    from onceflow.patches import fidelity
+    from onceflow.local.patches import fidelity
     from tests import helpers, hostile
 
     captured: dict[str, list[dict[str, Any]]] = {}
@@ -253,7 +253,7 @@ def _scenarios() -> Iterator[Callable[[Any, Any, Any], None]]:
             engine.execute(helpers.MACHINE, helpers.s3_event(engine, "reference/none.png", version))
 
     def failing_services(engine: Any, helpers: Any, hostile: Any) -> None:
-        from onceflow.patches import hooks
+        from onceflow.local.patches import hooks
 
         for service, operation, response in (
             ("dynamodb", "PutItem", hooks.dynamodb_error("ValidationException", "refused")),
@@ -311,7 +311,7 @@ def _sqs_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
 
 def _generic_context(texts: list[str]) -> dict[str, Any]:
     """One context in which every variable the expressions name is bound."""
-    from onceflow.patches import fidelity
+    from onceflow.local.patches import fidelity
 
     functions = set(
         re.findall(
@@ -410,7 +410,7 @@ def _reference(cases: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 def record() -> None:
-    from onceflow.engine import LocalEngine
+    from onceflow.local.engine import LocalEngine
 
     with LocalEngine(function_log=io.StringIO(), time_scale=0.0) as engine:
         texts = machine_expressions(engine)

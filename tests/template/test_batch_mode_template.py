@@ -27,17 +27,17 @@ from typing import Any
 
 import pytest
 
-from onceflow import batch_definition
-from onceflow.batch_definition import (
+from onceflow.asl import batch_definition
+from onceflow.asl.batch_definition import (
     RETRIED,
     SETTLED,
     DefinitionError,
     parse_definition,
     render_definition,
 )
-from onceflow.engine import DEFAULT_TEMPLATE, LocalEngine
-from onceflow.template import Stack, TemplateError, coerce_parameter
-from onceflow.worstcase import EXPRESS_LIMIT_SECONDS, worst_case_seconds
+from onceflow.asl.worstcase import EXPRESS_LIMIT_SECONDS, worst_case_seconds
+from onceflow.local.engine import DEFAULT_TEMPLATE, LocalEngine
+from onceflow.local.template import Stack, TemplateError, coerce_parameter
 from tests.template.translate import INTEGRATION_ACTIONS, tasks, translated
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def _definition(engine: LocalEngine) -> dict[str, Any]:
 
 
 def test_the_committed_batch_definition_is_what_the_processor_generates() -> None:
-    command = [sys.executable, "-m", "onceflow.batch_definition", "--check"]
+    command = [sys.executable, "-m", "onceflow.asl.batch_definition", "--check"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert batch_definition.generate() == batch_definition.BATCH.read_text(encoding="utf-8")
@@ -89,7 +89,7 @@ def test_check_fails_naming_the_file_and_the_fix(
     monkeypatch.setattr(batch_definition, "PROJECT_ROOT", tmp_path)
     # WHEN it is checked, THEN the check fails, says how to fix it, and writes nothing
     assert batch_definition.main(["--check"]) == 1
-    assert "run: python -m onceflow.batch_definition" in capsys.readouterr().err
+    assert "run: python -m onceflow.asl.batch_definition" in capsys.readouterr().err
     assert "Edited" in stale.read_text("utf-8")
     # AND generating it again makes the check pass
     assert batch_definition.main([]) == 0
@@ -346,7 +346,7 @@ def test_every_resource_the_batch_workflow_touches_is_granted(batch_engine: Loca
 
 def test_every_jsonata_expression_compiles_as_aws_reads_it(batch_engine: LocalEngine) -> None:
     """Each {% %} on its own, after substitution, with jsonata 2.0.6 (see test_template)."""
-    from onceflow import jsonata_node
+    from onceflow.local import jsonata_node
 
     expressions: list[str] = []
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from onceflow import diagram
-from onceflow.engine import LocalEngine
-from onceflow.template import Stack
+from onceflow.asl import diagram
+from onceflow.local.engine import LocalEngine
+from onceflow.local.template import Stack
 from tests.template.translate import resources_of_type, translated
 
 ROOT = Path(__file__).resolve().parents[2]

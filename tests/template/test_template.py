@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from onceflow.engine import LocalEngine
-from onceflow.template import Stack, TemplateError, coerce_parameter
+from onceflow.local.engine import LocalEngine
+from onceflow.local.template import Stack, TemplateError, coerce_parameter
 from tests.template.translate import INTEGRATION_ACTIONS, resources_of_type, tasks, translated
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -358,7 +358,7 @@ def test_every_jsonata_expression_compiles_as_aws_reads_it(
     expression exactly as written, after DefinitionSubstitutions, with jsonata
     2.0.6 (evaluated without $states, so only a syntax error, code S..., counts).
     """
-    from onceflow import jsonata_node
+    from onceflow.local import jsonata_node
 
     definition, _ = engine.state_machine_definition(machine)
     expressions: list[str] = []

@@ -1,7 +1,7 @@
 """The state machine definitions are generated from readable sources and must not drift from them.
 
 statemachines/src/*.asl.yaml is what a reviewer reads; statemachines/*.asl.json is what
-deploys and what the local engine runs (onceflow/asl_source.py turns one into the other).
+deploys and what the local engine runs (onceflow/asl/asl_source.py turns one into the other).
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from onceflow import asl_source, jsonata_node
-from onceflow.asl_source import SourceError, compact
-from onceflow.template import load_template
+from onceflow.asl import asl_source
+from onceflow.asl.asl_source import SourceError, compact
+from onceflow.local import jsonata_node
+from onceflow.local.template import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,10 +41,10 @@ def test_each_definition_that_deploys_is_what_its_source_generates() -> None:
     }
     sources = asl_source.sources()
     # WHEN the committed files are checked against their sources
-    command = [sys.executable, "-m", "onceflow.asl_source", "--check"]
+    command = [sys.executable, "-m", "onceflow.asl.asl_source", "--check"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     # THEN each is what its source generates, and each source's file is one the template deploys
-    # (the batch machine's is generated from the processor's by onceflow/batch_definition.py)
+    # (the batch machine's is generated from the processor's by onceflow/asl/batch_definition.py)
     assert result.returncode == 0, result.stdout + result.stderr
     for source in sources:
         assert asl_source.render(source) == source.target.read_text(encoding="utf-8")
@@ -64,7 +65,9 @@ def test_no_line_of_a_source_is_longer_than_120_characters() -> None:
 def test_the_generated_json_names_its_source() -> None:
     for source in asl_source.sources():
         comment = source.target.read_text(encoding="utf-8").splitlines()[1]
-        origin = f"GENERATED from statemachines/src/{source.path.name} by onceflow/asl_source.py"
+        origin = (
+            f"GENERATED from statemachines/src/{source.path.name} by onceflow/asl/asl_source.py"
+        )
         assert comment.startswith(f'  "Comment": "{origin}')
 
 
@@ -77,7 +80,7 @@ def test_check_fails_naming_the_file_and_the_fix(
     source.target.write_text(asl_source.render(source).replace('"A"', '"Edited"'), "utf-8")
     # WHEN it is checked, THEN the check fails, says how to fix it, and writes nothing
     assert asl_source.main(["--check"]) == 1
-    assert "run: python -m onceflow.asl_source" in capsys.readouterr().err
+    assert "run: python -m onceflow.asl.asl_source" in capsys.readouterr().err
     assert "Edited" in source.target.read_text("utf-8")
     # AND generating it again makes the check pass
     assert asl_source.main([]) == 0

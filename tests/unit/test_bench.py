@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from onceflow import bench
-from onceflow.bench import BaselineMeasure, IndexSpec, Model, PathMeasure, Usage
+from onceflow.harness import bench
+from onceflow.harness.bench import BaselineMeasure, IndexSpec, Model, PathMeasure, Usage
 
 OPEN_WORK = IndexSpec("OpenWork", ("open_status", "lock_expires_at"), "ALL")
 OBJECT_CONTENT = IndexSpec("ObjectContent", ("object_ref",), "INCLUDE", ("etag", "status"))

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from onceflow.chaos import FAULT_KINDS, _check
 from onceflow.cli import main
-from onceflow.demo import DemoObject
-from onceflow.engine import LocalEngine
+from onceflow.harness.chaos import FAULT_KINDS, _check
+from onceflow.harness.common import DemoObject
+from onceflow.local.engine import LocalEngine
 from tests.helpers import png_bytes, upload
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from onceflow import server
 from onceflow.cli import FRESH_STACK, main
-from onceflow.demo import DemoConfig, run_demo
-from onceflow.engine import LocalEngine
+from onceflow.harness.demo import DemoConfig, run_demo
+from onceflow.local import server
+from onceflow.local.engine import LocalEngine
 from tests import sam_events
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -123,8 +123,8 @@ def test_demo_json_through_sqs(capsys: pytest.CaptureFixture[str]) -> None:
     }
 
 
-# The README's table of events/ and the state each one ends in on the local engine.
-# The README's events table: file -> (end state, parameter overrides).
+# The table of events/ in docs/local-engine.md ("Try events") and the state each one ends in
+# on the local engine: file -> (end state, parameter overrides).
 KEYED_BY_ORDER = ["--parameter-overrides", "IdempotencyKeyPath=orderId"]
 EXPECTED_END_STATE: dict[str, tuple[str, list[str]]] = {
     "s3-object-created.json": ("Processed", []),
@@ -182,7 +182,7 @@ def test_audit_batch_event_invokes_the_audit_function(capsys: pytest.CaptureFixt
     ("name", "end_state", "overrides"),
     [(name, state, overrides) for name, (state, overrides) in sorted(EXPECTED_END_STATE.items())],
 )
-def test_sample_event_ends_where_the_readme_says(
+def test_sample_event_ends_where_the_docs_say(
     name: str, end_state: str, overrides: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     main(["execute", "ProcessorStateMachine", "-e", str(EVENTS / name), "--json", *overrides])
@@ -190,14 +190,14 @@ def test_sample_event_ends_where_the_readme_says(
     assert report["states"][-1]["name"] == end_state
 
 
-def test_readme_table_lists_every_sample_event_with_its_end_state() -> None:
-    readme = (EVENTS.parent / "README.md").read_text(encoding="utf-8")
+def test_docs_table_lists_every_sample_event_with_its_end_state() -> None:
+    doc = (EVENTS.parent / "docs" / "local-engine.md").read_text(encoding="utf-8")
     expected = {**{n: s for n, (s, _) in EXPECTED_END_STATE.items()},
                 **{n: s for n, (_, s) in AUDIT_EVENTS.items()}}  # fmt: skip
     for name, end_state in expected.items():
-        row = next((line for line in readme.splitlines() if f"`{name}`" in line), None)
-        assert row is not None, f"README has no row for {name}"
-        assert end_state in row, f"README's row for {name} does not say {end_state}"
+        row = next((line for line in doc.splitlines() if f"`{name}`" in line), None)
+        assert row is not None, f"docs/local-engine.md has no row for {name}"
+        assert end_state in row, f"docs/local-engine.md's row for {name} does not say {end_state}"
 
 
 @pytest.mark.parametrize(
@@ -358,7 +358,7 @@ def test_a_command_without_onceflow_up_says_it_runs_on_a_fresh_stack(
 def shared() -> Iterator[server.EngineServer]:
     """The engine `onceflow up` holds, without its HTTP side: commands run on it in turn."""
     with LocalEngine(function_log=io.StringIO()) as engine:
-        engine_server = server.EngineServer(engine, {})
+        engine_server = server.EngineServer(engine, {}, command=main)
         try:
             yield engine_server
         finally:
@@ -410,7 +410,7 @@ def test_invoke_runs_on_the_engine_of_onceflow_up_when_one_is_up(
     # GIVEN `onceflow up` running (on a thread here), its address in the state directory
     monkeypatch.setenv("ONCEFLOW_STATE_DIR", str(tmp_path))
     with LocalEngine(function_log=io.StringIO()) as engine:
-        engine_server = server.EngineServer(engine, {})
+        engine_server = server.EngineServer(engine, {}, command=main)
         engine_server.publish()
         thread = threading.Thread(target=engine_server.serve_forever, daemon=True)
         thread.start()

@@ -7,7 +7,7 @@ import json
 import boto3
 from botocore.stub import Stubber
 
-from onceflow.ops import _attributes
+from onceflow.ops.redrive import _attributes
 from service.dal.workflow import DeadLetters
 
 URL = "https://sqs.us-east-1.amazonaws.com/123456789012/dlq"

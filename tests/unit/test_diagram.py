@@ -1,4 +1,4 @@
-"""The README's diagrams are generated from the ASL and must not drift from it."""
+"""The diagrams of docs/design.md are generated from the ASL and must not drift from it."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from onceflow import diagram
+from onceflow.asl import diagram
 from onceflow.cli import main
 
 
-def test_the_readme_diagrams_match_the_asl() -> None:
+def test_the_design_doc_diagrams_match_the_asl() -> None:
     assert diagram.stale() == [], "run: .venv/bin/onceflow diagrams --write"
 
 
@@ -35,7 +35,7 @@ def test_the_graph_has_every_state_and_transition_of_the_asl() -> None:
 
 
 def _copy(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "design.md"
     shutil.copy(diagram.README, readme)
     machines = {}
     for name, path in diagram.MACHINES.items():
@@ -73,14 +73,14 @@ def test_check_and_write(
     assert main(["diagrams", "--check"]) == 0
     # A check that passed says so
     assert capsys.readouterr().out == (
-        "README.md: the diagrams (processor, audit) match their ASL files\n"
+        "docs/design.md: the diagrams (processor, audit) match their ASL files\n"
     )
 
 
-def test_a_readme_without_the_blocks_is_an_error(
+def test_a_document_without_the_blocks_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "design.md"
     readme.write_text("# no diagrams here\n", encoding="utf-8")
     monkeypatch.setattr(diagram, "README", readme)
     assert main(["diagrams", "--write"]) == 2

@@ -26,9 +26,9 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.item
 )
 from moto.stepfunctions.parser.asl.parse import asl_parser
 
-from onceflow import patches
-from onceflow.engine import ExecutionResult, LocalEngine
-from onceflow.patches import distributed_map
+from onceflow.local import patches
+from onceflow.local.engine import ExecutionResult, LocalEngine
+from onceflow.local.patches import distributed_map
 
 ROLE = "arn:aws:iam::123456789012:role/probe"
 EXCEEDED = "States.ExceedToleratedFailureThreshold"

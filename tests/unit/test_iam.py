@@ -14,9 +14,9 @@ from typing import Any
 import boto3
 import pytest
 
-from onceflow import iam
-from onceflow.lambdas import InProcessRuntime
-from onceflow.template import Stack, TemplateError
+from onceflow.local import iam
+from onceflow.local.lambdas import InProcessRuntime
+from onceflow.local.template import Stack, TemplateError
 
 ACCOUNT = "123456789012"
 TABLE_ARN = f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/Ledger"

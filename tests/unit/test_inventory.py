@@ -1,4 +1,4 @@
-"""An S3 Inventory report written as S3 writes a CSV one (onceflow/inventory.py), and
+"""An S3 Inventory report written as S3 writes a CSV one (onceflow/local/inventory.py), and
 read back by a Distributed Map's manifest reader (patches/distributed_map.py)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from urllib.parse import unquote_plus
 
 import pytest
 
-from onceflow import inventory
-from onceflow.engine import LocalEngine
+from onceflow.local import inventory
+from onceflow.local.engine import LocalEngine
 
 ROLE = "arn:aws:iam::123456789012:role/probe"
 NOW = datetime.datetime(2026, 3, 8, 21, 32, 45, tzinfo=datetime.UTC)

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from onceflow import jsonata_node
-from onceflow.engine import LocalEngine
-from onceflow.patches import fidelity
+from onceflow.local import jsonata_node
+from onceflow.local.engine import LocalEngine
+from onceflow.local.patches import fidelity
 
 
 def evaluate(expression: str, bindings: dict[str, Any] | None = None) -> Any:

@@ -14,9 +14,9 @@ from moto.stepfunctions.parser.asl.component.common.error_name.failure_event imp
 )
 from moto.stepfunctions.parser.asl.jsonata.jsonata import JSONataException
 
-from onceflow import jsonata_node
-from onceflow.engine import LocalEngine
-from onceflow.patches import fidelity
+from onceflow.local import jsonata_node
+from onceflow.local.engine import LocalEngine
+from onceflow.local.patches import fidelity
 from tests.data import jsonata_reference as reference
 
 RERECORD = "re-record: .venv/bin/python -m tests.data.jsonata_reference --record"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from onceflow import lambdas
+from onceflow.local import lambdas
 
 
 def _race(invocation: Callable[[int], None], threads_count: int) -> None:

@@ -1,4 +1,4 @@
-"""The arithmetic of onceflow.limits: how each AWS quota measures what it limits.
+"""The arithmetic of onceflow.local.limits: how each AWS quota measures what it limits.
 
 The engine-level behaviour (what fails, with which error) is in
 tests/workflow/test_limits.py; these pin the sizes against the AWS docs' rules.
@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from onceflow import limits
-from onceflow.engine import LocalEngine
+from onceflow.local import limits
+from onceflow.local.engine import LocalEngine
 
 
 def test_state_size_counts_utf8_bytes_of_compact_json() -> None:

@@ -15,7 +15,7 @@ import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 from service.dal.objects import ObjectStore
 from service.errors import ObjectSuperseded, PermanentError, TransientError
 from service.handlers.processor import process

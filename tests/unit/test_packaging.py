@@ -71,7 +71,7 @@ def test_the_wheel_holds_every_package_and_the_files_read_at_run_time(
     command, project, env = installed
     # WHEN its location and its jsonata worker's files are asked for
     probe = (
-        "import json, onceflow, onceflow.patches, onceflow.jsonata_node as j; "
+        "import json, onceflow, onceflow.local.patches, onceflow.local.jsonata_node as j; "
         "print(json.dumps([onceflow.__file__, str(j.WORKER_SCRIPT), "
         "(j.JS_DIR / 'node_modules' / 'jsonata' / 'package.json').is_file()]))"
     )

@@ -15,9 +15,9 @@ import pytest
 from moto.core import botocore_stubber
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
-from onceflow import patches
-from onceflow.engine import LocalEngine
-from onceflow.patches import distributed_map, fidelity, hooks, registry, speedups
+from onceflow.local import patches
+from onceflow.local.engine import LocalEngine
+from onceflow.local.patches import distributed_map, fidelity, hooks, registry, speedups
 from tests.helpers import (
     FUNCTION,
     MACHINE,
@@ -123,13 +123,13 @@ def pins_broken(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_with_every_speedup_pin_broken_the_engine_runs_with_every_fidelity_patch(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="onceflow.patches")
+    caplog.set_level(logging.WARNING, logger="onceflow.local.patches")
     with LocalEngine(function_log=io.StringIO()) as engine:
         installed = patches.installed()
         assert installed is not None
         # THEN every speed-up was left out, each with one warning line
         assert set(installed.skipped) == {p.name for p in speedups.PATCHES}
-        warned = [r.getMessage() for r in caplog.records if r.name == "onceflow.patches"]
+        warned = [r.getMessage() for r in caplog.records if r.name == "onceflow.local.patches"]
         assert len(warned) == len(speedups.PATCHES)
         assert all("\n" not in line and "left out" in line for line in warned)
         # and every hook and fidelity patch is in place
@@ -152,7 +152,7 @@ def test_with_every_speedup_pin_broken_the_engine_runs_with_every_fidelity_patch
     # a second engine does not warn again (one line per speed-up and process)
     with LocalEngine(function_log=io.StringIO()):
         pass
-    again = [r for r in caplog.records if r.name == "onceflow.patches"]
+    again = [r for r in caplog.records if r.name == "onceflow.local.patches"]
     assert len(again) == len(speedups.PATCHES)
 
 
@@ -186,14 +186,14 @@ def test_each_fidelity_patch_names_the_aws_behaviour_and_its_test() -> None:
         assert len(patch.why) > 80, f"{patch.name} does not say which AWS behaviour it is"
 
 
-def test_the_readme_lists_the_patches_the_code_has() -> None:
+def test_the_local_engine_doc_lists_the_patches_the_code_has() -> None:
     from pathlib import Path
 
-    from onceflow.patches import __main__ as table
+    from onceflow.local.patches import __main__ as table
 
-    readme = Path(__file__).resolve().parent.parent.parent / "README.md"
-    assert table.main(["--check", str(readme)]) == 0
-    assert all(f"| {p.name} |" in readme.read_text() for p in patches.PATCHES)
+    doc = Path(__file__).resolve().parent.parent.parent / "docs" / "local-engine.md"
+    assert table.main(["--check", str(doc)]) == 0
+    assert all(f"| {p.name} |" in doc.read_text() for p in patches.PATCHES)
 
 
 def test_a_speedup_whose_check_itself_fails_is_left_out_and_says_why() -> None:
@@ -212,8 +212,8 @@ def test_speedups_that_cannot_load_leave_the_fidelity_patches_in_place(
     import sys
 
     # GIVEN a moto so changed that the speed-up module cannot even load
-    monkeypatch.setitem(sys.modules, "onceflow.patches.speedups", None)  # import fails
-    caplog.set_level(logging.WARNING, logger="onceflow.patches")
+    monkeypatch.setitem(sys.modules, "onceflow.local.patches.speedups", None)  # import fails
+    caplog.set_level(logging.WARNING, logger="onceflow.local.patches")
     left = patches._speedups()
     # THEN no speed-up, one line saying so, and the engine runs on its fidelity patches
     assert left == ()

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
-from onceflow import patches
-from onceflow.engine import LocalEngine
-from onceflow.patches import fidelity, hooks, speedups
+from onceflow.local import patches
+from onceflow.local.engine import LocalEngine
+from onceflow.local.patches import fidelity, hooks, speedups
 from tests.helpers import FUNCTION, upload
 
 
@@ -278,7 +278,7 @@ def test_each_expression_is_parsed_once_and_evaluated_with_bindings(
     engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The compile cache: moto re-parsed $states and every variable as text each time."""
-    from onceflow import jsonata_node
+    from onceflow.local import jsonata_node
 
     requests: list[str] = []
     call = jsonata_node._Worker.call
@@ -1046,7 +1046,7 @@ def test_a_request_is_routed_as_moto_routes_it(
 def test_an_expression_with_no_variable_or_function_is_evaluated_once(
     engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from onceflow import jsonata_node
+    from onceflow.local import jsonata_node
 
     evaluated: list[str] = []
     evaluate = jsonata_node.evaluate
@@ -1517,7 +1517,7 @@ def test_versions_listed_under_a_prefix_are_what_moto_lists(engine: LocalEngine)
     s3.delete_object(Bucket=bucket, Key="a/3")
     from moto.s3.models import s3_backends
 
-    from onceflow.engine import ACCOUNT_ID
+    from onceflow.local.engine import ACCOUNT_ID
 
     backend = s3_backends[ACCOUNT_ID]["aws"]
     a2 = backend.get_bucket(bucket).keys.getlist("a/2")

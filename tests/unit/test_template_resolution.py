@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 
 from onceflow.cli import main
-from onceflow.template import (
-    TEMPLATE_NAMES,
-    Stack,
-    TemplateError,
-    TemplateNotFound,
-    find_template,
-    project_directory,
-)
+from onceflow.local.template import Stack, TemplateError
+from onceflow.project import TEMPLATE_NAMES, TemplateNotFound, find_template, project_directory
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 EVENTS = TEMPLATE.parent / "events"

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from onceflow import diagram, jsonata_node
+from onceflow.asl import diagram
+from onceflow.local import jsonata_node
 from onceflow.view import executions, records, text
 from onceflow.view.history import UNNAMED
 from onceflow.view.history import scope as scope_of

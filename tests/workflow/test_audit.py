@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 from tests.helpers import (
     AUDIT,
     FUNCTION,

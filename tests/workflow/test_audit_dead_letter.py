@@ -2,7 +2,7 @@
 have no DLQ message (their SendMessage failed past its retries: DeadLetterFailed).
 
 The DLQ's refusal is injected for real (SQS answering SendMessage with an error
-through onceflow.engine.state.faults); each test asserts the report, the row, the DLQ
+through the engine's state.faults); each test asserts the report, the row, the DLQ
 message and what redrive can do with it afterwards.
 """
 
@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from onceflow import ops
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
+from onceflow.local.target import LocalTarget
 from tests.helpers import (
     FUNCTION,
     MACHINE,
@@ -117,7 +118,7 @@ def test_a_failed_row_at_max_attempts_that_could_not_be_dead_lettered_is_by_the_
     again = run_audit(audited).output
     assert again["failed_dead_lettered"] == 0 and len(dlq_messages(audited)) == 1
     # AND redrive, which could not see it before, brings it back once the processor works
-    (moved,) = ops.redrive(ops.LocalTarget(audited)).messages
+    (moved,) = ops.redrive(LocalTarget(audited)).messages
     assert moved.idempotency_key == pk and moved.outcome == "SUCCEEDED"
     assert output_effects(audited) == 1 and dlq_messages(audited) == []
 
@@ -190,5 +191,5 @@ def test_an_invalid_event_that_could_not_be_dead_lettered_leaves_no_row_for_the_
     # WHEN the audit runs, THEN it has nothing to find: redrive --undelivered is the way back
     report = run_audit(audited).output
     assert report["failed_dead_lettered"] == 0 and dlq_messages(audited) == []
-    (restarted,) = ops.redrive_undelivered(ops.LocalTarget(audited)).messages
+    (restarted,) = ops.redrive_undelivered(LocalTarget(audited)).messages
     assert restarted.outcome == "FAILED (InvalidEvent)" and len(dlq_messages(audited)) == 1

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from moto.sqs.models import sqs_backends
 
-from onceflow.bench import ERROR_EVENT_TYPES, log_records
-from onceflow.engine import ACCOUNT_ID, DEFAULT_TEMPLATE, REGION, EngineError, LocalEngine
+from onceflow.harness.bench import ERROR_EVENT_TYPES, log_records
+from onceflow.local.engine import ACCOUNT_ID, DEFAULT_TEMPLATE, REGION, EngineError, LocalEngine
 from tests.helpers import (
     FUNCTION,
     TransientError,

@@ -18,8 +18,8 @@ from urllib.parse import quote
 
 import pytest
 
-from onceflow import patches
-from onceflow.engine import ACCOUNT_ID, REGION, LocalEngine
+from onceflow.local import patches
+from onceflow.local.engine import ACCOUNT_ID, REGION, LocalEngine
 from service.logic.open_work import open_status
 from tests.helpers import (
     FUNCTION,

@@ -14,7 +14,7 @@ from urllib.parse import unquote
 import pytest
 from botocore.exceptions import ClientError
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 from tests.helpers import MACHINE, attributes, png_bytes
 from tests.hostile import Hostile, corpus
 

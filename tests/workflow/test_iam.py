@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 from tests.helpers import (
     FUNCTION,
     MACHINE,

@@ -11,8 +11,8 @@ from urllib.parse import quote_plus
 
 import pytest
 
-from onceflow.engine import LocalEngine
-from onceflow.samples import WrongEvent, prepare_event
+from onceflow.local.engine import LocalEngine
+from onceflow.local.samples import WrongEvent, prepare_event
 from tests import sam_events
 from tests.helpers import (
     MACHINE,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 from tests.helpers import MACHINE, attributes, dlq_messages, invocations, ledger_rows, load_event
 
 INVALID_PATH = [

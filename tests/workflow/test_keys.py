@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 from tests.helpers import MACHINE, attributes, dlq_messages, ledger_rows, load_event, upload
 
 PROCESSED_SQS = ["Normalize", "ReadMessage", "ParseMessage", "Claim", "Process", "MarkComplete"]

@@ -3,7 +3,7 @@
 Every test injects the limit for real (a handler that pages forever or sleeps
 past its Timeout, a payload over the quota, a number DynamoDB cannot store) and
 asserts the status, error, cause and history, or the service's own error. The
-AWS page each behaviour comes from is named in onceflow/limits.py and the README.
+AWS page each behaviour comes from is named in onceflow/local/limits.py and docs/local-engine.md.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
-from onceflow import limits
-from onceflow.engine import ACCOUNT_ID, REGION, LocalEngine
+from onceflow.local import limits
+from onceflow.local.engine import ACCOUNT_ID, REGION, LocalEngine
 from tests.helpers import FUNCTION, audit_engine
 
 ROLE = "arn:aws:iam::123456789012:role/limits-probe"

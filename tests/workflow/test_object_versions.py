@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 from tests.helpers import (
     FUNCTION,
     MACHINE,

@@ -6,7 +6,7 @@ import io
 import json
 from typing import Any
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 from tests.helpers import AUDIT, idempotency_key, s3_event, upload
 
 MACHINE = "ProcessorStateMachine"

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote_plus
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 from service.logic.open_work import open_status
 from tests.helpers import (
     FUNCTION,

@@ -14,7 +14,8 @@ import pytest
 
 from onceflow import ops
 from onceflow.cli import main
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
+from onceflow.local.target import LocalTarget
 from tests.helpers import (
     FUNCTION,
     MACHINE,
@@ -49,7 +50,7 @@ def test_redrive_of_a_fixed_poison_object_processes_it_once(engine: LocalEngine)
     pk = dead_letter(engine, "fixed.png")
     (original,) = dlq_messages(engine)
     # WHEN the DLQ is redriven
-    report = ops.redrive(ops.LocalTarget(engine))
+    report = ops.redrive(LocalTarget(engine))
     # THEN the message moved, the work was processed once and the DLQ is empty
     assert report.count("resubmitted") == 1
     (moved,) = report.messages
@@ -74,7 +75,7 @@ def test_redrive_of_a_still_broken_object_lands_it_in_the_dlq_again(engine: Loca
     engine.execute(MACHINE, s3_event(engine, "broken.png", version))
     (first,) = dlq_messages(engine)
     # WHEN it is redriven, still corrupt
-    report = ops.redrive(ops.LocalTarget(engine))
+    report = ops.redrive(LocalTarget(engine))
     # THEN it failed again and is back in the DLQ as a new message: nothing lost
     (moved,) = report.messages
     assert moved.action == "resubmitted" and moved.outcome == "FAILED (PermanentError)"
@@ -91,11 +92,11 @@ def test_redrive_of_a_still_broken_object_lands_it_in_the_dlq_again(engine: Loca
 def test_dry_run_changes_nothing_and_max_limits_the_move(engine: LocalEngine) -> None:
     keys = [dead_letter(engine, f"many/{n}.png") for n in range(3)]
     rows_before = [ledger_row(engine, k) for k in keys]
-    dry = ops.redrive(ops.LocalTarget(engine), dry_run=True)
+    dry = ops.redrive(LocalTarget(engine), dry_run=True)
     assert dry.count("would resubmit") == 3
     assert len(dlq_messages(engine)) == 3
     assert [ledger_row(engine, k) for k in keys] == rows_before
-    limited = ops.redrive(ops.LocalTarget(engine), max_messages=2)
+    limited = ops.redrive(LocalTarget(engine), max_messages=2)
     assert limited.count("resubmitted") == 2
     assert len(dlq_messages(engine)) == 1
     assert output_effects(engine) == 2
@@ -117,7 +118,7 @@ def test_a_message_whose_work_was_done_meanwhile_is_removed_without_a_second_eff
     assert engine.execute(MACHINE, s3_event(engine, key, version)).states_entered[-1] == (
         "Processed"
     )
-    report = ops.redrive(ops.LocalTarget(engine))
+    report = ops.redrive(LocalTarget(engine))
     (item,) = report.messages
     assert item.action == "deleted" and "already processed" in item.detail
     assert dlq_messages(engine) == []
@@ -131,7 +132,7 @@ def test_an_oversized_event_is_redriven_from_its_execution_history(engine: Local
     assert result.states_entered[-1] == "InvalidEvent"
     (message,) = dlq_messages(engine)
     assert json.loads(message["Body"])["event"] is None
-    report = ops.redrive(ops.LocalTarget(engine))
+    report = ops.redrive(LocalTarget(engine))
     (moved,) = report.messages
     assert moved.action == "resubmitted"
     rerun = engine.wait(str(moved.execution_arn))
@@ -147,7 +148,7 @@ def test_inspect_shows_the_row_and_every_execution_that_touched_the_key(
     event = s3_event(engine, "seen.png", version)
     first = engine.execute(MACHINE, event)
     second = engine.execute(MACHINE, event)
-    found = ops.inspect_key(ops.LocalTarget(engine), idempotency_key(engine, "seen.png", version))
+    found = ops.inspect_key(LocalTarget(engine), idempotency_key(engine, "seen.png", version))
     assert found["row"]["status"] == "PROCESSED"
     assert found["row"]["claims"] == [first.arn]
     roles = {e["executionArn"]: e["role"] for e in found["executions"]}
@@ -188,7 +189,7 @@ def test_a_refused_start_keeps_the_message_and_dead_letters_the_row_again(
     pk = dead_letter(engine, "refused.png")
     # The processor is gone (a half-deleted stack): Step Functions refuses the start.
     engine.client("stepfunctions").delete_state_machine(stateMachineArn=engine.ref(MACHINE))
-    report = ops.redrive(ops.LocalTarget(engine))
+    report = ops.redrive(LocalTarget(engine))
     (item,) = report.messages
     assert item.action == "kept" and "refused" in item.detail
     assert len(dlq_messages(engine)) == 1
@@ -205,7 +206,7 @@ def test_a_redrive_that_stopped_before_deleting_is_not_reset_twice(engine: Local
         json.loads(message["Body"])["event"],
         name=f"redrive-{message['MessageId']}",
     )
-    report = ops.redrive(ops.LocalTarget(engine))
+    report = ops.redrive(LocalTarget(engine))
     (item,) = report.messages
     assert item.action == "resubmitted" and item.execution_arn == earlier.arn
     assert "earlier redrive" in item.detail
@@ -222,7 +223,7 @@ def test_redrive_from_the_ingress_dlq_starts_the_event_as_it_was(engine: LocalEn
         MessageBody=json.dumps(event),
         MessageAttributes={"ERROR_CODE": {"DataType": "String", "StringValue": "Throttling"}},
     )
-    report = ops.redrive(ops.LocalTarget(engine), queue="ingress")
+    report = ops.redrive(LocalTarget(engine), queue="ingress")
     (item,) = report.messages
     assert item.action == "resubmitted" and item.outcome == "SUCCEEDED"
     assert output_effects(engine) == 1
@@ -254,7 +255,7 @@ def test_a_run_without_max_redrives_a_still_failing_key_once_and_stops(
     (first,) = dlq_messages(engine)
     starts: list[str] = []
     # WHEN one redrive run without --max moves it, and the work fails again during the run
-    report = ops.redrive(ops.LocalTarget(engine), progress=_settle_each_start(engine, starts))
+    report = ops.redrive(LocalTarget(engine), progress=_settle_each_start(engine, starts))
     # THEN the key was started once; its new dead letter was left for a later run
     assert len(starts) == 1 and report.count("resubmitted") == 1
     assert [m.action for m in report.messages] == ["resubmitted", "left"]
@@ -279,7 +280,7 @@ def test_a_run_redrives_a_still_invalid_keyless_event_once_and_stops(
     starts: list[str] = []
     # WHEN a run redrives it and it is dead-lettered again (no key: EXECUTION_ARN and the
     # event say it is the same work)
-    report = ops.redrive(ops.LocalTarget(engine), progress=_settle_each_start(engine, starts))
+    report = ops.redrive(LocalTarget(engine), progress=_settle_each_start(engine, starts))
     # THEN it was started once and the run stopped, its new message left in the DLQ
     assert len(starts) == 1
     assert [m.action for m in report.messages] == ["resubmitted", "left"]
@@ -296,11 +297,11 @@ def test_a_row_redriven_many_times_keeps_a_bounded_claims_list(engine: LocalEngi
     # WHEN it is redriven 14 times, failing every time
     redriven = []
     for _ in range(14):
-        (item,) = ops.redrive(ops.LocalTarget(engine)).messages
+        (item,) = ops.redrive(LocalTarget(engine)).messages
         assert item.action == "resubmitted" and item.outcome == "FAILED (PermanentError)"
         redriven.append(item.execution_arn)
     # THEN the row keeps the newest claims only, and counts the ones it let go
-    row = ops.inspect_key(ops.LocalTarget(engine), pk)["row"]
+    row = ops.inspect_key(LocalTarget(engine), pk)["row"]
     assert row["redrives"] == 14
     # The newest 10 kept at the last reset, plus that redrive's own Reclaim.
     assert len(row["claims"]) == 11
@@ -332,7 +333,7 @@ def test_a_reset_that_races_a_change_of_the_row_does_not_overwrite_it(
             )
         return item
 
-    target = ops.LocalTarget(engine)
+    target = LocalTarget(engine)
     real_client = target.client
 
     def client(service: str) -> Any:
@@ -409,7 +410,7 @@ def test_an_event_that_could_not_be_dead_lettered_is_restarted_once_by_redrive_u
     with engine.override_function(FUNCTION, flaky):
         other = engine.execute(MACHINE, s3_event(engine, "flaky.png", version))
     assert other.status == "FAILED" and other.error == "TransientError"
-    target = ops.LocalTarget(engine)
+    target = LocalTarget(engine)
     # WHEN the DLQ works again: a dry run, then two real runs
     before = len(_processor_executions(engine))
     dry = ops.redrive_undelivered(target, dry_run=True)
@@ -444,7 +445,7 @@ def test_redrive_undelivered_looks_back_only_as_far_as_since_and_max(
         older = engine.execute(MACHINE, load_event("invalid-unknown-shape.json"))
         newer = engine.execute(MACHINE, load_event("invalid-s3-missing-key.json"))
     assert older.error == newer.error == "DeadLetterFailed"
-    target = ops.LocalTarget(engine)
+    target = LocalTarget(engine)
     # WHEN redrive looks only at executions started after both, THEN it restarts nothing
     later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)
     assert ops.redrive_undelivered(target, since=later).messages == []

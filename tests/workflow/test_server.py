@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from onceflow import server
 from onceflow.cli import main
-from onceflow.engine import LocalEngine
+from onceflow.local import forwarding, server
+from onceflow.local.engine import LocalEngine
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 CUSTOM = str(EVENTS / "eventbridge-custom-event.json")
@@ -36,7 +36,7 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _serving(parameters: dict[str, str]) -> Iterator[server.EngineServer]:
     """What `onceflow up` runs, on a thread of this process."""
     with LocalEngine(parameters=parameters) as engine:
-        engine_server = server.EngineServer(engine, parameters)
+        engine_server = server.EngineServer(engine, parameters, command=main)
         engine_server.publish()
         thread = threading.Thread(target=engine_server.serve_forever, daemon=True)
         thread.start()
@@ -73,7 +73,7 @@ def _onceflow(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_commands_share_the_running_engine(up: server.EngineServer) -> None:
-    assert server.running() is not None
+    assert forwarding.running() is not None
     first = _onceflow(*EXECUTE)
     assert first.returncode == 0, first.stderr
     assert "Processed" in first.stdout and "Duplicate" not in first.stdout
@@ -105,7 +105,7 @@ def test_other_parameters_are_refused_by_the_running_engine(
 def test_without_a_server_each_command_has_its_own_engine(
     state_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert server.running() is None
+    assert forwarding.running() is None
     for _ in range(2):
         assert main(EXECUTE) == 0
         out = capsys.readouterr().out
@@ -116,9 +116,9 @@ def test_a_stale_address_file_is_ignored(state_dir: Path) -> None:
     (state_dir / "server.json").write_text(
         json.dumps({"port": 9, "token": "x", "pid": 1}), encoding="utf-8"
     )
-    assert server.running() is None
+    assert forwarding.running() is None
     (state_dir / "server.json").write_text("{not json", encoding="utf-8")
-    assert server.running() is None
+    assert forwarding.running() is None
 
 
 def test_the_server_wants_its_token(up: server.EngineServer) -> None:
@@ -199,12 +199,12 @@ def test_a_command_that_breaks_on_the_server_reports_like_one_run_alone(
     # An unexpected exception inside the server comes back as the traceback, exit 1.
     answer = up.run(["executions", "--limit", "not-a-number"])
     assert answer["code"] == 2 and "invalid int value" in answer["stderr"]
-    from onceflow import cli
+    from onceflow.cli import stack_commands
 
-    def boom(args: object) -> int:
+    def boom(args: object, session: object) -> int:
         raise RuntimeError("injected: a bug in a command")
 
-    monkeypatch.setattr(cli, "cmd_inspect", boom)
+    monkeypatch.setattr(stack_commands, "cmd_inspect", boom)
     broken = up.run(["inspect", "s3://b/k#v"])
     assert broken["code"] == 1
     assert "RuntimeError: injected: a bug in a command" in broken["stderr"]
@@ -225,7 +225,7 @@ def test_onceflow_up_serves_until_terminated_and_cleans_up(state_dir: Path) -> N
     )
     try:
         deadline = time.monotonic() + 60
-        while server.running() is None:
+        while forwarding.running() is None:
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "onceflow up did not come up"
             time.sleep(0.2)
@@ -239,7 +239,7 @@ def test_onceflow_up_serves_until_terminated_and_cleans_up(state_dir: Path) -> N
     assert process.returncode == 0, err
     assert "stopping the local engine" in err
     assert not (state_dir / "server.json").exists()
-    assert server.running() is None
+    assert forwarding.running() is None
 
 
 class _Impostor(ThreadingHTTPServer):
@@ -278,7 +278,7 @@ class _Impostor(ThreadingHTTPServer):
             def do_POST(self) -> None:
                 self._answer({"code": 0, "stdout": "exactly once: OK\n", "stderr": ""})
 
-        super().__init__((server.HOST, 0), Handler)
+        super().__init__((forwarding.HOST, 0), Handler)
 
 
 def test_a_listener_that_cannot_prove_the_token_gets_nothing_and_is_refused(
@@ -314,7 +314,7 @@ def test_the_server_answers_only_a_request_authenticated_with_its_token(
     up: server.EngineServer,
 ) -> None:
     # GIVEN the running server, and a request signed with a wrong token
-    forged = server.signed_headers("0" * 32, "GET", "/health", "n" * 32, b"")
+    forged = forwarding.signed_headers("0" * 32, "GET", "/health", "n" * 32, b"")
     request = urllib.request.Request(
         f"http://127.0.0.1:{up.port}/health", headers=forged, method="GET"
     )
@@ -335,7 +335,7 @@ def test_the_server_answers_only_a_request_authenticated_with_its_token(
 
 def test_a_replayed_request_is_refused(up: server.EngineServer) -> None:
     # GIVEN a request correctly signed once
-    headers = server.signed_headers(up.token, "GET", "/health", "r" * 32, b"")
+    headers = forwarding.signed_headers(up.token, "GET", "/health", "r" * 32, b"")
     url = f"http://127.0.0.1:{up.port}/health"
     with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as ok:
         assert ok.status == 200
@@ -365,7 +365,7 @@ def test_records_pages_and_the_address_file_are_this_users_only(
         (record,) = list(recorded.iterdir())
         assert main(["show", record.stem.split("@")[0], "--html", str(page)]) == 0
         with LocalEngine(parameters={}) as engine:
-            published = server.EngineServer(engine, {}).publish()
+            published = server.EngineServer(engine, {}, command=main).publish()
             published_mode = _mode(published)
     finally:
         os.umask(previous)

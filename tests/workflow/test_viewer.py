@@ -23,9 +23,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from onceflow import diagram
+from onceflow.asl import diagram
 from onceflow.cli import main
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 from onceflow.view import history, records
 from onceflow.view import page as view_page
 from tests.chromium import Browser, find_chromium

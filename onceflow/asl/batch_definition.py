@@ -1,0 +1,538 @@
+"""statemachines/batch.asl.json, generated from statemachines/processor.asl.json.
+
+The per-message pipeline is written once, in the processor. The batch state
+machine (SqsBatchMode) runs it for each message of an SQS batch that
+EventBridge Pipes hands over synchronously (REQUEST_RESPONSE) and answers with
+``{"batchItemFailures": [{"itemIdentifier": <messageId>}, ...]}``, so that the
+pipe deletes only the messages whose outcome is in the ledger:
+
+- For Step Functions targets a pipe reads a partial failure from this payload,
+  and for SQS the itemIdentifier is the messageId (EventBridge, "Amazon
+  EventBridge Pipes batching and concurrency",
+  https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-pipes-batching-concurrency.html).
+- The pipe always sends a JSON array, even for one message (same page); each
+  element is the SQS record of
+  https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-pipes-sqs.html.
+
+The generated definition is an inline Map (``EachMessage``) over the array;
+ItemSelector hands each iteration the message and its index from the Map's
+context (input-output-itemselector.html documents ``$$.Map.Item.Value`` in
+JSONPath; the JSONata spelling ``$states.context.Map.Item.Index`` is not
+verified in the AWS text). Each iteration first takes a lock owner of its
+own, the execution's ARN and the message's index, then runs the processor's
+states, copied, with every
+``$states.context.Execution.Id`` replaced by that owner: two messages of one
+batch never share a lock owner, a fencing token or a call token.
+
+Terminal states change, because in an inline Map "any iteration failure causes
+the Map state to fail" and then "all iterations stop" (ProcessorConfig, Step
+Functions developer guide,
+https://docs.aws.amazon.com/step-functions/latest/dg/state-map-inline.html),
+and so the execution fails, the whole batch with it. Each ends the
+iteration with the output ``{messageId, outcome, retry, error?, cause?}``: a
+Succeed state stays a Succeed state; a Fail state runs inside a one-branch
+Parallel (``Log<name>``) whose Catch makes that output from its Error and
+Cause, so the Fail state is still entered, and logged at level ERROR, under
+its own name (the template's failure metrics count it). ``retry``
+is true (the message stays in the queue) for every outcome that is not
+settled; Duplicate is settled only when the row is PROCESSED or
+dead-lettered, which it reads back (the dynamodb:getItem integration,
+ConsistentRead; its role needs dynamodb:GetItem,
+https://docs.aws.amazon.com/step-functions/latest/dg/dynamo-iam.html): see
+DUPLICATE_COMMENT. An uncaught error, a crash or the five-minute limit fails
+the whole execution, and the pipe then retries the whole batch
+(https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-pipes-error-troubleshooting.html).
+
+The copied claims and failure writes leave out the OpenWork index entry
+(WITHOUT_OPEN_WORK): the queue, not the audit, brings back a message whose work
+failed or stalled.
+
+The file keeps the processor's ``${Param}`` DefinitionSubstitutions verbatim,
+quoted or not (``"IntervalSeconds": ${RetryIntervalSeconds}``).
+
+    python -m onceflow.asl.batch_definition          # writes the file
+    python -m onceflow.asl.batch_definition --check  # exit 1 if it differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout these tools write in
+PROCESSOR = PROJECT_ROOT / "statemachines" / "processor.asl.json"
+BATCH = PROJECT_ROOT / "statemachines" / "batch.asl.json"
+
+MAP_STATE = "EachMessage"
+FIRST_STATE = "TakeMessage"
+RESPOND_STATE = "Respond"
+READ_DUPLICATE = "ReadDuplicateRow"
+DUPLICATE = "Duplicate"
+OWNER = "lockOwner"
+MESSAGE_ID = "messageId"
+DUPLICATE_ROW = "duplicateRow"
+LOG_PREFIX = "Log"  # the Parallel a processor Fail state runs in
+MESSAGE_ENDS = "MessageEnds"
+MAX_CONCURRENCY = 10  # SqsBatchSize is at most 10: every message of a batch runs at once
+
+EXECUTION_ID = "$states.context.Execution.Id"
+# What the copied states may still read of the context once Execution.Id is
+# replaced. Execution.Input or Execution.Name would name the whole batch, not
+# the message: the generator refuses a processor that starts reading them.
+ALLOWED_CONTEXT = frozenset({"$states.context.StateMachine.Id", "$states.context.State.RetryCount"})
+
+# The processor's terminal states, by what the pipe must do with the message.
+# Settled: the outcome is in the ledger (or, for a message no row can be made
+# of, its DLQ message was sent): the message is deleted.
+SETTLED = frozenset({"Processed", "Superseded", "Ignored", "DeadLettered", "InvalidEvent"})
+# Not settled: the message stays in the queue and comes back.
+RETRIED = frozenset({"LockLost", "Failed", "DeadLetterFailed", "LedgerUnavailable"})
+
+DUPLICATE_COMMENT = (
+    "Claim and Reclaim were refused: the row is PROCESSED, dead-lettered, at MaxAttempts, or "
+    "PROCESSING under another live lock. Only the first two are settled. A row held by "
+    "another execution must keep this message: if that execution crashes its batch comes "
+    "back, but this copy would be gone, and an EXPRESS execution's input cannot be read back "
+    "by the audit, so the work would be lost. The row is read back (consistent) to tell which."
+)
+
+_SUBSTITUTION = re.compile(r"\$\{(\w+)\}")
+_MARK = "@@onceflow-substitution:{}@@"
+_MARKED = re.compile(r'"@@onceflow-substitution:(\w+)@@"')
+_CONTEXT = re.compile(r"\$states\.context(?:\.[A-Za-z]+)+")
+
+
+class DefinitionError(Exception):
+    """The processor's definition is not one the batch definition can be made from."""
+
+
+# ---- ${Param} placeholders outside JSON strings --------------------------------
+
+
+def parse_definition(text: str) -> dict[str, Any]:
+    """A definition with DefinitionSubstitutions, parsed: an unquoted ``${Name}`` (a
+    number once substituted) becomes a marker string; one inside a string stays as it is."""
+    if "@@onceflow-substitution:" in text:
+        raise DefinitionError("the definition already holds the generator's marker text")
+    out: list[str] = []
+    position, in_string = 0, False
+    while position < len(text):
+        char = text[position]
+        if in_string:
+            if char == "\\":
+                out.append(text[position : position + 2])
+                position += 2
+                continue
+            in_string = char != '"'
+            out.append(char)
+            position += 1
+            continue
+        if char == '"':
+            in_string = True
+        match = _SUBSTITUTION.match(text, position)
+        if match is not None:
+            out.append(json.dumps(_MARK.format(match.group(1))))
+            position = match.end()
+            continue
+        out.append(char)
+        position += 1
+    parsed = json.loads("".join(out))
+    if not isinstance(parsed, dict):
+        raise DefinitionError("a state machine definition is a JSON object")
+    return parsed
+
+
+def render_definition(definition: dict[str, Any]) -> str:
+    """The definition as the file holds it: two-space JSON, markers back to ``${Name}``."""
+    text = json.dumps(definition, indent=2, ensure_ascii=False) + "\n"
+    return _MARKED.sub(lambda m: "${" + m.group(1) + "}", text)
+
+
+# ---- the batch definition --------------------------------------------------------
+
+
+def _map_strings(node: Any, change: Callable[[str], str]) -> Any:
+    if isinstance(node, dict):
+        return {key: _map_strings(value, change) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_map_strings(value, change) for value in node]
+    if isinstance(node, str):
+        return change(node)
+    return node
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [s for value in node.values() for s in _strings(value)]
+    if isinstance(node, list):
+        return [s for value in node for s in _strings(value)]
+    return [node] if isinstance(node, str) else []
+
+
+def _outcome(name: str, retry: bool, extra: Sequence[tuple[str, str]] = ()) -> str:
+    fields = [
+        ("messageId", f"${MESSAGE_ID}"),
+        ("outcome", json.dumps(name)),
+        ("retry", "true" if retry else "false"),
+        *extra,
+    ]
+    return "{% {" + ", ".join(f"'{key}': {value}" for key, value in fields) + "} %}"
+
+
+def _terminal(name: str, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A processor end state as the batch's states: ends the iteration with an output that
+    says what the pipe must do.
+
+    A Succeed state stays a Succeed state of the same name (logged at level ALL).
+    A Fail state would fail the whole Map, so it runs inside a one-branch Parallel
+    (``Log<name>``) whose Catch ends the iteration: the Fail state keeps its name, its
+    Error and its Cause, and Step Functions logs its FailStateEntered at level ERROR
+    as for the processor (cw-logs.html), so the failure metrics count a batch's
+    failures at the batch mode's default log level, ERROR.
+    """
+    comment = state.get("Comment")
+    if state["Type"] != "Fail":
+        why = "In the batch: settled, the message is deleted."
+        return {
+            name: {
+                "Type": "Succeed",
+                "Comment": f"{comment} {why}" if comment else why,
+                "Output": _outcome(name, False),
+            }
+        }
+    retry = name in RETRIED
+    caught = _outcome(
+        name,
+        retry,
+        [("error", "$states.errorOutput.Error"), ("cause", "$states.errorOutput.Cause")],
+    )
+    why = (
+        f"In the batch a Fail state would fail the whole Map: {name} runs inside this "
+        "Parallel, whose Catch ends the message's iteration; "
+        + ("the message stays in the queue." if retry else "the message is deleted.")
+    )
+    return {
+        LOG_PREFIX + name: {
+            "Type": "Parallel",
+            "Comment": f"{comment} {why}" if comment else why,
+            "Branches": [{"StartAt": name, "States": {name: copy.deepcopy(state)}}],
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Output": caught, "Next": MESSAGE_ENDS}],
+            "Next": MESSAGE_ENDS,
+        }
+    }
+
+
+def _message_ends() -> dict[str, Any]:
+    return {
+        "Type": "Succeed",
+        "Comment": (
+            "The end of a message that ended in a Fail state of the processor: its outcome, "
+            "made by the Catch of that state's Parallel."
+        ),
+        "Output": "{% $states.input %}",
+    }
+
+
+def _redirect(state: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    """The state with every transition to old pointing at new instead."""
+    state = copy.deepcopy(state)
+    for key in ("Next", "Default"):
+        if state.get(key) == old:
+            state[key] = new
+    for rule in [*state.get("Choices", []), *state.get("Catch", [])]:
+        if rule.get("Next") == old:
+            rule["Next"] = new
+    return state
+
+
+def _duplicate_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Duplicate reads the row back, and deletes the message only when it is settled."""
+    claim = processor["States"].get("Claim")
+    if claim is None or claim.get("Resource") != "arn:aws:states:::dynamodb:putItem":
+        raise DefinitionError("the processor has no Claim (dynamodb:putItem) to read the table of")
+    retriers = [r for r in claim.get("Retry", []) if "States.ALL" not in r["ErrorEquals"]]
+    read = {
+        "Type": "Task",
+        "Comment": DUPLICATE_COMMENT,
+        "Resource": "arn:aws:states:::dynamodb:getItem",
+        "Arguments": {
+            "TableName": claim["Arguments"]["TableName"],
+            "Key": {"pk": {"S": "{% $workItem.idempotencyKey %}"}},
+            "ConsistentRead": True,
+            "ProjectionExpression": "#status, dead_lettered_at",
+            "ExpressionAttributeNames": {"#status": "status"},
+        },
+        "Assign": {
+            DUPLICATE_ROW: (
+                "{% ($item := $states.result.Item; {'status': $exists($item.status.S) ? "
+                "$item.status.S : null, 'deadLettered': $exists($item.dead_lettered_at)}) %}"
+            )
+        },
+        "Retry": copy.deepcopy(retriers),
+        "Catch": [
+            {
+                "ErrorEquals": ["States.ALL"],
+                "Assign": {
+                    DUPLICATE_ROW: (
+                        "{% {'status': null, 'deadLettered': false, "
+                        "'error': $states.errorOutput.Error} %}"
+                    )
+                },
+                "Next": DUPLICATE,
+            }
+        ],
+        "Next": DUPLICATE,
+    }
+    settled = f"(${DUPLICATE_ROW}.status = 'PROCESSED' or ${DUPLICATE_ROW}.deadLettered = true)"
+    duplicate = {
+        "Type": "Succeed",
+        "Comment": (
+            "Deleted only when the row is PROCESSED or dead-lettered; otherwise (held by "
+            "another live lock, at MaxAttempts, unreadable) the message stays in the queue."
+        ),
+        "Output": (
+            "{% {'messageId': $"
+            + MESSAGE_ID
+            + ", 'outcome': 'Duplicate', 'retry': $not"
+            + settled
+            + ", 'ledgerStatus': $"
+            + DUPLICATE_ROW
+            + ".status, 'deadLettered': $"
+            + DUPLICATE_ROW
+            + ".deadLettered, 'error': $"
+            + DUPLICATE_ROW
+            + ".error} %}"
+        ),
+    }
+    return {READ_DUPLICATE: read, DUPLICATE: duplicate}
+
+
+# The batch mode keeps its rows out of the OpenWork index. The index is how the
+# audit finds stuck and failed work that nothing else would bring back (a message
+# the pipe deleted at the start of its execution); in batch mode the queue keeps
+# a message until its outcome is settled and brings back one that failed or whose
+# execution died, so the index's 2 write units a message buy nothing. Each
+# rewrite must apply (the processor's text is matched exactly): a processor that
+# writes open_status another way fails the generator, not the batch.
+_SHARD = "$lowercase($substring($hash({key}, 'MD5'), 0, 1))"
+WITHOUT_OPEN_WORK: tuple[tuple[str, str, str], ...] = (
+    (
+        "Claim",
+        "'open_status': {'S': 'PROCESSING#' & " + _SHARD.format(key="$w.idempotencyKey") + "}, ",
+        "",
+    ),
+    ("Reclaim", "SET #status = :processing, open_status = :open, ", "SET #status = :processing, "),
+    (
+        "Reclaim",
+        "':open': {'S': 'PROCESSING#' & " + _SHARD.format(key="$workItem.idempotencyKey") + "}, ",
+        "",
+    ),
+    ("MarkFailed", "SET #status = :failed, open_status = :open, ", "SET #status = :failed, "),
+    (
+        "MarkFailed",
+        ", ':open': {'S': 'FAILED#' & " + _SHARD.format(key="$workItem.idempotencyKey") + "}",
+        "",
+    ),
+    (
+        "ReleaseUndelivered",
+        "SET #status = :failed, open_status = :open, ",
+        "SET #status = :failed, ",
+    ),
+    (
+        "ReleaseUndelivered",
+        "':open': {'S': 'FAILED#' & " + _SHARD.format(key="$workItem.idempotencyKey") + "}, ",
+        "",
+    ),
+)
+
+
+def _replace(text: str, old: str, new: str) -> str:
+    return text.replace(old, new)
+
+
+def _without_open_work(states: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out = dict(states)
+    for name, old, new in WITHOUT_OPEN_WORK:
+        if name not in out:
+            raise DefinitionError(f"the processor has no state {name} to keep out of OpenWork")
+        found = [s for s in _strings(out[name]) if old in s]
+        if len(found) != 1 or found[0].count(old) != 1:
+            raise DefinitionError(
+                f"{name} no longer writes open_status as onceflow/asl/batch_definition.py expects "
+                f"({old!r}): update WITHOUT_OPEN_WORK"
+            )
+        out[name] = _map_strings(out[name], functools.partial(_replace, old=old, new=new))
+    left = [
+        name
+        for name, state in out.items()
+        for s in _strings(state)
+        if "open_status = " in s or "'open_status':" in s or "':open'" in s
+    ]
+    if left:
+        raise DefinitionError(f"open_status is still written in {sorted(set(left))}")
+    return out
+
+
+def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    states: dict[str, dict[str, Any]] = processor["States"]
+    taken = {FIRST_STATE, READ_DUPLICATE, MESSAGE_ENDS} & set(states)
+    taken |= {LOG_PREFIX + n for n in states} & set(states)
+    if taken:
+        raise DefinitionError(f"the processor already has states named {sorted(taken)}")
+    if DUPLICATE not in states:
+        raise DefinitionError("the processor has no Duplicate state")
+    unknown = {
+        use
+        for text in _strings(states)
+        for use in _CONTEXT.findall(text)
+        if use not in ALLOWED_CONTEXT | {EXECUTION_ID}
+    }
+    if unknown:
+        raise DefinitionError(
+            f"the processor reads {sorted(unknown)} of the context; in a batch that names the "
+            "whole batch, not the message: decide what it must be in batch_definition.py"
+        )
+    first = {
+        "Type": "Pass",
+        "Comment": (
+            "This message's lock owner, the execution and the message's index: two messages "
+            "of one batch never share a lock owner, a fencing token or a call token. The "
+            "processor's states read [record], the array the pipe sends with one message."
+        ),
+        "Assign": {
+            OWNER: "{% $states.context.Execution.Id & '#' & $string($states.input.index) %}",
+            MESSAGE_ID: (
+                "{% $type($states.input.record.messageId) = 'string' ? "
+                "$states.input.record.messageId : null %}"
+            ),
+        },
+        "Output": "{% [$states.input.record] %}",
+        "Next": processor["StartAt"],
+    }
+    out: dict[str, dict[str, Any]] = {FIRST_STATE: first}
+    duplicate_states = _duplicate_states(processor)
+    fails: set[str] = set()
+    for name, state in states.items():
+        state = _map_strings(state, lambda s: s.replace(EXECUTION_ID, f"${OWNER}"))
+        state = _redirect(state, DUPLICATE, READ_DUPLICATE)
+        if name == DUPLICATE:
+            out.update(duplicate_states)
+            continue
+        ends = state["Type"] in ("Succeed", "Fail") or state.get("End") is True
+        if ends:
+            if name not in SETTLED | RETRIED:
+                raise DefinitionError(
+                    f"the processor's end state {name} is neither settled nor retried: "
+                    "add it to SETTLED or RETRIED in onceflow/asl/batch_definition.py"
+                )
+            if state["Type"] not in ("Succeed", "Fail"):
+                raise DefinitionError(f"the processor's end state {name} is a {state['Type']}")
+            ends_as = _terminal(name, state)
+            out.update(ends_as)
+            fails.update(n for n in ends_as if n != name)
+            continue
+        out[name] = state
+    for name in fails:
+        for other, state in out.items():
+            out[other] = _redirect(state, name[len(LOG_PREFIX) :], name)
+    if fails:
+        out[MESSAGE_ENDS] = _message_ends()
+    leftover = [name for name, s in out.items() if name != FIRST_STATE and EXECUTION_ID in str(s)]
+    if leftover:
+        raise DefinitionError(f"Execution.Id left in {leftover}")
+    return _without_open_work(out)
+
+
+def batch_definition(processor: dict[str, Any]) -> dict[str, Any]:
+    """The batch state machine made of the processor's definition (parsed)."""
+    if processor.get("QueryLanguage") != "JSONata":
+        raise DefinitionError("the processor must be written in JSONata")
+    return {
+        "Comment": (
+            "GENERATED by onceflow/asl/batch_definition.py from processor.asl.json: do not edit. "
+            "onceflow SQS batch mode: the processor's pipeline for each message of a batch "
+            "from EventBridge Pipes (REQUEST_RESPONSE); returns batchItemFailures, the messages "
+            "whose outcome is not settled in the ledger, so only those stay in the queue."
+        ),
+        "QueryLanguage": "JSONata",
+        "StartAt": MAP_STATE,
+        "States": {
+            MAP_STATE: {
+                "Type": "Map",
+                "Comment": (
+                    "The pipe sends a JSON array, even for one message. Each iteration gets "
+                    "the message and its index in the batch."
+                ),
+                "Items": "{% $states.input %}",
+                "ItemSelector": {
+                    "record": "{% $states.context.Map.Item.Value %}",
+                    "index": "{% $states.context.Map.Item.Index %}",
+                },
+                "MaxConcurrency": MAX_CONCURRENCY,
+                "ItemProcessor": {
+                    "ProcessorConfig": {"Mode": "INLINE"},
+                    "StartAt": FIRST_STATE,
+                    "States": _iteration_states(processor),
+                },
+                "Next": RESPOND_STATE,
+            },
+            RESPOND_STATE: {
+                "Type": "Succeed",
+                "Comment": (
+                    "What the pipe reads: every message not known to be settled (retry is not "
+                    "false) by its messageId; the rest is deleted. A null messageId makes the "
+                    "pipe retry the whole batch."
+                ),
+                "Output": (
+                    "{% {'batchItemFailures': [$states.input[$not(retry = false)]"
+                    ".{'itemIdentifier': messageId}]} %}"
+                ),
+            },
+        },
+    }
+
+
+def generate(processor_path: Path = PROCESSOR) -> str:
+    """The text of statemachines/batch.asl.json for the processor at processor_path."""
+    processor = parse_definition(processor_path.read_text(encoding="utf-8"))
+    return render_definition(batch_definition(processor))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m onceflow.asl.batch_definition",
+        description="Write statemachines/batch.asl.json, generated from processor.asl.json.",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if the file differs"
+    )
+    args = parser.parse_args(argv)
+    text = generate()
+    current = BATCH.read_text(encoding="utf-8") if BATCH.exists() else None
+    if args.check:
+        if current != text:
+            print(
+                f"{BATCH.relative_to(PROJECT_ROOT)} is not what processor.asl.json generates; "
+                "run: python -m onceflow.asl.batch_definition",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{BATCH.relative_to(PROJECT_ROOT)} is up to date")
+        return 0
+    if current != text:
+        BATCH.write_text(text, encoding="utf-8")
+        print(f"wrote {BATCH.relative_to(PROJECT_ROOT)}")
+    else:
+        print(f"{BATCH.relative_to(PROJECT_ROOT)} is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The commands that run the local engine: demo, chaos, bench, up, execute, invoke.
+
+The command line loads this module (and moto with it) only to run one of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from botocore.exceptions import ClientError
+
+from onceflow.cli.session import Session, json_value, load_event, parse_parameters, template_of
+from onceflow.harness import bench, chaos
+from onceflow.harness.demo import DemoConfig, run_demo
+from onceflow.local import server
+from onceflow.local.samples import prepare_event
+from onceflow.view import history
+
+
+def cmd_demo(args: argparse.Namespace, session: Session) -> int:
+    config = DemoConfig(
+        objects=args.objects,
+        corrupt=args.corrupt,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        source=args.source,
+    )
+    report = run_demo(config, progress=sys.stderr, record=not args.no_record, shared=session.shared)
+    if args.json:
+        print(json.dumps(report.data, indent=2))
+    else:
+        print(report.render())
+    return 0 if report.data["exactly_once"] else 1
+
+
+def cmd_chaos(args: argparse.Namespace, session: Session) -> int:
+    config = chaos.ChaosConfig(
+        objects=args.objects,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        duplicate_rate=args.duplicate_rate,
+    )
+    for kind in chaos.FAULT_KINDS:
+        rate = getattr(args, f"{kind}_rate")
+        if rate is not None:
+            config.rates[kind] = rate
+    try:
+        report = chaos.run_chaos(config, progress=sys.stderr)
+    except ValueError as exc:
+        raise SystemExit(f"onceflow chaos: {exc}") from None
+    print(json.dumps(report, indent=2) if args.json else chaos.render(report))
+    return 1 if report["violations"] else 0
+
+
+def cmd_bench(args: argparse.Namespace, session: Session) -> int:
+    for name in ("messages", "rounds", "concurrency", "audit_keys"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"onceflow bench: --{name.replace('_', '-')} must be at least 1")
+    if args.warmup < 0:
+        raise SystemExit("onceflow bench: --warmup must not be negative")
+    report = bench.run_bench(
+        args.messages, args.audit_keys, args.concurrency, sys.stderr, args.rounds, args.warmup
+    )
+    json_path, md_path = bench.write(report, Path(args.out))
+    print(bench.render(report))
+    print(f"\nwritten: {json_path}, {md_path}", file=sys.stderr)
+    return 0
+
+
+def cmd_up(args: argparse.Namespace, session: Session) -> int:
+    template = template_of(args)
+    if template.parent != Path.cwd().resolve():
+        print(f"local: using {template}", file=sys.stderr)
+    return server.serve(
+        template,
+        parse_parameters(args.parameter_overrides),
+        args.port,
+        args.time_scale,
+        command=session.main,
+    )
+
+
+def cmd_execute(args: argparse.Namespace, session: Session) -> int:
+    event = load_event(args.event)
+    with session.engine(args) as engine:
+        arn = engine.state_machine_arn(args.state_machine)  # fail early on a wrong name
+        event, notes = prepare_event(
+            engine, event, fixtures=not args.no_fixtures, target=args.state_machine
+        )
+        for note in notes:
+            print(f"local: {note}", file=sys.stderr)
+        try:
+            result = engine.execute(arn, event, name=args.name)
+        except ClientError as exc:
+            # Refused before it started (an input over 256 KiB, a name in use): nothing ran.
+            raise SystemExit(
+                f"onceflow execute: Step Functions refused the execution: {exc}"
+            ) from None
+        # The history is read from the engine, so render while it is up.
+        if args.json:
+            print(json.dumps(history.to_json(result), indent=2, default=json_value))
+        else:
+            print(history.render(result))
+        if not args.no_record:
+            session.record(engine, [result])
+    return 0 if result.status == "SUCCEEDED" else 1
+
+
+def cmd_invoke(args: argparse.Namespace, session: Session) -> int:
+    event = load_event(args.event)
+    with session.engine(args) as engine:
+        engine.function_name(args.function)  # fail early on a wrong name
+        event, notes = prepare_event(
+            engine, event, fixtures=not args.no_fixtures, target=args.function
+        )
+        for note in notes:
+            print(f"local: {note}", file=sys.stderr)
+        payload, error = engine.invoke(args.function, event)
+    print(json.dumps(payload, indent=2))
+    return 1 if error else 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Session], int]] = {
+    "demo": cmd_demo,
+    "chaos": cmd_chaos,
+    "bench": cmd_bench,
+    "up": cmd_up,
+    "execute": cmd_execute,
+    "invoke": cmd_invoke,
+}

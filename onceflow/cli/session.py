@@ -1,0 +1,137 @@
+"""What a command runs with: the engine of the `onceflow up` it was sent to, or one of its
+own; the template; and what every command reads and prints alike (events, parameters,
+JSON values, the records it leaves).
+
+The engine is passed in (Session.shared), never read from a module global; the engine
+module, and moto with it, loads only when a command asks for an engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import io
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from onceflow.project import TemplateNotFound, find_template
+from onceflow.view import records
+from onceflow.view.history import Execution
+
+if TYPE_CHECKING:
+    from onceflow.local.engine import LocalEngine
+    from onceflow.local.server import SharedEngine
+
+# What a command run without `onceflow up` says, once, before it runs.
+FRESH_STACK = (
+    "local: this command runs on a fresh, empty local stack, gone when it ends; "
+    "`onceflow up` (in another terminal) keeps one for the commands after it"
+)
+
+
+@dataclass(frozen=True)
+class Session:
+    """One command's run: ``shared``, the engine of the `onceflow up` that runs it (None: it
+    runs alone); ``main``, the command line itself, which `onceflow up` serves."""
+
+    shared: SharedEngine | None
+    main: Callable[[list[str], SharedEngine], int]
+
+    @contextlib.contextmanager
+    def engine(self, args: argparse.Namespace) -> Iterator[LocalEngine]:
+        """The engine a command runs on: the running `onceflow up` engine, or its own."""
+        # Here, not at the top: a command on a deployed stack (--stack-name) never
+        # reaches this line, and never imports moto (tests/unit/test_architecture.py).
+        from onceflow.local.engine import LocalEngine
+        from onceflow.local.server import engine_for
+
+        parameters = parse_parameters(args.parameter_overrides)
+        template = template_of(args)
+        if args.verbose and self.shared is not None:
+            print(
+                "local: function logs stay with the running engine (onceflow up); "
+                "use --no-server -v to see them",
+                file=sys.stderr,
+            )
+
+        def fresh() -> LocalEngine:
+            _fresh_stack_note(template)
+            return LocalEngine(
+                template,
+                parameters,
+                function_log=sys.stderr if args.verbose else io.StringIO(),
+                function_log_level="DEBUG" if args.verbose else None,
+            )
+
+        with engine_for(self.shared, parameters, fresh, template) as engine:
+            yield engine
+
+    def record(self, engine: LocalEngine, known: Iterable[Execution] = ()) -> None:
+        """Save the engine's finished executions for `onceflow executions` and `show`."""
+        known = list(known)
+        # On the shared engine, only what this command ran: not all it ever ran.
+        since = self.shared.started if self.shared is not None else None
+        saved = records.save_all(engine, known, since=since)
+        if len(saved) == 1 and len(known) == 1:
+            print(f"local: recorded; see it with `onceflow show {known[0].name}`", file=sys.stderr)
+        elif saved:
+            print(
+                f"local: {len(saved)} execution(s) recorded; list them with `onceflow executions`",
+                file=sys.stderr,
+            )
+
+
+def parse_parameters(pairs: list[str]) -> dict[str, str]:
+    parameters = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--parameter-overrides takes NAME=VALUE, not {pair!r}")
+        parameters[name] = value
+    return parameters
+
+
+def template_of(args: argparse.Namespace) -> Path:
+    """The local stack's template: --template, else the nearest template.yaml upward."""
+    if args.template is not None:
+        given = Path(args.template)
+        if not given.is_file():
+            raise TemplateNotFound(f"--template {given}: no such file")
+        return given.resolve()
+    return find_template()
+
+
+def _fresh_stack_note(template: Path) -> None:
+    if template.parent != Path.cwd().resolve():
+        print(f"local: using {template}", file=sys.stderr)  # found above, or --template
+    print(FRESH_STACK, file=sys.stderr)
+
+
+def load_event(path: str) -> Any:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SystemExit(f"cannot read event file {path}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"{path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise SystemExit(
+            f"{path} nests deeper than this tool reads (about 1,000 levels); "
+            "the processor's JSONata could not evaluate it either"
+        ) from None
+
+
+def json_value(value: Any) -> Any:
+    """What JSON output makes of a value JSON has no type for: times in ISO 8601."""
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", "replace")
+    raise TypeError(f"a {type(value).__name__} in the output has no JSON form")

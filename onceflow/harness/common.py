@@ -1,0 +1,148 @@
+"""What the harnesses share: the injected error, the objects they upload and the events
+that announce them, a progress bar, and the witnesses they judge by (the DLQ, S3's
+request log).
+
+Imports nothing heavy (the engine is a type here only): the command line reads the
+demo's parameters from here before it knows whether it will start an engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import quote_plus, unquote
+
+if TYPE_CHECKING:
+    from onceflow.local.engine import LocalEngine
+
+
+class TransientError(Exception):
+    """Injected by a harness; the state machine retries it by this name."""
+
+
+def demo_parameters(source: str) -> dict[str, str]:
+    """The template parameters the demo runs with."""
+    # The audit judges every object: the demo's are all seconds old.
+    parameters = {"AuditRecentCutoffHours": "0"}
+    if source == "sqs":
+        parameters["SqsSource"] = "create"
+    return parameters
+
+
+@dataclass
+class DemoObject:
+    """One uploaded object and what the harness did with it."""
+
+    key: str
+    version_id: str
+    processable: bool
+    deliveries: int = 0
+    concurrent_duplicate: bool = False
+    inject_transient: bool = False
+
+    def idempotency_key(self, bucket: str) -> str:
+        return f"s3://{bucket}/{self.key}#{self.version_id}"
+
+
+class Progress:
+    """A one-line progress bar on a stream (stderr), redrawn in place on a terminal."""
+
+    def __init__(self, total: int, label: str, stream: TextIO | None) -> None:
+        self.total, self.label, self.stream = total, label, stream
+        self.done = 0
+        self._lock = threading.Lock()
+        self._last_draw = 0.0
+
+    def advance(self) -> None:
+        with self._lock:
+            self.done += 1
+            now = time.monotonic()
+            if self.done == self.total or now - self._last_draw > 0.1:
+                self._last_draw = now
+                self._draw()
+
+    def _draw(self) -> None:
+        if self.stream is None:
+            return
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        bar = "#" * filled + "." * (width - filled)
+        end = "\n" if self.done == self.total else ""
+        if self.stream.isatty():
+            self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total}{end}")
+        elif self.done == self.total:
+            self.stream.write(f"{self.label} [{bar}] {self.done}/{self.total}\n")
+        self.stream.flush()
+
+
+def s3_event(bucket: str, obj: DemoObject, size: int, delivery: int) -> dict[str, Any]:
+    """An EventBridge Object Created event, as S3 sends it (see events/)."""
+    return {
+        "version": "0",
+        "id": f"{obj.version_id}-{delivery}",
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": "123456789012",
+        "time": "2026-11-21T10:00:00Z",
+        "region": "us-east-1",
+        "resources": [f"arn:aws:s3:::{bucket}"],
+        "detail": {
+            "version": "0",
+            "bucket": {"name": bucket},
+            "object": {
+                "key": quote_plus(obj.key, safe="/"),  # S3 events URL-encode keys
+                "size": size,
+                "version-id": obj.version_id,
+                "sequencer": hashlib.sha256(obj.version_id.encode()).hexdigest()[:18].upper(),
+            },
+            "reason": "PutObject",
+        },
+    }
+
+
+def drain(
+    engine: LocalEngine, queue_url: str, keys: set[str] | None = None
+) -> list[dict[str, Any]]:
+    """Read the DLQ's messages about these keys (all, for None); leave every one in place.
+
+    Each message received is made visible again afterwards: reading the DLQ
+    must not hide a dead letter from whoever looks next (redrive, the user).
+    """
+    sqs = engine.client("sqs")
+    messages: list[dict[str, Any]] = []
+    handles: list[str] = []
+    while True:
+        batch = sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+        ).get("Messages", [])
+        if not batch:
+            break
+        for message in batch:
+            handles.append(message["ReceiptHandle"])
+            key = message.get("MessageAttributes", {}).get("IDEMPOTENCY_KEY", {})
+            if keys is None or key.get("StringValue") in keys:
+                messages.append(message)
+    for handle in handles:
+        sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=handle, VisibilityTimeout=0)
+    return messages
+
+
+def effects_by_idempotency_key(engine: LocalEngine, output_bucket: str) -> Counter[str]:
+    """Count the writes that created an output, attributed through its metadata.
+
+    S3's request log, not the ledger, is the witness: a second successful
+    PutObject of one output would show here even if the ledger said otherwise.
+    """
+    s3 = engine.client("s3")
+    created = engine.successful_puts(output_bucket)
+    effects: Counter[str] = Counter()
+    for key, count in created.items():
+        if key.startswith("reports/"):
+            continue  # the audit's reports, not effects of the work
+        metadata = s3.head_object(Bucket=output_bucket, Key=key)["Metadata"]
+        effects[unquote(metadata["idempotency-key"])] += count
+    return effects

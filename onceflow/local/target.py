@@ -1,0 +1,37 @@
+"""The local engine's stack as the operations see it: an onceflow.ops Target, by its shape.
+
+The caller (the command line, a harness) builds it from its engine and hands it
+to the operations; onceflow.ops never imports the engine, nor this module.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from onceflow.local.errors import EngineError
+
+if TYPE_CHECKING:
+    from onceflow.local.engine import LocalEngine
+
+
+class LocalTarget:
+    """The embedded engine's stack."""
+
+    local = True
+
+    def __init__(self, engine: LocalEngine) -> None:
+        self.engine = engine
+        self._outputs = engine.outputs()
+
+    def client(self, service: str) -> Any:
+        return self.engine.client(service)
+
+    def output(self, name: str) -> str:
+        if name not in self._outputs:
+            raise EngineError(f"the template has no output {name}")
+        return self._outputs[name]
+
+    def wait_for_running(self, state_machine_arn: str) -> None:
+        """Wait for the executions an operation caused (the audit's resubmissions), so that
+        the command that ran it sees their effects."""
+        self.engine.wait_for_running(state_machine_arn)

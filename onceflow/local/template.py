@@ -1,0 +1,281 @@
+"""Read template.yaml as CloudFormation would: parameters, conditions, intrinsics, SAM Globals."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NO_VALUE = object()  # AWS::NoValue: the property disappears
+
+
+class TemplateError(Exception):
+    """The template uses something the local engine cannot resolve."""
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """YAML loader that turns short-form tags (!Ref, !Sub ...) into their long form."""
+
+
+def _tag_constructor(tag: str) -> Callable[[yaml.SafeLoader, yaml.Node], Any]:
+    name = "Ref" if tag == "Ref" else f"Fn::{tag}"
+
+    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            value: Any = loader.construct_scalar(node)
+            if tag == "GetAtt":
+                value = str(value).split(".", 1)
+        elif isinstance(node, yaml.SequenceNode):
+            value = loader.construct_sequence(node, deep=True)
+        else:
+            value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+        return {name: value}
+
+    return construct
+
+
+for _tag in (
+    "Ref", "Sub", "GetAtt", "If", "Equals", "Not", "And", "Or", "Join", "Select",
+    "Split", "FindInMap", "Base64", "GetAZs", "ImportValue", "Condition", "Contains",
+):  # fmt: skip
+    _CfnLoader.add_constructor(f"!{_tag}", _tag_constructor(_tag))
+
+
+def load_template(path: Path) -> dict[str, Any]:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            document = yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+    except OSError as exc:
+        raise TemplateError(f"cannot read {path}: {exc.strerror}") from exc
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise TemplateError(f"{path} is not YAML or JSON: {exc}") from exc
+    if not isinstance(document, dict) or "Resources" not in document:
+        raise TemplateError(f"{path} is not a CloudFormation template")
+    return document
+
+
+_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
+
+
+def coerce_parameter(name: str, spec: Mapping[str, Any], value: Any) -> str:
+    """A parameter's value as text, refused where CloudFormation refuses it at deploy."""
+    text = str(value)
+    allowed = spec.get("AllowedValues")
+    if allowed is not None and text not in [str(a) for a in allowed]:
+        raise TemplateError(
+            f"parameter {name}={text!r} is not one of {', '.join(str(a) for a in allowed)}"
+        )
+    pattern = spec.get("AllowedPattern")
+    # CloudFormation applies AllowedPattern to the whole value (String types only).
+    if pattern is not None and spec.get("Type") == "String" and not re.fullmatch(pattern, text):
+        rule = spec.get("ConstraintDescription") or f"must match the pattern {pattern}"
+        raise TemplateError(f"parameter {name}={text!r} failed its constraint: {rule}")
+    if spec.get("Type") == "Number":
+        # Plain decimal notation only: Python's float() also reads "inf", "nan" and "1_0".
+        if not _NUMBER.fullmatch(text):
+            raise TemplateError(f"parameter {name}={text!r} must be a number")
+        number = float(text)
+        if "MinValue" in spec and number < float(spec["MinValue"]):
+            raise TemplateError(f"parameter {name}={text!r} is below {spec['MinValue']}")
+        if "MaxValue" in spec and number > float(spec["MaxValue"]):
+            raise TemplateError(f"parameter {name}={text!r} is above {spec['MaxValue']}")
+    return text
+
+
+@dataclass
+class Stack:
+    """A template with its parameters bound; resolves intrinsics against physical ids."""
+
+    template: dict[str, Any]
+    root: Path
+    parameters: dict[str, str]
+    region: str
+    account_id: str
+    stack_name: str
+    # Filled by the engine as it creates resources: Ref value and attributes.
+    refs: dict[str, str] = field(default_factory=dict)
+    attributes: dict[str, dict[str, str]] = field(default_factory=dict)
+    create: Callable[[str], None] | None = None
+
+    @classmethod
+    def from_file(
+        cls,
+        path: Path,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        region: str = "us-east-1",
+        account_id: str = "123456789012",
+        stack_name: str = "onceflow-local",
+    ) -> Stack:
+        template = load_template(path)
+        specs: dict[str, Any] = template.get("Parameters", {})
+        overrides = dict(overrides or {})
+        unknown = set(overrides) - set(specs)
+        if unknown:
+            raise TemplateError(f"unknown parameters: {', '.join(sorted(unknown))}")
+        parameters = {}
+        for name, spec in specs.items():
+            if name in overrides:
+                value = overrides[name]
+            elif "Default" in spec:
+                value = spec["Default"]
+            else:
+                raise TemplateError(f"parameter {name} has no default and no value")
+            parameters[name] = coerce_parameter(name, spec, value)
+        stack = cls(template, path.parent, parameters, region, account_id, stack_name)
+        stack.check_rules()
+        return stack
+
+    # ---- rules --------------------------------------------------------------
+
+    def check_rules(self) -> None:
+        """Refuse the parameters as CloudFormation does: every assertion of every rule whose
+        RuleCondition holds (no condition: always) must hold."""
+        for name, rule in self.template.get("Rules", {}).items():
+            if "RuleCondition" in rule and not self._condition_value(rule["RuleCondition"]):
+                continue
+            for assertion in rule.get("Assertions", []):
+                if not self._condition_value(assertion["Assert"]):
+                    description = assertion.get("AssertDescription", "an assertion failed")
+                    raise TemplateError(f"rule {name}: {description}")
+
+    # ---- conditions -------------------------------------------------------
+
+    def condition(self, name: str) -> bool:
+        conditions = self.template.get("Conditions", {})
+        if name not in conditions:
+            raise TemplateError(f"unknown condition {name}")
+        return bool(self._condition_value(conditions[name]))
+
+    def _condition_value(self, node: Any) -> Any:
+        if isinstance(node, dict) and len(node) == 1:
+            ((key, arg),) = node.items()
+            if key == "Fn::Equals":
+                left, right = (self.resolve(a) for a in arg)
+                return str(left) == str(right)
+            if key == "Fn::Not":
+                return not self._condition_value(arg[0])
+            if key == "Fn::And":
+                return all(self._condition_value(a) for a in arg)
+            if key == "Fn::Or":
+                return any(self._condition_value(a) for a in arg)
+            if key == "Condition":
+                return self.condition(arg)
+            if key == "Fn::Contains":
+                values, value = (self.resolve(a) for a in arg)
+                return str(value) in [str(v) for v in values]
+        return self.resolve(node)
+
+    def resource_enabled(self, logical_id: str) -> bool:
+        resource = self.template["Resources"][logical_id]
+        name = resource.get("Condition")
+        return name is None or self.condition(name)
+
+    # ---- intrinsics -------------------------------------------------------
+
+    def pseudo(self, name: str) -> str | None:
+        return {
+            "AWS::Region": self.region,
+            "AWS::AccountId": self.account_id,
+            "AWS::StackName": self.stack_name,
+            "AWS::Partition": "aws",
+            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::StackId": (
+                f"arn:aws:cloudformation:{self.region}:{self.account_id}"
+                f":stack/{self.stack_name}/local"
+            ),
+        }.get(name)
+
+    def ref(self, name: str) -> str:
+        if name in self.parameters:
+            return self.parameters[name]
+        pseudo = self.pseudo(name)
+        if pseudo is not None:
+            return pseudo
+        self._ensure(name)
+        return self.refs[name]
+
+    def get_att(self, logical_id: str, attribute: str) -> str:
+        self._ensure(logical_id)
+        try:
+            return self.attributes[logical_id][attribute]
+        except KeyError:
+            raise TemplateError(f"{logical_id}.{attribute} is not emulated") from None
+
+    def _ensure(self, logical_id: str) -> None:
+        if logical_id in self.refs:
+            return
+        if logical_id not in self.template["Resources"]:
+            raise TemplateError(f"unresolvable reference {logical_id}")
+        if self.create is None:
+            raise TemplateError(f"{logical_id} is not created yet")
+        self.create(logical_id)
+
+    def _sub(self, text: str, variables: Mapping[str, Any]) -> str:
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name.startswith("!"):
+                return "${" + name[1:] + "}"
+            if name in variables:
+                return str(self.resolve(variables[name]))
+            if "." in name:
+                logical_id, attribute = name.split(".", 1)
+                return self.get_att(logical_id, attribute)
+            return self.ref(name)
+
+        return re.sub(r"\$\{([^}]+)\}", replace, text)
+
+    def resolve(self, node: Any) -> Any:
+        """Resolve every intrinsic in node; AWS::NoValue entries are dropped."""
+        if isinstance(node, list):
+            return [v for v in (self.resolve(i) for i in node) if v is not NO_VALUE]
+        if not isinstance(node, dict):
+            return node
+        if len(node) == 1:
+            ((key, arg),) = node.items()
+            if key == "Ref":
+                return NO_VALUE if arg == "AWS::NoValue" else self.ref(arg)
+            if key == "Fn::GetAtt":
+                logical_id, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
+                return self.get_att(logical_id, attribute)
+            if key == "Fn::Sub":
+                if isinstance(arg, list):
+                    return self._sub(arg[0], arg[1])
+                return self._sub(arg, {})
+            if key == "Fn::If":
+                name, when_true, when_false = arg
+                return self.resolve(when_true if self.condition(name) else when_false)
+            if key == "Fn::Join":
+                delimiter, items = arg
+                return str(delimiter).join(str(i) for i in self.resolve(items))
+            if key == "Fn::Select":
+                index, items = arg
+                return self.resolve(items)[int(self.resolve(index))]
+            if key == "Fn::Split":
+                delimiter, text = arg
+                return str(self.resolve(text)).split(delimiter)
+            if key in ("Fn::Equals", "Fn::Not", "Fn::And", "Fn::Or", "Condition"):
+                return self._condition_value(node)
+            if key.startswith("Fn::"):
+                raise TemplateError(f"{key} is not supported by the local engine")
+        resolved = {k: self.resolve(v) for k, v in node.items()}
+        return {k: v for k, v in resolved.items() if v is not NO_VALUE}
+
+    # ---- SAM --------------------------------------------------------------
+
+    def function_properties(self, logical_id: str) -> dict[str, Any]:
+        """A Serverless::Function's properties with Globals merged in, as SAM does."""
+        resource = self.template["Resources"][logical_id]
+        merged = copy.deepcopy(self.template.get("Globals", {}).get("Function", {}))
+        for key, value in resource.get("Properties", {}).items():
+            if key == "Environment":
+                variables = merged.setdefault("Environment", {}).setdefault("Variables", {})
+                variables.update(value.get("Variables", {}))
+            else:
+                merged[key] = value
+        return dict(self.resolve(merged))

@@ -1,0 +1,39 @@
+"""Operations on a stack: run the audit, redrive the DLQ, inspect a key.
+
+Each works on a Target (target.py): a deployed stack found by its name, or the
+local engine's stack, which the caller builds from its engine. They use only
+the AWS APIs an operator's credentials would, with boto3 alone (no moto, nothing
+of onceflow.local), so the local run and the deployed run are the same code.
+"""
+
+from onceflow.ops.audit import AUDIT_LABELS, run_audit
+from onceflow.ops.inspect import inspect_key
+from onceflow.ops.redrive import (
+    KEPT_CLAIMS,
+    QUEUES,
+    Redriven,
+    RedriveReport,
+    open_status,
+    redrive,
+    redrive_undelivered,
+    undelivered_name,
+)
+from onceflow.ops.target import DeployedTarget, OpsError, Target, wait_for_execution
+
+__all__ = [
+    "AUDIT_LABELS",
+    "KEPT_CLAIMS",
+    "QUEUES",
+    "DeployedTarget",
+    "OpsError",
+    "RedriveReport",
+    "Redriven",
+    "Target",
+    "inspect_key",
+    "open_status",
+    "redrive",
+    "redrive_undelivered",
+    "run_audit",
+    "undelivered_name",
+    "wait_for_execution",
+]

@@ -1,0 +1,109 @@
+"""The project a command serves, and what onceflow keeps in it.
+
+The project is the directory of its template.yaml, found upward from where a
+command runs (like `sam`, and like git finds its repository). Its .onceflow/
+keeps what commands leave for later ones: execution records and pages, the
+address of `onceflow up`. Those files hold message bodies or a token: each is
+created 0600, and each directory created for one 0700, whatever the umask.
+
+Every package may use this module; it uses nothing of onceflow.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+FILE_MODE = 0o600
+DIRECTORY_MODE = 0o700
+
+
+class TemplateNotFound(Exception):
+    """No template.yaml in the directory a command ran in, nor in any directory above it."""
+
+
+# The names `sam` looks for in the current directory, in its order ("it looks for a
+# template.[yaml|yml] file in your current working directory by default",
+# serverless-sam-cli-using-validate.html; aws-sam-cli's get_or_default_template_file_name
+# in samcli/commands/_utils/options.py tries template.yaml, template.yml, template.json).
+TEMPLATE_NAMES = ("template.yaml", "template.yml", "template.json")
+
+
+def find_template(start: Path | None = None) -> Path:
+    """The template a command uses when it is given none: the nearest one upward.
+
+    `sam` reads template.[yaml|yml|json] from the current directory only; onceflow
+    also walks up (as git finds its repository), so a command typed in events/ or
+    functions/ uses the project's template. The first directory that holds one wins.
+    """
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        for name in TEMPLATE_NAMES:
+            candidate = directory / name
+            if candidate.is_file():
+                return candidate
+    raise TemplateNotFound(
+        f"no {' / '.join(TEMPLATE_NAMES)} in {here} or any directory above it: run onceflow "
+        "inside the project (the directory of its template.yaml, or below it), or name the "
+        "template with --template"
+    )
+
+
+def default_project() -> Path:
+    """The project a command serves by default: the one it runs in (the nearest template's
+    directory upward), else the checkout this package runs from (an editable install)."""
+    try:
+        return project_directory()
+    except TemplateNotFound:
+        return Path(__file__).resolve().parent.parent
+
+
+def project_directory(template: Path | None = None) -> Path:
+    """The directory of the project: the template's (the nearest one upward when not given).
+
+    Its .onceflow/ holds what the commands keep between runs (execution records,
+    pages, the address of `onceflow up`). CodeUri and DefinitionUri are read
+    relative to it: "the relative path is relative to your template's location"
+    (AWS CloudFormation User Guide, using-cfn-cli-package.html).
+    """
+    return (template if template is not None else find_template()).resolve().parent
+
+
+def private_directory(path: Path) -> Path:
+    """Create a directory and its missing parents 0700; an existing one is left as it is."""
+    missing: list[Path] = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=DIRECTORY_MODE)
+        except FileExistsError:
+            continue  # another process made it meanwhile: its mode is its own
+        # mkdir's mode passes through the umask; this one must not.
+        os.chmod(directory, DIRECTORY_MODE)
+    return path
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write a file 0600, in whole: written aside, then renamed, so no reader sees half."""
+    temporary = path.parent / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    descriptor = os.open(
+        temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE
+    )
+    try:
+        # The umask can only remove bits; a file that existed (a crashed writer's) keeps its mode.
+        os.fchmod(descriptor, FILE_MODE)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            descriptor = -1
+            handle.write(text)
+        temporary.replace(path)
+    finally:
+        if descriptor != -1:
+            os.close(descriptor)
+        temporary.unlink(missing_ok=True)
+    return path

@@ -1,0 +1,241 @@
+"""The README stays short, and every link, path and module the docs name exists.
+
+A reader who was not here follows the README's links into docs/, copies the paths and the
+`python -m` commands they give, and should never land on a file, a heading or a module that
+has moved or gone. Links are checked as GitHub renders them: a relative link names a file,
+and a `#anchor` the slug GitHub gives one of that file's headings.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+DOCUMENTS = [README, *DOCS]
+README_MAX_LINES = 250
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_LINK = re.compile(r"(?<!!)\[(?:[^\]]*)\]\(([^)\s]+)\)")
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+# A path of the repository written in backticks: no placeholder (<stack name>), no glob.
+_REPO_PATH = re.compile(r"^(?:onceflow|functions|statemachines|events|tests)/[^\s<>{}*]*$")
+_PYTHON_M = re.compile(r"\bpython -m ([A-Za-z_][\w.]*)")
+_BENCH_START = "<!-- bench:start (a copy of bench/results.md, its headings one level down) -->"
+_BENCH_END = "<!-- bench:end -->"
+
+
+def _prose(text: str) -> list[str]:
+    """The lines outside fenced code blocks (a `# comment` in a bash block is no heading)."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            lines.append(line)
+    return lines
+
+
+def github_slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: its text, lower case, punctuation dropped, '-' for ' '."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text, not its target
+    text = text.strip().lower()
+    text = "".join(ch for ch in text if ch.isalnum() or ch in "-_ ")
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """Every heading's slug in a markdown file; a repeated slug gets -1, -2, ... as on GitHub."""
+    seen: Counter[str] = Counter()
+    result = set()
+    for line in _prose(path.read_text(encoding="utf-8")):
+        match = _HEADING.match(line)
+        if match is None:
+            continue
+        slug = github_slug(match.group(2))
+        result.add(slug if seen[slug] == 0 else f"{slug}-{seen[slug]}")
+        seen[slug] += 1
+    return result
+
+
+def relative_links(path: Path) -> list[str]:
+    """The targets of the links in a file's prose that stay inside the repository."""
+    targets = []
+    for line in _prose(path.read_text(encoding="utf-8")):
+        line = _CODE_SPAN.sub("", line)
+        for target in _LINK.findall(line):
+            if not re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+                targets.append(target)
+    return targets
+
+
+def broken_links(path: Path) -> list[str]:
+    """Each relative link of a file whose file, or whose heading, is not there."""
+    problems = []
+    for target in relative_links(path):
+        file_part, _, anchor = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if not linked.exists():
+            problems.append(f"{target}: no file {_name(linked)}")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            problems.append(f"{target}: {_name(linked)} has no heading #{anchor}")
+    return problems
+
+
+def cited_paths(path: Path) -> list[str]:
+    """The repository paths a file names in backticks (a pytest node id counts as its file)."""
+    found = []
+    for line in _prose(path.read_text(encoding="utf-8")):
+        for span in _CODE_SPAN.findall(line):
+            if _REPO_PATH.match(span):
+                found.append(span.split("::")[0])
+    return found
+
+
+def python_modules(path: Path) -> list[str]:
+    """The modules a file tells the reader to run with `python -m`, code blocks included."""
+    return _PYTHON_M.findall(path.read_text(encoding="utf-8"))
+
+
+def module_exists(name: str) -> bool:
+    """Whether `python -m NAME` finds a module; a missing parent package means no."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # find_spec imports the parents, and one is not there
+        return False
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+# ---- the README ------------------------------------------------------------------------
+
+
+def test_the_readme_is_at_most_250_lines() -> None:
+    # GIVEN the README, the page every newcomer reads first
+    # WHEN its lines are counted
+    lines = README.read_text(encoding="utf-8").splitlines()
+    # THEN it fits in 250: the rest belongs in docs/
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move some to docs/"
+
+
+def test_the_readme_starts_with_the_two_commands() -> None:
+    # GIVEN the README
+    text = README.read_text(encoding="utf-8")
+    # WHEN its first code block is read
+    first_block = text.split("```")[1]
+    # THEN it is `make demo` and `make test`
+    commands = [line.split("#")[0].strip() for line in first_block.splitlines()[1:]]
+    assert [c for c in commands if c] == ["make demo", "make test"]
+
+
+def test_the_readme_links_every_page_of_the_docs() -> None:
+    # GIVEN the pages in docs/
+    assert DOCS, "docs/ has no pages"
+    # WHEN the README's links are collected
+    linked = {(ROOT / t.partition("#")[0]).resolve() for t in relative_links(README)}
+    # THEN each page can be reached from the README
+    assert [_name(p) for p in DOCS if p.resolve() not in linked] == []
+
+
+# ---- links, paths and modules in every document ---------------------------------------
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_every_relative_link_reaches_a_file_and_a_heading(path: Path) -> None:
+    # GIVEN a document and the links it holds
+    assert relative_links(path) or path != README, "the README should link into docs/"
+    # WHEN each is followed as GitHub would follow it
+    problems = broken_links(path)
+    # THEN the file exists and, for a #anchor, so does the heading
+    assert problems == []
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_every_path_named_in_backticks_exists(path: Path) -> None:
+    # GIVEN the repository paths a document names (onceflow/, functions/, tests/, ...)
+    paths = cited_paths(path)
+    # WHEN each is looked up from the repository's root
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    # THEN none has moved or gone
+    assert missing == []
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_every_python_m_module_exists(path: Path) -> None:
+    # GIVEN the `python -m` commands a document gives (run from the repository's root)
+    modules = python_modules(path)
+    # WHEN each module is looked up as `python -m` would
+    missing = [m for m in modules if not module_exists(m)]
+    # THEN each can be run
+    assert missing == []
+
+
+def test_the_benchmark_page_carries_the_stored_run() -> None:
+    # GIVEN the run `onceflow bench` stored and the copy docs/benchmarks.md shows
+    stored = (ROOT / "bench" / "results.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    start, end = page.index(_BENCH_START) + len(_BENCH_START), page.index(_BENCH_END)
+    # WHEN the stored run's headings are put one level down, under "The run below"
+    expected = re.sub(r"^(#+) ", r"#\1 ", stored, flags=re.MULTILINE)
+    # THEN the page shows that run, number for number
+    assert page[start:end].strip() == expected.strip(), (
+        "copy bench/results.md into docs/benchmarks.md between the bench markers, "
+        "each heading one level down, and check the prose of 'What the bill says'"
+    )
+
+
+# ---- the checker itself --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("heading", "slug"),
+    [
+        ("SQS batch mode (`SqsBatchMode=true`)", "sqs-batch-mode-sqsbatchmodetrue"),
+        ("One engine for many commands: `onceflow up`", "one-engine-for-many-commands-onceflow-up"),
+        ("6. The audit", "6-the-audit"),
+        ("Versioned, unversioned and versioning-suspended buckets",
+         "versioned-unversioned-and-versioning-suspended-buckets"),
+    ],
+)  # fmt: skip
+def test_a_heading_gets_githubs_slug(heading: str, slug: str) -> None:
+    # GIVEN a heading with code, punctuation and a number
+    # WHEN it is slugged
+    # THEN it is the anchor GitHub gives it
+    assert github_slug(heading) == slug
+
+
+def test_a_broken_link_a_missing_heading_and_a_moved_path_are_found(tmp_path: Path) -> None:
+    # GIVEN a page whose links and paths point at what is not there, beside a page it links
+    (tmp_path / "other.md").write_text("# Other\n\n## A section\n", encoding="utf-8")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Title\n\n## Same\n\n## Same\n\n"
+        "[ok](#same-1) [ok](other.md#a-section) [gone](nowhere.md) [no heading](other.md#gone)\n"
+        "[web](https://example.com/x.md) `onceflow/no_such_module.py` `onceflow/<stack name>`\n"
+        "```bash\n# not a heading\npython -m onceflow.no_such_module\n```\n",
+        encoding="utf-8",
+    )
+    # WHEN the checks read it
+    problems = broken_links(page)
+    paths, modules, slugs = cited_paths(page), python_modules(page), anchors(page)
+    # THEN the missing file and heading are reported, the web link and the placeholder are not
+    assert problems == [
+        f"nowhere.md: no file {tmp_path.resolve() / 'nowhere.md'}",
+        f"other.md#gone: {tmp_path.resolve() / 'other.md'} has no heading #gone",
+    ]
+    assert paths == ["onceflow/no_such_module.py"]
+    assert not (ROOT / paths[0]).exists()
+    assert modules == ["onceflow.no_such_module"]
+    assert not module_exists("onceflow.no_such_module")
+    assert not module_exists("onceflow.no_such_package.module")
+    assert slugs == {"title", "same", "same-1"}
