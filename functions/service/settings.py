@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from service.errors import ConfigurationError
+from service.logic.key_filter import KeyFilter
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -88,6 +89,8 @@ class AuditSettings:
     max_concurrency: int = 1
     # How long one batch may spend resubmitting (its EXPRESS child lives 5 minutes).
     batch_seconds: float = 240.0
+    # KeyPrefix and KeySuffix: the keys the stack's rule passes; the audit walks no other.
+    key_filter: KeyFilter = field(default_factory=KeyFilter)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AuditSettings:
@@ -110,6 +113,9 @@ class AuditSettings:
             resubmits_per_second=_optional(env, "AUDIT_RESUBMITS_PER_SECOND", 25, 0.001),
             max_concurrency=int(_optional(env, "AUDIT_MAX_CONCURRENCY", 1, 1)),
             batch_seconds=_optional(env, "AUDIT_BATCH_SECONDS", 240, 0.01),
+            key_filter=KeyFilter(
+                prefix=env.get("INGEST_KEY_PREFIX", ""), suffix=env.get("INGEST_KEY_SUFFIX", "")
+            ),
         )
 
 

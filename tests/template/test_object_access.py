@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from onceflow.engine import LocalEngine
+from onceflow.local.engine import LocalEngine
 from tests.template.translate import translated
 
 
@@ -36,7 +36,14 @@ def test_the_processor_role_may_list_the_ingest_bucket_and_no_other() -> None:
     assert listing, "the processor cannot tell a missing object from a denied one"
     for statement in listing:
         assert statement["Effect"] == "Allow"
-        assert statement["Resource"] == {"Fn::GetAtt": ["IngestBucket", "Arn"]}
+        # (the stack's own bucket, or ExistingBucketName: tests/template/test_existing_bucket.py)
+        assert statement["Resource"] == {
+            "Fn::If": [
+                "CreateIngestBucket",
+                {"Fn::GetAtt": ["IngestBucket", "Arn"]},
+                {"Fn::Sub": "arn:${AWS::Partition}:s3:::${ExistingBucketName}"},
+            ]
+        }
         assert "Condition" not in statement
 
 

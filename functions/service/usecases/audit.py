@@ -17,6 +17,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from service.dal.bucket import Bucket, Inventory
 from service.dal.ledger import Ledger
 from service.dal.workflow import DeadLetters, Processor, Reports, batch_size
+from service.errors import PermanentError
 from service.logic.audit import (
     COUNT_KEYS,
     SAMPLE_CHARACTERS,
@@ -132,8 +133,17 @@ def plan(
     (AuditInventory) no older than AUDIT_INVENTORY_MAX_AGE_HOURS; otherwise the
     bucket's listing. A run for one key prefix, or one that asks for it
     (``asked_for`` "listing"), uses the listing.
+
+    The listing starts at KeyPrefix, or at the run's prefix inside it; a run's
+    prefix that parts from KeyPrefix names nothing of the stack's and is refused.
     """
     started_at = started_at_ms or int(time.time() * 1000)
+    listing_prefix = settings.key_filter.listing_prefix(prefix)
+    if listing_prefix is None:
+        raise PermanentError(
+            f"the prefix {prefix!r} is outside KeyPrefix {settings.key_filter.prefix!r}: "
+            "no key under it is this stack's to audit"
+        )
     source, reason, manifest = "listing", "AuditInventory is off", None
     if asked_for == "listing":
         reason = "the run asked for the listing"
@@ -154,7 +164,7 @@ def plan(
     logger.info("audit planned", extra={"source": source, "reason": reason})
     return Plan(
         started_at_ms=started_at,
-        prefix=prefix,
+        prefix=listing_prefix,
         versioned=clients.bucket.versioned(),
         source=source,
         source_reason=reason,
@@ -183,11 +193,18 @@ class Tally:
 
 
 def _batch_objects(batch: Batch, settings: AuditSettings, clients: Clients) -> list[ListedObject]:
-    """The object versions one batch of the Distributed Map stands for."""
+    """The object versions one batch of the Distributed Map stands for.
+
+    Only keys the stack's rule passes (KeyPrefix, KeySuffix): an inventory lists
+    the whole bucket and a listing the whole prefix, and an object whose events
+    the rule drops is not the stack's to resubmit.
+    """
     bucket = settings.ingest_bucket
+    wanted = settings.key_filter.matches
     if batch.source == "inventory":
-        return [o for o in (inventory_item(i, bucket) for i in batch.items) if o is not None]
-    listed = [listed_item(i) for i in batch.items]
+        found = (inventory_item(i, bucket) for i in batch.items)
+        return [o for o in found if o is not None and wanted(o.key)]
+    listed = [o for o in (listed_item(i) for i in batch.items) if wanted(o.key)]
     if not batch.versioned or not listed:
         return listed
     keys = [o.key for o in listed]
@@ -297,7 +314,9 @@ def sweep_locks(
     execution). A FAILED row at MaxAttempts that is still open has no DLQ
     message (the processor's send failed: DeadLetterFailed); it is
     dead-lettered here. Resubmissions share the bucket walk's names, so a key
-    is started once per audit however many phases see it.
+    is started once per audit however many phases see it. A row of an object
+    that is no longer the stack's (ExistingBucketName, KeyPrefix or KeySuffix
+    changed since) is left alone: the processor would refuse it.
     """
     cursor = cursor or {"phase": "stuck"}
     counts = add_counts(so_far.counts)
@@ -306,17 +325,38 @@ def sweep_locks(
     if cursor.get("phase") == "stuck":
         cutoff = int(run.now - settings.stuck_margin_seconds)
         rows, start = clients.ledger.open_rows(Status.PROCESSING, cutoff, cursor.get("start"))
-        for row in rows:
+        for row in _the_stacks(rows, settings):
             _release_stuck(row, run, settings, clients, counts, resubmitted)
         # The last stuck page goes straight on to the first FAILED page.
         phase = {"phase": "stuck", "start": start} if start else {"phase": "failed"}
     next_cursor: dict[str, Any] | None = phase
     if phase.get("phase") == "failed":
         rows, start = clients.ledger.open_rows(Status.FAILED, None, phase.get("start"))
-        for row in rows:
+        for row in _the_stacks(rows, settings):
             _retry_failed(row, run, settings, clients, counts, resubmitted)
         next_cursor = {"phase": "failed", "start": start} if start else None
     return SweepPage(next_cursor, Tally(counts, sample(so_far.resubmitted_sample, resubmitted)))
+
+
+def _the_stacks(rows: Iterable[LedgerRow], settings: AuditSettings) -> list[LedgerRow]:
+    """The rows whose work is still the stack's: messages, events, and objects of its
+    bucket that its key filter passes."""
+    kept = []
+    for row in rows:
+        if (
+            row.bucket is not None
+            and row.object_key is not None
+            and not (
+                row.bucket == settings.ingest_bucket and settings.key_filter.matches(row.object_key)
+            )
+        ):
+            logger.warning(
+                "open work outside the stack's bucket or key filter: left alone",
+                extra={"idempotency_key": row.pk, "key_filter": settings.key_filter.describe()},
+            )
+            continue
+        kept.append(row)
+    return kept
 
 
 def _resubmit(
