@@ -18,6 +18,7 @@ from onceflow.harness import bench, chaos
 from onceflow.harness.demo import DemoConfig, run_demo
 from onceflow.local import server
 from onceflow.local.samples import prepare_event
+from onceflow.project import default_project
 from onceflow.view import history
 
 
@@ -68,6 +69,12 @@ def cmd_bench(args: argparse.Namespace, session: Session) -> int:
     json_path, md_path = bench.write(report, Path(args.out))
     print(bench.render(report))
     print(f"\nwritten: {json_path}, {md_path}", file=sys.stderr)
+    # The project's own run is the one its benchmarks page shows.
+    project = default_project()
+    page = project / "docs" / "benchmarks.md"
+    if md_path.resolve() == (project / "bench" / "results.md").resolve() and page.is_file():
+        bench.embed(md_path.read_text(encoding="utf-8"), page)
+        print(f"written: {page} (the run between its bench markers)", file=sys.stderr)
     return 0
 
 

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -2184,6 +2185,22 @@ def render(report: dict[str, Any]) -> str:
         f"OpenWork shard {m['busiest_shard_share']:.3f} of the keys.",
     ]
     return "\n".join(lines)
+
+
+# Where docs/benchmarks.md shows the stored run (tests/unit/test_docs.py checks the copy).
+PAGE_START = "<!-- bench:start (a copy of bench/results.md, its headings one level down) -->"
+PAGE_END = "<!-- bench:end -->"
+
+
+def embed(results_md: str, page: Path) -> None:
+    """Put a run into the docs page between its markers, each heading one level down."""
+    text = page.read_text(encoding="utf-8")
+    if PAGE_START not in text or PAGE_END not in text:
+        raise ValueError(f"{page} has no {PAGE_START!s} ... {PAGE_END} markers")
+    head, rest = text.split(PAGE_START, 1)
+    _, tail = rest.split(PAGE_END, 1)
+    body = re.sub(r"^(#+) ", r"#\1 ", results_md.strip(), flags=re.MULTILINE)
+    page.write_text(f"{head}{PAGE_START}\n{body}\n{PAGE_END}{tail}", encoding="utf-8")
 
 
 def write(report: dict[str, Any], directory: Path) -> tuple[Path, Path]:

@@ -346,3 +346,25 @@ def test_a_small_bench_reports_every_table(tmp_path: Path) -> None:
         assert heading in text
     assert "not built yet" not in text and "x baseline" in text
     assert math.isfinite(report["modes"][0]["usd_per_million"]["happy"])
+
+
+def test_a_run_is_embedded_in_the_docs_page_between_its_markers(tmp_path: Path) -> None:
+    # GIVEN a page with prose around the markers, and a run with headings
+    page = tmp_path / "benchmarks.md"
+    page.write_text(
+        f"# Benchmarks\n\nBefore.\n\n{bench.PAGE_START}\nold run\n{bench.PAGE_END}\n\nAfter.\n",
+        encoding="utf-8",
+    )
+    # WHEN the run is embedded
+    bench.embed("## 1. Throughput\n\n| a |\n", page)
+    # THEN only what lies between the markers changed, its headings one level down
+    assert page.read_text(encoding="utf-8") == (
+        f"# Benchmarks\n\nBefore.\n\n{bench.PAGE_START}\n### 1. Throughput\n\n| a |\n"
+        f"{bench.PAGE_END}\n\nAfter.\n"
+    )
+    # AND a page without the markers is refused, unchanged
+    bare = tmp_path / "bare.md"
+    bare.write_text("# Nothing here\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="markers"):
+        bench.embed("## 1.\n", bare)
+    assert bare.read_text(encoding="utf-8") == "# Nothing here\n"

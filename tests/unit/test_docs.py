@@ -189,8 +189,8 @@ def test_the_benchmark_page_carries_the_stored_run() -> None:
     expected = re.sub(r"^(#+) ", r"#\1 ", stored, flags=re.MULTILINE)
     # THEN the page shows that run, number for number
     assert page[start:end].strip() == expected.strip(), (
-        "copy bench/results.md into docs/benchmarks.md between the bench markers, "
-        "each heading one level down, and check the prose of 'What the bill says'"
+        "`onceflow bench` (its default --out) copies its run into docs/benchmarks.md; "
+        "then check the prose of 'What the bill says'"
     )
 
 
