@@ -74,6 +74,8 @@ MAP_STATE = "EachMessage"
 FIRST_STATE = "TakeMessage"
 RESPOND_STATE = "Respond"
 READ_DUPLICATE = "ReadDuplicateRow"
+SETTLED_OR_RECLAIM = "SettledOrReclaim"
+RECLAIM = "Reclaim"
 DUPLICATE = "Duplicate"
 OWNER = "lockOwner"
 MESSAGE_ID = "messageId"
@@ -96,11 +98,16 @@ SETTLED = frozenset({"Processed", "Superseded", "Ignored", "DeadLettered", "Inva
 RETRIED = frozenset({"LockLost", "Failed", "DeadLetterFailed", "LedgerUnavailable"})
 
 DUPLICATE_COMMENT = (
-    "Claim and Reclaim were refused: the row is PROCESSED, dead-lettered, at MaxAttempts, or "
-    "PROCESSING under another live lock. Only the first two are settled. A row held by "
-    "another execution must keep this message: if that execution crashes its batch comes "
-    "back, but this copy would be gone, and an EXPRESS execution's input cannot be read back "
-    "by the audit, so the work would be lost. The row is read back (consistent) to tell which."
+    "Claim was refused: the row exists. It is read back (consistent) before any takeover is "
+    "tried: a PROCESSED or dead-lettered row is a settled duplicate, at the cost of one "
+    "refused write and this read (P8 item 5); any other row goes to Reclaim."
+)
+SETTLED_OR_RECLAIM_COMMENT = (
+    "Only a PROCESSED or dead-lettered row is settled. Any other (FAILED, PROCESSING, at "
+    "MaxAttempts) may be taken over by Reclaim; if Reclaim is refused, the row is held by "
+    "another live lock or at MaxAttempts, and the message must stay: if that execution "
+    "crashes its batch comes back, but this copy would be gone, and an EXPRESS execution's "
+    "input cannot be read back by the audit, so the work would be lost."
 )
 
 _SUBSTITUTION = re.compile(r"\$\{(\w+)\}")
@@ -253,10 +260,14 @@ def _redirect(state: dict[str, Any], old: str, new: str) -> dict[str, Any]:
 
 
 def _duplicate_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Duplicate reads the row back, and deletes the message only when it is settled."""
+    """A refused Claim reads the row back before Reclaim is tried; Duplicate deletes the
+    message only when the row is settled."""
     claim = processor["States"].get("Claim")
     if claim is None or claim.get("Resource") != "arn:aws:states:::dynamodb:putItem":
         raise DefinitionError("the processor has no Claim (dynamodb:putItem) to read the table of")
+    refused = [c for c in claim.get("Catch", []) if c.get("Next") == RECLAIM]
+    if [c["ErrorEquals"] for c in refused] != [["DynamoDB.ConditionalCheckFailedException"]]:
+        raise DefinitionError("Claim no longer goes to Reclaim on a refused condition alone")
     retriers = [r for r in claim.get("Retry", []) if "States.ALL" not in r["ErrorEquals"]]
     read = {
         "Type": "Task",
@@ -288,9 +299,15 @@ def _duplicate_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "Next": DUPLICATE,
             }
         ],
-        "Next": DUPLICATE,
+        "Next": SETTLED_OR_RECLAIM,
     }
     settled = f"(${DUPLICATE_ROW}.status = 'PROCESSED' or ${DUPLICATE_ROW}.deadLettered = true)"
+    choose = {
+        "Type": "Choice",
+        "Comment": SETTLED_OR_RECLAIM_COMMENT,
+        "Choices": [{"Condition": "{% " + settled + " %}", "Next": DUPLICATE}],
+        "Default": RECLAIM,
+    }
     duplicate = {
         "Type": "Succeed",
         "Comment": (
@@ -311,7 +328,7 @@ def _duplicate_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
             + ".error} %}"
         ),
     }
-    return {READ_DUPLICATE: read, DUPLICATE: duplicate}
+    return {READ_DUPLICATE: read, SETTLED_OR_RECLAIM: choose, DUPLICATE: duplicate}
 
 
 # The batch mode keeps its rows out of the OpenWork index. The index is how the
@@ -382,7 +399,7 @@ def _without_open_work(states: dict[str, dict[str, Any]]) -> dict[str, dict[str,
 
 def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     states: dict[str, dict[str, Any]] = processor["States"]
-    taken = {FIRST_STATE, READ_DUPLICATE, MESSAGE_ENDS} & set(states)
+    taken = {FIRST_STATE, READ_DUPLICATE, SETTLED_OR_RECLAIM, MESSAGE_ENDS} & set(states)
     taken |= {LOG_PREFIX + n for n in states} & set(states)
     if taken:
         raise DefinitionError(f"the processor already has states named {sorted(taken)}")
@@ -421,7 +438,7 @@ def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     fails: set[str] = set()
     for name, state in states.items():
         state = _map_strings(state, lambda s: s.replace(EXECUTION_ID, f"${OWNER}"))
-        state = _redirect(state, DUPLICATE, READ_DUPLICATE)
+        state = _redirect(state, RECLAIM, READ_DUPLICATE)
         if name == DUPLICATE:
             out.update(duplicate_states)
             continue

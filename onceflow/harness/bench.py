@@ -1909,6 +1909,7 @@ def run_bench(
     ceiling_rows = mode_ceilings(measures, baseline_measures, model)
     by = {(m.source, m.path): m for m in measures}
     happy, duplicate = by[("s3", "happy")], by[("s3", "duplicate")]
+    batch_duplicate = by[("sqs-batch", "duplicate")]
     express_ceilings = [
         row["binding"] for row in ceiling_rows if row["built"] and row["mode"].startswith("EXPRESS")
     ]
@@ -1919,6 +1920,9 @@ def run_bench(
         "duplicate path at most 4 transitions": duplicate.transitions <= 4,
         "duplicate path: one conditional write (P8 item 5)": duplicate.writes == 1,
         "duplicate path runs no Lambda": duplicate.lambda_invocations == 0,
+        "batch mode duplicate: one conditional write a message, no Lambda (P8 item 5)": (
+            batch_duplicate.writes == BATCH_SIZE and batch_duplicate.lambda_invocations == 0
+        ),
         "local happy path at least 40 executions/s": rates["happy"] >= 40,
         "EXPRESS batch SQS at most 1.2x Powertools, all-in (P8 item 4)": all(
             row["ratio_to_baseline"] <= 1.2

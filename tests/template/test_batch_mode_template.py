@@ -149,11 +149,18 @@ def test_every_end_state_says_whether_its_message_is_kept() -> None:
     # AND a Fail state's Error and Cause reach the outcome through the Catch
     assert "'error': $states.errorOutput.Error" in states["LogFailed"]["Catch"][0]["Output"]
     assert "'cause': $states.errorOutput.Cause" in states["LogFailed"]["Catch"][0]["Output"]
-    # AND Duplicate is reached through a consistent read of the row
-    assert states["Reclaim"]["Catch"][0]["Next"] == "ReadDuplicateRow"
+    # AND a refused Claim reads the row back (consistent) before any takeover: a settled
+    # row is a Duplicate at once, any other goes to Reclaim, whose refusal is a Duplicate
+    assert states["Claim"]["Catch"][0]["Next"] == "ReadDuplicateRow"
     read = states["ReadDuplicateRow"]
     assert read["Resource"] == "arn:aws:states:::dynamodb:getItem"
     assert read["Arguments"]["ConsistentRead"] is True
+    assert read["Next"] == "SettledOrReclaim"
+    choose = states["SettledOrReclaim"]
+    assert [c["Next"] for c in choose["Choices"]] == ["Duplicate"]
+    assert "PROCESSED" in choose["Choices"][0]["Condition"]
+    assert choose["Default"] == "Reclaim"
+    assert states["Reclaim"]["Catch"][0]["Next"] == "Duplicate"
     assert "PROCESSED" in states["Duplicate"]["Output"]
 
 

@@ -307,7 +307,7 @@ def test_a_crash_mid_batch_loses_no_message_and_repeats_no_effect(
 # ---- duplicates -----------------------------------------------------------------
 
 
-def test_a_duplicate_costs_its_claim_and_reclaim_and_no_processor_call(
+def test_a_duplicate_costs_one_refused_write_and_a_read_and_no_processor_call(
     batch_engine: LocalEngine,
 ) -> None:
     # GIVEN an order already processed
@@ -319,15 +319,14 @@ def test_a_duplicate_costs_its_claim_and_reclaim_and_no_processor_call(
     # WHEN the producer sends it again
     resent = send(batch_engine, "order-dup")
     [arn] = batch_engine.pump_pipes()
-    # THEN it is a settled duplicate: deleted, after one refused claim, one refused
-    # reclaim and a read of the row; the processor is not called
+    # THEN it is a settled duplicate: deleted, after one refused claim and a read of the
+    # row (PROCESSED: no reclaim is tried, P8 item 5); the processor is not called
     assert outcomes(batch_engine, arn)[resent]["outcome"] == "Duplicate"
     assert outcomes(batch_engine, arn)[resent]["retry"] is False
     assert queued(batch_engine) == {}
     assert invocations(batch_engine) == calls
     assert requests(batch_engine, "dynamodb", since=before) == [
         ("PutItem", 400),
-        ("UpdateItem", 400),
         ("GetItem", 200),
     ]
     assert output_effects(batch_engine) == 1
@@ -352,7 +351,9 @@ def test_a_message_held_by_another_live_lock_stays_in_the_queue(
     message = send(batch_engine, "order-held")
     # WHEN its message arrives
     [arn] = batch_engine.pump_pipes()
-    # THEN it is a duplicate that is not settled: it stays, and nothing was processed
+    # THEN it is a duplicate that is not settled: it stays, and nothing was processed;
+    # the row read back is not settled, so a reclaim was tried (and refused)
+    assert ("UpdateItem", 400) in requests(batch_engine, "dynamodb")
     outcome = outcomes(batch_engine, arn)[message]
     assert (outcome["outcome"], outcome["retry"], outcome["ledgerStatus"]) == (
         "Duplicate",
