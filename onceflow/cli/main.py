@@ -2,8 +2,8 @@
 a command fails.
 
 demo, invoke (sam local invoke), execute (the console), up, chaos and bench run the
-local engine (local_commands); audit, redrive, inspect, executions and show act on a
-stack (stack_commands): the local engine's, or a deployed one with --stack-name. A
+local engine (local_commands); audit, redrive, inspect, doctor, executions and show act
+on a stack (stack_commands): the local engine's, or a deployed one with --stack-name. A
 command runs here, or on the running `onceflow up` (forwarded to it, which runs this
 same main with its engine: the server is handed this function, it never imports it).
 """
@@ -246,6 +246,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_target_options(inspect)
     inspect.set_defaults(func=stack_commands.cmd_inspect)
+
+    doctor = commands.add_parser(
+        "doctor",
+        help="check a stack's wiring against what exactly-once needs; one line per "
+        "finding, exit 1 on any FAIL",
+        description="Check a deployed stack (--stack-name), or the local engine's, against "
+        "what exactly-once needs: the bucket's EventBridge notifications and versioning, "
+        "the rules and their DLQ, the pipe and its queue, the alarms' subscribers, the "
+        "audit's schedule and last run, the processor's timeout. Each line is PASS, WARN "
+        "or FAIL with what to do (docs/doctor.md).",
+    )
+    doctor.add_argument("--stack-name", help="a deployed stack (default: the local engine)")
+    doctor.add_argument("--region", help="AWS region of the stack")
+    doctor.add_argument("--profile", help="AWS credentials profile")
+    doctor.add_argument("-t", "--template", help=argparse.SUPPRESS)
+    doctor.add_argument(
+        "--parameter-overrides",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="template parameters of the local stack",
+    )
+    doctor.add_argument("-v", "--verbose", action="store_true", help="show function logs")
+    doctor.add_argument("--json", action="store_true", help="the findings as JSON")
+    doctor.add_argument(
+        "--no-server",
+        action="store_true",
+        help="run on an engine of its own even when `onceflow up` is running",
+    )
+    doctor.set_defaults(func=stack_commands.cmd_doctor)
     up = commands.add_parser(
         "up", help="start a local engine that later commands share, until Ctrl-C"
     )

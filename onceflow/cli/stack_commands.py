@@ -1,5 +1,5 @@
-"""The commands on a stack: audit, redrive, inspect (onceflow.ops), executions and show
-(onceflow.view); on the local engine, or on a deployed stack with --stack-name.
+"""The commands on a stack: audit, redrive, inspect, doctor (onceflow.ops), executions and
+show (onceflow.view); on the local engine, or on a deployed stack with --stack-name.
 
 With --stack-name nothing here imports the engine or moto: boto3 alone.
 """
@@ -124,6 +124,24 @@ def cmd_redrive(args: argparse.Namespace, session: Session) -> int:
             f"was moved earlier in this run), {data['deleted_already_processed']} stale removed"
         )
     return 0 if data["kept"] == 0 else 1
+
+
+def cmd_doctor(args: argparse.Namespace, session: Session) -> int:
+    """Exit 1 when any finding is a FAIL, 0 otherwise (a WARN included)."""
+    if args.stack_name:
+        findings = ops.examine(ops.DeployedTarget(args.stack_name, args.region, args.profile))
+    else:
+        # Here, not at the top: with --stack-name the engine's module, and moto, never load.
+        from onceflow.local.wiring import LocalStack
+
+        with session.engine(args) as engine:
+            findings = ops.examine(LocalStack(engine))
+    if args.json:
+        print(json.dumps([f.as_dict() for f in findings], indent=2))
+    else:
+        for finding in findings:
+            print(finding.line())
+    return 1 if any(f.status == ops.FAIL for f in findings) else 0
 
 
 def cmd_inspect(args: argparse.Namespace, session: Session) -> int:

@@ -38,7 +38,7 @@ from onceflow.project import project_directory
 
 # Commands that use the server when it is up (and no --stack-name is given).
 FORWARDED = frozenset(
-    {"demo", "execute", "invoke", "audit", "redrive", "inspect", "executions", "show"}
+    {"demo", "execute", "invoke", "audit", "redrive", "inspect", "executions", "show", "doctor"}
 )
 HOST = "127.0.0.1"
 NONCE_HEADER = "X-Onceflow-Nonce"

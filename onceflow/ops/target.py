@@ -51,6 +51,12 @@ class DeployedTarget:
             raise OpsError(f"cannot read stack {stack_name}: {exc}") from exc
         outputs = stacks["Stacks"][0].get("Outputs", [])
         self._outputs = {o["OutputKey"]: o["OutputValue"] for o in outputs}
+        # DescribeStacks' Parameters: each ParameterKey with the ParameterValue deployed
+        # (ResolvedValue for an SSM parameter: AWS CloudFormation API reference, Parameter).
+        self._parameters = {
+            p["ParameterKey"]: str(p.get("ResolvedValue", p.get("ParameterValue", "")))
+            for p in stacks["Stacks"][0].get("Parameters", [])
+        }
         self._clients: dict[str, Any] = {}
 
     def client(self, service: str) -> Any:
@@ -65,6 +71,32 @@ class DeployedTarget:
 
     def wait_for_running(self, state_machine_arn: str) -> None:
         return None  # the operator watches a deployed stack's executions (onceflow executions)
+
+    def parameters(self) -> dict[str, str]:
+        """The stack's parameters as deployed."""
+        return dict(self._parameters)
+
+    def resources(self) -> list[dict[str, str]]:
+        """Every resource of the stack: LogicalResourceId, PhysicalResourceId, ResourceType.
+
+        ListStackResources, page by page: DescribeStackResources returns only the first
+        100 resources of a stack (AWS CloudFormation API reference, DescribeStackResources).
+        SAM's resources appear as what they transform into (AWS::Lambda::Function,
+        AWS::StepFunctions::StateMachine, AWS::Scheduler::Schedule...).
+        """
+        found: list[dict[str, str]] = []
+        paginator = self.client("cloudformation").get_paginator("list_stack_resources")
+        for page in paginator.paginate(StackName=self.stack_name):
+            found += [
+                {
+                    "LogicalResourceId": str(summary["LogicalResourceId"]),
+                    # absent while a resource is being created, or after it failed to be
+                    "PhysicalResourceId": str(summary.get("PhysicalResourceId", "")),
+                    "ResourceType": str(summary["ResourceType"]),
+                }
+                for summary in page["StackResourceSummaries"]
+            ]
+        return found
 
 
 def error_code(exc: ClientError) -> str:

@@ -1,0 +1,373 @@
+"""`onceflow doctor` on the local engine's stack: all PASS when healthy, and each wiring
+fault planted on purpose reported as exactly one FAIL that says how to fix it.
+
+Each fault is made with the API an operator (or a mistake) would use on AWS; where the
+engine plays the service itself (the rules, the pipe) the fault changes what it does,
+and the test shows that too. The fault is undone after each test, so the stack is
+healthy again for the next.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from onceflow import ops
+from onceflow.local.engine import LocalEngine
+from onceflow.local.wiring import LocalStack
+from tests.helpers import AUDIT, png_bytes
+
+HEALTHY = {
+    "SqsSource": "create",  # a pipe and its queue to check
+    "AlarmEmail": "ops@example.com",  # a subscribed destination (moto confirms it at once)
+}
+CHECKS = [
+    "bucket events",
+    "bucket versioning",
+    "rule ObjectCreatedRule",
+    "rule CustomEventRule",
+    "pipe",
+    "pipe batching",
+    "source queue",
+    "source queue visibility",
+    "alarms",
+    "audit schedule",
+    "last audit",
+    "processor timeout",
+]
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[LocalStack]:
+    with LocalEngine(parameters=HEALTHY, function_log=io.StringIO(), time_scale=0.0) as engine:
+        local = LocalStack(engine)
+        ops.run_audit(local)  # a last audit to read
+        yield local
+
+
+def failures(findings: list[ops.Finding]) -> list[ops.Finding]:
+    return [f for f in findings if f.status != ops.PASS]
+
+
+def test_a_healthy_stack_passes_every_check(stack: LocalStack) -> None:
+    # WHEN the doctor examines the stack as it was deployed
+    findings = ops.examine(stack)
+    # THEN every check ran and passed
+    assert [f.check for f in findings] == CHECKS
+    assert failures(findings) == []
+
+
+# ---- the faults, each with the way to undo it ---------------------------------------
+
+
+def _bucket(stack: LocalStack) -> str:
+    return stack.output("IngestBucketName")
+
+
+def _rule(stack: LocalStack) -> str:
+    return str(stack.engine.rules["ObjectCreatedRule"]["name"])
+
+
+def _pipe(stack: LocalStack) -> str:
+    return str(stack.engine.pipes["SourcePipe"]["name"])
+
+
+def _schedule(stack: LocalStack, state: str) -> None:
+    scheduler = stack.client("scheduler")
+    name = stack.engine.stack.refs["AuditStateMachineSchedule"]
+    current = scheduler.get_schedule(Name=name)
+    scheduler.update_schedule(  # UpdateSchedule replaces every setting: pass them all
+        Name=name,
+        ScheduleExpression=current["ScheduleExpression"],
+        FlexibleTimeWindow=current["FlexibleTimeWindow"],
+        Target=current["Target"],
+        State=state,
+    )
+
+
+def _notifications(configuration: dict[str, Any]) -> Callable[[LocalStack], None]:
+    def put(stack: LocalStack) -> None:
+        stack.client("s3").put_bucket_notification_configuration(
+            Bucket=_bucket(stack), NotificationConfiguration=configuration
+        )
+
+    return put
+
+
+def _versioning(status: str) -> Callable[[LocalStack], None]:
+    def put(stack: LocalStack) -> None:
+        stack.client("s3").put_bucket_versioning(
+            Bucket=_bucket(stack), VersioningConfiguration={"Status": status}
+        )
+
+    return put
+
+
+_SAVED: dict[str, Any] = {}
+
+
+def _drop_dead_letter(stack: LocalStack) -> None:
+    events = stack.client("events")
+    (target,) = events.list_targets_by_rule(Rule=_rule(stack))["Targets"]
+    _SAVED["target"] = target
+    bare = {k: v for k, v in target.items() if k != "DeadLetterConfig"}
+    events.put_targets(Rule=_rule(stack), Targets=[bare])
+
+
+def _restore_dead_letter(stack: LocalStack) -> None:
+    stack.client("events").put_targets(Rule=_rule(stack), Targets=[_SAVED.pop("target")])
+
+
+def _batch_size(size: int) -> Callable[[LocalStack], None]:
+    def update(stack: LocalStack) -> None:
+        pipes = stack.client("pipes")
+        pipe = pipes.describe_pipe(Name=_pipe(stack))
+        pipes.update_pipe(
+            Name=_pipe(stack),
+            RoleArn=pipe["RoleArn"],
+            SourceParameters={"SqsQueueParameters": {"BatchSize": size}},
+        )
+
+    return update
+
+
+def _source_queue(stack: LocalStack) -> str:
+    return stack.output("SourceQueueUrl")
+
+
+def _drop_redrive(stack: LocalStack) -> None:
+    sqs = stack.client("sqs")
+    _SAVED["redrive"] = sqs.get_queue_attributes(
+        QueueUrl=_source_queue(stack), AttributeNames=["RedrivePolicy"]
+    )["Attributes"]["RedrivePolicy"]
+    sqs.set_queue_attributes(QueueUrl=_source_queue(stack), Attributes={"RedrivePolicy": ""})
+
+
+def _restore_redrive(stack: LocalStack) -> None:
+    stack.client("sqs").set_queue_attributes(
+        QueueUrl=_source_queue(stack), Attributes={"RedrivePolicy": _SAVED.pop("redrive")}
+    )
+
+
+def _unsubscribe(stack: LocalStack) -> None:
+    sns = stack.client("sns")
+    topic = stack.output("AlarmTopicArn")
+    for subscription in sns.list_subscriptions_by_topic(TopicArn=topic)["Subscriptions"]:
+        sns.unsubscribe(SubscriptionArn=subscription["SubscriptionArn"])
+
+
+def _subscribe(stack: LocalStack) -> None:
+    stack.client("sns").subscribe(
+        TopicArn=stack.output("AlarmTopicArn"), Protocol="email", Endpoint="ops@example.com"
+    )
+
+
+def _failed_audit(stack: LocalStack) -> None:
+    def broken(event: Any, context: Any) -> Any:
+        raise RuntimeError("the audit's function is broken")
+
+    with stack.engine.override_function("AuditFunction", broken):
+        result = stack.engine.execute(AUDIT, {})
+    assert result.status == "FAILED"
+
+
+def _audit(stack: LocalStack) -> None:
+    ops.run_audit(stack)
+
+
+def _function_timeout(seconds: int) -> Callable[[LocalStack], None]:
+    def update(stack: LocalStack) -> None:
+        stack.client("lambda").update_function_configuration(
+            FunctionName=stack.output("ProcessorFunctionArn"), Timeout=seconds
+        )
+
+    return update
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    plant: Callable[[LocalStack], None]
+    undo: Callable[[LocalStack], None]
+    check: str  # the one check that must fail
+    fix: str  # words of the fix it must print
+
+
+FAULTS = [
+    Fault(
+        "eventbridge notifications off",
+        _notifications({}),
+        _notifications({"EventBridgeConfiguration": {}}),
+        "bucket events",
+        "Amazon EventBridge: On",
+    ),
+    Fault(
+        "versioning suspended",
+        _versioning("Suspended"),
+        _versioning("Enabled"),
+        "bucket versioning",
+        "--versioning-configuration Status=Enabled",
+    ),
+    Fault(
+        "rule disabled",
+        lambda s: s.client("events").disable_rule(Name=_rule(s)),
+        lambda s: s.client("events").enable_rule(Name=_rule(s)),
+        "rule ObjectCreatedRule",
+        "aws events enable-rule --name",
+    ),
+    Fault(
+        "rule target without its dlq",
+        _drop_dead_letter,
+        _restore_dead_letter,
+        "rule ObjectCreatedRule",
+        '"DeadLetterConfig": {"Arn": "arn:aws:sqs:us-east-1:123456789012:',
+    ),
+    Fault(
+        "pipe stopped",
+        lambda s: s.client("pipes").stop_pipe(Name=_pipe(s)),
+        lambda s: s.client("pipes").start_pipe(Name=_pipe(s)),
+        "pipe",
+        "aws pipes start-pipe --name",
+    ),
+    Fault(
+        "pipe batch size changed",
+        _batch_size(10),
+        _batch_size(1),
+        "pipe batching",
+        '"BatchSize": 1',
+    ),
+    Fault(
+        "source queue without its redrive policy",
+        _drop_redrive,
+        _restore_redrive,
+        "source queue",
+        "RedrivePolicy",
+    ),
+    Fault(
+        "alarm topic without a subscription",
+        _unsubscribe,
+        _subscribe,
+        "alarms",
+        "aws sns subscribe --topic-arn",
+    ),
+    Fault(
+        "audit schedule disabled",
+        lambda s: _schedule(s, "DISABLED"),
+        lambda s: _schedule(s, "ENABLED"),
+        "audit schedule",
+        "--state ENABLED",
+    ),
+    Fault("last audit failed", _failed_audit, _audit, "last audit", "then onceflow audit"),
+    Fault(
+        "function timeout longer than the task's",
+        _function_timeout(80),  # the Process task allows ProcessorTimeoutSeconds + 10 = 70 s
+        _function_timeout(60),
+        "processor timeout",
+        "--timeout 60",
+    ),
+]
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
+def test_each_wiring_fault_is_one_fail_with_its_fix(stack: LocalStack, fault: Fault) -> None:
+    # GIVEN the healthy stack, with one fault planted
+    assert failures(ops.examine(stack)) == []
+    fault.plant(stack)
+    try:
+        # WHEN the doctor examines it
+        findings = ops.examine(stack)
+        # THEN exactly that check fails, saying how to fix it, and every other passes
+        (failed,) = failures(findings)
+        assert (failed.status, failed.check) == (ops.FAIL, fault.check)
+        assert fault.fix in failed.detail
+        assert [f.check for f in findings] == CHECKS
+    finally:
+        fault.undo(stack)
+    # AND once undone, the stack is healthy again
+    assert failures(ops.examine(stack)) == []
+
+
+def test_a_disabled_rule_and_a_stopped_pipe_stop_delivery_as_reported(stack: LocalStack) -> None:
+    """The faults the doctor reads on the engine's own rule and pipe are real there."""
+    engine = stack.engine
+    s3 = stack.client("s3")
+    bucket = _bucket(stack)
+    s3.put_object(Bucket=bucket, Key="doctor/a.png", Body=png_bytes())
+    engine.client("sqs").send_message(QueueUrl=_source_queue(stack), MessageBody='{"a": 1}')
+    events, pipes = stack.client("events"), stack.client("pipes")
+    # GIVEN the rule disabled and the pipe stopped
+    events.disable_rule(Name=_rule(stack))
+    pipes.stop_pipe(Name=_pipe(stack))
+    try:
+        # WHEN an upload's event and the queue's message arrive
+        # THEN nothing starts
+        assert engine.put_s3_event(bucket, "doctor/a.png") == []
+        assert engine.pump_pipes() == []
+    finally:
+        events.enable_rule(Name=_rule(stack))
+        pipes.start_pipe(Name=_pipe(stack))
+    # AND once undone, both start the processor again
+    assert len(engine.put_s3_event(bucket, "doctor/a.png")) == 1
+    assert len(engine.pump_pipes()) == 1
+    engine.wait_for_running("ProcessorStateMachine")
+
+
+def test_a_batch_queue_hidden_shorter_than_a_batch_runs_fails() -> None:
+    # GIVEN a stack in the SQS batch mode (EXPRESS limits), healthy
+    parameters = {
+        **HEALTHY,
+        "SqsBatchMode": "true",
+        "RetryMaxAttempts": "1",
+        "ProcessorTimeoutSeconds": "30",
+    }
+    # (a stack name of its own: the module's stack is up in the same moto meanwhile)
+    with LocalEngine(
+        parameters=parameters, function_log=io.StringIO(), stack_name="batch"
+    ) as engine:
+        stack = LocalStack(engine)
+        ops.run_audit(stack)
+        assert failures(ops.examine(stack)) == []
+        # WHEN its source queue's visibility timeout is cut to a minute
+        stack.client("sqs").set_queue_attributes(
+            QueueUrl=stack.output("SourceQueueUrl"), Attributes={"VisibilityTimeout": "60"}
+        )
+        findings = ops.examine(stack)
+        # THEN that is the one FAIL: a batch can run longer than its messages stay hidden
+        (failed,) = [f for f in findings if f.status == ops.FAIL]
+        assert failed.check == "source queue visibility"
+        assert "VisibilityTimeout=360" in failed.detail
+        # AND its receive budget (5 x 60 s) no longer outlasts a lock: a WARN says so
+        (warned,) = [f for f in findings if f.status == ops.WARN]
+        assert warned.check == "source queue" and "LockTimeoutSeconds 900" in warned.detail
+
+
+def test_bad_input_a_missing_bucket_and_an_unreachable_processor_are_reported() -> None:
+    # GIVEN a stack deployed on a bucket that does not exist, with a processor ARN that
+    # names no function (both pass the template's parameter patterns)
+    parameters = {
+        "ExistingBucketName": "no-such-uploads",
+        "ProcessorFunctionArn": "arn:aws:lambda:us-east-1:123456789012:function:nowhere",
+        "AlarmEmail": "ops@example.com",
+    }
+    with LocalEngine(
+        parameters=parameters, function_log=io.StringIO(), stack_name="bad-input"
+    ) as engine:
+        stack = LocalStack(engine)
+        # WHEN the doctor examines it
+        found = {f.check: f for f in failures(ops.examine(stack))}
+        # THEN the bucket and the function are each a FAIL that names them
+        assert "s3://no-such-uploads does not exist" in found["bucket events"].detail
+        assert "nowhere does not exist" in found["processor timeout"].detail
+        assert found["processor timeout"].status == ops.FAIL
+        # WHEN the bucket is then made, unversioned, without EventBridge notifications
+        engine.client("s3").create_bucket(Bucket="no-such-uploads")
+        found = {f.check: f for f in failures(ops.examine(stack))}
+        # THEN the notifications are a FAIL, and versioning a WARN that says what it gives
+        assert found["bucket events"].status == ops.FAIL
+        assert found["bucket versioning"].status == ops.WARN
+        assert "never enabled" in found["bucket versioning"].detail
+        assert "each event at most once" in found["bucket versioning"].detail
