@@ -107,6 +107,7 @@ class WorkItem(TypedDict, total=False):
     payload: Any  # a message or a custom event: what the processor records
     messageId: str
     eventId: str
+    detailType: str  # a custom event's detail-type
     eventTime: str
 
 

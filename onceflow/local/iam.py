@@ -887,9 +887,13 @@ class AccessControl:
     """The template's roles, enforced while an engine runs."""
 
     stack: Stack
+    # Stacks whose functions and state machines run in the same engine, each as its own
+    # role too: the parent template's, around a nested onceflow (Stack.nested_application).
+    hosts: tuple[Stack, ...] = ()
     principals: dict[str, Principal] = field(default_factory=dict)
     by_function: dict[str, Principal] = field(default_factory=dict)
     by_machine: dict[str, Principal] = field(default_factory=dict)
+    _physical: dict[str, str] = field(default_factory=dict)  # logical id -> name or ARN
     _runtime: Any = None
     _started: bool = False
 
@@ -902,13 +906,20 @@ class AccessControl:
         """
         if self._started:
             return
-        for logical_id, resource in self.stack.template["Resources"].items():
-            kind = resource["Type"]
-            if kind not in ("AWS::Serverless::Function", "AWS::Serverless::StateMachine"):
-                continue
-            if not self.stack.resource_enabled(logical_id):
-                continue
-            self._set(self._principal(logical_id, resource))
+        for stack in (self.stack, *self.hosts):
+            for logical_id, resource in stack.template["Resources"].items():
+                kind = resource["Type"]
+                if kind not in ("AWS::Serverless::Function", "AWS::Serverless::StateMachine"):
+                    continue
+                if not stack.resource_enabled(logical_id):
+                    continue
+                if logical_id in self._physical:
+                    raise TemplateError(
+                        f"{logical_id} names a resource of two stacks; the local engine "
+                        "keys their roles by logical id"
+                    )
+                self._physical[logical_id] = stack.refs[logical_id]
+                self._set(self._principal(stack, logical_id, resource))
         load = runtime.load
         runtime.load = lambda spec: self.as_function(spec.name, load(spec))  # type: ignore[method-assign]
         self._runtime = runtime
@@ -941,36 +952,36 @@ class AccessControl:
 
         return run_as_role
 
-    def _principal(self, logical_id: str, resource: Mapping[str, Any]) -> Principal:
+    def _principal(self, stack: Stack, logical_id: str, resource: Mapping[str, Any]) -> Principal:
         raw = resource.get("Properties", {})
         if resource["Type"] == "AWS::Serverless::Function":
-            props = self.stack.function_properties(logical_id)
+            props = stack.function_properties(logical_id)
             if "Role" in raw:
-                statements = _role_statements(self.stack, logical_id, raw["Role"])
+                statements = _role_statements(stack, logical_id, raw["Role"])
             else:
                 statements = [copy.deepcopy(_LAMBDA_BASIC_EXECUTION)]
                 if props.get("Tracing") == "Active":
                     statements.append(copy.deepcopy(_XRAY_WRITE_ONLY))
                 statements += _sam_policies(props.get("Policies", []), logical_id)
-            kind, session = "function", self.stack.refs[logical_id]
+            kind, session = "function", stack.refs[logical_id]
         else:
             if "Role" in raw:
-                statements = _role_statements(self.stack, logical_id, raw["Role"])
+                statements = _role_statements(stack, logical_id, raw["Role"])
             else:
-                statements = _sam_policies(self.stack.resolve(raw.get("Policies", [])), logical_id)
+                statements = _sam_policies(stack.resolve(raw.get("Policies", [])), logical_id)
             kind, session = "state machine", uuid.uuid4().hex[:32]
         return Principal(
             logical_id=logical_id,
             kind=kind,
-            role_name=f"{self.stack.stack_name}-{logical_id}Role"[:64],
+            role_name=f"{stack.stack_name}-{logical_id}Role"[:64],
             session=session,
-            account_id=self.stack.account_id,
+            account_id=stack.account_id,
             statements=tuple(statements),
         )
 
     def _set(self, principal: Principal) -> None:
         self.principals[principal.logical_id] = principal
-        physical = self.stack.refs[principal.logical_id]
+        physical = self._physical[principal.logical_id]
         if principal.kind == "function":
             self.by_function[physical] = principal
         else:

@@ -112,8 +112,14 @@ class Stack:
         account_id: str = "123456789012",
         stack_name: str = "onceflow-local",
     ) -> Stack:
-        template = load_template(path)
-        specs: dict[str, Any] = template.get("Parameters", {})
+        stack = cls(load_template(path), path.parent, {}, region, account_id, stack_name)
+        stack.bind(overrides)
+        return stack
+
+    def bind(self, overrides: Mapping[str, Any] | None = None) -> None:
+        """Give the parameters their values (an override, else the default), refused where
+        CloudFormation refuses them at deploy."""
+        specs: dict[str, Any] = self.template.get("Parameters", {})
         overrides = dict(overrides or {})
         unknown = set(overrides) - set(specs)
         if unknown:
@@ -127,9 +133,52 @@ class Stack:
             else:
                 raise TemplateError(f"parameter {name} has no default and no value")
             parameters[name] = coerce_parameter(name, spec, value)
-        stack = cls(template, path.parent, parameters, region, account_id, stack_name)
-        stack.check_rules()
-        return stack
+        self.parameters = parameters
+        self.check_rules()
+
+    # ---- nested applications ------------------------------------------------
+
+    def nested_application(self) -> tuple[str, Stack] | None:
+        """The template's AWS::Serverless::Application whose Location is a local template (a
+        parent that nests onceflow, examples/): its logical id and its stack, not bound yet.
+
+        SAM takes a local file path as Location ("Defining a nested application from the
+        local file system", serverless-sam-template-nested-applications.html); `sam build`
+        and `sam package` turn it into the nested AWS::CloudFormation::Stack CloudFormation
+        deploys (sam-resource-application.html, Location). Its parameters are the parent's
+        values, known once the resources they name exist: the engine binds them then.
+        Its name is the parent's and the logical id (CloudFormation adds a random suffix;
+        not verified). One nested application at most; one from the Serverless Application
+        Repository, or at an S3 or HTTPS URL, is not emulated.
+        """
+        applications = [
+            logical_id
+            for logical_id, resource in self.template["Resources"].items()
+            if resource.get("Type") == "AWS::Serverless::Application"
+        ]
+        if not applications:
+            return None
+        if len(applications) > 1:
+            raise TemplateError(
+                f"{', '.join(applications)}: the local engine runs one nested application"
+            )
+        (logical_id,) = applications
+        location = self.template["Resources"][logical_id].get("Properties", {}).get("Location")
+        if not isinstance(location, str) or re.match(r"^[a-z][a-z0-9+.-]*://", location):
+            raise TemplateError(
+                f"{logical_id}: Location {location!r} is not a local template; the local engine "
+                "runs a nested application from a file path only"
+            )
+        path = self.root / location
+        nested = Stack(
+            load_template(path),
+            path.parent,
+            {},
+            self.region,
+            self.account_id,
+            f"{self.stack_name}-{logical_id}",
+        )
+        return logical_id, nested
 
     # ---- rules --------------------------------------------------------------
 

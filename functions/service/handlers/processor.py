@@ -1,16 +1,19 @@
 """Processor Lambda: turn one claimed work item into one WebP output.
 
-This module reads the state machine's event (the work item, the lock token),
-calls the use case (service/usecases/process.py) and shapes its answer.
+This module reads the state machine's event (service/contract.py: the work
+item, the lock token), calls the use case (service/usecases/process.py) and
+shapes its answer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from service.contract import ProcessorInput
 from service.dal.objects import ObjectStore
 from service.errors import ObjectSuperseded, PermanentError
 from service.model import WorkItem
@@ -29,7 +32,7 @@ def _object_store() -> ObjectStore:
     return _store
 
 
-def work_item_of(event: dict[str, Any]) -> WorkItem:
+def work_item_of(event: Mapping[str, Any]) -> WorkItem:
     """The event's work item; PermanentError when it has none the processor can name."""
     work_item = event.get("workItem")
     if not isinstance(work_item, dict) or not work_item.get("idempotencyKey"):
@@ -47,7 +50,7 @@ def shaped(output: Output) -> dict[str, Any]:
 
 
 def process(
-    event: dict[str, Any], settings: ProcessorSettings, store: ObjectStore
+    event: ProcessorInput, settings: ProcessorSettings, store: ObjectStore
 ) -> dict[str, Any]:
     """One invocation's work, from the event to the result the state machine records."""
     work_item = work_item_of(event)
@@ -57,7 +60,7 @@ def process(
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: ProcessorInput, context: LambdaContext) -> dict[str, Any]:
     # Every line this invocation logs carries the key and the execution.
     work_item = event.get("workItem") or {}
     logger.append_keys(

@@ -1,0 +1,217 @@
+"""examples/word-count on the local engine: its own function, run by the onceflow it nests.
+
+The engine reads the example's template, creates its bucket, table and function,
+then the nested onceflow stack with the parameters the example passes
+(ProcessorFunctionArn, ExistingBucketName, KeySuffix). An upload to the example's
+bucket is announced by S3's event (``LocalEngine.put_s3_event``) and reaches the
+nested stack's rule, as on AWS.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from onceflow.local.engine import LocalEngine
+from onceflow.local.template import TemplateError
+from service.contract import CallToken
+from tests.helpers import attributes, dlq_messages, invocations, ledger_row
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "word-count"
+HAPPY_PATH = ["Normalize", "Claim", "Process", "MarkComplete", "Processed"]
+DUPLICATE_PATH = ["Normalize", "Claim", "Reclaim", "Duplicate"]
+TEXT = b"one two\nthree four five\n"  # 2 lines, 5 words
+
+
+@pytest.fixture(scope="module")
+def example() -> Iterator[LocalEngine]:
+    with LocalEngine(EXAMPLE / "template.yaml", function_log=io.StringIO()) as engine:
+        yield engine
+
+
+def upload(engine: LocalEngine, key: str, body: bytes = TEXT) -> str:
+    """An upload to the example's own bucket; its version id."""
+    assert engine.parent is not None
+    bucket = engine.parent.ref("UploadsBucket")
+    return str(engine.client("s3").put_object(Bucket=bucket, Key=key, Body=body)["VersionId"])
+
+
+def deliver(engine: LocalEngine, key: str, version: str) -> list[str]:
+    """S3's Object Created event of the upload, as the default bus delivers it."""
+    assert engine.parent is not None
+    return engine.put_s3_event(engine.parent.ref("UploadsBucket"), key, version)
+
+
+def counts(engine: LocalEngine) -> dict[str, dict[str, Any]]:
+    """The example's effect: its table's items, by idempotency key."""
+    assert engine.parent is not None
+    table = engine.parent.ref("CountsTable")
+    items = engine.client("dynamodb").scan(TableName=table, ConsistentRead=True)["Items"]
+    return {i["pk"]["S"]: {k: next(iter(v.values())) for k, v in i.items()} for i in items}
+
+
+def key_of(engine: LocalEngine, key: str, version: str) -> str:
+    assert engine.parent is not None
+    return f"s3://{engine.parent.ref('UploadsBucket')}/{key}#{version}"
+
+
+def test_onceflow_runs_with_the_parameters_the_example_passes(example: LocalEngine) -> None:
+    # GIVEN the example's template on the engine
+    assert example.parent is not None
+    # THEN the nested stack got the example's function and bucket
+    function = example.parent.get_att("WordCountFunction", "Arn")
+    bucket = example.parent.ref("UploadsBucket")
+    assert example.stack.parameters["ProcessorFunctionArn"] == function
+    assert example.stack.parameters["ExistingBucketName"] == bucket
+    assert example.outputs()["ProcessorFunctionArn"] == function
+    assert example.outputs()["IngestBucketName"] == bucket
+    # AND it made neither a bundled processor nor an ingest bucket of its own
+    assert example.ref("ProcessorFunction") == "" and example.ref("IngestBucket") == ""
+    # AND the example reads the nested stack's outputs as CloudFormation gives them
+    assert example.parent.get_att("Onceflow", "Outputs.LedgerTableName") == example.ref(
+        "LedgerTable"
+    )
+
+
+def test_an_upload_is_counted_once_by_the_examples_own_function(example: LocalEngine) -> None:
+    # GIVEN a text file uploaded to the example's bucket
+    version = upload(example, "notes/first.txt")
+    before = invocations(example)
+    # WHEN S3 announces it
+    (arn,) = deliver(example, "notes/first.txt", version)
+    result = example.wait(arn)
+    # THEN onceflow processed it with the example's function, whose counts are the result
+    assert result.states_entered == HAPPY_PATH
+    assert result.output["result"] == {"lines": 2, "words": 5}
+    assert [i.function for i in example.runtime.invocations[before:]] == [
+        example.function_name("WordCountFunction")
+    ]
+    # AND the effect is the function's: one item in its table, written by the claim's first call
+    pk = key_of(example, "notes/first.txt", version)
+    item = counts(example)[pk]
+    assert (item["object_key"], item["lines"], item["words"]) == ("notes/first.txt", "2", "5")
+    assert CallToken.parse(item["call_token"]) == CallToken(result.arn, 1, 0)
+    # AND the ledger row is PROCESSED and keeps the function's result
+    row = ledger_row(example, pk)
+    assert row is not None and row["status"] == "PROCESSED"
+    assert row["result"] == '{"lines":2,"words":5}'
+
+
+def test_a_duplicate_delivery_is_absorbed_without_calling_the_function(
+    example: LocalEngine,
+) -> None:
+    # GIVEN an upload already counted
+    version = upload(example, "notes/twice.txt")
+    (first,) = deliver(example, "notes/twice.txt", version)
+    assert example.wait(first).states_entered == HAPPY_PATH
+    before = invocations(example)
+    # WHEN its event arrives again
+    (second,) = deliver(example, "notes/twice.txt", version)
+    result = example.wait(second)
+    # THEN it is a Duplicate: the function is not called, the table holds one item for it
+    assert result.states_entered == DUPLICATE_PATH
+    assert invocations(example) == before
+    pk = key_of(example, "notes/twice.txt", version)
+    assert [k for k in counts(example) if k == pk] == [pk]
+    assert CallToken.parse(counts(example)[pk]["call_token"]).lock_token == first
+
+
+def test_an_upload_outside_the_examples_suffix_starts_nothing(example: LocalEngine) -> None:
+    # GIVEN an upload that is not a .txt file (the example passes KeySuffix .txt)
+    version = upload(example, "notes/readme.md")
+    # WHEN S3 announces it
+    started = deliver(example, "notes/readme.md", version)
+    # THEN the nested stack's rule does not match it
+    assert started == []
+    assert key_of(example, "notes/readme.md", version) not in counts(example)
+
+
+def test_the_functions_permanent_error_dead_letters_the_upload_at_once(
+    example: LocalEngine,
+) -> None:
+    # GIVEN a .txt upload that is not UTF-8 text
+    version = upload(example, "notes/binary.txt", b"\xff\xfe\x00 not text")
+    before = invocations(example)
+    # WHEN S3 announces it
+    (arn,) = deliver(example, "notes/binary.txt", version)
+    result = example.wait(arn)
+    # THEN the function's PermanentError dead-lettered it after one call, with no effect
+    assert result.states_entered[-1] == "DeadLettered"
+    assert invocations(example) == before + 1
+    pk = key_of(example, "notes/binary.txt", version)
+    assert pk not in counts(example)
+    (message,) = [m for m in dlq_messages(example) if attributes(m)["IDEMPOTENCY_KEY"] == pk]
+    assert attributes(message)["EXHAUSTED_RETRY_CONDITION"] == "PermanentError"
+    assert "is not UTF-8 text" in attributes(message)["ERROR_MESSAGE"]
+
+
+def test_content_replaced_before_it_was_read_ends_superseded(example: LocalEngine) -> None:
+    # GIVEN work for an upload without a version id whose key now holds other content
+    assert example.parent is not None
+    bucket = example.parent.ref("UploadsBucket")
+    upload(example, "notes/replaced.txt")
+    item = {"bucket": bucket, "key": "notes/replaced.txt", "versionId": "null"}
+    item |= {"sequencer": "0A1B", "etag": "d41d8cd98f00b204e9800998ecf8427e"}
+    # WHEN it is processed (a direct work item, as the audit resubmits one)
+    result = example.execute("ProcessorStateMachine", {"workItem": item})
+    # THEN the function's ObjectSuperseded ended it in Superseded, with no effect and no DLQ
+    assert result.states_entered[-1] == "Superseded"
+    assert "holds other content now" in result.output["result"]["reason"]
+    pk = f"s3://{bucket}/notes/replaced.txt#0A1B"
+    assert pk not in counts(example)
+    assert not [m for m in dlq_messages(example) if attributes(m)["IDEMPOTENCY_KEY"] == pk]
+
+
+def test_the_examples_function_runs_as_its_own_role(example: LocalEngine) -> None:
+    # GIVEN the example function's role without its grant on the counts table
+    statements = [
+        s for s in example.access.statements("WordCountFunction") if s.get("Sid") != "RecordCounts"
+    ]
+    version = upload(example, "notes/denied.txt")
+    before = invocations(example)
+    # WHEN an upload is processed
+    with example.access.override("WordCountFunction", statements):
+        (arn,) = deliver(example, "notes/denied.txt", version)
+        result = example.wait(arn)
+    # THEN DynamoDB refused the write: not retried (not a TransientError), the row
+    # FAILED and open for the next claim, no effect
+    assert result.states_entered[-1] == "Failed"
+    assert "AccessDeniedException" in (result.cause or "")
+    assert invocations(example) == before + 1
+    pk = key_of(example, "notes/denied.txt", version)
+    assert pk not in counts(example)
+    row = ledger_row(example, pk)
+    assert row is not None and row["status"] == "FAILED" and "dead_lettered_at" not in row
+
+
+@pytest.mark.parametrize(
+    ("locations", "why"),
+    [
+        (
+            [{"ApplicationId": "arn:aws:serverlessrepo:us-east-1:123456789012:applications/x"}],
+            "is not a local template",
+        ),
+        (["https://s3.amazonaws.com/bucket/onceflow.template"], "is not a local template"),
+        (["../../template.yaml", "../../template.yaml"], "runs one nested application"),
+    ],
+    ids=["serverless-application-repository", "s3-url", "two-applications"],
+)
+def test_a_nested_application_the_engine_cannot_run_is_refused(
+    tmp_path: Path, locations: list[Any], why: str
+) -> None:
+    # GIVEN a parent template whose nested applications the local engine does not run
+    resources = {
+        f"App{n}": {"Type": "AWS::Serverless::Application", "Properties": {"Location": where}}
+        for n, where in enumerate(locations)
+    }
+    template = tmp_path / "template.yaml"
+    template.write_text(yaml.safe_dump({"Resources": resources}), encoding="utf-8")
+    # WHEN the engine reads it
+    # THEN it says why, before anything is created
+    with pytest.raises(TemplateError, match=why):
+        LocalEngine(template)
