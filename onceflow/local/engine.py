@@ -27,6 +27,8 @@ from typing import Any, TextIO
 from urllib.parse import quote_plus
 
 import boto3
+import botocore.loaders
+import botocore.session
 from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto import settings as moto_settings
@@ -35,7 +37,7 @@ from moto.events.models import EventPattern
 from moto.s3.models import s3_backends
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
-from onceflow.local import iam, jsonata_node, limits, patches
+from onceflow.local import iam, jsonata_node, limits, monitoring, patches
 from onceflow.local.errors import EngineError, ExecutionTimeout
 from onceflow.local.lambdas import FUNCTION_OUTPUT, FunctionSpec, InProcessRuntime
 from onceflow.local.template import Stack, TemplateError
@@ -54,12 +56,9 @@ _NOT_EMULATED = {
     "AWS::Logs::LogGroup",
     "AWS::IAM::Role",
     "AWS::IAM::Policy",
-    "AWS::CloudWatch::Alarm",
     "AWS::CloudWatch::Dashboard",
     "AWS::Logs::MetricFilter",
-    "AWS::SNS::Topic",
     "AWS::SNS::TopicPolicy",
-    "AWS::SNS::Subscription",
 }
 
 _EXECUTION_NAME = re.compile(r"[^A-Za-z0-9_-]")
@@ -135,6 +134,17 @@ def _unfreeze_heap() -> None:
             _HEAP["frozen_by_us"] = False
 
 
+# One loader of botocore's data files for every engine of the process: a session of its
+# own loads and parses each service model again (about 0.2 s of JSON an engine start).
+_LOADER = botocore.loaders.create_loader()
+
+
+def _botocore_session() -> botocore.session.Session:
+    session = botocore.session.get_session()
+    session.register_component("data_loader", _LOADER)
+    return session
+
+
 class LocalEngine:
     """Creates the template's resources in moto and runs executions and invocations.
 
@@ -154,6 +164,13 @@ class LocalEngine:
         self.stack = Stack.from_file(
             template, parameters, region=REGION, account_id=ACCOUNT_ID, stack_name=stack_name
         )
+        # A template that nests onceflow as an application (examples/) is the parent: the
+        # engine creates its resources too, and self.stack is the nested stack, the one
+        # every command acts on (_create_application binds its parameters).
+        self.parent: Stack | None = None
+        self._nested = self.stack.nested_application()
+        if self._nested is not None:
+            self.parent, self.stack = self.stack, self._nested[1]
         self.time_scale = time_scale
         # This engine's clock, request log, faults, functions and executions
         # inside the patches: another engine in this process keeps its own.
@@ -174,8 +191,11 @@ class LocalEngine:
         self._mock: Any = None
         self._saved_env: dict[str, str | None] = {}
         self._froze_heap = False
-        self.access = iam.AccessControl(self.stack)  # the template's IAM roles, enforced
+        # The template's IAM roles, enforced (the parent's too).
+        self.access = iam.AccessControl(self.stack, (self.parent,) if self.parent else ())
         self.stack.create = self._create
+        if self.parent is not None:
+            self.parent.create = self._create
 
     # ---- lifecycle -----------------------------------------------------------
 
@@ -204,6 +224,10 @@ class LocalEngine:
         self._mock.start()
         try:
             limits.install(self)  # AWS's quotas (history, sizes, timeouts), undone by stop()
+            if self.parent is not None:  # its nested application creates self.stack's resources
+                with self._creating_in(self.parent):
+                    for logical_id in self.parent.template["Resources"]:
+                        self._create(logical_id)
             for logical_id in self.stack.template["Resources"]:
                 self._create(logical_id)
             # Import every handler now (the cold start), before executions
@@ -258,7 +282,9 @@ class LocalEngine:
             with self._clients_lock:
                 client = self._clients.get(service)
                 if client is None:
-                    session = boto3.session.Session(region_name=REGION)
+                    session = boto3.session.Session(
+                        botocore_session=_botocore_session(), region_name=REGION
+                    )
                     client = session.client(service)  # type: ignore[call-overload]
                     # The operator's: unchecked by IAM even from inside a handler.
                     client = iam.as_operator(client)
@@ -273,6 +299,12 @@ class LocalEngine:
 
     def get_att(self, logical_id: str, attribute: str) -> str:
         return self.stack.get_att(logical_id, attribute)
+
+    def ingest_bucket(self) -> str:
+        """The bucket whose uploads the stack processes: its own IngestBucket, or the one
+        ExistingBucketName names (the template's IngestBucketName output follows both)."""
+        named = self.outputs().get("IngestBucketName")
+        return named if named else self.ref("IngestBucket")
 
     def outputs(self) -> dict[str, str]:
         return {
@@ -306,6 +338,8 @@ class LocalEngine:
                 "AWS::Serverless::StateMachine": self._create_state_machine,
                 "AWS::Events::Rule": self._create_rule,
                 "AWS::Pipes::Pipe": self._create_pipe,
+                **dict.fromkeys(monitoring.CREATORS, self._create_monitored),
+                "AWS::Serverless::Application": self._create_application,
             }.get(kind)
             if creator is None:
                 if kind not in _NOT_EMULATED:
@@ -320,6 +354,35 @@ class LocalEngine:
             creator(logical_id, resource)
         finally:
             self._creating.discard(logical_id)
+
+    @contextmanager
+    def _creating_in(self, stack: Stack) -> Iterator[None]:
+        """The creators read and fill self.stack: point it at another stack of this engine
+        (a parent template) while its resources are created."""
+        current, self.stack = self.stack, stack
+        try:
+            yield
+        finally:
+            self.stack = current
+
+    def _create_application(self, logical_id: str, resource: dict[str, Any]) -> None:
+        """The nested onceflow of a parent template: its stack bound to the parameters the
+        parent passes, then its resources created, as CloudFormation creates a nested stack
+        once the resources its parameters reference exist. The application's Ref is the
+        nested stack's ID and its attributes are Outputs.<name> (AWS::CloudFormation::Stack,
+        return values: serverless-sam-template-nested-applications.html deploys it as one).
+        """
+        if self._nested is None or self._nested[0] != logical_id or self.stack is not self.parent:
+            raise TemplateError(f"{logical_id}: only the parent template's application is run")
+        nested = self._nested[1]
+        parameters = self.stack.resolve(resource.get("Properties", {})).get("Parameters", {})
+        nested.bind(parameters)
+        with self._creating_in(nested):
+            for nested_id in nested.template["Resources"]:
+                self._create(nested_id)
+            outputs = self.outputs()
+        self.stack.refs[logical_id] = str(nested.pseudo("AWS::StackId"))
+        self.stack.attributes[logical_id] = {f"Outputs.{k}": v for k, v in outputs.items()}
 
     def _create_bucket(self, logical_id: str, resource: dict[str, Any]) -> None:
         props = self.stack.resolve(resource.get("Properties", {}))
@@ -494,6 +557,10 @@ class LocalEngine:
         )["stateMachineArn"]
         self.stack.refs[logical_id] = arn
         self.stack.attributes[logical_id] = {"Name": name, "Arn": arn}
+        monitoring.create_schedules(self, logical_id, arn)  # its ScheduleV2 events
+
+    def _create_monitored(self, logical_id: str, resource: dict[str, Any]) -> None:
+        monitoring.create(self, logical_id, resource)  # an alarm, its topic, a subscription
 
     def _create_rule(self, logical_id: str, resource: dict[str, Any]) -> None:
         # EventBridge is emulated here, not in moto: moto's rules cannot start
@@ -838,6 +905,8 @@ class LocalEngine:
         sqs = self.client("sqs")
         started: list[str] = []
         for pipe in self.pipes.values():
+            if pipe.get("DesiredState", "RUNNING") != "RUNNING":
+                continue  # a stopped pipe polls nothing (StopPipe; AWS::Pipes::Pipe DesiredState)
             url = self._queue_url(str(pipe["Source"]))
             batch_size = int(
                 pipe.get("SourceParameters", {}).get("SqsQueueParameters", {}).get("BatchSize", 10)

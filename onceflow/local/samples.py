@@ -203,6 +203,14 @@ def prepare_event(
             event[0]["body"] = json.dumps(body)
 
 
+def _bucket_exists(s3: Any, bucket: str) -> bool:
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except ClientError:
+        return False
+    return True
+
+
 def _prepare_object(
     engine: LocalEngine,
     holder: dict[str, Any],
@@ -213,7 +221,7 @@ def _prepare_object(
     fixtures: bool,
     notes: list[str],
 ) -> list[str]:
-    ingest = engine.ref("IngestBucket")
+    ingest = engine.ingest_bucket()
     named = _get(holder, bucket_path)
     if named in PLACEHOLDER_BUCKETS:
         _set(holder, bucket_path, ingest)
@@ -242,6 +250,14 @@ def _prepare_object(
         notes.append(f"the key is {size} bytes, more than S3 allows: no sample object uploaded")
         return notes
     s3 = engine.client("s3")
+    if engine.ref("IngestBucket") != ingest and not _bucket_exists(s3, ingest):
+        # ExistingBucketName: on AWS the bucket is the user's; the local stack has none.
+        s3.create_bucket(Bucket=ingest)
+        s3.put_bucket_versioning(Bucket=ingest, VersioningConfiguration={"Status": "Enabled"})
+        notes.append(
+            f"bucket {ingest} (ExistingBucketName) does not exist locally: created it, "
+            "versioned, as a stand-in for yours"
+        )
     version = _get(holder, version_path)
     try:
         kwargs = {"Bucket": bucket, "Key": key}

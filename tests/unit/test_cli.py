@@ -429,3 +429,19 @@ def test_invoke_runs_on_the_engine_of_onceflow_up_when_one_is_up(
     assert code == 0 and json.loads(out)["created"] is True
     assert f"running on the local engine at port {engine_server.port}" in err
     assert FRESH_STACK not in err
+
+
+def test_a_sample_runs_on_a_stack_over_an_existing_bucket(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN a stack over a bucket it does not own (ExistingBucketName): no IngestBucket
+    # WHEN the S3 sample is executed on it
+    code = main([
+        "execute", "ProcessorStateMachine", "-e", "events/s3-object-created.json", "--json",
+        "--parameter-overrides", "ExistingBucketName=users-own-bucket",
+    ])  # fmt: skip
+    # THEN the placeholder bucket stands for that bucket, and the upload is processed
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["states"][-1]["name"] == "Processed"
+    assert "stands for the local stack's users-own-bucket" in err

@@ -105,21 +105,32 @@ def processor_inputs(engine: LocalEngine) -> list[Any]:
 
 @pytest.fixture(params=["Enabled", None], ids=["versioned", "unversioned"])
 def existing(request: pytest.FixtureRequest) -> Iterator[LocalEngine]:
-    versioning: str | None = request.param
+    """The user's bucket versioned and unversioned: for what versioning changes."""
+    yield from _stack_over(request.param)
+
+
+@pytest.fixture
+def versioned(request: pytest.FixtureRequest) -> Iterator[LocalEngine]:
+    """The user's bucket versioned: for what versioning does not change (the filter's
+    refusals come before any read of the object)."""
+    yield from _stack_over("Enabled")
+
+
+def _stack_over(versioning: str | None) -> Iterator[LocalEngine]:
     with LocalEngine(parameters=PARAMETERS, function_log=io.StringIO(), time_scale=0.0) as engine:
         make_users_bucket(engine, versioning)
         engine.state.requests.clear()
         yield engine
 
 
-def test_the_stack_creates_no_bucket_of_its_own(existing: LocalEngine) -> None:
+def test_the_stack_creates_no_bucket_of_its_own(versioned: LocalEngine) -> None:
     # GIVEN a stack deployed with ExistingBucketName
     # WHEN we look at the buckets there are and what the stack names as its ingest bucket
-    names = {b["Name"] for b in existing.client("s3").list_buckets()["Buckets"]}
+    names = {b["Name"] for b in versioned.client("s3").list_buckets()["Buckets"]}
     # THEN the ingest bucket is the user's: the stack made only its output and log buckets
-    assert existing.outputs()["IngestBucketName"] == BUCKET
-    assert existing.ref("IngestBucket") == ""  # the resource's condition is false
-    assert names == {BUCKET, existing.ref("OutputBucket"), existing.ref("AccessLogBucket")}
+    assert versioned.outputs()["IngestBucketName"] == BUCKET
+    assert versioned.ref("IngestBucket") == ""  # the resource's condition is false
+    assert names == {BUCKET, versioned.ref("OutputBucket"), versioned.ref("AccessLogBucket")}
 
 
 def test_without_the_users_step_s3_sends_nothing_and_the_audit_finds_it(
@@ -184,48 +195,48 @@ def test_exactly_once_under_the_prefix_none_outside_and_the_lost_event_recovered
 
 @pytest.mark.parametrize("key", ["other/a.png", "incoming/a.txt", "incoming.png"])
 def test_a_work_item_outside_the_filter_is_refused_before_any_read(
-    existing: LocalEngine, key: str
+    versioned: LocalEngine, key: str
 ) -> None:
     # GIVEN an object of the user's bucket outside KeyPrefix/KeySuffix
-    version = put(existing, key) or "null"
+    version = put(versioned, key) or "null"
     # WHEN a work item names it directly (a redrive, a hand-made resubmission)
     item = {"bucket": BUCKET, "key": key, "versionId": version, "sequencer": "0A"}
-    result = existing.execute(MACHINE, {"workItem": item})
+    result = versioned.execute(MACHINE, {"workItem": item})
     # THEN it is an InvalidEvent: no claim, no Lambda, one DLQ message that says why
     assert result.states_entered[-1] == "InvalidEvent"
-    assert "Process" not in result.states_entered and ledger_rows(existing) == []
-    (message,) = dlq_messages(existing)
+    assert "Process" not in result.states_entered and ledger_rows(versioned) == []
+    (message,) = dlq_messages(versioned)
     why = attributes(message)["ERROR_MESSAGE"]
     assert "incoming/*.png" in why and "KeyPrefix*KeySuffix" in why
 
 
 def test_an_audit_asked_for_a_prefix_outside_the_filter_fails_with_the_reason(
-    existing: LocalEngine,
+    versioned: LocalEngine,
 ) -> None:
     # GIVEN objects outside KeyPrefix
-    put(existing, "other/a.png")
+    put(versioned, "other/a.png")
     # WHEN an operator asks the audit for that prefix
-    result = existing.execute(AUDIT, {"prefix": "other/"})
+    result = versioned.execute(AUDIT, {"prefix": "other/"})
     # THEN the run fails at its plan, naming both prefixes, and nothing was resubmitted
     assert result.status == "FAILED"
     assert result.states_entered == ["Plan"]
     assert result.error == "PermanentError"
     assert "'other/' is outside KeyPrefix 'incoming/'" in str(result.cause)
-    assert processor_inputs(existing) == []
+    assert processor_inputs(versioned) == []
 
 
-def test_an_audit_asked_for_a_narrower_prefix_lists_only_it(existing: LocalEngine) -> None:
+def test_an_audit_asked_for_a_narrower_prefix_lists_only_it(versioned: LocalEngine) -> None:
     # GIVEN a lost upload in a sub-folder of KeyPrefix and one beside it
-    put(existing, "incoming/2026/a.png")
-    put(existing, "incoming/b.png")
-    age_uploads(existing)
+    put(versioned, "incoming/2026/a.png")
+    put(versioned, "incoming/b.png")
+    age_uploads(versioned)
     # WHEN the audit is asked for the sub-folder, and for a prefix of KeyPrefix
-    narrow = run_audit_with(existing, {"prefix": "incoming/2026/"})
-    wide = run_audit_with(existing, {"prefix": "inc"})
+    narrow = run_audit_with(versioned, {"prefix": "incoming/2026/"})
+    wide = run_audit_with(versioned, {"prefix": "inc"})
     # THEN the first lists the sub-folder, the second KeyPrefix, not the whole bucket
     assert narrow["prefix"] == "incoming/2026/" and narrow["missing_resubmitted"] == 1
     assert wide["prefix"] == "incoming/" and wide["missing_resubmitted"] == 1
-    assert effects_by_object(existing) == Counter({"incoming/2026/a.png": 1, "incoming/b.png": 1})
+    assert effects_by_object(versioned) == Counter({"incoming/2026/a.png": 1, "incoming/b.png": 1})
 
 
 def run_audit_with(engine: LocalEngine, options: dict[str, str]) -> dict[str, Any]:
