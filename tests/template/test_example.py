@@ -21,13 +21,18 @@ from samcli.lib.package.uploaders import Uploaders
 from samcli.yamlhelper import yaml_dump, yaml_parse
 
 from onceflow.local.template import Stack
-from tests.template.translate import translate_template
+from tests.template.translate import (
+    PACKAGING_BUCKET,
+    FakeS3Uploader,
+    NoSigning,
+    translate_template,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "word-count"
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "SAM_CLI_TELEMETRY": "0", "AWS_DEFAULT_REGION": "us-east-1"}
-BUCKET = "packaging-bucket"
+BUCKET = PACKAGING_BUCKET
 
 
 def _example() -> dict[str, Any]:
@@ -102,39 +107,11 @@ def test_sam_build_builds_the_example_and_the_onceflow_it_nests(tmp_path: Path) 
         assert (package / "aws_lambda_powertools").is_dir(), function
 
 
-class _S3:
-    """What `sam package` would upload: each local artifact to s3://BUCKET/<name>."""
-
-    bucket_name = BUCKET
-    prefix = None
-
-    def __init__(self) -> None:
-        self.uploaded: list[str] = []
-
-    def upload_with_dedup(
-        self, file_name: str, extension: str | None = None, precomputed_md5: str | None = None
-    ) -> str:
-        self.uploaded.append(file_name)
-        return f"s3://{BUCKET}/{Path(file_name).name}-{len(self.uploaded)}"
-
-    def upload(self, file_name: str, remote_path: str) -> str:
-        self.uploaded.append(file_name)
-        return f"s3://{BUCKET}/{remote_path}"
-
-    def to_path_style_s3_url(self, key: str, version: str | None = None) -> str:
-        return f"https://s3.amazonaws.com/{BUCKET}/{key}"
-
-
-class _NoSigning:
-    def should_sign_package(self, resource: str) -> bool:
-        return False
-
-
 def test_sam_package_uploads_onceflow_as_the_nested_stacks_template() -> None:
     # GIVEN the example packaged as `sam package` does it (uploads replaced)
-    s3 = _S3()
+    s3 = FakeS3Uploader()
     uploaders = Uploaders(s3, None)  # type: ignore[arg-type]  # no image functions
-    exporter = Template("template.yaml", str(EXAMPLE), uploaders, code_signer=_NoSigning())
+    exporter = Template("template.yaml", str(EXAMPLE), uploaders, code_signer=NoSigning())
     packaged = exporter.export()
     # THEN the application names onceflow's template, packaged in turn, by its S3 URL
     location = packaged["Resources"]["Onceflow"]["Properties"]["Location"]

@@ -25,10 +25,15 @@ from samcli.lib.utils.resources import AWS_SERVERLESSREPO_APPLICATION
 from samcli.vendor.serverlessrepo import publish_application
 from samcli.yamlhelper import yaml_dump, yaml_parse
 
-from tests.template.translate import translate_template
+from tests.template.translate import (
+    PACKAGING_BUCKET,
+    FakeS3Uploader,
+    NoSigning,
+    translate_template,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-BUCKET = "packaging-bucket"
+BUCKET = PACKAGING_BUCKET
 
 
 def _metadata() -> dict[str, Any]:
@@ -37,39 +42,11 @@ def _metadata() -> dict[str, Any]:
     return metadata
 
 
-class _S3:
-    """What `sam package` would upload: each local artifact to s3://BUCKET/<name>."""
-
-    bucket_name = BUCKET
-    prefix = None
-
-    def __init__(self) -> None:
-        self.uploaded: list[str] = []
-
-    def upload_with_dedup(
-        self, file_name: str, extension: str | None = None, precomputed_md5: str | None = None
-    ) -> str:
-        self.uploaded.append(file_name)
-        return f"s3://{BUCKET}/{Path(file_name).name}-{len(self.uploaded)}"
-
-    def upload(self, file_name: str, remote_path: str) -> str:
-        self.uploaded.append(file_name)
-        return f"s3://{BUCKET}/{remote_path}"
-
-    def to_path_style_s3_url(self, key: str, version: str | None = None) -> str:
-        return f"https://s3.amazonaws.com/{BUCKET}/{key}"
-
-
-def _packaged() -> tuple[dict[str, Any], _S3]:
-    s3 = _S3()
+def _packaged() -> tuple[dict[str, Any], FakeS3Uploader]:
+    s3 = FakeS3Uploader()
     uploaders = Uploaders(s3, None)  # type: ignore[arg-type]  # no image functions
-    exported = Template("template.yaml", str(ROOT), uploaders, code_signer=_NoSigning()).export()
+    exported = Template("template.yaml", str(ROOT), uploaders, code_signer=NoSigning()).export()
     return exported, s3
-
-
-class _NoSigning:
-    def should_sign_package(self, resource: str) -> bool:
-        return False
 
 
 def test_the_metadata_is_complete_and_keeps_the_repositorys_rules() -> None:

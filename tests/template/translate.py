@@ -72,3 +72,39 @@ def tasks(definition: dict[str, Any]) -> list[dict[str, Any]]:
             if nested:
                 found += tasks(nested)
     return found
+
+
+# ---- `sam package`, offline --------------------------------------------------------
+
+PACKAGING_BUCKET = "packaging-bucket"
+
+
+class FakeS3Uploader:
+    """What `sam package` would upload, for SAM CLI's own exporter: each local artifact
+    to s3://PACKAGING_BUCKET/<name>, recorded, with no network."""
+
+    bucket_name = PACKAGING_BUCKET
+    prefix = None
+
+    def __init__(self) -> None:
+        self.uploaded: list[str] = []
+
+    def upload_with_dedup(
+        self, file_name: str, extension: str | None = None, precomputed_md5: str | None = None
+    ) -> str:
+        self.uploaded.append(file_name)
+        return f"s3://{PACKAGING_BUCKET}/{Path(file_name).name}-{len(self.uploaded)}"
+
+    def upload(self, file_name: str, remote_path: str) -> str:
+        self.uploaded.append(file_name)
+        return f"s3://{PACKAGING_BUCKET}/{remote_path}"
+
+    def to_path_style_s3_url(self, key: str, version: str | None = None) -> str:
+        return f"https://s3.amazonaws.com/{PACKAGING_BUCKET}/{key}"
+
+
+class NoSigning:
+    """No code signing configured, as `sam package` without --signing-profiles."""
+
+    def should_sign_package(self, resource: str) -> bool:
+        return False
