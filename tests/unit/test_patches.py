@@ -232,6 +232,46 @@ def test_a_failed_expression_is_caught_as_query_evaluation_error(engine: LocalEn
     assert "not valid JSON" in result.output["Cause"]  # type: ignore[attr-defined]
 
 
+def test_a_pass_state_whose_expression_fails_records_the_evaluation_failure(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN a Pass state, inside a caught Parallel branch, whose expression throws
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Branch",
+        "States": {
+            "Branch": {
+                "Type": "Parallel",
+                "Branches": [
+                    {
+                        "StartAt": "ParseBody",
+                        "States": {
+                            "ParseBody": {
+                                "Type": "Pass",
+                                "Output": "{% $parse($states.input.body) %}",
+                                "End": True,
+                            }
+                        },
+                    }
+                ],
+                "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Caught"}],
+                "End": True,
+            },
+            "Caught": {"Type": "Succeed"},
+        },
+    }
+    # WHEN it runs on a body that is not JSON
+    result = _run(engine, definition, {"body": "not json"})
+    # THEN the history names the failure once, for the state that failed (the API's
+    # HistoryEvent evaluationFailedEventDetails: "when a JSONata expression throws")
+    assert result.status == "SUCCEEDED"  # type: ignore[attr-defined]
+    failed = [e for e in result.events if e["type"] == "EvaluationFailed"]  # type: ignore[attr-defined]
+    assert len(failed) == 1
+    details = failed[0]["evaluationFailedEventDetails"]
+    assert details["error"] == "States.QueryEvaluationError"
+    assert details["state"] == "ParseBody"
+
+
 def test_a_parallel_branch_failing_with_a_states_error_reaches_the_catch(
     engine: LocalEngine,
 ) -> None:

@@ -48,10 +48,13 @@ from moto.stepfunctions.parser.asl.component.common.string import string_express
 from moto.stepfunctions.parser.asl.component.intrinsic import (
     jsonata as intrinsic_jsonata,
 )
+from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
 from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import branches_decl
+from moto.stepfunctions.parser.asl.component.state.state import CommonStateField
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
 from onceflow.local import jsonata_node
@@ -275,6 +278,62 @@ def _jsonata_eval_body(self: Any, env: Any) -> None:
             ),
         )
         raise FailureEventException(failure_event=failure_event) from exc
+
+
+def _recording_evaluation_failures(original: Any) -> Any:
+    """CommonStateField._eval_body that writes the EvaluationFailed event of a state
+    whose JSONata expression threw, for the states moto does not write it for.
+
+    The API's HistoryEvent has evaluationFailedEventDetails "when a JSONata expression
+    throws an error" while a state is processed (AWS Step Functions API reference,
+    HistoryEvent). moto's Task, Parallel and Map states (ExecutionState) write it
+    from the failure; a Pass or Choice state failed without one, so a caught error
+    in a Parallel branch had no name in the history.
+    """
+
+    def _eval_body(self: Any, env: Any) -> None:
+        try:
+            original(self, env)
+        except FailureEventException as exc:
+            event = exc.failure_event
+            if (
+                not isinstance(self, ExecutionState)
+                and event.event_type == HistoryEventType.EvaluationFailed
+                and not _last_is_evaluation_failed(env)
+            ):
+                details = dict(exc.get_evaluation_failed_event_details() or {})
+                details["state"] = self.name
+                env.event_manager.add_event(
+                    context=env.event_history_context,
+                    event_type=HistoryEventType.EvaluationFailed,
+                    event_details=EventDetails(  # type: ignore[typeddict-item]
+                        evaluationFailedEventDetails=EvaluationFailedEventDetails(**details)
+                    ),
+                )
+            raise
+
+    return _eval_body
+
+
+def _last_is_evaluation_failed(env: Any) -> bool:
+    """Whether the failure was written already (as _refuse writes it)."""
+    events = env.event_manager._history_event_list
+    return bool(events) and events[-1].get("type") == HistoryEventType.EvaluationFailed
+
+
+def _install_evaluation_failures(installer: Installer) -> None:
+    installer.replace(
+        CommonStateField, "_eval_body", _recording_evaluation_failures(CommonStateField._eval_body)
+    )
+
+
+def _evaluation_failures_fit() -> list[str]:
+    problems = []
+    if "_history_event_list" not in inspect.getsource(EventManager.__init__):
+        problems.append("moto's EventManager keeps no _history_event_list")
+    if not hasattr(FailureEventException, "get_evaluation_failed_event_details"):
+        problems.append("moto's FailureEventException has no get_evaluation_failed_event_details")
+    return problems
 
 
 def _branch_error_name(error_name: str | None) -> Any:
@@ -590,6 +649,18 @@ PATCHES = (
         test=_TESTS + "test_a_failed_expression_is_caught_as_query_evaluation_error",
         install=_install_expressions,
         fits=_expressions_fit,
+    ),
+    Patch(
+        name="evaluation failures in the history",
+        kind="fidelity",
+        why="A state whose JSONata expression throws leaves an EvaluationFailed event "
+        "naming the error and the state (AWS Step Functions API reference, HistoryEvent: "
+        "evaluationFailedEventDetails; for Pass and Choice states in particular not "
+        "verified). moto wrote it for Task, Parallel and Map states only, so a caught "
+        "error inside a Parallel branch had no name.",
+        test=_TESTS + "test_a_pass_state_whose_expression_fails_records_the_evaluation_failure",
+        install=_install_evaluation_failures,
+        fits=_evaluation_failures_fit,
     ),
     Patch(
         name="Parallel branch errors",
