@@ -94,13 +94,25 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_cmd.add_argument(
         "--duplicate-rate", type=float, default=0.05, help="share of objects delivered 2-3 times"
     )
+    chaos_cmd.add_argument(
+        "--source",
+        choices=("s3", "sqs"),
+        default="s3",
+        help="s3: EventBridge events of uploads (default); sqs: the source queue and its pipe",
+    )
+    chaos_cmd.add_argument(
+        "--batch",
+        action="store_true",
+        help="with --source sqs: the batch mode (SqsBatchMode=true, the EXPRESS batch workflow)",
+    )
     for kind in ("lost", "poison", "transient", "claim_throttle", "complete_throttle",
-                 "lock_expiry", "crash_after_effect"):  # fmt: skip
+                 "lock_expiry", "crash_after_effect", "dlq_refused", "ledger_unavailable",
+                 "last_attempt_death", "large_non_ascii", "delayed_notification"):  # fmt: skip
         chaos_cmd.add_argument(
             f"--{kind.replace('_', '-')}-rate",
             type=float,
             default=None,
-            help=f"share of objects with the {kind.replace('_', ' ')} fault",
+            help=f"share of units of work with the {kind.replace('_', ' ')} fault",
         )
     chaos_cmd.add_argument("--json", action="store_true", help="the report as one JSON object")
     chaos_cmd.set_defaults(func=_on_the_engine("chaos"))
