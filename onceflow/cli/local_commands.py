@@ -41,8 +41,9 @@ def cmd_demo(args: argparse.Namespace, session: Session) -> int:
 def cmd_chaos(args: argparse.Namespace, session: Session) -> int:
     if args.source == "sqs":
         return _queue_chaos(args)
-    if args.batch:
-        raise SystemExit("onceflow chaos: --batch is a mode of the SQS source: add --source sqs")
+    if args.batch or args.unversioned:
+        flag = "--batch" if args.batch else "--unversioned"
+        raise SystemExit(f"onceflow chaos: {flag} is a mode of the SQS source: add --source sqs")
     config = chaos.ChaosConfig(
         objects=args.objects,
         seed=args.seed,
@@ -63,6 +64,7 @@ def _queue_chaos(args: argparse.Namespace) -> int:
         units=args.objects,
         seed=args.seed,
         batch=args.batch,
+        versioned=not args.unversioned,
         concurrency=args.concurrency,
         duplicate_rate=args.duplicate_rate,
     )

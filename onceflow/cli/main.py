@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --source sqs: the batch mode (SqsBatchMode=true, the EXPRESS batch workflow)",
     )
+    chaos_cmd.add_argument(
+        "--unversioned",
+        action="store_true",
+        help="with --source sqs: uploads to an existing bucket without versioning",
+    )
     for kind in ("lost", "poison", "transient", "claim_throttle", "complete_throttle",
                  "lock_expiry", "crash_after_effect", "dlq_refused", "ledger_unavailable",
                  "last_attempt_death", "large_non_ascii", "delayed_notification"):  # fmt: skip

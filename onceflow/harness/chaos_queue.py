@@ -12,6 +12,7 @@ audits run, and each unit of work is judged on its own (per message, not per bat
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import random
@@ -20,7 +21,10 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TextIO
+
+from moto.s3.models import s3_backends
 
 from onceflow import ops
 from onceflow.harness.common import (
@@ -33,7 +37,7 @@ from onceflow.harness.common import (
     small_png,
 )
 from onceflow.local import patches
-from onceflow.local.engine import ExecutionResult, LocalEngine
+from onceflow.local.engine import ACCOUNT_ID, ExecutionResult, LocalEngine
 from onceflow.local.target import LocalTarget
 
 FAULT_KINDS = (
@@ -89,6 +93,8 @@ AUDIT_KEYS = (
 )
 # Over Step Functions' 256 KiB: the batch execution dies (States.DataLimitExceeded).
 OVERSIZED_RESULT = 300_000
+# How late a delayed notification arrives (a stopped pipe, a backlog): past the audit's wait.
+LATE_NOTIFICATION_SECONDS = 2 * 86_400
 NON_ASCII = "Crème brûlée, déjà vu à Zürich 🍮🎉 ¿qué? 😀 "
 
 
@@ -97,6 +103,9 @@ class QueueChaosConfig:
     units: int = 200
     seed: int = 11
     batch: bool = False
+    # False: the uploads go to an existing bucket without versioning (ExistingBucketName),
+    # keyed by their notification's sequencer, and by ETag and time when the audit finds them.
+    versioned: bool = True
     concurrency: int = 8
     duplicate_rate: float = 0.05
     rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
@@ -115,13 +124,18 @@ class Unit:
     waves: int = 1  # sent one after another, each after the last one's execution ended
 
 
-def queue_parameters(batch: bool) -> dict[str, str]:
+UNVERSIONED_BUCKET = "chaos-unversioned-uploads"
+
+
+def queue_parameters(batch: bool, versioned: bool = True) -> dict[str, str]:
     """The template parameters of the run: the created source queue, orders keyed by orderId."""
     parameters = {
         "AuditRecentCutoffHours": "0",  # the audit judges uploads seconds old
         "SqsSource": "create",
         "IdempotencyKeyPath": "orderId",
     }
+    if not versioned:
+        parameters["ExistingBucketName"] = UNVERSIONED_BUCKET
     if batch:
         # The batch workflow is EXPRESS: the template's ExpressFitsInFiveMinutes rule.
         # WorkflowType stays STANDARD: the audit resubmits into the single-message
@@ -387,6 +401,14 @@ class QueueRun:
                     ExpressionAttributeValues={":t": {"N": str(expiry - seconds)}},
                 )
 
+    def age_uploads(self, seconds: int) -> None:
+        """Date every upload back (moto's clock): the audit's wait for their events is
+        over, as it is when a notification waits that long in the queue."""
+        bucket = s3_backends[ACCOUNT_ID]["aws"].buckets[self.engine.ingest_bucket()]
+        for key in list(bucket.keys.keys()):
+            for version in bucket.keys.getlist(key):
+                version.last_modified -= timedelta(seconds=seconds)
+
     def audit(self, audits: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The audit, after every lock expired; None if it did not reach its report."""
         self.pass_time(self.lock_timeout + 3600)
@@ -436,10 +458,12 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         raise ValueError(f"the faults need {planned} units of work; give at least that many")
     rng = random.Random(config.seed)
     with LocalEngine(
-        parameters=queue_parameters(config.batch),
+        parameters=queue_parameters(config.batch, config.versioned),
         function_log=io.StringIO(),
         function_log_level="WARNING",
     ) as engine:
+        if not config.versioned:  # the user's bucket, made apart from the stack
+            engine.client("s3").create_bucket(Bucket=UNVERSIONED_BUCKET)
         run = QueueRun(engine, config)
         units, objects = _units(engine, run, config, rng, progress)
         by_pk = {u.pk: u for u in units}
@@ -455,8 +479,11 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
             with engine.override_function("ProcessorFunction", injector.processor):
                 _deliver(run, units, rng, progress)
                 injector.dead_letter_refusals = False
+                # Two days pass: longer than the audit waits for an upload's event
+                # (IngressMaxEventAgeSeconds, a day, for an upload without a version id).
+                run.age_uploads(LATE_NOTIFICATION_SECONDS)
                 if progress is not None:
-                    progress.write("auditing  after every lock expired\n")
+                    progress.write("auditing  two days later, every lock expired\n")
                 run.audit(audits)
                 late = [u for u in units if u.fault == "delayed_notification"]
                 for unit in late:  # after the audit resubmitted its upload as missing
@@ -489,7 +516,7 @@ def _units(
     progress: TextIO | None,
 ) -> tuple[list[Unit], dict[str, DemoObject]]:
     """Upload the objects and write the messages; nothing is sent yet."""
-    bucket = engine.ref("IngestBucket")
+    bucket = engine.ingest_bucket()
     s3 = engine.client("s3")
     faults = _plan(config, rng)
     units: list[Unit] = []
@@ -502,11 +529,17 @@ def _units(
             poison = fault == "poison"
             key = f"chaos/object-{n:05d}.png"
             data = rng.randbytes(64) if poison else small_png(rng)
-            version = s3.put_object(Bucket=bucket, Key=key, Body=data)["VersionId"]
-            obj = DemoObject(key, version, processable=not poison)
-            pk = obj.idempotency_key(bucket)
+            put = s3.put_object(Bucket=bucket, Key=key, Body=data)
+            obj = DemoObject(key, str(put.get("VersionId") or ""), processable=not poison)
+            notification = s3_notification(bucket, obj, len(data))
+            announced = notification["Records"][0]["s3"]["object"]
+            announced["eTag"] = str(put["ETag"]).strip('"')
+            if not obj.version_id:  # S3 names no version; the key is the event's sequencer
+                del announced["versionId"]
+                announced["sequencer"] = hashlib.sha256(key.encode()).hexdigest()[:18].upper()
+            pk = f"s3://{bucket}/{key}#{obj.version_id or announced['sequencer']}"
             objects[pk] = obj
-            body = json.dumps(s3_notification(bucket, obj, len(data)))
+            body = json.dumps(notification)
             unit = Unit(pk, body, "object", processable=not poison, fault=fault)
         elif fault == "large_non_ascii":
             order = f"commande-{n:05d}-déjà-vu-😀"
@@ -592,39 +625,63 @@ def _judge(
     for number, audit in enumerate(audits, 1):
         if "error" in audit:
             violated(INVARIANTS[0], f"audit {number}", audit["error"])
+    # One upload is one unit of work, whatever it was keyed by: its event's version id or
+    # sequencer, or (no version id) the audit's "#etag:" key for the same object.
+    by_object = {pk.rsplit("#", 1)[0]: pk for pk in objects}
+    known = {u.pk for u in units}
+
+    def unit_of(pk: str) -> str:
+        return pk if pk in known else by_object.get(pk.rsplit("#", 1)[0], pk)
+
+    unit_rows: dict[str, list[dict[str, Any]]] = {}
+    for pk, row in rows.items():
+        unit_rows.setdefault(unit_of(pk), []).append(row)
+    unit_effects: Counter[str] = Counter()
+    for pk, n in effects.items():
+        unit_effects[unit_of(pk)] += n
+    unit_dlq: Counter[str] = Counter()
+    for pk, n in dlq.items():
+        unit_dlq[unit_of(str(pk))] += n
     histogram: Counter[int] = Counter()
     for unit in units:
-        row = rows.get(unit.pk)
-        status = row.get("status") if row else None
-        n_effects, n_dlq, n_source = effects.get(unit.pk, 0), dlq[unit.pk], source_dlq[unit.pk]
+        own = unit_rows.get(unit.pk, [])
+        statuses = sorted(str(r.get("status")) for r in own)
+        status = "+".join(statuses) or None
+        n_effects, n_dlq, n_source = unit_effects[unit.pk], unit_dlq[unit.pk], source_dlq[unit.pk]
         histogram[n_effects] += 1
-        dead_lettered = bool(row and "dead_lettered_at" in row) or (
-            status != "PROCESSED" and n_dlq > 0
-        )
-        attempts = f"attempts {row.get('attempts')}/{run.max_attempts}" if row else ""
-        if row is None:
+        processed = "PROCESSED" in statuses
+        dead_lettered = any("dead_lettered_at" in r for r in own) or (not processed and n_dlq > 0)
+        if not own:
             violated(INVARIANTS[1], unit, "no ledger row: nothing did the work or found it")
-        elif status == "PROCESSING":
-            violated(INVARIANTS[1], unit, f"PROCESSING, its lock expired, {attempts}")
-        elif status == "FAILED" and not n_dlq and not _retry_path(row, pending):
-            where = f"; {n_source} message(s) in the source DLQ" if n_source else ""
-            detail = f"FAILED, no DLQ message, no retry path, {attempts}{where}"
-            violated(INVARIANTS[1], unit, detail)
+        for row in own:
+            attempts = f"attempts {row.get('attempts')}/{run.max_attempts}"
+            keyed = "" if row["pk"] == unit.pk else f" (row {row['pk']})"
+            if row.get("status") == "PROCESSING":
+                violated(INVARIANTS[1], unit, f"PROCESSING, its lock expired, {attempts}{keyed}")
+            elif (
+                row.get("status") == "FAILED"
+                and "dead_lettered_at" not in row
+                and not n_dlq
+                and not _retry_path(row, pending)
+            ):
+                where = f"; {n_source} message(s) in the source DLQ" if n_source else ""
+                detail = f"FAILED, no DLQ message, no retry path, {attempts}{where}{keyed}"
+                violated(INVARIANTS[1], unit, detail)
         if n_dlq + n_source > 1:
             violated(INVARIANTS[2], unit, f"{n_dlq} in the DLQ, {n_source} in the source DLQ")
         if unit.processable and not dead_lettered and n_effects != 1:
-            violated(INVARIANTS[3], unit, f"{n_effects} effects, row {status}")
+            keys = f" under {len(own)} keys" if len(own) > 1 else ""
+            violated(INVARIANTS[3], unit, f"{n_effects} effects, row {status}{keys}")
         if not unit.processable and n_effects:
             violated(INVARIANTS[4], unit, f"{n_effects} effects")
         if not unit.processable and not dead_lettered:
             detail = f"work that cannot succeed is not dead-lettered: row {status}"
             violated(INVARIANTS[3], unit, detail)
-        if status == "PROCESSED" and n_dlq:
+        if processed and n_dlq:
             violated(INVARIANTS[5], unit, f"{n_dlq} DLQ message(s)")
-    known = {u.pk for u in units}
-    for pk, n in dlq.items():
+    for pk, n in unit_dlq.items():
         if pk not in known:
-            violated(INVARIANTS[2], str(pk), f"{n} DLQ message(s) for no unit of work")
+            violated(INVARIANTS[2], pk, f"{n} DLQ message(s) for no unit of work")
     resubmitted_again = sum(int(again.get(k, 0)) for k in RESUBMITTED) if again else 0
     if resubmitted_again:
         violated(INVARIANTS[6], "audit 2", f"{resubmitted_again} resubmitted")
@@ -632,6 +689,7 @@ def _judge(
     return {
         "source": "sqs",
         "mode": "batch" if run.config.batch else "one message per execution",
+        "bucket": "versioned" if run.config.versioned else "unversioned (ExistingBucketName)",
         "units": len(units),
         "objects": len(objects),
         "messages": len(units) - len(objects),
@@ -658,7 +716,7 @@ def render(report: dict[str, Any]) -> str:
     per = "message" if report["mode"] == "batch" else "execution"
     lines = [
         "",
-        f"onceflow chaos: report (source sqs, {report['mode']})",
+        f"onceflow chaos: report (source sqs, {report['mode']}, {report['bucket']} bucket)",
         f"  seed {report['seed']}, units of work {report['units']} ({report['objects']} "
         f"uploads, {report['messages']} messages; {report['poison_units']} poison)",
         "  faults injected   "
