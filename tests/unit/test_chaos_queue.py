@@ -41,6 +41,7 @@ ITEM_1_EFFECT = (
     "P11 item 1: the unit whose DLQ send was refused on its last attempt is never "
     "dead-lettered (its redeliveries spin as Duplicate into the source DLQ)"
 )
+# (With seed 11 the unit whose DLQ send is refused is one of those sent twice.)
 ITEM_1_COPIES = (
     "P11 item 1: both copies of the unit whose DLQ send was refused on its last attempt "
     "spin as Duplicate (retry) until the queue moves them to the source DLQ"
@@ -110,6 +111,9 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
     else:
         assert outcomes == report["pipe_executions"] == report["messages_sent"]
         assert report["outcomes"]["ABORTED"] == 1  # the processor execution stopped
+        # The large non-ASCII order failed once and nothing else brings it back: the
+        # audit's sweep resubmitted it from its execution's input
+        assert report["audits"][0]["failed_resubmitted"] >= 1
 
 
 @pytest.mark.parametrize(
