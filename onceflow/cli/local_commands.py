@@ -14,7 +14,7 @@ from pathlib import Path
 from botocore.exceptions import ClientError
 
 from onceflow.cli.session import Session, json_value, load_event, parse_parameters, template_of
-from onceflow.harness import bench, chaos
+from onceflow.harness import bench, chaos, chaos_queue
 from onceflow.harness.demo import DemoConfig, run_demo
 from onceflow.local import server
 from onceflow.local.samples import prepare_event
@@ -39,22 +39,53 @@ def cmd_demo(args: argparse.Namespace, session: Session) -> int:
 
 
 def cmd_chaos(args: argparse.Namespace, session: Session) -> int:
+    if args.source == "sqs":
+        return _queue_chaos(args)
+    if args.batch or args.unversioned:
+        flag = "--batch" if args.batch else "--unversioned"
+        raise SystemExit(f"onceflow chaos: {flag} is a mode of the SQS source: add --source sqs")
     config = chaos.ChaosConfig(
         objects=args.objects,
         seed=args.seed,
         concurrency=args.concurrency,
         duplicate_rate=args.duplicate_rate,
     )
-    for kind in chaos.FAULT_KINDS:
-        rate = getattr(args, f"{kind}_rate")
-        if rate is not None:
-            config.rates[kind] = rate
+    config.rates.update(_rates(args, chaos.FAULT_KINDS, chaos_queue.FAULT_KINDS, "s3"))
     try:
         report = chaos.run_chaos(config, progress=sys.stderr)
     except ValueError as exc:
         raise SystemExit(f"onceflow chaos: {exc}") from None
     print(json.dumps(report, indent=2) if args.json else chaos.render(report))
     return 1 if report["violations"] else 0
+
+
+def _queue_chaos(args: argparse.Namespace) -> int:
+    config = chaos_queue.QueueChaosConfig(
+        units=args.objects,
+        seed=args.seed,
+        batch=args.batch,
+        versioned=not args.unversioned,
+        concurrency=args.concurrency,
+        duplicate_rate=args.duplicate_rate,
+    )
+    config.rates.update(_rates(args, chaos_queue.FAULT_KINDS, chaos.FAULT_KINDS, "sqs"))
+    try:
+        report = chaos_queue.run_queue_chaos(config, progress=sys.stderr)
+    except ValueError as exc:
+        raise SystemExit(f"onceflow chaos: {exc}") from None
+    print(json.dumps(report, indent=2) if args.json else chaos_queue.render(report))
+    return 1 if report["violations"] else 0
+
+
+def _rates(
+    args: argparse.Namespace, kinds: tuple[str, ...], others: tuple[str, ...], source: str
+) -> dict[str, float]:
+    """The rate flags given; a fault the source has not is refused before anything runs."""
+    for kind in set(others) - set(kinds):
+        if getattr(args, f"{kind}_rate") is not None:
+            flag = f"--{kind.replace('_', '-')}-rate"
+            raise SystemExit(f"onceflow chaos: {flag} is not a fault of --source {source}")
+    return {k: rate for k in kinds if (rate := getattr(args, f"{k}_rate")) is not None}
 
 
 def cmd_bench(args: argparse.Namespace, session: Session) -> int:

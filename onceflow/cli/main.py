@@ -86,7 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_cmd = commands.add_parser(
         "chaos", help="seeded fault injection, the audit, then an exactly-once check"
     )
-    chaos_cmd.add_argument("--objects", type=int, default=2000, help="1 to 10000 (default 2000)")
+    chaos_cmd.add_argument(
+        "--objects",
+        type=int,
+        default=2000,
+        help="1 to 10000 (default 2000); with --source sqs, units of work (uploads and orders)",
+    )
     chaos_cmd.add_argument(
         "--seed", type=int, default=11, help="same seed, same plan of objects and faults"
     )
@@ -94,13 +99,35 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_cmd.add_argument(
         "--duplicate-rate", type=float, default=0.05, help="share of objects delivered 2-3 times"
     )
-    for kind in ("lost", "poison", "transient", "claim_throttle", "complete_throttle",
-                 "lock_expiry", "crash_after_effect"):  # fmt: skip
+    chaos_cmd.add_argument(
+        "--source",
+        choices=("s3", "sqs"),
+        default="s3",
+        help="s3: EventBridge events of uploads (default); sqs: the source queue and its pipe",
+    )
+    chaos_cmd.add_argument(
+        "--batch",
+        action="store_true",
+        help="with --source sqs: the batch mode (SqsBatchMode=true, the EXPRESS batch workflow)",
+    )
+    chaos_cmd.add_argument(
+        "--unversioned",
+        action="store_true",
+        help="with --source sqs: uploads to an existing bucket without versioning",
+    )
+    # Every fault's rate flag, and the source that has it ("": both).
+    faults = [(k, "") for k in ("lost", "poison", "transient", "claim_throttle",
+                                "complete_throttle")]  # fmt: skip
+    faults += [(k, "s3") for k in ("lock_expiry", "crash_after_effect")]
+    faults += [(k, "sqs") for k in ("dlq_refused", "ledger_unavailable", "last_attempt_death",
+                                    "large_non_ascii", "delayed_notification")]  # fmt: skip
+    for kind, source in faults:
         chaos_cmd.add_argument(
             f"--{kind.replace('_', '-')}-rate",
             type=float,
             default=None,
-            help=f"share of objects with the {kind.replace('_', ' ')} fault",
+            help=f"share of units of work with the {kind.replace('_', ' ')} fault"
+            + (f" (--source {source})" if source else ""),
         )
     chaos_cmd.add_argument("--json", action="store_true", help="the report as one JSON object")
     chaos_cmd.set_defaults(func=_on_the_engine("chaos"))

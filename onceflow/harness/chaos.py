@@ -18,8 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from PIL import Image
-
 from onceflow import ops
 from onceflow.harness.common import (
     DemoObject,
@@ -28,6 +26,7 @@ from onceflow.harness.common import (
     drain,
     effects_by_idempotency_key,
     s3_event,
+    small_png,
 )
 from onceflow.local import patches
 from onceflow.local.engine import ExecutionResult, LocalEngine
@@ -93,13 +92,6 @@ def duplicate_gap(rng: random.Random) -> float:
     if draw < 0.8:
         return rng.uniform(CONCURRENT_GAP, 15.0)
     return float(10 ** rng.uniform(1.176, 4.346))  # 15 s .. 22,162 s, log-uniform
-
-
-def _small_image(rng: random.Random) -> bytes:
-    out = io.BytesIO()
-    size = (rng.randint(16, 96), rng.randint(16, 96))
-    Image.new("RGB", size, (rng.randrange(256), rng.randrange(256), 0)).save(out, format="PNG")
-    return out.getvalue()
 
 
 class Injector:
@@ -226,7 +218,7 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
         uploads = Progress(len(keys), "uploading ", progress)
         for key in keys:
             poison = faults.get(key) == "poison"
-            body = rng.randbytes(64) if poison else _small_image(rng)
+            body = rng.randbytes(64) if poison else small_png(rng)
             version = s3.put_object(Bucket=bucket, Key=key, Body=body)["VersionId"]
             objects[key] = DemoObject(key, version, processable=not poison)
             sizes[key] = len(body)
@@ -400,8 +392,11 @@ def render(report: dict[str, Any]) -> str:
         f"  seed {report['seed']}, objects {report['objects']} "
         f"({report['poison_objects']} poison), deliveries {report['deliveries']}",
         "  faults injected   "
-        + ", ".join(f"{k} {v}" for k, v in report["faults_injected"].items()),
-        f"  duplicate gaps    {report['duplicate_gap_seconds']}",
+        + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in report["faults_injected"].items()),
+        "  duplicate gaps    "
+        + ", ".join(
+            f"{k.replace('_', ' ')} {v}" for k, v in report["duplicate_gap_seconds"].items()
+        ),
         "  executions        " + ", ".join(f"{k} {v}" for k, v in report["executions"].items()),
         "  audit             " + ", ".join(f"{k} {v}" for k, v in report["audit"].items()),
         f"  second audit      {report['second_audit_resubmitted']} resubmitted",

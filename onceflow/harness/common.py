@@ -9,6 +9,8 @@ demo's parameters from here before it knows whether it will start an engine.
 from __future__ import annotations
 
 import hashlib
+import io
+import random
 import threading
 import time
 from collections import Counter
@@ -79,6 +81,16 @@ class Progress:
         self.stream.flush()
 
 
+def small_png(rng: random.Random) -> bytes:
+    """A small PNG of random size and colour: an upload the bundled processor takes."""
+    from PIL import Image  # here, not at the top: the command line imports this module
+
+    out = io.BytesIO()
+    size = (rng.randint(16, 96), rng.randint(16, 96))
+    Image.new("RGB", size, (rng.randrange(256), rng.randrange(256), 0)).save(out, format="PNG")
+    return out.getvalue()
+
+
 def s3_event(bucket: str, obj: DemoObject, size: int, delivery: int) -> dict[str, Any]:
     """An EventBridge Object Created event, as S3 sends it (see events/)."""
     return {
@@ -101,6 +113,31 @@ def s3_event(bucket: str, obj: DemoObject, size: int, delivery: int) -> dict[str
             },
             "reason": "PutObject",
         },
+    }
+
+
+def s3_notification(bucket: str, obj: DemoObject, size: int) -> dict[str, Any]:
+    """A classic S3 event notification, as S3 sends it to an SQS queue (key URL-encoded)."""
+    return {
+        "Records": [
+            {
+                "eventVersion": "2.1",
+                "eventSource": "aws:s3",
+                "awsRegion": "us-east-1",
+                "eventTime": "2026-11-21T10:00:00.000Z",
+                "eventName": "ObjectCreated:Put",
+                "s3": {
+                    "s3SchemaVersion": "1.0",
+                    "bucket": {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"},
+                    "object": {
+                        "key": quote_plus(obj.key, safe="/"),
+                        "size": size,
+                        "versionId": obj.version_id,
+                        "sequencer": hashlib.sha256(obj.version_id.encode()).hexdigest()[:18],
+                    },
+                },
+            }
+        ]
     }
 
 

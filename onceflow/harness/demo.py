@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import random
@@ -14,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
-from urllib.parse import quote_plus
 
 from PIL import Image
 
@@ -27,6 +25,7 @@ from onceflow.harness.common import (
     drain,
     effects_by_idempotency_key,
     s3_event,
+    s3_notification,
 )
 from onceflow.local.engine import ExecutionResult, LocalEngine
 from onceflow.local.server import SharedEngine, engine_for
@@ -59,31 +58,6 @@ def _image_bytes(rng: random.Random) -> bytes:
     out = io.BytesIO()
     image.save(out, format=rng.choice(["PNG", "JPEG"]))
     return out.getvalue()
-
-
-def s3_notification(bucket: str, obj: DemoObject, size: int) -> dict[str, Any]:
-    """A classic S3 event notification, as S3 sends it to an SQS queue (key URL-encoded)."""
-    return {
-        "Records": [
-            {
-                "eventVersion": "2.1",
-                "eventSource": "aws:s3",
-                "awsRegion": "us-east-1",
-                "eventTime": "2026-11-21T10:00:00.000Z",
-                "eventName": "ObjectCreated:Put",
-                "s3": {
-                    "s3SchemaVersion": "1.0",
-                    "bucket": {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"},
-                    "object": {
-                        "key": quote_plus(obj.key, safe="/"),
-                        "size": size,
-                        "versionId": obj.version_id,
-                        "sequencer": hashlib.sha256(obj.version_id.encode()).hexdigest()[:18],
-                    },
-                },
-            }
-        ]
-    }
 
 
 @dataclass

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from onceflow.cli import main
-from onceflow.harness.chaos import FAULT_KINDS, _check
+from onceflow.harness.chaos import FAULT_KINDS, _check, render
 from onceflow.harness.common import DemoObject
 from onceflow.local.engine import LocalEngine
 from tests.helpers import png_bytes, upload
@@ -36,6 +36,10 @@ def test_a_200_object_run_injects_every_fault_and_holds_every_invariant(
     assert report["executions"]["Duplicate"] >= 1
     assert report["audit"]["missing_resubmitted"] == report["faults_injected"]["lost"]
     assert report["second_audit_resubmitted"] == 0
+    # AND the report prints as plain text, not a Python dict repr
+    text = render(report)
+    assert "{" not in text and "}" not in text
+    assert "duplicate gaps    min 0.0" in text
 
 
 def test_the_checker_names_every_broken_invariant(engine: LocalEngine) -> None:

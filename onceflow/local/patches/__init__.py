@@ -31,6 +31,7 @@ from onceflow.local.patches.hooks import (
     RecordedRequest,
     RequestLog,
     dynamodb_error,
+    sqs_error,
 )
 from onceflow.local.patches.registry import LOG, Installed, Patch, install_all
 
@@ -44,6 +45,7 @@ __all__ = [
     "dynamodb_error",
     "eval_jsonata",
     "install",
+    "sqs_error",
     "uninstall",
 ]
 

@@ -331,6 +331,17 @@ def dynamodb_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
     return 400, headers, body
 
 
+def sqs_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
+    """An SQS error response (JSON protocol), e.g. KmsAccessDenied on SendMessage."""
+    body = json.dumps({"__type": f"com.amazonaws.sqs#{code}", "message": message})
+    headers = {
+        "x-amzn-query-error": f"{code};Sender",
+        "x-amzn-RequestId": str(uuid.uuid4()),
+        "Content-Type": "application/x-amz-json-1.0",
+    }
+    return 400, headers, body
+
+
 def _injected(
     state: EngineState, service: str, request: Any
 ) -> tuple[int, dict[str, str], str] | None:

@@ -1,0 +1,760 @@
+"""The chaos run through the SQS source: the pipe one message at a time, or the batch mode.
+
+Units of work are uploads announced by classic S3 notifications on the source queue
+and business messages (orders, keyed by ``orderId``). The queue's own faults are
+played as AWS plays them: a message the batch workflow leaves unsettled comes back on
+the next pass of the pipe, one visibility timeout later (locks age by that much), and
+after SourceQueueMaxReceiveCount receives it moves to the source DLQ. Faults are
+injected through the engine's mechanisms: a processor that raises, a DynamoDB or SQS
+request answered with the service's error. Then time moves past every lock, the
+audits run, and each unit of work is judged on its own (per message, not per batch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TextIO
+
+from moto.s3.models import s3_backends
+
+from onceflow import ops
+from onceflow.harness.common import (
+    DemoObject,
+    Progress,
+    TransientError,
+    drain,
+    effects_by_idempotency_key,
+    s3_notification,
+    small_png,
+)
+from onceflow.local import patches
+from onceflow.local.engine import ACCOUNT_ID, ExecutionResult, LocalEngine
+from onceflow.local.target import LocalTarget
+
+FAULT_KINDS = (
+    "lost",
+    "poison",
+    "transient",
+    "claim_throttle",
+    "complete_throttle",
+    "dlq_refused",
+    "ledger_unavailable",
+    "last_attempt_death",
+    "large_non_ascii",
+    "delayed_notification",
+)
+# Only an upload can be lost or late (the audit walks the bucket) or poison (not an
+# image); the faults of the queue's own paths hit business messages, whose only ways
+# back are the queue and the audit's sweep.
+OBJECT_FAULTS = frozenset({"lost", "poison", "delayed_notification"})
+MESSAGE_FAULTS = frozenset(
+    {"dlq_refused", "ledger_unavailable", "last_attempt_death", "large_non_ascii"}
+)
+DEFAULT_RATES = {
+    "lost": 0.01,
+    "poison": 0.01,
+    "transient": 0.03,
+    "claim_throttle": 0.01,
+    "complete_throttle": 0.01,
+    "dlq_refused": 0.01,
+    "ledger_unavailable": 0.01,
+    "last_attempt_death": 0.01,
+    "large_non_ascii": 0.01,
+    "delayed_notification": 0.01,
+}
+INVARIANTS = (
+    "every audit runs to its report",
+    "no unit of work left outside a named end state",
+    "at most one DLQ message per unit of work",
+    "exactly one effect per unit of work not dead-lettered",
+    "no effect for poison",
+    "no DLQ message for processed work",
+    "a second audit resubmits nothing",
+)
+RESUBMITTED = ("missing_resubmitted", "failed_resubmitted", "stuck_released")
+AUDIT_KEYS = (
+    "scanned",
+    "missing_resubmitted",
+    "failed_resubmitted",
+    "stuck_released",
+    "stuck_dead_lettered",
+    "failed_dead_lettered",
+    "dead_lettered_skipped",
+    "resubmit_errors",
+)
+# Over Step Functions' 256 KiB: the batch execution dies (States.DataLimitExceeded).
+OVERSIZED_RESULT = 300_000
+# How late a delayed notification arrives (a stopped pipe, a backlog): past the audit's wait.
+LATE_NOTIFICATION_SECONDS = 2 * 86_400
+NON_ASCII = "Crème brûlée, déjà vu à Zürich 🍮🎉 ¿qué? 😀 "
+
+
+@dataclass
+class QueueChaosConfig:
+    units: int = 200
+    seed: int = 11
+    batch: bool = False
+    # False: the uploads go to an existing bucket without versioning (ExistingBucketName),
+    # keyed by their notification's sequencer, and by ETag and time when the audit finds them.
+    versioned: bool = True
+    concurrency: int = 8
+    duplicate_rate: float = 0.05
+    rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
+
+
+@dataclass
+class Unit:
+    """One unit of work: what the queue carries for it and what was done to it."""
+
+    pk: str
+    body: str  # the message body (every copy the same)
+    kind: str  # "object" or "message"
+    processable: bool
+    fault: str | None = None
+    copies: int = 1  # sent together
+    waves: int = 1  # sent one after another, each after the last one's execution ended
+
+
+UNVERSIONED_BUCKET = "chaos-unversioned-uploads"
+
+
+def queue_parameters(batch: bool, versioned: bool = True) -> dict[str, str]:
+    """The template parameters of the run: the created source queue, orders keyed by orderId."""
+    parameters = {
+        "AuditRecentCutoffHours": "0",  # the audit judges uploads seconds old
+        "SqsSource": "create",
+        "IdempotencyKeyPath": "orderId",
+    }
+    if not versioned:
+        parameters["ExistingBucketName"] = UNVERSIONED_BUCKET
+    if batch:
+        # The batch workflow is EXPRESS: the template's ExpressFitsInFiveMinutes rule.
+        # WorkflowType stays STANDARD: the audit resubmits into the single-message
+        # processor, whose executions DescribeExecution serves.
+        parameters |= {
+            "SqsBatchMode": "true",
+            "RetryMaxAttempts": "1",
+            "ProcessorTimeoutSeconds": "40",
+        }
+    return parameters
+
+
+def large_non_ascii_body(order_id: str, limit: int) -> str:
+    """An order whose note of accented text and emoji fills it to ``limit`` bytes of UTF-8
+    (within 3: a character is not cut)."""
+    head = json.dumps({"orderId": order_id, "note": ""}, ensure_ascii=False)
+    room = limit - len(head.encode())
+    text = NON_ASCII * (room // len(NON_ASCII.encode()) + 1)
+    note = text.encode()[:room].decode("utf-8", "ignore")
+    return json.dumps({"orderId": order_id, "note": note}, ensure_ascii=False)
+
+
+class QueueInjector:
+    """The faults, by idempotency key; counts what fired."""
+
+    def __init__(self, engine: LocalEngine, units: dict[str, Unit], batch: bool) -> None:
+        self.engine = engine
+        self.units = units
+        self.batch = batch
+        self.max_attempts = int(engine.stack.parameters["MaxAttempts"])
+        self.dead_letter_queue = engine.ref("DeadLetterQueue")
+        self.fired: Counter[str] = Counter()
+        self._done: set[tuple[str, str]] = set()
+        self._owners: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+        # The DLQ's key policy is fixed before the audits: only the deliveries see it.
+        self.dead_letter_refusals = True
+        self._real = engine.runtime.load(
+            engine.runtime.functions[engine.function_name("ProcessorFunction")]
+        )
+
+    def _fault(self, pk: str) -> str | None:
+        unit = self.units.get(pk)
+        return unit.fault if unit is not None else None
+
+    def once(self, pk: str, kind: str) -> bool:
+        """True the first time (pk, kind) asks: such a fault fires once per unit."""
+        with self._lock:
+            if self._fault(pk) != kind or (pk, kind) in self._done:
+                return False
+            self._done.add((pk, kind))
+            self.fired[kind] += 1
+            return True
+
+    def first_owner(self, pk: str, kind: str, owner: str) -> bool:
+        """True for every request of the first execution (lock owner) that asks: such a
+        fault lasts past that execution's retries, and only that execution sees it."""
+        with self._lock:
+            if self._fault(pk) != kind:
+                return False
+            first = self._owners.setdefault((pk, kind), owner)
+            if first == owner and (pk, kind) not in self._done:
+                self._done.add((pk, kind))
+                self.fired[kind] += 1
+            return first == owner
+
+    # -- the services, answering in DynamoDB's or SQS's place -------------------
+
+    def service(self, service: str, operation: str, body: str) -> Any:
+        if (service, operation) not in {
+            ("dynamodb", "PutItem"),
+            ("dynamodb", "UpdateItem"),
+            ("sqs", "SendMessage"),
+        }:
+            return None
+        try:
+            request = json.loads(body)
+        except ValueError:
+            return None
+        if service == "sqs":
+            return self._dead_letter_send(request)
+        pk = (request.get("Item") or request.get("Key") or {}).get("pk", {}).get("S", "")
+        if operation == "PutItem" and self.once(pk, "claim_throttle"):
+            return patches.dynamodb_error(
+                "ProvisionedThroughputExceededException", "injected: Claim throttled"
+            )
+        values = request.get("ExpressionAttributeValues") or {}
+        if operation != "UpdateItem" or ":processed" not in values:
+            return None
+        if self.once(pk, "complete_throttle"):
+            return patches.dynamodb_error(
+                "ProvisionedThroughputExceededException", "injected: MarkComplete throttled"
+            )
+        owner = str(values.get(":owner", {}).get("S", ""))
+        if self.first_owner(pk, "ledger_unavailable", owner):
+            return patches.dynamodb_error(
+                "ProvisionedThroughputExceededException",
+                "injected: MarkComplete throttled past its retries",
+            )
+        return None
+
+    def _dead_letter_send(self, request: dict[str, Any]) -> Any:
+        if not self.dead_letter_refusals or request.get("QueueUrl") != self.dead_letter_queue:
+            return None
+        attributes = request.get("MessageAttributes") or {}
+        pk = str(attributes.get("IDEMPOTENCY_KEY", {}).get("StringValue", ""))
+        owner = str(attributes.get("EXECUTION_ARN", {}).get("StringValue", ""))
+        if self.first_owner(pk, "dlq_refused", owner):
+            return patches.sqs_error(
+                "KmsAccessDenied", "injected: the DLQ's KMS key policy refuses SendMessage"
+            )
+        return None
+
+    # -- the processor ----------------------------------------------------------
+
+    def processor(self, event: dict[str, Any], context: Any) -> Any:
+        pk = str(event["workItem"].get("idempotencyKey", ""))
+        attempt = int(event.get("attempt") or 1)
+        fault = self._fault(pk)
+        if self.once(pk, "transient"):
+            raise TransientError(f"injected: a dependency timed out on {pk}")
+        if fault == "dlq_refused":
+            raise TransientError(f"injected: the warehouse refuses {pk}, every time")
+        if fault == "large_non_ascii" and attempt == 1:
+            raise TransientError(f"injected: the first attempt at {pk} fails")
+        if fault == "last_attempt_death":
+            if attempt < self.max_attempts:
+                raise TransientError(f"injected: attempt {attempt} at {pk} fails")
+            output = self._real(event, context)
+            if self.once(pk, "last_attempt_death"):
+                return self._die(event, output)
+            return output
+        return self._real(event, context)
+
+    def _die(self, event: dict[str, Any], output: Any) -> Any:
+        """The effect happened; then the execution dies, its lock left to expire."""
+        if self.batch:
+            # An EXPRESS execution cannot be stopped: the whole batch fails instead, once
+            # the other messages of the batch have their outcome in the ledger (so that
+            # their own faults fire), as a slow last call would.
+            self._others_settle(str(event["lockToken"]))
+            return {**output, "padding": "x" * OVERSIZED_RESULT}
+        self.engine.client("stepfunctions").stop_execution(
+            executionArn=str(event["lockToken"]),
+            error="WorkerDied",
+            cause="injected: the worker died on the last attempt, after its effect",
+        )
+        return output
+
+    def _others_settle(self, lock_token: str, timeout: float = 30.0) -> None:
+        """Wait until no other message of this batch execution holds a PROCESSING row
+        (but those that die alike, and wait alike)."""
+        execution = lock_token.split("#", 1)[0]
+        dynamodb = self.engine.client("dynamodb")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            held = [
+                item
+                for page in dynamodb.get_paginator("scan").paginate(
+                    TableName=self.engine.ref("LedgerTable"), ConsistentRead=True
+                )
+                for item in page["Items"]
+                if item.get("status", {}).get("S") == "PROCESSING"
+                and item.get("lock_owner", {}).get("S", "").startswith(execution + "#")
+                and self._fault(item["pk"]["S"]) != "last_attempt_death"  # dying alike
+            ]
+            if not held:
+                time.sleep(0.2)  # their last write (a DLQ send after MarkFailed) lands
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"the other messages of {execution} never settled")
+
+
+class QueueRun:
+    """One run: the stack, its units, the deliveries and what they ended in."""
+
+    def __init__(self, engine: LocalEngine, config: QueueChaosConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.sqs = engine.client("sqs")
+        self.queue = engine.ref("SourceQueue")
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.queue,
+            AttributeNames=["MaximumMessageSize", "VisibilityTimeout", "RedrivePolicy"],
+        )["Attributes"]
+        self.max_message_bytes = int(attributes["MaximumMessageSize"])
+        self.visibility_timeout = int(attributes["VisibilityTimeout"])
+        self.max_receives = int(json.loads(attributes["RedrivePolicy"])["maxReceiveCount"])
+        self.lock_timeout = int(engine.stack.parameters["LockTimeoutSeconds"])
+        self.max_attempts = int(engine.stack.parameters["MaxAttempts"])
+        self.by_body: dict[str, str] = {}  # message body -> pk
+        self.outcomes: Counter[str] = Counter()
+        self.executions = 0
+        self.failed_batches = 0
+        self.rounds = 0
+        self.sent = 0
+        self.time_passed = 0
+
+    # -- deliveries ---------------------------------------------------------------
+
+    def send(self, unit: Unit) -> None:
+        self.sqs.send_message(QueueUrl=self.queue, MessageBody=unit.body)
+        self.sent += 1
+
+    def waiting(self) -> int:
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.queue,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return sum(int(v) for v in attributes.values())
+
+    def pump(self) -> None:
+        """The pipe reads the queue until it is empty, or (batch) until what is left is
+        what it keeps: each later pass is one visibility timeout later."""
+        if not self.config.batch:
+            while arns := self.engine.pump_pipes(limit=self.config.concurrency):
+                self.rounds += 1
+                for arn in arns:
+                    self._record(self.engine.wait(arn, timeout=600))
+            return
+        for n in range(self.max_receives + 1):
+            if not self.waiting():
+                return
+            if n:
+                self.pass_time(self.visibility_timeout)
+            self.rounds += 1
+            for arn in self.engine.pump_pipes():
+                self._record(self.engine.wait(arn, timeout=600))
+
+    def _record(self, result: ExecutionResult) -> None:
+        self.executions += 1
+        if not self.config.batch:
+            ended = result.states_entered[-1] if result.states_entered else result.status
+            self.outcomes[result.status if result.status == "ABORTED" else ended] += 1
+            return
+        if result.status != "SUCCEEDED":
+            # Every message of the batch stays in the queue: judged as such, one by one.
+            self.failed_batches += 1
+            self.outcomes["batch failed"] += len(result.input or [])
+            return
+        for event in result.events:
+            details = event.get("stateExitedEventDetails") or {}
+            if event["type"] == "MapStateExited" and details.get("name") == "EachMessage":
+                for outcome in json.loads(details["output"]):
+                    retried = " (kept in the queue)" if outcome.get("retry") else ""
+                    self.outcomes[f"{outcome.get('outcome')}{retried}"] += 1
+
+    def pass_time(self, seconds: int) -> None:
+        """Time passes for the ledger's locks (no execution runs meanwhile): every
+        PROCESSING row's lock expiry moves ``seconds`` closer."""
+        self.time_passed += seconds
+        dynamodb = self.engine.client("dynamodb")
+        table = self.engine.ref("LedgerTable")
+        for page in dynamodb.get_paginator("scan").paginate(TableName=table):
+            for item in page["Items"]:
+                if item.get("status", {}).get("S") != "PROCESSING":
+                    continue
+                expiry = int(item.get("lock_expires_at", {}).get("N", "0"))
+                dynamodb.update_item(
+                    TableName=table,
+                    Key={"pk": item["pk"]},
+                    UpdateExpression="SET lock_expires_at = :t",
+                    ExpressionAttributeValues={":t": {"N": str(expiry - seconds)}},
+                )
+
+    def age_uploads(self, seconds: int) -> None:
+        """Date every upload back (moto's clock): the audit's wait for their events is
+        over, as it is when a notification waits that long in the queue."""
+        bucket = s3_backends[ACCOUNT_ID]["aws"].buckets[self.engine.ingest_bucket()]
+        for key in list(bucket.keys.keys()):
+            for version in bucket.keys.getlist(key):
+                version.last_modified -= timedelta(seconds=seconds)
+
+    def audit(self, audits: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The audit, after every lock expired; None if it did not reach its report."""
+        self.pass_time(self.lock_timeout + 3600)
+        try:
+            report = ops.run_audit(LocalTarget(self.engine))
+        except ops.OpsError as exc:
+            audits.append({"error": _short(str(exc))})
+            # What it started before it failed still runs.
+            self.engine.wait_for_running("ProcessorStateMachine")
+            return None
+        audits.append({k: report.get(k, 0) for k in AUDIT_KEYS})
+        return report
+
+
+def _short(error: str) -> str:
+    """A failed audit's error and the message of its cause, without the stack trace."""
+    message = re.search(r'"errorMessage":\s*"((?:[^"\\]|\\.)*)"', error)
+    head = error.split(": {", 1)[0]
+    text = f"{head}: {message.group(1)}" if message else error
+    return text if len(text) <= 400 else text[:399] + "…"
+
+
+def _plan(config: QueueChaosConfig, rng: random.Random) -> dict[int, str]:
+    """Which unit gets which fault: round(rate x units) of each, at least one."""
+    faults: dict[int, str] = {}
+    free = list(range(config.units))
+    rng.shuffle(free)
+    for kind in FAULT_KINDS:
+        rate = config.rates.get(kind, 0.0)
+        if rate <= 0:
+            continue
+        count = max(1, round(rate * config.units))
+        for index in free[:count]:
+            faults[index] = kind
+        free = free[count:]
+    return faults
+
+
+def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) -> dict[str, Any]:
+    if not 1 <= config.units <= 10_000:
+        raise ValueError("objects must be between 1 and 10000")
+    unknown = set(config.rates) - set(FAULT_KINDS)
+    if unknown:
+        raise ValueError(f"no such fault through SQS: {', '.join(sorted(unknown))}")
+    planned = sum(max(1, round(r * config.units)) for r in config.rates.values() if r > 0)
+    if planned > config.units:
+        raise ValueError(f"the faults need {planned} units of work; give at least that many")
+    rng = random.Random(config.seed)
+    with LocalEngine(
+        parameters=queue_parameters(config.batch, config.versioned),
+        function_log=io.StringIO(),
+        function_log_level="WARNING",
+    ) as engine:
+        if not config.versioned:  # the user's bucket, made apart from the stack
+            engine.client("s3").create_bucket(Bucket=UNVERSIONED_BUCKET)
+        run = QueueRun(engine, config)
+        units, objects = _units(engine, run, config, rng, progress)
+        by_pk = {u.pk: u for u in units}
+        injector = QueueInjector(engine, by_pk, config.batch)
+        injector.fired["lost"] = sum(u.fault == "lost" for u in units)
+        injector.fired["poison"] = sum(u.fault == "poison" for u in units)
+        injector.fired["large_non_ascii"] = sum(u.fault == "large_non_ascii" for u in units)
+
+        engine.state.requests.clear()
+        audits: list[dict[str, Any]] = []
+        engine.state.faults.append(injector.service)
+        try:
+            with engine.override_function("ProcessorFunction", injector.processor):
+                _deliver(run, units, rng, progress)
+                injector.dead_letter_refusals = False
+                # Two days pass: longer than the audit waits for an upload's event
+                # (IngressMaxEventAgeSeconds, a day, for an upload without a version id).
+                run.age_uploads(LATE_NOTIFICATION_SECONDS)
+                if progress is not None:
+                    progress.write("auditing  two days later, every lock expired\n")
+                run.audit(audits)
+                late = [u for u in units if u.fault == "delayed_notification"]
+                for unit in late:  # after the audit resubmitted its upload as missing
+                    run.send(unit)
+                injector.fired["delayed_notification"] = len(late)
+                run.pump()
+                again = run.audit(audits)
+        finally:
+            engine.state.faults.remove(injector.service)
+        run.pass_time(run.lock_timeout + 3600)
+        report = _judge(run, units, objects, audits, again)
+
+    report.update(
+        {
+            "seed": config.seed,
+            "faults_injected": {
+                "duplicate_delivery": sum(max(u.copies - 1, 0) for u in units),
+                **{kind: injector.fired[kind] for kind in FAULT_KINDS},
+            },
+        }
+    )
+    return report
+
+
+def _units(
+    engine: LocalEngine,
+    run: QueueRun,
+    config: QueueChaosConfig,
+    rng: random.Random,
+    progress: TextIO | None,
+) -> tuple[list[Unit], dict[str, DemoObject]]:
+    """Upload the objects and write the messages; nothing is sent yet."""
+    bucket = engine.ingest_bucket()
+    s3 = engine.client("s3")
+    faults = _plan(config, rng)
+    units: list[Unit] = []
+    objects: dict[str, DemoObject] = {}
+    bar = Progress(config.units, "uploading ", progress)
+    for n in range(config.units):
+        fault = faults.get(n)
+        upload = fault in OBJECT_FAULTS or (fault not in MESSAGE_FAULTS and rng.random() < 0.5)
+        if upload:
+            poison = fault == "poison"
+            key = f"chaos/object-{n:05d}.png"
+            data = rng.randbytes(64) if poison else small_png(rng)
+            put = s3.put_object(Bucket=bucket, Key=key, Body=data)
+            obj = DemoObject(key, str(put.get("VersionId") or ""), processable=not poison)
+            notification = s3_notification(bucket, obj, len(data))
+            announced = notification["Records"][0]["s3"]["object"]
+            announced["eTag"] = str(put["ETag"]).strip('"')
+            if not obj.version_id:  # S3 names no version; the key is the event's sequencer
+                del announced["versionId"]
+                announced["sequencer"] = hashlib.sha256(key.encode()).hexdigest()[:18].upper()
+            pk = f"s3://{bucket}/{key}#{obj.version_id or announced['sequencer']}"
+            objects[pk] = obj
+            body = json.dumps(notification)
+            unit = Unit(pk, body, "object", processable=not poison, fault=fault)
+        elif fault == "large_non_ascii":
+            order = f"commande-{n:05d}-déjà-vu-😀"
+            body = large_non_ascii_body(order, run.max_message_bytes)
+            unit = Unit(f"sqs:{order}", body, "message", processable=True, fault=fault)
+        else:
+            order = f"order-{n:05d}"
+            body = json.dumps({"orderId": order, "quantity": rng.randint(1, 9)})
+            # A unit the processor refuses every time can only end dead-lettered.
+            unit = Unit(f"sqs:{order}", body, "message", fault != "dlq_refused", fault)
+        if fault in ("lost", "delayed_notification"):
+            unit.copies = 0
+        elif rng.random() < config.duplicate_rate and fault != "large_non_ascii":
+            # (Not the large one: no second copy may reclaim it before the queue, or the
+            # audit's sweep resubmitting its input, brings it back.)
+            unit.copies = rng.choice((2, 2, 3))
+        if not config.batch and fault in ("dlq_refused", "last_attempt_death"):
+            # One message per execution: nothing brings a failed message back but the
+            # audit, so the producer sends it again, once per attempt.
+            unit.copies, unit.waves = 1, run.max_attempts
+        run.by_body[body] = unit.pk
+        units.append(unit)
+        bar.advance()
+    return units, objects
+
+
+def _deliver(run: QueueRun, units: list[Unit], rng: random.Random, progress: TextIO | None) -> None:
+    """Every copy into the queue, shuffled; the pipe reads them (waves one after another)."""
+    waves = max((u.waves for u in units), default=1)
+    for wave in range(waves):
+        sending = [u for u in units if wave < u.waves for _ in range(u.copies if not wave else 1)]
+        rng.shuffle(sending)
+        bar = Progress(len(sending), f"sending {wave + 1}/{waves}", progress)
+        for unit in sending:
+            run.send(unit)
+            bar.advance()
+        run.pump()
+
+
+def _retry_path(row: dict[str, Any], pending: set[str]) -> str:
+    """Who brings a FAILED row that is not dead-lettered back, or "" if nobody does."""
+    pk = str(row["pk"])
+    if pk in pending:
+        return "the queue redelivers it"
+    if "open_status" in row:
+        return "the audit's sweep finds it"
+    if pk.startswith("s3://"):
+        return "the audit's walk finds it"
+    return ""
+
+
+def _judge(
+    run: QueueRun,
+    units: list[Unit],
+    objects: dict[str, DemoObject],
+    audits: list[dict[str, Any]],
+    again: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The invariants, unit by unit, over the ledger, both DLQs, the queue and S3's log."""
+    engine = run.engine
+    effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
+    dlq = Counter(
+        m.get("MessageAttributes", {}).get("IDEMPOTENCY_KEY", {}).get("StringValue")
+        for m in drain(engine, engine.ref("DeadLetterQueue"))
+    )
+    source_dlq = Counter(
+        run.by_body.get(m["Body"], "?") for m in drain(engine, engine.ref("SourceDeadLetterQueue"))
+    )
+    pending = {run.by_body.get(m["Body"], "?") for m in drain(engine, run.queue)}
+    rows: dict[str, dict[str, Any]] = {}
+    dynamodb = engine.client("dynamodb")
+    for page in dynamodb.get_paginator("scan").paginate(TableName=engine.ref("LedgerTable")):
+        for item in page["Items"]:
+            rows[item["pk"]["S"]] = {k: next(iter(v.values())) for k, v in item.items()}
+
+    violations: list[dict[str, str]] = []
+
+    def violated(invariant: str, unit: Unit | str, detail: str) -> None:
+        key = unit if isinstance(unit, str) else unit.pk
+        fault = "" if isinstance(unit, str) else (unit.fault or "")
+        violations.append(
+            {"invariant": invariant, "key": key, "fault": fault or "none", "detail": detail}
+        )
+
+    for number, audit in enumerate(audits, 1):
+        if "error" in audit:
+            violated(INVARIANTS[0], f"audit {number}", audit["error"])
+    # One upload is one unit of work, whatever it was keyed by: its event's version id or
+    # sequencer, or (no version id) the audit's "#etag:" key for the same object.
+    by_object = {pk.rsplit("#", 1)[0]: pk for pk in objects}
+    known = {u.pk for u in units}
+
+    def unit_of(pk: str) -> str:
+        return pk if pk in known else by_object.get(pk.rsplit("#", 1)[0], pk)
+
+    unit_rows: dict[str, list[dict[str, Any]]] = {}
+    for pk, row in rows.items():
+        unit_rows.setdefault(unit_of(pk), []).append(row)
+    unit_effects: Counter[str] = Counter()
+    for pk, n in effects.items():
+        unit_effects[unit_of(pk)] += n
+    unit_dlq: Counter[str] = Counter()
+    for pk, n in dlq.items():
+        unit_dlq[unit_of(str(pk))] += n
+    histogram: Counter[int] = Counter()
+    for unit in units:
+        own = unit_rows.get(unit.pk, [])
+        statuses = sorted(str(r.get("status")) for r in own)
+        status = "+".join(statuses) or None
+        n_effects, n_dlq, n_source = unit_effects[unit.pk], unit_dlq[unit.pk], source_dlq[unit.pk]
+        histogram[n_effects] += 1
+        processed = "PROCESSED" in statuses
+        dead_lettered = any("dead_lettered_at" in r for r in own) or (not processed and n_dlq > 0)
+        if not own:
+            violated(INVARIANTS[1], unit, "no ledger row: nothing did the work or found it")
+        for row in own:
+            attempts = f"attempts {row.get('attempts')}/{run.max_attempts}"
+            keyed = "" if row["pk"] == unit.pk else f" (row {row['pk']})"
+            if row.get("status") == "PROCESSING":
+                violated(INVARIANTS[1], unit, f"PROCESSING, its lock expired, {attempts}{keyed}")
+            elif (
+                row.get("status") == "FAILED"
+                and "dead_lettered_at" not in row
+                and not n_dlq
+                and not _retry_path(row, pending)
+            ):
+                where = f"; {n_source} message(s) in the source DLQ" if n_source else ""
+                detail = f"FAILED, no DLQ message, no retry path, {attempts}{where}{keyed}"
+                violated(INVARIANTS[1], unit, detail)
+        if n_dlq + n_source > 1:
+            violated(INVARIANTS[2], unit, f"{n_dlq} in the DLQ, {n_source} in the source DLQ")
+        if unit.processable and not dead_lettered and n_effects != 1:
+            keys = f" under {len(own)} keys" if len(own) > 1 else ""
+            violated(INVARIANTS[3], unit, f"{n_effects} effects, row {status}{keys}")
+        if not unit.processable and n_effects:
+            violated(INVARIANTS[4], unit, f"{n_effects} effects")
+        if not unit.processable and not dead_lettered:
+            detail = f"work that cannot succeed is not dead-lettered: row {status}"
+            violated(INVARIANTS[3], unit, detail)
+        if processed and n_dlq:
+            violated(INVARIANTS[5], unit, f"{n_dlq} DLQ message(s)")
+    for pk, n in unit_dlq.items():
+        if pk not in known:
+            violated(INVARIANTS[2], pk, f"{n} DLQ message(s) for no unit of work")
+    resubmitted_again = sum(int(again.get(k, 0)) for k in RESUBMITTED) if again else 0
+    if resubmitted_again:
+        violated(INVARIANTS[6], "audit 2", f"{resubmitted_again} resubmitted")
+    broken = Counter(v["invariant"] for v in violations)
+    return {
+        "source": "sqs",
+        "mode": "batch" if run.config.batch else "one message per execution",
+        "bucket": "versioned" if run.config.versioned else "unversioned (ExistingBucketName)",
+        "units": len(units),
+        "objects": len(objects),
+        "messages": len(units) - len(objects),
+        "poison_units": sum(not u.processable for u in units),
+        "messages_sent": run.sent,
+        "pipe_executions": run.executions,
+        "failed_batches": run.failed_batches,
+        "queue_passes": run.rounds,
+        "seconds_passed": run.time_passed,
+        "outcomes": dict(sorted(run.outcomes.items())),
+        "audits": audits,
+        "second_audit_resubmitted": resubmitted_again,
+        "effects_histogram": {str(n): c for n, c in sorted(histogram.items())},
+        "dead_letter_messages": sum(dlq.values()),
+        "source_dead_letter_messages": sum(source_dlq.values()),
+        "left_in_the_source_queue": len(pending),
+        "invariants": [{"name": name, "violations": broken[name]} for name in INVARIANTS],
+        "violations": violations,
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as plain text, one line a fact."""
+    per = "message" if report["mode"] == "batch" else "execution"
+    lines = [
+        "",
+        f"onceflow chaos: report (source sqs, {report['mode']}, {report['bucket']} bucket)",
+        f"  seed {report['seed']}, units of work {report['units']} ({report['objects']} "
+        f"uploads, {report['messages']} messages; {report['poison_units']} poison)",
+        "  faults injected   "
+        + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in report["faults_injected"].items()),
+        f"  messages sent     {report['messages_sent']}, pipe executions "
+        f"{report['pipe_executions']} ({report['failed_batches']} failed as a whole), "
+        f"passes over the queue {report['queue_passes']}",
+        f"  outcomes per {per}: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()),
+    ]
+    for number, audit in enumerate(report["audits"], 1):
+        if "error" in audit:
+            lines.append(f"  audit {number}           did not reach its report: {audit['error']}")
+        else:
+            lines.append(
+                f"  audit {number}           "
+                + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in audit.items())
+            )
+    lines += [
+        "  effects per unit  "
+        + ", ".join(f"{n}: {c}" for n, c in report["effects_histogram"].items()),
+        f"  DLQ messages      {report['dead_letter_messages']} (source DLQ "
+        f"{report['source_dead_letter_messages']}, left in the source queue "
+        f"{report['left_in_the_source_queue']})",
+        "",
+        "invariants:",
+    ]
+    for invariant in report["invariants"]:
+        n = invariant["violations"]
+        lines.append(f"  {'held' if not n else 'VIOLATED':<8} {invariant['name']}"
+                     + (f" ({n})" if n else ""))  # fmt: skip
+    if report["violations"]:
+        lines += ["", f"VIOLATIONS ({len(report['violations'])}):"]
+        lines += [
+            f"  - {v['invariant']}: {v['key']} (fault: {v['fault']}): {v['detail']}"
+            for v in report["violations"]
+        ]
+    else:
+        lines.append("invariants: all hold (exactly once, nothing left unfinished)")
+    return "\n".join(lines)
