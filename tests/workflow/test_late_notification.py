@@ -37,9 +37,18 @@ PARAMETERS = {
 KEY = "late/photo 1.png"
 
 
-@pytest.fixture
-def unversioned() -> Iterator[LocalEngine]:
-    with LocalEngine(parameters=PARAMETERS, function_log=io.StringIO()) as engine:
+BATCH_MODE = {
+    "SqsBatchMode": "true",
+    "RetryMaxAttempts": "1",
+    "ProcessorTimeoutSeconds": "40",
+    "RetryIntervalSeconds": "10",
+}
+
+
+@pytest.fixture(params=[{}, BATCH_MODE], ids=["one-per-execution", "batch-mode"])
+def unversioned(request: pytest.FixtureRequest) -> Iterator[LocalEngine]:
+    parameters = {**PARAMETERS, **request.param}
+    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
         make_users_bucket(engine, versioning=None)
         yield engine
 
@@ -85,7 +94,7 @@ def test_a_notification_two_days_late_is_processed_once(unversioned: LocalEngine
     results = [unversioned.wait(arn) for arn in started]
     # THEN the upload has one effect: the notification's
     assert effects_by_object(unversioned) == Counter({KEY: 1})
-    assert [r.states_entered[-1] for r in results] == ["Processed"]
+    assert len(results) == 1 and "Processed" in results[0].states_entered
     # AND the audit had left it alone, as the queue may still have held its event
     assert report["missing_resubmitted"] == 0 and report["skipped_recent"] == 1
     # AND audits run once no source can hold its event any longer, and again
