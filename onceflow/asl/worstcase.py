@@ -90,7 +90,9 @@ def worst_case_seconds(definition: Mapping[str, Any], items: int = 1) -> float:
             own = max(own, worst_case_seconds(branch, items))
         processor = state.get("ItemProcessor") or state.get("Iterator")
         if processor is not None:
-            at_once = int(_number(state.get("MaxConcurrency") or 0)) or items
+            limit = state.get("MaxConcurrency") or 0
+            at_once = int(_number(limit) if str(limit).lstrip().startswith("{%") else limit)
+            at_once = at_once or items
             waves = math.ceil(items / at_once)
             own = max(own, worst_case_seconds(processor, items) * waves)
         following = [longest(n) for n in _next_states(state)]

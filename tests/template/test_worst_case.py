@@ -78,6 +78,9 @@ def test_a_map_lasts_its_item_processors_worst_case_for_every_wave_of_items() ->
     # AND with MaxConcurrency 4, ten items run in three waves
     definition["States"]["Each"]["MaxConcurrency"] = 4
     assert worst_case_seconds(definition, items=10) == 3 * 10 + 10
+    # AND the same when the limit is a JSONata expression of plain arithmetic
+    definition["States"]["Each"]["MaxConcurrency"] = "{% (2 + 2) %}"
+    assert worst_case_seconds(definition, items=10) == 3 * 10 + 10
 
 
 def _batch_definition(parameters: Mapping[str, str]) -> dict[str, Any]:
