@@ -107,7 +107,11 @@ class AuditSettings:
             retention_seconds=_number(env, "RETENTION_DAYS", 1) * 86400,
             stuck_margin_seconds=_number(env, "AUDIT_STUCK_MARGIN_SECONDS", 0),
             object_content_index=env.get("OBJECT_CONTENT_INDEX", "ObjectContent"),
-            late_event_seconds=_number(env, "INGRESS_MAX_EVENT_AGE_SECONDS", 0),
+            # The longest any configured source can still deliver an upload's event.
+            late_event_seconds=max(
+                _number(env, "INGRESS_MAX_EVENT_AGE_SECONDS", 0),
+                _optional(env, "SOURCE_QUEUE_MAX_EVENT_AGE_SECONDS", 0, 0),
+            ),
             inventory_prefix=env.get("AUDIT_INVENTORY_PREFIX", "").strip(),
             inventory_max_age_seconds=_optional(env, "AUDIT_INVENTORY_MAX_AGE_HOURS", 48, 1) * 3600,
             resubmits_per_second=_optional(env, "AUDIT_RESUBMITS_PER_SECOND", 25, 0.001),

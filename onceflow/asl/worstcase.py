@@ -2,7 +2,9 @@
 
 Every Retry waits at most its capped delay (full jitter only shortens it), a Task
 with a TimeoutSeconds may use all of it on every attempt of the retrier that
-retries States.Timeout, and the longest path through the states adds them up.
+retries States.Timeout, and the longest path through the states adds them up. A
+Parallel state lasts as long as its longest branch, a Map as long as its
+ItemProcessor's worst case for every wave of MaxConcurrency items.
 EXPRESS workflows stop at five minutes: the template refuses parameters whose
 worst case would not fit (its Rules), and a test holds the two together.
 """
@@ -10,6 +12,7 @@ worst case would not fit (its Rules), and a test holds the two together.
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import re
 from collections.abc import Mapping
@@ -71,8 +74,12 @@ def _next_states(state: Mapping[str, Any]) -> list[str]:
     return names
 
 
-def worst_case_seconds(definition: Mapping[str, Any]) -> float:
-    """The longest path's time, from StartAt to an end (the states form no loop)."""
+def worst_case_seconds(definition: Mapping[str, Any], items: int = 1) -> float:
+    """The longest path's time, from StartAt to an end (the states form no loop).
+
+    ``items`` is the most items any Map state gets (the SQS batch workflow: the pipe's
+    BatchSize); a Map runs them MaxConcurrency at a time, all at once when it is 0.
+    """
     states: Mapping[str, Mapping[str, Any]] = definition["States"]
 
     @cache
@@ -80,7 +87,14 @@ def worst_case_seconds(definition: Mapping[str, Any]) -> float:
         state = states[name]
         own = state_seconds(state)
         for branch in state.get("Branches", []):
-            own = max(own, worst_case_seconds(branch))
+            own = max(own, worst_case_seconds(branch, items))
+        processor = state.get("ItemProcessor") or state.get("Iterator")
+        if processor is not None:
+            limit = state.get("MaxConcurrency") or 0
+            at_once = int(_number(limit) if str(limit).lstrip().startswith("{%") else limit)
+            at_once = at_once or items
+            waves = math.ceil(items / at_once)
+            own = max(own, worst_case_seconds(processor, items) * waves)
         following = [longest(n) for n in _next_states(state)]
         return own + max(following, default=0.0)
 

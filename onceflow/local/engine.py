@@ -139,6 +139,10 @@ def _unfreeze_heap() -> None:
 _LOADER = botocore.loaders.create_loader()
 
 
+def _whole_numbers(properties: dict[str, Any]) -> dict[str, int]:
+    return {key: int(value) for key, value in properties.items()}
+
+
 def _botocore_session() -> botocore.session.Session:
     session = botocore.session.get_session()
     session.register_component("data_loader", _LOADER)
@@ -432,8 +436,16 @@ class LocalEngine:
             "AttributeDefinitions": props["AttributeDefinitions"],
             "BillingMode": props.get("BillingMode", "PROVISIONED"),
         }
+        # CloudFormation takes a String parameter where an Integer goes; the API does not.
+        if "WarmThroughput" in props:
+            kwargs["WarmThroughput"] = _whole_numbers(props["WarmThroughput"])
         if props.get("GlobalSecondaryIndexes"):
-            kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+            kwargs["GlobalSecondaryIndexes"] = [
+                {**index, "WarmThroughput": _whole_numbers(index["WarmThroughput"])}
+                if "WarmThroughput" in index
+                else index
+                for index in props["GlobalSecondaryIndexes"]
+            ]
         dynamodb = self.client("dynamodb")
         description = dynamodb.create_table(**kwargs)["TableDescription"]
         ttl = props.get("TimeToLiveSpecification")

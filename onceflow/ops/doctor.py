@@ -63,7 +63,6 @@ import json
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -347,28 +346,6 @@ def check_rules(stack: _Stack) -> Iterator[Finding]:
 # ---- the SQS source: the pipe and its queue ------------------------------------------
 
 
-def _items_seconds(definition: Mapping[str, Any], items: int) -> float:
-    """The longest run of a definition whose Map states process ``items`` items each:
-    their ItemProcessor's worst case for every wave of MaxConcurrency (0: all at once)."""
-    states: Mapping[str, Mapping[str, Any]] = definition["States"]
-
-    @cache
-    def longest(name: str) -> float:
-        state = states[name]
-        own = state_seconds(state)
-        for branch in state.get("Branches", []):
-            own = max(own, worst_case_seconds(branch))
-        processor = state.get("ItemProcessor") or state.get("Iterator")
-        if processor is not None:
-            at_once = int(state.get("MaxConcurrency") or 0) or items
-            own = max(own, worst_case_seconds(processor) * math.ceil(items / at_once))
-        following = [state[k] for k in ("Next", "Default") if k in state]
-        following += [c["Next"] for c in [*state.get("Choices", []), *state.get("Catch", [])]]
-        return own + max((longest(n) for n in following), default=0.0)
-
-    return longest(str(definition["StartAt"]))
-
-
 def _pipe_settings(pipe: Mapping[str, Any]) -> tuple[int, int, str]:
     """(BatchSize, MaximumBatchingWindowInSeconds, InvocationType), AWS's defaults filled in."""
     queue = pipe.get("SourceParameters", {}).get("SqsQueueParameters", {})
@@ -463,7 +440,7 @@ def _source_queue(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
     visibility = int(attributes.get("VisibilityTimeout", 30))
     size, window, invocation = _pipe_settings(pipe)
     target = stack.state_machine(str(pipe["Target"]))
-    run = _items_seconds(target["definition"], size)
+    run = worst_case_seconds(target["definition"], items=size)
     if target.get("type") == "EXPRESS":
         run = min(run, EXPRESS_LIMIT_SECONDS)
     redrive = json.loads(attributes.get("RedrivePolicy") or "{}")

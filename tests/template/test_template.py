@@ -65,7 +65,7 @@ WHOLE_NUMBERS = {
     "IngressMaxRetryAttempts": (0, 185),
     "IngressMaxEventAgeSeconds": (60, 86400),
     "SourceQueueMaxReceiveCount": (1, 1000),
-    "AuditRecentCutoffHours": (0, 8760),
+    "AuditRecentCutoffHours": (0, 168),
     "AuditMaxConcurrency": (1, 1000),
     "AuditToleratedFailurePercentage": (0, 100),
     "AuditResubmitsPerSecond": (1, 1000),

@@ -22,6 +22,14 @@ from onceflow.local.engine import DEFAULT_TEMPLATE, LocalEngine
 from onceflow.local.template import Stack, TemplateError
 
 DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
+# The largest values the EXPRESS rule allows, and the largest of those it leaves free.
+EXPRESS_LARGEST = {
+    "RetryMaxAttempts": "1",
+    "ProcessorTimeoutSeconds": "40",
+    "RetryIntervalSeconds": "10",
+    "RetryBackoffRate": "1000",
+    "RetryMaxDelaySeconds": "86400",
+}
 
 
 def processor_definition(parameters: Mapping[str, str]) -> dict[str, Any]:
@@ -49,6 +57,70 @@ def test_a_task_that_times_out_uses_its_timeout_on_every_retried_attempt() -> No
     }
     # 40 s x 3 calls, plus 2 + 4 s and 1 s of waiting
     assert state_seconds(state) == 40 * 3 + 6 + 1
+
+
+def test_a_map_lasts_its_item_processors_worst_case_for_every_wave_of_items() -> None:
+    # GIVEN a Map whose iteration is a 10 s task, then a Parallel whose longer branch is 7 s
+    task = {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke", "TimeoutSeconds": 10}
+    iteration = {"StartAt": "Work", "States": {"Work": {**task, "End": True}}}
+    branch = {"StartAt": "Wait", "States": {"Wait": {**task, "TimeoutSeconds": 7, "End": True}}}
+    definition = {
+        "StartAt": "Each",
+        "States": {
+            "Each": {"Type": "Map", "ItemProcessor": iteration, "Next": "Both"},
+            "Both": {"Type": "Parallel", "Branches": [iteration, branch], "End": True},
+        },
+    }
+    # WHEN its worst case is computed: every item at once (MaxConcurrency absent)
+    # THEN the Map counts its iteration, and the Parallel its longest branch
+    assert worst_case_seconds(definition) == 10 + 10
+    assert worst_case_seconds(definition, items=10) == 10 + 10
+    # AND with MaxConcurrency 4, ten items run in three waves
+    definition["States"]["Each"]["MaxConcurrency"] = 4
+    assert worst_case_seconds(definition, items=10) == 3 * 10 + 10
+    # AND the same when the limit is a JSONata expression of plain arithmetic
+    definition["States"]["Each"]["MaxConcurrency"] = "{% (2 + 2) %}"
+    assert worst_case_seconds(definition, items=10) == 3 * 10 + 10
+
+
+def _batch_definition(parameters: Mapping[str, str]) -> dict[str, Any]:
+    batch = {"SqsSource": "create", "SqsBatchMode": "true", **parameters}
+    with LocalEngine(parameters=batch, function_log=io.StringIO(), stack_name="wc") as engine:
+        text, _ = engine.state_machine_definition("BatchProcessorStateMachine")
+    return dict(json.loads(text))
+
+
+def test_the_sqs_batch_workflow_at_the_rules_largest_values_fits_in_five_minutes() -> None:
+    # GIVEN the batch workflow as it deploys at the largest values the EXPRESS rule allows,
+    # with the largest batch (every message of it runs at once)
+    Stack.from_file(
+        DEFAULT_TEMPLATE, {"SqsSource": "create", "SqsBatchMode": "true", **EXPRESS_LARGEST}
+    )
+    definition = _batch_definition({**EXPRESS_LARGEST, "SqsBatchSize": "10"})
+    # WHEN the worst case of the whole workflow is computed (its Map included)
+    worst = worst_case_seconds(definition)
+    # THEN it is one message's path through the Map, and it fits in five minutes
+    one_message = worst_case_seconds(definition["States"]["EachMessage"]["ItemProcessor"])
+    assert worst == one_message > 0
+    assert worst < EXPRESS_LIMIT_SECONDS, worst
+    # AND a batch of ten is no longer: the Map runs its messages at once
+    assert worst_case_seconds(definition, items=10) == worst
+
+
+def test_the_template_and_the_design_doc_state_the_computed_express_bounds() -> None:
+    # GIVEN the computed worst cases at the largest values the EXPRESS rule allows
+    processor = worst_case_seconds(
+        processor_definition({"WorkflowType": "EXPRESS", **EXPRESS_LARGEST})
+    )
+    batch = worst_case_seconds(_batch_definition(EXPRESS_LARGEST), items=10)
+    # WHEN we read what the rule's comment and docs/design.md say of them
+    template = DEFAULT_TEMPLATE.read_text(encoding="utf-8")
+    comment = template[: template.index("  ExpressFitsInFiveMinutes:")].rsplit("Rules:", 1)[1]
+    design = DESIGN.read_text(encoding="utf-8")
+    # THEN both name the numbers the ASL gives, not older ones
+    for text, where in ((comment, "the template's EXPRESS rule"), (design, "docs/design.md")):
+        for seconds in (processor, batch):
+            assert re.search(rf"\b{seconds:.0f} s\b", text), f"{where}: no {seconds:.0f} s"
 
 
 def test_express_with_the_default_retries_is_refused_at_deploy() -> None:

@@ -83,9 +83,10 @@ class AuditWindow:
     recent_cutoff_seconds: float
     retention_seconds: float
     max_attempts: int
-    # How late EventBridge may still deliver an event (the rules' MaximumEventAgeInSeconds).
-    # An upload without a version id is resubmitted under a key of its own; its event
-    # arriving after that would be processed under another: the audit waits it out.
+    # How late a source may still deliver an event: the rules' MaximumEventAgeInSeconds,
+    # or what an SQS source queue and its DLQ can hold. An upload without a version id
+    # is resubmitted under a key of its own; its event arriving after that would be
+    # processed under another: the audit waits it out.
     late_event_seconds: float = 0.0
 
 
