@@ -51,11 +51,6 @@ ITEM_3 = (
     "(batch: by the redelivery; one message per execution: by the audit's sweep), so the "
     "DLQ keeps a message for finished work"
 )
-ITEM_9 = (
-    "P11 item 9: without versioning, a notification later than the audit's wait (two days "
-    "in the queue) is processed under its sequencer after the audit processed the upload "
-    "under its #etag key: two rows, two effects"
-)
 # Which invariant a known defect breaks on this branch, per mode.
 BROKEN: dict[tuple[str, str], str] = {
     ("single", "no DLQ message for processed work"): ITEM_3,
@@ -63,7 +58,6 @@ BROKEN: dict[tuple[str, str], str] = {
     ("batch", "at most one DLQ message per unit of work"): ITEM_1_COPIES,
     ("batch", "exactly one effect per unit of work not dead-lettered"): ITEM_1_EFFECT,
     ("batch", "no DLQ message for processed work"): ITEM_3,
-    ("unversioned", "exactly one effect per unit of work not dead-lettered"): ITEM_9,
     ("unversioned", "no DLQ message for processed work"): ITEM_3,
 }
 MODES = {"single": [], "batch": ["--batch"], "unversioned": ["--unversioned"]}
