@@ -29,7 +29,9 @@ import pytest
 
 from onceflow.asl import batch_definition
 from onceflow.asl.batch_definition import (
+    BATCH_COMMENTS,
     RETRIED,
+    RETRIED_WHEN,
     SETTLED,
     DefinitionError,
     parse_definition,
@@ -115,7 +117,8 @@ def test_every_execution_id_becomes_the_message_lock_owner() -> None:
     assert uses > 5
     # Only the first state of an iteration reads it, to make the owner of its message
     assert batch.count("$states.context.Execution.Id") == 1
-    assert batch.count("$lockOwner") == uses
+    # (and TakeOverAtMaxAttempts, the batch's own, writes it as the lock owner)
+    assert batch.count("$lockOwner") == uses + 1
     for forbidden in ("Execution.Input", "Execution.Name", "Execution.StartTime"):
         assert forbidden not in batch
 
@@ -136,7 +139,10 @@ def test_every_end_state_says_whether_its_message_is_kept() -> None:
         wrapper = states[f"Log{name}"]
         assert wrapper["Type"] == "Parallel"
         (branch,) = wrapper["Branches"]
-        assert branch == {"StartAt": name, "States": {name: processor["States"][name]}}
+        kept = processor["States"][name]
+        if name in BATCH_COMMENTS:  # the same state, said as it holds in the batch
+            kept = {**kept, "Comment": BATCH_COMMENTS[name]}
+        assert branch == {"StartAt": name, "States": {name: kept}}
         (catch,) = wrapper["Catch"]
         assert catch["ErrorEquals"] == ["States.ALL"] and catch["Next"] == "MessageEnds"
         assert all(s.get("Next") != name for s in states.values()), name
@@ -144,6 +150,9 @@ def test_every_end_state_says_whether_its_message_is_kept() -> None:
         output = states[f"Log{name}"]["Catch"][0]["Output"] if name in fails else None
         output = output or states[name]["Output"]
         assert f"'outcome': \"{name}\"" in output
+        if name in RETRIED_WHEN:
+            assert f"'retry': {RETRIED_WHEN[name]}" in output, name
+            continue
         assert ("'retry': true" in output) == (name in RETRIED), name
         assert ("'retry': false" in output) == (name in SETTLED), name
     # AND a Fail state's Error and Cause reach the outcome through the Catch
@@ -160,7 +169,26 @@ def test_every_end_state_says_whether_its_message_is_kept() -> None:
     assert [c["Next"] for c in choose["Choices"]] == ["Duplicate"]
     assert "PROCESSED" in choose["Choices"][0]["Condition"]
     assert choose["Default"] == "Reclaim"
-    assert states["Reclaim"]["Catch"][0]["Next"] == "Duplicate"
+    # AND a refused Reclaim of a row at MaxAttempts takes its lock to dead-letter it
+    assert states["Reclaim"]["Catch"][0]["Next"] == "AtMaxAttempts"
+    at_max = states["AtMaxAttempts"]
+    assert [c["Next"] for c in at_max["Choices"]] == ["TakeOverAtMaxAttempts"]
+    assert at_max["Default"] == "Duplicate"
+    take_over = states["TakeOverAtMaxAttempts"]
+    assert take_over["Resource"] == "arn:aws:states:::dynamodb:updateItem"
+    assert "attempts >= :max_attempts" in take_over["Arguments"]["ConditionExpression"]
+    assert "ADD" not in take_over["Arguments"]["UpdateExpression"]
+    assert take_over["Next"] == "SendToDLQ"
+    assert take_over["Catch"][0] == {
+        "ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"],
+        "Next": "Duplicate",
+    }
+    # AND no ledger outage is dead-lettered: each goes to LedgerUnavailable, whose message
+    # stays in the queue
+    for name, state in states.items():
+        for catch in state.get("Catch", []):
+            if "'condition': 'LedgerUnavailable'" in str(catch.get("Assign", {})):
+                assert catch["Next"] == "LogLedgerUnavailable", name
     assert "PROCESSED" in states["Duplicate"]["Output"]
 
 
@@ -184,14 +212,14 @@ def test_the_generator_refuses_a_processor_it_cannot_translate() -> None:
     jsonpath["QueryLanguage"] = "JSONPath"
     with pytest.raises(DefinitionError, match="JSONata"):
         batch_definition.batch_definition(jsonpath)
-    # A claim that writes the open-work index in a way the batch cannot leave out
-    other_index = _processor()
-    claim = other_index["States"]["Claim"]["Arguments"]
-    claim["Item"] = claim["Item"].replace(
-        "'open_status': {'S': 'PROCESSING#' &", "'open_status': {'S': 'P#' &"
+    # A reclaim whose lock the takeover at MaxAttempts could not write alike
+    other_lock = _processor()
+    reclaim = other_lock["States"]["Reclaim"]["Arguments"]
+    reclaim["ExpressionAttributeValues"] = reclaim["ExpressionAttributeValues"].replace(
+        "':max_attempts'", "':limit'"
     )
-    with pytest.raises(DefinitionError, match="Claim no longer writes open_status"):
-        batch_definition.batch_definition(other_index)
+    with pytest.raises(DefinitionError, match="Reclaim no longer writes the lock"):
+        batch_definition.batch_definition(other_lock)
 
 
 # ---- parameters and rules ----------------------------------------------------

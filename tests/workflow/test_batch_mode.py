@@ -24,15 +24,18 @@ from moto.sqs.models import sqs_backends
 
 from onceflow.harness.bench import ERROR_EVENT_TYPES, log_records
 from onceflow.local.engine import ACCOUNT_ID, DEFAULT_TEMPLATE, REGION, EngineError, LocalEngine
+from service.logic.open_work import open_status
 from tests.helpers import (
     FUNCTION,
     TransientError,
+    attributes,
     dlq_messages,
     expire_lock,
     invocations,
     ledger_row,
     output_effects,
 )
+from tests.workflow.test_failure_paths import KMS_DENIED, failing, throttled
 
 TEMPLATE: Path = DEFAULT_TEMPLATE
 BATCH = "BatchProcessorStateMachine"
@@ -513,12 +516,12 @@ def test_a_request_response_pipe_cannot_target_a_standard_workflow() -> None:
         assert list(queued(engine).values()) == ["order-1"]
 
 
-def test_batch_claims_keep_their_rows_out_of_the_open_work_index(
+def test_batch_claims_put_their_rows_in_the_open_work_index_as_the_processor_does(
     batch_engine: LocalEngine,
 ) -> None:
-    """The queue brings back a message whose work failed or stalled: the audit's lock
-    sweep is not needed for it, and neither is the OpenWork index (2 write units a
-    message: the batch mode's largest cost over the baseline after the Lambda)."""
+    """The queue does not always bring a message back (its receive budget, its 14 days,
+    a pipe stopped for good): the audit's sweep finds batch work through the OpenWork
+    index, written as the processor writes it (P11)."""
     # GIVEN a batch in which one message fails
     sent = {send(batch_engine, f"order-{n}"): f"order-{n}" for n in range(3)}
     real = bundled(batch_engine)
@@ -531,15 +534,231 @@ def test_batch_claims_keep_their_rows_out_of_the_open_work_index(
     with batch_engine.override_function(FUNCTION, handler):
         [arn] = batch_engine.pump_pipes()
     assert len(batch_engine.wait(arn).output["batchItemFailures"]) == 1
-    # THEN no row, done or failed, is in the open-work index
-    for order in sent.values():
-        assert "open_status" not in row(batch_engine, order), order
+    # THEN the failed row is open work under its shard, and the done ones left the index
     assert row(batch_engine, "order-2")["status"] == "FAILED"
+    assert row(batch_engine, "order-2")["open_status"] == open_status("FAILED", "sqs:order-2")
     index = batch_engine.client("dynamodb").scan(
         TableName=batch_engine.ref("LedgerTable"), IndexName="OpenWork"
     )
-    assert index["Count"] == 0
-    # AND the failed message still comes back and is done
+    assert [item["pk"]["S"] for item in index["Items"]] == ["sqs:order-2"]
+    for order in sent.values():
+        if order != "order-2":
+            assert "open_status" not in row(batch_engine, order), order
+    # AND the failed message still comes back and is done, leaving the index
     [again] = batch_engine.pump_pipes()
     assert batch_engine.wait(again).output == {"batchItemFailures": []}
     assert row(batch_engine, "order-2")["status"] == "PROCESSED"
+    assert "open_status" not in row(batch_engine, "order-2")
+
+
+def test_a_crashed_batch_leaves_its_claims_in_the_open_work_index(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN a message whose batch execution dies after its Claim (a result over 256 KiB:
+    # States.DataLimitExceeded, which no Catch takes)
+    real = bundled(batch_engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        return {**real(payload, context), "padding": "x" * 300_000}
+
+    send(batch_engine, "order-crash")
+    with batch_engine.override_function(FUNCTION, handler):
+        [arn] = batch_engine.pump_pipes()
+    assert batch_engine.wait(arn).status == "FAILED"
+    # THEN its row is PROCESSING and in the index, where the sweep looks for expired locks
+    claimed = row(batch_engine, "order-crash")
+    assert claimed["status"] == "PROCESSING"
+    assert claimed["open_status"] == open_status("PROCESSING", "sqs:order-crash")
+
+
+# ---- a row at MaxAttempts is dead-lettered by its next delivery (P11) -----------------
+
+
+def _fail_always(engine: LocalEngine, order: str) -> Callable[[Any, Any], Any]:
+    real = bundled(engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        if payload["workItem"]["payload"]["orderId"] == order:
+            raise TransientError("the warehouse is down")
+        return real(payload, context)
+
+    return handler
+
+
+def _only_outcome(engine: LocalEngine, arn: str) -> tuple[str, bool]:
+    [outcome] = outcomes(engine, arn).values()
+    return outcome["outcome"], outcome["retry"]
+
+
+def test_a_row_whose_last_dlq_send_failed_is_dead_lettered_by_the_next_delivery(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN an order that fails every time, and on its last attempt (3, MaxAttempts) a
+    # DLQ that refuses SendMessage (a KMS key policy mistake)
+    message = send(batch_engine, "order-kms")
+    with batch_engine.override_function(FUNCTION, _fail_always(batch_engine, "order-kms")):
+        for _ in range(2):
+            [arn] = batch_engine.pump_pipes()
+            assert _only_outcome(batch_engine, arn) == ("Failed", True)
+        with failing(batch_engine, "sqs", "SendMessage", KMS_DENIED):
+            [last] = batch_engine.pump_pipes()
+    assert _only_outcome(batch_engine, last) == ("DeadLetterFailed", True)
+    stuck = row(batch_engine, "order-kms")
+    assert (stuck["status"], stuck["attempts"], "dead_lettered_at" in stuck) == (
+        "FAILED",
+        "3",
+        False,
+    )
+    assert dlq_messages(batch_engine) == []
+    calls = invocations(batch_engine)
+    # WHEN the message comes back with the DLQ working again
+    [arn] = batch_engine.pump_pipes()
+    # THEN the row at MaxAttempts is taken (a conditional write), its DLQ message sent,
+    # and only then marked dead-lettered: the message is settled and deleted
+    assert _only_outcome(batch_engine, arn) == ("DeadLettered", False)
+    entered = batch_engine.wait(arn).states_entered
+    assert entered[entered.index("Reclaim") :][:5] == [
+        "Reclaim",
+        "AtMaxAttempts",
+        "TakeOverAtMaxAttempts",
+        "SendToDLQ",
+        "DeadLetterReason",
+    ]
+    assert "MarkDeadLettered" in entered
+    assert invocations(batch_engine) == calls  # the processor is not called again
+    [dead] = dlq_messages(batch_engine)
+    assert attributes(dead)["IDEMPOTENCY_KEY"] == "sqs:order-kms"
+    assert attributes(dead)["ERROR_CODE"] == "TransientError"
+    assert attributes(dead)["EXHAUSTED_RETRY_CONDITION"] == "MaximumRetryAttempts"
+    assert attributes(dead)["RETRY_ATTEMPTS"] == "3"
+    assert json.loads(dead["Body"])["event"][0]["messageId"] == message
+    done = row(batch_engine, "order-kms")
+    assert done["status"] == "FAILED" and "dead_lettered_at" in done
+    assert "open_status" not in done
+    assert queued(batch_engine) == {}
+    assert queued(batch_engine, "SourceDeadLetterQueue") == {}
+    # AND a later copy of the same order is a settled duplicate: no second DLQ message
+    send(batch_engine, "order-kms")
+    [again] = batch_engine.pump_pipes()
+    assert _only_outcome(batch_engine, again) == ("Duplicate", False)
+    assert len(dlq_messages(batch_engine)) == 1
+
+
+def test_a_batch_that_dies_on_the_last_attempt_is_dead_lettered_once_its_lock_expires(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN an order that fails twice, then on its last attempt kills its whole batch
+    # execution (a result over 256 KiB: States.DataLimitExceeded)
+    send(batch_engine, "order-dies")
+    real = bundled(batch_engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        if payload["attempt"] < 3:
+            raise TransientError("the warehouse is down")
+        return {**real(payload, context), "padding": "x" * 300_000}
+
+    with batch_engine.override_function(FUNCTION, handler):
+        for _ in range(3):
+            [arn] = batch_engine.pump_pipes()
+    assert batch_engine.wait(arn).status == "FAILED"
+    stuck = row(batch_engine, "order-dies")
+    assert (stuck["status"], stuck["attempts"]) == ("PROCESSING", "3")
+    # WHEN its lock expires and the message comes back
+    expire_lock(batch_engine, "sqs:order-dies")
+    [arn] = batch_engine.pump_pipes()
+    # THEN the row is dead-lettered as the audit would (LockExpired), with one DLQ message
+    assert _only_outcome(batch_engine, arn) == ("DeadLettered", False)
+    [dead] = dlq_messages(batch_engine)
+    assert attributes(dead)["ERROR_CODE"] == "LockExpired"
+    assert attributes(dead)["EXHAUSTED_RETRY_CONDITION"] == "MaximumRetryAttempts"
+    assert (
+        "expired with the work unfinished, after 3 attempt(s)" in attributes(dead)["ERROR_MESSAGE"]
+    )
+    assert "dead_lettered_at" in row(batch_engine, "order-dies")
+    assert queued(batch_engine) == {}
+
+
+def test_a_row_at_max_attempts_under_a_live_lock_is_not_taken_over(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN a row at MaxAttempts that another execution still holds (an hour left)
+    now = int(time.time())
+    batch_engine.client("dynamodb").put_item(
+        TableName=batch_engine.ref("LedgerTable"),
+        Item={
+            "pk": {"S": "sqs:order-busy"},
+            "status": {"S": "PROCESSING"},
+            "lock_owner": {"S": "arn:aws:states:us-east-1:123456789012:express:other:x:y#0"},
+            "lock_expires_at": {"N": str(now + 3600)},
+            "attempts": {"N": "3"},
+            "expires_at": {"N": str(now + 86400)},
+        },
+    )
+    message = send(batch_engine, "order-busy")
+    # WHEN its message arrives
+    [arn] = batch_engine.pump_pipes()
+    # THEN the takeover is refused: the message stays, nothing is dead-lettered
+    assert _only_outcome(batch_engine, arn) == ("Duplicate", True)
+    assert "TakeOverAtMaxAttempts" in batch_engine.wait(arn).states_entered
+    assert queued(batch_engine) == {message: "order-busy"}
+    assert dlq_messages(batch_engine) == []
+    assert row(batch_engine, "order-busy")["status"] == "PROCESSING"
+
+
+@pytest.fixture
+def one_attempt_engine() -> Iterator[LocalEngine]:
+    parameters = {**PARAMETERS, "MaxAttempts": "1"}
+    with LocalEngine(TEMPLATE, parameters, function_log=io.StringIO(), time_scale=0.0) as local:
+        yield local
+
+
+def test_a_ledger_outage_after_the_only_attempt_ends_in_one_dead_letter(
+    one_attempt_engine: LocalEngine,
+) -> None:
+    engine = one_attempt_engine
+    # GIVEN MaxAttempts 1, and MarkComplete throttled past its retries after the work is done
+    message = send(engine, "order-once")
+    with failing(engine, "dynamodb", "UpdateItem", throttled(), when="completed_at"):
+        [arn] = engine.pump_pipes()
+    # THEN LedgerUnavailable keeps the message and sends nothing: the queue carries the work
+    assert _only_outcome(engine, arn) == ("LedgerUnavailable", True)
+    assert dlq_messages(engine) == []
+    assert queued(engine) == {message: "order-once"}
+    assert row(engine, "order-once")["status"] == "PROCESSING"
+    assert output_effects(engine) == 1
+    # WHEN the lock expires and the message comes back
+    expire_lock(engine, "sqs:order-once")
+    [arn] = engine.pump_pipes()
+    # THEN the row at MaxAttempts is dead-lettered: one DLQ message, the queue empty
+    assert _only_outcome(engine, arn) == ("DeadLettered", False)
+    [dead] = dlq_messages(engine)
+    assert attributes(dead)["ERROR_CODE"] == "LockExpired"
+    assert "dead_lettered_at" in row(engine, "order-once")
+    assert queued(engine) == {}
+    assert output_effects(engine) == 1
+
+
+def test_ledger_unavailable_keeps_the_message_and_sends_no_dlq_message(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN MarkComplete throttled past its retries after the work is done (attempt 1 of 3)
+    message = send(batch_engine, "order-outage")
+    with failing(batch_engine, "dynamodb", "UpdateItem", throttled(), when="completed_at"):
+        [arn] = batch_engine.pump_pipes()
+    # THEN the message stays (the queue, not a DLQ message, carries the work), logged
+    # under the processor's name
+    assert _only_outcome(batch_engine, arn) == ("LedgerUnavailable", True)
+    entered = batch_engine.wait(arn).states_entered
+    assert "SendToDLQ" not in entered and "LedgerUnavailable" in entered
+    assert dlq_messages(batch_engine) == []
+    assert queued(batch_engine) == {message: "order-outage"}
+    # WHEN the ledger is back, the lock expires and the message comes back
+    expire_lock(batch_engine, "sqs:order-outage")
+    [again] = batch_engine.pump_pipes()
+    # THEN the work is recorded done (the sink's conditional write keeps one effect), and
+    # no DLQ message is left for finished work: the DLQ alarm does not fire
+    assert _only_outcome(batch_engine, again) == ("Processed", False)
+    assert row(batch_engine, "order-outage")["status"] == "PROCESSED"
+    assert dlq_messages(batch_engine) == []
+    assert queued(batch_engine) == {}
+    assert output_effects(batch_engine) == 1
