@@ -283,6 +283,62 @@ def test_every_parameter_set_the_express_rule_allows_fits_in_five_minutes(
     assert 0 < worst < EXPRESS_LIMIT_SECONDS, worst
 
 
+def test_the_receive_budget_exceeds_max_attempts_for_every_pair_the_rules_accept() -> None:
+    """Each attempt takes one receive and one more dead-letters a row whose last attempt
+    died (P11): a budget at or below MaxAttempts would move unsettled work to the source
+    DLQ. The rule asks a budget above the largest MaxAttempts of a range."""
+    stack = Stack.from_file(TEMPLATE, BATCH_MODE)
+    smallest: dict[int, int] = {}
+    for attempts in range(1, 51):
+        for receives in [*range(1, 61), 1000]:
+            parameters = {
+                **BATCH_MODE,
+                "MaxAttempts": str(attempts),
+                "SourceQueueMaxReceiveCount": str(receives),
+            }
+            try:
+                stack.bind(parameters)
+                stack.check_rules()
+            except TemplateError as exc:
+                assert "SourceQueueCoversMaxAttempts" in str(exc), exc
+                assert receives <= 50
+                continue
+            # THEN whatever the rules accept has a receive for each attempt and one more
+            assert receives > attempts, (attempts, receives)
+            smallest.setdefault(attempts, receives)
+    # AND the rule asks no more than its description says
+    tiers = {1: 2, 4: 5, 9: 10, 19: 20, 50: 51}
+    for attempts, least in smallest.items():
+        assert least == tiers[min(t for t in tiers if t >= attempts)], attempts
+    # AND the defaults pass; without the batch mode, or with a queue of your own (whose
+    # receive budget the stack does not set: onceflow doctor checks it), the rule is off
+    Stack.from_file(TEMPLATE, BATCH_MODE)
+    Stack.from_file(TEMPLATE, {"SqsSource": "create", "MaxAttempts": "9"})
+    with pytest.raises(TemplateError, match="SourceQueueCoversMaxAttempts"):
+        Stack.from_file(TEMPLATE, {**BATCH_MODE, "MaxAttempts": "5"})
+
+
+def test_the_created_queue_hides_a_batch_six_times_its_longest_run_and_past_its_lock(
+    batch_engine: LocalEngine,
+) -> None:
+    """AWS asks an SQS source's visibility timeout to be at least six times what its
+    consumer may take, so that a throttled invocation can be retried (Lambda,
+    services-sqs-configure.html; the Pipes SQS page names no figure). A pipe's
+    synchronous EXPRESS target runs up to five minutes."""
+    attributes = batch_engine.client("sqs").get_queue_attributes(
+        QueueUrl=batch_engine.ref("SourceQueue"), AttributeNames=["VisibilityTimeout"]
+    )["Attributes"]
+    visibility = int(attributes["VisibilityTimeout"])
+    assert visibility >= 6 * EXPRESS_LIMIT_SECONDS
+    # AND the batch's lock is capped below it (tests/workflow/test_batch_mode.py measures
+    # the lock a claim writes)
+    states = _definition(batch_engine)["States"]["EachMessage"]["ItemProcessor"]["States"]
+    locks = {c["Assign"]["lockSeconds"] for c in states["Normalize"]["Choices"] if "Assign" in c}
+    assert locks == {lock for lock in locks if lock.endswith(", 300 + (40 + 10) + 60]) %}")}
+    assert len(locks) == 1
+    assert visibility > 300 + (40 + 10) + 60
+
+
 # ---- the pipe, the queue and the roles as deployed ------------------------------------
 
 

@@ -571,6 +571,26 @@ def test_a_crashed_batch_leaves_its_claims_in_the_open_work_index(
     assert claimed["open_status"] == open_status("PROCESSING", "sqs:order-crash")
 
 
+def test_a_claims_lock_expires_before_its_message_can_come_back(
+    batch_engine: LocalEngine,
+) -> None:
+    """A message whose batch died comes back after the queue's visibility timeout; its
+    lock must have expired by then, or each attempt would cost more than one receive of
+    the budget the template's rule counts (SourceQueueCoversMaxAttempts)."""
+    # GIVEN a message whose claim is written (LockTimeoutSeconds is 900 by default)
+    send(batch_engine, "order-lock")
+    assert len(batch_engine.pump_pipes()) == 1
+    claimed = row(batch_engine, "order-lock")
+    lock = int(claimed["lock_expires_at"]) - int(claimed["created_at"]) // 1000
+    visibility = batch_engine.client("sqs").get_queue_attributes(
+        QueueUrl=batch_engine.ref("SourceQueue"), AttributeNames=["VisibilityTimeout"]
+    )["Attributes"]["VisibilityTimeout"]
+    # THEN the lock is capped by what a batch execution can last (five minutes, then the
+    # last Process call's timeout, and a minute), below the visibility timeout
+    assert lock <= 300 + (40 + 10) + 60 + 1
+    assert lock < int(visibility)
+
+
 # ---- a row at MaxAttempts is dead-lettered by its next delivery (P11) -----------------
 
 
