@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 from moto.sqs.models import sqs_backends
 
+from onceflow import ops
 from onceflow.harness.bench import ERROR_EVENT_TYPES, log_records
 from onceflow.local.engine import ACCOUNT_ID, DEFAULT_TEMPLATE, REGION, EngineError, LocalEngine
+from onceflow.local.target import LocalTarget
 from service.logic.open_work import open_status
 from tests.helpers import (
     FUNCTION,
@@ -782,3 +784,36 @@ def test_ledger_unavailable_keeps_the_message_and_sends_no_dlq_message(
     assert dlq_messages(batch_engine) == []
     assert queued(batch_engine) == {}
     assert output_effects(batch_engine) == 1
+
+
+# ---- onceflow inspect on a batch claim (P11 item 12) ----------------------------------
+
+
+def test_inspect_reports_a_batch_claim_as_its_message_in_the_batch_execution(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN two orders processed in one batch
+    send(batch_engine, "order-a")
+    send(batch_engine, "order-b")
+    [arn] = batch_engine.pump_pipes()
+    owner = row(batch_engine, "order-b")["lock_owner"]
+    index = int(owner.rsplit("#", 1)[1])
+    # WHEN one of them is inspected
+    found = ops.inspect_key(LocalTarget(batch_engine), "sqs:order-b")
+    # THEN its claim is the batch execution, found and SUCCEEDED (not ExecutionDoesNotExist),
+    # with that message's own path through the iteration
+    [claimed] = [e for e in found["executions"] if e["role"] == "claimed"]
+    assert claimed["executionArn"] == arn
+    assert claimed["lockOwner"] == owner
+    assert claimed["message"] == index
+    assert claimed["status"] == "SUCCEEDED"
+    assert claimed["path"] == [
+        "TakeMessage",
+        "Normalize",
+        "ReadMessage",
+        "ParseMessage",
+        "Claim",
+        "Process",
+        "MarkComplete",
+        "Processed",
+    ]
