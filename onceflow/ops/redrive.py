@@ -222,11 +222,15 @@ def _execution_exists(sfn: Any, arn: str) -> bool:
 
 
 # Queues redrive reads: the template output of each, and whether its message
-# bodies are the processor's DLQ shape or the original event (EventBridge's).
+# bodies are the processor's DLQ shape or the original event (EventBridge's). The
+# source queue's DLQ holds the producers' messages themselves (SQS moved them there
+# after SourceQueueMaxReceiveCount receives): they go back to the source queue.
 QUEUES = {
     "processor": ("DeadLetterQueueUrl", False),
     "ingress": ("IngressDeadLetterQueueUrl", True),
+    "source": ("SourceDeadLetterQueueUrl", True),
 }
+SOURCE_QUEUE = "SourceQueueUrl"
 
 
 @dataclass
@@ -299,14 +303,32 @@ def redrive(
     stops when a receive brings nothing it has not seen.
 
     ``queue`` "ingress" reads the EventBridge rules' DLQ instead: events that
-    never reached the processor, started as they are.
+    never reached the processor, started as they are. ``queue`` "source" reads
+    the source queue's DLQ: each message is sent back to the source queue as it
+    is (body and attributes) and the pipe delivers it again, under the rules of
+    any delivery: work done is a duplicate, work below MaxAttempts is reclaimed,
+    and (SqsBatchMode) a row at MaxAttempts is dead-lettered, to the processor's
+    DLQ, where this command's default queue gives it a deliberate second chance.
     """
     if queue not in QUEUES:
         raise OpsError(f"no queue {queue!r}; choose from {', '.join(QUEUES)}")
     output, raw = QUEUES[queue]
     sqs = target.client("sqs")
     sfn = target.client("stepfunctions")
-    url = target.output(output)
+    try:
+        url = target.output(output)
+        back = target.output(SOURCE_QUEUE) if queue == "source" else ""
+    # A missing output is an OpsError on a deployed stack and the engine's own error
+    # locally (ops does not import the engine): either way, say what to do instead.
+    except Exception as exc:
+        if queue != "source":
+            raise
+        raise OpsError(
+            "--queue source needs the stack's own source queue (SqsSource create); for a "
+            "queue of your own, move its DLQ's messages back with SQS (aws sqs "
+            "start-message-move-task --source-arn <its DLQ's ARN>): each meets the same "
+            f"rules ({exc})"
+        ) from exc
     processor = target.output("ProcessorStateMachineArn")
     report = RedriveReport(url, dry_run)
     kept_handles: list[str] = []
@@ -326,9 +348,12 @@ def redrive(
                 break  # an empty queue, or only messages this run has seen
             for message in batch[:wanted]:
                 seen.add(message["MessageId"])
-                outcome = _redrive_one(
-                    target, sqs, sfn, url, processor, message, dry_run, raw, memory
-                )
+                if back:
+                    outcome = _move_back(sqs, url, back, message, dry_run, memory)
+                else:
+                    outcome = _redrive_one(
+                        target, sqs, sfn, url, processor, message, dry_run, raw, memory
+                    )
                 if outcome.action != "resubmitted" and outcome.action != "deleted":
                     kept_handles.append(message["ReceiptHandle"])
                 report.messages.append(outcome)
@@ -450,6 +475,40 @@ def _restart(sfn: Any, executions: str, failed: dict[str, Any], dry_run: bool) -
             return outcome("already restarted", f"restarted meanwhile as {name}", arn)
         return outcome("kept", f"the start was refused: {exc}")
     return outcome("resubmitted", cause, arn)
+
+
+def _move_back(
+    sqs: Any, url: str, source: str, message: dict[str, Any], dry_run: bool, memory: _RunMemory
+) -> Redriven:
+    """A message of the source queue's DLQ, sent back to the source queue as it was (body
+    and message attributes), then deleted from the DLQ: never both gone, at worst both
+    there (a copy the ledger makes a duplicate)."""
+    message_id = message["MessageId"]
+    body = message.get("Body", "")
+    if memory.moved(None, None, body):
+        return Redriven(message_id, None, "left", "the same message was moved earlier in this run")
+    memory.remember(None, [], body)
+    if dry_run:
+        return Redriven(message_id, None, "would resubmit", "back to the source queue")
+    attributes = {
+        name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
+        for name, value in message.get("MessageAttributes", {}).items()
+    }
+    try:
+        sent = sqs.send_message(
+            QueueUrl=source,
+            MessageBody=body,
+            **({"MessageAttributes": attributes} if attributes else {}),
+        )
+    except ClientError as exc:
+        return Redriven(message_id, None, "kept", f"the source queue refused it: {exc}")
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    return Redriven(
+        message_id,
+        None,
+        "resubmitted",
+        f"back to the source queue as {sent['MessageId']}; the pipe delivers it again",
+    )
 
 
 def _redrive_one(

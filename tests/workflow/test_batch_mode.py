@@ -817,3 +817,82 @@ def test_inspect_reports_a_batch_claim_as_its_message_in_the_batch_execution(
         "MarkComplete",
         "Processed",
     ]
+
+
+# ---- onceflow redrive --queue source (P11) ---------------------------------------------
+
+
+def _hold(engine: LocalEngine, order: str, attempts: int) -> None:
+    """A row another execution holds under a live lock (an hour left)."""
+    now = int(time.time())
+    engine.client("dynamodb").put_item(
+        TableName=engine.ref("LedgerTable"),
+        Item={
+            "pk": {"S": f"sqs:{order}"},
+            "status": {"S": "PROCESSING"},
+            "lock_owner": {"S": "arn:aws:states:us-east-1:123456789012:execution:other:x"},
+            "lock_expires_at": {"N": str(now + 3600)},
+            "attempts": {"N": str(attempts)},
+            "expires_at": {"N": str(now + 86400)},
+        },
+    )
+
+
+def _exhaust_receives(engine: LocalEngine) -> None:
+    """Deliver until the queue's redrive policy moves what stays to its DLQ."""
+    receives = int(
+        json.loads(
+            engine.client("sqs").get_queue_attributes(
+                QueueUrl=engine.ref("SourceQueue"), AttributeNames=["RedrivePolicy"]
+            )["Attributes"]["RedrivePolicy"]
+        )["maxReceiveCount"]
+    )
+    for _ in range(receives + 1):
+        engine.pump_pipes()
+
+
+def test_redrive_moves_the_source_dlqs_messages_back_through_the_pipe(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN two orders whose rows other executions held past the queue's receive budget:
+    # one below MaxAttempts, one at it; both messages are now in the source queue's DLQ
+    _hold(batch_engine, "order-late", attempts=1)
+    _hold(batch_engine, "order-spent", attempts=3)
+    send(batch_engine, "order-late")
+    send(batch_engine, "order-spent")
+    _exhaust_receives(batch_engine)
+    assert queued(batch_engine) == {}
+    assert sorted(queued(batch_engine, "SourceDeadLetterQueue").values()) == [
+        "order-late",
+        "order-spent",
+    ]
+    # WHEN those executions died long ago, and the operator redrives the source DLQ
+    expire_lock(batch_engine, "sqs:order-late")
+    expire_lock(batch_engine, "sqs:order-spent")
+    report = ops.redrive(LocalTarget(batch_engine), queue="source")
+    # THEN both are moved back to the source queue (the DLQ empty), and the pipe
+    # delivers them: the one below MaxAttempts is done, the one at it dead-lettered (one
+    # DLQ message, for `redrive --queue processor` to give a deliberate second chance)
+    assert report.count("resubmitted") == 2
+    assert queued(batch_engine, "SourceDeadLetterQueue") == {}
+    assert sorted(queued(batch_engine).values()) == ["order-late", "order-spent"]
+    batch_engine.pump_pipes()
+    assert row(batch_engine, "order-late")["status"] == "PROCESSED"
+    spent = row(batch_engine, "order-spent")
+    assert spent["status"] == "FAILED" and "dead_lettered_at" in spent
+    [dead] = dlq_messages(batch_engine)
+    assert attributes(dead)["IDEMPOTENCY_KEY"] == "sqs:order-spent"
+    # AND nothing loops: the source queue and its DLQ are empty, a second redrive moves nothing
+    assert queued(batch_engine) == {}
+    assert ops.redrive(LocalTarget(batch_engine), queue="source").messages == []
+    assert output_effects(batch_engine) == 1
+
+
+def test_redrive_source_dry_run_moves_nothing(batch_engine: LocalEngine) -> None:
+    _hold(batch_engine, "order-dry", attempts=1)
+    send(batch_engine, "order-dry")
+    _exhaust_receives(batch_engine)
+    report = ops.redrive(LocalTarget(batch_engine), queue="source", dry_run=True)
+    assert [m.action for m in report.messages] == ["would resubmit"]
+    assert list(queued(batch_engine, "SourceDeadLetterQueue").values()) == ["order-dry"]
+    assert queued(batch_engine) == {}
