@@ -29,13 +29,19 @@ from onceflow.local.target import LocalTarget
 from service.logic.open_work import open_status
 from tests.helpers import (
     FUNCTION,
+    MACHINE,
     TransientError,
     attributes,
+    audit_engine,
     dlq_messages,
     expire_lock,
+    idempotency_key,
     invocations,
     ledger_row,
     output_effects,
+    run_audit,
+    s3_event,
+    upload,
 )
 from tests.workflow.test_failure_paths import KMS_DENIED, failing, throttled
 
@@ -896,3 +902,40 @@ def test_redrive_source_dry_run_moves_nothing(batch_engine: LocalEngine) -> None
     assert [m.action for m in report.messages] == ["would resubmit"]
     assert list(queued(batch_engine, "SourceDeadLetterQueue").values()) == ["order-dry"]
     assert queued(batch_engine) == {}
+
+
+# ---- the single-message processor: the same row, a deliberate difference ---------------
+
+
+def test_the_single_message_processor_leaves_a_row_at_max_attempts_to_the_audit() -> None:
+    """docs/design.md, "The SQS batch mode": a delivery to the single-message processor is
+    consumed whatever it ends in (EventBridge's target, a FIRE_AND_FORGET pipe), and its
+    rows are found by the audit's sweep, which dead-letters a row at MaxAttempts; its
+    duplicate path stays Claim, Reclaim, Duplicate (one refused write, no more)."""
+    with audit_engine() as engine:
+        # GIVEN an upload that failed MaxAttempts (3) times, the last with the DLQ refusing
+        version = upload(engine, "spent.png")
+        pk = idempotency_key(engine, "spent.png", version)
+        event = s3_event(engine, "spent.png", version)
+        with engine.override_function(FUNCTION, _raise(TransientError)):
+            for _ in range(2):
+                engine.execute(MACHINE, event)
+            with failing(engine, "sqs", "SendMessage", KMS_DENIED):
+                assert engine.execute(MACHINE, event).error == "DeadLetterFailed"
+        # WHEN its event is delivered again
+        again = engine.execute(MACHINE, event)
+        # THEN it is a duplicate, as the card's duplicate path, and the row stays open work
+        assert again.states_entered == ["Normalize", "Claim", "Reclaim", "Duplicate"]
+        assert dlq_messages(engine) == []
+        assert (ledger_row(engine, pk) or {})["open_status"] == open_status("FAILED", pk)
+        # AND the audit's sweep dead-letters it: one DLQ message
+        assert run_audit(engine).output["failed_dead_lettered"] == 1
+        [dead] = dlq_messages(engine)
+        assert attributes(dead)["IDEMPOTENCY_KEY"] == pk
+
+
+def _raise(error: type[Exception]) -> Callable[[Any, Any], Any]:
+    def handler(payload: Any, context: Any) -> Any:
+        raise error("injected")
+
+    return handler
