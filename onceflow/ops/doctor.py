@@ -40,7 +40,12 @@ The AWS APIs and the fields read, with the page that documents each:
   are sorted by time, with the most recent execution first") and DescribeExecution
   (``error``, ``cause``) (Step Functions API reference).
 - CloudWatch DescribeAlarms (``MetricAlarms``: ``AlarmName``, ``ActionsEnabled``,
-  ``AlarmActions``) (CloudWatch API reference, DescribeAlarms, MetricAlarm).
+  ``AlarmActions``) and DescribeAlarmsForMetric (``MetricName``, ``Namespace``,
+  ``Dimensions``; each ``MetricAlarm`` carries its ``Dimensions``, compared here too)
+  (CloudWatch API reference, DescribeAlarms, DescribeAlarmsForMetric, MetricAlarm).
+- Lambda's guidance for an SQS source: "set the source queue's visibility timeout to at
+  least six times the configuration timeout on your function" (Lambda developer guide,
+  services-sqs-configure.html); the pipe's synchronous target runs up to five minutes.
 - SNS ListSubscriptionsByTopic: ``SubscriptionArn`` is the subscription's ARN once it is
   confirmed and "PendingConfirmation" until then (SNS API reference, Subscribe: "the
   string 'pending confirmation' if the subscription requires confirmation"; the exact
