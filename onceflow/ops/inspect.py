@@ -40,7 +40,9 @@ def _iso(moment: Any) -> str:
 _BATCH_CLAIM = re.compile(r"^(?P<execution>arn:[^#]+)#(?P<index>[0-9]+)$")
 
 
-_AFTER_THE_MAP = frozenset({"MapStateSucceeded", "MapStateFailed", "MapStateAborted"})
+_AFTER_THE_MAP = frozenset(
+    {"MapStateSucceeded", "MapStateFailed", "MapStateAborted", "MapStateExited"}
+)
 
 
 def _history(sfn: Any, arn: str) -> list[dict[str, Any]]:

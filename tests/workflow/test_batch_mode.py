@@ -939,3 +939,33 @@ def _raise(error: type[Exception]) -> Callable[[Any, Any], Any]:
         raise error("injected")
 
     return handler
+
+
+def test_the_audit_dead_letters_batch_work_the_queue_no_longer_brings_back(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN an order that failed twice, then died with its whole batch on the last attempt
+    send(batch_engine, "order-gone")
+    real = bundled(batch_engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        if payload["attempt"] < 3:
+            raise TransientError("the warehouse is down")
+        return {**real(payload, context), "padding": "x" * 300_000}
+
+    with batch_engine.override_function(FUNCTION, handler):
+        for _ in range(3):
+            batch_engine.pump_pipes()
+    assert row(batch_engine, "order-gone")["status"] == "PROCESSING"
+    # AND its message is gone from the queue (its 14 days ran out; SQS deletes it)
+    batch_engine.client("sqs").purge_queue(QueueUrl=batch_engine.ref("SourceQueue"))
+    assert queued(batch_engine) == {}
+    # WHEN its lock has expired and the audit runs
+    expire_lock(batch_engine, "sqs:order-gone")
+    report = run_audit(batch_engine).output
+    # THEN the sweep found it through OpenWork and dead-lettered it: one DLQ message
+    assert report["stuck_dead_lettered"] == 1
+    [dead] = dlq_messages(batch_engine)
+    assert attributes(dead)["IDEMPOTENCY_KEY"] == "sqs:order-gone"
+    assert attributes(dead)["ERROR_CODE"] == "LockExpired"
+    assert "dead_lettered_at" in row(batch_engine, "order-gone")
