@@ -130,12 +130,14 @@ def open_status(status: str, key: str) -> str:
 def _second_chance(target: Target, key: str, message_id: str) -> str:
     """Reset a dead-lettered row so that Reclaim takes it: attempts 0, recorded in the row.
 
-    The row is read first, then written on condition that it is still what was
-    read (FAILED, the same ``updated_at`` and ``lock_owner``), so that the reset
+    A FAILED row, or a PROCESSING row whose lock has expired (no execution holds
+    it: LedgerUnavailable sent its work here and left it so). The row is read
+    first, then written on condition that it is still what was read (the same
+    status, ``updated_at`` and ``lock_owner``; the lock still expired), so that the reset
     can trim ``claims`` to the newest KEPT_CLAIMS (``claims_dropped`` counts the
     rest) without losing a claim appended meanwhile. Returns "reset", "absent"
     (no row: Claim will create one), the status of a row that must not be reset
-    (PROCESSED, or PROCESSING under a lock), or "changing" when it kept changing.
+    (PROCESSED, or PROCESSING under a live lock), or "changing" when it kept changing.
     """
     dynamodb = target.client("dynamodb")
     table = target.output("LedgerTableName")
@@ -146,7 +148,11 @@ def _second_chance(target: Target, key: str, message_id: str) -> str:
         if item is None:
             return "absent"
         status = str(item["status"]["S"])
-        if status != "FAILED":
+        now = int(time.time())
+        # A PROCESSING row whose lock expired is held by no execution (it died, or ended
+        # in LedgerUnavailable, which dead-letters its work): it is reset like a FAILED one.
+        stale = status == "PROCESSING" and int(item.get("lock_expires_at", {}).get("N", "0")) < now
+        if status != "FAILED" and not stale:
             return status
         values: dict[str, Any] = {
             ":failed": {"S": "FAILED"},
@@ -167,9 +173,14 @@ def _second_chance(target: Target, key: str, message_id: str) -> str:
             add += ", claims_dropped :dropped"
             values[":claims"] = {"L": claims[-KEPT_CLAIMS:]}
             values[":dropped"] = {"N": str(len(claims) - KEPT_CLAIMS)}
+        if stale:
+            values[":processing"] = {"S": "PROCESSING"}
+            values[":now"] = {"N": str(now)}
         condition = " AND ".join(
             [
-                "#status = :failed",
+                "#status = :processing AND lock_expires_at < :now"
+                if stale
+                else "#status = :failed",
                 _seen("updated_at", item, values),
                 _seen("lock_owner", item, values),
             ]
