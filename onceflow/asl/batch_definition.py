@@ -602,6 +602,10 @@ def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
         state = _redirect(state, RECLAIM, READ_DUPLICATE)
         if name == RECLAIM:
             state = _redirect(state, DUPLICATE, AT_MAX_ATTEMPTS)
+            state["Comment"] = (
+                f"{state.get('Comment', '')} In the batch a refused Reclaim goes to "
+                f"{AT_MAX_ATTEMPTS}: a row at the maximum is this delivery's to dead-letter."
+            ).strip()
         if name == DUPLICATE:
             out.update(duplicate_states)
             continue
