@@ -43,9 +43,33 @@ DUPLICATE_COMMENT. An uncaught error, a crash or the five-minute limit fails
 the whole execution, and the pipe then retries the whole batch
 (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-pipes-error-troubleshooting.html).
 
-The copied claims and failure writes leave out the OpenWork index entry
-(WITHOUT_OPEN_WORK): the queue, not the audit, brings back a message whose work
-failed or stalled.
+Rows go into the OpenWork index as the processor writes them: the queue does
+not always bring a message back (its receive budget, its retention, a pipe
+stopped for good), and the audit's sweep finds through the index what it no
+longer can (P11).
+
+Three rules differ from the processor's, each because the queue keeps a message
+until its outcome is settled (docs/design.md, "The SQS batch mode"):
+
+- A row at MaxAttempts that is not settled (FAILED and not dead-lettered, or
+  PROCESSING with an expired lock) is dead-lettered by its next delivery
+  (AT_MAX_ATTEMPTS, TAKE_OVER): the lock is taken with a conditional write, the
+  DLQ message sent, then the fenced MarkDeadLettered. Otherwise such a message
+  would come back as an unsettled Duplicate until the queue's receive budget
+  moves it to the source DLQ. The single-message processor leaves such a row to
+  the audit's sweep: its delivery is consumed either way, and its duplicate path
+  stays Claim, Reclaim, Duplicate.
+- A ledger write that fails past its retries (LedgerUnavailable) before any DLQ
+  message was sent sends none and keeps the message: the queue carries the work,
+  and one unit of work never has both a DLQ message and a message that comes
+  back (which could finish it and leave the DLQ alarm firing for finished work).
+  After the DLQ message was sent (MarkDeadLettered failing) the message is
+  deleted: the DLQ message carries it.
+- The lock is capped by the EXPRESS limit (BATCH_LOCK_CAP): no state of a batch
+  execution runs after five minutes, nor its last Process call after the task's
+  timeout, so a longer LockTimeoutSeconds would only make a message whose
+  execution died wait more receives; the created queue's visibility timeout
+  (1800 s) is longer, so such a message finds the lock expired on its next receive.
 
 The file keeps the processor's ``${Param}`` DefinitionSubstitutions verbatim,
 quoted or not (``"IntervalSeconds": ${RetryIntervalSeconds}``).
@@ -58,7 +82,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import functools
 import json
 import re
 import sys
@@ -80,6 +103,10 @@ DUPLICATE = "Duplicate"
 OWNER = "lockOwner"
 MESSAGE_ID = "messageId"
 DUPLICATE_ROW = "duplicateRow"
+AT_MAX_ATTEMPTS = "AtMaxAttempts"
+TAKE_OVER = "TakeOverAtMaxAttempts"
+SEND_TO_DLQ = "SendToDLQ"
+LEDGER_UNAVAILABLE = "LedgerUnavailable"
 LOG_PREFIX = "Log"  # the Parallel a processor Fail state runs in
 MESSAGE_ENDS = "MessageEnds"
 MAX_CONCURRENCY = 10  # SqsBatchSize is at most 10: every message of a batch runs at once
@@ -96,6 +123,19 @@ ALLOWED_CONTEXT = frozenset({"$states.context.StateMachine.Id", "$states.context
 SETTLED = frozenset({"Processed", "Superseded", "Ignored", "DeadLettered", "InvalidEvent"})
 # Not settled: the message stays in the queue and comes back.
 RETRIED = frozenset({"LockLost", "Failed", "DeadLetterFailed", "LedgerUnavailable"})
+# A retried end state that is settled on some paths: the message stays only while
+# this holds. LedgerUnavailable after the DLQ message was sent (MarkDeadLettered
+# failed, its failure a MaximumRetryAttempts or PermanentError) is settled.
+RETRIED_WHEN = {LEDGER_UNAVAILABLE: "$failure.condition = 'LedgerUnavailable'"}
+# End states whose processor comment does not hold in the batch.
+BATCH_COMMENTS = {
+    LEDGER_UNAVAILABLE: (
+        "Alarmed. A ledger write failed past its retries (throttling, a validation error). "
+        "Before any DLQ message was sent, none is: the message stays in the queue and "
+        "carries the work, and a row this execution held comes back when its lock expires. "
+        "When MarkDeadLettered failed, the DLQ message exists and carries it."
+    )
+}
 
 DUPLICATE_COMMENT = (
     "Claim was refused: the row exists. It is read back (consistent) before any takeover is "
@@ -104,11 +144,47 @@ DUPLICATE_COMMENT = (
 )
 SETTLED_OR_RECLAIM_COMMENT = (
     "Only a PROCESSED or dead-lettered row is settled. Any other (FAILED, PROCESSING, at "
-    "MaxAttempts) may be taken over by Reclaim; if Reclaim is refused, the row is held by "
-    "another live lock or at MaxAttempts, and the message must stay: if that execution "
-    "crashes its batch comes back, but this copy would be gone, and an EXPRESS execution's "
-    "input cannot be read back by the audit, so the work would be lost."
+    "MaxAttempts) may be taken over by Reclaim; if Reclaim is refused, a row at MaxAttempts "
+    "is taken to be dead-lettered (AtMaxAttempts), and any other is held by another live "
+    "lock: the message must stay, for if that execution crashes this copy is what brings "
+    "the work back."
 )
+AT_MAX_ATTEMPTS_COMMENT = (
+    "Reclaim was refused. A row at MaxAttempts is never reclaimed: unless another live lock "
+    "holds it, this delivery dead-letters it (P11), or the message would come back as an "
+    "unsettled Duplicate until the queue's receive budget ran out."
+)
+TAKE_OVER_COMMENT = (
+    "A row at MaxAttempts, FAILED and not dead-lettered (its DLQ message was never sent) or "
+    "PROCESSING under an expired lock (its execution died): take the lock with a conditional "
+    "write (no attempt is added: the work is not run again), then send the DLQ message and "
+    "mark the row dead-lettered, fenced, as the processor does. Refused: another live lock "
+    "holds it (or it was settled meanwhile), a Duplicate."
+)
+# The takeover's DLQ message says what the audit's would (functions/service/logic/
+# audit.py: stuck_dead_letter_message, failed_dead_letter_message): LockExpired for a
+# stuck row; for a FAILED row the failure its last_error names (for one whose DLQ
+# send failed, the failure it was being dead-lettered for) and that last_error.
+TAKE_OVER_FAILURE = (
+    "{% ($old := $states.result.Attributes; $n := $old.attempts.N;"
+    " $last := $exists($old.last_error.S) ? $old.last_error.S : '';"
+    " $old.status.S = 'PROCESSING' ? {'code': 'LockExpired', 'condition': 'MaximumRetryAttempts',"
+    " 'message': 'LockExpired: the lock of ' & ($exists($old.lock_owner.S) ? $old.lock_owner.S"
+    " : 'an unknown execution') & ' expired with the work unfinished, after ' & $n"
+    " & ' attempt(s)'} :"
+    " ($undelivered := $match($last, /^DeadLetterFailed: [\\s\\S]*? \\(dead-lettering"
+    " ([A-Za-z0-9_.-]+): /);"
+    " $named := $match($last, /^([A-Za-z0-9_.-]+):/);"
+    " $code := $count($undelivered) > 0 ? $undelivered[0].groups[0] :"
+    " ($count($named) > 0 ? $named[0].groups[0] : 'Unknown');"
+    " {'code': $code, 'condition': $code = 'PermanentError' ? 'PermanentError'"
+    " : 'MaximumRetryAttempts', 'message': $substring($length($last) > 0 ? $last"
+    " : $code & ': failed ' & $n & ' time(s)', 0, 1000)})) %}"
+)
+# The batch's lock is at most the EXPRESS limit (300 s), then the longest a Process call
+# started just before it may still run (the task's timeout, the function's + 10 s), and a
+# margin: the processor's lock (LockTimeoutSeconds or the worst case, the longer) capped.
+BATCH_LOCK_CAP = "300 + (${ProcessorTimeoutSeconds} + 10) + 60"
 
 _SUBSTITUTION = re.compile(r"\$\{(\w+)\}")
 _MARK = "@@onceflow-substitution:{}@@"
@@ -183,11 +259,12 @@ def _strings(node: Any) -> list[str]:
     return [node] if isinstance(node, str) else []
 
 
-def _outcome(name: str, retry: bool, extra: Sequence[tuple[str, str]] = ()) -> str:
+def _outcome(name: str, retry: bool | str, extra: Sequence[tuple[str, str]] = ()) -> str:
+    """The output that ends a message's iteration; retry is a boolean or an expression."""
     fields = [
         ("messageId", f"${MESSAGE_ID}"),
         ("outcome", json.dumps(name)),
-        ("retry", "true" if retry else "false"),
+        ("retry", retry if isinstance(retry, str) else "true" if retry else "false"),
         *extra,
     ]
     return "{% {" + ", ".join(f"'{key}': {value}" for key, value in fields) + "} %}"
@@ -204,7 +281,9 @@ def _terminal(name: str, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     as for the processor (cw-logs.html), so the failure metrics count a batch's
     failures at the batch mode's default log level, ERROR.
     """
-    comment = state.get("Comment")
+    comment = BATCH_COMMENTS.get(name, state.get("Comment"))
+    if name in BATCH_COMMENTS:
+        state = {**state, "Comment": comment}
     if state["Type"] != "Fail":
         why = "In the batch: settled, the message is deleted."
         return {
@@ -217,13 +296,19 @@ def _terminal(name: str, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     retry = name in RETRIED
     caught = _outcome(
         name,
-        retry,
+        RETRIED_WHEN.get(name, retry),
         [("error", "$states.errorOutput.Error"), ("cause", "$states.errorOutput.Cause")],
+    )
+    stays = (
+        f"the message stays in the queue while {RETRIED_WHEN[name]}, and is deleted otherwise."
+        if name in RETRIED_WHEN
+        else "the message stays in the queue."
+        if retry
+        else "the message is deleted."
     )
     why = (
         f"In the batch a Fail state would fail the whole Map: {name} runs inside this "
-        "Parallel, whose Catch ends the message's iteration; "
-        + ("the message stays in the queue." if retry else "the message is deleted.")
+        "Parallel, whose Catch ends the message's iteration; " + stays
     )
     return {
         LOG_PREFIX + name: {
@@ -277,13 +362,14 @@ def _duplicate_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "TableName": claim["Arguments"]["TableName"],
             "Key": {"pk": {"S": "{% $workItem.idempotencyKey %}"}},
             "ConsistentRead": True,
-            "ProjectionExpression": "#status, dead_lettered_at",
+            "ProjectionExpression": "#status, dead_lettered_at, attempts",
             "ExpressionAttributeNames": {"#status": "status"},
         },
         "Assign": {
             DUPLICATE_ROW: (
                 "{% ($item := $states.result.Item; {'status': $exists($item.status.S) ? "
-                "$item.status.S : null, 'deadLettered': $exists($item.dead_lettered_at)}) %}"
+                "$item.status.S : null, 'deadLettered': $exists($item.dead_lettered_at), "
+                "'attempts': $exists($item.attempts.N) ? $number($item.attempts.N) : 0}) %}"
             )
         },
         "Retry": copy.deepcopy(retriers),
@@ -292,7 +378,7 @@ def _duplicate_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "ErrorEquals": ["States.ALL"],
                 "Assign": {
                     DUPLICATE_ROW: (
-                        "{% {'status': null, 'deadLettered': false, "
+                        "{% {'status': null, 'deadLettered': false, 'attempts': 0, "
                         "'error': $states.errorOutput.Error} %}"
                     )
                 },
@@ -312,7 +398,7 @@ def _duplicate_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "Type": "Succeed",
         "Comment": (
             "Deleted only when the row is PROCESSED or dead-lettered; otherwise (held by "
-            "another live lock, at MaxAttempts, unreadable) the message stays in the queue."
+            "another live lock, unreadable) the message stays in the queue."
         ),
         "Output": (
             "{% {'messageId': $"
@@ -328,83 +414,158 @@ def _duplicate_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
             + ".error} %}"
         ),
     }
-    return {READ_DUPLICATE: read, SETTLED_OR_RECLAIM: choose, DUPLICATE: duplicate}
+    return {
+        READ_DUPLICATE: read,
+        SETTLED_OR_RECLAIM: choose,
+        DUPLICATE: duplicate,
+        **_dead_letter_at_max_attempts(processor),
+    }
 
 
-# The batch mode keeps its rows out of the OpenWork index. The index is how the
-# audit finds stuck and failed work that nothing else would bring back (a message
-# the pipe deleted at the start of its execution); in batch mode the queue keeps
-# a message until its outcome is settled and brings back one that failed or whose
-# execution died, so the index's 2 write units a message buy nothing. Each
-# rewrite must apply (the processor's text is matched exactly): a processor that
-# writes open_status another way fails the generator, not the batch.
-_SHARD = "$lowercase($substring($hash({key}, 'MD5'), 0, 1))"
-WITHOUT_OPEN_WORK: tuple[tuple[str, str, str], ...] = (
-    (
-        "Claim",
-        "'open_status': {'S': 'PROCESSING#' & " + _SHARD.format(key="$w.idempotencyKey") + "}, ",
-        "",
-    ),
-    ("Reclaim", "SET #status = :processing, open_status = :open, ", "SET #status = :processing, "),
-    (
-        "Reclaim",
-        "':open': {'S': 'PROCESSING#' & " + _SHARD.format(key="$workItem.idempotencyKey") + "}, ",
-        "",
-    ),
-    ("MarkFailed", "SET #status = :failed, open_status = :open, ", "SET #status = :failed, "),
-    (
-        "MarkFailed",
-        ", ':open': {'S': 'FAILED#' & " + _SHARD.format(key="$workItem.idempotencyKey") + "}",
-        "",
-    ),
-    (
-        "ReleaseUndelivered",
-        "SET #status = :failed, open_status = :open, ",
-        "SET #status = :failed, ",
-    ),
-    (
-        "ReleaseUndelivered",
-        "':open': {'S': 'FAILED#' & " + _SHARD.format(key="$workItem.idempotencyKey") + "}, ",
-        "",
-    ),
-)
-
-
-def _replace(text: str, old: str, new: str) -> str:
-    return text.replace(old, new)
-
-
-def _without_open_work(states: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    out = dict(states)
-    for name, old, new in WITHOUT_OPEN_WORK:
-        if name not in out:
-            raise DefinitionError(f"the processor has no state {name} to keep out of OpenWork")
-        found = [s for s in _strings(out[name]) if old in s]
-        if len(found) != 1 or found[0].count(old) != 1:
-            raise DefinitionError(
-                f"{name} no longer writes open_status as onceflow/asl/batch_definition.py expects "
-                f"({old!r}): update WITHOUT_OPEN_WORK"
-            )
-        out[name] = _map_strings(out[name], functools.partial(_replace, old=old, new=new))
-    left = [
-        name
-        for name, state in out.items()
-        for s in _strings(state)
-        if "open_status = " in s or "'open_status':" in s or "':open'" in s
+def _dead_letter_at_max_attempts(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A refused Reclaim of a row at MaxAttempts: take the lock, then dead-letter it."""
+    reclaim = processor["States"][RECLAIM]
+    arguments = reclaim["Arguments"]
+    values = arguments["ExpressionAttributeValues"]
+    if "':max_attempts': {'N': '${MaxAttempts}'}" not in values or ":lock_expires_at" not in values:
+        raise DefinitionError("Reclaim no longer writes the lock as batch_definition.py expects")
+    unavailable = [
+        c
+        for c in reclaim.get("Catch", [])
+        if "'condition': 'LedgerUnavailable'" in str(c.get("Assign", {}).get("failure", ""))
     ]
-    if left:
-        raise DefinitionError(f"open_status is still written in {sorted(set(left))}")
+    if len(unavailable) != 1:
+        raise DefinitionError("Reclaim no longer names LedgerUnavailable as expected")
+    failure = unavailable[0]["Assign"]["failure"].replace(
+        "Reclaim failed: ", TAKE_OVER + " failed: "
+    )
+    choose = {
+        "Type": "Choice",
+        "Comment": AT_MAX_ATTEMPTS_COMMENT,
+        "Choices": [
+            {
+                "Condition": "{% $" + DUPLICATE_ROW + ".attempts >= ${MaxAttempts} %}",
+                "Next": TAKE_OVER,
+            }
+        ],
+        "Default": DUPLICATE,
+    }
+    take_over = {
+        "Type": "Task",
+        "Comment": TAKE_OVER_COMMENT,
+        "Resource": "arn:aws:states:::dynamodb:updateItem",
+        "Arguments": {
+            "TableName": arguments["TableName"],
+            "Key": copy.deepcopy(arguments["Key"]),
+            "UpdateExpression": (
+                "SET #status = :processing, open_status = :open, lock_owner = :owner, "
+                "lock_expires_at = :lock_expires_at, updated_at = :now_ms"
+            ),
+            "ConditionExpression": (
+                "attribute_exists(pk) AND attribute_not_exists(dead_lettered_at) "
+                "AND attempts >= :max_attempts AND (#status = :failed "
+                "OR (#status = :processing AND lock_expires_at < :now))"
+            ),
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": (
+                "{% (($nowMs := $millis(); $now := $floor($nowMs / 1000); "
+                "{':processing': {'S': 'PROCESSING'}, "
+                "':open': {'S': 'PROCESSING#' & "
+                + _SHARD.format(key="$workItem.idempotencyKey")
+                + "}, ':failed': {'S': 'FAILED'}, "
+                "':owner': {'S': $" + OWNER + "}, "
+                "':lock_expires_at': {'N': $string($now + $lockSeconds)}, "
+                "':now': {'N': $string($now)}, ':now_ms': {'N': $string($nowMs)}, "
+                "':max_attempts': {'N': '${MaxAttempts}'}})) %}"
+            ),
+            "ReturnValues": "ALL_OLD",
+        },
+        "Assign": {
+            "attempt": "{% $number($states.result.Attributes.attempts.N) %}",
+            "held": True,
+            "failure": TAKE_OVER_FAILURE,
+        },
+        "Retry": copy.deepcopy(reclaim.get("Retry", [])),
+        "Catch": [
+            {"ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"], "Next": DUPLICATE},
+            # Nothing sent yet: the message stays, as for every ledger outage in the batch.
+            {
+                "ErrorEquals": ["States.ALL"],
+                "Assign": {"failure": failure},
+                "Next": LEDGER_UNAVAILABLE,
+            },
+        ],
+        "Next": SEND_TO_DLQ,
+    }
+    return {AT_MAX_ATTEMPTS: choose, TAKE_OVER: take_over}
+
+
+_SHARD = "$lowercase($substring($hash({key}, 'MD5'), 0, 1))"  # OpenWork's, as the processor's
+
+
+def _without_dead_letter_on_ledger_outage(
+    states: dict[str, dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """Every catch that would dead-letter a LedgerUnavailable goes to LedgerUnavailable
+    itself: the message stays in the queue and carries the work, no DLQ message is sent."""
+    out = {}
+    rerouted = 0
+    for name, state in states.items():
+        state = copy.deepcopy(state)
+        for rule in state.get("Catch", []):
+            failure = str(rule.get("Assign", {}).get("failure", ""))
+            if "'condition': 'LedgerUnavailable'" in failure and rule.get("Next") == SEND_TO_DLQ:
+                rule["Next"] = LEDGER_UNAVAILABLE
+                rerouted += 1
+        out[name] = state
+    if rerouted == 0:
+        raise DefinitionError(
+            "no ledger write of the processor dead-letters a LedgerUnavailable any more: "
+            "update batch_definition.py"
+        )
+    return out
+
+
+def _with_batch_lock(states: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every assignment of lockSeconds capped at BATCH_LOCK_CAP."""
+    out = {}
+    replaced = 0
+    for name, state in states.items():
+        state = copy.deepcopy(state)
+        for holder in [state, *state.get("Choices", [])]:
+            lock = holder.get("Assign", {}).get("lockSeconds")
+            if lock is not None:
+                if not (lock.startswith("{%") and lock.endswith("%}")):
+                    raise DefinitionError(f"{name} assigns lockSeconds without an expression")
+                inner = lock[2:-2].strip()
+                holder["Assign"]["lockSeconds"] = (
+                    "{% $min([(" + inner + "), " + BATCH_LOCK_CAP + "]) %}"
+                )
+                replaced += 1
+        out[name] = state
+    if replaced == 0:
+        raise DefinitionError(
+            "the processor no longer assigns lockSeconds: update batch_definition.py"
+        )
     return out
 
 
 def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     states: dict[str, dict[str, Any]] = processor["States"]
-    taken = {FIRST_STATE, READ_DUPLICATE, SETTLED_OR_RECLAIM, MESSAGE_ENDS} & set(states)
+    taken = {
+        FIRST_STATE,
+        READ_DUPLICATE,
+        SETTLED_OR_RECLAIM,
+        AT_MAX_ATTEMPTS,
+        TAKE_OVER,
+        MESSAGE_ENDS,
+    } & set(states)
     taken |= {LOG_PREFIX + n for n in states} & set(states)
     if taken:
         raise DefinitionError(f"the processor already has states named {sorted(taken)}")
-    if DUPLICATE not in states:
-        raise DefinitionError("the processor has no Duplicate state")
+    missing = {DUPLICATE, SEND_TO_DLQ, LEDGER_UNAVAILABLE} - set(states)
+    if missing:
+        raise DefinitionError(f"the processor has no state {sorted(missing)}")
     unknown = {
         use
         for text in _strings(states)
@@ -436,9 +597,15 @@ def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {FIRST_STATE: first}
     duplicate_states = _duplicate_states(processor)
     fails: set[str] = set()
-    for name, state in states.items():
+    for name, state in _with_batch_lock(_without_dead_letter_on_ledger_outage(states)).items():
         state = _map_strings(state, lambda s: s.replace(EXECUTION_ID, f"${OWNER}"))
         state = _redirect(state, RECLAIM, READ_DUPLICATE)
+        if name == RECLAIM:
+            state = _redirect(state, DUPLICATE, AT_MAX_ATTEMPTS)
+            state["Comment"] = (
+                f"{state.get('Comment', '')} In the batch a refused Reclaim goes to "
+                f"{AT_MAX_ATTEMPTS}: a row at the maximum is this delivery's to dead-letter."
+            ).strip()
         if name == DUPLICATE:
             out.update(duplicate_states)
             continue
@@ -464,7 +631,7 @@ def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     leftover = [name for name, s in out.items() if name != FIRST_STATE and EXECUTION_ID in str(s)]
     if leftover:
         raise DefinitionError(f"Execution.Id left in {leftover}")
-    return _without_open_work(out)
+    return out
 
 
 def batch_definition(processor: dict[str, Any]) -> dict[str, Any]:

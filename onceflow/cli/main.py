@@ -239,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--queue",
         choices=sorted(ops.QUEUES),
         default=None,
-        help="the processor's DLQ (default), or the EventBridge rules' ingress DLQ",
+        help="the processor's DLQ (default), the EventBridge rules' ingress DLQ, or the "
+        "source queue's DLQ (its messages go back to the source queue and the pipe)",
     )
     redrive.add_argument(
         "--undelivered",

@@ -161,6 +161,10 @@ def cmd_inspect(args: argparse.Namespace, session: Session) -> int:
     print(f"executions ({found['executions_scanned']} scanned):")
     for execution in found["executions"]:
         print(f"  {execution['status']:<10} {execution['role']:<26} {execution['executionArn']}")
+        if "message" in execution:
+            print(f"             message {execution['message']} of the batch")
+        if execution.get("note"):
+            print(f"             {execution['note']}")
         if execution.get("path"):
             print("             " + " -> ".join(execution["path"]))
     return 0 if row else 1

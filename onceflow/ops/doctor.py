@@ -40,7 +40,12 @@ The AWS APIs and the fields read, with the page that documents each:
   are sorted by time, with the most recent execution first") and DescribeExecution
   (``error``, ``cause``) (Step Functions API reference).
 - CloudWatch DescribeAlarms (``MetricAlarms``: ``AlarmName``, ``ActionsEnabled``,
-  ``AlarmActions``) (CloudWatch API reference, DescribeAlarms, MetricAlarm).
+  ``AlarmActions``) and DescribeAlarmsForMetric (``MetricName``, ``Namespace``,
+  ``Dimensions``; each ``MetricAlarm`` carries its ``Dimensions``, compared here too)
+  (CloudWatch API reference, DescribeAlarms, DescribeAlarmsForMetric, MetricAlarm).
+- Lambda's guidance for an SQS source: "set the source queue's visibility timeout to at
+  least six times the configuration timeout on your function" (Lambda developer guide,
+  services-sqs-configure.html); the pipe's synchronous target runs up to five minutes.
 - SNS ListSubscriptionsByTopic: ``SubscriptionArn`` is the subscription's ARN once it is
   confirmed and "PendingConfirmation" until then (SNS API reference, Subscribe: "the
   string 'pending confirmation' if the subscription requires confirmation"; the exact
@@ -444,7 +449,8 @@ def _source_queue(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
     if target.get("type") == "EXPRESS":
         run = min(run, EXPRESS_LIMIT_SECONDS)
     redrive = json.loads(attributes.get("RedrivePolicy") or "{}")
-    if not redrive.get("deadLetterTargetArn"):
+    dlq = str(redrive.get("deadLetterTargetArn", "")).rsplit(":", 1)[-1]
+    if not dlq:
         days = int(attributes.get("MessageRetentionPeriod", 345600)) // 86400
         policy = json.dumps(
             {"deadLetterTargetArn": "<your DLQ's ARN>", "maxReceiveCount": "5"}
@@ -459,23 +465,77 @@ def _source_queue(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
             f'--attributes \'{{"RedrivePolicy": "{policy}"}}\'',
         )
     else:
-        receives = int(redrive.get("maxReceiveCount", 0))
-        lock = int(stack.parameter("LockTimeoutSeconds", "0") or 0)
-        dlq = str(redrive["deadLetterTargetArn"]).rsplit(":", 1)[-1]
-        if invocation == "REQUEST_RESPONSE" and receives * visibility < lock:
-            yield Finding(
-                WARN,
-                "source queue",
-                f"{queue} moves a message to {dlq} after {receives} receives, "
-                f"{receives * visibility} s at its visibility timeout: less than "
-                f"LockTimeoutSeconds {lock}, so a message whose work another execution holds "
-                "can reach the DLQ before that lock expires (docs/ingress.md). Raise "
-                f"maxReceiveCount above {math.ceil(lock / visibility)}",
-            )
-        else:
-            yield Finding(
-                PASS, "source queue", f"{queue} moves a message to {dlq} after {receives} receives"
-            )
+        yield _receive_budget(stack, queue, dlq, int(redrive.get("maxReceiveCount", 0)), visibility)
+    yield from _visibility(url, visibility, window, run, invocation)
+    if dlq:
+        yield _dead_letter_alarm(stack, dlq)
+
+
+def _batch_lock(stack: _Stack) -> int:
+    """The shortest lock a batch claim holds: LockTimeoutSeconds capped, as the batch
+    definition caps it, by what a batch execution can last (onceflow/asl/batch_definition.py,
+    BATCH_LOCK_CAP: five minutes, the Process task's timeout, a minute)."""
+    lock = int(stack.parameter("LockTimeoutSeconds", "900") or 900)
+    task = int(stack.parameter("ProcessorTimeoutSeconds", "60") or 60) + 10
+    return min(lock, EXPRESS_LIMIT_SECONDS + task + 60)
+
+
+def _receive_budget(stack: _Stack, queue: str, dlq: str, receives: int, visibility: int) -> Finding:
+    """In the batch mode each attempt takes the receives its lock needs to expire (one
+    when the visibility timeout outlasts the lock), and one more dead-letters a row whose
+    last attempt died: the budget must cover MaxAttempts of them (docs/ingress.md)."""
+    moves = f"{queue} moves a message to {dlq} after {receives} receives"
+    if stack.parameter("SqsBatchMode") != "true":
+        return Finding(PASS, "source queue", moves)
+    attempts = int(stack.parameter("MaxAttempts", "3") or 3)
+    lock = _batch_lock(stack)
+    per_attempt = max(1, math.ceil(lock / max(visibility, 1)))
+    needed = attempts * per_attempt + 1
+    if receives >= needed:
+        return Finding(PASS, "source queue", f"{moves}: enough for MaxAttempts {attempts}")
+    return Finding(
+        WARN,
+        "source queue",
+        f"{moves}, but MaxAttempts {attempts} can need {needed} ({per_attempt} a attempt: a "
+        f"claim's lock of {lock} s at a visibility timeout of {visibility} s, and one to "
+        "dead-letter a row whose last attempt died): unsettled work can reach the source "
+        "DLQ first (onceflow redrive --queue source moves it back). Raise maxReceiveCount "
+        f"to {needed}",
+    )
+
+
+def _dead_letter_alarm(stack: _Stack, dlq: str) -> Finding:
+    """An alarm on the source queue's DLQ. The stack makes one for a queue it creates; for
+    SqsSource=<your queue's ARN> it cannot, since the DLQ is named only in that queue's
+    redrive policy, which CloudFormation does not read: the doctor looks for one."""
+    dimensions = [{"Name": "QueueName", "Value": dlq}]
+    answer = stack.client("cloudwatch").describe_alarms_for_metric(
+        MetricName="ApproximateNumberOfMessagesVisible", Namespace="AWS/SQS", Dimensions=dimensions
+    )
+    watching = [
+        a["AlarmName"]
+        for a in answer.get("MetricAlarms", [])
+        if a.get("Dimensions") == dimensions and a.get("ActionsEnabled", True)
+    ]
+    if watching:
+        return Finding(PASS, "source queue DLQ alarm", f"{dlq} is watched by {watching[0]}")
+    topics = [name for logical, name in stack.of_type("AWS::SNS::Topic") if logical == "AlarmTopic"]
+    topic = topics[0] if topics else "<the stack's AlarmTopicArn>"
+    return Finding(
+        FAIL,
+        "source queue DLQ alarm",
+        f"no alarm watches {dlq}, where the pipe leaves messages it gave up on: they wait "
+        "there unseen until SQS deletes them. aws cloudwatch put-metric-alarm --alarm-name "
+        f"{dlq}-not-empty --namespace AWS/SQS --metric-name ApproximateNumberOfMessagesVisible "
+        f"--dimensions Name=QueueName,Value={dlq} --statistic Maximum --period 300 "
+        "--evaluation-periods 1 --threshold 0 --comparison-operator GreaterThanThreshold "
+        f"--treat-missing-data notBreaching --alarm-actions {topic}",
+    )
+
+
+def _visibility(
+    url: str, visibility: int, window: int, run: float, invocation: str
+) -> Iterator[Finding]:
     if invocation != "REQUEST_RESPONSE":
         yield Finding(
             PASS,
@@ -500,7 +560,9 @@ def _source_queue(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
         f"window, {run:.0f} s of the batch workflow's worst case): its messages come back "
         "while their batch still runs, and their copies count receives toward the DLQ. "
         f"aws sqs set-queue-attributes --queue-url {url} --attributes "
-        f"VisibilityTimeout={max(360, math.ceil(needed) + 60)}",
+        f"VisibilityTimeout={max(6 * EXPRESS_LIMIT_SECONDS, math.ceil(needed) + 60)} (AWS asks "
+        "six times the longest run of an SQS source's consumer: Lambda's "
+        "services-sqs-configure.html)",
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -34,10 +35,57 @@ def _iso(moment: Any) -> str:
     return moment.isoformat() if isinstance(moment, datetime.datetime) else ""
 
 
-def _path(sfn: Any, arn: str) -> list[str]:
-    events = sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+# A claim of the SQS batch mode: the batch execution and the message's index in its
+# batch (onceflow/asl/batch_definition.py gives each message that lock owner).
+_BATCH_CLAIM = re.compile(r"^(?P<execution>arn:[^#]+)#(?P<index>[0-9]+)$")
+
+
+_AFTER_THE_MAP = frozenset(
+    {"MapStateSucceeded", "MapStateFailed", "MapStateAborted", "MapStateExited"}
+)
+
+
+def _history(sfn: Any, arn: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
+        events += page["events"]
+    return events
+
+
+def _path(sfn: Any, arn: str, index: int | None = None) -> list[str]:
+    """The states an execution entered; for a message of a batch (``index``), those of its
+    own Map iteration: the events whose previousEventId chain leads back to that
+    iteration's MapIterationStarted."""
+    events = _history(sfn, arn)
+    if index is None:
+        return [
+            e["stateEnteredEventDetails"]["name"] for e in events if "stateEnteredEventDetails" in e
+        ]
+    by_id = {e["id"]: e for e in events}
+    iteration: dict[int, int | None] = {}
+
+    def iteration_of(event_id: int) -> int | None:
+        trail: list[int] = []
+        found: int | None = None
+        while event_id in by_id and event_id not in iteration:
+            event = by_id[event_id]
+            trail.append(event_id)
+            if event["type"] == "MapIterationStarted":
+                found = int(event["mapIterationStartedEventDetails"]["index"])
+                break
+            if event["type"] in _AFTER_THE_MAP:
+                break  # a state after the Map (Respond): no iteration's
+            event_id = int(event.get("previousEventId", 0))
+        else:
+            found = iteration.get(event_id)
+        for seen in trail:
+            iteration[seen] = found
+        return found
+
     return [
-        e["stateEnteredEventDetails"]["name"] for e in events if "stateEnteredEventDetails" in e
+        e["stateEnteredEventDetails"]["name"]
+        for e in events
+        if "stateEnteredEventDetails" in e and iteration_of(e["id"]) == index
     ]
 
 
@@ -75,21 +123,29 @@ def inspect_key(target: Target, key: str, recent: int | None = None) -> dict[str
             continue
         break
     executions: list[dict[str, Any]] = []
-    for arn, role in touched.items():
+    for owner, role in touched.items():
+        batch = _BATCH_CLAIM.match(owner)
+        arn = batch["execution"] if batch else owner
+        index = int(batch["index"]) if batch else None
+        found: dict[str, Any] = {"executionArn": arn, "role": role}
+        if batch:
+            found.update(lockOwner=owner, message=index)
         try:
             described = sfn.describe_execution(executionArn=arn)
         except ClientError as exc:
-            executions.append({"executionArn": arn, "role": role, "status": error_code(exc)})
+            found["status"] = error_code(exc)
+            if batch:
+                # DescribeExecution does not serve EXPRESS executions on AWS (the batch
+                # workflow is one): its history is in the state machine's log group.
+                found["note"] = "an EXPRESS batch execution: see its logs (onceflow executions)"
+            executions.append(found)
             continue
-        executions.append(
-            {
-                "executionArn": arn,
-                "role": role,
-                "status": described["status"],
-                "startDate": _iso(described.get("startDate")),
-                "path": _path(sfn, arn),
-            }
+        found.update(
+            status=described["status"],
+            startDate=_iso(described.get("startDate")),
+            path=_path(sfn, arn, index),
         )
+        executions.append(found)
     executions.sort(key=lambda e: str(e.get("startDate", "")))
     return {
         "idempotencyKey": key,

@@ -130,12 +130,14 @@ def open_status(status: str, key: str) -> str:
 def _second_chance(target: Target, key: str, message_id: str) -> str:
     """Reset a dead-lettered row so that Reclaim takes it: attempts 0, recorded in the row.
 
-    The row is read first, then written on condition that it is still what was
-    read (FAILED, the same ``updated_at`` and ``lock_owner``), so that the reset
+    A FAILED row, or a PROCESSING row whose lock has expired (no execution holds
+    it: LedgerUnavailable sent its work here and left it so). The row is read
+    first, then written on condition that it is still what was read (the same
+    status, ``updated_at`` and ``lock_owner``; the lock still expired), so that the reset
     can trim ``claims`` to the newest KEPT_CLAIMS (``claims_dropped`` counts the
     rest) without losing a claim appended meanwhile. Returns "reset", "absent"
     (no row: Claim will create one), the status of a row that must not be reset
-    (PROCESSED, or PROCESSING under a lock), or "changing" when it kept changing.
+    (PROCESSED, or PROCESSING under a live lock), or "changing" when it kept changing.
     """
     dynamodb = target.client("dynamodb")
     table = target.output("LedgerTableName")
@@ -146,7 +148,11 @@ def _second_chance(target: Target, key: str, message_id: str) -> str:
         if item is None:
             return "absent"
         status = str(item["status"]["S"])
-        if status != "FAILED":
+        now = int(time.time())
+        # A PROCESSING row whose lock expired is held by no execution (it died, or ended
+        # in LedgerUnavailable, which dead-letters its work): it is reset like a FAILED one.
+        stale = status == "PROCESSING" and int(item.get("lock_expires_at", {}).get("N", "0")) < now
+        if status != "FAILED" and not stale:
             return status
         values: dict[str, Any] = {
             ":failed": {"S": "FAILED"},
@@ -167,9 +173,14 @@ def _second_chance(target: Target, key: str, message_id: str) -> str:
             add += ", claims_dropped :dropped"
             values[":claims"] = {"L": claims[-KEPT_CLAIMS:]}
             values[":dropped"] = {"N": str(len(claims) - KEPT_CLAIMS)}
+        if stale:
+            values[":processing"] = {"S": "PROCESSING"}
+            values[":now"] = {"N": str(now)}
         condition = " AND ".join(
             [
-                "#status = :failed",
+                "#status = :processing AND lock_expires_at < :now"
+                if stale
+                else "#status = :failed",
                 _seen("updated_at", item, values),
                 _seen("lock_owner", item, values),
             ]
@@ -222,11 +233,15 @@ def _execution_exists(sfn: Any, arn: str) -> bool:
 
 
 # Queues redrive reads: the template output of each, and whether its message
-# bodies are the processor's DLQ shape or the original event (EventBridge's).
+# bodies are the processor's DLQ shape or the original event (EventBridge's). The
+# source queue's DLQ holds the producers' messages themselves (SQS moved them there
+# after SourceQueueMaxReceiveCount receives): they go back to the source queue.
 QUEUES = {
     "processor": ("DeadLetterQueueUrl", False),
     "ingress": ("IngressDeadLetterQueueUrl", True),
+    "source": ("SourceDeadLetterQueueUrl", True),
 }
+SOURCE_QUEUE = "SourceQueueUrl"
 
 
 @dataclass
@@ -299,14 +314,32 @@ def redrive(
     stops when a receive brings nothing it has not seen.
 
     ``queue`` "ingress" reads the EventBridge rules' DLQ instead: events that
-    never reached the processor, started as they are.
+    never reached the processor, started as they are. ``queue`` "source" reads
+    the source queue's DLQ: each message is sent back to the source queue as it
+    is (body and attributes) and the pipe delivers it again, under the rules of
+    any delivery: work done is a duplicate, work below MaxAttempts is reclaimed,
+    and (SqsBatchMode) a row at MaxAttempts is dead-lettered, to the processor's
+    DLQ, where this command's default queue gives it a deliberate second chance.
     """
     if queue not in QUEUES:
         raise OpsError(f"no queue {queue!r}; choose from {', '.join(QUEUES)}")
     output, raw = QUEUES[queue]
     sqs = target.client("sqs")
     sfn = target.client("stepfunctions")
-    url = target.output(output)
+    try:
+        url = target.output(output)
+        back = target.output(SOURCE_QUEUE) if queue == "source" else ""
+    # A missing output is an OpsError on a deployed stack and the engine's own error
+    # locally (ops does not import the engine): either way, say what to do instead.
+    except Exception as exc:
+        if queue != "source":
+            raise
+        raise OpsError(
+            "--queue source needs the stack's own source queue (SqsSource create); for a "
+            "queue of your own, move its DLQ's messages back with SQS (aws sqs "
+            "start-message-move-task --source-arn <its DLQ's ARN>): each meets the same "
+            f"rules ({exc})"
+        ) from exc
     processor = target.output("ProcessorStateMachineArn")
     report = RedriveReport(url, dry_run)
     kept_handles: list[str] = []
@@ -326,9 +359,12 @@ def redrive(
                 break  # an empty queue, or only messages this run has seen
             for message in batch[:wanted]:
                 seen.add(message["MessageId"])
-                outcome = _redrive_one(
-                    target, sqs, sfn, url, processor, message, dry_run, raw, memory
-                )
+                if back:
+                    outcome = _move_back(sqs, url, back, message, dry_run, memory)
+                else:
+                    outcome = _redrive_one(
+                        target, sqs, sfn, url, processor, message, dry_run, raw, memory
+                    )
                 if outcome.action != "resubmitted" and outcome.action != "deleted":
                     kept_handles.append(message["ReceiptHandle"])
                 report.messages.append(outcome)
@@ -450,6 +486,40 @@ def _restart(sfn: Any, executions: str, failed: dict[str, Any], dry_run: bool) -
             return outcome("already restarted", f"restarted meanwhile as {name}", arn)
         return outcome("kept", f"the start was refused: {exc}")
     return outcome("resubmitted", cause, arn)
+
+
+def _move_back(
+    sqs: Any, url: str, source: str, message: dict[str, Any], dry_run: bool, memory: _RunMemory
+) -> Redriven:
+    """A message of the source queue's DLQ, sent back to the source queue as it was (body
+    and message attributes), then deleted from the DLQ: never both gone, at worst both
+    there (a copy the ledger makes a duplicate)."""
+    message_id = message["MessageId"]
+    body = message.get("Body", "")
+    if memory.moved(None, None, body):
+        return Redriven(message_id, None, "left", "the same message was moved earlier in this run")
+    memory.remember(None, [], body)
+    if dry_run:
+        return Redriven(message_id, None, "would resubmit", "back to the source queue")
+    attributes = {
+        name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
+        for name, value in message.get("MessageAttributes", {}).items()
+    }
+    try:
+        sent = sqs.send_message(
+            QueueUrl=source,
+            MessageBody=body,
+            **({"MessageAttributes": attributes} if attributes else {}),
+        )
+    except ClientError as exc:
+        return Redriven(message_id, None, "kept", f"the source queue refused it: {exc}")
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    return Redriven(
+        message_id,
+        None,
+        "resubmitted",
+        f"back to the source queue as {sent['MessageId']}; the pipe delivers it again",
+    )
 
 
 def _redrive_one(

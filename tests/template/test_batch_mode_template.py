@@ -29,7 +29,9 @@ import pytest
 
 from onceflow.asl import batch_definition
 from onceflow.asl.batch_definition import (
+    BATCH_COMMENTS,
     RETRIED,
+    RETRIED_WHEN,
     SETTLED,
     DefinitionError,
     parse_definition,
@@ -115,7 +117,8 @@ def test_every_execution_id_becomes_the_message_lock_owner() -> None:
     assert uses > 5
     # Only the first state of an iteration reads it, to make the owner of its message
     assert batch.count("$states.context.Execution.Id") == 1
-    assert batch.count("$lockOwner") == uses
+    # (and TakeOverAtMaxAttempts, the batch's own, writes it as the lock owner)
+    assert batch.count("$lockOwner") == uses + 1
     for forbidden in ("Execution.Input", "Execution.Name", "Execution.StartTime"):
         assert forbidden not in batch
 
@@ -136,7 +139,10 @@ def test_every_end_state_says_whether_its_message_is_kept() -> None:
         wrapper = states[f"Log{name}"]
         assert wrapper["Type"] == "Parallel"
         (branch,) = wrapper["Branches"]
-        assert branch == {"StartAt": name, "States": {name: processor["States"][name]}}
+        kept = processor["States"][name]
+        if name in BATCH_COMMENTS:  # the same state, said as it holds in the batch
+            kept = {**kept, "Comment": BATCH_COMMENTS[name]}
+        assert branch == {"StartAt": name, "States": {name: kept}}
         (catch,) = wrapper["Catch"]
         assert catch["ErrorEquals"] == ["States.ALL"] and catch["Next"] == "MessageEnds"
         assert all(s.get("Next") != name for s in states.values()), name
@@ -144,6 +150,9 @@ def test_every_end_state_says_whether_its_message_is_kept() -> None:
         output = states[f"Log{name}"]["Catch"][0]["Output"] if name in fails else None
         output = output or states[name]["Output"]
         assert f"'outcome': \"{name}\"" in output
+        if name in RETRIED_WHEN:
+            assert f"'retry': {RETRIED_WHEN[name]}" in output, name
+            continue
         assert ("'retry': true" in output) == (name in RETRIED), name
         assert ("'retry': false" in output) == (name in SETTLED), name
     # AND a Fail state's Error and Cause reach the outcome through the Catch
@@ -160,7 +169,26 @@ def test_every_end_state_says_whether_its_message_is_kept() -> None:
     assert [c["Next"] for c in choose["Choices"]] == ["Duplicate"]
     assert "PROCESSED" in choose["Choices"][0]["Condition"]
     assert choose["Default"] == "Reclaim"
-    assert states["Reclaim"]["Catch"][0]["Next"] == "Duplicate"
+    # AND a refused Reclaim of a row at MaxAttempts takes its lock to dead-letter it
+    assert states["Reclaim"]["Catch"][0]["Next"] == "AtMaxAttempts"
+    at_max = states["AtMaxAttempts"]
+    assert [c["Next"] for c in at_max["Choices"]] == ["TakeOverAtMaxAttempts"]
+    assert at_max["Default"] == "Duplicate"
+    take_over = states["TakeOverAtMaxAttempts"]
+    assert take_over["Resource"] == "arn:aws:states:::dynamodb:updateItem"
+    assert "attempts >= :max_attempts" in take_over["Arguments"]["ConditionExpression"]
+    assert "ADD" not in take_over["Arguments"]["UpdateExpression"]
+    assert take_over["Next"] == "SendToDLQ"
+    assert take_over["Catch"][0] == {
+        "ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"],
+        "Next": "Duplicate",
+    }
+    # AND no ledger outage is dead-lettered: each goes to LedgerUnavailable, whose message
+    # stays in the queue
+    for name, state in states.items():
+        for catch in state.get("Catch", []):
+            if "'condition': 'LedgerUnavailable'" in str(catch.get("Assign", {})):
+                assert catch["Next"] == "LogLedgerUnavailable", name
     assert "PROCESSED" in states["Duplicate"]["Output"]
 
 
@@ -184,14 +212,14 @@ def test_the_generator_refuses_a_processor_it_cannot_translate() -> None:
     jsonpath["QueryLanguage"] = "JSONPath"
     with pytest.raises(DefinitionError, match="JSONata"):
         batch_definition.batch_definition(jsonpath)
-    # A claim that writes the open-work index in a way the batch cannot leave out
-    other_index = _processor()
-    claim = other_index["States"]["Claim"]["Arguments"]
-    claim["Item"] = claim["Item"].replace(
-        "'open_status': {'S': 'PROCESSING#' &", "'open_status': {'S': 'P#' &"
+    # A reclaim whose lock the takeover at MaxAttempts could not write alike
+    other_lock = _processor()
+    reclaim = other_lock["States"]["Reclaim"]["Arguments"]
+    reclaim["ExpressionAttributeValues"] = reclaim["ExpressionAttributeValues"].replace(
+        "':max_attempts'", "':limit'"
     )
-    with pytest.raises(DefinitionError, match="Claim no longer writes open_status"):
-        batch_definition.batch_definition(other_index)
+    with pytest.raises(DefinitionError, match="Reclaim no longer writes the lock"):
+        batch_definition.batch_definition(other_lock)
 
 
 # ---- parameters and rules ----------------------------------------------------
@@ -253,6 +281,62 @@ def test_every_parameter_set_the_express_rule_allows_fits_in_five_minutes(
     worst = worst_case_seconds(each["ItemProcessor"])
     # THEN it stays under five minutes
     assert 0 < worst < EXPRESS_LIMIT_SECONDS, worst
+
+
+def test_the_receive_budget_exceeds_max_attempts_for_every_pair_the_rules_accept() -> None:
+    """Each attempt takes one receive and one more dead-letters a row whose last attempt
+    died (P11): a budget at or below MaxAttempts would move unsettled work to the source
+    DLQ. The rule asks a budget above the largest MaxAttempts of a range."""
+    stack = Stack.from_file(TEMPLATE, BATCH_MODE)
+    smallest: dict[int, int] = {}
+    for attempts in range(1, 51):
+        for receives in [*range(1, 61), 1000]:
+            parameters = {
+                **BATCH_MODE,
+                "MaxAttempts": str(attempts),
+                "SourceQueueMaxReceiveCount": str(receives),
+            }
+            try:
+                stack.bind(parameters)
+                stack.check_rules()
+            except TemplateError as exc:
+                assert "SourceQueueCoversMaxAttempts" in str(exc), exc
+                assert receives <= 50
+                continue
+            # THEN whatever the rules accept has a receive for each attempt and one more
+            assert receives > attempts, (attempts, receives)
+            smallest.setdefault(attempts, receives)
+    # AND the rule asks no more than its description says
+    tiers = {1: 2, 4: 5, 9: 10, 19: 20, 50: 51}
+    for attempts, least in smallest.items():
+        assert least == tiers[min(t for t in tiers if t >= attempts)], attempts
+    # AND the defaults pass; without the batch mode, or with a queue of your own (whose
+    # receive budget the stack does not set: onceflow doctor checks it), the rule is off
+    Stack.from_file(TEMPLATE, BATCH_MODE)
+    Stack.from_file(TEMPLATE, {"SqsSource": "create", "MaxAttempts": "9"})
+    with pytest.raises(TemplateError, match="SourceQueueCoversMaxAttempts"):
+        Stack.from_file(TEMPLATE, {**BATCH_MODE, "MaxAttempts": "5"})
+
+
+def test_the_created_queue_hides_a_batch_six_times_its_longest_run_and_past_its_lock(
+    batch_engine: LocalEngine,
+) -> None:
+    """AWS asks an SQS source's visibility timeout to be at least six times what its
+    consumer may take, so that a throttled invocation can be retried (Lambda,
+    services-sqs-configure.html; the Pipes SQS page names no figure). A pipe's
+    synchronous EXPRESS target runs up to five minutes."""
+    attributes = batch_engine.client("sqs").get_queue_attributes(
+        QueueUrl=batch_engine.ref("SourceQueue"), AttributeNames=["VisibilityTimeout"]
+    )["Attributes"]
+    visibility = int(attributes["VisibilityTimeout"])
+    assert visibility >= 6 * EXPRESS_LIMIT_SECONDS
+    # AND the batch's lock is capped below it (tests/workflow/test_batch_mode.py measures
+    # the lock a claim writes)
+    states = _definition(batch_engine)["States"]["EachMessage"]["ItemProcessor"]["States"]
+    locks = {c["Assign"]["lockSeconds"] for c in states["Normalize"]["Choices"] if "Assign" in c}
+    assert locks == {lock for lock in locks if lock.endswith(", 300 + (40 + 10) + 60]) %}")}
+    assert len(locks) == 1
+    assert visibility > 300 + (40 + 10) + 60
 
 
 # ---- the pipe, the queue and the roles as deployed ------------------------------------

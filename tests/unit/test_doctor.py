@@ -298,6 +298,17 @@ def healthy_calls(
             "AttributeNames": ["RedrivePolicy", "VisibilityTimeout", "MessageRetentionPeriod"],
         },
     )
+    dlq = [{"Name": "QueueName", "Value": "onceflow-SourceQueue-x-dlq"}]
+    aws.on(
+        "cloudwatch",
+        "describe_alarms_for_metric",
+        {"MetricAlarms": [{"AlarmName": "SourceDLQAlarm-x", "Dimensions": dlq}]},
+        {
+            "MetricName": "ApproximateNumberOfMessagesVisible",
+            "Namespace": "AWS/SQS",
+            "Dimensions": dlq,
+        },
+    )
     aws.on(
         "stepfunctions",
         "describe_state_machine",
@@ -392,6 +403,7 @@ def test_a_healthy_deployed_stack_passes_with_exactly_these_calls(aws: Aws) -> N
         ("PASS", "pipe batching"),
         ("PASS", "source queue"),
         ("PASS", "source queue visibility"),
+        ("PASS", "source queue DLQ alarm"),
         ("PASS", "alarms"),
         ("PASS", "audit schedule"),
         ("PASS", "last audit"),
@@ -460,7 +472,7 @@ def test_a_read_refused_is_one_fail_and_the_other_checks_still_run(aws: Aws) -> 
     (failed,) = [f for f in findings if f.status != ops.PASS]
     assert (failed.status, failed.check) == (ops.FAIL, "rules")
     assert failed.detail.startswith("could not be read: AccessDeniedException")
-    assert len(findings) == 11  # one line each, the rule's a FAIL
+    assert len(findings) == 12  # one line each, the rule's a FAIL
 
 
 def test_the_command_prints_one_line_a_finding_and_exits_1_on_a_fail(aws: Aws) -> None:
@@ -474,7 +486,7 @@ def test_the_command_prints_one_line_a_finding_and_exits_1_on_a_fail(aws: Aws) -
     # THEN it printed a line per finding, the FAIL with its fix, and exited 1
     aws.verify()
     lines = out.getvalue().splitlines()
-    assert len(lines) == 11 and code == 1
+    assert len(lines) == 12 and code == 1
     assert lines[1].startswith("FAIL bucket versioning: Suspended on s3://onceflow-ingestbucket")
     assert lines[1].endswith("--versioning-configuration Status=Enabled")
     assert all(line.startswith("PASS ") for line in lines[:1] + lines[2:])

@@ -22,17 +22,28 @@ from typing import Any
 import pytest
 from moto.sqs.models import sqs_backends
 
+from onceflow import ops
 from onceflow.harness.bench import ERROR_EVENT_TYPES, log_records
 from onceflow.local.engine import ACCOUNT_ID, DEFAULT_TEMPLATE, REGION, EngineError, LocalEngine
+from onceflow.local.target import LocalTarget
+from service.logic.open_work import open_status
 from tests.helpers import (
     FUNCTION,
+    MACHINE,
     TransientError,
+    attributes,
+    audit_engine,
     dlq_messages,
     expire_lock,
+    idempotency_key,
     invocations,
     ledger_row,
     output_effects,
+    run_audit,
+    s3_event,
+    upload,
 )
+from tests.workflow.test_failure_paths import KMS_DENIED, failing, throttled
 
 TEMPLATE: Path = DEFAULT_TEMPLATE
 BATCH = "BatchProcessorStateMachine"
@@ -513,12 +524,12 @@ def test_a_request_response_pipe_cannot_target_a_standard_workflow() -> None:
         assert list(queued(engine).values()) == ["order-1"]
 
 
-def test_batch_claims_keep_their_rows_out_of_the_open_work_index(
+def test_batch_claims_put_their_rows_in_the_open_work_index_as_the_processor_does(
     batch_engine: LocalEngine,
 ) -> None:
-    """The queue brings back a message whose work failed or stalled: the audit's lock
-    sweep is not needed for it, and neither is the OpenWork index (2 write units a
-    message: the batch mode's largest cost over the baseline after the Lambda)."""
+    """The queue does not always bring a message back (its receive budget, its 14 days,
+    a pipe stopped for good): the audit's sweep finds batch work through the OpenWork
+    index, written as the processor writes it (P11)."""
     # GIVEN a batch in which one message fails
     sent = {send(batch_engine, f"order-{n}"): f"order-{n}" for n in range(3)}
     real = bundled(batch_engine)
@@ -531,15 +542,430 @@ def test_batch_claims_keep_their_rows_out_of_the_open_work_index(
     with batch_engine.override_function(FUNCTION, handler):
         [arn] = batch_engine.pump_pipes()
     assert len(batch_engine.wait(arn).output["batchItemFailures"]) == 1
-    # THEN no row, done or failed, is in the open-work index
-    for order in sent.values():
-        assert "open_status" not in row(batch_engine, order), order
+    # THEN the failed row is open work under its shard, and the done ones left the index
     assert row(batch_engine, "order-2")["status"] == "FAILED"
+    assert row(batch_engine, "order-2")["open_status"] == open_status("FAILED", "sqs:order-2")
     index = batch_engine.client("dynamodb").scan(
         TableName=batch_engine.ref("LedgerTable"), IndexName="OpenWork"
     )
-    assert index["Count"] == 0
-    # AND the failed message still comes back and is done
+    assert [item["pk"]["S"] for item in index["Items"]] == ["sqs:order-2"]
+    for order in sent.values():
+        if order != "order-2":
+            assert "open_status" not in row(batch_engine, order), order
+    # AND the failed message still comes back and is done, leaving the index
     [again] = batch_engine.pump_pipes()
     assert batch_engine.wait(again).output == {"batchItemFailures": []}
     assert row(batch_engine, "order-2")["status"] == "PROCESSED"
+    assert "open_status" not in row(batch_engine, "order-2")
+
+
+def test_a_crashed_batch_leaves_its_claims_in_the_open_work_index(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN a message whose batch execution dies after its Claim (a result over 256 KiB:
+    # States.DataLimitExceeded, which no Catch takes)
+    real = bundled(batch_engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        return {**real(payload, context), "padding": "x" * 300_000}
+
+    send(batch_engine, "order-crash")
+    with batch_engine.override_function(FUNCTION, handler):
+        [arn] = batch_engine.pump_pipes()
+    assert batch_engine.wait(arn).status == "FAILED"
+    # THEN its row is PROCESSING and in the index, where the sweep looks for expired locks
+    claimed = row(batch_engine, "order-crash")
+    assert claimed["status"] == "PROCESSING"
+    assert claimed["open_status"] == open_status("PROCESSING", "sqs:order-crash")
+
+
+def test_a_claims_lock_expires_before_its_message_can_come_back(
+    batch_engine: LocalEngine,
+) -> None:
+    """A message whose batch died comes back after the queue's visibility timeout; its
+    lock must have expired by then, or each attempt would cost more than one receive of
+    the budget the template's rule counts (SourceQueueCoversMaxAttempts)."""
+    # GIVEN a message whose claim is written (LockTimeoutSeconds is 900 by default)
+    send(batch_engine, "order-lock")
+    assert len(batch_engine.pump_pipes()) == 1
+    claimed = row(batch_engine, "order-lock")
+    lock = int(claimed["lock_expires_at"]) - int(claimed["created_at"]) // 1000
+    visibility = batch_engine.client("sqs").get_queue_attributes(
+        QueueUrl=batch_engine.ref("SourceQueue"), AttributeNames=["VisibilityTimeout"]
+    )["Attributes"]["VisibilityTimeout"]
+    # THEN the lock is capped by what a batch execution can last (five minutes, then the
+    # last Process call's timeout, and a minute), below the visibility timeout
+    assert lock <= 300 + (40 + 10) + 60 + 1
+    assert lock < int(visibility)
+
+
+# ---- a row at MaxAttempts is dead-lettered by its next delivery (P11) -----------------
+
+
+def _fail_always(engine: LocalEngine, order: str) -> Callable[[Any, Any], Any]:
+    real = bundled(engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        if payload["workItem"]["payload"]["orderId"] == order:
+            raise TransientError("the warehouse is down")
+        return real(payload, context)
+
+    return handler
+
+
+def _only_outcome(engine: LocalEngine, arn: str) -> tuple[str, bool]:
+    [outcome] = outcomes(engine, arn).values()
+    return outcome["outcome"], outcome["retry"]
+
+
+def test_a_row_whose_last_dlq_send_failed_is_dead_lettered_by_the_next_delivery(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN an order that fails every time, and on its last attempt (3, MaxAttempts) a
+    # DLQ that refuses SendMessage (a KMS key policy mistake)
+    message = send(batch_engine, "order-kms")
+    with batch_engine.override_function(FUNCTION, _fail_always(batch_engine, "order-kms")):
+        for _ in range(2):
+            [arn] = batch_engine.pump_pipes()
+            assert _only_outcome(batch_engine, arn) == ("Failed", True)
+        with failing(batch_engine, "sqs", "SendMessage", KMS_DENIED):
+            [last] = batch_engine.pump_pipes()
+    assert _only_outcome(batch_engine, last) == ("DeadLetterFailed", True)
+    stuck = row(batch_engine, "order-kms")
+    assert (stuck["status"], stuck["attempts"], "dead_lettered_at" in stuck) == (
+        "FAILED",
+        "3",
+        False,
+    )
+    assert dlq_messages(batch_engine) == []
+    calls = invocations(batch_engine)
+    # WHEN the message comes back with the DLQ working again
+    [arn] = batch_engine.pump_pipes()
+    # THEN the row at MaxAttempts is taken (a conditional write), its DLQ message sent,
+    # and only then marked dead-lettered: the message is settled and deleted
+    assert _only_outcome(batch_engine, arn) == ("DeadLettered", False)
+    entered = batch_engine.wait(arn).states_entered
+    assert entered[entered.index("Reclaim") :][:5] == [
+        "Reclaim",
+        "AtMaxAttempts",
+        "TakeOverAtMaxAttempts",
+        "SendToDLQ",
+        "DeadLetterReason",
+    ]
+    assert "MarkDeadLettered" in entered
+    assert invocations(batch_engine) == calls  # the processor is not called again
+    [dead] = dlq_messages(batch_engine)
+    assert attributes(dead)["IDEMPOTENCY_KEY"] == "sqs:order-kms"
+    assert attributes(dead)["ERROR_CODE"] == "TransientError"
+    assert attributes(dead)["EXHAUSTED_RETRY_CONDITION"] == "MaximumRetryAttempts"
+    assert attributes(dead)["RETRY_ATTEMPTS"] == "3"
+    assert json.loads(dead["Body"])["event"][0]["messageId"] == message
+    done = row(batch_engine, "order-kms")
+    assert done["status"] == "FAILED" and "dead_lettered_at" in done
+    assert "open_status" not in done
+    assert queued(batch_engine) == {}
+    assert queued(batch_engine, "SourceDeadLetterQueue") == {}
+    # AND a later copy of the same order is a settled duplicate: no second DLQ message
+    send(batch_engine, "order-kms")
+    [again] = batch_engine.pump_pipes()
+    assert _only_outcome(batch_engine, again) == ("Duplicate", False)
+    assert len(dlq_messages(batch_engine)) == 1
+
+
+def test_a_batch_that_dies_on_the_last_attempt_is_dead_lettered_once_its_lock_expires(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN an order that fails twice, then on its last attempt kills its whole batch
+    # execution (a result over 256 KiB: States.DataLimitExceeded)
+    send(batch_engine, "order-dies")
+    real = bundled(batch_engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        if payload["attempt"] < 3:
+            raise TransientError("the warehouse is down")
+        return {**real(payload, context), "padding": "x" * 300_000}
+
+    with batch_engine.override_function(FUNCTION, handler):
+        for _ in range(3):
+            [arn] = batch_engine.pump_pipes()
+    assert batch_engine.wait(arn).status == "FAILED"
+    stuck = row(batch_engine, "order-dies")
+    assert (stuck["status"], stuck["attempts"]) == ("PROCESSING", "3")
+    # WHEN its lock expires and the message comes back
+    expire_lock(batch_engine, "sqs:order-dies")
+    [arn] = batch_engine.pump_pipes()
+    # THEN the row is dead-lettered as the audit would (LockExpired), with one DLQ message
+    assert _only_outcome(batch_engine, arn) == ("DeadLettered", False)
+    [dead] = dlq_messages(batch_engine)
+    assert attributes(dead)["ERROR_CODE"] == "LockExpired"
+    assert attributes(dead)["EXHAUSTED_RETRY_CONDITION"] == "MaximumRetryAttempts"
+    assert (
+        "expired with the work unfinished, after 3 attempt(s)" in attributes(dead)["ERROR_MESSAGE"]
+    )
+    assert "dead_lettered_at" in row(batch_engine, "order-dies")
+    assert queued(batch_engine) == {}
+
+
+def test_a_row_at_max_attempts_under_a_live_lock_is_not_taken_over(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN a row at MaxAttempts that another execution still holds (an hour left)
+    now = int(time.time())
+    batch_engine.client("dynamodb").put_item(
+        TableName=batch_engine.ref("LedgerTable"),
+        Item={
+            "pk": {"S": "sqs:order-busy"},
+            "status": {"S": "PROCESSING"},
+            "lock_owner": {"S": "arn:aws:states:us-east-1:123456789012:express:other:x:y#0"},
+            "lock_expires_at": {"N": str(now + 3600)},
+            "attempts": {"N": "3"},
+            "expires_at": {"N": str(now + 86400)},
+        },
+    )
+    message = send(batch_engine, "order-busy")
+    # WHEN its message arrives
+    [arn] = batch_engine.pump_pipes()
+    # THEN the takeover is refused: the message stays, nothing is dead-lettered
+    assert _only_outcome(batch_engine, arn) == ("Duplicate", True)
+    assert "TakeOverAtMaxAttempts" in batch_engine.wait(arn).states_entered
+    assert queued(batch_engine) == {message: "order-busy"}
+    assert dlq_messages(batch_engine) == []
+    assert row(batch_engine, "order-busy")["status"] == "PROCESSING"
+
+
+@pytest.fixture
+def one_attempt_engine() -> Iterator[LocalEngine]:
+    parameters = {**PARAMETERS, "MaxAttempts": "1"}
+    with LocalEngine(TEMPLATE, parameters, function_log=io.StringIO(), time_scale=0.0) as local:
+        yield local
+
+
+def test_a_ledger_outage_after_the_only_attempt_ends_in_one_dead_letter(
+    one_attempt_engine: LocalEngine,
+) -> None:
+    engine = one_attempt_engine
+    # GIVEN MaxAttempts 1, and MarkComplete throttled past its retries after the work is done
+    message = send(engine, "order-once")
+    with failing(engine, "dynamodb", "UpdateItem", throttled(), when="completed_at"):
+        [arn] = engine.pump_pipes()
+    # THEN LedgerUnavailable keeps the message and sends nothing: the queue carries the work
+    assert _only_outcome(engine, arn) == ("LedgerUnavailable", True)
+    assert dlq_messages(engine) == []
+    assert queued(engine) == {message: "order-once"}
+    assert row(engine, "order-once")["status"] == "PROCESSING"
+    assert output_effects(engine) == 1
+    # WHEN the lock expires and the message comes back
+    expire_lock(engine, "sqs:order-once")
+    [arn] = engine.pump_pipes()
+    # THEN the row at MaxAttempts is dead-lettered: one DLQ message, the queue empty
+    assert _only_outcome(engine, arn) == ("DeadLettered", False)
+    [dead] = dlq_messages(engine)
+    assert attributes(dead)["ERROR_CODE"] == "LockExpired"
+    assert "dead_lettered_at" in row(engine, "order-once")
+    assert queued(engine) == {}
+    assert output_effects(engine) == 1
+
+
+def test_ledger_unavailable_keeps_the_message_and_sends_no_dlq_message(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN MarkComplete throttled past its retries after the work is done (attempt 1 of 3)
+    message = send(batch_engine, "order-outage")
+    with failing(batch_engine, "dynamodb", "UpdateItem", throttled(), when="completed_at"):
+        [arn] = batch_engine.pump_pipes()
+    # THEN the message stays (the queue, not a DLQ message, carries the work), logged
+    # under the processor's name
+    assert _only_outcome(batch_engine, arn) == ("LedgerUnavailable", True)
+    entered = batch_engine.wait(arn).states_entered
+    assert "SendToDLQ" not in entered and "LedgerUnavailable" in entered
+    assert dlq_messages(batch_engine) == []
+    assert queued(batch_engine) == {message: "order-outage"}
+    # WHEN the ledger is back, the lock expires and the message comes back
+    expire_lock(batch_engine, "sqs:order-outage")
+    [again] = batch_engine.pump_pipes()
+    # THEN the work is recorded done (the sink's conditional write keeps one effect), and
+    # no DLQ message is left for finished work: the DLQ alarm does not fire
+    assert _only_outcome(batch_engine, again) == ("Processed", False)
+    assert row(batch_engine, "order-outage")["status"] == "PROCESSED"
+    assert dlq_messages(batch_engine) == []
+    assert queued(batch_engine) == {}
+    assert output_effects(batch_engine) == 1
+
+
+# ---- onceflow inspect on a batch claim (P11 item 12) ----------------------------------
+
+
+def test_inspect_reports_a_batch_claim_as_its_message_in_the_batch_execution(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN two orders processed in one batch
+    send(batch_engine, "order-a")
+    send(batch_engine, "order-b")
+    [arn] = batch_engine.pump_pipes()
+    owner = row(batch_engine, "order-b")["lock_owner"]
+    index = int(owner.rsplit("#", 1)[1])
+    # WHEN one of them is inspected
+    found = ops.inspect_key(LocalTarget(batch_engine), "sqs:order-b")
+    # THEN its claim is the batch execution, found and SUCCEEDED (not ExecutionDoesNotExist),
+    # with that message's own path through the iteration
+    [claimed] = [e for e in found["executions"] if e["role"] == "claimed"]
+    assert claimed["executionArn"] == arn
+    assert claimed["lockOwner"] == owner
+    assert claimed["message"] == index
+    assert claimed["status"] == "SUCCEEDED"
+    assert claimed["path"] == [
+        "TakeMessage",
+        "Normalize",
+        "ReadMessage",
+        "ParseMessage",
+        "Claim",
+        "Process",
+        "MarkComplete",
+        "Processed",
+    ]
+
+
+# ---- onceflow redrive --queue source (P11) ---------------------------------------------
+
+
+def _hold(engine: LocalEngine, order: str, attempts: int) -> None:
+    """A row another execution holds under a live lock (an hour left)."""
+    now = int(time.time())
+    engine.client("dynamodb").put_item(
+        TableName=engine.ref("LedgerTable"),
+        Item={
+            "pk": {"S": f"sqs:{order}"},
+            "status": {"S": "PROCESSING"},
+            "lock_owner": {"S": "arn:aws:states:us-east-1:123456789012:execution:other:x"},
+            "lock_expires_at": {"N": str(now + 3600)},
+            "attempts": {"N": str(attempts)},
+            "expires_at": {"N": str(now + 86400)},
+        },
+    )
+
+
+def _exhaust_receives(engine: LocalEngine) -> None:
+    """Deliver until the queue's redrive policy moves what stays to its DLQ."""
+    receives = int(
+        json.loads(
+            engine.client("sqs").get_queue_attributes(
+                QueueUrl=engine.ref("SourceQueue"), AttributeNames=["RedrivePolicy"]
+            )["Attributes"]["RedrivePolicy"]
+        )["maxReceiveCount"]
+    )
+    for _ in range(receives + 1):
+        engine.pump_pipes()
+
+
+def test_redrive_moves_the_source_dlqs_messages_back_through_the_pipe(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN two orders whose rows other executions held past the queue's receive budget:
+    # one below MaxAttempts, one at it; both messages are now in the source queue's DLQ
+    _hold(batch_engine, "order-late", attempts=1)
+    _hold(batch_engine, "order-spent", attempts=3)
+    send(batch_engine, "order-late")
+    send(batch_engine, "order-spent")
+    _exhaust_receives(batch_engine)
+    assert queued(batch_engine) == {}
+    assert sorted(queued(batch_engine, "SourceDeadLetterQueue").values()) == [
+        "order-late",
+        "order-spent",
+    ]
+    # WHEN those executions died long ago, and the operator redrives the source DLQ
+    expire_lock(batch_engine, "sqs:order-late")
+    expire_lock(batch_engine, "sqs:order-spent")
+    report = ops.redrive(LocalTarget(batch_engine), queue="source")
+    # THEN both are moved back to the source queue (the DLQ empty), and the pipe
+    # delivers them: the one below MaxAttempts is done, the one at it dead-lettered (one
+    # DLQ message, for `redrive --queue processor` to give a deliberate second chance)
+    assert report.count("resubmitted") == 2
+    assert queued(batch_engine, "SourceDeadLetterQueue") == {}
+    assert sorted(queued(batch_engine).values()) == ["order-late", "order-spent"]
+    batch_engine.pump_pipes()
+    assert row(batch_engine, "order-late")["status"] == "PROCESSED"
+    spent = row(batch_engine, "order-spent")
+    assert spent["status"] == "FAILED" and "dead_lettered_at" in spent
+    [dead] = dlq_messages(batch_engine)
+    assert attributes(dead)["IDEMPOTENCY_KEY"] == "sqs:order-spent"
+    # AND nothing loops: the source queue and its DLQ are empty, a second redrive moves nothing
+    assert queued(batch_engine) == {}
+    assert ops.redrive(LocalTarget(batch_engine), queue="source").messages == []
+    assert output_effects(batch_engine) == 1
+
+
+def test_redrive_source_dry_run_moves_nothing(batch_engine: LocalEngine) -> None:
+    _hold(batch_engine, "order-dry", attempts=1)
+    send(batch_engine, "order-dry")
+    _exhaust_receives(batch_engine)
+    report = ops.redrive(LocalTarget(batch_engine), queue="source", dry_run=True)
+    assert [m.action for m in report.messages] == ["would resubmit"]
+    assert list(queued(batch_engine, "SourceDeadLetterQueue").values()) == ["order-dry"]
+    assert queued(batch_engine) == {}
+
+
+# ---- the single-message processor: the same row, a deliberate difference ---------------
+
+
+def test_the_single_message_processor_leaves_a_row_at_max_attempts_to_the_audit() -> None:
+    """docs/design.md, "The SQS batch mode": a delivery to the single-message processor is
+    consumed whatever it ends in (EventBridge's target, a FIRE_AND_FORGET pipe), and its
+    rows are found by the audit's sweep, which dead-letters a row at MaxAttempts; its
+    duplicate path stays Claim, Reclaim, Duplicate (one refused write, no more)."""
+    with audit_engine() as engine:
+        # GIVEN an upload that failed MaxAttempts (3) times, the last with the DLQ refusing
+        version = upload(engine, "spent.png")
+        pk = idempotency_key(engine, "spent.png", version)
+        event = s3_event(engine, "spent.png", version)
+        with engine.override_function(FUNCTION, _raise(TransientError)):
+            for _ in range(2):
+                engine.execute(MACHINE, event)
+            with failing(engine, "sqs", "SendMessage", KMS_DENIED):
+                assert engine.execute(MACHINE, event).error == "DeadLetterFailed"
+        # WHEN its event is delivered again
+        again = engine.execute(MACHINE, event)
+        # THEN it is a duplicate, as the card's duplicate path, and the row stays open work
+        assert again.states_entered == ["Normalize", "Claim", "Reclaim", "Duplicate"]
+        assert dlq_messages(engine) == []
+        assert (ledger_row(engine, pk) or {})["open_status"] == open_status("FAILED", pk)
+        # AND the audit's sweep dead-letters it: one DLQ message
+        assert run_audit(engine).output["failed_dead_lettered"] == 1
+        [dead] = dlq_messages(engine)
+        assert attributes(dead)["IDEMPOTENCY_KEY"] == pk
+
+
+def _raise(error: type[Exception]) -> Callable[[Any, Any], Any]:
+    def handler(payload: Any, context: Any) -> Any:
+        raise error("injected")
+
+    return handler
+
+
+def test_the_audit_dead_letters_batch_work_the_queue_no_longer_brings_back(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN an order that failed twice, then died with its whole batch on the last attempt
+    send(batch_engine, "order-gone")
+    real = bundled(batch_engine)
+
+    def handler(payload: Any, context: Any) -> Any:
+        if payload["attempt"] < 3:
+            raise TransientError("the warehouse is down")
+        return {**real(payload, context), "padding": "x" * 300_000}
+
+    with batch_engine.override_function(FUNCTION, handler):
+        for _ in range(3):
+            batch_engine.pump_pipes()
+    assert row(batch_engine, "order-gone")["status"] == "PROCESSING"
+    # AND its message is gone from the queue (its 14 days ran out; SQS deletes it)
+    batch_engine.client("sqs").purge_queue(QueueUrl=batch_engine.ref("SourceQueue"))
+    assert queued(batch_engine) == {}
+    # WHEN its lock has expired and the audit runs
+    expire_lock(batch_engine, "sqs:order-gone")
+    report = run_audit(batch_engine).output
+    # THEN the sweep found it through OpenWork and dead-lettered it: one DLQ message
+    assert report["stuck_dead_lettered"] == 1
+    [dead] = dlq_messages(batch_engine)
+    assert attributes(dead)["IDEMPOTENCY_KEY"] == "sqs:order-gone"
+    assert attributes(dead)["ERROR_CODE"] == "LockExpired"
+    assert "dead_lettered_at" in row(batch_engine, "order-gone")

@@ -34,6 +34,7 @@ CHECKS = [
     "pipe batching",
     "source queue",
     "source queue visibility",
+    "source queue DLQ alarm",
     "alarms",
     "audit schedule",
     "last audit",
@@ -284,7 +285,11 @@ def test_each_wiring_fault_is_one_fail_with_its_fix(stack: LocalStack, fault: Fa
         (failed,) = failures(findings)
         assert (failed.status, failed.check) == (ops.FAIL, fault.check)
         assert fault.fix in failed.detail
-        assert [f.check for f in findings] == CHECKS
+        # (a queue without a redrive policy has no DLQ to watch: that check has nothing to do)
+        no_dlq = fault.name == "source queue without its redrive policy"
+        assert [f.check for f in findings] == [
+            c for c in CHECKS if not (no_dlq and c == "source queue DLQ alarm")
+        ]
     finally:
         fault.undo(stack)
     # AND once undone, the stack is healthy again
@@ -339,10 +344,61 @@ def test_a_batch_queue_hidden_shorter_than_a_batch_runs_fails() -> None:
         # THEN that is the one FAIL: a batch can run longer than its messages stay hidden
         (failed,) = [f for f in findings if f.status == ops.FAIL]
         assert failed.check == "source queue visibility"
-        assert "VisibilityTimeout=360" in failed.detail
-        # AND its receive budget (5 x 60 s) no longer outlasts a lock: a WARN says so
+        assert "VisibilityTimeout=1800" in failed.detail
+        # AND its receive budget (5) no longer covers MaxAttempts 3 when each attempt waits
+        # for a lock of 400 s (900 capped by the batch) at 60 s a receive: a WARN says so
         (warned,) = [f for f in findings if f.status == ops.WARN]
-        assert warned.check == "source queue" and "LockTimeoutSeconds 900" in warned.detail
+        assert warned.check == "source queue"
+        assert "MaxAttempts 3 can need 22 (7 a attempt" in warned.detail
+
+
+def test_an_existing_source_queue_without_an_alarm_on_its_dlq_fails() -> None:
+    """The stack alarms on the DLQ of a queue it creates; for SqsSource=<your queue's ARN>
+    it cannot (the DLQ is named only in that queue's redrive policy), so the doctor looks."""
+    orders = "arn:aws:sqs:us-east-1:123456789012:orders"
+    parameters = {**HEALTHY, "SqsSource": orders}
+    with LocalEngine(
+        parameters=parameters, function_log=io.StringIO(), stack_name="existing-queue"
+    ) as engine:
+        stack = LocalStack(engine)
+        ops.run_audit(stack)
+        # GIVEN the user's queue with a DLQ of its own, and no alarm on that DLQ
+        sqs = stack.client("sqs")
+        sqs.create_queue(QueueName="orders-dlq")
+        sqs.create_queue(
+            QueueName="orders",
+            Attributes={
+                "RedrivePolicy": (
+                    '{"deadLetterTargetArn": "arn:aws:sqs:us-east-1:123456789012:orders-dlq",'
+                    ' "maxReceiveCount": "5"}'
+                )
+            },
+        )
+        # WHEN the doctor examines the stack
+        (failed,) = failures(ops.examine(stack))
+        # THEN the missing alarm is the one FAIL, with the command that makes it
+        assert failed.check == "source queue DLQ alarm"
+        assert "no alarm watches orders-dlq" in failed.detail
+        assert "--dimensions Name=QueueName,Value=orders-dlq" in failed.detail
+        assert "--alarm-actions arn:aws:sns:" in failed.detail
+        # AND once the alarm exists (an alarm on another queue does not count), it passes
+        cloudwatch = stack.client("cloudwatch")
+        for queue in ("orders", "orders-dlq"):
+            cloudwatch.put_metric_alarm(
+                AlarmName=f"{queue}-not-empty",
+                Namespace="AWS/SQS",
+                MetricName="ApproximateNumberOfMessagesVisible",
+                Dimensions=[{"Name": "QueueName", "Value": queue}],
+                Statistic="Maximum",
+                Period=300,
+                EvaluationPeriods=1,
+                Threshold=0,
+                ComparisonOperator="GreaterThanThreshold",
+            )
+        findings = ops.examine(stack)
+        assert failures(findings) == []
+        [alarm] = [f for f in findings if f.check == "source queue DLQ alarm"]
+        assert alarm.detail == "orders-dlq is watched by orders-dlq-not-empty"
 
 
 def test_bad_input_a_missing_bucket_and_an_unreachable_processor_are_reported() -> None:

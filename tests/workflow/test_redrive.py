@@ -23,6 +23,7 @@ from tests.helpers import (
     TransientError,
     attributes,
     dlq_messages,
+    expire_lock,
     idempotency_key,
     ledger_row,
     load_event,
@@ -30,6 +31,7 @@ from tests.helpers import (
     s3_event,
     upload,
 )
+from tests.workflow.test_failure_paths import failing, throttled
 
 
 def bug(event: dict[str, Any], context: Any) -> Any:
@@ -287,6 +289,32 @@ def test_a_run_redrives_a_still_invalid_keyless_event_once_and_stops(
     (again,) = dlq_messages(engine)
     assert attributes(again)["EXECUTION_ARN"] == starts[0]
     assert report.as_dict()["left"] == 1
+
+
+def test_a_ledger_outage_is_redriven_once_its_lock_has_expired(engine: LocalEngine) -> None:
+    """LedgerUnavailable sends the work to the DLQ and leaves its row PROCESSING under the
+    execution's lock. redrive keeps the message while that lock is live, and takes the
+    row once it has expired: no execution holds it any more (P11)."""
+    # GIVEN an upload processed while MarkComplete is throttled past its retries
+    version = upload(engine, "outage.png")
+    pk = idempotency_key(engine, "outage.png", version)
+    with failing(engine, "dynamodb", "UpdateItem", throttled(), when="completed_at"):
+        result = engine.execute(MACHINE, s3_event(engine, "outage.png", version))
+    assert result.error == "LedgerUnavailable"
+    assert (ledger_row(engine, pk) or {})["status"] == "PROCESSING"
+    assert len(dlq_messages(engine)) == 1
+    # WHEN redrive runs while the lock is live, THEN the message stays
+    (kept,) = ops.redrive(LocalTarget(engine)).messages
+    assert (kept.action, kept.detail) == ("kept", "being processed under a live lock")
+    # WHEN the lock has expired and redrive runs again
+    expire_lock(engine, pk)
+    (moved,) = ops.redrive(LocalTarget(engine)).messages
+    # THEN the row is taken back and the work finished, once
+    assert moved.action == "resubmitted" and moved.outcome == "SUCCEEDED"
+    row = ledger_row(engine, pk) or {}
+    assert row["status"] == "PROCESSED" and row["redrives"] == "1"
+    assert dlq_messages(engine) == []
+    assert output_effects(engine) == 1
 
 
 def test_a_row_redriven_many_times_keeps_a_bounded_claims_list(engine: LocalEngine) -> None:
