@@ -32,20 +32,6 @@ from onceflow.local.engine import LocalEngine
 
 UNITS = 30  # every fault once, and a few plain units of each kind
 
-ITEM_1 = (
-    "P11 item 1: a batch-mode row at MaxAttempts never ends: the unit whose batch died on "
-    "its last attempt stays PROCESSING, the one whose DLQ send was refused stays FAILED; "
-    "their redeliveries end Duplicate (retry) into the source DLQ and the audit sees neither"
-)
-ITEM_1_EFFECT = (
-    "P11 item 1: the unit whose DLQ send was refused on its last attempt is never "
-    "dead-lettered (its redeliveries spin as Duplicate into the source DLQ)"
-)
-# (With seed 11 the unit whose DLQ send is refused is one of those sent twice.)
-ITEM_1_COPIES = (
-    "P11 item 1: both copies of the unit whose DLQ send was refused on its last attempt "
-    "spin as Duplicate (retry) until the queue moves them to the source DLQ"
-)
 ITEM_3 = (
     "P11 item 3: LedgerUnavailable dead-letters the work and it is completed afterwards "
     "(batch: by the redelivery; one message per execution: by the audit's sweep), so the "
@@ -54,10 +40,6 @@ ITEM_3 = (
 # Which invariant a known defect breaks on this branch, per mode.
 BROKEN: dict[tuple[str, str], str] = {
     ("single", "no DLQ message for processed work"): ITEM_3,
-    ("batch", "no unit of work left outside a named end state"): ITEM_1,
-    ("batch", "at most one DLQ message per unit of work"): ITEM_1_COPIES,
-    ("batch", "exactly one effect per unit of work not dead-lettered"): ITEM_1_EFFECT,
-    ("batch", "no DLQ message for processed work"): ITEM_3,
     ("unversioned", "no DLQ message for processed work"): ITEM_3,
 }
 MODES = {"single": [], "batch": ["--batch"], "unversioned": ["--unversioned"]}
