@@ -2286,6 +2286,15 @@ SEES = {
 }
 
 
+def _picks(best: Mapping[str, str], per_day: list[float]) -> str:
+    """'at every volume shown, X' or 'at N a day X; at M a day Y'."""
+    if len(set(best.values())) == 1:
+        return f"{next(iter(best.values()))}, at every volume shown"
+    return "; ".join(
+        f"at {d:,.0f} a day {mode}" for mode, d in zip(best.values(), per_day, strict=True)
+    )
+
+
 def render_readme_bill(report: Mapping[str, Any]) -> list[str]:
     """The README's table: every mode's all-in bill at three volumes, and what to pick."""
     seed = report["seed"]
@@ -2310,15 +2319,13 @@ def render_readme_bill(report: Mapping[str, Any]) -> list[str]:
         "",
         "All-in: usage, the fixed monthly costs (alarms, dashboard, custom metrics, "
         "schedule) spread over the month's messages, and the audit of a 1-month-old "
-        "bucket; the audit grows as the bucket ages (docs/benchmarks.md, section 7).",
+        "bucket; the audit grows as the bucket ages (docs/benchmarks.md, section 6).",
         "",
     ]
     for source, label in (("s3", "From S3"), ("sqs", "From SQS")):
-        best = recommendations(report, source)
-        picks = "; ".join(
-            f"{d:,.0f} a day: {best[v]}" for v, d in zip(volumes, per_day, strict=True)
+        lines.append(
+            f"- {label}, the cheapest all-in: {_picks(recommendations(report, source), per_day)}."
         )
-        lines.append(f"- {label}, cheapest all-in: {picks}.")
     lines.append(
         "- STANDARD stays the default: the design card asks to see every execution in the "
         "console, and only STANDARD keeps them there."
@@ -2338,7 +2345,7 @@ def render_as_shipped(report: Mapping[str, Any]) -> list[str]:
         "each mode with the template's defaults (and the parameters the mode needs): the "
         "batches that form with the pipe's batch size and batching window, the template's "
         "log level, the fixed monthly costs counted from the template (section 3b) spread "
-        "over the month's messages, and the daily audit of a bucket 1 month old (section 7 "
+        "over the month's messages, and the daily audit of a bucket 1 month old (section 6 "
         "for 1 and 3 years). The baseline the same way: no batching window (Lambda's "
         "default), a DLQ alarm and its function's metrics. Beside it: the volume at 10x "
         "less and 10x more, what full batches and no fixed costs would give (not what "
@@ -2373,15 +2380,10 @@ def render_as_shipped(report: Mapping[str, Any]) -> list[str]:
         f"{_usd(bv[str(report['volumes'][-1])]['total'])} | "
         f"{_usd(base['flattering']['total'])} (batches of {base['flattering']['batch']}) | - |"
     )
-    best = recommendations(report)
+    per_day = [float(v) * seed["messages_per_day"] for v in report["volumes"]]
     lines += [
         "",
-        "Cheapest all-in: "
-        + "; ".join(
-            f"at {float(v) * seed['messages_per_day']:,.0f} a day ({float(v):g}x) {m}"
-            for v, m in best.items()
-        )
-        + ".",
+        f"The cheapest all-in: {_picks(recommendations(report), per_day)}.",
         "",
         "### 3b. Fixed monthly costs, counted from template.yaml",
         "",
@@ -2446,6 +2448,29 @@ def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
         f"the fixed part (the lock sweep and the report): "
         f"${_usd(a['usd_per_million_sqs_messages'][a['level']])}/M.",
     ]
+    return lines
+
+
+def render_audit(a: Mapping[str, Any]) -> list[str]:
+    """Section 6: the local audit run, and its cost as the bucket ages."""
+    lines = ["", "## 6. The audit", ""]
+    lines += [
+        f"A local audit of {a['keys']:,} objects (one version each, every one with its "
+        f"row): {a['seconds']:.1f} s, {a['keys_per_second']:,.0f} keys/s, in "
+        f"{a['batches']:,} batches (EXPRESS children). The audit's own history: "
+        f"{a['history_events']} events, against {a['fixed_run']['history_events']} for "
+        "an empty prefix: it does not grow with the bucket.",
+        "",
+        "| keys | keys/s | transitions per 1000 keys | Lambda per 1000 keys "
+        "| requests per 1000 keys | RRU per 1000 keys |",
+        "|---|---|---|---|---|---|",
+    ]
+    requests = ", ".join(f"{k} {v}" for k, v in a["requests_per_1000_keys"].items())
+    lines.append(
+        f"| {a['keys']} | {a['keys_per_second']:.0f} | {a['transitions_per_1000_keys']:.1f} | "
+        f"{a['lambda_invocations_per_1000_keys']:.1f} | {requests} | {a['rru_per_1000_keys']:.1f} |"
+    )
+    lines += render_audit_by_age(a)
     return lines
 
 
@@ -2545,7 +2570,8 @@ def render(report: dict[str, Any]) -> str:
     for label, key in (("Fixed monthly costs, amortised", "fixed"), ("Audit", "audit")):
         lines.append(f"| {label} | " + " | ".join(_usd(r[key]) for r in shipped) + " |")
     lines.append("| **all-in** | " + " | ".join(f"**{_usd(r['total'])}**" for r in shipped) + " |")
-    lines += ["", "## 6. Throughput ceilings: which quota binds first", ""]
+    lines += render_audit(report["audit"])
+    lines += ["", "## 7. Throughput ceilings: which quota binds first", ""]
     lines += [
         "| mode | binds first | messages/s | next | quota sources |",
         "|---|---|---|---|---|",
@@ -2562,25 +2588,6 @@ def render(report: dict[str, Any]) -> str:
             f"{first['per_message']:g} a message) | {first['messages_per_second']:,.0f} | "
             f"{others} | {sources} |"
         )
-    a = report["audit"]
-    lines += ["", "## 7. The audit", ""]
-    lines += [
-        f"A local audit of {a['keys']:,} objects (one version each, every one with its "
-        f"row): {a['seconds']:.1f} s, {a['keys_per_second']:,.0f} keys/s, in "
-        f"{a['batches']:,} batches (EXPRESS children). The audit's own history: "
-        f"{a['history_events']} events, against {a['fixed_run']['history_events']} for "
-        "an empty prefix: it does not grow with the bucket.",
-        "",
-        "| keys | keys/s | transitions per 1000 keys | Lambda per 1000 keys "
-        "| requests per 1000 keys | RRU per 1000 keys |",
-        "|---|---|---|---|---|---|",
-    ]
-    requests = ", ".join(f"{k} {v}" for k, v in a["requests_per_1000_keys"].items())
-    lines.append(
-        f"| {a['keys']} | {a['keys_per_second']:.0f} | {a['transitions_per_1000_keys']:.1f} | "
-        f"{a['lambda_invocations_per_1000_keys']:.1f} | {requests} | {a['rru_per_1000_keys']:.1f} |"
-    )
-    lines += render_audit_by_age(a)
     lines += ["", "## 8. The duplicate path", ""]
     dup = [p for p in report["paths"] if p["path"] == "duplicate"]
     lines += [

@@ -618,3 +618,38 @@ def test_the_as_shipped_bill_adds_fixed_costs_and_the_audit_to_usage() -> None:
     # AND the S3 modes pay S3's events, and show the bill without them beside
     s3 = rows["STANDARD, S3 via EventBridge"]
     assert s3["s3_events_free_total"] == pytest.approx(s3["total"] - 1.0 * (1 - 0.0003), rel=1e-3)
+
+
+def test_the_readme_carries_the_stored_runs_bill_table() -> None:
+    # GIVEN the run `onceflow bench` stored, and the README
+    stored = (bench.PROJECT_ROOT / "bench" / "results.md").read_text(encoding="utf-8")
+    readme = (bench.PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index(bench.README_START) + len(bench.README_START)
+    # THEN the README's cost table is that run's, number for number
+    assert readme[start : readme.index(bench.README_END)].strip() == bench.readme_section(stored), (
+        "`onceflow bench` (its default --out) copies its bill table into the README"
+    )
+
+
+def test_embedding_a_run_in_the_docs_page_updates_the_readme_beside_it(tmp_path: Path) -> None:
+    # GIVEN a project with a docs page and a README, each with its markers
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "benchmarks.md"
+    page.write_text(f"{bench.PAGE_START}\n{bench.PAGE_END}\n", encoding="utf-8")
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        f"# App\n\n{bench.README_START}\nold\n{bench.README_END}\n\n## Next\n", encoding="utf-8"
+    )
+    run = f"## 1. Throughput\n\nfast\n\n{bench.README_HEADING}\n\n| mode | $/M |\n\n## Targets\n"
+    # WHEN a run is embedded in the page
+    bench.embed(run, page)
+    # THEN the README's table is the run's, and the rest of the README is untouched
+    assert readme.read_text(encoding="utf-8") == (
+        f"# App\n\n{bench.README_START}\n| mode | $/M |\n{bench.README_END}\n\n## Next\n"
+    )
+    # AND a README without the markers is refused by embed_readme, unchanged
+    bare = tmp_path / "bare.md"
+    bare.write_text("# Nothing\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="markers"):
+        bench.embed_readme(run, bare)
+    assert bare.read_text(encoding="utf-8") == "# Nothing\n"
