@@ -1985,6 +1985,20 @@ def mode_ceilings(
     return rows
 
 
+def standard_floor_targets(paths: Iterable[Mapping[str, Any]]) -> dict[str, bool | None]:
+    """P12 item 3: STANDARD's happy and duplicate paths at most 3 transitions from every
+    source (the processor's paths, which STANDARD runs; the batch workflow is EXPRESS)."""
+    by = {(p["source"], p["path"]): p for p in paths}
+    targets: dict[str, bool | None] = {}
+    for source in ("s3", "sqs"):
+        for path in ("happy", "duplicate"):
+            measured = by.get((source, path))
+            targets[f"STANDARD {path} path from {source} at most 3 transitions (P12 item 3)"] = (
+                None if measured is None else measured["transitions"] <= 3
+            )
+    return targets
+
+
 def mode_deployment(template: Path, mode: Mode) -> Deployment:
     """What a user deploying this mode gets: the template with the mode's parameters
     (those the template still has) and its defaults for the rest."""
@@ -2155,6 +2169,7 @@ def run_bench(
             b["messages_per_second"] >= 5000 or any(a in b["quota"] for a in allowed)
             for b in express_ceilings
         ),
+        **standard_floor_targets([m.summary() for m in measures]),
     }
     per_1000 = 1000 / walked_run.keys
     return {

@@ -653,3 +653,16 @@ def test_embedding_a_run_in_the_docs_page_updates_the_readme_beside_it(tmp_path:
     with pytest.raises(ValueError, match="markers"):
         bench.embed_readme(run, bare)
     assert bare.read_text(encoding="utf-8") == "# Nothing\n"
+
+
+def test_standard_at_the_floor_of_its_shape_is_a_target_per_source_and_path() -> None:
+    # GIVEN S3's paths at 3 and 4 transitions, and no SQS duplicate measured
+    paths = [
+        {"source": "s3", "path": "happy", "transitions": 3},
+        {"source": "s3", "path": "duplicate", "transitions": 4},
+        {"source": "sqs", "path": "happy", "transitions": 3},
+    ]
+    # WHEN the P12 item 3 targets are judged
+    targets = bench.standard_floor_targets(paths)
+    # THEN each source's each path is judged at 3, and what was not measured says so
+    assert list(targets.values()) == [True, False, True, None]
