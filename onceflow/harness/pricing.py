@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from onceflow.local.template import Stack
+from onceflow.local.template import NO_VALUE, Stack
 
 # ---- prices ------------------------------------------------------------------
 
@@ -366,9 +366,12 @@ def read_deployment(template: Path, parameters: Mapping[str, str] | None = None)
     batch_size, window = 1, 0.0
     if pipe is not None and stack.resource_enabled("SourcePipe"):
         sqs = pipe["Properties"].get("SourceParameters", {}).get("SqsQueueParameters", {})
-        batch_size = int(stack.resolve(sqs.get("BatchSize", 10)))
+        # Absent (or AWS::NoValue): a batch of 10 and no window, the defaults of Lambda's
+        # SQS event source mapping (services-sqs-parameters.html); Pipes': not verified.
+        size = stack.resolve(sqs.get("BatchSize", 10))
+        batch_size = 10 if size is NO_VALUE else int(size)
         resolved = stack.resolve(sqs.get("MaximumBatchingWindowInSeconds", 0))
-        window = float(resolved) if resolved not in (None, "") else 0.0
+        window = 0.0 if resolved in (None, "") or resolved is NO_VALUE else float(resolved)
     return Deployment(
         parameters=dict(stack.parameters),
         alarms=alarms,

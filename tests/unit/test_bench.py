@@ -666,3 +666,34 @@ def test_standard_at_the_floor_of_its_shape_is_a_target_per_source_and_path() ->
     targets = bench.standard_floor_targets(paths)
     # THEN each source's each path is judged at 3, and what was not measured says so
     assert list(targets.values()) == [True, False, True, None]
+
+
+def test_the_batch_size_and_window_are_read_from_the_pipe(tmp_path: Path) -> None:
+    # GIVEN a template whose pipe batches 10 messages with a 5-second window, when the
+    # parameter turns it on
+    template = tmp_path / "template.yaml"
+    template.write_text("""\
+Parameters:
+  Window: {Type: String, Default: "none"}
+Conditions:
+  HasWindow: !Not [!Equals [!Ref Window, "none"]]
+Resources:
+  SourcePipe:
+    Type: AWS::Pipes::Pipe
+    Properties:
+      SourceParameters:
+        SqsQueueParameters:
+          BatchSize: 10
+          MaximumBatchingWindowInSeconds: !If [HasWindow, !Ref Window, !Ref AWS::NoValue]
+""", encoding="utf-8")  # fmt: skip
+    # WHEN it is read as deployed with its default, then with a window of 5 seconds
+    default = pricing.read_deployment(template)
+    windowed = pricing.read_deployment(template, {"Window": "5"})
+    # THEN the default has no window, and the other batches for 5 seconds
+    assert (default.pipe_batch_size, default.pipe_window_seconds) == (10, 0.0)
+    assert (windowed.pipe_batch_size, windowed.pipe_window_seconds) == (10, 5.0)
+    # AND at the seed's rate that window forms batches of 7.5 on average, not 1
+    rate = pricing.SEED_MESSAGES_PER_SECOND
+    assert pricing.mean_batch(rate, windowed.pipe_window_seconds, 10) == pytest.approx(
+        7.47, abs=0.01
+    )
