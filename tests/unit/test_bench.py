@@ -229,6 +229,8 @@ def test_every_mode_is_priced_with_its_ratio_to_the_baseline() -> None:
     assert express["Step Functions EXPRESS requests"] == pytest.approx(1.0)
     # AND the index writes and the audit are on the bill
     assert standard["DynamoDB writes, indexes"] == pytest.approx(2 * 0.625)
+    # AND S3's events on EventBridge are charged, at $1.00 per million (not verified)
+    assert standard["EventBridge events (from S3)"] == pytest.approx(1.0)
     assert standard["Audit, amortised"] == pytest.approx(1.9)
     # AND a duplicate writes no row: it stores nothing, here or in the baseline
     for mode in ("EXPRESS, S3 via EventBridge", bench.BASELINE.name):
@@ -697,3 +699,33 @@ Resources:
     assert pricing.mean_batch(rate, windowed.pipe_window_seconds, 10) == pytest.approx(
         7.47, abs=0.01
     )
+
+
+def test_the_audit_pays_a_transition_per_child_and_a_read_per_checked_object() -> None:
+    # GIVEN an audit over no objects (the plan, a lock sweep, the report) and one over
+    # 1,000 objects: one Distributed Map child, two LIST requests, ten BatchGetItems
+    def run(keys: int, batches: int, requests: dict[str, int], rru: float) -> bench.AuditMeasure:
+        return bench.AuditMeasure(
+            keys=keys, seconds=1.0, scanned=keys, transitions=8, batches=batches,
+            history_events=31, lambda_invocations=3 + batches, requests=requests, rru=rru,
+            sfn_log_events={"ALL": [], "ERROR": []}, function_log_lines=[],
+        )  # fmt: skip
+
+    fixed = run(0, 0, {"dynamodb:Query": 2, "s3:PutObject": 1}, 0.0)
+    walked = run(
+        1000, 1,
+        {"dynamodb:Query": 2, "s3:PutObject": 1, "s3:ListObjects": 2, "dynamodb:BatchGetItem": 10},
+        500.0,
+    )  # fmt: skip
+    # WHEN the run is billed THEN the child is a state transition, $0.025 per 1,000
+    lines = bench.bill(bench.audit_usage(walked, "ALL", MODEL))
+    assert lines["Step Functions Distributed Map children"] == pytest.approx(0.025 / 1000)
+    # WHEN its parts are worked out
+    units = bench.audit_units(fixed, walked, "ALL", MODEL)
+    gb_second = 0.0000166667 * MODEL.audit_memory_gb
+    # THEN checking an object is its half read unit and its share of a BatchGetItem's 10 ms
+    assert units.per_checked_key == pytest.approx(0.5 * 0.125e-6 + 10 / 1000 * 0.010 * gb_second)
+    # AND the listing is two LIST requests per 1,000 objects, and their 10 ms each
+    assert units.listing_per_key == pytest.approx(2 / 1000 * (0.005e-3 + 0.010 * gb_second))
+    # AND an object reached pays at least its share of the child's transition and request
+    assert units.per_listed_key > 0.025e-3 / 1000 + 1e-6 / 1000
