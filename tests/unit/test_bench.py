@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from onceflow.harness import bench
+from onceflow.harness import bench, pricing
 from onceflow.harness.bench import BaselineMeasure, IndexSpec, Model, PathMeasure, Usage
+from onceflow.harness.pricing import AuditUnits, Deployment
 
 OPEN_WORK = IndexSpec("OpenWork", ("open_status", "lock_expires_at"), "ALL")
 OBJECT_CONTENT = IndexSpec("ObjectContent", ("object_ref",), "INCLUDE", ("etag", "status"))
@@ -82,13 +83,13 @@ def measures() -> list[PathMeasure]:
             source="sqs-batch", transitions=0, table_wru=20, index_wru={"OpenWork": 20},
             writes=20, lambda_invocations=10, integration_calls=20, data_bytes=40_000,
             sqs_requests={"SendMessage": 10, "ReceiveMessage": 1, "DeleteMessage": 10},
-            parallel_steps=11,
+            parallel_steps=11, messages=10,
         ),
         path_measure(
             source="sqs-batch", path="duplicate", transitions=0, table_wru=20, index_wru={},
             writes=20, conditional_failures=20, rru=10.0, lambda_invocations=0,
             integration_calls=30, function_log_lines=[], parallel_steps=11, new_row=False,
-            sqs_requests={"ReceiveMessage": 1, "DeleteMessage": 10},
+            sqs_requests={"ReceiveMessage": 1, "DeleteMessage": 10}, messages=10,
         ),
     ]  # fmt: skip
 
@@ -162,10 +163,9 @@ def test_the_bill_lists_every_component_and_sums_to_its_total() -> None:
     usage = Usage(**{name: 1.0 for name in Usage.__dataclass_fields__})
     # WHEN it is billed
     lines = bench.bill(usage)
-    # THEN every component appears, every priced one is charged, and they sum up
+    # THEN every component appears, every one is charged, and they sum up
     assert list(lines) == list(bench.COMPONENTS)
-    free = {"EventBridge events (from S3)"}
-    assert all(lines[name] > 0 for name in lines if name not in free)
+    assert all(lines[name] > 0 for name in lines)
     assert bench.total(lines) == pytest.approx(sum(lines.values()))
     # AND the arithmetic is the price list's: 5 transitions at $0.025 per 1,000
     assert bench.bill(Usage(transitions=5))["Step Functions transitions"] == pytest.approx(
@@ -195,7 +195,7 @@ def test_the_baseline_keeps_its_rows_past_the_seeds_longest_duplicate_gap() -> N
     # GIVEN the baseline's happy path (231-byte idempotency rows)
     usage = bench.baseline_usage(baseline_measures()[0], MODEL)
     # THEN its expiry covers 22,162 s and its table holds that long of rows
-    assert bench.BASELINE_EXPIRY_SECONDS >= bench.SEED_LONGEST_DUPLICATE_GAP_SECONDS
+    assert bench.BASELINE_EXPIRY_SECONDS >= pricing.SEED_LONGEST_DUPLICATE_GAP_SECONDS
     held_months = bench.BASELINE_EXPIRY_SECONDS / 86_400 / bench.DAYS_PER_MONTH
     assert usage.stored_byte_months == pytest.approx((231 + 100) * held_months)
     assert bench.bill(usage)["DynamoDB storage"] > 0
@@ -229,6 +229,8 @@ def test_every_mode_is_priced_with_its_ratio_to_the_baseline() -> None:
     assert express["Step Functions EXPRESS requests"] == pytest.approx(1.0)
     # AND the index writes and the audit are on the bill
     assert standard["DynamoDB writes, indexes"] == pytest.approx(2 * 0.625)
+    # AND S3's events on EventBridge are charged, at $1.00 per million (not verified)
+    assert standard["EventBridge events (from S3)"] == pytest.approx(1.0)
     assert standard["Audit, amortised"] == pytest.approx(1.9)
     # AND a duplicate writes no row: it stores nothing, here or in the baseline
     for mode in ("EXPRESS, S3 via EventBridge", bench.BASELINE.name):
@@ -302,7 +304,8 @@ def test_state_machine_logs_at_error_keep_only_error_events_and_no_data() -> Non
 
 def test_every_price_and_quota_names_its_source() -> None:
     for price in bench.PRICES.values():
-        assert price.source.startswith("https://aws.amazon.com/") and price.check
+        assert price.source.startswith(("https://aws.amazon.com/", "https://docs.aws.amazon.com/"))
+        assert price.check
         assert price.check.startswith(("read:", "not verified"))
     for quota in bench.QUOTAS.values():
         assert quota.source.startswith("https://docs.aws.amazon.com/")
@@ -342,8 +345,23 @@ def test_a_small_bench_reports_every_table(tmp_path: Path) -> None:
     json_path, md_path = bench.write(report, tmp_path)
     assert json.loads(json_path.read_text())["targets"] == report["targets"]
     text = md_path.read_text()
-    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "## Prices"):
+    headings = ("## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "## 8.", "## Prices")
+    for heading in (*headings, bench.README_HEADING):
         assert heading in text
+    # AND every mode is billed as shipped: usage, fixed costs and audit add up to its all-in
+    shipped = {r["mode"]: r for r in report["as_shipped"]}
+    assert set(shipped) == {m.name for m in (*bench.MODES, bench.BASELINE)}
+    for row in shipped.values():
+        assert row["total"] == pytest.approx(row["variable"] + row["fixed"] + row["audit"])
+        assert row["fixed"] > 0
+    # AND the EXPRESS rows carry EXPRESS ARNs: never fewer write units than STANDARD's
+    assert happy["table_wru_express"] >= happy["table_wru"]
+    # (35 bytes more for each time the row names its owner: the lock, the claims)
+    longer = happy["row_bytes_express"] - happy["row_bytes"]
+    assert longer > 0 and longer % 35 == 0
+    # AND the batch workflow was measured at two sizes, so batches that form are priced
+    batch_paths = {p["path"]: p["messages"] for p in report["paths"] if p["source"] == "sqs-batch"}
+    assert batch_paths == {"happy-1": 1, "happy": 10, "duplicate": 10}
     assert "not built yet" not in text and "x baseline" in text
     assert math.isfinite(report["modes"][0]["usd_per_million"]["happy"])
 
@@ -368,3 +386,352 @@ def test_a_run_is_embedded_in_the_docs_page_between_its_markers(tmp_path: Path) 
     with pytest.raises(ValueError, match="markers"):
         bench.embed("## 1.\n", bare)
     assert bare.read_text(encoding="utf-8") == "# Nothing here\n"
+
+
+# ---- the bill as shipped ----------------------------------------------------------
+
+
+def test_batches_form_from_the_rate_and_the_batching_window() -> None:
+    # GIVEN the seed's rate, 507,706 notifications in 104 hours
+    rate = pricing.SEED_MESSAGES_PER_SECOND
+    assert rate == pytest.approx(507_706 / (104 * 3600))
+    # WHEN there is no batching window THEN a batch holds one message
+    assert pricing.mean_batch(rate, 0.0, 10) == pytest.approx(1.0)
+    # WHEN one message is expected in the window and batches hold two
+    # THEN 1 + P(at least one more) = 2 - e^-1
+    assert pricing.mean_batch(1.0, 1.0, 2) == pytest.approx(2 - math.exp(-1))
+    # AND with up to 3: 1 + P(N >= 1) + P(N >= 2) = 3 - 2e^-1 - e^-1
+    assert pricing.mean_batch(1.0, 1.0, 3) == pytest.approx(3 - 3 * math.exp(-1))
+    # AND a long window fills the batch
+    assert pricing.mean_batch(rate, 60.0, 10) == pytest.approx(10.0, rel=1e-6)
+
+
+def test_a_batch_pays_its_execution_once_and_each_message_its_own() -> None:
+    # GIVEN the batch workflow measured on a batch of one and on a batch of ten
+    mode = bench.MODES[-1]
+    ten = measures()[4]
+    one = path_measure(
+        path="happy-1", source="sqs-batch", transitions=0, table_wru=2, index_wru={},
+        writes=2, lambda_invocations=1, integration_calls=2, data_bytes=4_000,
+        sqs_requests={"SendMessage": 1, "ReceiveMessage": 1, "DeleteMessage": 1},
+        parallel_steps=2, messages=1,
+    )  # fmt: skip
+    # WHEN a message is priced at the batches that form
+    at = {b: bench.message_usage(mode, ten, "ERROR", MODEL, 0.0, one, b) for b in (1, 2, 10)}
+    # THEN a batch of one pays a whole execution: its request, its receive and delete
+    assert at[1].express_requests == pytest.approx(1.0)
+    assert at[1].sqs_requests == pytest.approx(3.0)
+    # AND a batch of two half of it, a batch of ten a tenth (10 sends, 1 receive, 10 deletes)
+    assert at[2].express_requests == pytest.approx(0.5)
+    assert at[10].express_requests == pytest.approx(0.1)
+    assert at[10].sqs_requests == pytest.approx(21 / 10)
+    # AND what each message does alone does not shrink: its Lambda, its row's writes
+    assert at[1].lambda_requests == at[10].lambda_requests == pytest.approx(1.0)
+    assert at[1].table_wru == at[10].table_wru == pytest.approx(2.0)
+
+
+def test_an_express_arn_makes_the_ledger_row_longer() -> None:
+    # GIVEN a MarkComplete on a row 20 bytes under 1 KB, owned by a STANDARD execution ARN
+    arn = "arn:aws:states:us-east-1:123456789012:execution:onceflow-Processor:run-1"
+    before = {"pk": {"S": "k"}, "lock_owner": {"S": arn}, "pad": {"S": ""}}
+    before["pad"]["S"] = "x" * (1004 - bench.item_size(before))
+    after = {**before, "status": {"S": "DONE"}}
+    assert bench.item_size(after) == 1004 + len("status") + 4
+    write = bench.Write("ledger", "UpdateItem", False, 1, {}, 0, (before, after, None))
+    # WHEN it is priced for an EXPRESS execution, whose ARN is 35 bytes longer
+    express = bench.express_image(after)
+    assert bench.item_size(express) == bench.item_size(after) + 35
+    table, _ = bench.express_write_units(write, bench.TableSpec("ledger", ("pk",)))
+    # THEN the write crosses 1 KB: 2 units where STANDARD pays 1
+    assert bench.table_write_units("UpdateItem", before, after, None, False) == 1
+    assert table == 2
+    # AND a write without an ARN is left as it was
+    plain = bench.Write("ledger", "PutItem", False, 1, {"OpenWork": 1}, 10)
+    assert bench.express_write_units(plain, bench.TableSpec("ledger", ("pk",))) == (
+        1, {"OpenWork": 1},
+    )  # fmt: skip
+
+
+def _with_resources(text: str, extra: str) -> str:
+    head, tail = text.split("\nResources:\n", 1)
+    return f"{head}\nResources:\n{extra}{tail}"
+
+
+def test_fixed_costs_are_counted_from_the_template(tmp_path: Path) -> None:
+    # GIVEN the project's template, and a copy with two more alarms: a metric math
+    # alarm that reads two metrics, and one whose condition is false by default
+    original = bench.PROJECT_ROOT / "template.yaml"
+    copy = tmp_path / "template.yaml"
+    copy.write_text(_with_resources(original.read_text(encoding="utf-8"), """\
+  ExtraMathAlarm:
+    Type: AWS::CloudWatch::Alarm
+    Properties:
+      ComparisonOperator: GreaterThanThreshold
+      Threshold: 0
+      EvaluationPeriods: 1
+      Metrics:
+        - {Id: sum, Expression: "a + b", ReturnData: true}
+        - Id: a
+          ReturnData: false
+          MetricStat: {Metric: {Namespace: X, MetricName: A}, Period: 60, Stat: Sum}
+        - Id: b
+          ReturnData: false
+          MetricStat: {Metric: {Namespace: X, MetricName: B}, Period: 60, Stat: Sum}
+  ExtraAlarmOnlyWithEmail:
+    Type: AWS::CloudWatch::Alarm
+    Condition: HasAlarmEmail
+    Properties:
+      Namespace: X
+      MetricName: C
+      Statistic: Sum
+      Period: 60
+      EvaluationPeriods: 1
+      Threshold: 0
+      ComparisonOperator: GreaterThanThreshold
+"""), encoding="utf-8")  # fmt: skip
+    # WHEN both are read as deployed with defaults
+    shipped = pricing.read_deployment(original)
+    more = pricing.read_deployment(copy)
+    # THEN the copy has one more alarm, billed for the two metrics it reads ($0.20 a month)
+    assert len(more.alarms) == len(shipped.alarms) + 1
+    assert ("ExtraMathAlarm", 2) in more.alarms
+    assert all(name != "ExtraAlarmOnlyWithEmail" for name, _ in more.alarms)
+    rates = {"Processed": 1.0}
+    extra = sum(i.usd for i in pricing.monthly_items(more, rates)) - sum(
+        i.usd for i in pricing.monthly_items(shipped, rates)
+    )
+    assert extra == pytest.approx(0.20)
+    # AND what the template deploys is there: its dashboard, its daily audit schedule
+    assert shipped.dashboards and shipped.schedules
+    # AND a mode's parameters are bound as CloudFormation binds them: the SQS source's
+    # alarms (its DLQ, its pipe, its oldest message) come with it
+    sqs = pricing.read_deployment(original, {"SqsSource": "create"})
+    added = {name for name, _ in sqs.alarms} - {name for name, _ in shipped.alarms}
+    assert added == {
+        "SourceDeadLetterQueueAlarm",
+        "SourcePipeFailedAlarm",
+        "SourceQueueNotDrainingAlarm",
+    }
+
+
+def test_the_monthly_bill_of_a_deployment_by_hand() -> None:
+    # GIVEN an alarm on one metric, one on three, a dashboard, two metric filters and a
+    # daily schedule; Processed at one a second, Duplicate never
+    deployment = Deployment(
+        {}, [("A", 1), ("B", 3)], ["Dashboard"],
+        [("ProcessedFilter", "SucceedStateEntered", ("Processed",)),
+         ("DuplicateFilter", "SucceedStateEntered", ("Duplicate",))],
+        [("Audit", "rate(1 day)")], 1, 0.0, "ALL", "ERROR",
+    )  # fmt: skip
+    # WHEN its fixed bill is made at ALL, with a function sending 2 EMF metrics an invocation
+    items = pricing.monthly_items(
+        deployment, {"Processed": 1.0}, [pricing.MetricSource("fn", 2, 3600.0)]
+    )
+    # THEN 4 alarm metrics at $0.10, $3 of dashboard, 3 metrics sent every hour at $0.30,
+    # and 30.4 scheduler invocations at $1 per million
+    runs = pricing.DAYS_PER_MONTH
+    assert sum(i.usd for i in items) == pytest.approx(0.4 + 3.0 + 0.9 + runs * 1e-6)
+    # AND at ERROR a Succeed state is not logged: its filter's metric is never sent
+    quiet = pricing.monthly_items(deployment, {"Processed": 1.0}, batch_mode=True)
+    assert {i.source: i.usd for i in quiet}["ProcessedFilter"] == 0
+    # AND a metric sent by events arriving at random, once an hour on average, is billed
+    # for the hours that have one: 1 - e^-1 of them
+    assert pricing.metric_hours_share(1.0) == pytest.approx(1 - math.exp(-1))
+    # AND $5 a month over one message a second is $5 / 2,629,800 a message
+    assert pricing.amortised(5.0, 1.0) == pytest.approx(5.0 / (365.25 / 12 * 86_400))
+
+
+def test_the_audit_grows_with_the_bucket_and_inventory_replaces_the_listing() -> None:
+    # GIVEN an audit's costs: $0.01 a run, 4e-8 an object reached (1e-8 of it LIST
+    # requests), 6e-8 an object checked, 8e-7 an Inventory run's reads
+    units = AuditUnits(0.01, 4e-8, 6e-8, 1e-8, 8e-7)
+    # WHEN a bucket has taken one upload a second for a year (30-day window, 12 h cutoff)
+    day = pricing.audit_day(units, 1.0, 365.0, 30.0, 12.0)
+    # THEN the walk reaches every object, and checks 29.5 days of them
+    assert day.listed_keys == pytest.approx(86_400 * 365)
+    assert day.checked_keys == pytest.approx(86_400 * 29.5)
+    usd = 0.01 + 86_400 * 365 * 4e-8 + 86_400 * 29.5 * 6e-8
+    assert day.usd == pytest.approx(usd)
+    assert day.per_million_uploads == pytest.approx(usd / 86_400 * 1e6)
+    # AND a daily Inventory swaps the LIST requests for $0.0025 per million objects listed
+    assert day.usd_inventory == pytest.approx(usd + 8e-7 + 86_400 * 365 * (2.5e-9 - 1e-8))
+    # AND it pays once the LIST requests it saves cover its reads: 8e-7 / 7.5e-9 objects
+    assert pricing.inventory_break_even_keys(units) == pytest.approx(8e-7 / 7.5e-9)
+    # AND an older bucket costs more per upload: the audit grows with the bucket's age
+    older = pricing.audit_day(units, 1.0, 3 * 365.0, 30.0, 12.0)
+    assert older.per_million_uploads > day.per_million_uploads
+
+
+def test_the_batch_mode_is_bounded_by_synchronous_executions_not_the_start_rate() -> None:
+    # GIVEN the batch workflow, started by the pipe with StartSyncExecution
+    load = bench.mode_load(bench.MODES[-1], measures()[4], MODEL)
+    # THEN it takes nothing from the EXPRESS StartExecution refill
+    assert load.express_starts == 0
+    # AND holds a synchronous execution for the batch's run: a concurrency quota
+    quotas = {q["quota"]: q for q in bench.ceilings(load)}
+    sync = next(q for name, q in quotas.items() if "StartSyncExecution" in name)
+    assert sync["unit"] == "concurrent" and sync["per_message"] == pytest.approx(
+        load.express_sync_seconds
+    )
+
+
+def test_emf_metrics_are_counted_from_the_log() -> None:
+    # GIVEN a function's log: an EMF blob with two metrics, a plain line, an EMF blob
+    # with one of them again
+    blob = {
+        "_aws": {"Timestamp": 0, "CloudWatchMetrics": [
+            {"Namespace": "onceflow/s", "Dimensions": [["service"]],
+             "Metrics": [{"Name": "OutputWritten"}, {"Name": "PermanentError"}]}]},
+        "service": "onceflow", "OutputWritten": [1], "PermanentError": [1],
+    }  # fmt: skip
+    again = {**blob, "_aws": {"Timestamp": 1, "CloudWatchMetrics": [
+        {"Namespace": "onceflow/s", "Dimensions": [["service"]],
+         "Metrics": [{"Name": "OutputWritten"}]}]}}  # fmt: skip
+    lines = [json.dumps(blob), '{"message": "processed"}', json.dumps(again)]
+    # THEN two distinct metrics are sent
+    assert len(pricing.emf_metrics(lines)) == 2
+
+
+def test_the_as_shipped_bill_adds_fixed_costs_and_the_audit_to_usage() -> None:
+    # GIVEN the fixed paths, an audit, and every mode deployed from the template
+    units = AuditUnits(0.01, 4e-8, 6e-8, 1e-8, 8e-7)
+    deployments = {
+        m.name: bench.mode_deployment(bench.PROJECT_ROOT / "template.yaml", m) for m in bench.MODES
+    }
+    metered = bench.Metered(processor=1, audit=9, baseline=1)
+    # WHEN each is billed as shipped
+    rows = {
+        r["mode"]: r
+        for r in bench.bill_as_shipped(
+            measures(), baseline_measures(), units, MODEL, deployments, metered
+        )
+    }
+    base = rows[bench.BASELINE.name]
+    for mode in bench.MODES:
+        row = rows[mode.name]
+        # THEN usage, fixed costs and the audit make the all-in, against the baseline's all-in
+        assert row["total"] == pytest.approx(row["variable"] + row["fixed"] + row["audit"])
+        assert row["ratio_to_baseline"] == pytest.approx(row["total"] / base["total"])
+        # AND the fixed costs are the template's monthly bill over the month's messages
+        per_month = pricing.SEED_MESSAGES_PER_SECOND * pricing.SECONDS_PER_MONTH
+        assert row["fixed"] == pytest.approx(row["fixed_usd_per_month"] / per_month * 1e6)
+        # AND at a tenth of the volume each message carries about ten times as much of them
+        low = row["volumes"]["0.1"]
+        assert low["fixed"] > 9 * row["fixed"]
+    # AND with no batching window the batch mode's batches hold one message, while the
+    # flattering full batches are printed beside, never instead
+    batch = rows[bench.MODES[-1].name]
+    assert batch["batch"] == pytest.approx(1.0) and batch["flattering"]["batch"] == 10
+    assert batch["flattering"]["total"] < batch["total"]
+    # AND the S3 modes pay S3's events, and show the bill without them beside
+    s3 = rows["STANDARD, S3 via EventBridge"]
+    assert s3["s3_events_free_total"] == pytest.approx(s3["total"] - 1.0 * (1 - 0.0003), rel=1e-3)
+
+
+def test_the_readme_carries_the_stored_runs_bill_table() -> None:
+    # GIVEN the run `onceflow bench` stored, and the README
+    stored = (bench.PROJECT_ROOT / "bench" / "results.md").read_text(encoding="utf-8")
+    readme = (bench.PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index(bench.README_START) + len(bench.README_START)
+    # THEN the README's cost table is that run's, number for number
+    assert readme[start : readme.index(bench.README_END)].strip() == bench.readme_section(stored), (
+        "`onceflow bench` (its default --out) copies its bill table into the README"
+    )
+
+
+def test_embedding_a_run_in_the_docs_page_updates_the_readme_beside_it(tmp_path: Path) -> None:
+    # GIVEN a project with a docs page and a README, each with its markers
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "benchmarks.md"
+    page.write_text(f"{bench.PAGE_START}\n{bench.PAGE_END}\n", encoding="utf-8")
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        f"# App\n\n{bench.README_START}\nold\n{bench.README_END}\n\n## Next\n", encoding="utf-8"
+    )
+    run = f"## 1. Throughput\n\nfast\n\n{bench.README_HEADING}\n\n| mode | $/M |\n\n## Targets\n"
+    # WHEN a run is embedded in the page
+    bench.embed(run, page)
+    # THEN the README's table is the run's, and the rest of the README is untouched
+    assert readme.read_text(encoding="utf-8") == (
+        f"# App\n\n{bench.README_START}\n| mode | $/M |\n{bench.README_END}\n\n## Next\n"
+    )
+    # AND a README without the markers is refused by embed_readme, unchanged
+    bare = tmp_path / "bare.md"
+    bare.write_text("# Nothing\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="markers"):
+        bench.embed_readme(run, bare)
+    assert bare.read_text(encoding="utf-8") == "# Nothing\n"
+
+
+def test_standard_at_the_floor_of_its_shape_is_a_target_per_source_and_path() -> None:
+    # GIVEN S3's paths at 3 and 4 transitions, and no SQS duplicate measured
+    paths = [
+        {"source": "s3", "path": "happy", "transitions": 3},
+        {"source": "s3", "path": "duplicate", "transitions": 4},
+        {"source": "sqs", "path": "happy", "transitions": 3},
+    ]
+    # WHEN the P12 item 3 targets are judged
+    targets = bench.standard_floor_targets(paths)
+    # THEN each source's each path is judged at 3, and what was not measured says so
+    assert list(targets.values()) == [True, False, True, None]
+
+
+def test_the_batch_size_and_window_are_read_from_the_pipe(tmp_path: Path) -> None:
+    # GIVEN a template whose pipe batches 10 messages with a 5-second window, when the
+    # parameter turns it on
+    template = tmp_path / "template.yaml"
+    template.write_text("""\
+Parameters:
+  Window: {Type: String, Default: "none"}
+Conditions:
+  HasWindow: !Not [!Equals [!Ref Window, "none"]]
+Resources:
+  SourcePipe:
+    Type: AWS::Pipes::Pipe
+    Properties:
+      SourceParameters:
+        SqsQueueParameters:
+          BatchSize: 10
+          MaximumBatchingWindowInSeconds: !If [HasWindow, !Ref Window, !Ref AWS::NoValue]
+""", encoding="utf-8")  # fmt: skip
+    # WHEN it is read as deployed with its default, then with a window of 5 seconds
+    default = pricing.read_deployment(template)
+    windowed = pricing.read_deployment(template, {"Window": "5"})
+    # THEN the default has no window, and the other batches for 5 seconds
+    assert (default.pipe_batch_size, default.pipe_window_seconds) == (10, 0.0)
+    assert (windowed.pipe_batch_size, windowed.pipe_window_seconds) == (10, 5.0)
+    # AND at the seed's rate that window forms batches of 7.5 on average, not 1
+    rate = pricing.SEED_MESSAGES_PER_SECOND
+    assert pricing.mean_batch(rate, windowed.pipe_window_seconds, 10) == pytest.approx(
+        7.47, abs=0.01
+    )
+
+
+def test_the_audit_pays_a_transition_per_child_and_a_read_per_checked_object() -> None:
+    # GIVEN an audit over no objects (the plan, a lock sweep, the report) and one over
+    # 1,000 objects: one Distributed Map child, two LIST requests, ten BatchGetItems
+    def run(keys: int, batches: int, requests: dict[str, int], rru: float) -> bench.AuditMeasure:
+        return bench.AuditMeasure(
+            keys=keys, seconds=1.0, scanned=keys, transitions=8, batches=batches,
+            history_events=31, lambda_invocations=3 + batches, requests=requests, rru=rru,
+            sfn_log_events={"ALL": [], "ERROR": []}, function_log_lines=[],
+        )  # fmt: skip
+
+    fixed = run(0, 0, {"dynamodb:Query": 2, "s3:PutObject": 1}, 0.0)
+    walked = run(
+        1000, 1,
+        {"dynamodb:Query": 2, "s3:PutObject": 1, "s3:ListObjects": 2, "dynamodb:BatchGetItem": 10},
+        500.0,
+    )  # fmt: skip
+    # WHEN the run is billed THEN the child is a state transition, $0.025 per 1,000
+    lines = bench.bill(bench.audit_usage(walked, "ALL", MODEL))
+    assert lines["Step Functions Distributed Map children"] == pytest.approx(0.025 / 1000)
+    # WHEN its parts are worked out
+    units = bench.audit_units(fixed, walked, "ALL", MODEL)
+    gb_second = 0.0000166667 * MODEL.audit_memory_gb
+    # THEN checking an object is its half read unit and its share of a BatchGetItem's 10 ms
+    assert units.per_checked_key == pytest.approx(0.5 * 0.125e-6 + 10 / 1000 * 0.010 * gb_second)
+    # AND the listing is two LIST requests per 1,000 objects, and their 10 ms each
+    assert units.listing_per_key == pytest.approx(2 / 1000 * (0.005e-3 + 0.010 * gb_second))
+    # AND an object reached pays at least its share of the child's transition and request
+    assert units.per_listed_key > 0.025e-3 / 1000 + 1e-6 / 1000
