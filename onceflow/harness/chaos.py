@@ -32,6 +32,7 @@ from onceflow.harness.common import (
 from onceflow.local import patches
 from onceflow.local.engine import ExecutionResult, LocalEngine
 from onceflow.local.target import LocalTarget
+from onceflow.view.units import end_states
 
 # The fault kinds an object can get (at most one each), besides duplicates.
 FAULT_KINDS = (
@@ -288,10 +289,8 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
         audit = ops.run_audit(target)
         again = ops.run_audit(target)
         report = _check(engine, bucket, objects, faults, audit, again)
-        outcomes = Counter(
-            r.status if r.status == "ABORTED" or not r.states_entered else r.states_entered[-1]
-            for _, r in results
-        )
+        # Per unit of work: a batch execution counts each of its messages.
+        outcomes = end_states(r for _, r in results)
 
     report.update(
         {

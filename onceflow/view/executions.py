@@ -14,8 +14,15 @@ from onceflow.asl import diagram
 from onceflow.view import history, records
 from onceflow.view.records import Record, RecordError
 
-# Logical id -> the ASL file it is defined by (diagram.MACHINES' names).
-LOGICAL_IDS = {"ProcessorStateMachine": "processor", "AuditStateMachine": "audit"}
+# Logical id -> the ASL file it is defined by (ASL_FILES' names).
+LOGICAL_IDS = {
+    "ProcessorStateMachine": "processor",
+    "AuditStateMachine": "audit",
+    "BatchProcessorStateMachine": "batch",
+}
+# The batch workflow (SqsBatchMode) has a definition of its own, generated from the
+# processor's (onceflow.asl.batch_definition); the docs draw no diagram of it.
+ASL_FILES = {**diagram.MACHINES, "batch": diagram.ROOT / "statemachines" / "batch.asl.json"}
 OUTPUTS = {"processor": "ProcessorStateMachineArn", "audit": "AuditStateMachineArn"}
 STATUSES = ("RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE")
 
@@ -219,8 +226,9 @@ def definition(record: Record, target: Stack | None = None) -> dict[str, Any]:
         return asl
     name = LOGICAL_IDS.get(record.logical_id or "")
     if name is None:
-        machine = str(record.data.get("stateMachineArn", "")).lower()
-        name = next((n for n in diagram.MACHINES if n in machine.rsplit(":", 1)[-1]), None)
+        # "batch" first: a batch machine's name holds "processor" too.
+        machine = str(record.data.get("stateMachineArn", "")).lower().rsplit(":", 1)[-1]
+        name = next((n for n in sorted(ASL_FILES) if n in machine), None)
     if name is None:
         raise RecordError(f"{record.name}: no ASL file for state machine {record.logical_id}")
-    return diagram.load_asl(diagram.MACHINES[name])
+    return diagram.load_asl(ASL_FILES[name])

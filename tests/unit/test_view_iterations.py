@@ -1,0 +1,211 @@
+"""A Map's iterations read from an execution's history: which iteration each event ran
+in, what each iteration did, and the units of work the reports count.
+
+The histories here have the shape Step Functions records (previousEventId chains),
+including where the chain crosses iterations. The first one follows the ids, types and
+chain of an inline Map recorded on AWS in LocalStack's snapshot
+tests/aws/services/stepfunctions/v2/scenarios/test_base_scenarios.snapshot.json,
+test_map_state_break_condition (recorded 21-09-2023): MapIterationStarted of iteration
+n+1 chains to the last exit of iteration n, and MapStateFailed to the last event of the
+failed iteration.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from onceflow.asl import diagram
+from onceflow.view import history, text, units
+from onceflow.view.records import Record
+from onceflow.view.trace import trace
+
+T0 = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+
+
+def _events(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """(id, previous id, type, state name or Map iteration index) as a chained history."""
+    events = []
+    for event_id, previous, kind, name in rows:
+        event: dict[str, Any] = {
+            "id": event_id,
+            "previousEventId": previous,
+            "type": kind,
+            "timestamp": T0 + datetime.timedelta(milliseconds=event_id),
+        }
+        if kind.endswith("StateEntered"):
+            event["stateEnteredEventDetails"] = {"name": name, "input": "{}"}
+        elif kind.endswith("StateExited"):
+            event["stateExitedEventDetails"] = {"name": name, "output": "{}"}
+        elif kind.startswith("MapIteration"):
+            key = kind[0].lower() + kind[1:] + "EventDetails"
+            event[key] = {"name": "MapState", "index": name}
+        events.append(event)
+    return events
+
+
+# test_map_state_break_condition as AWS recorded it: iterations one after another
+# (MaxConcurrency 1), the fifth breaks out through a Fail state.
+_RECORDED = [
+    (1, 0, "ExecutionStarted", None),
+    (2, 0, "PassStateEntered", "StartState"),
+    (3, 2, "PassStateExited", "StartState"),
+    (4, 3, "MapStateEntered", "MapState"),
+    (5, 4, "MapStateStarted", None),
+    (6, 5, "MapIterationStarted", 0),
+    (7, 6, "ChoiceStateEntered", "Equals3"),
+    (8, 7, "ChoiceStateExited", "Equals3"),
+    (9, 8, "PassStateEntered", "Pass"),
+    (10, 9, "PassStateExited", "Pass"),
+    (11, 10, "MapIterationSucceeded", 0),
+    (12, 10, "MapIterationStarted", 1),
+    (13, 12, "ChoiceStateEntered", "Equals3"),
+    (14, 13, "ChoiceStateExited", "Equals3"),
+    (15, 14, "PassStateEntered", "Pass"),
+    (16, 15, "PassStateExited", "Pass"),
+    (17, 16, "MapIterationSucceeded", 1),
+    (18, 16, "MapIterationStarted", 2),
+    (19, 18, "ChoiceStateEntered", "Equals3"),
+    (20, 19, "ChoiceStateExited", "Equals3"),
+    (21, 20, "FailStateEntered", "Break"),
+    (22, 21, "MapIterationFailed", 2),
+    (23, 21, "MapStateFailed", None),
+    (24, 23, "ExecutionFailed", None),
+]
+_BREAK_CONDITION = {
+    "StartAt": "StartState",
+    "States": {
+        "StartState": {"Type": "Pass", "Next": "MapState"},
+        "MapState": {
+            "Type": "Map",
+            "ItemProcessor": {
+                "StartAt": "Equals3",
+                "States": {
+                    "Equals3": {
+                        "Type": "Choice",
+                        "Choices": [{"Condition": "{% true %}", "Next": "Break"}],
+                        "Default": "Pass",
+                    },
+                    "Break": {"Type": "Fail"},
+                    "Pass": {"Type": "Pass", "End": True},
+                },
+            },
+            "End": True,
+        },
+    },
+}
+
+
+def _record(events: list[dict[str, Any]], status: str) -> Record:
+    return Record(
+        {
+            "executionArn": "arn:aws:states:us-east-1:123456789012:execution:m:run",
+            "name": "run",
+            "stateMachineArn": "arn:aws:states:us-east-1:123456789012:stateMachine:m",
+            "logicalId": None,
+            "status": status,
+            "startDate": T0,
+            "stopDate": T0 + datetime.timedelta(seconds=1),
+            "input": {},
+            "output": None,
+            "error": "States.Fail" if status == "FAILED" else None,
+            "cause": None,
+            "events": events,
+        }
+    )
+
+
+def test_each_event_runs_in_the_iteration_its_chain_leads_to_as_aws_records_it() -> None:
+    # GIVEN a history as AWS records an inline Map: the next iteration's start chained to
+    # the last exit of the one before, the Map's end chained into the last iteration
+    events = _events(_RECORDED)
+    # WHEN the iterations are read
+    found = dict(zip((e["id"] for e in events), history.iterations_of(events), strict=True))
+    # THEN each iteration's events are its own, and the Map's own events and the
+    # execution's are in none
+    assert [found[i] for i in (6, 7, 10, 11)] == [("MapState", 0)] * 4
+    assert [found[i] for i in (12, 13, 16, 17)] == [("MapState", 1)] * 4
+    assert [found[i] for i in (18, 21, 22)] == [("MapState", 2)] * 3
+    assert [found[i] for i in (1, 2, 4, 5, 23, 24)] == [None] * 6
+    # ... and without the chain, no iteration can be told: none
+    unchained = [{k: v for k, v in e.items() if k != "previousEventId"} for e in events]
+    assert history.iterations_of(unchained) == [None] * len(events)
+
+
+def test_each_iteration_has_its_own_path_and_unit_of_work() -> None:
+    # GIVEN the recorded execution, failed in its third iteration
+    execution = _record(_events(_RECORDED), "FAILED")
+    graph = diagram.graph(_BREAK_CONDITION)
+    # WHEN it is traced and its units counted
+    traced = trace(graph, execution)
+    found = units.units(execution.result())
+    # THEN each iteration took its own way out of Equals3
+    paths = {item.iteration[1]: item for item in traced.iterations}
+    assert sorted(paths) == [0, 1, 2]
+    assert [paths[n].status for n in (0, 1, 2)] == ["Succeeded", "Succeeded", "Failed"]
+
+    def edges(item: Any) -> set[tuple[str, str]]:
+        return {(graph.edges[i].source, graph.edges[i].target) for i in item.taken}
+
+    assert edges(paths[0]) == edges(paths[1]) == {("Equals3", "Pass")}
+    assert edges(paths[2]) == {("Equals3", "Break")}
+    assert paths[2].failed == {"Break"} and paths[0].failed == set()
+    # ... and each iteration is a unit, ended where it ended
+    assert [(u.iteration, u.end_state, u.ended) for u in found] == [
+        (("MapState", 0), "Pass", True),
+        (("MapState", 1), "Pass", True),
+        (("MapState", 2), "Break", True),
+    ]
+    assert units.end_states([execution.result()]) == {"Pass": 2, "Break": 1}
+
+
+def test_an_execution_without_a_map_is_one_unit_ended_in_its_last_state() -> None:
+    rows = [
+        (1, 0, "ExecutionStarted", None),
+        (2, 1, "PassStateEntered", "StartState"),
+        (3, 2, "PassStateExited", "StartState"),
+        (4, 3, "SucceedStateEntered", "Done"),
+        (5, 4, "ExecutionSucceeded", None),
+    ]
+    [unit] = units.units(_record(_events(rows), "SUCCEEDED").result())
+    assert (unit.iteration, unit.end_state, unit.ended, unit.key) == (None, "Done", True, None)
+    aborted = units.units(_record(_events(rows[:3]), "ABORTED").result())
+    assert [unit.end_state for unit in aborted] == ["ABORTED"]
+
+
+def test_the_terminal_groups_each_iterations_states_under_an_iteration_column() -> None:
+    # GIVEN two iterations whose events interleave
+    rows = [
+        (1, 0, "ExecutionStarted", None),
+        (2, 0, "MapStateEntered", "MapState"),
+        (3, 2, "MapStateStarted", None),
+        (4, 3, "MapIterationStarted", 0),
+        (5, 3, "MapIterationStarted", 1),
+        (6, 5, "ChoiceStateEntered", "Equals3"),
+        (7, 4, "ChoiceStateEntered", "Equals3"),
+        (8, 6, "ChoiceStateExited", "Equals3"),
+        (9, 7, "ChoiceStateExited", "Equals3"),
+        (10, 9, "PassStateEntered", "Pass"),
+        (11, 8, "FailStateEntered", "Break"),
+        (12, 10, "PassStateExited", "Pass"),
+        (13, 12, "MapIterationSucceeded", 0),
+        (14, 11, "MapIterationFailed", 1),
+        (15, 14, "MapStateFailed", None),
+        (16, 15, "ExecutionFailed", None),
+    ]
+    lines = text.terminal(_record(_events(rows), "FAILED")).splitlines()
+    # WHEN printed, THEN an iteration column, each iteration's rows together, by index
+    header = next(line for line in lines if line.split()[:1] == ["#"])
+    assert header.split()[:3] == ["#", "iteration", "state"]
+    table = [line.split()[:3] for line in lines[lines.index(header) + 1 :] if line[:4].strip()]
+    table = [row for row in table if row[0].isdigit()]
+    assert table == [
+        ["1", "-", "MapState"],
+        ["3", "MapState#0", "Equals3"],
+        ["4", "MapState#0", "Pass"],
+        ["2", "MapState#1", "Equals3"],
+        ["5", "MapState#1", "Break"],
+    ]
+    # ... and one line per iteration with where it ended
+    assert "    MapState#0: Pass" in "\n".join(lines)
+    assert any(line.strip().startswith("MapState#1: Break") for line in lines)
