@@ -77,6 +77,8 @@ def summary(record: Record) -> dict[str, Any]:
     """One row of `onceflow executions`."""
     events = record.events
     duration = _duration_ms(record)
+    # A batch (a Map over messages) claims one key per iteration: none is the execution's.
+    iterations = sum(event.get("type") == "MapIterationStarted" for event in events)
     return {
         "name": record.name,
         "executionArn": record.arn,
@@ -85,7 +87,8 @@ def summary(record: Record) -> dict[str, Any]:
         "startDate": None if record.start is None else record.start.isoformat(),
         "stopDate": None if record.stop is None else record.stop.isoformat(),
         "durationMs": None if duration is None else round(duration, 1),
-        "idempotencyKey": idempotency_key(events),
+        "idempotencyKey": None if iterations else idempotency_key(events),
+        "iterations": iterations,
         "endState": end_state(events),
         "error": record.data.get("error"),
     }

@@ -168,7 +168,11 @@ def _facts(record: Record, row: dict[str, Any], path: Trace) -> str:
         ("Stopped", escape(iso_time(row["stopDate"])), False),
         ("Duration", escape(duration(row["durationMs"])), False),
         ("End state", escape(row["endState"] or "-"), False),
-        ("Idempotency key", escape(row["idempotencyKey"] or "-"), True),
+        (
+            ("Iterations", escape(row["iterations"]), False)
+            if row["iterations"]
+            else ("Idempotency key", escape(row["idempotencyKey"] or "-"), True)
+        ),
     ]
     if record.data.get("error"):
         facts.append(("Error", f'<span class="error">{escape(record.data["error"])}</span>', False))

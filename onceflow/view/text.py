@@ -40,7 +40,8 @@ def render_table(rows: list[dict[str, Any]]) -> str:
             iso_time(row["startDate"]),
             duration(row["durationMs"]),
             row["endState"] or "-",
-            row["idempotencyKey"] or "-",
+            row["idempotencyKey"]
+            or (f"({row['iterations']} iterations)" if row.get("iterations") else "-"),
         )
         for row in rows
     ]

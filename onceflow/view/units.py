@@ -3,7 +3,8 @@ or each iteration of its Map (a batch execution of SqsBatchMode: one per message
 each with the state it ended in and the idempotency key it claimed.
 
 The demo and chaos count deliveries, duplicates and outcomes through this, so a batch
-of ten messages counts as ten, not one.
+of ten messages counts as ten, not one, and a message a batch kept in the queue and the
+pipe delivered again counts once, with the outcome of its last delivery.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class Unit:
     """One unit of work: where it ran, where it ended, and the key it claimed."""
 
     iteration: history.Iteration | None  # None: the execution itself
+    # What it worked on: the SQS messageId of its item when its execution's input is the
+    # pipe's array of SQS records; otherwise the execution's ARN (and iteration).
+    message: str
     end_state: str
     key: str | None
     # Its work ended: it entered a Succeed or Fail state, or its iteration (its
@@ -47,7 +51,8 @@ def units(result: history.Execution) -> list[Unit]:
         names = [step.name for step in reading.steps]
         ended = result.status == "SUCCEEDED" or any(s.type in _TERMINAL for s in reading.steps)
         end = result.status if result.status == "ABORTED" or not names else names[-1]
-        return [Unit(None, end, idempotency_key(result.events), ended)]
+        message = _message(result, 0) or result.arn
+        return [Unit(None, message, end, idempotency_key(result.events), ended)]
     how = history.iteration_ends(result.events, reading.event_iterations)
     found = []
     for iteration, steps in runs.items():
@@ -67,10 +72,36 @@ def units(result: history.Execution) -> list[Unit]:
             if where == iteration
         ]
         ended = terminal is not None or how_it_ended == "Succeeded"
-        found.append(Unit(iteration, end, idempotency_key(events), ended))
+        message = _message(result, iteration[1]) if len(top_maps) == 1 else ""
+        message = message or f"{result.arn}#{iteration[0]}#{iteration[1]}"
+        found.append(Unit(iteration, message, end, idempotency_key(events), ended))
     return found
 
 
+def _message(result: history.Execution, index: int) -> str:
+    """The messageId of item `index` of the execution's input, when the input is the
+    array of SQS records EventBridge Pipes sends (an array even for one message:
+    eb-pipes-batching-concurrency.html; each record as eb-pipes-sqs.html shows it).
+    A Map over that array runs item i as iteration i."""
+    records = result.input
+    if isinstance(records, list) and index < len(records):
+        record = records[index]
+        if isinstance(record, dict) and isinstance(record.get("messageId"), str):
+            return str(record["messageId"])
+    return result.arn if index == 0 and not isinstance(records, list) else ""
+
+
+def per_message(ran: Iterable[Unit]) -> list[Unit]:
+    """Each message's unit of its last delivery (units in the order they ran), in the
+    order first delivered: a message a batch kept in the queue (not settled) comes
+    back, and its last delivery says how it ended."""
+    last: dict[str, Unit] = {}
+    for unit in ran:
+        last[unit.message] = unit
+    return list(last.values())
+
+
 def end_states(results: Iterable[history.Execution]) -> Counter[str]:
-    """How many units of work ended in each state, over these executions."""
-    return Counter(unit.end_state for result in results for unit in units(result))
+    """How many messages (units of work) ended in each state, over these executions."""
+    ran = (unit for result in results for unit in units(result))
+    return Counter(unit.end_state for unit in per_message(ran))

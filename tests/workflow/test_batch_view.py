@@ -13,7 +13,6 @@ import contextlib
 import io
 import json
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from onceflow.asl.batch_definition import MAP_STATE
 from onceflow.cli import main
 from onceflow.local.engine import LocalEngine
 from onceflow.local.server import SharedEngine
+from onceflow.local.wiring import LocalPipes
 from onceflow.view import executions, history, records
 from tests.chromium import Browser
 from tests.workflow.test_viewer import Page, _chromium, _inside
@@ -56,7 +56,9 @@ def _run(argv: list[str], shared: SharedEngine) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def batch_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchDemo]:
+def batch_demo(tmp_path_factory: pytest.TempPathFactory) -> BatchDemo:
+    """The batch demo and `onceflow show` of its largest batch, on an engine that has
+    stopped by the time the tests read the records and the page (as after `onceflow up`)."""
     folder = tmp_path_factory.mktemp("batch-records")
     page_file = folder.parent / "batch-page" / "batch.html"
     with (
@@ -76,7 +78,7 @@ def batch_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchDemo]:
         largest = _largest(batches)
         code, shown = _run(["show", largest.name, "--html", str(page_file)], shared)
         assert code == 0, shown
-        yield BatchDemo(report, batches, folder, shown, page_file)
+    return BatchDemo(report, batches, folder, shown, page_file)
 
 
 def _largest(batches: list[records.Record]) -> records.Record:
@@ -85,15 +87,16 @@ def _largest(batches: list[records.Record]) -> records.Record:
 
 
 def _message_outcomes(batches: list[records.Record]) -> Counter[str]:
-    """Each message's outcome, read from what Respond answered the pipe: the Map's output
-    (one {messageId, outcome, retry} per message)."""
-    found: Counter[str] = Counter()
-    for batch in batches:
+    """Each message's outcome, read from what the batch answered the pipe: the Map's
+    output (one {messageId, outcome, retry} per message). A message the pipe delivered
+    again (a batch kept it) counts once, as its last delivery ended."""
+    last: dict[str, str] = {}
+    for batch in sorted(batches, key=lambda r: r.data["startDate"]):
         for event in batch.events:
             details = event.get("stateExitedEventDetails") or {}
             if details.get("name") == MAP_STATE:
-                found.update(item["outcome"] for item in json.loads(details["output"]))
-    return found
+                last.update((i["messageId"], i["outcome"]) for i in json.loads(details["output"]))
+    return Counter(last.values())
 
 
 def test_the_batch_demo_counts_messages_duplicates_and_outcomes_per_message(
@@ -108,14 +111,15 @@ def test_the_batch_demo_counts_messages_duplicates_and_outcomes_per_message(
     # ... each message's outcome, as the batch answered it for that message
     assert report["executions"] == dict(_message_outcomes(batch_demo.batches))
     assert "Respond" not in report["executions"]
-    assert sum(report["executions"].values()) >= report["deliveries"]
+    assert sum(report["executions"].values()) == report["deliveries"]
     # ... every duplicate message discarded as one
     assert report["duplicate_deliveries"] > 0, "pick a seed with duplicates"
     assert report["duplicates_discarded"] == report["executions"]["Duplicate"]
-    assert report["duplicates_discarded"] >= report["duplicate_deliveries"]
+    assert report["duplicates_discarded"] == report["duplicate_deliveries"]
     assert report["executions"]["Processed"] == report["objects"] - report["corrupt_objects"]
     assert report["batch_executions"] == len(batch_demo.batches)
     assert report["messages_without_outcome"] == 0
+    assert report["messages_left_in_queue"] == 0
     assert report["objects_processed_by_two_messages"] == 0
     assert report["exactly_once"] is True
 
@@ -128,7 +132,10 @@ def test_show_draws_the_batch_definition_not_the_processors(batch_demo: BatchDem
     assert asl["StartAt"] == MAP_STATE and MAP_STATE in batch_graph.children
     page = Page(batch_demo.page_file.read_text(encoding="utf-8"))
     assert set(page.nodes) == set(batch_graph.states)
-    assert "states the ASL does not have" not in batch_demo.page_file.read_text(encoding="utf-8")
+    markup = batch_demo.page_file.read_text(encoding="utf-8")
+    assert "states the ASL does not have" not in markup
+    # ... and its header counts its messages instead of naming one message's key
+    assert "<dt>Iterations</dt>" in markup and "<dt>Idempotency key</dt>" not in markup
     entered = {step.name for step in history.steps(record.result())}
     assert page.having("entered") == entered
 
@@ -249,3 +256,45 @@ def test_the_page_picks_a_messages_iteration_and_shows_its_path_in_chromium(
         assert again["entered"] == everything["entered"] and again["taken"] == everything["taken"]
         browser.screenshot(tmp_path / "batch.png")
         assert browser.problems() == []
+
+
+def test_messages_the_pipe_never_ended_fail_the_verdict_though_the_audit_did_the_work(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # GIVEN the batch stack with its pipe stopped (StopPipe), as an operator may leave it
+    monkeypatch.setenv(records.ENVIRONMENT, str(tmp_path / "records"))
+    with LocalEngine(parameters=BATCH_PARAMETERS, function_log=io.StringIO()) as engine:
+        # StopPipe as the engine plays it (moto's Pipes knows nothing of the pipe)
+        LocalPipes(engine).stop_pipe(Name=engine.pipes["SourcePipe"]["name"])
+        shared = SharedEngine(engine, dict(BATCH_PARAMETERS))
+        # WHEN the demo delivers its messages into the source queue
+        argv = ["demo", "--source", "sqs", "--objects", "3", "--corrupt", "0", "--json"]
+        code, out = _run([*argv, "--no-record"], shared)
+    report = json.loads(out[out.index("{\n") :])
+    # THEN it is not "exactly once": no message ended, every one is still in the queue,
+    # though the audit found every object unprocessed and gave it its one effect
+    assert code == 1 and report["exactly_once"] is False
+    assert report["messages_without_outcome"] == report["deliveries"] == 3
+    assert report["messages_left_in_queue"] == 3
+    assert report["executions"] == {} and report["batch_executions"] == 0
+    assert report["effects_histogram"] == {"1": 3}
+    assert report["audit"]["missing_resubmitted"] == 3
+
+
+def test_executions_lists_a_batch_by_its_message_count_not_one_messages_key(
+    batch_demo: BatchDemo, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(records.ENVIRONMENT, str(batch_demo.folder))
+    assert main(["executions", "--json", "--no-server"]) == 0
+    listed = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    for batch in batch_demo.batches:
+        row = listed[batch.name]
+        messages = sum(e["type"] == "MapIterationStarted" for e in batch.events)
+        # A batch claimed one key per message: no one of them is the execution's key.
+        assert row["idempotencyKey"] is None and row["iterations"] == messages
+    assert main(["executions", "--no-server"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    largest = _largest(batch_demo.batches)
+    line = next(line for line in table if line.startswith(largest.name))
+    count = sum(e["type"] == "MapIterationStarted" for e in largest.events)
+    assert line.endswith(f"({count} iterations)")
