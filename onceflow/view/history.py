@@ -219,19 +219,30 @@ def payload(text: Any) -> Any:
         return text
 
 
-def _open_step(path: list[StateStep], name: str) -> StateStep:
-    """The step an exit event closes: the latest unexited one of that name.
+def _open_step(path: list[StateStep], name: str, iteration: Iteration | None) -> StateStep:
+    """The step an exit event closes: the latest unexited one of that name in the
+    event's Map iteration.
 
     A Map or Parallel exits after the states nested in it, so it is not always
-    the last step entered.
+    the last step entered; and the iterations of a Map run at once, so the latest
+    step of that name may be another iteration's.
     """
+    for step in reversed(path):
+        if step.name == name and step.exited is None and step.iteration == iteration:
+            return step
     for step in reversed(path):
         if step.name == name and step.exited is None:
             return step
     return path[-1]
 
 
-def _open_container(path: list[StateStep], kind: str) -> StateStep | None:
+def _open_container(
+    path: list[StateStep], kind: str, iteration: Iteration | None
+) -> StateStep | None:
+    """The latest unexited Map or Parallel in this Map iteration (the event's)."""
+    for step in reversed(path):
+        if step.type == kind and step.exited is None and step.iteration == iteration:
+            return step
     for step in reversed(path):
         if step.type == kind and step.exited is None:
             return step
@@ -259,6 +270,16 @@ def read(result: Execution) -> Reading:
             found.append(previous)
             previous = by_id.get(previous.get("previousEventId"))
         return found
+
+    def entered_as(event: dict[str, Any], name: str) -> StateStep | None:
+        """The step of `name` that the event's chain leads back to (its own entry)."""
+        if not chained:
+            return None
+        for previous in back(event):
+            details = previous.get("stateEnteredEventDetails")
+            if details is not None and details.get("name") == name:
+                return step_of_entry.get(previous.get("id"))
+        return None
 
     def owner(event: dict[str, Any]) -> StateStep:
         for previous in back(event):
@@ -312,7 +333,8 @@ def read(result: Execution) -> Reading:
             continue
         if "stateExitedEventDetails" in event:
             details = event["stateExitedEventDetails"]
-            current = _open_step(path, str(details["name"]))
+            name = str(details["name"])
+            current = entered_as(event, name) or _open_step(path, name, event_iterations[position])
             current.exited = timestamp
             current.output = payload(details.get("output"))
             current.assigned = {
@@ -332,13 +354,16 @@ def read(result: Execution) -> Reading:
             continue
         current = owner(event)
         if kind in ("ParallelStateFailed", "MapIterationFailed", "MapStateFailed"):
-            current = _branch_failed(path, kind, current, timestamp)
+            current = _branch_failed(path, kind, current, timestamp, event_iterations[position])
         else:
             error = error_of(event)
             if error is not None:
                 if kind == "EvaluationFailed":
                     named = str(_details(event).get("state") or current.name)
-                    current = current if current.name == named else _open_step(path, named)
+                    if current.name != named:
+                        current = entered_as(event, named) or _open_step(
+                            path, named, event_iterations[position]
+                        )
                 current.errors.append(error)
                 current.cause = _cause_of(event)
                 current.exited = timestamp
@@ -367,11 +392,20 @@ def _execution_event(
         current.outcome = "succeeded"
 
 
-def _branch_failed(path: list[StateStep], kind: str, inner: StateStep, timestamp: Any) -> StateStep:
+def _branch_failed(
+    path: list[StateStep],
+    kind: str,
+    inner: StateStep,
+    timestamp: Any,
+    iteration: Iteration | None,
+) -> StateStep:
     """A branch or iteration failed: the state it failed in, and (when the whole Parallel
     or Map fails) the Parallel or Map, which fails with the same error ("Parallel workflow
-    state": a failed branch fails the Parallel). Returns the step the event belongs to."""
-    container = _open_container(path, "Map" if kind.startswith("Map") else "Parallel")
+    state": a failed branch fails the Parallel). Returns the step the event belongs to.
+    `iteration`: the event's (a MapIterationFailed's is the one that failed, inside the
+    Map: its Map is found in any)."""
+    where = None if kind == "MapIterationFailed" else iteration
+    container = _open_container(path, "Map" if kind.startswith("Map") else "Parallel", where)
     if inner is not container and inner.exited is None:
         if not inner.errors:
             inner.errors.append(UNNAMED)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import pytest
+
 from onceflow.asl import diagram
 from onceflow.view import history, text, units
 from onceflow.view.records import Record
@@ -209,3 +211,44 @@ def test_the_terminal_groups_each_iterations_states_under_an_iteration_column() 
     # ... and one line per iteration with where it ended
     assert "    MapState#0: Pass" in "\n".join(lines)
     assert any(line.strip().startswith("MapState#1: Break") for line in lines)
+
+
+@pytest.mark.parametrize("error_first", [False, True])
+def test_a_state_left_in_one_iteration_is_that_iterations_step(error_first: bool) -> None:
+    # GIVEN two iterations that enter Work one after the other and leave it in the
+    # opposite order (they run at once), each with its own output; with error_first,
+    # iteration 0's Work has a TaskFailed (retried or caught) before it leaves
+    failed = [(8, 6, "TaskFailed", None)] if error_first else []
+    rows = [
+        (1, 0, "ExecutionStarted", None),
+        (2, 0, "MapStateEntered", "MapState"),
+        (3, 2, "MapStateStarted", None),
+        (4, 3, "MapIterationStarted", 0),
+        (5, 3, "MapIterationStarted", 1),
+        (6, 4, "TaskStateEntered", "Work"),
+        (7, 5, "TaskStateEntered", "Work"),
+        *failed,
+        (9, 8 if error_first else 6, "TaskStateExited", "Work"),  # iteration 0's first
+        (10, 7, "TaskStateExited", "Work"),
+        (11, 9, "MapIterationSucceeded", 0),
+        (12, 10, "MapIterationSucceeded", 1),
+        (13, 12, "MapStateSucceeded", None),
+        (14, 12, "MapStateExited", "MapState"),
+        (15, 14, "ExecutionSucceeded", None),
+    ]
+    events = _events(rows)
+    exits = {e["id"]: e for e in events if e["type"] == "TaskStateExited"}
+    exits[9]["stateExitedEventDetails"]["output"] = '{"item": 0}'
+    exits[10]["stateExitedEventDetails"]["output"] = '{"item": 1}'
+    if error_first:
+        events[7]["taskFailedEventDetails"] = {"error": "Lambda.TooManyRequestsException"}
+    # WHEN the history is read
+    steps = history.steps(_record(events, "SUCCEEDED").result())
+    # THEN each iteration's step has the output it left with, and both were left
+    work = {step.iteration: step for step in steps if step.name == "Work"}
+    assert work[("MapState", 0)].output == {"item": 0}
+    assert work[("MapState", 1)].output == {"item": 1}
+    assert work[("MapState", 0)].exited == exits[9]["timestamp"]
+    assert work[("MapState", 1)].exited == exits[10]["timestamp"]
+    assert bool(work[("MapState", 0)].errors) is error_first
+    assert not work[("MapState", 1)].errors

@@ -140,6 +140,23 @@ def test_show_draws_the_batch_definition_not_the_processors(batch_demo: BatchDem
     assert page.having("entered") == entered
 
 
+def test_each_messages_states_are_read_with_their_own_iterations_variables(
+    batch_demo: BatchDemo,
+) -> None:
+    # GIVEN the batches, whose iterations ran at once and interleave in the history
+    for batch in batch_demo.batches:
+        steps = history.steps(batch.result())
+        inside = [step for step in steps if step.iteration is not None]
+        assert inside
+        for step in inside:
+            assert step.exited is not None, (batch.name, step.name, step.iteration)
+            # THEN every state of a message reads the lock owner its iteration took
+            # (TakeMessage: the execution and the message's index)
+            owner = history.scope(steps, step.index).get("lockOwner")
+            if owner is not None:
+                assert owner.endswith(f"#{step.iteration[1]}"), (batch.name, step.name)
+
+
 def test_show_prints_one_iteration_column_and_each_messages_outcome(
     batch_demo: BatchDemo,
 ) -> None:
