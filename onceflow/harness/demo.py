@@ -26,6 +26,7 @@ from onceflow.harness.common import (
     demo_parameters,
     drain,
     effects_by_idempotency_key,
+    processed_twice,
     s3_event,
 )
 from onceflow.local.engine import ExecutionResult, LocalEngine
@@ -310,8 +311,7 @@ def run_demo(
     # object was processed by two of its messages.
     sent = len(first_wave) + len(late_wave)
     ended = sum(unit.ended for unit in messages)
-    processed = Counter(unit.key for unit in ran if unit.end_state == "Processed")
-    twice = sorted(str(key) for key, n in processed.items() if n > 1)
+    twice = processed_twice(ran)
     # After the audit, every processable object counts, the undelivered included.
     missing = sorted(o.key for o in objects if o.processable and effect_counts[o.key] != 1)
     data = {

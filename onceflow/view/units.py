@@ -9,7 +9,6 @@ pipe delivered again counts once, with the outcome of its last delivery.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -99,9 +98,3 @@ def per_message(ran: Iterable[Unit]) -> list[Unit]:
     for unit in ran:
         last[unit.message] = unit
     return list(last.values())
-
-
-def end_states(results: Iterable[history.Execution]) -> Counter[str]:
-    """How many messages (units of work) ended in each state, over these executions."""
-    ran = (unit for result in results for unit in units(result))
-    return Counter(unit.end_state for unit in per_message(ran))

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from onceflow.asl import diagram
+from onceflow.harness.common import processed_twice
 from onceflow.view import history, text, units
 from onceflow.view.records import Record
 from onceflow.view.trace import trace
@@ -158,7 +159,7 @@ def test_each_iteration_has_its_own_path_and_unit_of_work() -> None:
         (("MapState", 1), "Pass", True),
         (("MapState", 2), "Break", True),
     ]
-    assert units.end_states([execution.result()]) == {"Pass": 2, "Break": 1}
+    assert [unit.end_state for unit in units.per_message(found)] == ["Pass", "Pass", "Break"]
 
 
 def test_an_execution_without_a_map_is_one_unit_ended_in_its_last_state() -> None:
@@ -252,3 +253,24 @@ def test_a_state_left_in_one_iteration_is_that_iterations_step(error_first: bool
     assert work[("MapState", 1)].exited == exits[10]["timestamp"]
     assert bool(work[("MapState", 0)].errors) is error_first
     assert not work[("MapState", 1)].errors
+
+
+def test_an_object_two_messages_processed_is_named_and_a_redelivery_counts_once() -> None:
+    # GIVEN three deliveries of one object's message: kept by a batch (a duplicate of
+    # work in progress), then delivered again; and another object processed twice
+    ran = [
+        units.Unit(("EachMessage", 0), "m-1", "Duplicate", "s3://b/a#1", True),
+        units.Unit(("EachMessage", 3), "m-1", "Duplicate", "s3://b/a#1", True),
+        units.Unit(("EachMessage", 1), "m-2", "Processed", "s3://b/a#1", True),
+        units.Unit(("EachMessage", 2), "m-3", "Processed", "s3://b/b#1", True),
+        units.Unit(None, "arn:x", "Processed", "s3://b/b#1", True),
+    ]
+    # THEN each message counts once, as its last delivery ended, in the order first seen
+    assert [(u.message, u.iteration) for u in units.per_message(ran)] == [
+        ("m-1", ("EachMessage", 3)),
+        ("m-2", ("EachMessage", 1)),
+        ("m-3", ("EachMessage", 2)),
+        ("arn:x", None),
+    ]
+    # ... and the object two messages processed is named (the reports' per-message check)
+    assert processed_twice(ran) == ["s3://b/b#1"]
