@@ -124,11 +124,15 @@ class DemoReport:
             "  processable objects, no effect     "
             f"{d['delivered_processable_objects_without_effect']}",
             f"  undelivered, found by the audit    {len(d['undelivered_objects'])}",
-            f"  messages without an outcome        {d['messages_without_outcome']}",
-            f"  messages left in the source queue  {d['messages_left_in_queue']}",
-            f"  objects processed by two messages  {d['objects_processed_by_two_messages']}",
         ]
         lines += [f"    - {key}" for key in d["undelivered_objects"]]
+        # Per message: a batch (SqsBatchMode) runs many in one execution.
+        lines += [
+            f"  messages without an outcome        {d['messages_without_outcome']}",
+            f"  objects processed by two messages  {d['objects_processed_by_two_messages']}",
+        ]
+        if d["source"] == "sqs":
+            lines.append(f"  messages left in the source queue  {d['messages_left_in_queue']}")
         lines.append("  audit (after the deliveries)")
         lines += [f"    {label:<36} {d['audit'].get(key, 0)}" for key, label in AUDIT_LABELS]
         lines.append(f"  a second audit resubmitted         {d['second_audit_resubmitted']}")

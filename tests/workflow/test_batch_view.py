@@ -22,6 +22,7 @@ import pytest
 from onceflow.asl import diagram
 from onceflow.asl.batch_definition import MAP_STATE
 from onceflow.cli import main
+from onceflow.harness.demo import DemoReport
 from onceflow.local.engine import LocalEngine
 from onceflow.local.server import SharedEngine
 from onceflow.local.wiring import LocalPipes
@@ -122,6 +123,13 @@ def test_the_batch_demo_counts_messages_duplicates_and_outcomes_per_message(
     assert report["messages_left_in_queue"] == 0
     assert report["objects_processed_by_two_messages"] == 0
     assert report["exactly_once"] is True
+    # ... and the printed report says so, in those words
+    printed = DemoReport(report).render().splitlines()
+    deliveries = next(line for line in printed if line.split()[:1] == ["deliveries"])
+    assert deliveries.split()[1:] == [str(sent), "(in", str(len(batch_demo.batches)), "batches)"]
+    outcomes = next(line for line in printed if "by outcome" in line)
+    assert outcomes.split()[:3] == ["messages", "by", "outcome"] and "Respond" not in outcomes
+    assert printed[-1] == "exactly once: OK"
 
 
 def test_show_draws_the_batch_definition_not_the_processors(batch_demo: BatchDemo) -> None:
