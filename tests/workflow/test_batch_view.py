@@ -218,6 +218,8 @@ _PICK = """((value) => {
     eventRows: shown("table.events tbody tr"),
     options: Array.from(picker.options).map((o) => o.value),
     picker: box(picker),
+    canvas: box(document.getElementById("canvas")),
+    panelBox: box(document.getElementById("panel")),
     errors: document.documentElement.getAttribute("data-errors"),
   };
 })"""
@@ -250,6 +252,10 @@ def test_the_page_picks_a_messages_iteration_and_shows_its_path_in_chromium(
             *(str(u.iteration[1]) for u in messages if u.iteration),
         ]
         assert _inside(everything["picker"], {"left": 0, "top": 0, "right": 1280, "bottom": 800})
+        # ... above the graph, which keeps most of the first screen, beside the panel
+        assert everything["picker"]["bottom"] <= everything["canvas"]["top"]
+        assert everything["canvas"]["bottom"] - everything["canvas"]["top"] >= 400
+        assert everything["canvas"]["right"] <= everything["panelBox"]["left"] + 0.5
         assert set(everything["entered"]) == {step.name for step in reading.steps}
         for unit in messages:
             assert unit.iteration is not None
