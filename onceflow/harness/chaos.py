@@ -25,12 +25,14 @@ from onceflow.harness.common import (
     TransientError,
     drain,
     effects_by_idempotency_key,
+    processed_twice,
     s3_event,
     small_png,
 )
 from onceflow.local import patches
 from onceflow.local.engine import ExecutionResult, LocalEngine
 from onceflow.local.target import LocalTarget
+from onceflow.view.units import per_message, units
 
 # The fault kinds an object can get (at most one each), besides duplicates.
 FAULT_KINDS = (
@@ -280,10 +282,13 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
         audit = ops.run_audit(target)
         again = ops.run_audit(target)
         report = _check(engine, bucket, objects, faults, audit, again)
-        outcomes = Counter(
-            r.status if r.status == "ABORTED" or not r.states_entered else r.states_entered[-1]
-            for _, r in results
-        )
+        # Per message: a batch execution counts each of its messages, once.
+        ran = [unit for _, result in results for unit in units(result)]
+        outcomes = Counter(unit.end_state for unit in per_message(ran))
+        report["violations"] += [
+            {"invariant": "one message processes an object", "key": key, "detail": ""}
+            for key in processed_twice(ran)
+        ]
 
     report.update(
         {

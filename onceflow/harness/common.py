@@ -14,12 +14,14 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import quote_plus, unquote
 
 if TYPE_CHECKING:
     from onceflow.local.engine import LocalEngine
+    from onceflow.view.units import Unit
 
 
 class TransientError(Exception):
@@ -139,6 +141,13 @@ def s3_notification(bucket: str, obj: DemoObject, size: int) -> dict[str, Any]:
             }
         ]
     }
+
+
+def processed_twice(ran: Iterable[Unit]) -> list[str]:
+    """Idempotency keys that more than one message (unit of work: an execution, or one
+    message of a batch) ended Processed for: the ledger let two deliveries do the work."""
+    processed = Counter(unit.key for unit in ran if unit.end_state == "Processed")
+    return sorted(str(key) for key, count in processed.items() if count > 1)
 
 
 def drain(

@@ -24,6 +24,7 @@ from onceflow.harness.common import (
     demo_parameters,
     drain,
     effects_by_idempotency_key,
+    processed_twice,
     s3_event,
     s3_notification,
 )
@@ -32,7 +33,11 @@ from onceflow.local.server import SharedEngine, engine_for
 from onceflow.local.target import LocalTarget
 from onceflow.ops import AUDIT_LABELS
 from onceflow.project import find_template
-from onceflow.view import records
+from onceflow.view import records, units
+
+# Passes of the pipes over the source queue: enough for a message a batch kept to come
+# back and settle (its receives stay below SourceQueueMaxReceiveCount).
+_PIPE_PASSES = 4
 
 
 @dataclass
@@ -73,13 +78,18 @@ class DemoReport:
             "onceflow demo: report",
             f"  delivered through           {d['source']}",
             f"  objects uploaded            {d['objects']}  ({d['corrupt_objects']} corrupt)",
-            f"  deliveries                  {d['deliveries']}",
+            f"  deliveries                  {d['deliveries']}"
+            + (f"  (in {d['batch_executions']} batches)" if d["batch_executions"] else ""),
             f"  duplicate deliveries        {d['duplicate_deliveries']}"
             f"  ({d['concurrent_duplicates']} concurrent with the first)",
             f"  duplicates discarded        {d['duplicates_discarded']}",
             f"  lost deliveries             {d['lost_deliveries']}",
             f"  transient failures injected {d['transient_failures_injected']}",
-            "  executions by outcome       "
+            (
+                "  messages by outcome         "
+                if d["batch_executions"]
+                else "  executions by outcome       "
+            )
             + ", ".join(f"{k} {v}" for k, v in sorted(d["executions"].items())),
             f"  dead-lettered               {d['dead_lettered']}",
             "  effects per object          "
@@ -90,6 +100,13 @@ class DemoReport:
             f"  undelivered, found by the audit    {len(d['undelivered_objects'])}",
         ]
         lines += [f"    - {key}" for key in d["undelivered_objects"]]
+        # Per message: a batch (SqsBatchMode) runs many in one execution.
+        lines += [
+            f"  messages without an outcome        {d['messages_without_outcome']}",
+            f"  objects processed by two messages  {d['objects_processed_by_two_messages']}",
+        ]
+        if d["source"] == "sqs":
+            lines.append(f"  messages left in the source queue  {d['messages_left_in_queue']}")
         lines.append("  audit (after the deliveries)")
         lines += [f"    {label:<36} {d['audit'].get(key, 0)}" for key, label in AUDIT_LABELS]
         lines.append(f"  a second audit resubmitted         {d['second_audit_resubmitted']}")
@@ -194,7 +211,8 @@ def run_demo(
             result = engine.wait(arn)
             with results_lock:
                 results.append(result)
-            deliveries.advance()
+            if config.source == "s3":
+                deliveries.advance()  # one event, one execution
 
         def deliver_s3(item: tuple[DemoObject, int]) -> None:
             # Through the Object Created rule, as EventBridge delivers it.
@@ -213,9 +231,17 @@ def run_demo(
             for obj, _ in wave:
                 body = json.dumps(s3_notification(bucket, obj, sizes[obj.key]))
                 sqs.send_message(QueueUrl=engine.ref("SourceQueue"), MessageBody=body)
-            arns = engine.pump_pipes()
-            with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
-                list(pool.map(finish, arns))
+            # A batch (SqsBatchMode) leaves a message it did not settle in the queue
+            # (a duplicate of work still in progress): the pipe delivers it again, on
+            # AWS after the visibility timeout, here on the next pass.
+            for _ in range(_PIPE_PASSES):
+                arns = engine.pump_pipes()
+                if not arns:
+                    break
+                with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
+                    list(pool.map(finish, arns))
+            for _ in wave:
+                deliveries.advance()  # the messages are delivered, however batched
 
         with engine.override_function("ProcessorFunction", flaky_processor):
             deliver_wave(first_wave)
@@ -234,8 +260,22 @@ def run_demo(
             _resubmitted_by(engine, str(again["audit"]), demo_keys) if shared is not None else 0
         )
         dead_letters = drain(engine, engine.ref("DeadLetterQueue"), demo_keys)
+        # The queue is the witness that each message ended: the pipe deletes a message
+        # once its outcome is in the ledger, and one it never could ends in the
+        # source queue's own DLQ.
+        left = (
+            _left_in(engine, ("SourceQueue", "SourceDeadLetterQueue"))
+            if config.source == "sqs"
+            else 0
+        )
         effects = effects_by_idempotency_key(engine, output_bucket)
-        outcomes = Counter(r.states_entered[-1] if r.states_entered else r.status for r in results)
+        # Per message: a batch execution (SqsBatchMode) runs one Map iteration a message.
+        per_execution = [units.units(result) for result in results]
+        batches = sum(any(unit.iteration for unit in found) for found in per_execution)
+        ran = [unit for found in per_execution for unit in found]
+        # Each message once, as its last delivery ended (a batch may keep one for later).
+        messages = units.per_message(ran)
+        outcomes = Counter(unit.end_state for unit in messages)
         if record:
             saved = records.save_all(engine, results)
             if progress is not None:
@@ -244,13 +284,20 @@ def run_demo(
     effect_counts = {o.key: effects.get(o.idempotency_key(bucket), 0) for o in objects}
     delivered = [o for o in objects if o.deliveries > 0]
     multiple = sorted(k for k, n in effect_counts.items() if n > 1)
+    # Judged per message too: every message delivered ended in a named end state (a
+    # batch cut short brings its messages back: their next delivery ends them), and no
+    # object was processed by two of its messages.
+    sent = len(first_wave) + len(late_wave)
+    ended = sum(unit.ended for unit in messages)
+    twice = processed_twice(ran)
     # After the audit, every processable object counts, the undelivered included.
     missing = sorted(o.key for o in objects if o.processable and effect_counts[o.key] != 1)
     data = {
         "source": config.source,
         "objects": len(objects),
         "corrupt_objects": config.corrupt,
-        "deliveries": len(results),
+        "deliveries": sent,
+        "batch_executions": batches,
         "duplicate_deliveries": sum(max(o.deliveries - 1, 0) for o in objects),
         "concurrent_duplicates": sum(o.concurrent_duplicate for o in objects),
         "duplicates_discarded": outcomes.get("Duplicate", 0),
@@ -264,6 +311,9 @@ def run_demo(
         "objects_with_multiple_effects": len(multiple),
         "delivered_processable_objects_without_effect": len(missing),
         "undelivered_objects": sorted(o.key for o in objects if o.deliveries == 0),
+        "messages_without_outcome": max(sent - ended, 0),
+        "messages_left_in_queue": left,
+        "objects_processed_by_two_messages": len(twice),
         "audit": {key: audit.get(key, 0) for key, _ in AUDIT_LABELS},
         # On its own stack, the report's counts (stuck work it dead-letters
         # included); on a shared one, the executions the second audit started
@@ -271,10 +321,26 @@ def run_demo(
         "second_audit_resubmitted": resubmitted_again
         if shared is not None
         else again["missing_resubmitted"] + again["failed_resubmitted"] + again["stuck_released"],
-        "violations": multiple + missing,
+        "violations": multiple + missing + twice,
     }
-    data["exactly_once"] = not multiple and not missing and data["second_audit_resubmitted"] == 0
+    data["exactly_once"] = (
+        not data["violations"]
+        and data["messages_without_outcome"] == 0
+        and data["messages_left_in_queue"] == 0
+        and data["second_audit_resubmitted"] == 0
+    )
     return DemoReport(data)
+
+
+def _left_in(engine: LocalEngine, queues: tuple[str, ...]) -> int:
+    """Messages still in these queues, in flight included."""
+    sqs = engine.client("sqs")
+    counts = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible")
+    total = 0
+    for queue in queues:
+        found = sqs.get_queue_attributes(QueueUrl=engine.ref(queue), AttributeNames=list(counts))
+        total += sum(int(found["Attributes"].get(name, 0)) for name in counts)
+    return total
 
 
 def _resubmitted_by(engine: LocalEngine, audit_id: str, keys: set[str]) -> int:

@@ -1,5 +1,6 @@
 """An execution's history read as the console reads it: states in order, outcome, timing,
-the variables each state assigned, and the state each event belongs to."""
+the variables each state assigned, and the state and the Map iteration each event
+belongs to."""
 
 from __future__ import annotations
 
@@ -52,6 +53,16 @@ ERROR_EVENT = re.compile(r"(Failed|TimedOut|Aborted)$")
 # of the Parallel or Map it runs in ("Passing data between states with variables":
 # inner scopes read the outer scope's variables).
 _OPENS_SCOPE = ("ParallelStateStarted", "MapStateStarted", "MapIterationStarted")
+# A Map iteration: the Map state's name and the index of its item (the history's
+# MapIterationEventDetails: "name", the iteration's parent Map state, and "index").
+Iteration = tuple[str, int]
+_ITERATION_EVENTS = (
+    "MapIterationStarted",
+    "MapIterationSucceeded",
+    "MapIterationFailed",
+    "MapIterationAborted",
+)
+_MAP_ENDS = ("MapStateSucceeded", "MapStateFailed", "MapStateAborted", "MapStateExited")
 
 
 @dataclass
@@ -75,6 +86,8 @@ class StateStep:
     # Parallel step i it runs in (that step's scope), or None (nothing assigned yet).
     scope_from: tuple[str, int] | None = None
     index: int = 0
+    # The Map iteration it ran in (the innermost), or None outside any Map's iterations.
+    iteration: Iteration | None = None
 
     @property
     def duration_ms(self) -> float | None:
@@ -99,10 +112,80 @@ class StateStep:
 @dataclass
 class Reading:
     """The steps, and for each event (by its position) the index of the step it belongs
-    to: None for the execution's own events (started, succeeded, failed)."""
+    to (None for the execution's own events: started, succeeded, failed) and the Map
+    iteration it ran in (None outside any)."""
 
     steps: list[StateStep]
     event_steps: list[int | None]
+    event_iterations: list[Iteration | None] = field(default_factory=list)
+
+    def iterations(self) -> dict[Iteration, list[StateStep]]:
+        """The steps of each Map iteration, iterations in the order they started."""
+        found: dict[Iteration, list[StateStep]] = {}
+        for step in self.steps:
+            if step.iteration is not None:
+                found.setdefault(step.iteration, []).append(step)
+        return found
+
+
+def iteration_ends(
+    events: list[dict[str, Any]], event_iterations: list[Iteration | None]
+) -> dict[Iteration, str]:
+    """How each Map iteration ended, by its last MapIteration* event: Succeeded, Failed
+    or Aborted (Started: it had not ended when the history was read)."""
+    ended: dict[Iteration, str] = {}
+    for event, iteration in zip(events, event_iterations, strict=True):
+        kind = str(event.get("type", ""))
+        if iteration is not None and kind in _ITERATION_EVENTS:
+            ended[iteration] = kind.removeprefix("MapIteration")
+    return ended
+
+
+def iterations_of(events: list[dict[str, Any]]) -> list[Iteration | None]:
+    """The Map iteration each event ran in, by following previousEventId.
+
+    Step Functions chains an event to the one before it in its own iteration, and an
+    iteration's MapIterationStarted names its Map and index. The chain crosses
+    iterations in two places (recorded on AWS: LocalStack's snapshot
+    test_base_scenarios.py::test_map_state_break_condition): MapIterationStarted of
+    the next iteration follows the last event of the one before, and the Map's own
+    end (MapStateSucceeded, MapStateFailed, MapStateExited) follows the last event
+    of an iteration. So the iteration events name theirs, and a Map's end leaves the
+    iteration its chain came from for the one the Map was entered in. A history
+    without the chain has no iterations to tell apart: all None.
+    """
+    if not events or not all("previousEventId" in event and "id" in event for event in events):
+        return [None] * len(events)
+    by_id = {event["id"]: event for event in events}
+    of_id: dict[Any, Iteration | None] = {}
+    entered_in: dict[str, Iteration | None] = {}  # a Map's name -> where it was entered
+    map_opening: set[Any] = set()  # ids of MapStateEntered and MapStateStarted events
+    found: list[Iteration | None] = []
+    for event in events:
+        kind = str(event.get("type", ""))
+        previous = by_id.get(event.get("previousEventId"))
+        inherited = None if previous is None else of_id.get(previous["id"])
+        iteration: Iteration | None
+        if kind in _ITERATION_EVENTS:
+            details = _details(event)
+            iteration = (str(details.get("name", "")), int(details.get("index", 0)))
+        elif kind == "MapStateEntered":
+            iteration = inherited
+            entered_in[str(event["stateEnteredEventDetails"]["name"])] = inherited
+            map_opening.add(event["id"])
+        elif kind == "MapStateStarted":
+            iteration = inherited
+            map_opening.add(event["id"])
+        elif kind in _MAP_ENDS and previous is not None and inherited is not None:
+            if previous["id"] in map_opening or str(previous.get("type")) in _MAP_ENDS:
+                iteration = inherited  # a Map of no items, or its second end event
+            else:
+                iteration = entered_in.get(inherited[0])
+        else:
+            iteration = inherited
+        of_id[event["id"]] = iteration
+        found.append(iteration)
+    return found
 
 
 def _details(event: dict[str, Any]) -> dict[str, Any]:
@@ -136,19 +219,30 @@ def payload(text: Any) -> Any:
         return text
 
 
-def _open_step(path: list[StateStep], name: str) -> StateStep:
-    """The step an exit event closes: the latest unexited one of that name.
+def _open_step(path: list[StateStep], name: str, iteration: Iteration | None) -> StateStep:
+    """The step an exit event closes: the latest unexited one of that name in the
+    event's Map iteration.
 
     A Map or Parallel exits after the states nested in it, so it is not always
-    the last step entered.
+    the last step entered; and the iterations of a Map run at once, so the latest
+    step of that name may be another iteration's.
     """
+    for step in reversed(path):
+        if step.name == name and step.exited is None and step.iteration == iteration:
+            return step
     for step in reversed(path):
         if step.name == name and step.exited is None:
             return step
     return path[-1]
 
 
-def _open_container(path: list[StateStep], kind: str) -> StateStep | None:
+def _open_container(
+    path: list[StateStep], kind: str, iteration: Iteration | None
+) -> StateStep | None:
+    """The latest unexited Map or Parallel in this Map iteration (the event's)."""
+    for step in reversed(path):
+        if step.type == kind and step.exited is None and step.iteration == iteration:
+            return step
     for step in reversed(path):
         if step.type == kind and step.exited is None:
             return step
@@ -177,6 +271,16 @@ def read(result: Execution) -> Reading:
             previous = by_id.get(previous.get("previousEventId"))
         return found
 
+    def entered_as(event: dict[str, Any], name: str) -> StateStep | None:
+        """The step of `name` that the event's chain leads back to (its own entry)."""
+        if not chained:
+            return None
+        for previous in back(event):
+            details = previous.get("stateEnteredEventDetails")
+            if details is not None and details.get("name") == name:
+                return step_of_entry.get(previous.get("id"))
+        return None
+
     def owner(event: dict[str, Any]) -> StateStep:
         for previous in back(event):
             found = step_of_entry.get(previous.get("id"))
@@ -202,6 +306,7 @@ def read(result: Execution) -> Reading:
             return by_id.get(event.get("previousEventId")) or {}
         return events[position - 1] if position > 0 else {}
 
+    event_iterations = iterations_of(events)
     for position, event in enumerate(events):
         kind = str(event["type"])
         timestamp = event.get("timestamp")
@@ -215,6 +320,7 @@ def read(result: Execution) -> Reading:
                     input=payload(details.get("input")),
                     scope_from=scope_from(event),
                     index=len(path),
+                    iteration=event_iterations[position],
                 )
             )
             if "id" in event:
@@ -227,7 +333,8 @@ def read(result: Execution) -> Reading:
             continue
         if "stateExitedEventDetails" in event:
             details = event["stateExitedEventDetails"]
-            current = _open_step(path, str(details["name"]))
+            name = str(details["name"])
+            current = entered_as(event, name) or _open_step(path, name, event_iterations[position])
             current.exited = timestamp
             current.output = payload(details.get("output"))
             current.assigned = {
@@ -247,13 +354,16 @@ def read(result: Execution) -> Reading:
             continue
         current = owner(event)
         if kind in ("ParallelStateFailed", "MapIterationFailed", "MapStateFailed"):
-            current = _branch_failed(path, kind, current, timestamp)
+            current = _branch_failed(path, kind, current, timestamp, event_iterations[position])
         else:
             error = error_of(event)
             if error is not None:
                 if kind == "EvaluationFailed":
                     named = str(_details(event).get("state") or current.name)
-                    current = current if current.name == named else _open_step(path, named)
+                    if current.name != named:
+                        current = entered_as(event, named) or _open_step(
+                            path, named, event_iterations[position]
+                        )
                 current.errors.append(error)
                 current.cause = _cause_of(event)
                 current.exited = timestamp
@@ -263,7 +373,7 @@ def read(result: Execution) -> Reading:
     for step in path[:-1]:
         if step.outcome.startswith("failed") or step.outcome == "running":
             step.outcome = f"caught {step.errors[-1]}" if step.errors else "ok"
-    return Reading(path, event_steps)
+    return Reading(path, event_steps, event_iterations)
 
 
 def _execution_event(
@@ -282,11 +392,20 @@ def _execution_event(
         current.outcome = "succeeded"
 
 
-def _branch_failed(path: list[StateStep], kind: str, inner: StateStep, timestamp: Any) -> StateStep:
+def _branch_failed(
+    path: list[StateStep],
+    kind: str,
+    inner: StateStep,
+    timestamp: Any,
+    iteration: Iteration | None,
+) -> StateStep:
     """A branch or iteration failed: the state it failed in, and (when the whole Parallel
     or Map fails) the Parallel or Map, which fails with the same error ("Parallel workflow
-    state": a failed branch fails the Parallel). Returns the step the event belongs to."""
-    container = _open_container(path, "Map" if kind.startswith("Map") else "Parallel")
+    state": a failed branch fails the Parallel). Returns the step the event belongs to.
+    `iteration`: the event's (a MapIterationFailed's is the one that failed, inside the
+    Map: its Map is found in any)."""
+    where = None if kind == "MapIterationFailed" else iteration
+    container = _open_container(path, "Map" if kind.startswith("Map") else "Parallel", where)
     if inner is not container and inner.exited is None:
         if not inner.errors:
             inner.errors.append(UNNAMED)
@@ -320,20 +439,51 @@ def scope(path: list[StateStep], index: int) -> dict[str, Any]:
     return variables
 
 
+def iteration_label(iteration: Iteration | None) -> str:
+    """How a Map iteration is named in tables: EachMessage#3."""
+    return "-" if iteration is None else f"{iteration[0]}#{iteration[1]}"
+
+
+def in_iteration_order(path: list[StateStep]) -> list[StateStep]:
+    """The steps with each Map iteration's together, iterations by index, where the
+    Map's first iteration began: the iterations of a Map run at once, and their steps
+    interleave in the history."""
+    blocks: dict[Iteration | int, list[StateStep]] = {}
+    anchors: dict[str, int] = {}  # a Map's name -> where its iterations' steps go
+    for position, step in enumerate(path):
+        if step.iteration is None:
+            blocks[position] = [step]
+        else:
+            anchors.setdefault(step.iteration[0], position)
+            blocks.setdefault(step.iteration, []).append(step)
+
+    def order(key: Iteration | int) -> tuple[int, int]:
+        return (key, -1) if isinstance(key, int) else (anchors[key[0]], key[1])
+
+    return [step for key in sorted(blocks, key=order) for step in blocks[key]]
+
+
 def render(result: Execution) -> str:
-    """A plain-text table like the console's 'Table view' of an execution."""
+    """A plain-text table like the console's 'Table view' of an execution; the states of
+    a Map's iterations under an iteration column, each iteration's rows together."""
     path = steps(result)
     width = max([22, *(len(step.name) for step in path)])
+    iterated = any(step.iteration for step in path)
+    labels = {step.index: iteration_label(step.iteration) for step in path}
+    column = max([9, *(len(label) for label in labels.values())]) if iterated else 0
+    heading = f"{'iteration':<{column}} " if iterated else ""
     lines = [
         f"Execution {result.name}",
         f"  status: {result.status}" + (f"  error: {result.error}" if result.error else ""),
         "",
-        f"  {'#':>2}  {'state':<{width}} {'type':<8} {'duration':>9}  outcome",
+        f"  {'#':>2}  {heading}{'state':<{width}} {'type':<8} {'duration':>9}  outcome",
     ]
-    for number, step in enumerate(path, start=1):
+    for step in in_iteration_order(path) if iterated else path:
         duration = "" if step.duration_ms is None else f"{step.duration_ms:.0f} ms"
+        where = f"{labels[step.index]:<{column}} " if iterated else ""
         lines.append(
-            f"  {number:>2}  {step.name:<{width}} {step.type:<8} {duration:>9}  {step.outcome}"
+            f"  {step.index + 1:>2}  {where}{step.name:<{width}} {step.type:<8} {duration:>9}"
+            f"  {step.outcome}"
         )
     lines.append("")
     if result.cause:

@@ -27,6 +27,7 @@ from onceflow.view.records import Record
 from onceflow.view.svg import escape, svg
 from onceflow.view.text import duration, iso_time
 from onceflow.view.trace import Trace, trace
+from onceflow.view.units import Unit, units
 
 SHOW_DIRECTORY = diagram.ROOT / ".onceflow" / "show"
 STATIC = ("guard.js", "viewer.css", "viewer.js")
@@ -67,6 +68,7 @@ def _entry(step: history.StateStep) -> dict[str, Any]:
         "output": step.output,
         "entered": None if step.entered is None else iso_time(step.entered),
         "exited": None if step.exited is None else iso_time(step.exited),
+        "iteration": None if step.iteration is None else history.iteration_label(step.iteration),
     }
 
 
@@ -100,27 +102,44 @@ def _start(events: list[dict[str, Any]], record: Record) -> datetime.datetime | 
     return record.start
 
 
+def _iteration_cell(path: Trace, iteration: history.Iteration | None) -> str:
+    """The iteration column's cell: only a page of an execution that ran iterations has it."""
+    return f"<td>{escape(history.iteration_label(iteration))}</td>" if path.iterations else ""
+
+
 def _event_rows(events: list[dict[str, Any]], path: Trace, start: datetime.datetime | None) -> str:
-    """The console's Events table: id, type, step, resource, started after, timestamp."""
+    """The console's Events table: id, type, (iteration), step, resource, started after,
+    timestamp."""
     rows = []
     for position, event in enumerate(events):
         index = path.event_steps[position] if position < len(path.event_steps) else None
         step = None if index is None else path.steps[index].name
+        iteration = path.event_iterations[position] if path.event_iterations else None
         kind = str(event.get("type", ""))
         failure = bool(history.ERROR_EVENT.search(kind))
         error = history.error_of(event) if failure else None
         rows.append(
             "<tr"
             + ("" if step is None else f' data-state="{escape(step)}"')
+            + _iteration_attribute(iteration)
             + (' class="failure"' if failure else "")
             + f'><td class="number">{escape(event.get("id", position + 1))}</td>'
             f'<td class="type">{escape(kind)}'
             + (f' <span class="error">{escape(error)}</span>' if error else "")
-            + f"</td><td>{escape(step or '-')}</td><td>{escape(_resource(event) or '-')}</td>"
+            + "</td>"
+            + _iteration_cell(path, iteration)
+            + f"<td>{escape(step or '-')}</td><td>{escape(_resource(event) or '-')}</td>"
             f'<td class="number">{escape(_since(start, event.get("timestamp")))}</td>'
             f"<td>{escape(iso_time(event.get('timestamp')))}</td></tr>"
         )
     return "".join(rows)
+
+
+def _iteration_attribute(iteration: history.Iteration | None) -> str:
+    """A table row's Map iteration, which the iteration picker shows or hides."""
+    if iteration is None:
+        return ""
+    return f' data-map="{escape(iteration[0])}" data-iteration="{iteration[1]}"'
 
 
 def _state_rows(path: Trace, start: datetime.datetime | None) -> str:
@@ -129,8 +148,11 @@ def _state_rows(path: Trace, start: datetime.datetime | None) -> str:
         caught = step.errors and step.outcome.startswith("caught")
         rows.append(
             f'<tr data-state="{escape(step.name)}"'
+            + _iteration_attribute(step.iteration)
             + (' class="caught"' if caught else "")
-            + f'><td class="number">{number}</td><td>{escape(step.name)}</td>'
+            + f'><td class="number">{number}</td>'
+            + _iteration_cell(path, step.iteration)
+            + f"<td>{escape(step.name)}</td>"
             f"<td>{escape(step.type)}</td>"
             f'<td class="number">{escape(_since(start, step.entered))}</td>'
             f'<td class="number">{escape(duration(step.duration_ms))}</td>'
@@ -146,7 +168,11 @@ def _facts(record: Record, row: dict[str, Any], path: Trace) -> str:
         ("Stopped", escape(iso_time(row["stopDate"])), False),
         ("Duration", escape(duration(row["durationMs"])), False),
         ("End state", escape(row["endState"] or "-"), False),
-        ("Idempotency key", escape(row["idempotencyKey"] or "-"), True),
+        (
+            ("Iterations", escape(row["iterations"]), False)
+            if row["iterations"]
+            else ("Idempotency key", escape(row["idempotencyKey"] or "-"), True)
+        ),
     ]
     if record.data.get("error"):
         facts.append(("Error", f'<span class="error">{escape(record.data["error"])}</span>', False))
@@ -175,6 +201,69 @@ def _text_of(markup: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", markup))
 
 
+def _inside(graph: diagram.Graph, name: str) -> list[str]:
+    """The states nested in a Map or Parallel, at any depth."""
+    found = []
+    for child in graph.children.get(name, []):
+        found += [child, *_inside(graph, child)]
+    return found
+
+
+def _option(unit: Unit | None, index: int) -> str:
+    """An iteration as the picker lists it: its index, where it ended, its key's end."""
+    if unit is None:
+        return str(index)
+    key = unit.key or ""
+    return f"{index}: {unit.end_state}" + (f"  {key.rsplit('/', 1)[-1][:48]}" if key else "")
+
+
+def _iterations(
+    graph: diagram.Graph, path: Trace, ran: dict[history.Iteration, Unit]
+) -> dict[str, Any]:
+    """For each Map that ran iterations: the states inside it, and each iteration's path
+    (what the page's picker shows when that iteration is picked)."""
+    maps: dict[str, Any] = {}
+    for item in path.iterations:
+        name, index = item.iteration
+        entry = maps.setdefault(name, {"inside": _inside(graph, name), "runs": {}})
+        unit = ran.get(item.iteration)
+        entry["runs"][str(index)] = {
+            "status": item.status,
+            "endState": None if unit is None else unit.end_state,
+            "key": None if unit is None else unit.key,
+            "entered": item.entered,
+            "failed": sorted(item.failed),
+            "caught": sorted(item.caught),
+            "taken": sorted(item.taken),
+        }
+    return maps
+
+
+def _pickers(path: Trace, ran: dict[history.Iteration, Unit]) -> str:
+    """One picker for each Map that ran iterations: all of them, or one at a time (as
+    the console shows a Map state's iterations)."""
+    by_map: dict[str, list[int]] = {}
+    for item in path.iterations:
+        by_map.setdefault(item.iteration[0], []).append(item.iteration[1])
+    bars = []
+    for name, indexes in by_map.items():
+        options = []
+        for index in indexes:
+            unit = ran.get((name, index))
+            key = "" if unit is None or unit.key is None else unit.key
+            options.append(
+                f'<option value="{index}" title="{escape(key)}">'
+                f"{escape(_option(unit, index))}</option>"
+            )
+        bars.append(
+            f'<div class="iterations"><label>Iteration of {escape(name)} '
+            f'<select class="iteration-picker" data-map="{escape(name)}">'
+            f'<option value="">all {len(indexes)}</option>{"".join(options)}</select>'
+            "</label></div>"
+        )
+    return "".join(bars)
+
+
 def page(record: Record, asl: dict[str, Any]) -> str:
     """The execution as one self-contained HTML page (inline CSS, JS and SVG)."""
     graph = diagram.graph(asl)
@@ -189,6 +278,7 @@ def page(record: Record, asl: dict[str, Any]) -> str:
         }
         for name, state in graph.states.items()
     }
+    ran = {unit.iteration: unit for unit in units(record.result()) if unit.iteration}
     data = {
         "execution": row,
         "path": [step.name for step in path.steps],
@@ -197,7 +287,9 @@ def page(record: Record, asl: dict[str, Any]) -> str:
             for step in path.steps
         ],
         "states": states,
+        "iterations": _iterations(graph, path, ran),
     }
+    iteration_th = "<th>iteration</th>" if path.iterations else ""
     events = record.events
     start = _start(events, record)
     guard, style, script = (static(name) for name in STATIC)
@@ -235,7 +327,7 @@ def page(record: Record, asl: dict[str, Any]) -> str:
 <span><span class="swatch caught"></span>caught error</span>
 <span><span class="swatch failed"></span>failed</span></span>
 </div>
-<div id="canvas">
+{_pickers(path, ran)}<div id="canvas">
 {svg(graph, path)}
 </div>
 </section>
@@ -245,14 +337,14 @@ def page(record: Record, asl: dict[str, Any]) -> str:
 </div>
 <h2 class="section">States ({len(path.steps)} entered)</h2>
 <table class="path">
-<thead><tr><th>#</th><th>state</th><th>type</th><th>started after</th><th>duration</th>
-<th>outcome</th><th>error</th></tr></thead>
+<thead><tr><th>#</th>{iteration_th}<th>state</th><th>type</th><th>started after</th>
+<th>duration</th><th>outcome</th><th>error</th></tr></thead>
 <tbody>{_state_rows(path, start)}</tbody>
 </table>
 <h2 class="section">Events ({len(events)})</h2>
 <table class="events">
-<thead><tr><th>ID</th><th>type</th><th>step</th><th>resource</th><th>started after</th>
-<th>timestamp</th></tr></thead>
+<thead><tr><th>ID</th><th>type</th>{iteration_th}<th>step</th><th>resource</th>
+<th>started after</th><th>timestamp</th></tr></thead>
 <tbody>{_event_rows(events, path, start)}</tbody>
 </table>
 <script type="application/json" id="execution-data">{_script_json(data)}</script>

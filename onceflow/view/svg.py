@@ -132,7 +132,8 @@ def svg(graph: diagram.Graph, path: Trace) -> str:
         if route.index in path.ambiguous:
             title += " (one of these rules matched; the history does not say which)"
         out.append(
-            f'<g class="{classes}" data-source="{escape(source)}" data-target="{escape(target)}">'
+            f'<g class="{classes}" data-source="{escape(source)}" data-target="{escape(target)}" '
+            f'data-edge="{route.index}">'
             f"<title>{escape(title)}</title>"
             f'<path d="{_path_d(route.points)}" marker-end="url(#{marker})"/>{label}</g>'
         )

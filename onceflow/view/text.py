@@ -8,6 +8,7 @@ from typing import Any
 from onceflow.view import history
 from onceflow.view.executions import summary
 from onceflow.view.records import Record
+from onceflow.view.units import units
 
 
 def iso_time(value: str | datetime.datetime | None) -> str:
@@ -39,7 +40,8 @@ def render_table(rows: list[dict[str, Any]]) -> str:
             iso_time(row["startDate"]),
             duration(row["durationMs"]),
             row["endState"] or "-",
-            row["idempotencyKey"] or "-",
+            row["idempotencyKey"]
+            or (f"({row['iterations']} iterations)" if row.get("iterations") else "-"),
         )
         for row in rows
     ]
@@ -54,9 +56,22 @@ def terminal(record: Record) -> str:
     """The path taken, as `onceflow execute` prints it, with the execution's facts."""
     row = summary(record)
     lines = history.render(record.result()).split("\n")
+    result = record.result()
+    ran = [unit for unit in units(result) if unit.iteration is not None]
     facts = [
         f"  state machine: {row['stateMachine'] or '-'}",
         f"  started: {iso_time(row['startDate'])}  duration: {duration(row['durationMs'])}",
-        f"  idempotency key: {row['idempotencyKey'] or '-'}",
+    ]
+    if not ran:
+        facts.append(f"  idempotency key: {row['idempotencyKey'] or '-'}")
+        return "\n".join([lines[0], *facts, *lines[1:]])
+    # A batch: each iteration is a message, with its own outcome and key.
+    width = max(len(history.iteration_label(unit.iteration)) for unit in ran) + 1
+    ends = max(len(unit.end_state) for unit in ran)
+    facts.append(f"  iterations: {len(ran)}")
+    facts += [
+        f"    {history.iteration_label(unit.iteration) + ':':<{width}} "
+        f"{unit.end_state:<{ends}}  {unit.key or '-'}"
+        for unit in ran
     ]
     return "\n".join([lines[0], *facts, *lines[1:]])

@@ -1,6 +1,7 @@
 // The execution page of `onceflow show`: select a state (graph, tables or #state=NAME)
-// to see its input, output, error and variables; fit, zoom and pan the graph. The
-// execution's data is the JSON in #execution-data; nothing is fetched.
+// to see its input, output, error and variables; fit, zoom and pan the graph; pick one
+// iteration of a Map to see its path alone. The execution's data is the JSON in
+// #execution-data; nothing is fetched.
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("execution-data").textContent);
@@ -234,10 +235,13 @@
     panel.setAttribute("data-state", name);
     panel.appendChild(element("h2", "", name));
     panel.appendChild(element("p", "type", state.subtitle));
-    if (!state.entries.length) {
-      panel.appendChild(element("p", "not-entered", "not entered"));
+    if (!entriesShown(state).length) {
+      panel.appendChild(element("p", "not-entered",
+        picked.map === null ? "not entered" : "not entered in this iteration"));
     }
-    state.entries.forEach(function (entry, index) { showEntry(state, entry, index); });
+    entriesShown(state).forEach(function (entry, index, shown) {
+      showEntry({ entries: shown }, entry, index);
+    });
     section(panel, "Definition", "definition", state.definition);
     body.setAttribute("data-selected", name);
   }
@@ -250,6 +254,75 @@
         event.preventDefault();
         select(node.getAttribute("data-state"), from);
       }
+    });
+  });
+
+
+  // ---- one iteration of a Map at a time ----
+  // The graph first shows every iteration's path at once; a picked iteration shows its
+  // own inside the Map (the states outside as they ran), its rows alone in the tables,
+  // and its entries alone in the panel.
+  var picked = { map: null, index: null };
+  var iterations = data.iterations || {};
+  var drawn = {}; // each node's and edge's classes with every iteration shown
+  graph.querySelectorAll(".node[data-state], .edge[data-edge]").forEach(function (item) {
+    drawn[item.getAttribute("data-state") || "edge " + item.getAttribute("data-edge")] =
+      { classes: item.getAttribute("class"), entered: item.getAttribute("data-entered") };
+  });
+  function entriesShown(state) {
+    if (picked.map === null) { return state.entries; }
+    var label = picked.map + "#" + picked.index;
+    var inside = iterations[picked.map].inside;
+    return state.entries.filter(function (entry) {
+      return entry.iteration === label || inside.indexOf(data.steps[entry.step].name) < 0;
+    });
+  }
+  function restore(item, key) {
+    item.setAttribute("class", drawn[key].classes);
+    if (drawn[key].entered !== null) { item.setAttribute("data-entered", drawn[key].entered); }
+  }
+  function pickIteration(map, index) {
+    var run = index === "" ? null : iterations[map].runs[index];
+    var inside = iterations[map].inside;
+    picked = run ? { map: map, index: index } : { map: null, index: null };
+    graph.querySelectorAll(".node[data-state]").forEach(function (node) {
+      var name = node.getAttribute("data-state");
+      restore(node, name);
+      if (!run || inside.indexOf(name) < 0) { return; }
+      var entered = run.entered.indexOf(name) >= 0;
+      node.setAttribute("data-entered", entered ? "true" : "false");
+      ["entered", "failed", "caught"].forEach(function (kind) { node.classList.remove(kind); });
+      if (entered) { node.classList.add("entered"); }
+      if (run.failed.indexOf(name) >= 0) { node.classList.add("failed"); }
+      else if (run.caught.indexOf(name) >= 0) { node.classList.add("caught"); }
+    });
+    graph.querySelectorAll(".edge[data-edge]").forEach(function (edge) {
+      var number = edge.getAttribute("data-edge");
+      restore(edge, "edge " + number);
+      var source = edge.getAttribute("data-source");
+      if (!run || inside.indexOf(source) < 0) { return; }
+      var taken = run.taken.indexOf(Number(number)) >= 0;
+      edge.classList.toggle("taken", taken);
+      edge.querySelector("path").setAttribute("marker-end",
+        taken ? "url(#arrow-taken)" : "url(#arrow)");
+    });
+    document.querySelectorAll("tr[data-map]").forEach(function (row) {
+      var other = run !== null && row.getAttribute("data-map") === map &&
+        row.getAttribute("data-iteration") !== index;
+      row.classList.toggle("other-iteration", other);
+    });
+    body.setAttribute("data-iteration", run ? map + "#" + index : "");
+    var current = body.getAttribute("data-selected");
+    var next = run && run.endState ? run.endState : current;
+    if (next) { select(next, "picker"); }
+  }
+  document.querySelectorAll("select.iteration-picker").forEach(function (picker) {
+    picker.addEventListener("change", function () {
+      // One picker at a time: picking in one shows every iteration of the others.
+      document.querySelectorAll("select.iteration-picker").forEach(function (other) {
+        if (other !== picker) { other.value = ""; }
+      });
+      pickIteration(picker.getAttribute("data-map"), picker.value);
     });
   });
 
