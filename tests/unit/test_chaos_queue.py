@@ -32,16 +32,6 @@ from onceflow.local.engine import LocalEngine
 
 UNITS = 30  # every fault once, and a few plain units of each kind
 
-ITEM_3 = (
-    "P11 item 3: LedgerUnavailable dead-letters the work and it is completed afterwards "
-    "(batch: by the redelivery; one message per execution: by the audit's sweep), so the "
-    "DLQ keeps a message for finished work"
-)
-# Which invariant a known defect breaks on this branch, per mode.
-BROKEN: dict[tuple[str, str], str] = {
-    ("single", "no DLQ message for processed work"): ITEM_3,
-    ("unversioned", "no DLQ message for processed work"): ITEM_3,
-}
 MODES = {"single": [], "batch": ["--batch"], "unversioned": ["--unversioned"]}
 
 
@@ -95,14 +85,7 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
 @pytest.mark.parametrize(
     ("mode", "invariant"),
     [
-        pytest.param(
-            mode,
-            invariant,
-            marks=[pytest.mark.xfail(strict=True, reason=BROKEN[(mode, invariant)])]
-            if (mode, invariant) in BROKEN
-            else [],
-            id=f"{mode}-{invariant.replace(' ', '-')}",
-        )
+        pytest.param(mode, invariant, id=f"{mode}-{invariant.replace(' ', '-')}")
         for mode in MODES
         for invariant in INVARIANTS
     ],

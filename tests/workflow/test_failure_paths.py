@@ -26,11 +26,13 @@ from tests.helpers import (
     MACHINE,
     attributes,
     dlq_messages,
+    expire_lock,
     idempotency_key,
     invocations,
     ledger_row,
     load_event,
     output_effects,
+    run_audit,
     s3_event,
     upload,
 )
@@ -184,20 +186,40 @@ def test_a_mark_complete_refused_past_its_retries_ends_in_a_named_state(
     # WHEN it is processed
     with failing(engine, "dynamodb", "UpdateItem", refused, when="completed_at"):
         result = engine.execute(MACHINE, event)
-    # THEN the effect happened once, the execution ends LedgerUnavailable, the work is in
-    # the DLQ, and the row is left PROCESSING for its lock to expire (the audit's sweep)
+    # THEN the effect happened once and the execution ends LedgerUnavailable, naming what
+    # failed; the row it holds carries the work (PROCESSING, in the open-work index, for
+    # the audit's sweep once its lock expires), so no DLQ message is sent: one would stay
+    # there for work the sweep then finishes (P11 item 3)
     assert result.error == "LedgerUnavailable"
-    assert result.states_entered[-4:] == [
-        "MarkComplete",
-        "SendToDLQ",
-        "DeadLetterReason",
-        "LedgerUnavailable",
-    ]
+    assert result.states_entered[-2:] == ["MarkComplete", "LedgerUnavailable"]
+    assert (result.cause or "").startswith("MarkComplete (after the work was done) failed: ")
     assert output_effects(engine) == 1
-    (message,) = dlq_messages(engine)
-    assert attributes(message)["EXHAUSTED_RETRY_CONDITION"] == "LedgerUnavailable"
-    assert attributes(message)["IDEMPOTENCY_KEY"] == pk
-    assert (ledger_row(engine, pk) or {})["status"] == "PROCESSING"
+    assert dlq_messages(engine) == []
+    row = ledger_row(engine, pk) or {}
+    assert row["status"] == "PROCESSING"
+    assert row["open_status"] == open_status("PROCESSING", pk)
+
+
+def test_a_ledger_outage_after_the_work_is_finished_by_the_sweep_with_no_dlq_message(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN an SQS message whose MarkComplete is throttled past its retries (the pipe has
+    # deleted the message: the ledger row is the only copy of the work)
+    event = load_event("sqs-business-message.json")
+    with failing(engine, "dynamodb", "UpdateItem", throttled(), when="completed_at"):
+        result = engine.execute(MACHINE, event)
+    assert result.error == "LedgerUnavailable"
+    (pk,) = [i["pk"]["S"] for i in engine.client("dynamodb").scan(
+        TableName=engine.ref("LedgerTable"))["Items"]]  # fmt: skip
+    # WHEN its lock expires and the audit's sweep runs
+    expire_lock(engine, pk)
+    run_audit(engine)
+    # THEN the sweep resubmitted it and it ended PROCESSED; no DLQ message was ever sent
+    assert (ledger_row(engine, pk) or {})["status"] == "PROCESSED"
+    assert dlq_messages(engine) == []
+    processor = engine.function_name(FUNCTION)
+    calls = [i for i in engine.runtime.invocations if i.function == processor]
+    assert len(calls) == 2  # the first call, and the sweep's resubmission
 
 
 def bundled(engine: LocalEngine) -> Callable[[Any, Any], Any]:

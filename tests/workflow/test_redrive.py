@@ -23,7 +23,6 @@ from tests.helpers import (
     TransientError,
     attributes,
     dlq_messages,
-    expire_lock,
     idempotency_key,
     ledger_row,
     load_event,
@@ -291,28 +290,23 @@ def test_a_run_redrives_a_still_invalid_keyless_event_once_and_stops(
     assert report.as_dict()["left"] == 1
 
 
-def test_a_ledger_outage_is_redriven_once_its_lock_has_expired(engine: LocalEngine) -> None:
-    """LedgerUnavailable sends the work to the DLQ and leaves its row PROCESSING under the
-    execution's lock. redrive keeps the message while that lock is live, and takes the
-    row once it has expired: no execution holds it any more (P11)."""
-    # GIVEN an upload processed while MarkComplete is throttled past its retries
+def test_a_claim_lost_to_a_ledger_outage_is_redriven_once(engine: LocalEngine) -> None:
+    """A Claim throttled past its retries writes no row, so its DLQ message is the only
+    carrier of the work (P11 item 3: later ledger failures leave the row to the sweep and
+    send nothing); redrive starts it again and it is processed once."""
+    # GIVEN an upload whose Claim is throttled past its retries
     version = upload(engine, "outage.png")
     pk = idempotency_key(engine, "outage.png", version)
-    with failing(engine, "dynamodb", "UpdateItem", throttled(), when="completed_at"):
+    with failing(engine, "dynamodb", "PutItem", throttled()):
         result = engine.execute(MACHINE, s3_event(engine, "outage.png", version))
     assert result.error == "LedgerUnavailable"
-    assert (ledger_row(engine, pk) or {})["status"] == "PROCESSING"
+    assert ledger_row(engine, pk) is None
     assert len(dlq_messages(engine)) == 1
-    # WHEN redrive runs while the lock is live, THEN the message stays
-    (kept,) = ops.redrive(LocalTarget(engine)).messages
-    assert (kept.action, kept.detail) == ("kept", "being processed under a live lock")
-    # WHEN the lock has expired and redrive runs again
-    expire_lock(engine, pk)
+    # WHEN redrive runs
     (moved,) = ops.redrive(LocalTarget(engine)).messages
-    # THEN the row is taken back and the work finished, once
+    # THEN the work is done once and the DLQ is empty
     assert moved.action == "resubmitted" and moved.outcome == "SUCCEEDED"
-    row = ledger_row(engine, pk) or {}
-    assert row["status"] == "PROCESSED" and row["redrives"] == "1"
+    assert (ledger_row(engine, pk) or {})["status"] == "PROCESSED"
     assert dlq_messages(engine) == []
     assert output_effects(engine) == 1
 
