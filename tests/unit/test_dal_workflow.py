@@ -23,6 +23,7 @@ PROCESSOR = "arn:aws:states:us-east-1:123456789012:stateMachine:processor"
 EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:processor:first"
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/dlq"
 ITEM = {"workItem": {"source": "audit", "idempotencyKey": "s3://in/a.png#v1"}}
+COMPACT_ITEM = '{"workItem":{"source":"audit","idempotencyKey":"s3://in/a.png#v1"}}'
 
 
 def _client(service: str) -> Any:
@@ -50,7 +51,7 @@ def test_a_start_names_the_execution_and_a_second_start_of_the_name_is_not_sent(
         stub.add_response(
             "start_execution",
             {"executionArn": EXECUTION, "startDate": "2026-01-01T00:00:00Z"},
-            {"stateMachineArn": PROCESSOR, "name": "audit-1-abc", "input": json.dumps(ITEM)},
+            {"stateMachineArn": PROCESSOR, "name": "audit-1-abc", "input": COMPACT_ITEM},
         )
         # WHEN the audit starts it twice
         # THEN one StartExecution is sent, and only the first start counts
@@ -214,11 +215,10 @@ def test_the_map_runs_results_are_read_from_its_manifest_and_files() -> None:
         ):
             stub.add_response("get_object", _body(text), {"Bucket": "out", "Key": key})
         # WHEN the report reads them
-        results = Reports("out", s3).map_run_results("out", "run/manifest.json")
+        results = list(Reports("out", s3).map_run_entries("out", "run/manifest.json"))
         stub.assert_no_pending_responses()
     # THEN a succeeded child's output is parsed, a failed child's result kept whole
-    assert results.outputs == [{"counts": {}}]
-    assert results.failed == [{"Status": "FAILED", **failed[0]}]
+    assert results == [("SUCCEEDED", {"counts": {}}), ("FAILED", {"Status": "FAILED", **failed[0]})]
 
 
 @pytest.mark.parametrize(
@@ -238,7 +238,7 @@ def test_a_refused_report_call_is_transient_only_when_it_may_pass(
         for call in (
             lambda: reports.put("k.json", {}),
             lambda: reports.find_manifest("p/"),
-            lambda: reports.map_run_results("out", "m.json"),
+            lambda: list(reports.map_run_entries("out", "m.json")),
         ):
             with pytest.raises(error, match=code) as raised:
                 call()
