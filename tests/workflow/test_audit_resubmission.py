@@ -1,5 +1,5 @@
-"""The audit's sweep of open work on the local engine: what it resubmits, as what, how fast,
-and that one refusal or one failure never costs the report (docs/audit.md).
+"""What the audit resubmits on the local engine, as what, how fast, and what it counts: one
+refusal or one failure never costs the report, a failed batch hides nothing (docs/audit.md).
 
 Inputs are started as EventBridge and the pipe start them: compact JSON, UTF-8 as it is.
 """
@@ -7,6 +7,7 @@ Inputs are started as EventBridge and the pipe start them: compact JSON, UTF-8 a
 from __future__ import annotations
 
 import copy
+import io
 import json
 import time
 import uuid
@@ -18,8 +19,9 @@ from typing import Any
 import pytest
 
 from onceflow import ops
-from onceflow.local.engine import LocalEngine
+from onceflow.local.engine import DEFAULT_TEMPLATE, LocalEngine
 from onceflow.local.target import LocalTarget
+from onceflow.local.template import load_template
 from service.logic.open_work import open_status
 from tests.helpers import (
     AUDIT,
@@ -34,6 +36,7 @@ from tests.helpers import (
     load_event,
     output_effects,
     run_audit,
+    upload,
 )
 from tests.workflow.test_audit import always, history_size, processor_executions
 
@@ -153,36 +156,49 @@ def test_redrive_starts_a_large_accented_event_as_it_was_accepted(audited: Local
 
 
 @contextmanager
-def starts_refused(engine: LocalEngine, marker: str) -> Iterator[None]:
-    """Step Functions refusing the audit's StartExecution of any input holding ``marker``,
-    with the answer it gives an input over its limit (ValidationException)."""
+def step_functions_answering(
+    engine: LocalEngine, operation: str, code: str, message: str, marker: str = ""
+) -> Iterator[list[str]]:
+    """Step Functions answering the audit function's ``operation`` with an error (for a
+    request that holds ``marker``): the audit's own client hears AWS's answer, no retry.
+    Yields the requests it answered."""
     real = engine.runtime.load(engine.runtime.functions[engine.function_name("AuditFunction")])
+    answered: list[str] = []
 
-    def refuse(params: dict[str, Any], **_: Any) -> Any:
+    def answer(params: dict[str, Any], **_: Any) -> Any:
         body = params.get("body") or b""
-        if marker not in (body.decode() if isinstance(body, bytes) else str(body)):
+        text = body.decode() if isinstance(body, bytes) else str(body)
+        if marker not in text:
             return None
-        error = {
-            "Code": "ValidationException",
-            "Message": "1 validation error detected: Value at 'input' failed to satisfy "
-            "constraint: Member must have length less than or equal to 262144",
-        }
+        answered.append(text)
+        error = {"Code": code, "Message": message}
         response = {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
         return SimpleNamespace(status_code=400, headers={}), response
 
     def handler(event: dict[str, Any], context: Any) -> Any:
         from service.handlers import audit as audit_handler
 
-        clients = audit_handler._get_clients()
-        events = clients.processor._sfn.meta.events
-        events.register("before-call.sfn.StartExecution", refuse, unique_id="refuse")
+        events = audit_handler._get_clients().processor._sfn.meta.events
+        events.register(f"before-call.sfn.{operation}", answer, unique_id="injected")
         try:
             return real(event, context)
         finally:
-            events.unregister("before-call.sfn.StartExecution", unique_id="refuse")
+            events.unregister(f"before-call.sfn.{operation}", unique_id="injected")
 
     with engine.override_function("AuditFunction", handler):
-        yield
+        yield answered
+
+
+def starts_refused(engine: LocalEngine, marker: str) -> Any:
+    """StartExecution refusing any input holding ``marker`` as it refuses one over its limit."""
+    return step_functions_answering(
+        engine,
+        "StartExecution",
+        "ValidationException",
+        "1 validation error detected: Value at 'input' failed to satisfy "
+        "constraint: Member must have length less than or equal to 262144",
+        marker,
+    )
 
 
 def test_a_refused_resubmission_is_dead_lettered_with_its_reason_and_the_sweep_goes_on(
@@ -309,33 +325,13 @@ def test_the_sweeps_resubmissions_keep_to_audit_resubmits_per_second() -> None:
 # ---- item 6: messages and events resubmitted from their row (EXPRESS, batch mode) ---
 
 
-@contextmanager
-def describe_refused(engine: LocalEngine) -> Iterator[list[str]]:
-    """DescribeExecution answering as AWS does for an EXPRESS execution, which it does not
-    serve (API_DescribeExecution.html); the local engine serves every execution. Yields
-    the ARNs the audit asked about."""
-    real = engine.runtime.load(engine.runtime.functions[engine.function_name("AuditFunction")])
-    asked: list[str] = []
-
-    def refuse(params: dict[str, Any], **_: Any) -> Any:
-        body = params.get("body") or b""
-        asked.append(body.decode() if isinstance(body, bytes) else str(body))
-        error = {"Code": "ExecutionDoesNotExist", "Message": "Execution Does Not Exist"}
-        response = {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
-        return SimpleNamespace(status_code=400, headers={}), response
-
-    def handler(event: dict[str, Any], context: Any) -> Any:
-        from service.handlers import audit as audit_handler
-
-        events = audit_handler._get_clients().processor._sfn.meta.events
-        events.register("before-call.sfn.DescribeExecution", refuse, unique_id="express")
-        try:
-            return real(event, context)
-        finally:
-            events.unregister("before-call.sfn.DescribeExecution", unique_id="express")
-
-    with engine.override_function("AuditFunction", handler):
-        yield asked
+def describe_refused(engine: LocalEngine) -> Any:
+    """DescribeExecution answering as for an EXPRESS execution, which AWS does not serve
+    (API_DescribeExecution.html; the error code is not verified); the local engine serves
+    every execution. Yields the requests the audit made."""
+    return step_functions_answering(
+        engine, "DescribeExecution", "ExecutionDoesNotExist", "Execution Does Not Exist"
+    )
 
 
 EXPRESS = {"WorkflowType": "EXPRESS", "RetryMaxAttempts": "1", "ProcessorTimeoutSeconds": "40"}
@@ -346,8 +342,6 @@ def test_under_express_a_failed_custom_event_is_resubmitted_from_its_row() -> No
         # GIVEN a custom event whose EXPRESS execution failed
         event = custom_event("express é")
         key = fail_once(engine, event)
-        row = ledger_row(engine, key)
-        assert row is not None and json.loads(row["original_event"])["detail"] == event["detail"]
         # WHEN the audit runs, DescribeExecution serving no EXPRESS execution
         with describe_refused(engine) as asked:
             report = run_audit(engine).output
@@ -356,6 +350,7 @@ def test_under_express_a_failed_custom_event_is_resubmitted_from_its_row() -> No
         assert asked == []
         row = ledger_row(engine, key)
         assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"
+        assert json.loads(row["original_event"])["detail"] == event["detail"]
         assert output_effects(engine) == 1
 
 
@@ -397,3 +392,94 @@ def test_a_failed_batch_mode_message_is_resubmitted_to_the_processor_from_its_ro
         row = ledger_row(engine, "sqs:o-9")
         assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"
         assert output_effects(engine) == 1
+
+
+def test_work_the_sweep_cannot_resubmit_is_counted_for_its_alarm() -> None:
+    log = io.StringIO()
+    parameters = {"AuditRecentCutoffHours": "0", **EXPRESS}
+    with LocalEngine(parameters=parameters, function_log=log, time_scale=0.0) as engine:
+        # GIVEN a failed EXPRESS execution's row from before Claim kept the event
+        key = fail_once(engine, custom_event("claimed before the upgrade"))
+        engine.client("dynamodb").update_item(
+            TableName=engine.ref("LedgerTable"),
+            Key={"pk": {"S": key}},
+            UpdateExpression="REMOVE original_event",
+        )
+        # WHEN the audit runs (DescribeExecution serves no EXPRESS execution)
+        with describe_refused(engine) as asked:
+            report = run_audit(engine).output
+        # THEN the row is counted as a resubmit error and left for the next audit
+        assert len(asked) == 1 and report["resubmit_errors"] == 1
+        row = ledger_row(engine, key)
+        assert row is not None and row["status"] == "FAILED" and "open_status" in row
+    # AND the report's metric is the one AuditResubmitErrorsAlarm watches, above its threshold
+    measured = [
+        r["AuditResubmitErrors"]
+        for r in map(json.loads, filter(None, log.getvalue().splitlines()))
+        if "AuditResubmitErrors" in r
+    ]
+    assert measured == [[1.0]]
+    alarm = load_template(DEFAULT_TEMPLATE)["Resources"]["AuditResubmitErrorsAlarm"]["Properties"]
+    assert alarm["MetricName"] == "AuditResubmitErrors" and alarm["Threshold"] == 0
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "onceflow"}]
+
+
+# ---- item 8: a failed batch hides no lost work -------------------------------------
+
+
+def dies_after_resubmitting(engine: LocalEngine) -> Any:
+    """The real audit function, except that a batch dies after it has done its work, with an
+    error the batch's Retry does not list."""
+    real = engine.runtime.load(engine.runtime.functions[engine.function_name("AuditFunction")])
+
+    def handler(event: dict[str, Any], context: Any) -> Any:
+        result = real(event, context)
+        if event.get("action") == "batch":
+            raise RuntimeError("injected: the batch died after resubmitting")
+        return result
+
+    return handler
+
+
+def test_lost_uploads_a_failed_batch_resubmitted_are_counted_as_missing(
+    audited: LocalEngine,
+) -> None:
+    # GIVEN three uploads whose events were lost, and a batch that dies after resubmitting
+    for n in range(3):
+        upload(audited, f"lost/{n}.png")
+    with audited.override_function("AuditFunction", dies_after_resubmitting(audited)):
+        first = audited.execute(AUDIT, {})
+    audited.wait_for_running(MACHINE)
+    # THEN the walk failed (its one batch failed), and the report still counts the lost work
+    assert first.status == "FAILED" and first.error == "AuditWalkFailed"
+    s3 = audited.client("s3")
+    report_key = f"reports/audit/{time.strftime('%Y-%m-%d', time.gmtime())}.json"
+    body = s3.get_object(Bucket=audited.ref("OutputBucket"), Key=report_key)["Body"].read()
+    stored = json.loads(body)
+    assert stored["failed_batches"] == 1 and stored["unaudited_objects"] == 3
+    assert stored["missing_resubmitted"] == 3
+    assert len(stored["resubmitted_sample"]) == 3
+    # AND the work was done once; the next audit finds it done
+    assert output_effects(audited) == 3
+    second = run_audit(audited).output
+    assert second["ok"] == 3 and second["missing_resubmitted"] == 0
+
+
+def test_a_batch_counts_only_the_resubmissions_whose_start_succeeded(
+    audited: LocalEngine,
+) -> None:
+    # GIVEN three lost uploads, and Step Functions throttling the start of one
+    versions = {key: upload(audited, key) for key in ("a.png", "b.png", "throttled.png")}
+    with step_functions_answering(
+        audited, "StartExecution", "ThrottlingException", "Rate exceeded", "throttled.png"
+    ) as refused:
+        report = run_audit(audited).output
+    # THEN the two that started are resubmitted, the third an error, the batch not failed
+    assert len(refused) >= 1
+    assert report["missing_resubmitted"] == 2 and report["resubmit_errors"] == 1
+    assert report["failed_batches"] == 0
+    throttled = f"s3://{audited.ref('IngestBucket')}/throttled.png#{versions['throttled.png']}"
+    assert throttled not in report["resubmitted_sample"]
+    # AND the next audit finds the third still missing and resubmits it
+    again = run_audit(audited).output
+    assert again["missing_resubmitted"] == 1 and again["ok"] == 2
