@@ -199,7 +199,7 @@ class Reports:
         return str(body.decode("utf-8"))
 
 
-_CHUNK = 1 << 20  # bytes read at a time from a result file
+_CHUNK = 1 << 18  # bytes read at a time from a result file
 _DECODER = json.JSONDecoder()
 _BETWEEN = frozenset(" \t\r\n,")
 
