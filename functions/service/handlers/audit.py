@@ -1,11 +1,11 @@
-"""Audit Lambda: the plan, one batch of the bucket walk, one page of open work, or the report.
+"""Audit Lambda: the plan, one batch of the bucket walk, a while of the open-work sweep, the report.
 
 The audit state machine calls it once to plan the run, once per batch of up
 to 1000 objects (each batch is one EXPRESS child of a Distributed Map), once
-per page of the open-work index (the state carries the cursor and the running
-counts between pages), and once for the report. This module reads the state's
-event, calls the use case (service/usecases/audit.py) and shapes its answer
-for the next state.
+per call of the open-work sweep, which sweeps pages for up to 540 s (the state
+carries the cursor and the running counts between calls), and once for the
+report. This module reads the state's event, calls the use case
+(service/usecases/audit.py) and shapes its answer for the next state.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The audit's use cases: plan the run, audit one batch, sweep one page of open work, report.
+"""The audit's use cases: plan the run, audit one batch, sweep open work for a while, report.
 
 Each takes what its state of the audit state machine hands on, already parsed
 by the handler, and the clients of the data layer it works through.
