@@ -483,3 +483,23 @@ def test_a_batch_counts_only_the_resubmissions_whose_start_succeeded(
     # AND the next audit finds the third still missing and resubmits it
     again = run_audit(audited).output
     assert again["missing_resubmitted"] == 1 and again["ok"] == 2
+
+
+def test_a_sweep_call_whose_time_is_up_goes_on_from_the_row_it_stopped_at(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The function's AUDIT_SWEEP_CALL_SECONDS, as an operator sets it: 5 s a call
+    monkeypatch.setenv("AUDIT_SWEEP_CALL_SECONDS", "5")
+    with audit_engine(AuditResubmitsPerSecond="1") as engine:
+        # GIVEN eight failed custom events, more than one call starts at one a second
+        keys = [fail_once(engine, custom_event(f"resumed {n}")) for n in range(8)]
+        # WHEN the audit runs
+        result = run_audit(engine)
+        # THEN the sweep took more than one call, within one page of the index
+        assert result.states_entered.count("SweepLocks") >= 2
+        # AND each row was resubmitted once, none skipped, none twice
+        assert result.output["failed_resubmitted"] == 8
+        assert len(audit_resubmissions(engine, result.name)) == 8
+        for key in keys:
+            row = ledger_row(engine, key)
+            assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"

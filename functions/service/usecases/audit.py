@@ -59,6 +59,7 @@ _RESUBMIT = {"missing_resubmitted", "failed_resubmitted"}
 RESULTS_PREFIX = "reports/audit-runs/"
 # The Lambda's own timeout leaves a batch this much time to spare.
 _TIMEOUT_MARGIN_SECONDS = 30
+_SWEEP_CALL_FLOOR_SECONDS = 5.0
 
 
 class Clients:
@@ -233,8 +234,8 @@ def audit_batch(
     counted with no ledger read. Resubmissions keep to the batch's share of
     AuditResubmitsPerSecond and stop when the batch's time is up; the rest are
     counted as deferred (the next audit finds them again). Only a start that
-    succeeded counts as resubmitted; a failed one counts in resubmit_errors. ``remaining_seconds``:
-    what the Lambda's timeout leaves of the invocation.
+    succeeded counts as resubmitted; a failed one counts in resubmit_errors.
+    ``remaining_seconds``: what the Lambda's timeout leaves of the invocation.
     """
     # The batch's time runs from here: its EXPRESS child gives the task 280 s, so
     # listing and reading count against the 240 s, leaving room for a last start.
@@ -355,7 +356,9 @@ def sweep_locks(
     seconds = settings.sweep_call_seconds
     if remaining_seconds is not None:
         seconds = min(seconds, remaining_seconds - _TIMEOUT_MARGIN_SECONDS)
-    call_ends = time.monotonic() + seconds
+    # Every call makes progress (a call with no time would loop the state machine
+    # without end): the template's 600 s timeout leaves 540.
+    call_ends = time.monotonic() + max(seconds, _SWEEP_CALL_FLOOR_SECONDS)
     budget = Budget(per_second=settings.resubmits_per_second, deadline=call_ends)
     counts = add_counts(so_far.counts)
     resubmitted: list[str] = []
