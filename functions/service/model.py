@@ -68,6 +68,12 @@ class Attribute(StrEnum):
     EVENT_ID = "event_id"
     EVENT_TIME = "event_time"
     OBJECT_REF = "object_ref"  # s3://bucket/key of an unversioned upload: ObjectContent's key
+    # What Claim keeps of a message or a custom event (no bucket, no key), as compact JSON
+    # text: what the processor needs to start again, for the audit to resubmit without
+    # DescribeExecution (EXPRESS executions have none). An SQS message: the pipe's array
+    # of one record, with messageId, eventSource and body; an event: its id, source,
+    # detail-type, time and detail.
+    ORIGINAL_EVENT = "original_event"
     # -- written by the audit ---------------------------------------------------------
     RELEASED_BY = "released_by"  # the audit that released a stuck lock
     DEAD_LETTERED_BY = "dead_lettered_by"  # the audit that sent a FAILED row's DLQ message
@@ -151,6 +157,9 @@ class LedgerRow:
     sequencer: str | None = None
     etag: str | None = None
     size: int | None = None
+    original_event: str | None = None
+    open_status: str | None = None
+    claims: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, attributes: Mapping[str, Any]) -> LedgerRow:
@@ -183,6 +192,9 @@ class LedgerRow:
             sequencer=text(Attribute.SEQUENCER),
             etag=text(Attribute.ETAG),
             size=number(Attribute.SIZE),
+            original_event=text(Attribute.ORIGINAL_EVENT),
+            open_status=text(Attribute.OPEN_STATUS),
+            claims=tuple(str(c) for c in attributes.get(Attribute.CLAIMS) or ()),
         )
 
     @property

@@ -89,6 +89,13 @@ class AuditSettings:
     max_concurrency: int = 1
     # How long one batch may spend resubmitting (its EXPRESS child lives 5 minutes).
     batch_seconds: float = 240.0
+    # The open-work sweep: rows read per index query; how long one call of SweepLocks sweeps
+    # (the function's Timeout bounds it too); how long after the run's start the sweep stops
+    # and leaves the rest to the next audit (its history grows with its duration, never with
+    # the number of open rows).
+    sweep_page_size: int = 200
+    sweep_call_seconds: float = 540.0
+    sweep_seconds: float = 20 * 3600.0
     # KeyPrefix and KeySuffix: the keys the stack's rule passes; the audit walks no other.
     key_filter: KeyFilter = field(default_factory=KeyFilter)
 
@@ -117,6 +124,9 @@ class AuditSettings:
             resubmits_per_second=_optional(env, "AUDIT_RESUBMITS_PER_SECOND", 25, 0.001),
             max_concurrency=int(_optional(env, "AUDIT_MAX_CONCURRENCY", 1, 1)),
             batch_seconds=_optional(env, "AUDIT_BATCH_SECONDS", 240, 0.01),
+            sweep_page_size=int(_optional(env, "AUDIT_SWEEP_PAGE_SIZE", 200, 1)),
+            sweep_call_seconds=_optional(env, "AUDIT_SWEEP_CALL_SECONDS", 540, 0.01),
+            sweep_seconds=_optional(env, "AUDIT_SWEEP_HOURS", 20, 0.001) * 3600,
             key_filter=KeyFilter(
                 prefix=env.get("INGEST_KEY_PREFIX", ""), suffix=env.get("INGEST_KEY_SUFFIX", "")
             ),

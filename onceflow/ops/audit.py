@@ -24,6 +24,8 @@ AUDIT_LABELS = (
     ("stuck_left_alone", "stuck locks renewed meanwhile"),
     ("failed_dead_lettered", "failed at max attempts, dead-lettered"),
     ("resubmit_errors", "could not be resubmitted"),
+    ("resubmit_refused", "resubmission refused, dead-lettered"),
+    ("sweep_deferred", "open work left to the next audit"),
 )
 
 

@@ -80,6 +80,20 @@ def _attributes(message: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+# What no UTF-8 text can hold (a lone surrogate), and U+FFFE, U+FFFF, which the processor's
+# SendToDLQ also escapes: written as JSON escapes, which read back as the same string.
+_UNSAFE = re.compile("[\ud800-\udfff\ufffe\uffff]")
+
+
+def execution_text(execution_input: Any) -> str:
+    """The input to start the processor with, as EventBridge and the pipe send it: compact
+    JSON, UTF-8 characters as they are. ``json.dumps`` defaults write "é" as six bytes and an
+    emoji as twelve, and add spaces: an event of 110 KB of "é" that the processor accepted
+    once would come back as 330 KB, over StartExecution's 256 KiB (in UTF-8 bytes)."""
+    text = json.dumps(execution_input, ensure_ascii=False, separators=(",", ":"))
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def _original_input(target: Target, body: Any, attributes: Mapping[str, str]) -> Any:
     """What to start the processor with again: the original event, recovered if need be.
 
@@ -577,7 +591,7 @@ def _redrive_one(
             return Redriven(message_id, key, "kept", "its row kept changing while being reset")
     try:
         arn = sfn.start_execution(
-            stateMachineArn=processor, name=name, input=json.dumps(execution_input)
+            stateMachineArn=processor, name=name, input=execution_text(execution_input)
         )["executionArn"]
     except ClientError as exc:
         if key:

@@ -6,6 +6,7 @@ injected with botocore Stubbers and each request is asserted exactly.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -14,8 +15,8 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from service.dal.ledger import Ledger, plain
-from service.dal.workflow import DeadLetters, Processor, Reports
-from service.logic.audit import empty_counts, failed_dead_letter_message, failure_code
+from service.dal.workflow import DeadLetters, Processor, Reports, compact_json
+from service.logic.audit import Budget, empty_counts, failed_dead_letter_message, failure_code
 from service.model import LedgerRow
 from service.settings import AuditSettings
 from service.usecases import audit
@@ -141,6 +142,10 @@ FENCED_UPDATE = {
 }
 
 
+def _budget() -> Budget:
+    return Budget(per_second=1000, deadline=time.monotonic() + 60)
+
+
 def _row() -> LedgerRow:
     return LedgerRow.of(plain(ROW))
 
@@ -157,7 +162,7 @@ def test_the_message_is_sent_then_the_row_is_dead_lettered_fenced_on_what_was_re
             {"MessageId": "m-1"},
             {
                 "QueueUrl": QUEUE,
-                "MessageBody": json.dumps(
+                "MessageBody": compact_json(
                     {
                         "event": original,
                         "workItem": {
@@ -188,7 +193,7 @@ def test_the_message_is_sent_then_the_row_is_dead_lettered_fenced_on_what_was_re
         )
         stubbed.db.add_response("update_item", {}, FENCED_UPDATE)
         # WHEN the sweep meets the row
-        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [])
+        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [], _budget())
     assert counts["failed_dead_lettered"] == 1 and counts["failed_resubmitted"] == 0
 
 
@@ -203,7 +208,7 @@ def test_a_row_changed_after_the_message_was_sent_is_not_overwritten() -> None:
             "update_item", "ConditionalCheckFailedException", expected_params=FENCED_UPDATE
         )
         # WHEN the sweep dead-letters it
-        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [])
+        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [], _budget())
     # THEN the reset stands (the fence refused the write) and nothing counts as dead-lettered
     assert counts["failed_dead_lettered"] == 0
 
@@ -222,7 +227,7 @@ def test_a_row_the_index_shows_stale_gets_no_message(changed: dict[str, Any]) ->
         # GIVEN a consistent read that shows the row changed since the index was read
         _consistent_read(stubbed, {**ROW, **changed})
         # WHEN the sweep meets the index's copy, THEN it sends nothing and writes nothing
-        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [])
+        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [], _budget())
     assert counts["failed_dead_lettered"] == 0
 
 

@@ -7,6 +7,7 @@ less fails the test), as DynamoDB would receive it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import boto3
@@ -300,3 +301,59 @@ def test_a_refused_ledger_call_is_transient_when_it_may_pass_and_permanent_other
     with pytest.raises(error, match=code) as raised:
         call(ledger)
     assert type(raised.value) is error
+
+
+def test_a_sweep_stopped_after_a_row_resumes_right_after_it(
+    dynamodb: tuple[Ledger, Stubber],
+) -> None:
+    ledger, stub = dynamodb
+    # GIVEN a stuck row the sweep handled last, in shard 3 of the index
+    row = replace(STUCK, open_status="PROCESSING#3")
+    # WHEN the sweep stops after it
+    cursor = ledger.resume_after(Status.PROCESSING, row)
+    # THEN the next query starts in that shard, right after that row (the index's keys
+    # and the table's, as a LastEvaluatedKey of the index holds them)
+    assert cursor == {
+        "shard": 4,  # the unsharded value first, then PROCESSING#0..f
+        "key": {
+            "open_status": {"S": "PROCESSING#3"},
+            "lock_expires_at": {"N": "1700000000"},
+            "pk": {"S": PK},
+        },
+    }
+    stub.add_response(
+        "query",
+        {"Items": []},
+        {
+            "TableName": TABLE,
+            "IndexName": "OpenWork",
+            "KeyConditionExpression": "open_status = :status AND lock_expires_at < :cutoff",
+            "ExpressionAttributeValues": {
+                ":status": {"S": "PROCESSING#3"},
+                ":cutoff": {"N": "1700000100"},
+            },
+            "Limit": 200,
+            "ExclusiveStartKey": cursor["key"],
+        },
+    )
+    for shard in "456789abcdef":
+        stub.add_response(
+            "query",
+            {"Items": []},
+            {
+                "TableName": TABLE,
+                "IndexName": "OpenWork",
+                "KeyConditionExpression": "open_status = :status AND lock_expires_at < :cutoff",
+                "ExpressionAttributeValues": {
+                    ":status": {"S": f"PROCESSING#{shard}"},
+                    ":cutoff": {"N": "1700000100"},
+                },
+                "Limit": 200,
+            },
+        )
+    assert ledger.open_rows(Status.PROCESSING, 1_700_000_100, cursor) == ([], None)
+
+
+def test_a_row_outside_the_index_has_no_place_to_resume_from() -> None:
+    with pytest.raises(ValueError, match="not a row of the open-work index"):
+        Ledger.resume_after(Status.PROCESSING, replace(STUCK, open_status="FAILED#3"))

@@ -16,13 +16,21 @@ import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from service.dal.workflow import DeadLetters, Processor, Reports
+from service.dal.workflow import (
+    DeadLetters,
+    Processor,
+    Reports,
+    StartRefused,
+    compact_json,
+    json_values,
+)
 from service.errors import PermanentError, TransientError
 
 PROCESSOR = "arn:aws:states:us-east-1:123456789012:stateMachine:processor"
 EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:processor:first"
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/dlq"
 ITEM = {"workItem": {"source": "audit", "idempotencyKey": "s3://in/a.png#v1"}}
+COMPACT_ITEM = '{"workItem":{"source":"audit","idempotencyKey":"s3://in/a.png#v1"}}'
 
 
 def _client(service: str) -> Any:
@@ -50,7 +58,7 @@ def test_a_start_names_the_execution_and_a_second_start_of_the_name_is_not_sent(
         stub.add_response(
             "start_execution",
             {"executionArn": EXECUTION, "startDate": "2026-01-01T00:00:00Z"},
-            {"stateMachineArn": PROCESSOR, "name": "audit-1-abc", "input": json.dumps(ITEM)},
+            {"stateMachineArn": PROCESSOR, "name": "audit-1-abc", "input": COMPACT_ITEM},
         )
         # WHEN the audit starts it twice
         # THEN one StartExecution is sent, and only the first start counts
@@ -214,11 +222,10 @@ def test_the_map_runs_results_are_read_from_its_manifest_and_files() -> None:
         ):
             stub.add_response("get_object", _body(text), {"Bucket": "out", "Key": key})
         # WHEN the report reads them
-        results = Reports("out", s3).map_run_results("out", "run/manifest.json")
+        results = list(Reports("out", s3).map_run_entries("out", "run/manifest.json"))
         stub.assert_no_pending_responses()
     # THEN a succeeded child's output is parsed, a failed child's result kept whole
-    assert results.outputs == [{"counts": {}}]
-    assert results.failed == [{"Status": "FAILED", **failed[0]}]
+    assert results == [("SUCCEEDED", {"counts": {}}), ("FAILED", {"Status": "FAILED", **failed[0]})]
 
 
 @pytest.mark.parametrize(
@@ -238,8 +245,84 @@ def test_a_refused_report_call_is_transient_only_when_it_may_pass(
         for call in (
             lambda: reports.put("k.json", {}),
             lambda: reports.find_manifest("p/"),
-            lambda: reports.map_run_results("out", "m.json"),
+            lambda: list(reports.map_run_entries("out", "m.json")),
         ):
             with pytest.raises(error, match=code) as raised:
                 call()
             assert type(raised.value) is error
+
+
+# ---- the input as it was (P11 item 4) ----------------------------------------------------
+
+
+def test_a_start_sends_the_input_as_compact_utf8_json() -> None:
+    sfn = _client("stepfunctions")
+    # GIVEN an input with accented letters, an emoji, and a lone surrogate no UTF-8 holds
+    execution_input = {"detail": {"note": "é😀", "odd": "\ud800"}}
+    with Stubber(sfn) as stub:
+        # THEN StartExecution gets it compact, each character as its UTF-8 (4 bytes for the
+        # emoji, not json.dumps' 12), only the surrogate escaped
+        stub.add_response(
+            "start_execution",
+            {"executionArn": EXECUTION, "startDate": "2026-01-01T00:00:00Z"},
+            {
+                "stateMachineArn": PROCESSOR,
+                "name": "audit-1-abc",
+                "input": '{"detail":{"note":"é😀","odd":"\\ud800"}}',
+            },
+        )
+        # WHEN the audit starts it
+        assert Processor(PROCESSOR, sfn).start("audit-1-abc", execution_input) is True
+        stub.assert_no_pending_responses()
+    assert compact_json({"a": "é" * 55_000}).encode() == b'{"a":"' + "é".encode() * 55_000 + b'"}'
+
+
+@pytest.mark.parametrize("code", ["ValidationException", "InvalidExecutionInput"])
+def test_a_start_refused_for_its_input_says_so(code: str) -> None:
+    sfn = _client("stepfunctions")
+    with Stubber(sfn) as stub:
+        # GIVEN Step Functions refuses the input itself
+        stub.add_client_error(
+            "start_execution", code, "Member must have length <= 262144", http_status_code=400
+        )
+        # WHEN the audit starts it THEN the refusal is named, with its code and message
+        with pytest.raises(StartRefused) as raised:
+            Processor(PROCESSOR, sfn).start("audit-1-abc", ITEM)
+    assert raised.value.code == code
+    assert raised.value.reason == "Member must have length <= 262144"
+    assert isinstance(raised.value, PermanentError)
+
+
+def test_a_dead_letter_is_sent_as_compact_utf8_json() -> None:
+    sqs = _client("sqs")
+    with Stubber(sqs) as stub:
+        # THEN SQS gets the body in UTF-8 as it is, U+FFFF (which SQS refuses) escaped
+        stub.add_response(
+            "send_message",
+            {"MessageId": "m-1"},
+            {
+                "QueueUrl": QUEUE,
+                "MessageBody": '{"event":{"note":"é\\uffff"}}',
+                "MessageAttributes": {},
+            },
+        )
+        # WHEN the audit dead-letters an event with both
+        DeadLetters(QUEUE, sqs).send({"event": {"note": "é\uffff"}}, {})
+        stub.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7, 1 << 20])
+@pytest.mark.parametrize(
+    "text",
+    ["[]", "", '[{"a":"é😀"},{"b":[1,2]}]', ' [ 12345 , {"c": "]"} ] ', '{"a":1}\n{"b":2}\n'],
+)
+def test_result_files_are_read_value_by_value_in_any_chunk_size(text: str, chunk: int) -> None:
+    # GIVEN a result file (a JSON array, or JSON lines) read a few bytes at a time
+    body = io.BytesIO(text.encode())
+    # WHEN its values are read
+    values = list(json_values(body, chunk))
+    # THEN they are the file's, whichever way a chunk cuts a character or a number
+    if text.lstrip().startswith("["):
+        assert values == json.loads(text)
+    else:
+        assert values == [json.loads(line) for line in text.splitlines()]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import boto3
 from botocore.stub import Stubber
 
@@ -20,7 +18,7 @@ def test_a_key_with_characters_sqs_refuses_travels_url_encoded_and_redrive_reads
     dead_letters = DeadLetters(URL, client=sqs)
     expected = {
         "QueueUrl": URL,
-        "MessageBody": json.dumps({"event": None}),
+        "MessageBody": '{"event":null}',  # compact, as the audit sends it
         "MessageAttributes": {
             "ERROR_CODE": {"DataType": "String", "StringValue": "LockExpired"},
             "ERROR_MESSAGE": {"DataType": "String", "StringValue": "lock of a\ufffdb expired"},

@@ -51,7 +51,7 @@ def test_a_changed_asl_makes_the_diagram_stale(
     monkeypatch.setattr(diagram, "MACHINES", machines)
     assert diagram.stale(readme) == []
     text = machines["audit"].read_text(encoding="utf-8")
-    changed = text.replace("Another page of locks to sweep.", "Locks left.")
+    changed = text.replace("Open work left, and the last call used all its time.", "Locks left.")
     machines["audit"].write_text(changed, "utf-8")
     assert diagram.stale(readme) == ["audit"]
 
@@ -63,7 +63,7 @@ def test_check_and_write(
     monkeypatch.setattr(diagram, "MACHINES", machines)
     monkeypatch.setattr(diagram, "README", readme)
     text = machines["audit"].read_text(encoding="utf-8")
-    changed = text.replace("Another page of locks to sweep.", "Locks left.")
+    changed = text.replace("Open work left, and the last call used all its time.", "Locks left.")
     machines["audit"].write_text(changed, "utf-8")
     assert main(["diagrams", "--check"]) == 1
     assert "audit diagram differs" in capsys.readouterr().out

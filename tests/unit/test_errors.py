@@ -115,7 +115,7 @@ _CALLS: dict[str, Callable[[Any], Any]] = {
     "DeadLetters.send": lambda c: DeadLetters("q", c).send({}, {}),
     "Reports.put": lambda c: Reports("b", c).put("k", {}),
     "Reports.find_manifest": lambda c: Reports("b", c).find_manifest("p/"),
-    "Reports.map_run_results": lambda c: Reports("b", c).map_run_results("b", "m"),
+    "Reports.map_run_entries": lambda c: list(Reports("b", c).map_run_entries("b", "m")),
     "ObjectStore.read": lambda c: ObjectStore(c).read("b", "k", "v1"),
     "ObjectStore.write_once": lambda c: ObjectStore(c).write_once("b", "k", b"", "t", {}),
 }

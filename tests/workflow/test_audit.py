@@ -348,7 +348,7 @@ def test_a_stuck_lock_at_max_attempts_is_dead_lettered(audited: LocalEngine) -> 
     assert woke.states_entered[-1] == "LockLost"
 
 
-def test_a_stuck_sqs_message_is_resubmitted_from_its_execution_input() -> None:
+def test_a_stuck_sqs_message_is_resubmitted_from_the_event_its_row_keeps() -> None:
     with audit_engine(SqsSource="create", IdempotencyKeyPath="orderId") as engine:
         gate = Gate()
         hangs_first_time = hang_first_call(engine, gate)
@@ -367,6 +367,8 @@ def test_a_stuck_sqs_message_is_resubmitted_from_its_execution_input() -> None:
         assert report["stuck_released"] == 1 and report["resubmit_errors"] == 0
         row = ledger_row(engine, "sqs:o-1")
         assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"
+        (record,) = json.loads(row["original_event"])
+        assert json.loads(record["body"]) == {"orderId": "o-1", "n": 1}
         assert output_effects(engine) == 1
 
 

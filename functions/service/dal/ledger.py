@@ -25,6 +25,9 @@ _READ = (
 )  # fmt: skip
 _READ_NAMES = {f"#a{i}": str(name) for i, name in enumerate(_READ)}
 _READ_ATTRIBUTES = ", ".join(_READ_NAMES)
+# A failed batch's recount also reads who claimed each row (its resubmission's name).
+_RECOUNT = (*_READ, Attribute.CLAIMS)
+_RECOUNT_NAMES = {f"#a{i}": str(name) for i, name in enumerate(_RECOUNT)}
 # A fenced write that finds the row changed is refused: an answer, not a failure.
 _FENCED = frozenset({CONDITIONAL_CHECK_FAILED})
 
@@ -60,16 +63,20 @@ class Ledger:
         self.content_index = content_index
         self._dynamodb = client if client is not None else boto3.client("dynamodb")
 
-    def batch_get(self, keys: Iterable[str]) -> dict[str, LedgerRow]:
-        """The rows of these keys (absent keys have none), 100 keys per request."""
+    def batch_get(self, keys: Iterable[str], with_claims: bool = False) -> dict[str, LedgerRow]:
+        """The rows of these keys (absent keys have none), 100 keys per request.
+
+        ``with_claims``: read the rows' claims too (the lock owners that claimed them).
+        """
         unique = list(dict.fromkeys(keys))
         rows: dict[str, LedgerRow] = {}
+        names = _RECOUNT_NAMES if with_claims else _READ_NAMES
         for start in range(0, len(unique), _BATCH_GET_LIMIT):
             request: dict[str, Any] = {
                 self.table: {
                     "Keys": [_key(k) for k in unique[start : start + _BATCH_GET_LIMIT]],
-                    "ProjectionExpression": _READ_ATTRIBUTES,
-                    "ExpressionAttributeNames": _READ_NAMES,
+                    "ProjectionExpression": ", ".join(names),
+                    "ExpressionAttributeNames": names,
                 }
             }
             for attempt in range(_UNPROCESSED_RETRIES + 1):
@@ -107,6 +114,20 @@ class Ledger:
         if position >= len(keys):
             return rows, None
         return rows, {"shard": position, "key": start}
+
+    @staticmethod
+    def resume_after(status: str, row: LedgerRow) -> dict[str, Any]:
+        """The cursor of open_rows that goes on right after ``row`` (a row it returned):
+        a sweep that stops inside a page resumes there, not at the next page."""
+        keys = open_status_values(str(status))
+        if row.open_status not in keys or row.lock_expires_at is None:
+            raise ValueError(f"{row.pk} is not a row of the open-work index in {status}")
+        start = {
+            Attribute.OPEN_STATUS.value: {"S": row.open_status},
+            Attribute.LOCK_EXPIRES_AT.value: {"N": str(row.lock_expires_at)},
+            Attribute.PK.value: {"S": row.pk},
+        }
+        return {"shard": keys.index(row.open_status), "key": start}
 
     def _open_page(
         self, key: str, lock_cutoff: int | None, start: dict[str, Any] | None, limit: int

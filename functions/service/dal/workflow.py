@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 import boto3
 from botocore.config import Config
 
-from service.dal.aws import EXECUTION_ALREADY_EXISTS, aws_call
+from service.dal.aws import EXECUTION_ALREADY_EXISTS, aws_call, error_code
 from service.errors import PermanentError
 
 # StartExecution is throttled per account (a token bucket); a page resubmits
@@ -20,6 +21,35 @@ from service.errors import PermanentError
 _RETRYING = Config(retries={"mode": "adaptive", "max_attempts": 10})
 _REMEMBERED_STARTS = 20_000
 _ALREADY_STARTED = frozenset({EXECUTION_ALREADY_EXISTS})
+# StartExecution refuses this input (over 256 KiB in UTF-8, or not JSON): the same input is
+# refused again, whoever sends it (API_StartExecution.html: InvalidExecutionInput; the
+# input's length constraint answers ValidationException).
+_INPUT_REFUSED = frozenset({"InvalidExecutionInput", "ValidationException"})
+
+# What SQS accepts in a message (XML 1.0 characters); anything else is refused.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def compact_json(value: Any) -> str:
+    """JSON text as EventBridge and the pipe hand it on: compact, UTF-8 characters as they are.
+
+    ``json.dumps`` defaults write "é" as six bytes and an emoji as twelve, and add
+    spaces: an event of 110 KB of "é" that Step Functions accepted would come back
+    as 330 KB, over StartExecution's 256 KiB (counted in UTF-8 bytes). Only what no
+    UTF-8 text can hold (a lone surrogate) or SQS refuses (U+FFFE, U+FFFF) is
+    escaped; JSON reads either form as the same string.
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+class StartRefused(PermanentError):
+    """StartExecution refused the input itself: no retry, no later audit, starts it."""
+
+    def __init__(self, name: str, code: str, message: str) -> None:
+        super().__init__(f"starting {name}: {code}: {message}")
+        self.code = code
+        self.reason = message
 
 
 class Processor:
@@ -35,16 +65,20 @@ class Processor:
     def start(self, name: str, execution_input: Any) -> bool:
         """True when this call started the execution, False when the name already ran.
 
+        Raises StartRefused when Step Functions refuses the input itself.
         Step Functions answers a second start of a name that is still running,
         with the same input, as if it were the first (same ARN): so the names
         this sandbox started are remembered too.
         """
         if name in self._started:
             return False
-        with aws_call(f"starting {name}", expected=_ALREADY_STARTED) as call:
+        with aws_call(f"starting {name}", expected=_ALREADY_STARTED | _INPUT_REFUSED) as call:
             self._sfn.start_execution(
-                stateMachineArn=self.arn, name=name, input=json.dumps(execution_input)
+                stateMachineArn=self.arn, name=name, input=compact_json(execution_input)
             )
+        if call.refusal is not None and call.refused in _INPUT_REFUSED:
+            error = call.refusal.response.get("Error", {})
+            raise StartRefused(name, error_code(call.refusal), str(error.get("Message", "")))
         if call.refused:
             return False  # the name ran before: whatever it did stands
         self._started[name] = None
@@ -77,13 +111,9 @@ class DeadLetters:
         with aws_call("sending to the DLQ"):
             self._sqs.send_message(
                 QueueUrl=self.queue_url,
-                MessageBody=json.dumps(body),  # ASCII: every other character escaped
+                MessageBody=compact_json(body),  # SQS counts UTF-8 bytes, as SendToDLQ's
                 MessageAttributes=message_attributes,
             )
-
-
-# What SQS accepts in a message (XML 1.0 characters); anything else is refused.
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _attribute(name: str, value: str) -> dict[str, str]:
@@ -129,34 +159,33 @@ class Reports:
                     return None
                 kwargs["ContinuationToken"] = response["NextContinuationToken"]
 
-    def map_run_results(self, bucket: str, manifest_key: str) -> MapRunResults:
-        """What a Distributed Map's ResultWriter exported: its manifest, then every file.
+    def map_run_entries(self, bucket: str, manifest_key: str) -> Iterator[tuple[str, Any]]:
+        """What a Distributed Map's ResultWriter exported, one child at a time: its manifest,
+        then every file, each read as a stream (a file holds up to thousands of children, a
+        failed one with its whole input: they are never all in memory at once).
 
         The manifest lists the result files by status (ResultFiles: SUCCEEDED,
-        FAILED, PENDING: input-output-resultwriter.html). A succeeded child's entry
-        is its output (COMPACT); a failed child's is the whole execution result
-        (as NONE: ExecutionArn, Input, Error, Cause...), Input and Output as JSON text.
+        FAILED, PENDING: input-output-resultwriter.html). Yields ("SUCCEEDED", the
+        child's output: COMPACT) and ("FAILED" or "PENDING", the child's whole
+        execution result as NONE writes it: ExecutionArn, Input, Error, Cause...,
+        Input and Output as JSON text).
         """
         manifest = self._json(bucket, manifest_key)
         files = manifest.get("ResultFiles") or {}
-        results = MapRunResults()
-        for entry in self._entries(bucket, files.get("SUCCEEDED") or []):
-            results.outputs.append(_parsed(entry.get("Output")) if _is_result(entry) else entry)
-        for status in ("FAILED", "PENDING"):
-            for entry in self._entries(bucket, files.get(status) or []):
-                results.failed.append({"Status": status, **entry})
-        return results
+        for status in ("SUCCEEDED", "FAILED", "PENDING"):
+            for file in files.get(status) or []:
+                for entry in self._entries(bucket, str(file["Key"])):
+                    if status == "SUCCEEDED":
+                        yield status, _parsed(entry.get("Output")) if _is_result(entry) else entry
+                    else:
+                        yield status, {"Status": status, **entry}
 
-    def _entries(self, bucket: str, files: list[dict[str, Any]]) -> list[Any]:
-        entries: list[Any] = []
-        for file in files:
-            text = self._text(bucket, str(file["Key"]))
-            stripped = text.lstrip()
-            if stripped.startswith("["):
-                entries += json.loads(stripped)
-            else:  # JSONL
-                entries += [json.loads(line) for line in text.splitlines() if line.strip()]
-        return entries
+    def _entries(self, bucket: str, key: str) -> Iterator[Any]:
+        """The values of one result file (a JSON array, or JSON lines), read a chunk at a time."""
+        with aws_call(f"reading s3://{bucket}/{key}"):
+            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"]
+        with aws_call(f"reading s3://{bucket}/{key}"):
+            yield from json_values(body)
 
     def _json(self, bucket: str, key: str) -> dict[str, Any]:
         value = json.loads(self._text(bucket, key))
@@ -170,12 +199,48 @@ class Reports:
         return str(body.decode("utf-8"))
 
 
-@dataclass
-class MapRunResults:
-    """The children's outputs (succeeded) and their results (failed or never run)."""
+_CHUNK = 1 << 18  # bytes read at a time from a result file
+_DECODER = json.JSONDecoder()
+_BETWEEN = frozenset(" \t\r\n,")
 
-    outputs: list[Any] = field(default_factory=list)
-    failed: list[dict[str, Any]] = field(default_factory=list)
+
+def json_values(body: Any, chunk: int = _CHUNK) -> Iterator[Any]:
+    """The values of a JSON array, or of JSON lines, read from ``body`` (a stream with
+    ``read(n)``) a chunk at a time: memory holds a chunk and a value, never the file."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    buffer = ""
+    position = 0
+    opened = False
+    ended = False
+    while True:
+        # Skip what stands between values: whitespace, commas, the array's brackets.
+        while position < len(buffer):
+            character = buffer[position]
+            if character in _BETWEEN or (character == "]" and opened):
+                position += 1
+            elif character == "[" and not opened:
+                opened, position = True, position + 1
+            else:
+                break
+        if position < len(buffer):
+            opened = True  # JSON lines have no bracket; an array's values are past it
+            try:
+                value, end = _DECODER.raw_decode(buffer, position)
+            except json.JSONDecodeError:
+                if ended:
+                    raise
+            else:
+                # A value that ends the buffer (a number) may go on in the next chunk.
+                if end < len(buffer) or ended:
+                    yield value
+                    position = end
+                    continue
+        if ended:
+            return
+        data = body.read(chunk)
+        buffer = buffer[position:] + decoder.decode(data or b"", final=not data)
+        position = 0
+        ended = not data
 
 
 def _is_result(entry: Any) -> bool:

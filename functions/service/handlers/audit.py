@@ -1,11 +1,11 @@
-"""Audit Lambda: the plan, one batch of the bucket walk, one page of open work, or the report.
+"""Audit Lambda: the plan, one batch of the bucket walk, a while of the open-work sweep, the report.
 
 The audit state machine calls it once to plan the run, once per batch of up
 to 1000 objects (each batch is one EXPRESS child of a Distributed Map), once
-per page of the open-work index (the state carries the cursor and the running
-counts between pages), and once for the report. This module reads the state's
-event, calls the use case (service/usecases/audit.py) and shapes its answer
-for the next state.
+per call of the open-work sweep, which sweeps pages for up to 540 s (the state
+carries the cursor and the running counts between calls), and once for the
+report. This module reads the state's event, calls the use case
+(service/usecases/audit.py) and shapes its answer for the next state.
 """
 
 from __future__ import annotations
@@ -77,13 +77,21 @@ def audit_batch(
 def sweep_locks(
     event: dict[str, Any], settings: AuditSettings, clients: Clients, context: Any = None
 ) -> dict[str, Any]:
-    """One page of open work (SweepLocks): the event goes on, with the new cursor and tally."""
+    """One call of the open-work sweep (SweepLocks): the event goes on, with the new cursor
+    and tally."""
     so_far = Tally(
         counts=dict(event.get("counts") or {}),
         resubmitted_sample=list(event.get("resubmittedSample") or []),
     )
-    page = audit.sweep_locks(settings, clients, _run(event), event.get("cursor"), so_far)
-    return {**event, "cursor": page.cursor, "done": page.cursor is None, **_tally(page.tally)}
+    remaining = None if context is None else context.get_remaining_time_in_millis() / 1000
+    page = audit.sweep_locks(settings, clients, _run(event), event.get("cursor"), so_far, remaining)
+    return {
+        **event,
+        "cursor": page.cursor,
+        "done": page.cursor is None,
+        "deferred": page.deferred,
+        **_tally(page.tally),
+    }
 
 
 def report(
@@ -97,6 +105,9 @@ def report(
         started_at_ms=float(event["startedAt"]),
         objects=event.get("objects") or {},
         locks=event.get("locks") or {},
+        remaining_seconds=None
+        if context is None
+        else context.get_remaining_time_in_millis() / 1000,
     )
 
 

@@ -9,6 +9,7 @@ The ledger rules it relies on (service/model.py draws a row's life):
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ COUNT_KEYS = (
     "stuck_left_alone",
     "failed_dead_lettered",
     "resubmit_errors",
+    "resubmit_refused",
     "resubmit_deferred",
+    "sweep_deferred",
     "failed_batches",
     "unaudited_objects",
 )
@@ -260,6 +263,41 @@ def stuck_dead_letter_message(
     return _dead_letter_message(
         row, original_event, state_machine_arn, "LockExpired", message, "MaximumRetryAttempts"
     )
+
+
+# The largest event a DLQ message carries whole, in UTF-8 bytes (the processor's own bound:
+# Normalize accepts no larger input); a larger one travels as an excerpt, as SendToDLQ's.
+DEAD_LETTER_EVENT_BYTES = 122_880
+EXCERPT_CHARACTERS = 32_768
+
+
+def refused_dead_letter_message(
+    row: LedgerRow,
+    execution_input: Any,
+    state_machine_arn: str,
+    code: str,
+    message: str,
+    input_bytes: int,
+) -> dict[str, Any]:
+    """The DLQ message for a row whose resubmission StartExecution refused (its input).
+
+    ERROR_CODE is StartExecution's error code, the condition PermanentError (the same
+    input is refused again). An input too large for the message travels as an excerpt
+    and its size, as the processor's SendToDLQ writes one.
+    """
+    fits = input_bytes <= DEAD_LETTER_EVENT_BYTES
+    built = _dead_letter_message(
+        row, execution_input if fits else None, state_machine_arn, code, message, "PermanentError"
+    )
+    if not fits:
+        # An excerpt of the compact text whose start was refused.
+        text = json.dumps(execution_input, ensure_ascii=False, separators=(",", ":"))
+        built["body"] = {
+            **built["body"],
+            "eventExcerpt": text[:EXCERPT_CHARACTERS],
+            "eventBytes": input_bytes,
+        }
+    return built
 
 
 # What the processor writes to last_error when its DLQ message could not be sent:

@@ -1,4 +1,4 @@
-"""The audit's use cases: plan the run, audit one batch, sweep one page of open work, report.
+"""The audit's use cases: plan the run, audit one batch, sweep open work for a while, report.
 
 Each takes what its state of the audit state machine hands on, already parsed
 by the handler, and the clients of the data layer it works through.
@@ -6,6 +6,7 @@ by the handler, and the clients of the data layer it works through.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,8 +17,15 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from service.dal.bucket import Bucket, Inventory
 from service.dal.ledger import Ledger
-from service.dal.workflow import DeadLetters, Processor, Reports, batch_size
-from service.errors import PermanentError
+from service.dal.workflow import (
+    DeadLetters,
+    Processor,
+    Reports,
+    StartRefused,
+    batch_size,
+    compact_json,
+)
+from service.errors import PermanentError, TransientError
 from service.logic.audit import (
     COUNT_KEYS,
     SAMPLE_CHARACTERS,
@@ -35,6 +43,7 @@ from service.logic.audit import (
     inventory_item,
     listed_item,
     object_work_item,
+    refused_dead_letter_message,
     resubmission_name,
     row_work_item,
     stuck_dead_letter_message,
@@ -50,6 +59,7 @@ _RESUBMIT = {"missing_resubmitted", "failed_resubmitted"}
 RESULTS_PREFIX = "reports/audit-runs/"
 # The Lambda's own timeout leaves a batch this much time to spare.
 _TIMEOUT_MARGIN_SECONDS = 30
+_SWEEP_CALL_FLOOR_SECONDS = 5.0
 
 
 class Clients:
@@ -223,8 +233,9 @@ def audit_batch(
     Objects outside the window (too recent, older than the retention) are
     counted with no ledger read. Resubmissions keep to the batch's share of
     AuditResubmitsPerSecond and stop when the batch's time is up; the rest are
-    counted as deferred (the next audit finds them again). ``remaining_seconds``:
-    what the Lambda's timeout leaves of the invocation.
+    counted as deferred (the next audit finds them again). Only a start that
+    succeeded counts as resubmitted; a failed one counts in resubmit_errors.
+    ``remaining_seconds``: what the Lambda's timeout leaves of the invocation.
     """
     # The batch's time runs from here: its EXPRESS child gives the task 280 s, so
     # listing and reading count against the 240 s, leaving room for a last start.
@@ -259,7 +270,14 @@ def audit_batch(
                 continue
             time.sleep(pause)
             name = resubmission_name("audit", run.audit_id, key)
-            clients.processor.start(name, object_work_item(bucket, obj, key))
+            try:
+                # False: this audit started the name before (a retried batch): it counts.
+                clients.processor.start(name, object_work_item(bucket, obj, key))
+            except (TransientError, PermanentError) as exc:
+                # Counted apart, not as resubmitted: the next audit finds the object again.
+                counts["resubmit_errors"] += 1
+                logger.error("cannot resubmit", extra={"idempotency_key": key, "error": str(exc)})
+                continue
             resubmitted.append(key)
             logger.info("resubmitted", extra={"idempotency_key": key, "verdict": verdict})
         counts[verdict] += 1
@@ -286,15 +304,21 @@ def _unversioned_row(
     return row.pk, row
 
 
-# ---- one page of open work --------------------------------------------------------
+# ---- the sweep of open work -------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class SweepPage:
-    """Where the sweep stands after a page: the next page's cursor (None: done), the tally."""
+    """Where the sweep stands after a call: the next call's cursor (None: done), the tally,
+    and whether it stopped at its deadline with open work left for the next audit."""
 
     cursor: dict[str, Any] | None
     tally: Tally
+    deferred: bool = False
+
+
+class _TimeUp(Exception):
+    """The call's time is up before the next resubmission: the row waits for the next call."""
 
 
 def sweep_locks(
@@ -303,8 +327,18 @@ def sweep_locks(
     run: AuditRun,
     cursor: dict[str, Any] | None,
     so_far: Tally,
+    remaining_seconds: float | None = None,
 ) -> SweepPage:
-    """One page of the open-work index: first stuck PROCESSING rows, then FAILED ones.
+    """Sweep the open-work index from ``cursor``, page after page, until it is done or the
+    call's time is up: first stuck PROCESSING rows, then FAILED ones.
+
+    One call sweeps as many pages as its time allows (a call that is not done has
+    used all of it), and the sweep stops AUDIT_SWEEP_HOURS after the run started,
+    leaving the rest to the next audit: the state machine's loop, and so its
+    history, grows with the sweep's duration, never with the number of open rows.
+    Resubmissions keep to AuditResubmitsPerSecond (the sweep runs after the walk,
+    alone); a call that cannot start the next one in time returns a cursor on
+    that row.
 
     A stuck row (its lock expired more than the margin ago) is released with
     a fenced update and resubmitted; at MaxAttempts it is dead-lettered
@@ -313,61 +347,108 @@ def sweep_locks(
     else ever would (the pipe and the rule do not redeliver a failed
     execution). A FAILED row at MaxAttempts that is still open has no DLQ
     message (the processor's send failed: DeadLetterFailed); it is
-    dead-lettered here. Resubmissions share the bucket walk's names, so a key
+    dead-lettered here. A resubmission StartExecution refuses is dead-lettered
+    with the refusal. Resubmissions share the bucket walk's names, so a key
     is started once per audit however many phases see it. A row of an object
     that is no longer the stack's (ExistingBucketName, KeyPrefix or KeySuffix
     changed since) is left alone: the processor would refuse it.
     """
-    cursor = cursor or {"phase": "stuck"}
+    seconds = settings.sweep_call_seconds
+    if remaining_seconds is not None:
+        seconds = min(seconds, remaining_seconds - _TIMEOUT_MARGIN_SECONDS)
+    # Every call makes progress (a call with no time would loop the state machine
+    # without end): the template's 600 s timeout leaves 540.
+    call_ends = time.monotonic() + max(seconds, _SWEEP_CALL_FLOOR_SECONDS)
+    budget = Budget(per_second=settings.resubmits_per_second, deadline=call_ends)
     counts = add_counts(so_far.counts)
     resubmitted: list[str] = []
-    phase: dict[str, Any] = cursor
-    if cursor.get("phase") == "stuck":
-        cutoff = int(run.now - settings.stuck_margin_seconds)
-        rows, start = clients.ledger.open_rows(Status.PROCESSING, cutoff, cursor.get("start"))
-        for row in _the_stacks(rows, settings):
-            _release_stuck(row, run, settings, clients, counts, resubmitted)
-        # The last stuck page goes straight on to the first FAILED page.
-        phase = {"phase": "stuck", "start": start} if start else {"phase": "failed"}
-    next_cursor: dict[str, Any] | None = phase
-    if phase.get("phase") == "failed":
-        rows, start = clients.ledger.open_rows(Status.FAILED, None, phase.get("start"))
-        for row in _the_stacks(rows, settings):
-            _retry_failed(row, run, settings, clients, counts, resubmitted)
-        next_cursor = {"phase": "failed", "start": start} if start else None
-    return SweepPage(next_cursor, Tally(counts, sample(so_far.resubmitted_sample, resubmitted)))
+    position: dict[str, Any] | None = cursor or {"phase": "stuck"}
 
+    def tally() -> Tally:
+        return Tally(counts, sample(so_far.resubmitted_sample, resubmitted))
 
-def _the_stacks(rows: Iterable[LedgerRow], settings: AuditSettings) -> list[LedgerRow]:
-    """The rows whose work is still the stack's: messages, events, and objects of its
-    bucket that its key filter passes."""
-    kept = []
-    for row in rows:
-        if (
-            row.bucket is not None
-            and row.object_key is not None
-            and not (
-                row.bucket == settings.ingest_bucket and settings.key_filter.matches(row.object_key)
-            )
-        ):
+    while position is not None:
+        if time.time() >= run.now + settings.sweep_seconds:
+            counts["sweep_deferred"] += 1
             logger.warning(
-                "open work outside the stack's bucket or key filter: left alone",
-                extra={"idempotency_key": row.pk, "key_filter": settings.key_filter.describe()},
+                "the sweep reached its deadline: the rest waits for the next audit",
+                extra={"cursor": position},
             )
-            continue
-        kept.append(row)
-    return kept
+            return SweepPage(None, tally(), deferred=True)
+        if time.monotonic() >= call_ends:
+            return SweepPage(position, tally())
+        stuck = position.get("phase") == "stuck"
+        status = Status.PROCESSING if stuck else Status.FAILED
+        cutoff = int(run.now - settings.stuck_margin_seconds) if stuck else None
+        rows, start = clients.ledger.open_rows(
+            status, cutoff, position.get("start"), settings.sweep_page_size
+        )
+        for row in rows:
+            try:
+                if _the_stacks(row, settings):
+                    if stuck:
+                        _release_stuck(row, run, settings, clients, counts, resubmitted, budget)
+                    else:
+                        _retry_failed(row, run, settings, clients, counts, resubmitted, budget)
+            except _TimeUp:
+                return SweepPage(position, tally())
+            position = {
+                "phase": position["phase"],
+                "start": clients.ledger.resume_after(status, row),
+            }
+        if start:
+            position = {"phase": position["phase"], "start": start}
+        else:  # the last stuck page goes straight on to the first FAILED page
+            position = {"phase": "failed"} if stuck else None
+    return SweepPage(None, tally())
+
+
+def _the_stacks(row: LedgerRow, settings: AuditSettings) -> bool:
+    """Whether a row's work is still the stack's: a message, an event, or an object of its
+    bucket that its key filter passes."""
+    if (
+        row.bucket is not None
+        and row.object_key is not None
+        and not (
+            row.bucket == settings.ingest_bucket and settings.key_filter.matches(row.object_key)
+        )
+    ):
+        logger.warning(
+            "open work outside the stack's bucket or key filter: left alone",
+            extra={"idempotency_key": row.pk, "key_filter": settings.key_filter.describe()},
+        )
+        return False
+    return True
+
+
+def _original_input(row: LedgerRow, clients: Clients) -> Any:
+    """What the processor starts again with for a row: a work item for an object; for a
+    message or an event the copy Claim kept on the row (compact JSON text); for a row
+    claimed before Claim kept one, the input of the execution that holds it (never an
+    EXPRESS one's: DescribeExecution does not serve them)."""
+    work_item = row_work_item(row)
+    if work_item is not None:
+        return work_item
+    if row.original_event is not None:
+        try:
+            return json.loads(row.original_event)
+        except ValueError:
+            logger.error("the row's original_event is not JSON", extra={"idempotency_key": row.pk})
+            return None
+    return clients.processor.execution_input(row.lock_owner or "")
 
 
 def _resubmit(
     row: LedgerRow,
     run: AuditRun,
+    settings: AuditSettings,
     clients: Clients,
     counts: Counts,
     resubmitted: list[str],
 ) -> bool:
-    """Start the processor again for a row: a work item, or the original execution's input."""
-    execution_input = row_work_item(row) or clients.processor.execution_input(row.lock_owner or "")
+    """Start the processor again for a row. A start Step Functions refuses for its input
+    is dead-lettered with the refusal (no later audit would get it started either)."""
+    execution_input = _original_input(row, clients)
     if execution_input is None:
         counts["resubmit_errors"] += 1
         logger.error(
@@ -376,10 +457,26 @@ def _resubmit(
         )
         return False
     name = resubmission_name("audit", run.audit_id, row.pk)
-    started = clients.processor.start(name, execution_input)
+    try:
+        started = clients.processor.start(name, execution_input)
+    except StartRefused as refused:
+        counts["resubmit_refused"] += 1
+        logger.error(
+            "the resubmission was refused: dead-lettered",
+            extra={"idempotency_key": row.pk, "error": str(refused)},
+        )
+        _dead_letter_refused(row, execution_input, refused, run, settings, clients, counts)
+        return False
     if started:
         resubmitted.append(row.pk)
     return started
+
+
+def _pace(budget: Budget) -> None:
+    pause = budget.wait(time.monotonic())
+    if pause is None:
+        raise _TimeUp
+    time.sleep(pause)
 
 
 def _release_stuck(
@@ -389,13 +486,15 @@ def _release_stuck(
     clients: Clients,
     counts: Counts,
     resubmitted: list[str],
+    budget: Budget,
 ) -> None:
     if row.attempts >= settings.max_attempts:
         # The message first: if this page fails after it, the retried page
         # finds the row still PROCESSING and sends again (a DLQ message too
         # many beats a dead-lettered row with none).
-        original = clients.processor.execution_input(row.lock_owner or "")
-        message = stuck_dead_letter_message(row, original, settings.processor_arn)
+        message = stuck_dead_letter_message(
+            row, _dead_letter_event(row, clients), settings.processor_arn
+        )
         clients.dead_letters.send(message["body"], message["attributes"])
         if not clients.ledger.release_stuck(row, int(time.time() * 1000), run.audit_id, True):
             counts["stuck_left_alone"] += 1
@@ -408,13 +507,14 @@ def _release_stuck(
         counts["stuck_dead_lettered"] += 1
         logger.warning("stuck work dead-lettered", extra={"idempotency_key": row.pk})
         return
+    _pace(budget)  # before the release: a row the call has no time for stays as it is
     if not clients.ledger.release_stuck(row, int(time.time() * 1000), run.audit_id, False):
         counts["stuck_left_alone"] += 1  # reclaimed or renewed since the index was read
         return
     counts["stuck_released"] += 1
     # Released first: should this start fail, the retried page (or the next
     # audit) finds the row FAILED and resubmits it from there.
-    _resubmit(row, run, clients, counts, resubmitted)
+    _resubmit(row, run, settings, clients, counts, resubmitted)
     logger.info("stuck lock released and resubmitted", extra={"idempotency_key": row.pk})
 
 
@@ -425,15 +525,28 @@ def _retry_failed(
     clients: Clients,
     counts: Counts,
     resubmitted: list[str],
+    budget: Budget,
 ) -> None:
     if row.dead_lettered or row.expires_at < run.now:
         return  # not open work (the index lags a write), or expired: a new delivery's
     if row.attempts >= settings.max_attempts:
         _dead_letter_failed(row, run, settings, clients, counts)
         return
-    if _resubmit(row, run, clients, counts, resubmitted):
+    _pace(budget)
+    if _resubmit(row, run, settings, clients, counts, resubmitted):
         counts["failed_resubmitted"] += 1
         logger.info("failed work resubmitted", extra={"idempotency_key": row.pk})
+
+
+def _dead_letter_event(row: LedgerRow, clients: Clients) -> Any:
+    """The original event a DLQ message of a row carries: the row's copy, else the input of
+    the execution that held it (None when neither is there)."""
+    if row.original_event is not None:
+        try:
+            return json.loads(row.original_event)
+        except ValueError:
+            return None
+    return clients.processor.execution_input(row.lock_owner or "")
 
 
 def _unchanged(current: LedgerRow, seen: LedgerRow) -> bool:
@@ -466,7 +579,7 @@ def _dead_letter_failed(
     if current is None or not _unchanged(current, row):
         logger.info("changed since the index was read", extra={"idempotency_key": row.pk})
         return
-    original = clients.processor.execution_input(current.lock_owner or "")
+    original = _dead_letter_event(current, clients)
     message = failed_dead_letter_message(current, original, settings.processor_arn)
     clients.dead_letters.send(message["body"], message["attributes"])
     if not clients.ledger.dead_letter_failed(current, int(time.time() * 1000), run.audit_id):
@@ -479,20 +592,61 @@ def _dead_letter_failed(
     logger.warning("failed work dead-lettered", extra={"idempotency_key": row.pk})
 
 
+def _dead_letter_refused(
+    row: LedgerRow,
+    execution_input: Any,
+    refused: StartRefused,
+    run: AuditRun,
+    settings: AuditSettings,
+    clients: Clients,
+    counts: Counts,
+) -> None:
+    """A resubmission StartExecution refused for its input: the row is dead-lettered with the
+    refusal (the message first, then a write fenced on the row as read now, FAILED: a stuck
+    row was released just before), and the sweep goes on. The event goes whole into the
+    message when SQS takes it, else an excerpt (the execution's history keeps it whole)."""
+    current = clients.ledger.current(row.pk)
+    if current is None or current.status != Status.FAILED or current.dead_lettered:
+        logger.info("changed since the index was read", extra={"idempotency_key": row.pk})
+        return
+    message = refused_dead_letter_message(
+        current,
+        execution_input,
+        settings.processor_arn,
+        refused.code,
+        f"StartExecution refused the audit's resubmission: {refused.reason}",
+        len(compact_json(execution_input).encode("utf-8", "surrogatepass")),
+    )
+    clients.dead_letters.send(message["body"], message["attributes"])
+    if not clients.ledger.dead_letter_failed(current, int(time.time() * 1000), run.audit_id):
+        logger.warning(
+            "changed after its DLQ message was sent: redrive will find it done, busy or reset",
+            extra={"idempotency_key": row.pk},
+        )
+        return
+    counts["failed_dead_lettered"] += 1
+
+
 # ---- the report -------------------------------------------------------------------
 
 
 def _walk(
-    objects: dict[str, Any], audit_id: str, clients: Clients
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The batches' counts and what the report says about the bucket walk.
+    settings: AuditSettings,
+    clients: Clients,
+    run: AuditRun,
+    objects: dict[str, Any],
+    deadline: float,
+) -> tuple[Counts, list[str], dict[str, Any]]:
+    """The batches' counts, their resubmitted sample, and what the report says of the walk.
 
     The Distributed Map exported its children's results to S3 (ResultWriter):
-    the succeeded batches' outputs are summed; a failed batch's objects are
-    counted as not audited (the next run walks them again). A walk that failed
-    (too many failed batches) hands on no result, but its results were exported
-    all the same (input-output-resultwriter.html): they are found under the run's
-    prefix, so what the batches that ran did is still counted.
+    they are read a child at a time (a failed child's result holds its whole
+    input) and the succeeded batches' outputs summed. A failed batch's objects
+    are counted as not audited (the next run walks them again), and what it
+    resubmitted before it died is counted all the same (_recount). A walk that
+    failed (too many failed batches) hands on no result, but its results were
+    exported all the same (input-output-resultwriter.html): they are found under
+    the run's prefix, so what the batches that ran did is still counted.
     """
     walk: dict[str, Any] = {
         "source": objects.get("source", ""),
@@ -500,26 +654,98 @@ def _walk(
         "prefix": objects.get("prefix", ""),
         "batches": 0,
     }
+    counts = add_counts()
+    resubmitted: list[str] = []
     if objects.get("error"):
         walk["error"] = f"{objects['error']}: {str(objects.get('cause') or '')[:1000]}"
     where = objects.get("results") or {}
     if not where.get("Bucket") or not where.get("Key"):
-        found = clients.reports.find_manifest(f"{RESULTS_PREFIX}{audit_id}/")
+        found = clients.reports.find_manifest(f"{RESULTS_PREFIX}{run.audit_id}/")
         if found is None:
-            return [], walk
+            return counts, resubmitted, walk
         where = {"Bucket": clients.reports.bucket, "Key": found}
-    results = clients.reports.map_run_results(str(where["Bucket"]), str(where["Key"]))
-    walk["batches"] = len(results.outputs) + len(results.failed)
-    parts = [o for o in results.outputs if isinstance(o, dict)]
-    failed = add_counts()
-    failed["failed_batches"] = len(results.failed)
-    failed["unaudited_objects"] = sum(batch_size(r) for r in results.failed)
-    for result in results.failed[:5]:
-        logger.error(
-            "an audit batch failed",
-            extra={"error": result.get("Error"), "cause": str(result.get("Cause"))[:500]},
+    for status, entry in clients.reports.map_run_entries(str(where["Bucket"]), str(where["Key"])):
+        walk["batches"] += 1
+        if status == "SUCCEEDED":
+            if isinstance(entry, dict):
+                counts = add_counts(counts, entry.get("counts") or {})
+                resubmitted = _more(resubmitted, entry.get("resubmittedSample") or [])
+            continue
+        counts["failed_batches"] += 1
+        counts["unaudited_objects"] += batch_size(entry)
+        if counts["failed_batches"] <= 5:
+            logger.error(
+                "an audit batch failed",
+                extra={"error": entry.get("Error"), "cause": str(entry.get("Cause"))[:500]},
+            )
+        if time.monotonic() < deadline:
+            recounted = _recount(settings, clients, run, entry)
+            counts = add_counts(counts, recounted.counts)
+            resubmitted = _more(resubmitted, recounted.resubmitted_sample)
+        else:
+            logger.warning("no time left to recount a failed batch's resubmissions")
+    return counts, resubmitted, walk
+
+
+def _more(sample_: list[str], keys: Iterable[str]) -> list[str]:
+    return [*sample_, *keys][:SAMPLE_LIMIT]
+
+
+def _recount(settings: AuditSettings, clients: Clients, run: AuditRun, failed: Any) -> Tally:
+    """What a failed batch resubmitted before it died, read back from the ledger.
+
+    A batch can start executions and then fail (an error its Retry does not
+    list, its timeout): its output, and so its counts, are lost, and by the next
+    audit its lost uploads are processed and look "ok". A resubmission of this
+    audit claims the upload's row under this audit's name for the key
+    (resubmission_name): a row whose claims hold that name was resubmitted by
+    this run, as missing when that claim made the row (the first claim), as
+    failed otherwise. The lost-work alarm counts them like any batch's.
+    """
+    value = _parsed_input(failed.get("Input") if isinstance(failed, dict) else None)
+    items = value.get("Items") if isinstance(value, dict) else None
+    facts = value.get("BatchInput") if isinstance(value, dict) else None
+    counts = add_counts()
+    if not isinstance(items, list) or not isinstance(facts, dict):
+        return Tally(counts, [])
+    batch = Batch(
+        items=[i for i in items if isinstance(i, dict)],
+        source=facts.get("source"),
+        versioned=bool(facts.get("versioned")),
+    )
+    window = _window(run, settings)
+    bucket = settings.ingest_bucket
+    keys = []
+    for obj in _batch_objects(batch, settings, clients):
+        if age_verdict(obj, window) is not None:
+            continue
+        if obj.version_id != NULL_VERSION:
+            keys.append(idempotency_key(bucket, obj))
+        else:
+            keys.append(_unversioned_row(obj, window, bucket, clients)[0])
+    resubmitted = []
+    for key, row in clients.ledger.batch_get(keys, with_claims=True).items():
+        name = resubmission_name("audit", run.audit_id, key)
+        claims = [c.rsplit(":", 1)[-1] for c in row.claims]
+        if name not in claims:
+            continue
+        counts["missing_resubmitted" if claims[0] == name else "failed_resubmitted"] += 1
+        resubmitted.append(key)
+    if resubmitted:
+        logger.warning(
+            "a failed batch had resubmitted work before it failed",
+            extra={"resubmitted": len(resubmitted)},
         )
-    return [*parts, {"counts": failed}], walk
+    return Tally(counts, resubmitted)
+
+
+def _parsed_input(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
 
 
 def report(
@@ -529,18 +755,20 @@ def report(
     started_at_ms: float,
     objects: dict[str, Any],
     locks: dict[str, Any],
+    remaining_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Sum the batches and the lock sweep, write reports/audit/<date>.json, emit the metrics.
 
     ``objects``: what the bucket walk handed on (its results' location, or its
-    error); ``locks``: the sweep's last page (its counts and sample).
+    error); ``locks``: the sweep's last page (its counts and sample), or where
+    it stopped and why when it failed.
     """
-    batches, walk = _walk(objects, audit_id, clients)
-    parts: list[dict[str, Any]] = [*batches, locks]
-    counts = add_counts(*(p.get("counts") or {} for p in parts))
-    resubmitted: list[str] = []
-    for part in parts:
-        resubmitted += part.get("resubmittedSample") or []
+    run = AuditRun(audit_id=audit_id, started_at_ms=started_at_ms)
+    seconds = 600.0 if remaining_seconds is None else remaining_seconds
+    deadline = time.monotonic() + seconds - 2 * _TIMEOUT_MARGIN_SECONDS
+    counts, resubmitted, walk = _walk(settings, clients, run, objects, deadline)
+    counts = add_counts(counts, locks.get("counts") or {})
+    resubmitted = _more(resubmitted, locks.get("resubmittedSample") or [])
     started = datetime.fromtimestamp(started_at_ms / 1000, UTC)
     result: dict[str, Any] = {
         **{k: counts[k] for k in COUNT_KEYS},
@@ -549,8 +777,10 @@ def report(
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "bucket": settings.ingest_bucket,
         **walk,
-        "resubmitted_sample": resubmitted[:SAMPLE_LIMIT],
+        "resubmitted_sample": resubmitted,
     }
+    if locks.get("error"):
+        result["sweep_error"] = f"{locks['error']}: {str(locks.get('cause') or '')[:1000]}"
     key = f"{settings.report_prefix}{started.date().isoformat()}.json"
     result["report"] = clients.reports.put(key, result)
     for name, value in (
@@ -560,8 +790,10 @@ def report(
         ("AuditResubmitted", counts["missing_resubmitted"] + counts["failed_resubmitted"]),
         ("StuckReleased", counts["stuck_released"]),
         ("AuditResubmitErrors", counts["resubmit_errors"]),
+        ("AuditResubmitRefused", counts["resubmit_refused"]),
         ("AuditFailedDeadLettered", counts["failed_dead_lettered"]),
         ("AuditResubmitDeferred", counts["resubmit_deferred"]),
+        ("AuditSweepDeferred", counts["sweep_deferred"]),
         ("AuditFailedBatches", counts["failed_batches"]),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
