@@ -11,7 +11,9 @@ Every package may use this module; it uses nothing of onceflow.
 
 from __future__ import annotations
 
+import datetime
 import os
+import secrets
 import threading
 from pathlib import Path
 
@@ -68,6 +70,14 @@ def project_directory(template: Path | None = None) -> Path:
     (AWS CloudFormation User Guide, using-cfn-cli-package.html).
     """
     return (template if template is not None else find_template()).resolve().parent
+
+
+def stack_label(kind: str) -> str:
+    """A name for one local stack, unique on this machine: `up-...` for the one `onceflow up`
+    keeps, `own-...` for the fresh one a command runs alone; its start time, then a nonce
+    (two commands may start in one second)."""
+    started = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+    return f"{kind}-{started}-{secrets.token_hex(2)}"
 
 
 def private_directory(path: Path) -> Path:

@@ -30,7 +30,13 @@ def cmd_demo(args: argparse.Namespace, session: Session) -> int:
         concurrency=args.concurrency,
         source=args.source,
     )
-    report = run_demo(config, progress=sys.stderr, record=not args.no_record, shared=session.shared)
+    report = run_demo(
+        config,
+        progress=sys.stderr,
+        record=not args.no_record,
+        shared=session.shared,
+        stack=session.stack,
+    )
     if args.json:
         print(json.dumps(report.data, indent=2))
     else:

@@ -331,6 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="only this state machine's (default: all locally, the processor's on a stack)",
     )
     executions.add_argument("--json", action="store_true", help="the rows as JSON")
+    executions.add_argument(
+        "--all",
+        action="store_true",
+        help="every local stack's executions (default: the running onceflow up's, else those "
+        "of the stack of the newest execution)",
+    )
     add_stack_options(executions)
     executions.set_defaults(func=stack_commands.cmd_executions)
 

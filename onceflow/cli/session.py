@@ -15,11 +15,11 @@ import io
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onceflow.project import TemplateNotFound, find_template
+from onceflow.project import TemplateNotFound, find_template, stack_label
 from onceflow.view import records
 from onceflow.view.history import Execution
 
@@ -41,6 +41,13 @@ class Session:
 
     shared: SharedEngine | None
     main: Callable[[list[str], SharedEngine], int]
+    # The name of the fresh stack this command runs on when it runs alone.
+    own_stack: str = field(default_factory=lambda: stack_label("own"))
+
+    @property
+    def stack(self) -> str:
+        """The name the records of this command's executions give their stack."""
+        return self.shared.stack if self.shared is not None else self.own_stack
 
     @contextlib.contextmanager
     def engine(self, args: argparse.Namespace) -> Iterator[LocalEngine]:
@@ -76,7 +83,7 @@ class Session:
         known = list(known)
         # On the shared engine, only what this command ran: not all it ever ran.
         since = self.shared.started if self.shared is not None else None
-        saved = records.save_all(engine, known, since=since)
+        saved = records.save_all(engine, known, since=since, stack=self.stack)
         if len(saved) == 1 and len(known) == 1:
             print(f"local: recorded; see it with `onceflow show {known[0].name}`", file=sys.stderr)
         elif saved:

@@ -192,7 +192,17 @@ def cmd_executions(args: argparse.Namespace, session: Session) -> int:
         target = ops.DeployedTarget(args.stack_name, args.region, args.profile)
         rows = viewer.list_deployed(target, args.limit, args.status, args.machine or "processor")
     else:
-        rows = viewer.list_local(args.limit, args.status, args.machine)
+        # The current stack: the running `onceflow up`'s, else the newest record's.
+        current = session.shared.stack if session.shared is not None else viewer.newest_stack()
+        stack = None if args.all else current
+        rows = viewer.list_local(args.limit, args.status, args.machine, stack=stack)
+        if stack is not None and not args.json:
+            where = "the running onceflow up" if session.shared is not None else "the newest"
+            print(
+                f"local: the executions of stack {stack} ({where}); --all lists every "
+                "local stack's",
+                file=sys.stderr,
+            )
         if not rows and not args.json:
             print(
                 f"local: no recorded executions in {records.directory()}; "

@@ -129,8 +129,9 @@ def run_demo(
     progress: TextIO | None = sys.stderr,
     record: bool = False,
     shared: SharedEngine | None = None,
+    stack: str | None = None,
 ) -> DemoReport:
-    """Run the demo; `record`: save its executions (records.py).
+    """Run the demo; `record`: save its executions (records.py), as run on `stack`.
 
     On a fresh local engine, or inside `onceflow up` on the running one (``shared``): there
     its objects go under a prefix of their own, its audits walk only that
@@ -263,7 +264,7 @@ def run_demo(
         effects = effects_by_idempotency_key(engine, output_bucket)
         outcomes = Counter(r.states_entered[-1] if r.states_entered else r.status for r in results)
         if record:
-            saved = records.save_all(engine, results)
+            saved = records.save_all(engine, results, stack=stack)
             if progress is not None:
                 progress.write(f"recorded  {len(saved)} executions in {records.directory()}\n")
 

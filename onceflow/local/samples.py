@@ -33,6 +33,8 @@ PLACEHOLDER_BUCKET = "amzn-s3-demo-bucket"
 # The AWS documentation's placeholder, and the bucket `sam local generate-event s3 put`
 # names unless told (aws-sam-cli, samcli/lib/generated_sample_events/event-mapping.json).
 PLACEHOLDER_BUCKETS = (PLACEHOLDER_BUCKET, "example-bucket")
+# User metadata of a sample upload: the version id the event named (see _earlier_sample).
+SAMPLE_OF = "onceflow-sample-of"
 PROCESSOR = "ProcessorStateMachine"
 BATCH_PROCESSOR = "BatchProcessorStateMachine"
 # What each of the stack's targets is started (or invoked) with, as a file in events/.
@@ -267,17 +269,65 @@ def _prepare_object(
         return notes
     except ClientError:
         pass  # not there yet: upload the sample below
+    earlier = _earlier_sample(s3, bucket, key, version)
+    if earlier is not None:
+        # On `onceflow up` the same file run again is the same upload delivered again.
+        notes.append(
+            f"version id {version} is {earlier['VersionId']}, the version the sample "
+            "uploaded earlier for it"
+        )
+        _name_upload(holder, version_path, version, earlier, notes, announce=False)
+        return notes
+    metadata = {SAMPLE_OF: version} if isinstance(version, str) and _is_metadata(version) else {}
     try:
-        uploaded = s3.put_object(Bucket=bucket, Key=key, Body=_sample_body(key))
+        uploaded = s3.put_object(Bucket=bucket, Key=key, Body=_sample_body(key), Metadata=metadata)
     except ClientError as exc:
         notes.append(f"no sample object uploaded: S3 refused the key ({exc})")
         return notes
-    new_version = uploaded.get("VersionId")
     kind = "text (not an image)" if key.endswith(".txt") else "image"
     notes.append(f"uploaded a sample {kind} to s3://{bucket}/{key}")
+    _name_upload(holder, version_path, version, uploaded, notes, announce=True)
+    return notes
+
+
+def _is_metadata(value: str) -> bool:
+    """Whether S3 keeps the value as user metadata as it is (printable ASCII)."""
+    return value.isascii() and value.isprintable() and len(value) <= 1024
+
+
+def _earlier_sample(s3: Any, bucket: str, key: str, version: Any) -> dict[str, Any] | None:
+    """The sample uploaded before for an event naming this version id (None: none was).
+
+    The event's version id is a real account's, never the local bucket's: the upload
+    keeps it in its metadata, so that the same event file names the same upload again.
+    """
+    if not isinstance(version, str) or not _is_metadata(version):
+        return None
+    listed = s3.list_object_versions(Bucket=bucket, Prefix=key)
+    for candidate in listed.get("Versions", []):
+        if candidate.get("Key") != key:
+            continue
+        head = s3.head_object(Bucket=bucket, Key=key, VersionId=candidate["VersionId"])
+        if head.get("Metadata", {}).get(SAMPLE_OF) == version:
+            return {"VersionId": candidate["VersionId"], "ETag": head.get("ETag", "")}
+    return None
+
+
+def _name_upload(
+    holder: dict[str, Any],
+    version_path: str,
+    version: Any,
+    uploaded: dict[str, Any],
+    notes: list[str],
+    *,
+    announce: bool,
+) -> None:
+    """Point the event at the upload: its version id, and its ETag."""
+    new_version = uploaded.get("VersionId")
     if isinstance(version, str) and new_version:
         _set(holder, version_path, new_version)
-        notes.append(f"version id {version} is now {new_version}, the one S3 gave the upload")
+        if announce:
+            notes.append(f"version id {version} is now {new_version}, the one S3 gave the upload")
     # An upload without a real version id is read only while it still holds the
     # ETag its event names (anything else counts as superseded): name the sample's.
     parent_path = version_path.rpartition(".")[0]
@@ -285,6 +335,6 @@ def _prepare_object(
     etag = str(uploaded.get("ETag", "")).strip('"')
     for field in ("etag", "eTag"):
         if isinstance(parent, dict) and isinstance(parent.get(field), str) and etag:
-            notes.append(f"etag {parent[field]} is now {etag}, the one S3 gave the upload")
+            if announce:
+                notes.append(f"etag {parent[field]} is now {etag}, the one S3 gave the upload")
             parent[field] = etag
-    return notes

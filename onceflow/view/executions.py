@@ -74,6 +74,7 @@ def summary(record: Record) -> dict[str, Any]:
         "name": record.name,
         "executionArn": record.arn,
         "stateMachine": record.logical_id or record.data.get("stateMachineArn"),
+        "stack": record.stack,
         "status": record.status,
         "startDate": None if record.start is None else record.start.isoformat(),
         "stopDate": None if record.stop is None else record.stop.isoformat(),
@@ -84,11 +85,25 @@ def summary(record: Record) -> dict[str, Any]:
     }
 
 
+def newest_stack(folder: Path | None = None) -> str | None:
+    """The stack of the newest local record (None: no record names one)."""
+    for record in records.recent(folder):
+        return record.stack
+    return None
+
+
 def list_local(
-    limit: int, status: str | None = None, machine: str | None = None, folder: Path | None = None
+    limit: int,
+    status: str | None = None,
+    machine: str | None = None,
+    folder: Path | None = None,
+    stack: str | None = None,
 ) -> list[dict[str, Any]]:
+    """The newest local records' rows; `stack`: only that local stack's (None: every one's)."""
     rows: list[dict[str, Any]] = []
     for record in records.recent(folder):
+        if stack is not None and record.stack != stack:
+            continue
         if status and record.status != status:
             continue
         if machine and LOGICAL_IDS.get(record.logical_id or "") != machine:

@@ -92,6 +92,12 @@ class Record:
         return None if value is None else str(value)
 
     @property
+    def stack(self) -> str | None:
+        """The local stack it ran on (None: recorded before records named their stack)."""
+        value = self.data.get("stack")
+        return None if value is None else str(value)
+
+    @property
     def start(self) -> datetime.datetime | None:
         return _date(self.data.get("startDate"))
 
@@ -165,7 +171,10 @@ def _state_machine_arn(execution_arn: str) -> str:
 
 
 def describe(
-    result: Execution, listed: dict[str, Any] | None, logical_ids: dict[str, str]
+    result: Execution,
+    listed: dict[str, Any] | None,
+    logical_ids: dict[str, str],
+    stack: str | None = None,
 ) -> dict[str, Any]:
     """A record of a finished execution (its history is read now: the engine must be up)."""
     events = result.events
@@ -178,6 +187,7 @@ def describe(
         "name": result.name,
         "stateMachineArn": machine,
         "logicalId": logical_ids.get(machine),
+        "stack": stack,
         "status": result.status,
         "startDate": start,
         "stopDate": stop,
@@ -207,12 +217,14 @@ def save_all(
     known: Iterable[Execution] = (),
     into: Path | None = None,
     since: float | None = None,
+    stack: str | None = None,
 ) -> list[Path]:
     """Record every finished execution of the engine's state machines.
 
     `known`: results the caller has already read (their histories are reused,
     not read again). `since`: only executions started from then on (epoch
-    seconds). Call it before the engine stops.
+    seconds). `stack`: the name of the local stack they ran on (project.stack_label).
+    Call it before the engine stops.
     """
     sfn = engine.client("stepfunctions")
     by_arn = {result.arn: result for result in known}
@@ -228,7 +240,7 @@ def save_all(
                 result = by_arn.get(listed["executionArn"])
                 if result is None:
                     result = engine.wait(listed["executionArn"])
-                written.append(write(describe(result, listed, logical_ids), into))
+                written.append(write(describe(result, listed, logical_ids, stack), into))
     prune(into)
     return written
 
