@@ -17,7 +17,7 @@ from onceflow.cli.session import Session, json_value, load_event, parse_paramete
 from onceflow.harness import bench, chaos
 from onceflow.harness.demo import DemoConfig, run_demo
 from onceflow.local import server
-from onceflow.local.samples import prepare_event
+from onceflow.local.samples import prepare_event, upload_file
 from onceflow.project import default_project
 from onceflow.view import history
 
@@ -98,12 +98,17 @@ def cmd_up(args: argparse.Namespace, session: Session) -> int:
 
 
 def cmd_execute(args: argparse.Namespace, session: Session) -> int:
-    event = load_event(args.event)
+    if args.key is not None and args.upload is None:
+        raise SystemExit("onceflow execute: --key names the object of --upload FILE")
+    event = load_event(args.event) if args.upload is None else None
     with session.engine(args) as engine:
         arn = engine.state_machine_arn(args.state_machine)  # fail early on a wrong name
-        event, notes = prepare_event(
-            engine, event, fixtures=not args.no_fixtures, target=args.state_machine
-        )
+        if args.upload is not None:
+            event, notes = upload_file(engine, Path(args.upload), args.key, args.state_machine)
+        else:
+            event, notes = prepare_event(
+                engine, event, fixtures=not args.no_fixtures, target=args.state_machine
+            )
         for note in notes:
             print(f"local: {note}", file=sys.stderr)
         try:

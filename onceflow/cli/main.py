@@ -122,13 +122,25 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.add_argument("--out", default="bench", help="where results.json/.md go")
     bench_cmd.set_defaults(func=_on_the_engine("bench"))
 
-    def add_engine_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
+    def add_engine_options(sub: argparse.ArgumentParser, upload: bool = False) -> None:
+        given = sub.add_mutually_exclusive_group(required=True) if upload else sub
+        given.add_argument(
             "-e",
             "--event",
-            required=True,
+            required=not upload,
             help="event JSON file (as for sam local invoke -e), or -",
         )
+        if upload:
+            given.add_argument(
+                "--upload",
+                metavar="FILE",
+                help="upload FILE (your own content) to the local stack's bucket and run "
+                "S3's Object Created event of that upload",
+            )
+            sub.add_argument(
+                "--key",
+                help="with --upload: the object key (default: the file's name)",
+            )
         sub.add_argument(
             "-t",
             "--template",
@@ -161,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     execute.add_argument("--name", help="execution name (default: generated)")
     execute.add_argument("--json", action="store_true", help="status, output and states as JSON")
     execute.add_argument("--no-record", action="store_true", help=_NO_RECORD)
-    add_engine_options(execute)
+    add_engine_options(execute, upload=True)
     execute.set_defaults(func=_on_the_engine("execute"))
 
     invoke = commands.add_parser("invoke", help="invoke one function, like sam local invoke")

@@ -20,6 +20,7 @@ import io
 import json
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -205,6 +206,51 @@ def prepare_event(
             event[0]["body"] = json.dumps(body)
 
 
+def ensure_ingest_bucket(engine: LocalEngine) -> list[str]:
+    """Make the stand-in for an ExistingBucketName the local stack lacks; notes on it."""
+    s3 = engine.client("s3")
+    ingest = engine.ingest_bucket()
+    if engine.ref("IngestBucket") == ingest or _bucket_exists(s3, ingest):
+        return []
+    # ExistingBucketName: on AWS the bucket is the user's; the local stack has none.
+    s3.create_bucket(Bucket=ingest)
+    s3.put_bucket_versioning(Bucket=ingest, VersioningConfiguration={"Status": "Enabled"})
+    return [
+        f"bucket {ingest} (ExistingBucketName) does not exist locally: created it, "
+        "versioned, as a stand-in for yours"
+    ]
+
+
+def upload_file(
+    engine: LocalEngine, path: Path, key: str | None = None, target: str | None = PROCESSOR
+) -> tuple[dict[str, Any], list[str]]:
+    """Upload a user's own file to the local stack's bucket; S3's Object Created event of it.
+
+    The event is the one S3 would send EventBridge for that upload, so the processor
+    reads the user's real content with the user's real function.
+    """
+    if target != PROCESSOR:
+        raise WrongEvent(
+            f"--upload runs S3's Object Created event, which {PROCESSOR} takes "
+            f"(through the EventBridge rule); {target} is never sent one"
+        )
+    body = path.read_bytes()
+    key = key if key is not None else path.name
+    notes = ensure_ingest_bucket(engine)
+    bucket = engine.ingest_bucket()
+    try:
+        uploaded = engine.client("s3").put_object(Bucket=bucket, Key=key, Body=body)
+    except ClientError as exc:
+        raise WrongEvent(f"S3 refused the upload of {path} as {key!r}: {exc}") from None
+    version = uploaded.get("VersionId")
+    notes.append(
+        f"uploaded {path.name} to s3://{bucket}/{key}"
+        + (f" (version {version})" if version else "")
+        + "; each --upload is a new upload, so new work"
+    )
+    return engine.s3_object_created_event(bucket, key, version), notes
+
+
 def _bucket_exists(s3: Any, bucket: str) -> bool:
     try:
         s3.head_bucket(Bucket=bucket)
@@ -252,14 +298,7 @@ def _prepare_object(
         notes.append(f"the key is {size} bytes, more than S3 allows: no sample object uploaded")
         return notes
     s3 = engine.client("s3")
-    if engine.ref("IngestBucket") != ingest and not _bucket_exists(s3, ingest):
-        # ExistingBucketName: on AWS the bucket is the user's; the local stack has none.
-        s3.create_bucket(Bucket=ingest)
-        s3.put_bucket_versioning(Bucket=ingest, VersioningConfiguration={"Status": "Enabled"})
-        notes.append(
-            f"bucket {ingest} (ExistingBucketName) does not exist locally: created it, "
-            "versioned, as a stand-in for yours"
-        )
+    notes += ensure_ingest_bucket(engine)
     version = _get(holder, version_path)
     try:
         kwargs = {"Bucket": bucket, "Key": key}

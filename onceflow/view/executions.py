@@ -220,7 +220,7 @@ def find_deployed(target: Stack, query: str, scan: int = 1000) -> Record:
 
 
 def definition(record: Record, target: Stack | None = None) -> dict[str, Any]:
-    """The ASL the execution ran: the deployed definition, or locally the ASL file."""
+    """The ASL the execution ran: the deployed definition, or locally the one its record kept."""
     if target is not None and not target.local:
         # The definition this execution ran, not today's: a stack update may
         # have changed the state machine since.
@@ -232,6 +232,10 @@ def definition(record: Record, target: Stack | None = None) -> dict[str, Any]:
             raise _aws(f"cannot read the definition {record.arn} ran", exc) from exc
         asl: dict[str, Any] = json.loads(described["definition"])
         return asl
+    kept = record.data.get("definition")
+    if isinstance(kept, str) and kept:
+        return records.kept_definition(kept)
+    # A record from before records kept their definition: today's ASL file.
     name = LOGICAL_IDS.get(record.logical_id or "")
     if name is None:
         machine = str(record.data.get("stateMachineArn", "")).lower()

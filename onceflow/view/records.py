@@ -175,8 +175,11 @@ def describe(
     listed: dict[str, Any] | None,
     logical_ids: dict[str, str],
     stack: str | None = None,
+    definition: str | None = None,
 ) -> dict[str, Any]:
-    """A record of a finished execution (its history is read now: the engine must be up)."""
+    """A record of a finished execution (its history is read now: the engine must be up).
+
+    `definition`: the name under which the definition it ran is kept (keep_definition)."""
     events = result.events
     listed = listed or {}
     machine = str(listed.get("stateMachineArn") or _state_machine_arn(result.arn))
@@ -188,6 +191,7 @@ def describe(
         "stateMachineArn": machine,
         "logicalId": logical_ids.get(machine),
         "stack": stack,
+        "definition": definition,
         "status": result.status,
         "startDate": start,
         "stopDate": stop,
@@ -212,6 +216,36 @@ def write(data: dict[str, Any], into: Path | None = None) -> Path:
     return path
 
 
+DEFINITIONS = "definitions"
+
+
+def keep_definition(described: dict[str, Any], into: Path | None = None) -> str:
+    """Keep a state machine's definition beside the records, once per content; its name.
+
+    `show` draws the definition an execution ran, which need not be any file near
+    where it is typed (a nested onceflow's ASL lives beside the nested template).
+    """
+    text = str(described["definition"])
+    name = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    folder = private_directory((into or directory()) / DEFINITIONS)
+    path = folder / f"{name}.json"
+    if not path.is_file():
+        write_private(path, text)
+    return name
+
+
+def kept_definition(name: str, folder: Path | None = None) -> dict[str, Any]:
+    """A definition kept by keep_definition."""
+    path = (folder or directory()) / DEFINITIONS / f"{name}.json"
+    try:
+        definition = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecordError(f"cannot read the definition the execution ran, {path}: {exc}") from exc
+    if not isinstance(definition, dict):
+        raise RecordError(f"{path} is not a state machine definition")
+    return definition
+
+
 def save_all(
     engine: ExecutionSource,
     known: Iterable[Execution] = (),
@@ -231,6 +265,7 @@ def save_all(
     logical_ids = engine.state_machines()
     written: list[Path] = []
     for machine in logical_ids:
+        kept = keep_definition(sfn.describe_state_machine(stateMachineArn=machine), into)
         for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine):
             for listed in page["executions"]:
                 if listed["status"] == "RUNNING":
@@ -240,7 +275,7 @@ def save_all(
                 result = by_arn.get(listed["executionArn"])
                 if result is None:
                     result = engine.wait(listed["executionArn"])
-                written.append(write(describe(result, listed, logical_ids, stack), into))
+                written.append(write(describe(result, listed, logical_ids, stack, kept), into))
     prune(into)
     return written
 

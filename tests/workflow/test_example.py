@@ -10,6 +10,10 @@ nested stack's rule, as on AWS.
 from __future__ import annotations
 
 import io
+import json
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from onceflow.cli import main
 from onceflow.local.engine import LocalEngine
 from onceflow.local.template import TemplateError
 from service.contract import CallToken
@@ -215,3 +220,64 @@ def test_a_nested_application_the_engine_cannot_run_is_refused(
     # THEN it says why, before anything is created
     with pytest.raises(TemplateError, match=why):
         LocalEngine(template)
+
+
+# ---- the walkthrough: the commands a user types in examples/word-count ---------------
+
+
+def _onceflow_in(directory: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """A command typed in a terminal standing in `directory`."""
+    return subprocess.run(
+        [sys.executable, "-m", "onceflow.cli", *argv],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_show_draws_an_execution_of_the_nested_onceflow(tmp_path: Path) -> None:
+    # GIVEN a user in the example's directory, which has no statemachines/ of its own
+    event = Path(__file__).resolve().parents[2] / "events" / "s3-object-created-poison.json"
+    # WHEN they execute a sample event of a .txt upload, then show the execution
+    executed = _onceflow_in(EXAMPLE, "execute", "ProcessorStateMachine", "-e", str(event),
+                            "--no-server")  # fmt: skip
+    assert executed.returncode == 0 and "Processed" in executed.stdout, executed.stderr
+    name = re.search(r"onceflow show (\S+)`", executed.stderr)
+    assert name is not None, executed.stderr
+    page = tmp_path / "page.html"
+    shown = _onceflow_in(EXAMPLE, "show", name.group(1), "--html", str(page), "--no-server")
+    # THEN the page draws the definition the nested processor ran, with its path
+    assert shown.returncode == 0, shown.stderr
+    html = page.read_text(encoding="utf-8")
+    for state in HAPPY_PATH:
+        assert state in html
+
+
+def test_a_users_own_file_runs_through_the_examples_function(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a user in the example's directory with a text file of their own
+    monkeypatch.chdir(EXAMPLE)
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(TEXT)
+    # WHEN they run it through the processor
+    code = main(["execute", "ProcessorStateMachine", "--upload", str(notes), "--no-server",
+                 "--json", "--no-record"])  # fmt: skip
+    # THEN it was uploaded to the stack's bucket, and the example's function counted it
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(captured.out)
+    assert [state["name"] for state in result["states"]] == HAPPY_PATH
+    assert result["output"]["result"] == {"lines": 2, "words": 5}
+    assert "uploaded notes.txt to s3://" in captured.err
+
+
+def test_upload_and_an_event_file_are_one_or_the_other(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(EXAMPLE)
+    with pytest.raises(SystemExit):
+        main(["execute", "ProcessorStateMachine", "--no-server"])
+    assert "one of the arguments -e/--event --upload is required" in capsys.readouterr().err
