@@ -132,9 +132,13 @@ def cmd_doctor(args: argparse.Namespace, session: Session) -> int:
         findings = ops.examine(ops.DeployedTarget(args.stack_name, args.region, args.profile))
     else:
         # Here, not at the top: with --stack-name the engine's module, and moto, never load.
+        from onceflow.local.samples import ensure_ingest_bucket
         from onceflow.local.wiring import LocalStack
 
         with session.engine(args) as engine:
+            # The bucket an upload or a sample event would stand in for yours, made now.
+            for note in ensure_ingest_bucket(engine):
+                print(f"local: {note}", file=sys.stderr)
             findings = ops.examine(LocalStack(engine))
     if args.json:
         print(json.dumps([f.as_dict() for f in findings], indent=2))
