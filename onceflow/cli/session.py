@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onceflow.project import TemplateNotFound, find_template, stack_label
+from onceflow.project import TemplateNotFound, bundled_app, find_template, stack_label
 from onceflow.view import records
 from onceflow.view.history import Execution
 
@@ -110,7 +110,15 @@ def template_of(args: argparse.Namespace) -> Path:
         if not given.is_file():
             raise TemplateNotFound(f"--template {given}: no such file")
         return given.resolve()
-    return find_template()
+    try:
+        return find_template()
+    except TemplateNotFound:
+        print(
+            "local: no template.yaml here or in a directory above: onceflow's own app runs "
+            "(`onceflow init DIR` writes an app of yours that nests it)",
+            file=sys.stderr,
+        )
+        return bundled_app() / "template.yaml"
 
 
 def _fresh_stack_note(template: Path) -> None:

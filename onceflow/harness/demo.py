@@ -32,7 +32,7 @@ from onceflow.local.engine import ExecutionResult, LocalEngine
 from onceflow.local.server import SharedEngine, engine_for
 from onceflow.local.target import LocalTarget
 from onceflow.ops import AUDIT_LABELS
-from onceflow.project import find_template
+from onceflow.project import template_or_bundled
 from onceflow.view import records
 
 
@@ -146,7 +146,7 @@ def run_demo(
     run_prefix = run_prefix if shared is not None else ""
 
     def fresh() -> LocalEngine:
-        template = config.template or find_template()
+        template = config.template or template_or_bundled()
         return LocalEngine(template, parameters, function_log=io.StringIO())
 
     with engine_for(shared, parameters, fresh) as engine:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.asl import diagram
-from onceflow.project import private_directory, write_private
+from onceflow.project import private_directory, state_directory, write_private
 from onceflow.view import history, records
 from onceflow.view.executions import summary
 from onceflow.view.layout import subtitle
@@ -28,7 +28,7 @@ from onceflow.view.svg import escape, svg
 from onceflow.view.text import duration, iso_time
 from onceflow.view.trace import Trace, trace
 
-SHOW_DIRECTORY = diagram.ROOT / ".onceflow" / "show"
+SHOW_DIRECTORY = state_directory() / "show"
 STATIC = ("guard.js", "viewer.css", "viewer.js")
 # A Map's or Parallel's nested states are states of their own: the Definition tab shows
 # the state's own fields.

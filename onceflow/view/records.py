@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from onceflow.project import default_project, private_directory, write_private
+from onceflow.project import private_directory, state_directory, write_private
 from onceflow.view.history import Execution
 
-DIRECTORY = default_project() / ".onceflow" / "executions"
+DIRECTORY = state_directory() / "executions"
 # ONCEFLOW_RECORDS moves them (tests use a temporary directory).
 ENVIRONMENT = "ONCEFLOW_RECORDS"
 # The newest records kept; older ones are removed after each save.
