@@ -60,6 +60,13 @@ def bundled_app() -> Path:
     return packaged if (packaged / "template.yaml").is_file() else package.parent
 
 
+def starter_app() -> Path:
+    """The app `onceflow init` writes: examples/word-count (the wheel's copy: app/starter)."""
+    app = bundled_app()
+    packaged = app / "starter"
+    return packaged if packaged.is_dir() else app / "examples" / "word-count"
+
+
 def template_or_bundled(start: Path | None = None) -> Path:
     """The nearest template upward, else the bundled app's (outside any project)."""
     try:

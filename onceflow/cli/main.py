@@ -22,7 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from onceflow import ops
 from onceflow import view as viewer
-from onceflow.cli import stack_commands
+from onceflow.cli import init, stack_commands
 from onceflow.cli.diagrams import cmd_diagrams
 from onceflow.cli.session import Session
 from onceflow.harness.common import demo_parameters
@@ -311,6 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="multiplier of Wait and Retry delays (default 0: no sleeping)",
     )
     up.set_defaults(func=_on_the_engine("up"))
+
+    init.add_parser(commands)
 
     diagrams = commands.add_parser(
         "diagrams", help="the mermaid diagrams of docs/design.md, generated from the ASL files"

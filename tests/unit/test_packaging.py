@@ -163,3 +163,24 @@ def test_the_local_extra_runs_the_quick_start_from_an_unrelated_directory(
     assert page.is_file() and page.is_relative_to(state)
     site = command.parent.parent / "lib"
     assert not list(site.rglob(".onceflow"))
+
+
+def test_init_from_the_installed_package_writes_an_app_of_the_users(
+    built: tuple[Path, Path, dict[str, str]],
+) -> None:
+    # GIVEN the installed [local] package (the previous test's venv, or a fresh one)
+    _, work, env = built
+    command = work / "local" / "bin" / "onceflow"
+    if not command.exists():
+        command = _install(built, "local", "[local]")
+    here = _elsewhere(work, "init-user")
+    (here / "notes.txt").write_text("one two\nthree\n", encoding="utf-8")
+    # WHEN the user writes a starter app and runs their own file through it
+    written = _run([str(command), "init", "my-app"], here, env)
+    ran = _run([str(command), "execute", "ProcessorStateMachine", "--upload", "../notes.txt"],
+               here / "my-app", env)  # fmt: skip
+    # THEN the app's own function counted the file, on the app's own template
+    assert written.returncode == 0, written.stderr
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert '"lines": 2' in ran.stdout and '"words": 3' in ran.stdout
+    assert "onceflow's own app" not in ran.stderr

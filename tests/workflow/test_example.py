@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -281,3 +282,40 @@ def test_upload_and_an_event_file_are_one_or_the_other(
     with pytest.raises(SystemExit):
         main(["execute", "ProcessorStateMachine", "--no-server"])
     assert "one of the arguments -e/--event --upload is required" in capsys.readouterr().err
+
+
+def test_onceflow_init_writes_an_app_that_runs_locally_and_validates(tmp_path: Path) -> None:
+    # GIVEN a new directory outside any project
+    app = tmp_path / "my-app"
+    # WHEN the user writes a starter app there and runs their own file through it
+    written = _onceflow_in(tmp_path, "init", str(app))
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(TEXT)
+    ran = _onceflow_in(app, "execute", "ProcessorStateMachine", "--upload", str(notes),
+                       "--key", "in/notes.txt", "--json", "--no-record", "--no-server")  # fmt: skip
+    # THEN the app stands alone: its template nests the onceflow copied beside it
+    assert written.returncode == 0, written.stderr
+    assert "Location: onceflow/template.yaml" in (app / "template.yaml").read_text("utf-8")
+    for needed in ("template.yaml", "statemachines/processor.asl.json",
+                   "functions/service/contract.py", "functions/Makefile"):  # fmt: skip
+        assert (app / "onceflow" / needed).is_file(), needed
+    # AND the local engine runs its function on the user's file, on the app's template
+    assert ran.returncode == 0, ran.stderr
+    result = json.loads(ran.stdout)
+    assert [state["name"] for state in result["states"]] == HAPPY_PATH
+    assert result["output"]["result"] == {"lines": 2, "words": 5}
+    assert "onceflow's own app" not in ran.stderr
+    # AND SAM accepts its template as it stands
+    validated = subprocess.run(
+        [str(Path(sys.executable).parent / "sam"), "validate", "--lint", "--region", "us-east-1"],
+        cwd=app,
+        env={**os.environ, "SAM_CLI_TELEMETRY": "0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    # AND a second init into it is refused, naming the directory
+    again = _onceflow_in(tmp_path, "init", str(app))
+    assert again.returncode != 0 and "exists and is not empty" in again.stderr
