@@ -15,7 +15,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 JSONATA_DIR := onceflow/local/jsonata_js
 JSONATA_STAMP := $(JSONATA_DIR)/node_modules/.installed
 
-.PHONY: setup demo test test-without-speedups lint typecheck security unit template build lock clean
+.PHONY: wheel setup demo test test-without-speedups lint typecheck security unit template build lock clean
 
 setup: $(STAMP) $(JSONATA_STAMP)
 
@@ -41,6 +41,10 @@ $(CHECKOV_STAMP): requirements/checkov.txt
 
 demo: setup
 	$(BIN)/onceflow demo
+
+# The package (dist/onceflow-*.whl): built after setup, so jsonata 2.0.6 is inside it.
+wheel: setup
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
 
 lint: setup
 	$(BIN)/ruff check .
