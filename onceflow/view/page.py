@@ -263,7 +263,11 @@ def page(record: Record, asl: dict[str, Any]) -> str:
 
 
 def html_path(record: Record, folder: Path | None = None) -> Path:
-    name = records.file_name(record.name, record.data.get("stateMachineArn"))
+    """NAME.html (a name with other characters than a file's: those replaced, plus a hash).
+
+    Unlike a record's file, not told apart by state machine: a page is written again by
+    every `show`, so two executions of one name in two machines only take turns."""
+    name = records.file_name(record.name)
     return (folder or SHOW_DIRECTORY) / (name.removesuffix(".json") + ".html")
 
 
