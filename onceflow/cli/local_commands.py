@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import secrets
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,7 +115,7 @@ def cmd_execute(args: argparse.Namespace, session: Session) -> int:
         for note in notes:
             print(f"local: {note}", file=sys.stderr)
         try:
-            result = engine.execute(arn, event, name=args.name)
+            result = engine.execute(arn, event, name=args.name or run_name(args.state_machine))
         except ClientError as exc:
             # Refused before it started (an input over 256 KiB, a name in use): nothing ran.
             raise SystemExit(
@@ -126,6 +129,14 @@ def cmd_execute(args: argparse.Namespace, session: Session) -> int:
         if not args.no_record:
             session.record(engine, [result])
     return 0 if result.status == "SUCCEEDED" else 1
+
+
+def run_name(state_machine: str) -> str:
+    """An execution name for `execute`: the machine, briefly, then what tells runs apart
+    (the time, then a nonce), so that a few first characters name one in `show`."""
+    short = state_machine.rsplit(":", 1)[-1].removesuffix("StateMachine").lower() or "run"
+    short = re.sub(r"[^a-z0-9-]", "-", short)[:40]
+    return f"{short}-{time.strftime('%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
 
 
 def cmd_invoke(args: argparse.Namespace, session: Session) -> int:

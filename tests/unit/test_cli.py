@@ -445,3 +445,21 @@ def test_a_sample_runs_on_a_stack_over_an_existing_bucket(
     assert code == 0, err
     assert json.loads(out)["states"][-1]["name"] == "Processed"
     assert "stands for the local stack's users-own-bucket" in err
+
+
+def test_executions_run_by_execute_have_names_told_apart_at_a_glance(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN two executions run one after the other without --name
+    event = str(EVENTS / "eventbridge-custom-event.json")
+    names = []
+    for _ in range(2):
+        assert main(["execute", "ProcessorStateMachine", "-e", event, "--no-server"]) == 0
+        found = re.search(r"onceflow show (\S+)`", capsys.readouterr().err)
+        assert found is not None
+        names.append(found.group(1))
+    # THEN each names its state machine first, briefly, and the two differ within
+    # their first 20 characters (a unique start of a name is what `show` takes); the
+    # engine's own names shared their first 41
+    assert all(name.startswith("processor-") for name in names)
+    assert names[0][:20] != names[1][:20]
