@@ -256,23 +256,19 @@ def test_show_draws_an_execution_of_the_nested_onceflow(tmp_path: Path) -> None:
         assert state in html
 
 
-def test_a_users_own_file_runs_through_the_examples_function(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_users_own_file_runs_through_the_examples_function(tmp_path: Path) -> None:
     # GIVEN a user in the example's directory with a text file of their own
-    monkeypatch.chdir(EXAMPLE)
     notes = tmp_path / "notes.txt"
     notes.write_bytes(TEXT)
     # WHEN they run it through the processor
-    code = main(["execute", "ProcessorStateMachine", "--upload", str(notes), "--no-server",
-                 "--json", "--no-record"])  # fmt: skip
+    ran = _onceflow_in(EXAMPLE, "execute", "ProcessorStateMachine", "--upload", str(notes),
+                       "--no-server", "--json", "--no-record")  # fmt: skip
     # THEN it was uploaded to the stack's bucket, and the example's function counted it
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    result = json.loads(captured.out)
+    assert ran.returncode == 0, ran.stderr
+    result = json.loads(ran.stdout)
     assert [state["name"] for state in result["states"]] == HAPPY_PATH
     assert result["output"]["result"] == {"lines": 2, "words": 5}
-    assert "uploaded notes.txt to s3://" in captured.err
+    assert "uploaded notes.txt to s3://" in ran.stderr
 
 
 def test_upload_and_an_event_file_are_one_or_the_other(

@@ -416,7 +416,8 @@ def test_records_pages_and_the_address_file_are_this_users_only(
     try:
         # WHEN an execution is run, recorded and shown, and `onceflow up` publishes its address
         assert main(["execute", "ProcessorStateMachine", "-e", CUSTOM, "--no-server"]) == 0
-        (record,) = list(recorded.iterdir())
+        (record,) = list(recorded.glob("*.json"))
+        definitions = list((recorded / "definitions").iterdir())  # one per state machine
         assert main(["show", record.stem.split("@")[0], "--html", str(page)]) == 0
         with LocalEngine(parameters={}) as engine:
             published = server.EngineServer(engine, {}, command=main).publish()
@@ -425,8 +426,10 @@ def test_records_pages_and_the_address_file_are_this_users_only(
         os.umask(previous)
     # THEN the files (they hold message bodies, or the token) are 0600
     assert _mode(record) == 0o600
+    assert definitions and all(_mode(kept) == 0o600 for kept in definitions)
     assert _mode(page) == 0o600
     assert published_mode == 0o600
     # AND the directories created for them are 0700
-    for directory in (recorded, recorded.parent, page.parent, state, state.parent):
+    for directory in (recorded, recorded / "definitions", recorded.parent, page.parent, state,
+                      state.parent):  # fmt: skip
         assert _mode(directory) == 0o700, directory
