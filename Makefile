@@ -3,8 +3,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The wheels of what `pip install onceflow[local]` installs, at requirements/dev.txt's pins:
-# tests/unit/test_packaging.py installs the built wheel from them, with no index.
+# The wheels of what `pip install onceflow[local]` installs, at requirements/dev.txt's pins,
+# and of the build backend: tests/unit/test_packaging.py builds the wheel and installs it
+# from them, with no index.
 WHEELS := $(VENV)/wheels
 
 CHECKOV_VENV := .venv-checkov
@@ -24,8 +25,8 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
 	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
-	$(BIN)/python -m pip download --quiet --no-build-isolation -c requirements/dev.txt \
-		-d $(WHEELS) ".[local]"
+	$(BIN)/python -m pip download --quiet -c requirements/dev.txt -d $(WHEELS) \
+		".[local]" "setuptools>=68"
 	touch $(STAMP)
 
 $(JSONATA_STAMP): $(STAMP) $(JSONATA_DIR)/package.json $(JSONATA_DIR)/package-lock.json
@@ -44,7 +45,7 @@ demo: setup
 
 # The package (dist/onceflow-*.whl): built after setup, so jsonata 2.0.6 is inside it.
 wheel: setup
-	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
+	$(BIN)/python -m pip wheel --quiet --no-deps -w dist .
 
 lint: setup
 	$(BIN)/ruff check .

@@ -4,7 +4,8 @@ SLOW (about a minute): builds the wheel from a copy of the project, makes fresh 
 environments and installs the wheel into them with its dependencies resolved by pip,
 then runs the installed command from a directory unrelated to any project. No network:
 pip reads only the wheels `make setup` downloaded into .venv/wheels (the pins of
-requirements/dev.txt), with no index; nothing of this venv reaches the new ones.
+requirements/dev.txt, and setuptools to build with), with no index; nothing of this
+venv reaches the new ones.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[st
     env["PIP_CONFIG_FILE"] = os.devnull  # only the wheels named below: no index, no cache
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
     done = _run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", "dist", "."],
+        [*pip, "wheel", "--no-deps", "--no-index", "--find-links", str(WHEELS), "-w", "dist", "."],
         project,
         env,
     )
