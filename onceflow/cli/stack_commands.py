@@ -109,21 +109,28 @@ def cmd_redrive(args: argparse.Namespace, session: Session) -> int:
             print(
                 f"  {item.idempotency_key or item.execution_arn or item.message_id}: {item.outcome}"
             )
-    moved = data["would_resubmit"] if args.dry_run else data["resubmitted"]
-    if args.undelivered:
-        verb = "would restart" if args.dry_run else "restarted"
-        print(
+    print(redrive_summary(data, args.dry_run, args.undelivered))
+    return 0 if data["kept"] == 0 else 1
+
+
+def redrive_summary(data: dict[str, Any], dry_run: bool, undelivered: bool) -> str:
+    """The last line of `onceflow redrive`: what moved, and what stays in the DLQ and why."""
+    moved = data["would_resubmit"] if dry_run else data["resubmitted"]
+    if undelivered:
+        verb = "would restart" if dry_run else "restarted"
+        return (
             f"redrive: {verb} {moved} undelivered execution(s); "
             f"{data['already_restarted']} restarted by an earlier run, {data['kept']} kept"
         )
-    else:
-        verb = "would move" if args.dry_run else "moved"
-        print(
-            f"redrive: {verb} {moved} message(s) back into processing; "
-            f"{data['kept']} kept in the DLQ, {data['left']} left for a later run (their work "
-            f"was moved earlier in this run), {data['deleted_already_processed']} stale removed"
-        )
-    return 0 if data["kept"] == 0 else 1
+    verb = "would move" if dry_run else "moved"
+    # A run moves each piece of work at most once: a message for work it already moved
+    # is that work failing again, dead-lettered anew, and waits for a later run.
+    return (
+        f"redrive: {verb} {moved} message(s) back into processing; "
+        f"{data['kept']} kept in the DLQ, {data['left']} left for a later run (message(s) "
+        "for work this run already moved: its new dead letter if it failed again); "
+        f"{data['deleted_already_processed']} stale removed"
+    )
 
 
 def cmd_doctor(args: argparse.Namespace, session: Session) -> int:
