@@ -241,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(90m, 24h, 7d, or an ISO 8601 time; default: all Step Functions keeps, 90 days)",
     )
     redrive.add_argument(
+        "--invalid",
+        action="store_true",
+        help="also move messages dead-lettered as InvalidEvent (kept by default: the same "
+        "event fails the same way until the stack changes to accept it)",
+    )
+    redrive.add_argument(
         "--dry-run", action="store_true", help="show what would move; change nothing"
     )
     add_target_options(redrive)

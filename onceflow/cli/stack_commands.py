@@ -99,6 +99,7 @@ def cmd_redrive(args: argparse.Namespace, session: Session) -> int:
                 args.dry_run,
                 progress=None if args.json else show,
                 queue=args.queue or "processor",
+                include_invalid=args.invalid,
             )
     data = report.as_dict()
     if args.json:
