@@ -238,37 +238,29 @@ def _onceflow_in(directory: Path, *argv: str) -> subprocess.CompletedProcess[str
     )
 
 
-def test_show_draws_an_execution_of_the_nested_onceflow(tmp_path: Path) -> None:
-    # GIVEN a user in the example's directory, which has no statemachines/ of its own
-    event = Path(__file__).resolve().parents[2] / "events" / "s3-object-created-poison.json"
-    # WHEN they execute a sample event of a .txt upload, then show the execution
-    executed = _onceflow_in(EXAMPLE, "execute", "ProcessorStateMachine", "-e", str(event),
-                            "--no-server")  # fmt: skip
-    assert executed.returncode == 0 and "Processed" in executed.stdout, executed.stderr
-    name = re.search(r"onceflow show (\S+)`", executed.stderr)
-    assert name is not None, executed.stderr
-    page = tmp_path / "page.html"
-    shown = _onceflow_in(EXAMPLE, "show", name.group(1), "--html", str(page), "--no-server")
-    # THEN the page draws the definition the nested processor ran, with its path
-    assert shown.returncode == 0, shown.stderr
-    html = page.read_text(encoding="utf-8")
-    for state in HAPPY_PATH:
-        assert state in html
-
-
-def test_a_users_own_file_runs_through_the_examples_function(tmp_path: Path) -> None:
-    # GIVEN a user in the example's directory with a text file of their own
+def test_a_users_own_file_runs_through_the_examples_function_and_shows(tmp_path: Path) -> None:
+    # GIVEN a user in the example's directory (no statemachines/ of its own there) with a
+    # text file of their own
     notes = tmp_path / "notes.txt"
     notes.write_bytes(TEXT)
-    # WHEN they run it through the processor
+    # WHEN they run it through the processor, then show the execution
     ran = _onceflow_in(EXAMPLE, "execute", "ProcessorStateMachine", "--upload", str(notes),
-                       "--no-server", "--json", "--no-record")  # fmt: skip
-    # THEN it was uploaded to the stack's bucket, and the example's function counted it
+                       "--no-server", "--json")  # fmt: skip
     assert ran.returncode == 0, ran.stderr
+    name = re.search(r"onceflow show (\S+)`", ran.stderr)
+    assert name is not None, ran.stderr
+    page = tmp_path / "page.html"
+    shown = _onceflow_in(EXAMPLE, "show", name.group(1), "--html", str(page), "--no-server")
+    # THEN it was uploaded to the stack's bucket, and the example's function counted it
     result = json.loads(ran.stdout)
     assert [state["name"] for state in result["states"]] == HAPPY_PATH
     assert result["output"]["result"] == {"lines": 2, "words": 5}
     assert "uploaded notes.txt to s3://" in ran.stderr
+    # AND the page draws the definition the nested processor ran, with its path
+    assert shown.returncode == 0, shown.stderr
+    html = page.read_text(encoding="utf-8")
+    for state in HAPPY_PATH:
+        assert state in html
 
 
 def test_upload_and_an_event_file_are_one_or_the_other(
