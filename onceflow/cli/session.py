@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from onceflow.project import TemplateNotFound, bundled_app, find_template, stack_label
 from onceflow.view import records
 from onceflow.view.history import Execution
@@ -76,6 +78,8 @@ class Session:
             )
 
         with engine_for(self.shared, parameters, fresh, template) as engine:
+            if self.shared is None:  # not again for every command sent to `onceflow up`
+                _foreign_processor_note(engine)
             yield engine
 
     def record(self, engine: LocalEngine, known: Iterable[Execution] = ()) -> None:
@@ -125,6 +129,26 @@ def _fresh_stack_note(template: Path) -> None:
     if template.parent != Path.cwd().resolve():
         print(f"local: using {template}", file=sys.stderr)  # found above, or --template
     print(FRESH_STACK, file=sys.stderr)
+
+
+def _foreign_processor_note(engine: LocalEngine) -> None:
+    """Say how a function of the user's runs locally when ProcessorFunctionArn names one the
+    local stack lacks (the execution then fails as on AWS, with Lambda's ResourceNotFound)."""
+    arn = engine.stack.parameters.get("ProcessorFunctionArn", "")
+    if not arn:
+        return
+    try:
+        engine.client("lambda").get_function(FunctionName=arn)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+        print(
+            f"local: ProcessorFunctionArn {arn} is no function of the local stack, so the "
+            "processor's calls fail with ResourceNotFound. Locally your function runs when a "
+            "parent template defines it and nests onceflow (examples/word-count; "
+            "`onceflow init DIR` writes one)",
+            file=sys.stderr,
+        )
 
 
 def load_event(path: str) -> Any:

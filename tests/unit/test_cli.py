@@ -463,3 +463,20 @@ def test_executions_run_by_execute_have_names_told_apart_at_a_glance(
     # engine's own names shared their first 41
     assert all(name.startswith("processor-") for name in names)
     assert names[0][:20] != names[1][:20]
+
+
+def test_a_processor_function_arn_the_local_stack_lacks_says_how_to_run_yours(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN a ProcessorFunctionArn of a function that exists only in the user's account
+    arn = "arn:aws:lambda:us-east-1:123456789012:function:mine"
+    # WHEN a work item is executed with it on a fresh local stack
+    event = str(EVENTS / "work-item.json")
+    overrides = ["--parameter-overrides", f"ProcessorFunctionArn={arn}"]
+    code = main(["execute", "ProcessorStateMachine", "-e", event, *overrides, "--no-server"])
+    # THEN it fails as on AWS (Lambda's ResourceNotFound), and the note before it says
+    # how a function of the user's runs locally
+    captured = capsys.readouterr()
+    assert code == 1 and "Lambda.ResourceNotFoundException" in captured.out
+    assert f"ProcessorFunctionArn {arn} is no function of the local stack" in captured.err
+    assert "onceflow init" in captured.err and "examples/word-count" in captured.err
