@@ -151,9 +151,25 @@ def _foreign_processor_note(engine: LocalEngine) -> None:
         )
 
 
+def _sample_path(path: str) -> Path:
+    """The file an event path names: as given, or outside any project a sample of the app
+    the package carries (the README's `-e events/...` works from any directory)."""
+    given = Path(path)
+    if given.exists() or given.is_absolute():
+        return given
+    try:
+        find_template()
+    except TemplateNotFound:
+        sample = bundled_app() / given
+        if sample.is_file():
+            print(f"local: {path} is not here: using onceflow's sample {sample}", file=sys.stderr)
+            return sample
+    return given
+
+
 def load_event(path: str) -> Any:
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        text = sys.stdin.read() if path == "-" else _sample_path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise SystemExit(f"cannot read event file {path}: {exc.strerror}") from None
     try:

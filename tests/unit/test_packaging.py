@@ -141,11 +141,12 @@ def test_the_local_extra_runs_the_quick_start_from_an_unrelated_directory(
     command = _install(built, "local", "[local]")
     _, work, env = built
     here = _elsewhere(work, "local-user")
-    shutil.copy(ROOT / "events" / "s3-object-created.json", here / "event.json")
     # WHEN they run the quick start: help, the demo, one event, then show it
     helped = _run([str(command), "--help"], here, env)
     demo = _run([str(command), "demo", "--objects", "6", "--corrupt", "1"], here, env)
-    ran = _run([str(command), "execute", "ProcessorStateMachine", "-e", "event.json"], here, env)
+    # (events/ as the README names it: the package's samples, outside any project)
+    sample = "events/s3-object-created.json"
+    ran = _run([str(command), "execute", "ProcessorStateMachine", "-e", sample], here, env)
     name = re.search(r"onceflow show (\S+)`", ran.stderr)
     assert name is not None, ran.stdout + ran.stderr
     shown = _run([str(command), "show", name.group(1)], here, env)
