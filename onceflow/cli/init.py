@@ -61,6 +61,11 @@ def cmd_init(args: argparse.Namespace, session: object) -> int:
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise SystemExit(f"onceflow init: {target} exists and is not empty; name a new directory")
     starter, app = starter_app(), bundled_app()
+    text = (starter / "template.yaml").read_text(encoding="utf-8")
+    if EXAMPLE_LOCATION not in text:  # checked before anything is written
+        raise SystemExit(
+            f"onceflow init: {starter / 'template.yaml'} no longer has {EXAMPLE_LOCATION}"
+        )
     shutil.copytree(starter, target, ignore=SKIPPED_STARTER, dirs_exist_ok=True)
     for name in APP:
         source, destination = app / name, target / NESTED / name
@@ -69,13 +74,7 @@ def cmd_init(args: argparse.Namespace, session: object) -> int:
         else:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, destination)
-    template = target / "template.yaml"
-    text = template.read_text(encoding="utf-8")
-    if EXAMPLE_LOCATION not in text:
-        raise SystemExit(
-            f"onceflow init: {starter / 'template.yaml'} no longer has {EXAMPLE_LOCATION}"
-        )
-    template.write_text(
+    (target / "template.yaml").write_text(
         text.replace(EXAMPLE_LOCATION, f"Location: {NESTED}/template.yaml").replace(
             "nested from this repository's template", "nested from ./onceflow"
         ),
