@@ -480,3 +480,17 @@ def test_a_processor_function_arn_the_local_stack_lacks_says_how_to_run_yours(
     assert code == 1 and "Lambda.ResourceNotFoundException" in captured.out
     assert f"ProcessorFunctionArn {arn} is no function of the local stack" in captured.err
     assert "onceflow init" in captured.err and "examples/word-count" in captured.err
+
+
+def test_upload_to_a_machine_s3_never_starts_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a file of the user's, and the audit, which no S3 event starts
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"\x89PNG")
+    # WHEN they upload it to run through the audit
+    code = main(["execute", "AuditStateMachine", "--upload", str(mine), "--no-server"])
+    # THEN it is refused before anything runs, naming the machine that takes S3's event
+    err = capsys.readouterr().err
+    assert code == 2 and "--upload runs S3's Object Created event" in err
+    assert "ProcessorStateMachine takes" in err and "Traceback" not in err
