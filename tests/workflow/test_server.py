@@ -113,8 +113,10 @@ def test_the_same_s3_event_twice_on_the_running_engine_is_a_duplicate(
 
 
 def test_executions_lists_the_running_stacks_records_and_names_each_ones_stack(
-    up: server.EngineServer,
+    up: server.EngineServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # (records of this test's own: the session's hold other tests' too)
+    monkeypatch.setenv("ONCEFLOW_RECORDS", str(tmp_path / "executions"))
     # GIVEN one execution on a throwaway stack, then the same event twice on onceflow up
     execute = ["execute", "ProcessorStateMachine", "-e", CUSTOM]
     alone = _onceflow(*execute, "--no-server")
