@@ -3,6 +3,10 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The wheels of what `pip install onceflow[local]` installs, at requirements/dev.txt's pins,
+# and of the build backend: tests/unit/test_packaging.py builds the wheel and installs it
+# from them, with no index.
+WHEELS := $(VENV)/wheels
 
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
@@ -12,7 +16,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 JSONATA_DIR := onceflow/local/jsonata_js
 JSONATA_STAMP := $(JSONATA_DIR)/node_modules/.installed
 
-.PHONY: setup demo test test-without-speedups lint typecheck security unit template build lock clean
+.PHONY: wheel setup demo test test-without-speedups lint typecheck security unit template build lock clean
 
 setup: $(STAMP) $(JSONATA_STAMP)
 
@@ -21,6 +25,8 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
 	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip download --quiet -c requirements/dev.txt -d $(WHEELS) \
+		".[local]" "setuptools>=68"
 	touch $(STAMP)
 
 $(JSONATA_STAMP): $(STAMP) $(JSONATA_DIR)/package.json $(JSONATA_DIR)/package-lock.json
@@ -36,6 +42,10 @@ $(CHECKOV_STAMP): requirements/checkov.txt
 
 demo: setup
 	$(BIN)/onceflow demo
+
+# The package (dist/onceflow-*.whl): built after setup, so jsonata 2.0.6 is inside it.
+wheel: setup
+	$(BIN)/python -m pip wheel --quiet --no-deps -w dist .
 
 lint: setup
 	$(BIN)/ruff check .

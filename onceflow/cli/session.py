@@ -15,11 +15,13 @@ import io
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onceflow.project import TemplateNotFound, find_template
+from botocore.exceptions import ClientError
+
+from onceflow.project import TemplateNotFound, bundled_app, find_template, stack_label
 from onceflow.view import records
 from onceflow.view.history import Execution
 
@@ -41,6 +43,13 @@ class Session:
 
     shared: SharedEngine | None
     main: Callable[[list[str], SharedEngine], int]
+    # The name of the fresh stack this command runs on when it runs alone.
+    own_stack: str = field(default_factory=lambda: stack_label("own"))
+
+    @property
+    def stack(self) -> str:
+        """The name the records of this command's executions give their stack."""
+        return self.shared.stack if self.shared is not None else self.own_stack
 
     @contextlib.contextmanager
     def engine(self, args: argparse.Namespace) -> Iterator[LocalEngine]:
@@ -69,6 +78,8 @@ class Session:
             )
 
         with engine_for(self.shared, parameters, fresh, template) as engine:
+            if self.shared is None:  # not again for every command sent to `onceflow up`
+                _foreign_processor_note(engine)
             yield engine
 
     def record(self, engine: LocalEngine, known: Iterable[Execution] = ()) -> None:
@@ -76,7 +87,7 @@ class Session:
         known = list(known)
         # On the shared engine, only what this command ran: not all it ever ran.
         since = self.shared.started if self.shared is not None else None
-        saved = records.save_all(engine, known, since=since)
+        saved = records.save_all(engine, known, since=since, stack=self.stack)
         if len(saved) == 1 and len(known) == 1:
             print(f"local: recorded; see it with `onceflow show {known[0].name}`", file=sys.stderr)
         elif saved:
@@ -103,7 +114,15 @@ def template_of(args: argparse.Namespace) -> Path:
         if not given.is_file():
             raise TemplateNotFound(f"--template {given}: no such file")
         return given.resolve()
-    return find_template()
+    try:
+        return find_template()
+    except TemplateNotFound:
+        print(
+            "local: no template.yaml here or in a directory above: onceflow's own app runs "
+            "(`onceflow init DIR` writes an app of yours that nests it)",
+            file=sys.stderr,
+        )
+        return bundled_app() / "template.yaml"
 
 
 def _fresh_stack_note(template: Path) -> None:
@@ -112,9 +131,45 @@ def _fresh_stack_note(template: Path) -> None:
     print(FRESH_STACK, file=sys.stderr)
 
 
+def _foreign_processor_note(engine: LocalEngine) -> None:
+    """Say how a function of the user's runs locally when ProcessorFunctionArn names one the
+    local stack lacks (the execution then fails as on AWS, with Lambda's ResourceNotFound)."""
+    arn = engine.stack.parameters.get("ProcessorFunctionArn", "")
+    if not arn:
+        return
+    try:
+        engine.client("lambda").get_function(FunctionName=arn)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+        print(
+            f"local: ProcessorFunctionArn {arn} is no function of the local stack, so the "
+            "processor's calls fail with ResourceNotFound. Locally your function runs when a "
+            "parent template defines it and nests onceflow (examples/word-count; "
+            "`onceflow init DIR` writes one)",
+            file=sys.stderr,
+        )
+
+
+def _sample_path(path: str) -> Path:
+    """The file an event path names: as given, or outside any project a sample of the app
+    the package carries (the README's `-e events/...` works from any directory)."""
+    given = Path(path)
+    if given.exists() or given.is_absolute():
+        return given
+    try:
+        find_template()
+    except TemplateNotFound:
+        sample = bundled_app() / given
+        if sample.is_file():
+            print(f"local: {path} is not here: using onceflow's sample {sample}", file=sys.stderr)
+            return sample
+    return given
+
+
 def load_event(path: str) -> Any:
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        text = sys.stdin.read() if path == "-" else _sample_path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise SystemExit(f"cannot read event file {path}: {exc.strerror}") from None
     try:

@@ -99,6 +99,7 @@ def cmd_redrive(args: argparse.Namespace, session: Session) -> int:
                 args.dry_run,
                 progress=None if args.json else show,
                 queue=args.queue or "processor",
+                include_invalid=args.invalid,
             )
     data = report.as_dict()
     if args.json:
@@ -109,21 +110,28 @@ def cmd_redrive(args: argparse.Namespace, session: Session) -> int:
             print(
                 f"  {item.idempotency_key or item.execution_arn or item.message_id}: {item.outcome}"
             )
-    moved = data["would_resubmit"] if args.dry_run else data["resubmitted"]
-    if args.undelivered:
-        verb = "would restart" if args.dry_run else "restarted"
-        print(
+    print(redrive_summary(data, args.dry_run, args.undelivered))
+    return 0 if data["kept"] == 0 else 1
+
+
+def redrive_summary(data: dict[str, Any], dry_run: bool, undelivered: bool) -> str:
+    """The last line of `onceflow redrive`: what moved, and what stays in the DLQ and why."""
+    moved = data["would_resubmit"] if dry_run else data["resubmitted"]
+    if undelivered:
+        verb = "would restart" if dry_run else "restarted"
+        return (
             f"redrive: {verb} {moved} undelivered execution(s); "
             f"{data['already_restarted']} restarted by an earlier run, {data['kept']} kept"
         )
-    else:
-        verb = "would move" if args.dry_run else "moved"
-        print(
-            f"redrive: {verb} {moved} message(s) back into processing; "
-            f"{data['kept']} kept in the DLQ, {data['left']} left for a later run (their work "
-            f"was moved earlier in this run), {data['deleted_already_processed']} stale removed"
-        )
-    return 0 if data["kept"] == 0 else 1
+    verb = "would move" if dry_run else "moved"
+    # A run moves each piece of work at most once: a message for work it already moved
+    # is that work failing again, dead-lettered anew, and waits for a later run.
+    return (
+        f"redrive: {verb} {moved} message(s) back into processing; "
+        f"{data['kept']} kept in the DLQ, {data['left']} left for a later run (message(s) "
+        "for work this run already moved: its new dead letter if it failed again); "
+        f"{data['deleted_already_processed']} stale removed"
+    )
 
 
 def cmd_doctor(args: argparse.Namespace, session: Session) -> int:
@@ -132,9 +140,13 @@ def cmd_doctor(args: argparse.Namespace, session: Session) -> int:
         findings = ops.examine(ops.DeployedTarget(args.stack_name, args.region, args.profile))
     else:
         # Here, not at the top: with --stack-name the engine's module, and moto, never load.
+        from onceflow.local.samples import ensure_ingest_bucket
         from onceflow.local.wiring import LocalStack
 
         with session.engine(args) as engine:
+            # The bucket an upload or a sample event would stand in for yours, made now.
+            for note in ensure_ingest_bucket(engine):
+                print(f"local: {note}", file=sys.stderr)
             findings = ops.examine(LocalStack(engine))
     if args.json:
         print(json.dumps([f.as_dict() for f in findings], indent=2))
@@ -196,7 +208,17 @@ def cmd_executions(args: argparse.Namespace, session: Session) -> int:
         target = ops.DeployedTarget(args.stack_name, args.region, args.profile)
         rows = viewer.list_deployed(target, args.limit, args.status, args.machine or "processor")
     else:
-        rows = viewer.list_local(args.limit, args.status, args.machine)
+        # The current stack: the running `onceflow up`'s, else the newest record's.
+        current = session.shared.stack if session.shared is not None else viewer.newest_stack()
+        stack = None if args.all else current
+        rows = viewer.list_local(args.limit, args.status, args.machine, stack=stack)
+        if stack is not None and not args.json:
+            where = "the running onceflow up" if session.shared is not None else "the newest"
+            print(
+                f"local: the executions of stack {stack} ({where}); --all lists every "
+                "local stack's",
+                file=sys.stderr,
+            )
         if not rows and not args.json:
             print(
                 f"local: no recorded executions in {records.directory()}; "

@@ -32,7 +32,7 @@ from onceflow.local.engine import ExecutionResult, LocalEngine
 from onceflow.local.server import SharedEngine, engine_for
 from onceflow.local.target import LocalTarget
 from onceflow.ops import AUDIT_LABELS
-from onceflow.project import find_template
+from onceflow.project import template_or_bundled
 from onceflow.view import records, units
 
 # Passes of the pipes over the source queue: enough for a message a batch kept to come
@@ -120,8 +120,9 @@ def run_demo(
     progress: TextIO | None = sys.stderr,
     record: bool = False,
     shared: SharedEngine | None = None,
+    stack: str | None = None,
 ) -> DemoReport:
-    """Run the demo; `record`: save its executions (records.py).
+    """Run the demo; `record`: save its executions (records.py), as run on `stack`.
 
     On a fresh local engine, or inside `onceflow up` on the running one (``shared``): there
     its objects go under a prefix of their own, its audits walk only that
@@ -136,7 +137,7 @@ def run_demo(
     run_prefix = run_prefix if shared is not None else ""
 
     def fresh() -> LocalEngine:
-        template = config.template or find_template()
+        template = config.template or template_or_bundled()
         return LocalEngine(template, parameters, function_log=io.StringIO())
 
     with engine_for(shared, parameters, fresh) as engine:
@@ -277,7 +278,7 @@ def run_demo(
         messages = units.per_message(ran)
         outcomes = Counter(unit.end_state for unit in messages)
         if record:
-            saved = records.save_all(engine, results)
+            saved = records.save_all(engine, results, stack=stack)
             if progress is not None:
                 progress.write(f"recorded  {len(saved)} executions in {records.directory()}\n")
 

@@ -829,6 +829,12 @@ class LocalEngine:
         configuration = s3_backends[ACCOUNT_ID]["aws"].buckets[bucket].notification_configuration
         if configuration is None or configuration.event_bridge is None:
             return []
+        return self.put_event(self.s3_object_created_event(bucket, key, version_id))
+
+    def s3_object_created_event(
+        self, bucket: str, key: str, version_id: str | None = None
+    ) -> dict[str, Any]:
+        """The EventBridge event S3 sends for one upload (put_s3_event describes its fields)."""
         s3 = self.client("s3")
         head = s3.head_object(
             Bucket=bucket, Key=key, **({"VersionId": version_id} if version_id else {})
@@ -844,27 +850,25 @@ class LocalEngine:
         if version:
             obj["version-id"] = version
         obj["sequencer"] = hashlib.sha256(upload.encode()).hexdigest()[:18].upper()
-        return self.put_event(
-            {
+        return {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": "Object Created",
+            "source": "aws.s3",
+            "account": ACCOUNT_ID,
+            "time": head["LastModified"].strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": REGION,
+            "resources": [f"arn:aws:s3:::{bucket}"],
+            "detail": {
                 "version": "0",
-                "id": str(uuid.uuid4()),
-                "detail-type": "Object Created",
-                "source": "aws.s3",
-                "account": ACCOUNT_ID,
-                "time": head["LastModified"].strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "region": REGION,
-                "resources": [f"arn:aws:s3:::{bucket}"],
-                "detail": {
-                    "version": "0",
-                    "bucket": {"name": bucket},
-                    "object": obj,
-                    "request-id": uuid.uuid4().hex[:16].upper(),
-                    "requester": ACCOUNT_ID,
-                    "source-ip-address": "127.0.0.1",
-                    "reason": "PutObject",
-                },
-            }
-        )
+                "bucket": {"name": bucket},
+                "object": obj,
+                "request-id": uuid.uuid4().hex[:16].upper(),
+                "requester": ACCOUNT_ID,
+                "source-ip-address": "127.0.0.1",
+                "reason": "PutObject",
+            },
+        }
 
     def _eventbridge_dead_letter(
         self, rule: dict[str, Any], target: dict[str, Any], event: Any, exc: ClientError

@@ -34,7 +34,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from onceflow.project import project_directory
+from onceflow.project import state_directory
 
 # Commands that use the server when it is up (and no --stack-name is given).
 FORWARDED = frozenset(
@@ -77,7 +77,7 @@ def state_file(project: Path | None = None) -> Path:
     configured = os.environ.get("ONCEFLOW_STATE_DIR")
     if configured:
         return Path(configured) / "server.json"
-    return (project or project_directory()) / ".onceflow" / "server.json"
+    return state_directory(project) / "server.json"
 
 
 def _impostor(port: Any, why: str, path: Path) -> ServerError:

@@ -228,11 +228,46 @@ def _document_statements(document: Any, where: str) -> list[dict[str, Any]]:
     return [dict(s) for s in statements]
 
 
-def _sam_policies(policies: Any, where: str) -> list[dict[str, Any]]:
-    """The statements of a SAM ``Policies`` value (resolved): inline documents only.
+def _policy_template(stack: Stack, item: Any, where: str) -> list[dict[str, Any]] | None:
+    """The statements of a SAM policy template (``S3ReadPolicy: {BucketName: ...}``), as SAM's
+    own translator expands it; None when the item is not one (a managed policy's name).
 
-    SAM also takes managed policy names or ARNs and its policy templates
-    (``SQSSendMessagePolicy: ...``). Their statements live outside the
+    SAM tells a policy template by a map of one key that names one of its templates
+    (samtranslator/model/function_policies.py); its statements come from SAM's
+    policy_templates.json through the same PolicyTemplatesProcessor ``sam build`` and
+    the Transform use, never from a copy, so a new SAM release brings its templates here.
+    """
+    if not isinstance(item, Mapping) or len(item) != 1:
+        return None
+    [(name, values)] = item.items()
+    # Imported here: only a template that uses one pays for loading SAM's translator.
+    from samtranslator.policy_template_processor.exceptions import (
+        InsufficientParameterValues,
+        InvalidParameterValues,
+    )
+    from samtranslator.policy_template_processor.processor import PolicyTemplatesProcessor
+
+    processor = PolicyTemplatesProcessor(
+        PolicyTemplatesProcessor.get_default_policy_templates_json()
+    )
+    if not processor.has(name):
+        raise TemplateError(
+            f"{where}: {name} is not one of SAM's policy templates (aws-sam-translator's "
+            "policy_templates.json); check its spelling, or write the statements inline"
+        )
+    try:
+        document = processor.convert(name, values if values is not None else {})
+    except (InsufficientParameterValues, InvalidParameterValues, ValueError) as exc:
+        raise TemplateError(f"{where}: policy template {name}: {exc}") from exc
+    # The expansion holds Fn::Sub over AWS::Partition, AWS::Region and the like.
+    return _document_statements(stack.resolve(document), f"{where} ({name})")
+
+
+def _sam_policies(stack: Stack, policies: Any, where: str) -> list[dict[str, Any]]:
+    """The statements of a SAM ``Policies`` value (resolved): inline documents and SAM's
+    policy templates.
+
+    SAM also takes managed policy names or ARNs. Their statements live outside the
     template, so the local engine refuses them rather than guess.
     """
     items = policies if isinstance(policies, list) else [policies]
@@ -240,11 +275,14 @@ def _sam_policies(policies: Any, where: str) -> list[dict[str, Any]]:
     for item in items:
         if isinstance(item, Mapping) and "Statement" in item:
             statements += _document_statements(item, where)
-        else:
+            continue
+        expanded = _policy_template(stack, item, where)
+        if expanded is None:
             raise TemplateError(
-                f"{where}: policy {item!r} is a managed policy or a SAM policy template; "
-                "the local engine enforces inline policy documents only"
+                f"{where}: policy {item!r} is a managed policy; the local engine enforces "
+                "inline policy documents and SAM policy templates only"
             )
+        statements += expanded
     return statements
 
 
@@ -962,13 +1000,15 @@ class AccessControl:
                 statements = [copy.deepcopy(_LAMBDA_BASIC_EXECUTION)]
                 if props.get("Tracing") == "Active":
                     statements.append(copy.deepcopy(_XRAY_WRITE_ONLY))
-                statements += _sam_policies(props.get("Policies", []), logical_id)
+                statements += _sam_policies(stack, props.get("Policies", []), logical_id)
             kind, session = "function", stack.refs[logical_id]
         else:
             if "Role" in raw:
                 statements = _role_statements(stack, logical_id, raw["Role"])
             else:
-                statements = _sam_policies(stack.resolve(raw.get("Policies", [])), logical_id)
+                statements = _sam_policies(
+                    stack, stack.resolve(raw.get("Policies", [])), logical_id
+                )
             kind, session = "state machine", uuid.uuid4().hex[:32]
         return Principal(
             logical_id=logical_id,

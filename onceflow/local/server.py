@@ -41,7 +41,7 @@ from onceflow.local.forwarding import (
     state_file,
 )
 from onceflow.local.lambdas import FUNCTION_OUTPUT
-from onceflow.project import private_directory, project_directory, write_private
+from onceflow.project import private_directory, project_directory, stack_label, write_private
 
 # Nonces a server remembers to refuse a replayed request (a few per command).
 _REMEMBERED_NONCES = 10_000
@@ -55,6 +55,7 @@ class SharedEngine:
     parameters: dict[str, str] = field(default_factory=dict)
     template: Path | None = None
     started: float = 0.0  # when the command began (epoch seconds)
+    stack: str = ""  # the name its records give the stack (project.stack_label)
 
 
 # A command: the command line (argv) and the engine it runs on; returns its exit code.
@@ -183,6 +184,7 @@ class EngineServer(ThreadingHTTPServer):
         self.project = project_directory(self.template) if self.template is not None else None
         self.token = secrets.token_hex(16)
         self.started = time.time()
+        self.stack = stack_label("up")
         self.commands = 0
         self._lock = threading.Lock()
         self._log = log
@@ -224,7 +226,9 @@ class EngineServer(ThreadingHTTPServer):
         """
         out, err = io.StringIO(), io.StringIO()
         with self._lock:
-            shared = SharedEngine(self.engine, self.parameters, self.template, time.time())
+            shared = SharedEngine(
+                self.engine, self.parameters, self.template, time.time(), self.stack
+            )
             previous = os.getcwd()
             try:
                 os.chdir(cwd or previous)

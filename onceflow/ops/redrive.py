@@ -312,6 +312,7 @@ def redrive(
     progress: Callable[[Redriven], None] | None = None,
     wait: bool | None = None,
     queue: str = "processor",
+    include_invalid: bool = False,
 ) -> RedriveReport:
     """Move DLQ messages back into processing: a deliberate second chance.
 
@@ -334,6 +335,10 @@ def redrive(
     any delivery: work done is a duplicate, work below MaxAttempts is reclaimed,
     and (SqsBatchMode) a row at MaxAttempts is dead-lettered, to the processor's
     DLQ, where this command's default queue gives it a deliberate second chance.
+
+    A message dead-lettered as InvalidEvent is kept unless ``include_invalid``: the
+    processor refused the event itself, so the same event fails the same way until the
+    stack changes to accept it (a parameter, a new release); then it is asked for.
     """
     if queue not in QUEUES:
         raise OpsError(f"no queue {queue!r}; choose from {', '.join(QUEUES)}")
@@ -377,8 +382,9 @@ def redrive(
                     outcome = _move_back(sqs, url, back, message, dry_run, memory)
                 else:
                     outcome = _redrive_one(
-                        target, sqs, sfn, url, processor, message, dry_run, raw, memory
-                    )
+                        target, sqs, sfn, url, processor, message, dry_run, raw, memory,
+                        include_invalid,
+                    )  # fmt: skip
                 if outcome.action != "resubmitted" and outcome.action != "deleted":
                     kept_handles.append(message["ReceiptHandle"])
                 report.messages.append(outcome)
@@ -401,6 +407,10 @@ def _wait_for_outcomes(target: Target, report: RedriveReport, wait: bool | None)
         if item.execution_arn and item.action == "resubmitted":
             ended = wait_for_execution(target, item.execution_arn)
             item.outcome = ended["status"] + (f" ({ended['error']})" if ended.get("error") else "")
+
+
+# The DLQ attribute EXHAUSTED_RETRY_CONDITION of an event the processor could not read.
+INVALID_EVENT = "InvalidEvent"
 
 
 # ---- undelivered: executions that could not dead-letter ---------------------
@@ -546,11 +556,21 @@ def _redrive_one(
     dry_run: bool,
     raw: bool,
     memory: _RunMemory,
+    include_invalid: bool = False,
 ) -> Redriven:
     message_id = message["MessageId"]
     attributes = _attributes(message)
     key = attributes.get("IDEMPOTENCY_KEY")
     origin = attributes.get("EXECUTION_ARN")
+    if attributes.get("EXHAUSTED_RETRY_CONDITION") == INVALID_EVENT and not include_invalid:
+        return Redriven(
+            message_id,
+            key,
+            "kept",
+            f"an {INVALID_EVENT}: the processor refused the event itself "
+            f"({attributes.get('ERROR_MESSAGE', 'see ERROR_MESSAGE')}); run again it fails "
+            "the same way. Once the stack accepts it, redrive --invalid",
+        )
     try:
         body = json.loads(message.get("Body", ""))
     except json.JSONDecodeError:

@@ -13,6 +13,7 @@ from onceflow.view.executions import (
     find_deployed,
     list_deployed,
     list_local,
+    newest_stack,
 )
 from onceflow.view.page import html_path, write_page
 from onceflow.view.text import render_table, terminal
@@ -25,6 +26,7 @@ __all__ = [
     "html_path",
     "list_deployed",
     "list_local",
+    "newest_stack",
     "render_table",
     "terminal",
     "write_page",

@@ -83,6 +83,7 @@ def summary(record: Record) -> dict[str, Any]:
         "name": record.name,
         "executionArn": record.arn,
         "stateMachine": record.logical_id or record.data.get("stateMachineArn"),
+        "stack": record.stack,
         "status": record.status,
         "startDate": None if record.start is None else record.start.isoformat(),
         "stopDate": None if record.stop is None else record.stop.isoformat(),
@@ -94,11 +95,25 @@ def summary(record: Record) -> dict[str, Any]:
     }
 
 
+def newest_stack(folder: Path | None = None) -> str | None:
+    """The stack of the newest local record (None: no record names one)."""
+    for record in records.recent(folder):
+        return record.stack
+    return None
+
+
 def list_local(
-    limit: int, status: str | None = None, machine: str | None = None, folder: Path | None = None
+    limit: int,
+    status: str | None = None,
+    machine: str | None = None,
+    folder: Path | None = None,
+    stack: str | None = None,
 ) -> list[dict[str, Any]]:
+    """The newest local records' rows; `stack`: only that local stack's (None: every one's)."""
     rows: list[dict[str, Any]] = []
     for record in records.recent(folder):
+        if stack is not None and record.stack != stack:
+            continue
         if status and record.status != status:
             continue
         if machine and LOGICAL_IDS.get(record.logical_id or "") != machine:
@@ -215,7 +230,7 @@ def find_deployed(target: Stack, query: str, scan: int = 1000) -> Record:
 
 
 def definition(record: Record, target: Stack | None = None) -> dict[str, Any]:
-    """The ASL the execution ran: the deployed definition, or locally the ASL file."""
+    """The ASL the execution ran: the deployed definition, or locally the one its record kept."""
     if target is not None and not target.local:
         # The definition this execution ran, not today's: a stack update may
         # have changed the state machine since.
@@ -227,6 +242,10 @@ def definition(record: Record, target: Stack | None = None) -> dict[str, Any]:
             raise _aws(f"cannot read the definition {record.arn} ran", exc) from exc
         asl: dict[str, Any] = json.loads(described["definition"])
         return asl
+    kept = record.data.get("definition")
+    if isinstance(kept, str) and kept:
+        return records.kept_definition(kept)
+    # A record from before records kept their definition: today's ASL file.
     name = LOGICAL_IDS.get(record.logical_id or "")
     if name is None:
         # "batch" first: a batch machine's name holds "processor" too.

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.asl import diagram
-from onceflow.project import private_directory, write_private
+from onceflow.project import private_directory, state_directory, write_private
 from onceflow.view import history, records
 from onceflow.view.executions import summary
 from onceflow.view.layout import subtitle
@@ -29,7 +29,7 @@ from onceflow.view.text import duration, iso_time
 from onceflow.view.trace import Trace, trace
 from onceflow.view.units import Unit, units
 
-SHOW_DIRECTORY = diagram.ROOT / ".onceflow" / "show"
+SHOW_DIRECTORY = state_directory() / "show"
 STATIC = ("guard.js", "viewer.css", "viewer.js")
 # A Map's or Parallel's nested states are states of their own: the Definition tab shows
 # the state's own fields.
@@ -355,7 +355,11 @@ def page(record: Record, asl: dict[str, Any]) -> str:
 
 
 def html_path(record: Record, folder: Path | None = None) -> Path:
-    name = records.file_name(record.name, record.data.get("stateMachineArn"))
+    """NAME.html (a name with other characters than a file's: those replaced, plus a hash).
+
+    Unlike a record's file, not told apart by state machine: a page is written again by
+    every `show`, so two executions of one name in two machines only take turns."""
+    name = records.file_name(record.name)
     return (folder or SHOW_DIRECTORY) / (name.removesuffix(".json") + ".html")
 
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from onceflow.project import default_project, private_directory, write_private
+from onceflow.project import private_directory, state_directory, write_private
 from onceflow.view.history import Execution
 
-DIRECTORY = default_project() / ".onceflow" / "executions"
+DIRECTORY = state_directory() / "executions"
 # ONCEFLOW_RECORDS moves them (tests use a temporary directory).
 ENVIRONMENT = "ONCEFLOW_RECORDS"
 # The newest records kept; older ones are removed after each save.
@@ -89,6 +89,12 @@ class Record:
     @property
     def logical_id(self) -> str | None:
         value = self.data.get("logicalId")
+        return None if value is None else str(value)
+
+    @property
+    def stack(self) -> str | None:
+        """The local stack it ran on (None: recorded before records named their stack)."""
+        value = self.data.get("stack")
         return None if value is None else str(value)
 
     @property
@@ -165,9 +171,15 @@ def _state_machine_arn(execution_arn: str) -> str:
 
 
 def describe(
-    result: Execution, listed: dict[str, Any] | None, logical_ids: dict[str, str]
+    result: Execution,
+    listed: dict[str, Any] | None,
+    logical_ids: dict[str, str],
+    stack: str | None = None,
+    definition: str | None = None,
 ) -> dict[str, Any]:
-    """A record of a finished execution (its history is read now: the engine must be up)."""
+    """A record of a finished execution (its history is read now: the engine must be up).
+
+    `definition`: the name under which the definition it ran is kept (keep_definition)."""
     events = result.events
     listed = listed or {}
     machine = str(listed.get("stateMachineArn") or _state_machine_arn(result.arn))
@@ -178,6 +190,8 @@ def describe(
         "name": result.name,
         "stateMachineArn": machine,
         "logicalId": logical_ids.get(machine),
+        "stack": stack,
+        "definition": definition,
         "status": result.status,
         "startDate": start,
         "stopDate": stop,
@@ -202,23 +216,56 @@ def write(data: dict[str, Any], into: Path | None = None) -> Path:
     return path
 
 
+DEFINITIONS = "definitions"
+
+
+def keep_definition(described: dict[str, Any], into: Path | None = None) -> str:
+    """Keep a state machine's definition beside the records, once per content; its name.
+
+    `show` draws the definition an execution ran, which need not be any file near
+    where it is typed (a nested onceflow's ASL lives beside the nested template).
+    """
+    text = str(described["definition"])
+    name = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    folder = private_directory((into or directory()) / DEFINITIONS)
+    path = folder / f"{name}.json"
+    if not path.is_file():
+        write_private(path, text)
+    return name
+
+
+def kept_definition(name: str, folder: Path | None = None) -> dict[str, Any]:
+    """A definition kept by keep_definition."""
+    path = (folder or directory()) / DEFINITIONS / f"{name}.json"
+    try:
+        definition = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecordError(f"cannot read the definition the execution ran, {path}: {exc}") from exc
+    if not isinstance(definition, dict):
+        raise RecordError(f"{path} is not a state machine definition")
+    return definition
+
+
 def save_all(
     engine: ExecutionSource,
     known: Iterable[Execution] = (),
     into: Path | None = None,
     since: float | None = None,
+    stack: str | None = None,
 ) -> list[Path]:
     """Record every finished execution of the engine's state machines.
 
     `known`: results the caller has already read (their histories are reused,
     not read again). `since`: only executions started from then on (epoch
-    seconds). Call it before the engine stops.
+    seconds). `stack`: the name of the local stack they ran on (project.stack_label).
+    Call it before the engine stops.
     """
     sfn = engine.client("stepfunctions")
     by_arn = {result.arn: result for result in known}
     logical_ids = engine.state_machines()
     written: list[Path] = []
     for machine in logical_ids:
+        kept = keep_definition(sfn.describe_state_machine(stateMachineArn=machine), into)
         for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine):
             for listed in page["executions"]:
                 if listed["status"] == "RUNNING":
@@ -228,7 +275,7 @@ def save_all(
                 result = by_arn.get(listed["executionArn"])
                 if result is None:
                     result = engine.wait(listed["executionArn"])
-                written.append(write(describe(result, listed, logical_ids), into))
+                written.append(write(describe(result, listed, logical_ids, stack, kept), into))
     prune(into)
     return written
 

@@ -32,10 +32,13 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     """The executions as a table, newest first."""
     if not rows:
         return "no executions"
-    header = ("name", "status", "started (UTC)", "duration", "end state", "idempotency key")
+    header = (
+        "name", "stack", "status", "started (UTC)", "duration", "end state", "idempotency key",
+    )  # fmt: skip
     table = [header] + [
         (
             row["name"],
+            row.get("stack") or "-",
             row["status"],
             iso_time(row["startDate"]),
             duration(row["durationMs"]),

@@ -445,3 +445,52 @@ def test_a_sample_runs_on_a_stack_over_an_existing_bucket(
     assert code == 0, err
     assert json.loads(out)["states"][-1]["name"] == "Processed"
     assert "stands for the local stack's users-own-bucket" in err
+
+
+def test_executions_run_by_execute_have_names_told_apart_at_a_glance(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN two executions run one after the other without --name
+    event = str(EVENTS / "eventbridge-custom-event.json")
+    names = []
+    for _ in range(2):
+        assert main(["execute", "ProcessorStateMachine", "-e", event, "--no-server"]) == 0
+        found = re.search(r"onceflow show (\S+)`", capsys.readouterr().err)
+        assert found is not None
+        names.append(found.group(1))
+    # THEN each names its state machine first, briefly, and the two differ within
+    # their first 20 characters (a unique start of a name is what `show` takes); the
+    # engine's own names shared their first 41
+    assert all(name.startswith("processor-") for name in names)
+    assert names[0][:20] != names[1][:20]
+
+
+def test_a_processor_function_arn_the_local_stack_lacks_says_how_to_run_yours(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN a ProcessorFunctionArn of a function that exists only in the user's account
+    arn = "arn:aws:lambda:us-east-1:123456789012:function:mine"
+    # WHEN a work item is executed with it on a fresh local stack
+    event = str(EVENTS / "work-item.json")
+    overrides = ["--parameter-overrides", f"ProcessorFunctionArn={arn}"]
+    code = main(["execute", "ProcessorStateMachine", "-e", event, *overrides, "--no-server"])
+    # THEN it fails as on AWS (Lambda's ResourceNotFound), and the note before it says
+    # how a function of the user's runs locally
+    captured = capsys.readouterr()
+    assert code == 1 and "Lambda.ResourceNotFoundException" in captured.out
+    assert f"ProcessorFunctionArn {arn} is no function of the local stack" in captured.err
+    assert "onceflow init" in captured.err and "examples/word-count" in captured.err
+
+
+def test_upload_to_a_machine_s3_never_starts_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a file of the user's, and the audit, which no S3 event starts
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"\x89PNG")
+    # WHEN they upload it to run through the audit
+    code = main(["execute", "AuditStateMachine", "--upload", str(mine), "--no-server"])
+    # THEN it is refused before anything runs, naming the machine that takes S3's event
+    err = capsys.readouterr().err
+    assert code == 2 and "--upload runs S3's Object Created event" in err
+    assert "ProcessorStateMachine takes" in err and "Traceback" not in err

@@ -239,3 +239,14 @@ def test_a_broken_link_a_missing_heading_and_a_moved_path_are_found(tmp_path: Pa
     assert not module_exists("onceflow.no_such_module")
     assert not module_exists("onceflow.no_such_package.module")
     assert slugs == {"title", "same", "same-1"}
+
+
+@pytest.mark.parametrize("page", DOCUMENTS, ids=lambda p: p.name)
+def test_each_generated_block_has_one_start_and_one_end_marker(page: Path) -> None:
+    # GIVEN a page that embeds generated blocks between <!-- NAME:start ... --> markers
+    text = page.read_text(encoding="utf-8")
+    starts = re.findall(r"<!-- ([a-z-]+):start", text)
+    ends = re.findall(r"<!-- ([a-z-]+):end", text)
+    # THEN each block is opened once and closed once
+    assert sorted(starts) == sorted(set(starts)), f"a start marker twice: {starts}"
+    assert sorted(starts) == sorted(ends)

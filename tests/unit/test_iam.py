@@ -302,3 +302,89 @@ def test_a_managed_policy_is_refused_rather_than_guessed(tmp_path: Path) -> None
         access.start(InProcessRuntime())
     access.stop()
     assert not iam._CONTROLS
+
+
+POLICY_TEMPLATES = (
+    "Transform: AWS::Serverless-2016-10-31\n"
+    "Resources:\n"
+    "  Counts:\n"
+    "    Type: AWS::DynamoDB::Table\n"
+    "  Fn:\n"
+    "    Type: AWS::Serverless::Function\n"
+    "    Properties:\n"
+    "      CodeUri: functions/\n"
+    "      Handler: app.handler\n"
+    "      Policies:\n"
+    "        - S3ReadPolicy: {BucketName: uploads}\n"
+    "        - DynamoDBCrudPolicy: {TableName: !Ref Counts}\n"
+    "        - SQSPollerPolicy: {QueueName: work}\n"
+    "        - Statement: [{Effect: Allow, Action: sns:Publish, Resource: '*'}]\n"
+)
+
+
+def _access(tmp_path: Path, text: str) -> iam.AccessControl:
+    template = tmp_path / "template.yaml"
+    template.write_text(text, encoding="utf-8")
+    stack = Stack.from_file(template)
+    stack.refs.update({"Fn": "fn", "Counts": "counts"})
+    return iam.AccessControl(stack)
+
+
+def test_sam_policy_templates_are_expanded_by_sams_translator_and_enforced(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a function whose Policies are SAM policy templates beside an inline document
+    access = _access(tmp_path, POLICY_TEMPLATES)
+    # WHEN the engine starts enforcing the roles
+    access.start(InProcessRuntime())
+    try:
+        statements = access.statements("Fn")
+    finally:
+        access.stop()
+    # THEN each template became SAM's own statements, its resources resolved
+    table = f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/counts"
+    allowed = [
+        ("s3:GetObject", "arn:aws:s3:::uploads/notes.txt"),
+        ("s3:ListBucket", "arn:aws:s3:::uploads"),
+        ("dynamodb:PutItem", table),
+        ("dynamodb:Query", f"{table}/index/by-date"),
+        ("sqs:ReceiveMessage", f"arn:aws:sqs:us-east-1:{ACCOUNT}:work"),
+        ("sns:Publish", "arn:aws:sns:us-east-1:123456789012:topic"),
+    ]
+    for action, resource in allowed:
+        assert iam.evaluate(statements, action, resource) is iam.Decision.ALLOWED, (
+            action,
+            resource,
+        )
+    # AND nothing beyond them: no write to the bucket, no other table
+    denied = [
+        ("s3:PutObject", "arn:aws:s3:::uploads/notes.txt"),
+        ("s3:GetObject", "arn:aws:s3:::other/notes.txt"),
+        ("dynamodb:PutItem", f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/other"),
+    ]
+    for action, resource in denied:
+        assert iam.evaluate(statements, action, resource) is not iam.Decision.ALLOWED, (
+            action,
+            resource,
+        )
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ("NoSuchPolicy: {BucketName: uploads}", "NoSuchPolicy"),
+        ("S3ReadPolicy: {Bucket: uploads}", "BucketName"),
+    ],
+    ids=["unknown template", "missing parameter"],
+)
+def test_a_policy_template_sam_would_refuse_is_refused_with_its_reason(
+    tmp_path: Path, policy: str, message: str
+) -> None:
+    # GIVEN a policy template SAM does not know, or one without its parameter
+    text = POLICY_TEMPLATES.replace("S3ReadPolicy: {BucketName: uploads}", policy)
+    access = _access(tmp_path, text)
+    # WHEN the engine would enforce the roles THEN it refuses, naming what is wrong
+    with pytest.raises(TemplateError, match=message):
+        access.start(InProcessRuntime())
+    access.stop()
+    assert not iam._CONTROLS

@@ -1,25 +1,27 @@
-"""`pip install .` (not editable) gives a working `onceflow`, run from anywhere in a project.
+"""`pip install` of the built wheel gives a working `onceflow`, as a user gets it.
 
-SLOW (about 15 s): builds the wheel from a copy of the project, installs it into a
-new virtual environment and runs the installed command in other directories. No
-network: the wheel is built with this venv's setuptools (--no-build-isolation), and
-installed without its dependencies, which the new venv reads from this venv's
-site-packages (a .pth file written after the install, so pip never sees them).
+SLOW (about a minute): builds the wheel from a copy of the project, makes fresh virtual
+environments and installs the wheel into them with its dependencies resolved by pip,
+then runs the installed command from a directory unrelated to any project. No network:
+pip reads only the wheels `make setup` downloaded into .venv/wheels (the pins of
+requirements/dev.txt, and setuptools to build with), with no index; nothing of this
+venv reaches the new ones.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-import sysconfig
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+WHEELS = ROOT / ".venv" / "wheels"
 # What a clone holds that a wheel is not built from, or that another run left.
 NOT_COPIED = shutil.ignore_patterns(
     ".git", ".venv*", ".onceflow", ".aws-sam", "__pycache__", "*.egg-info", "build", "dist",
@@ -29,102 +31,158 @@ NOT_COPIED = shutil.ignore_patterns(
 pytestmark = pytest.mark.slow
 
 
-def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=180, check=False
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def _pins(lines: list[str]) -> dict[str, str]:
+    """name -> version of `name[extras]==version` lines (names normalised as pip does)."""
+    pins = {}
+    for line in lines:
+        match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^]]*\])?==(\S+)$", line.strip())
+        if match:
+            pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(3)
+    return pins
+
+
+def test_the_declared_dependencies_are_pinned_as_requirements_dev_txt_pins_them() -> None:
+    # GIVEN the dependencies pyproject.toml declares, the core's and the [local] extra's
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = [*project["dependencies"], *project["optional-dependencies"]["local"]]
+    # WHEN they are read beside the development lock
+    pins = _pins(declared)
+    locked = _pins((ROOT / "requirements" / "dev.txt").read_text(encoding="utf-8").splitlines())
+    # THEN each is pinned, at the version the tests run with
+    assert len(pins) == len(declared)
+    assert {name: locked.get(name) for name in pins} == pins
+    # AND the core stays light: boto3 and the template reader, nothing of the engine
+    assert sorted(_pins(project["dependencies"])) == ["boto3", "pyyaml"]
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
-    """(the installed `onceflow`, a copy of the project, the environment to run it in)."""
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+    """(the wheel, a work directory, the environment of a user outside any project)."""
+    if not (WHEELS.is_dir() and any(WHEELS.glob("*.whl"))):
+        pytest.fail(f"no wheels in {WHEELS}: run `make setup`, which downloads them")
     work = tmp_path_factory.mktemp("packaging")
     project = work / "project"
     shutil.copytree(ROOT, project, ignore=NOT_COPIED)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ONCEFLOW_", "PYTHON"))}
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    built = _run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", "dist", "."],
+    home = work / "home"
+    home.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ONCEFLOW_", "PYTHON", "PIP_", "VIRTUAL_ENV", "XDG_"))
+    }
+    env["HOME"] = str(home)  # records, pages and pip's settings are this user's
+    env["PIP_CONFIG_FILE"] = os.devnull  # only the wheels named below: no index, no cache
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
+    done = _run(
+        [*pip, "wheel", "--no-deps", "--no-index", "--find-links", str(WHEELS), "-w", "dist", "."],
         project,
         env,
     )
-    assert built.returncode == 0, built.stdout + built.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
     [wheel] = (project / "dist").glob("onceflow-*.whl")
-    venv = work / "venv"
+    return wheel, work, env
+
+
+def _install(built: tuple[Path, Path, dict[str, str]], name: str, extra: str) -> Path:
+    """A fresh venv with the wheel installed by pip, dependencies resolved from WHEELS."""
+    wheel, work, env = built
+    venv = work / name
     made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], work, env)
     assert made.returncode == 0, made.stderr
-    python = venv / "bin" / "python"
-    done = _run([*pip, "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)],
-                work, env)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                work, env).stdout.strip()  # fmt: skip
-    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (Path(site) / "zz-dependencies.pth").write_text("\n".join(sorted(ours)) + "\n")
-    return venv / "bin" / "onceflow", project, env
-
-
-def test_the_wheel_holds_every_package_and_the_files_read_at_run_time(
-    installed: tuple[Path, Path, dict[str, str]],
-) -> None:
-    # GIVEN the installed package
-    command, project, env = installed
-    # WHEN its location and its jsonata worker's files are asked for
-    probe = (
-        "import json, onceflow, onceflow.local.patches, onceflow.local.jsonata_node as j; "
-        "print(json.dumps([onceflow.__file__, str(j.WORKER_SCRIPT), "
-        "(j.JS_DIR / 'node_modules' / 'jsonata' / 'package.json').is_file()]))"
-    )
-    answer = _run([str(command.parent / "python"), "-c", probe], project.parent, env)
-    # THEN it is the installed copy, not the checkout, and it carries jsonata itself
-    assert answer.returncode == 0, answer.stderr
-    where, worker, jsonata = json.loads(answer.stdout)
-    assert Path(where).is_relative_to(command.parent.parent) and Path(worker).is_file()
-    assert jsonata is True
-    # AND every module and every file beside them (scripts, styles) made it into the wheel
-    source = project / "onceflow"
-    shipped = {
-        path.relative_to(source)
-        for path in source.rglob("*")
-        if path.is_file() and "node_modules" not in path.parts and "__pycache__" not in path.parts
-    }
-    missing = [str(p) for p in sorted(shipped) if not (Path(where).parent / p).is_file()]
-    assert missing == []
-
-
-def test_the_installed_command_runs_in_a_subdirectory_of_a_project(
-    installed: tuple[Path, Path, dict[str, str]],
-) -> None:
-    # GIVEN the installed command and a user standing in functions/ of a project
-    command, project, env = installed
-    here = project / "functions"
-    # WHEN they ask for help, and execute a sample event named relative to where they stand
-    helped = _run([str(command), "--help"], here, env)
-    ran = _run(
-        [str(command), "execute", "ProcessorStateMachine", "-e", "../events/work-item.json"],
-        here,
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
+    done = _run(
+        [*pip, "--python", str(venv / "bin" / "python"), "install", "--no-index",
+         "--find-links", str(WHEELS), f"{wheel}{extra}"],
+        work,
         env,
-    )
-    # THEN both work: the template, the ASL and the handlers are the project's
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return venv / "bin" / "onceflow"
+
+
+def _elsewhere(work: Path, name: str) -> Path:
+    """A directory with no template.yaml in it or above it."""
+    directory = work / name
+    directory.mkdir()
+    assert not any((d / "template.yaml").exists() for d in (directory, *directory.parents))
+    return directory
+
+
+def test_the_core_installs_alone_and_runs_the_commands_that_need_no_engine(
+    built: tuple[Path, Path, dict[str, str]],
+) -> None:
+    # GIVEN `pip install onceflow` without the [local] extra
+    command = _install(built, "core", "")
+    _, work, env = built
+    here = _elsewhere(work, "core-user")
+    # WHEN the user asks for help, lists local executions, and runs a local-engine command
+    helped = _run([str(command), "--help"], here, env)
+    listed = _run([str(command), "executions"], here, env)
+    engine = _run([str(command), "execute", "ProcessorStateMachine", "-e", "x.json"], here, env)
+    # THEN the first two work, and the third says which extra to install, in one line
+    assert helped.returncode == 0 and "usage: onceflow" in helped.stdout, helped.stderr
+    assert listed.returncode == 0 and "no executions" in listed.stdout, listed.stderr
+    assert engine.returncode == 2 and "Traceback" not in engine.stderr
+    assert "pip install 'onceflow[local]'" in engine.stderr
+
+
+def test_the_local_extra_runs_the_quick_start_from_an_unrelated_directory(
+    built: tuple[Path, Path, dict[str, str]],
+) -> None:
+    # GIVEN `pip install onceflow[local]` and a user in a directory of no project
+    command = _install(built, "local", "[local]")
+    _, work, env = built
+    here = _elsewhere(work, "local-user")
+    # WHEN they run the quick start: help, the demo, one event, then show it
+    helped = _run([str(command), "--help"], here, env)
+    demo = _run([str(command), "demo", "--objects", "6", "--corrupt", "1"], here, env)
+    # (events/ as the README names it: the package's samples, outside any project)
+    sample = "events/s3-object-created.json"
+    ran = _run([str(command), "execute", "ProcessorStateMachine", "-e", sample], here, env)
+    name = re.search(r"onceflow show (\S+)`", ran.stderr)
+    assert name is not None, ran.stdout + ran.stderr
+    shown = _run([str(command), "show", name.group(1)], here, env)
+    # THEN each works on the app the package carries
     assert helped.returncode == 0 and "usage: onceflow" in helped.stdout
+    assert demo.returncode == 0 and "exactly once: OK" in demo.stdout, demo.stdout + demo.stderr
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "status: SUCCEEDED" in ran.stdout and "Processed" in ran.stdout
-    assert f"local: using {project.resolve() / 'template.yaml'}" in ran.stderr
-    # AND what it keeps (the execution record) goes to the project's .onceflow/
-    assert list((project / ".onceflow" / "executions").glob("*.json"))
+    assert "onceflow's own app runs" in ran.stderr
+    assert shown.returncode == 0, shown.stderr
+    assert "MarkComplete" in shown.stdout
+    # AND what they keep goes to their state directory, not into the installed package
+    state = Path(env["HOME"]) / ".local" / "state" / "onceflow"
+    assert list((state / "executions").glob("*.json"))
+    page = Path(shown.stdout.rsplit("html: ", 1)[1].strip())
+    assert page.is_file() and page.is_relative_to(state)
+    site = command.parent.parent / "lib"
+    assert not list(site.rglob(".onceflow"))
 
 
-def test_the_installed_command_outside_any_project_says_what_to_do(
-    installed: tuple[Path, Path, dict[str, str]],
+def test_init_from_the_installed_package_writes_an_app_of_the_users(
+    built: tuple[Path, Path, dict[str, str]],
 ) -> None:
-    # GIVEN a directory with no template.yaml in it or above it, and an event file there
-    command, project, env = installed
-    outside = project.parent / "elsewhere"
-    outside.mkdir()
-    shutil.copy(project / "events" / "processor-payload.json", outside / "event.json")
-    # WHEN a command that needs the local stack runs there
-    ran = _run([str(command), "invoke", "ProcessorFunction", "-e", "event.json"], outside, env)
-    # THEN it stops with a message that says where it looked and what to do
-    assert ran.returncode == 2
-    assert "no template.yaml / template.yml / template.json in" in ran.stderr
-    assert "Traceback" not in ran.stderr
+    # GIVEN the installed [local] package (the previous test's venv, or a fresh one)
+    _, work, env = built
+    command = work / "local" / "bin" / "onceflow"
+    if not command.exists():
+        command = _install(built, "local", "[local]")
+    here = _elsewhere(work, "init-user")
+    (here / "notes.txt").write_text("one two\nthree\n", encoding="utf-8")
+    # WHEN the user writes a starter app and runs their own file through it
+    written = _run([str(command), "init", "my-app"], here, env)
+    ran = _run([str(command), "execute", "ProcessorStateMachine", "--upload", "../notes.txt"],
+               here / "my-app", env)  # fmt: skip
+    # THEN the app's own function counted the file, on the app's own template
+    assert written.returncode == 0, written.stderr
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert '"lines": 2' in ran.stdout and '"words": 3' in ran.stdout
+    assert "onceflow's own app" not in ran.stderr

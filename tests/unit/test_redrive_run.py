@@ -74,3 +74,16 @@ def test_a_run_stops_when_a_receive_brings_only_messages_it_has_seen_and_restore
         report = ops.redrive(target, dry_run=True)
         stub.assert_no_pending_responses()
     assert [(m.message_id, m.action) for m in report.messages] == [("m-1", "would resubmit")]
+
+
+def test_the_summary_says_what_a_message_left_in_the_dlq_is() -> None:
+    # GIVEN a run that moved one message, whose work failed again and dead-lettered anew
+    from onceflow.cli.stack_commands import redrive_summary
+
+    data = {"resubmitted": 1, "kept": 0, "left": 1, "deleted_already_processed": 0}
+    # WHEN its summary line is written
+    line = redrive_summary(data, dry_run=False, undelivered=False)
+    # THEN the message left behind is named for what it is, not as "moved earlier"
+    assert line.startswith("redrive: moved 1 message(s) back into processing")
+    assert "1 left for a later run (message(s) for work this run already moved: its new " in line
+    assert "moved earlier" not in line

@@ -140,20 +140,22 @@ def test_a_command_in_a_subdirectory_uses_the_project_template(
     assert f"local: using {TEMPLATE}" in err
 
 
-def test_a_command_outside_any_project_says_so_without_a_traceback(
+def test_a_command_outside_any_project_runs_onceflows_own_app_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # GIVEN a directory outside the project, and an event file there
+    # GIVEN a directory outside any project, and an event file there
     event = tmp_path / "event.json"
     event.write_text((EVENTS / "processor-payload.json").read_text(encoding="utf-8"))
     monkeypatch.chdir(tmp_path)
-    # WHEN a command that needs the template runs there
-    code = main(["invoke", "ProcessorFunction", "-e", str(event)])
-    # THEN it stops with exit 2 and says where it looked and what to do
-    err = capsys.readouterr().err
-    assert code == 2
-    assert f"onceflow: no template.yaml / template.yml / template.json in {tmp_path}" in err
-    assert "Traceback" not in err
+    # WHEN a command that needs a template runs there
+    code = main(["invoke", "ProcessorFunction", "-e", str(event), "--no-server"])
+    # THEN it runs onceflow's own app (the package's copy, here the checkout's), says so,
+    # and names the command that writes an app of the user's
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["created"] is True
+    assert "no template.yaml here or in a directory above: onceflow's own app runs" in err
+    assert "onceflow init DIR" in err
 
 
 def test_a_template_that_is_not_yaml_is_a_clear_error(

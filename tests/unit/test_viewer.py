@@ -20,7 +20,7 @@ import pytest
 
 from onceflow.asl import diagram
 from onceflow.local import jsonata_node
-from onceflow.view import executions, records, text
+from onceflow.view import executions, page, records, text
 from onceflow.view.history import UNNAMED
 from onceflow.view.history import scope as scope_of
 from onceflow.view.history import steps as read_steps
@@ -813,3 +813,16 @@ def test_the_events_table_lists_every_event_like_the_console() -> None:
         assert cells[4] == f"{elapsed:.0f} ms"
         assert cells[5] == event["timestamp"].strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     assert by_type["ExecutionStarted"][1][2] == "-"  # the execution's own event
+
+
+def test_show_writes_the_page_as_name_html_as_the_readme_says(tmp_path: Path) -> None:
+    # GIVEN an execution whose name is a safe file name, and one whose name is not
+    plain = record("run-1", [])
+    odd = record("run/2", [])
+    # WHEN their pages' paths are chosen
+    # THEN the first is NAME.html; the second's unsafe character is replaced, with a hash
+    # of the name so that two names never share a page
+    assert page.html_path(plain, tmp_path) == tmp_path / "run-1.html"
+    other = page.html_path(odd, tmp_path)
+    assert other.parent == tmp_path and other.name.startswith("run_2.")
+    assert other.suffix == ".html" and "/" not in other.name

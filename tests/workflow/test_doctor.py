@@ -249,13 +249,6 @@ FAULTS = [
         "RedrivePolicy",
     ),
     Fault(
-        "alarm topic without a subscription",
-        _unsubscribe,
-        _subscribe,
-        "alarms",
-        "aws sns subscribe --topic-arn",
-    ),
-    Fault(
         "audit schedule disabled",
         lambda s: _schedule(s, "DISABLED"),
         lambda s: _schedule(s, "ENABLED"),
@@ -427,3 +420,23 @@ def test_bad_input_a_missing_bucket_and_an_unreachable_processor_are_reported() 
         assert found["bucket versioning"].status == ops.WARN
         assert "never enabled" in found["bucket versioning"].detail
         assert "each event at most once" in found["bucket versioning"].detail
+
+
+# ---- a fresh local stack: what cannot apply locally is a WARN that says so ------------
+
+
+def test_locally_an_alarm_topic_without_a_subscription_is_a_warning_that_says_why(
+    stack: LocalStack,
+) -> None:
+    # GIVEN the local stack's alarm topic without a subscription (nothing local confirms one)
+    _unsubscribe(stack)
+    try:
+        # WHEN the doctor examines it
+        findings = ops.examine(stack)
+    finally:
+        _subscribe(stack)
+    # THEN the alarms are the one WARN, saying it applies on AWS and what to do there
+    (warned,) = failures(findings)
+    assert (warned.status, warned.check) == (ops.WARN, "alarms")
+    assert "cannot be confirmed locally" in warned.detail
+    assert "AlarmEmail" in warned.detail

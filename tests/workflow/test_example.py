@@ -10,6 +10,11 @@ nested stack's rule, as on AWS.
 from __future__ import annotations
 
 import io
+import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from onceflow.cli import main
 from onceflow.local.engine import LocalEngine
 from onceflow.local.template import TemplateError
 from service.contract import CallToken
@@ -215,3 +221,89 @@ def test_a_nested_application_the_engine_cannot_run_is_refused(
     # THEN it says why, before anything is created
     with pytest.raises(TemplateError, match=why):
         LocalEngine(template)
+
+
+# ---- the walkthrough: the commands a user types in examples/word-count ---------------
+
+
+def _onceflow_in(directory: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """A command typed in a terminal standing in `directory`."""
+    return subprocess.run(
+        [sys.executable, "-m", "onceflow.cli", *argv],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_users_own_file_runs_through_the_examples_function_and_shows(tmp_path: Path) -> None:
+    # GIVEN a user in the example's directory (no statemachines/ of its own there) with a
+    # text file of their own
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(TEXT)
+    # WHEN they run it through the processor, then show the execution
+    ran = _onceflow_in(EXAMPLE, "execute", "ProcessorStateMachine", "--upload", str(notes),
+                       "--no-server", "--json")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    name = re.search(r"onceflow show (\S+)`", ran.stderr)
+    assert name is not None, ran.stderr
+    page = tmp_path / "page.html"
+    shown = _onceflow_in(EXAMPLE, "show", name.group(1), "--html", str(page), "--no-server")
+    # THEN it was uploaded to the stack's bucket, and the example's function counted it
+    result = json.loads(ran.stdout)
+    assert [state["name"] for state in result["states"]] == HAPPY_PATH
+    assert result["output"]["result"] == {"lines": 2, "words": 5}
+    assert "uploaded notes.txt to s3://" in ran.stderr
+    # AND the page draws the definition the nested processor ran, with its path
+    assert shown.returncode == 0, shown.stderr
+    html = page.read_text(encoding="utf-8")
+    for state in HAPPY_PATH:
+        assert state in html
+
+
+def test_upload_and_an_event_file_are_one_or_the_other(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(EXAMPLE)
+    with pytest.raises(SystemExit):
+        main(["execute", "ProcessorStateMachine", "--no-server"])
+    assert "one of the arguments -e/--event --upload is required" in capsys.readouterr().err
+
+
+def test_onceflow_init_writes_an_app_that_runs_locally_and_validates(tmp_path: Path) -> None:
+    # GIVEN a new directory outside any project
+    app = tmp_path / "my-app"
+    # WHEN the user writes a starter app there and runs their own file through it
+    written = _onceflow_in(tmp_path, "init", str(app))
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(TEXT)
+    ran = _onceflow_in(app, "execute", "ProcessorStateMachine", "--upload", str(notes),
+                       "--key", "in/notes.txt", "--json", "--no-record", "--no-server")  # fmt: skip
+    # THEN the app stands alone: its template nests the onceflow copied beside it
+    assert written.returncode == 0, written.stderr
+    assert "Location: onceflow/template.yaml" in (app / "template.yaml").read_text("utf-8")
+    for needed in ("template.yaml", "statemachines/processor.asl.json",
+                   "functions/service/contract.py", "functions/Makefile"):  # fmt: skip
+        assert (app / "onceflow" / needed).is_file(), needed
+    # AND the local engine runs its function on the user's file, on the app's template
+    assert ran.returncode == 0, ran.stderr
+    result = json.loads(ran.stdout)
+    assert [state["name"] for state in result["states"]] == HAPPY_PATH
+    assert result["output"]["result"] == {"lines": 2, "words": 5}
+    assert "onceflow's own app" not in ran.stderr
+    # AND SAM accepts its template as it stands
+    validated = subprocess.run(
+        [str(Path(sys.executable).parent / "sam"), "validate", "--lint", "--region", "us-east-1"],
+        cwd=app,
+        env={**os.environ, "SAM_CLI_TELEMETRY": "0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    # AND a second init into it is refused, naming the directory
+    again = _onceflow_in(tmp_path, "init", str(app))
+    assert again.returncode != 0 and "exists and is not empty" in again.stderr

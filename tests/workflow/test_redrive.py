@@ -133,7 +133,7 @@ def test_an_oversized_event_is_redriven_from_its_execution_history(engine: Local
     assert result.states_entered[-1] == "InvalidEvent"
     (message,) = dlq_messages(engine)
     assert json.loads(message["Body"])["event"] is None
-    report = ops.redrive(LocalTarget(engine))
+    report = ops.redrive(LocalTarget(engine), include_invalid=True)
     (moved,) = report.messages
     assert moved.action == "resubmitted"
     rerun = engine.wait(str(moved.execution_arn))
@@ -281,7 +281,9 @@ def test_a_run_redrives_a_still_invalid_keyless_event_once_and_stops(
     starts: list[str] = []
     # WHEN a run redrives it and it is dead-lettered again (no key: EXECUTION_ARN and the
     # event say it is the same work)
-    report = ops.redrive(LocalTarget(engine), progress=_settle_each_start(engine, starts))
+    report = ops.redrive(
+        LocalTarget(engine), progress=_settle_each_start(engine, starts), include_invalid=True
+    )
     # THEN it was started once and the run stopped, its new message left in the DLQ
     assert len(starts) == 1
     assert [m.action for m in report.messages] == ["resubmitted", "left"]
@@ -493,3 +495,26 @@ def test_cli_redrive_undelivered_on_a_fresh_local_stack(
     with pytest.raises(SystemExit) as refused:
         main(["redrive", "--undelivered", "--queue", "ingress"])
     assert "--undelivered reads the processor's failed executions" in str(refused.value.code)
+
+
+def test_an_invalid_event_is_kept_in_the_dlq_unless_asked_for(engine: LocalEngine) -> None:
+    # GIVEN an event the processor refused as invalid (no key can be derived from it)
+    result = engine.execute(MACHINE, load_event("invalid-unknown-shape.json"))
+    assert result.states_entered[-1] == "InvalidEvent"
+    (message,) = dlq_messages(engine)
+    executions = len(engine.client("stepfunctions").list_executions(
+        stateMachineArn=engine.ref(MACHINE))["executions"])  # fmt: skip
+    # WHEN the DLQ is redriven as usual
+    report = ops.redrive(LocalTarget(engine))
+    # THEN it is kept, saying why (run again, the same event fails the same way), and
+    # nothing was started
+    (item,) = report.messages
+    assert item.action == "kept"
+    assert "InvalidEvent" in item.detail and "--invalid" in item.detail
+    (still,) = dlq_messages(engine)
+    assert still["MessageId"] == message["MessageId"]
+    assert len(engine.client("stepfunctions").list_executions(
+        stateMachineArn=engine.ref(MACHINE))["executions"]) == executions  # fmt: skip
+    # AND asked for (after a change to the stack that accepts it), it is redriven
+    again = ops.redrive(LocalTarget(engine), include_invalid=True)
+    assert again.messages[0].action == "resubmitted"

@@ -87,6 +87,62 @@ def test_commands_share_the_running_engine(up: server.EngineServer) -> None:
     assert len(rows) == 1 and rows[0]["status"]["S"] == "PROCESSED"
 
 
+@pytest.mark.parametrize(
+    "sample", ["s3-object-created.json", "sqs-s3-notification.json"], ids=["eventbridge", "sqs"]
+)
+def test_the_same_s3_event_twice_on_the_running_engine_is_a_duplicate(
+    up: server.EngineServer, sample: str
+) -> None:
+    # GIVEN onceflow up, and a sample S3 event whose version id is a real account's
+    execute = ["execute", "ProcessorStateMachine", "-e", str(EVENTS / sample), "--no-record"]
+    # WHEN it runs twice, as a user runs the quick start's command twice
+    first = _onceflow(*execute)
+    second = _onceflow(*execute)
+    # THEN the first uploads the sample object and is processed; the second names the
+    # version the first uploaded, so it is that upload's duplicate
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert "Processed" in first.stdout and "uploaded a sample" in first.stderr
+    assert "Duplicate" in second.stdout and "Processed" not in second.stdout
+    assert "uploaded a sample" not in second.stderr
+    assert "the version the sample uploaded earlier" in second.stderr
+    engine = up.engine
+    versions = engine.client("s3").list_object_versions(Bucket=engine.ingest_bucket())
+    assert len(versions.get("Versions", [])) == 1
+    rows = engine.client("dynamodb").scan(TableName=engine.ref("LedgerTable"))["Items"]
+    assert [row["status"]["S"] for row in rows] == ["PROCESSED"]
+
+
+def test_executions_lists_the_running_stacks_records_and_names_each_ones_stack(
+    up: server.EngineServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (records of this test's own: the session's hold other tests' too)
+    monkeypatch.setenv("ONCEFLOW_RECORDS", str(tmp_path / "executions"))
+    # GIVEN one execution on a throwaway stack, then the same event twice on onceflow up
+    execute = ["execute", "ProcessorStateMachine", "-e", CUSTOM]
+    alone = _onceflow(*execute, "--no-server")
+    assert alone.returncode == 0, alone.stderr
+    for _ in range(2):
+        assert _onceflow(*execute).returncode == 0
+    # WHEN the user lists the executions, then all of them
+    listed = _onceflow("executions", "--json")
+    every = _onceflow("executions", "--json", "--all")
+    table = _onceflow("executions")
+    # THEN by default only the running stack's two show: Processed, then its Duplicate
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [row["endState"] for row in rows] == ["Duplicate", "Processed"]
+    assert len({row["stack"] for row in rows}) == 1 and rows[0]["stack"].startswith("up-")
+    # AND --all adds the throwaway stack's, named as another stack
+    all_rows = json.loads(every.stdout)
+    assert len(all_rows) == 3
+    others = [row for row in all_rows if row["stack"] != rows[0]["stack"]]
+    assert [row["endState"] for row in others] == ["Processed"]
+    assert others[0]["stack"].startswith("own-")
+    # AND the table has a stack column and says how to see the others
+    assert table.stdout.splitlines()[0].split()[:2] == ["name", "stack"]
+    assert "--all" in table.stderr
+
+
 def test_no_server_runs_a_fresh_engine(up: server.EngineServer) -> None:
     assert _onceflow(*EXECUTE).returncode == 0
     alone = _onceflow(*EXECUTE, "--no-server")
@@ -362,7 +418,8 @@ def test_records_pages_and_the_address_file_are_this_users_only(
     try:
         # WHEN an execution is run, recorded and shown, and `onceflow up` publishes its address
         assert main(["execute", "ProcessorStateMachine", "-e", CUSTOM, "--no-server"]) == 0
-        (record,) = list(recorded.iterdir())
+        (record,) = list(recorded.glob("*.json"))
+        definitions = list((recorded / "definitions").iterdir())  # one per state machine
         assert main(["show", record.stem.split("@")[0], "--html", str(page)]) == 0
         with LocalEngine(parameters={}) as engine:
             published = server.EngineServer(engine, {}, command=main).publish()
@@ -371,8 +428,10 @@ def test_records_pages_and_the_address_file_are_this_users_only(
         os.umask(previous)
     # THEN the files (they hold message bodies, or the token) are 0600
     assert _mode(record) == 0o600
+    assert definitions and all(_mode(kept) == 0o600 for kept in definitions)
     assert _mode(page) == 0o600
     assert published_mode == 0o600
     # AND the directories created for them are 0700
-    for directory in (recorded, recorded.parent, page.parent, state, state.parent):
+    for directory in (recorded, recorded / "definitions", recorded.parent, page.parent, state,
+                      state.parent):  # fmt: skip
         assert _mode(directory) == 0o700, directory
