@@ -244,7 +244,7 @@ def definition(record: Record, target: Stack | None = None) -> dict[str, Any]:
         return asl
     kept = record.data.get("definition")
     if isinstance(kept, str) and kept:
-        return records.kept_definition(kept)
+        return records.kept_definition(kept, record.folder)
     # A record from before records kept their definition: today's ASL file.
     name = LOGICAL_IDS.get(record.logical_id or "")
     if name is None:

@@ -73,6 +73,8 @@ class Record:
     """One execution as recorded: DescribeExecution's fields plus the history events."""
 
     data: dict[str, Any]
+    # The folder it was read from: its kept definition lies beside it there.
+    folder: Path | None = None
 
     @property
     def name(self) -> str:
@@ -308,7 +310,7 @@ def read(path: Path) -> Record:
         raise RecordError(f"cannot read the execution record {path}: {exc}") from exc
     if not isinstance(data, dict) or "executionArn" not in data:
         raise RecordError(f"{path} is not an execution record")
-    return Record(data)
+    return Record(data, path.parent)
 
 
 def recent(folder: Path | None = None) -> Iterator[Record]:

@@ -245,6 +245,7 @@ def _ledger_literals(path: Path) -> tuple[set[str], set[str]]:
                 and inner.func.attr == "get"
                 and inner.args
                 and (name := _constant(inner.args[0]))
+                and not name.startswith(":")  # a value placeholder, not an attribute
             ):
                 names.add(name)
     return names, statuses
