@@ -363,7 +363,8 @@ _original_start_execution = sfn_parser_models.StepFunctionsParserBackend.start_e
 def _limited_start(original: Any) -> Any:
     def start_execution(backend: Any, state_machine_arn: str, *args: Any, **kwargs: Any) -> Any:
         execution_input = kwargs.get("execution_input", args[1] if len(args) > 1 else None)
-        size = len((execution_input or "").encode("utf-8"))
+        # A lone surrogate counts as the six characters of its JSON escape.
+        size = len((execution_input or "").encode("utf-8", "backslashreplace"))
         if size > EXECUTION_INPUT_LIMIT:
             raise sfn_exceptions.ValidationException(
                 "1 validation error detected: Value at 'input' failed to satisfy constraint: "
