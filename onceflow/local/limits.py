@@ -49,7 +49,6 @@ from moto.stepfunctions.parser.api import (
 )
 from moto.stepfunctions.parser.asl.component import eval_component
 from moto.stepfunctions.parser.asl.component.common.assign import assign_decl
-from moto.stepfunctions.parser.asl.component.common.error_name import error_equals_decl
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEvent,
     FailureEventException,
@@ -94,7 +93,6 @@ VARIABLES_SIZE_LIMIT: Final = 10 * 1024 * 1024  # all variables of an execution 
 HISTORY_EVENT_LIMIT: Final = 25_000
 HISTORY_LIMIT_CAUSE: Final = "The execution reached the maximum number of history events (25000)."
 EXPRESS_DURATION_LIMIT: Final = 300.0  # seconds
-DATA_LIMIT_EXCEEDED: Final = "States.DataLimitExceeded"
 # Lambda (docs: "Troubleshoot invocation issues in Lambda", Sandbox.Timedout).
 LAMBDA_TIMEOUT_ERROR: Final = "Sandbox.Timedout"
 # DynamoDB (docs: "DynamoDB item sizes and formats"; "Supported data types").
@@ -174,9 +172,6 @@ def _apply() -> None:
         sfn_task_lambda.StateTaskLambda, "_eval_parameters", _lambda_parameters
     )
     _ORIGINAL["assign"] = _replace(assign_decl.AssignDecl, "_eval_body", _assign)
-    _ORIGINAL["error_equals"] = _replace(
-        error_equals_decl.ErrorEqualsDecl, "_eval_body", _error_equals
-    )
     # Step Functions: history and duration.
     _ORIGINAL["add_event"] = _replace(sfn_event_manager.EventManager, "add_event", _add_event)
     _ORIGINAL["environment"] = _replace(
@@ -328,22 +323,6 @@ def _assign(self: Any, env: Any) -> None:
         )
     for identifier, value in declarations.items():
         store.set(variable_identifier=identifier, variable_value=value)
-
-
-_ALL_ERRORS = error_equals_decl.ErrorEqualsDecl._STATE_ALL_ERROR
-
-
-def _error_equals(self: Any, env: Any) -> None:
-    """AWS: States.ALL "can't catch the States.DataLimitExceeded terminal error";
-    naming it in ErrorEquals still does. moto's States.ALL matched everything."""
-    error_name = env.stack[-1]
-    if getattr(error_name, "error_name", None) == DATA_LIMIT_EXCEEDED and any(
-        name == _ALL_ERRORS for name in self.error_names
-    ):
-        env.stack.pop()
-        env.stack.append(False)
-        return
-    _ORIGINAL["error_equals"](self, env)
 
 
 # ---------------------------------------------------------------------------

@@ -31,6 +31,9 @@ from moto.stepfunctions.parser.api import (
     HistoryEventType,
     InvalidDefinition,
 )
+from moto.stepfunctions.parser.asl.component.common.assign.assign_template_value_terminal import (
+    AssignTemplateValueTerminalLit,
+)
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
     CustomErrorName,
 )
@@ -56,6 +59,7 @@ from moto.stepfunctions.parser.asl.eval import variable_store
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
+from moto.stepfunctions.parser.asl.parse import preprocessor as asl_preprocessor
 
 from onceflow.local import jsonata_node
 from onceflow.local.patches.hooks import stubber_fits
@@ -609,6 +613,56 @@ def _named_errors_fit() -> list[str]:
     return []
 
 
+# --------------------------------------------------------------------------
+# A string in a definition is a JSON string: \" is ", \\ is \. moto kept an
+# Assign literal's escapes as written (so $v = '"' was false) and decoded the
+# other literals as Python would ("\/" kept its backslash).
+# --------------------------------------------------------------------------
+
+_Preprocessor = asl_preprocessor.Preprocessor
+
+
+def json_string_literal(parser_rule_context: Any) -> str | None:
+    text = parser_rule_context.getText()
+    if text == "null":
+        return None
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return str(json.loads(text))
+    return str(text)
+
+
+def _assign_string_literal(self: Any, ctx: Any) -> Any:
+    return AssignTemplateValueTerminalLit(value=json_string_literal(ctx.string_literal()))
+
+
+def _assigned_variables(self: Any) -> dict[str, str]:
+    """The assignedVariables of a state's exit event: each value as JSON text (moto
+    wrapped a string in quotes without escaping it)."""
+    return {
+        name: json.dumps(self.get(name), ensure_ascii=False, separators=(",", ":"), default=str)
+        for name in self._declaration_tracing
+    }
+
+
+def _install_string_literals(installer: Installer) -> None:
+    installer.replace(variable_store.VariableStore, "get_assigned_variables", _assigned_variables)
+    installer.replace(asl_preprocessor, "from_string_literal", json_string_literal)
+    installer.replace(
+        _Preprocessor, "visitAssign_template_value_terminal_string_literal", _assign_string_literal
+    )
+
+
+def _string_literals_fit() -> list[str]:
+    problems = []
+    if not hasattr(asl_preprocessor, "from_string_literal"):
+        problems.append("the ASL preprocessor no longer decodes with from_string_literal")
+    if "_declaration_tracing" not in inspect.getsource(variable_store.VariableStore):
+        problems.append("VariableStore no longer traces the variables a state assigns")
+    if "visitAssign_template_value_terminal_string_literal" not in vars(_Preprocessor):
+        problems.append("Preprocessor.visitAssign_template_value_terminal_string_literal is gone")
+    return problems
+
+
 def _install_unique_state_names(installer: Installer) -> None:
     backend = sfn_parser_models.StepFunctionsParserBackend
     installer.replace(backend, "_validate_definition", _validated(backend._validate_definition))
@@ -717,6 +771,18 @@ PATCHES = (
         test=_TESTS + "test_a_state_name_used_twice_is_an_invalid_definition",
         install=_install_unique_state_names,
         fits=_unique_state_names_fit,
+    ),
+    Patch(
+        name="string literals decoded as JSON",
+        kind="fidelity",
+        why='A string in a definition is JSON text: an Assign literal holding \\" or \\\\ '
+        "holds \" or \\ (recorded: LocalStack's test_assign_base snapshot, "
+        "BASE_CONSTANT_LITERALS, literals stored as the JSON holds them). moto kept an Assign "
+        "literal's escapes, so $v = '\"' was false.",
+        test="tests/parity/test_variables.py::"
+        "test_an_assigned_string_literal_holds_its_characters_not_their_json_escapes",
+        install=_install_string_literals,
+        fits=_string_literals_fit,
     ),
     Patch(
         name="Step Functions error names",

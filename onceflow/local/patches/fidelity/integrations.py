@@ -1,0 +1,207 @@
+"""The optimised Lambda, DynamoDB and SQS integrations answer as AWS recorded them.
+
+On AWS a request-response task's result is the SDK's response object: the
+service's fields, plus SdkHttpMetadata (the HTTP headers and status) and
+SdkResponseMetadata (the request id), and for lambda:invoke the
+ExecutedVersion. That is about 600 to 900 bytes a task, which the 256 KiB state
+limit and the state machines' size guards count. moto answered the bare service
+response (and DynamoDB's ConsumedCapacity, which AWS leaves out unless asked).
+Recorded in LocalStack's suite (github.com/localstack/localstack,
+tests/aws/services/stepfunctions/v2/services/): test_lambda_task_service,
+test_dynamodb_task_service and test_sqs_task_service snapshots.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import string
+import uuid
+import zlib
+from typing import Any
+
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+    state_task_service,
+    state_task_service_dynamodb,
+    state_task_service_lambda,
+    state_task_service_sqs,
+)
+
+from onceflow.local.patches.registry import Installer, Patch
+
+_Service = state_task_service.StateTaskService
+_Lambda = state_task_service_lambda.StateTaskServiceLambda
+_DynamoDB = state_task_service_dynamodb.StateTaskServiceDynamoDB
+_Sqs = state_task_service_sqs.StateTaskServiceSqs
+_original_after = _Service._after_eval_execution
+_original_lambda_error = _Lambda._error_cause_from_client_error
+
+JSON_1_0 = "application/x-amz-json-1.0"
+
+
+def _dynamodb_request_id() -> str:
+    return "".join(random.choices(string.ascii_uppercase + string.digits, k=52))
+
+
+def _trace_id() -> str:
+    def hexes(n: int) -> str:
+        return uuid.uuid4().hex[:n]
+
+    root = f"Root=1-{hexes(8)}-{uuid.uuid4().hex[:24]}"
+    return f"{root};Parent={hexes(16)};Sampled=0;Lineage=1:{hexes(8)}:0"
+
+
+def sdk_metadata(headers: dict[str, str], request_id: str) -> dict[str, Any]:
+    """SdkHttpMetadata and SdkResponseMetadata as the Java SDK behind Step Functions
+    writes them: every header once as a list (AllHttpHeaders) and once as a value."""
+    return {
+        "SdkHttpMetadata": {
+            "AllHttpHeaders": {name: [value] for name, value in headers.items()},
+            "HttpHeaders": dict(sorted(headers.items(), key=lambda item: item[0].lower())),
+            "HttpStatusCode": 200,
+        },
+        "SdkResponseMetadata": {"RequestId": request_id},
+    }
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _lambda_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+    name = str(parameters.get("FunctionName", ""))
+    qualifier = parameters.get("Qualifier") or (
+        name.split(":")[7] if name.count(":") == 7 else None
+    )
+    version = str(qualifier) if qualifier and str(qualifier).isdigit() else "$LATEST"
+    request_id = str(uuid.uuid4())
+    body = json.dumps(output.get("Payload"))
+    headers = {
+        "Connection": "keep-alive",
+        "Content-Length": str(len(body.encode())),
+        "Content-Type": "application/json",
+        "Date": email.utils.formatdate(usegmt=True),
+        "X-Amz-Executed-Version": version,
+        "x-amzn-Remapped-Content-Length": "0",
+        "x-amzn-RequestId": request_id,
+        "X-Amzn-Trace-Id": _trace_id(),
+    }
+    return {**output, "ExecutedVersion": version, **sdk_metadata(headers, request_id)}
+
+
+def _dynamodb_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+    if parameters.get("ReturnConsumedCapacity", "NONE") == "NONE":
+        output = {k: v for k, v in output.items() if k != "ConsumedCapacity"}
+    body = _compact(output).encode()
+    request_id = _dynamodb_request_id()
+    headers = {
+        "Connection": "keep-alive",
+        "Content-Length": str(len(body)),
+        "Content-Type": JSON_1_0,
+        "Date": email.utils.formatdate(usegmt=True),
+        "Server": "Server",
+        "x-amz-crc32": str(zlib.crc32(body)),
+        "x-amzn-RequestId": request_id,
+    }
+    return {**output, **sdk_metadata(headers, request_id)}
+
+
+def _sqs_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+    request_id = str(uuid.uuid4())
+    headers = {
+        "connection": "keep-alive",
+        "Content-Length": str(len(_compact(output).encode())),
+        "Content-Type": JSON_1_0,
+        "Date": email.utils.formatdate(usegmt=True),
+        "x-amzn-RequestId": request_id,
+    }
+    return {**output, **sdk_metadata(headers, request_id)}
+
+
+_RESULTS = ((_Lambda, _lambda_result), (_DynamoDB, _dynamodb_result), (_Sqs, _sqs_result))
+
+
+def _after_eval_execution(
+    self: Any,
+    env: Any,
+    resource_runtime_part: Any,
+    normalised_parameters: Any,
+    state_credentials: Any,
+) -> None:
+    output = env.stack[-1] if env.stack else None
+    # Only a request-response task answers with the SDK's response; a callback's
+    # or a .sync's result is what the worker or the job returned.
+    if isinstance(output, dict) and self.resource.condition is None:
+        for kind, result in _RESULTS:
+            if isinstance(self, kind):
+                whole = result(output, dict(normalised_parameters or {}))
+                env.stack[-1] = dict(sorted(whole.items()))
+                break
+    _original_after(self, env, resource_runtime_part, normalised_parameters, state_credentials)
+
+
+def _lambda_error(client_error: Any) -> tuple[str, str]:
+    """Lambda names a missing function by its unqualified ARN with :$LATEST.
+
+    Recorded: test_task_service_lambda.snapshot.json, test_no_such_function
+    (tests/aws/services/stepfunctions/v2/error_handling/)."""
+    error, cause = _original_lambda_error(client_error)
+    prefix = "Function not found: "
+    if error == "Lambda.ResourceNotFoundException" and cause.startswith(prefix):
+        arn, _, rest = cause[len(prefix) :].partition(" ")
+        if arn.count(":") == 6:  # arn:aws:lambda:REGION:ACCOUNT:function:NAME, no qualifier
+            cause = f"{prefix}{arn}:$LATEST {rest}"
+    return error, cause
+
+
+def _install_results(installer: Installer) -> None:
+    installer.replace(_Service, "_after_eval_execution", _after_eval_execution)
+
+
+def _install_lambda_error(installer: Installer) -> None:
+    installer.replace(_Lambda, "_error_cause_from_client_error", staticmethod(_lambda_error))
+
+
+def _results_fit() -> list[str]:
+    problems = []
+    if "_after_eval_execution" not in vars(_Service):
+        problems.append("StateTaskService._after_eval_execution is gone")
+    for kind in (_Lambda, _DynamoDB, _Sqs):
+        if not issubclass(kind, _Service):
+            problems.append(f"{kind.__name__} no longer is a StateTaskService")
+    return problems
+
+
+def _lambda_error_fits() -> list[str]:
+    if "_error_cause_from_client_error" not in vars(_Lambda):
+        return ["StateTaskServiceLambda._error_cause_from_client_error is gone"]
+    return []
+
+
+_TESTS = "tests/parity/test_integrations.py::"
+PATCHES: tuple[Patch, ...] = (
+    Patch(
+        name="integration results with the SDK's metadata",
+        kind="fidelity",
+        why="lambda:invoke, dynamodb:* and sqs:sendMessage tasks answer with SdkHttpMetadata "
+        "and SdkResponseMetadata (lambda:invoke also ExecutedVersion), and DynamoDB without "
+        "ConsumedCapacity unless asked (recorded: LocalStack's test_lambda_task_service, "
+        "test_dynamodb_task_service and test_sqs_task_service snapshots). moto answered the "
+        "bare service response, about 1 KiB a task smaller than AWS.",
+        test=_TESTS + "test_an_invoke_result_carries_the_executed_version_and_the_sdk_metadata",
+        install=_install_results,
+        fits=_results_fit,
+    ),
+    Patch(
+        name="a missing function named with $LATEST",
+        kind="fidelity",
+        why="A lambda:invoke task of a missing function fails with "
+        "Lambda.ResourceNotFoundException, 'Function not found: ARN:$LATEST (Service: "
+        "AWSLambda; ...)' (recorded: LocalStack's test_task_service_lambda snapshot, "
+        "test_no_such_function). moto left out the version.",
+        test=_TESTS + "test_a_missing_function_is_named_with_latest",
+        install=_install_lambda_error,
+        fits=_lambda_error_fits,
+    ),
+)
