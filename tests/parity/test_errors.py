@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from onceflow.local.engine import LocalEngine
 from tests.helpers import FUNCTION
 from tests.parity.conftest import Run, events_of
@@ -70,3 +72,123 @@ def test_a_pass_state_over_256_kib_fails_the_execution(run: Run) -> None:
         f"The state/task 'State_1' {TOO_LARGE}",
     )
     assert result.event_types()[-1] == "ExecutionFailed"
+
+
+# SCENARIOS: github.com/localstack/localstack,
+# tests/aws/services/stepfunctions/v2/scenarios/test_base_scenarios.snapshot.json
+@pytest.mark.parametrize(
+    ("items", "shown"),
+    [
+        (1, "1"),
+        ("string", '"string"'),
+        (True, "true"),
+        (None, "null"),
+        ({"foo": "bar"}, '{"foo":"bar"}'),
+    ],
+)
+def test_a_map_whose_input_is_not_an_array_names_the_value(
+    run: Run, items: Any, shown: str
+) -> None:
+    """Recorded: SCENARIOS, TestBaseScenarios::test_map_state_items_input_types[number|string|
+    boolean|null|object]: States.QueryEvaluationError, "Map state input must be an array
+    but was: <the value as JSON>", one EvaluationFailed naming the state."""
+    result = run(
+        {
+            "Start": {
+                "Type": "Pass",
+                "Output": "{% $states.input.items %}",
+                "Next": "MapIterateState",
+            },
+            "MapIterateState": {
+                "Type": "Map",
+                "ItemProcessor": {
+                    "ProcessorConfig": {"Mode": "INLINE"},
+                    "StartAt": "Pass",
+                    "States": {"Pass": {"Type": "Pass", "End": True}},
+                },
+                "End": True,
+            },
+        },
+        {"items": items},
+    )
+    cause = (
+        "An error occurred while executing the state 'MapIterateState' (entered at the event "
+        f"id #4). Map state input must be an array but was: {shown}"
+    )
+    assert (result.error, result.cause) == ("States.QueryEvaluationError", cause)
+    [failed] = events_of(result, "EvaluationFailed")
+    assert (failed["cause"], failed["state"]) == (cause, "MapIterateState")
+
+
+# ASSIGN_REFERENCES: github.com/localstack/localstack,
+# tests/aws/services/stepfunctions/v2/assign/test_assign_reference_variables.snapshot.json
+@pytest.mark.parametrize(
+    ("state", "location"),
+    [
+        ({"Type": "Pass", "Output": "{% $doesNotExist %}", "End": True}, "Output"),
+        (
+            {"Type": "Pass", "Output": {"result": "{% $doesNotExist %}"}, "End": True},
+            "Output/result",
+        ),
+        (
+            {"Type": "Pass", "Assign": {"result": "{% $doesNotExist %}"}, "End": True},
+            "Assign/result",
+        ),
+        (
+            {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::lambda:invoke",
+                "Arguments": {"FunctionName": "{% $doesNotExist %}", "Payload": {}},
+                "End": True,
+            },
+            "Arguments/FunctionName",
+        ),
+    ],
+)
+def test_an_undefined_result_names_the_field_once(
+    run: Run, state: dict[str, Any], location: str
+) -> None:
+    """Recorded: ASSIGN_REFERENCES, TestAssignReferenceVariables::test_undefined_reference
+    [BASE_UNDEFINED_OUTPUT|_OUTPUT_FIELD|_ASSIGN|_ARGUMENTS_FIELD]: one EvaluationFailed
+    with the state and the field's location; the cause "The JSONata expression
+    '$doesNotExist' specified for the field 'F' returned nothing (undefined).\""""
+    result = run({"State0": state})
+    cause = (
+        "An error occurred while executing the state 'State0' (entered at the event id #2). "
+        f"The JSONata expression '$doesNotExist' specified for the field '{location}' "
+        "returned nothing (undefined)."
+    )
+    assert (result.error, result.cause) == ("States.QueryEvaluationError", cause)
+    [failed] = events_of(result, "EvaluationFailed")
+    assert failed == {
+        "error": "States.QueryEvaluationError",
+        "cause": cause,
+        "location": location,
+        "state": "State0",
+    }
+
+
+def test_an_expression_that_throws_names_the_field_and_the_error(run: Run) -> None:
+    """Recorded: intrinsic_functions/test_math_operations_jsonata.snapshot.json,
+    TestMathOperationsJSONata::test_math_random_seeded: "The JSONata expression
+    '$randomSeeded(...)' specified for the field 'Output/FunctionResult' threw an error
+    during evaluation. T1006: Attempted to invoke a non-function"."""
+    expression = "$randomSeeded($states.input.FunctionInput.fst)"
+    result = run(
+        {
+            "State_0": {
+                "Type": "Pass",
+                "Output": {"FunctionResult": f"{{% {expression} %}}"},
+                "End": True,
+            }
+        },
+        {"FunctionInput": "fst"},
+    )
+    cause = (
+        "An error occurred while executing the state 'State_0' (entered at the event id #2). "
+        f"The JSONata expression '{expression}' specified for the field 'Output/FunctionResult' "
+        "threw an error during evaluation. T1006: Attempted to invoke a non-function"
+    )
+    assert (result.error, result.cause) == ("States.QueryEvaluationError", cause)
+    [failed] = events_of(result, "EvaluationFailed")
+    assert (failed["cause"], failed["location"]) == (cause, "Output/FunctionResult")
