@@ -209,3 +209,54 @@ def test_send_message_answers_with_the_sdk_metadata(run: Run, engine: LocalEngin
         ["connection", "Content-Length", "Content-Type", "Date", "x-amzn-RequestId"]
     )
     assert events_of(result, "TaskSucceeded")
+
+
+# ---- aws-sdk ---------------------------------------------------------------------
+
+
+def test_an_aws_sdk_s3_error_is_named_for_s3(run: Run, engine: LocalEngine) -> None:
+    """Recorded: error_handling/test_aws_sdk.snapshot.json, TestAwsSdk::test_s3_no_such_key:
+    S3.NoSuchKeyException, "The specified key does not exist. (Service: S3, Status Code:
+    404, Request ID: ..., Extended Request ID: ...)"."""
+    task = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::aws-sdk:s3:getObject",
+        "Arguments": {"Bucket": engine.ref("IngestBucket"), "Key": "no_such_key.json"},
+        "End": True,
+    }
+    result = run({"GetObject": task})
+    assert result.error == "S3.NoSuchKeyException"
+    assert (result.cause or "").startswith(
+        "The specified key does not exist. (Service: S3, Status Code: 404, Request ID: "
+    )
+
+
+def test_a_dynamodb_request_refused_in_validation_is_an_amazon_dynamodb_exception(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Recorded: error_handling/test_task_service_dynamodb.snapshot.json,
+    TestTaskServiceDynamoDB::test_invalid_param: a putItem without an Item fails with
+    DynamoDB.AmazonDynamoDBException, "1 validation error detected: Value null at 'item'
+    failed to satisfy constraint: Member must not be null (Service: AmazonDynamoDBv2;
+    Status Code: 400; Error Code: ValidationException; Request ID: ...; Proxy: null)"."""
+    result = run({"Put": _dynamodb(engine, "putItem")})
+    assert result.error == "DynamoDB.AmazonDynamoDBException"
+    assert (result.cause or "").startswith(
+        "1 validation error detected: Value null at 'item' failed to satisfy constraint: "
+        "Member must not be null (Service: AmazonDynamoDBv2; Status Code: 400; "
+        "Error Code: ValidationException; Request ID: "
+    )
+
+
+def test_an_invalid_update_expression_is_an_amazon_dynamodb_exception(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Recorded as above (test_invalid_param, test_put_item_invalid_table_name): DynamoDB's
+    ValidationException reaches a dynamodb task as DynamoDB.AmazonDynamoDBException, its
+    cause naming Error Code: ValidationException."""
+    task = _dynamodb(
+        engine, "updateItem", Key={"pk": {"S": "k"}}, UpdateExpression="SET a = :undefined"
+    )
+    result = run({"Update": task})
+    assert result.error == "DynamoDB.AmazonDynamoDBException"
+    assert "Error Code: ValidationException;" in (result.cause or "")

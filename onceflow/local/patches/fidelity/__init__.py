@@ -53,12 +53,16 @@ from moto.stepfunctions.parser.asl.component.intrinsic import (
 )
 from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
 from moto.stepfunctions.parser.asl.component.state.exec.state_map import state_map
-from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import branches_decl
+from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import (
+    branch_worker,
+    branches_decl,
+)
 from moto.stepfunctions.parser.asl.component.state.state import CommonStateField
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
+from moto.stepfunctions.parser.asl.eval.program_state import ProgramError
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.parse import preprocessor as asl_preprocessor
 
@@ -800,6 +804,38 @@ def _map_input_fits() -> list[str]:
     return []
 
 
+# --------------------------------------------------------------------------
+# A Parallel branch that fails aborts the state it failed in: AWS writes
+# TaskStateAborted after that state's TaskFailed (moto wrote nothing).
+# --------------------------------------------------------------------------
+
+
+def _branch_routine(self: Any) -> None:
+    env = self.env
+    try:
+        self._program.eval(env)
+        if isinstance(env.program_state(), ProgramError):
+            state_data = env.states.context_object.context_object_data.get("State") or {}
+            state = self._program.states.states.get(state_data.get("Name"))
+            entered = str(getattr(getattr(state, "state_entered_event_type", None), "value", ""))
+            if entered.endswith("StateEntered"):
+                aborted = HistoryEventType(entered.removesuffix("Entered") + "Aborted")
+                env.event_manager.add_event(context=env.event_history_context, event_type=aborted)
+    finally:  # the Parallel waits for every branch to report
+        self._branch_worker_comm.on_terminated(env=env)
+
+
+def _install_branch_abort(installer: Installer) -> None:
+    installer.replace(branch_worker.BranchWorker, "_thread_routine", _branch_routine)
+
+
+def _branch_abort_fits() -> list[str]:
+    source = inspect.getsource(branch_worker.BranchWorker._thread_routine)
+    if "self._program.eval(self.env)" not in source or "on_terminated" not in source:
+        return ["BranchWorker._thread_routine no longer evaluates its program and reports"]
+    return []
+
+
 def _install_unique_state_names(installer: Installer) -> None:
     backend = sfn_parser_models.StepFunctionsParserBackend
     installer.replace(backend, "_validate_definition", _validated(backend._validate_definition))
@@ -931,6 +967,16 @@ PATCHES = (
         test="tests/parity/test_errors.py::test_a_map_whose_input_is_not_an_array_names_the_value",
         install=_install_map_input,
         fits=_map_input_fits,
+    ),
+    Patch(
+        name="a failed Parallel branch aborts its state",
+        kind="fidelity",
+        why="When a Parallel branch fails, the state it failed in is aborted: TaskFailed is "
+        "followed by TaskStateAborted (recorded: LocalStack's test_error_output snapshot, "
+        "test_parallel_catch_error). moto wrote no such event.",
+        test="tests/parity/test_errors.py::test_a_failed_parallel_branch_aborts_its_failed_state",
+        install=_install_branch_abort,
+        fits=_branch_abort_fits,
     ),
     Patch(
         name="Step Functions error names",

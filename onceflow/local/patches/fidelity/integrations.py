@@ -21,8 +21,10 @@ import uuid
 import zlib
 from typing import Any
 
+from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service,
+    state_task_service_aws_sdk,
     state_task_service_dynamodb,
     state_task_service_lambda,
     state_task_service_sqs,
@@ -36,6 +38,8 @@ _DynamoDB = state_task_service_dynamodb.StateTaskServiceDynamoDB
 _Sqs = state_task_service_sqs.StateTaskServiceSqs
 _original_after = _Service._after_eval_execution
 _original_lambda_error = _Lambda._error_cause_from_client_error
+_original_dynamodb_error = _DynamoDB._error_cause_from_client_error
+_original_dynamodb_from_error = _DynamoDB._from_error
 
 JSON_1_0 = "application/x-amz-json-1.0"
 
@@ -155,6 +159,72 @@ def _lambda_error(client_error: Any) -> tuple[str, str]:
     return error, cause
 
 
+# aws-sdk errors are named for the service as Step Functions spells it
+# (recorded: LocalStack's test_aws_sdk snapshot: S3.NoSuchKeyException,
+# SecretsManager.SecretsManagerException); moto knew only DynamoDb and Sfn.
+SDK_ERROR_NAMES = {
+    "dynamodb": "DynamoDb",
+    "sfn": "Sfn",
+    "s3": "S3",
+    "secretsmanager": "SecretsManager",
+}
+
+
+def _install_sdk_error_names(installer: Installer) -> None:
+    installer.replace(state_task_service_aws_sdk, "_SERVICE_ERROR_NAMES", SDK_ERROR_NAMES)
+
+
+def _sdk_error_names_fit() -> list[str]:
+    if not isinstance(getattr(state_task_service_aws_sdk, "_SERVICE_ERROR_NAMES", None), dict):
+        return ["the aws-sdk integration no longer names errors from _SERVICE_ERROR_NAMES"]
+    return []
+
+
+# DynamoDB's ValidationException is not one of the SDK's modelled errors: a
+# dynamodb task names it DynamoDB.AmazonDynamoDBException (recorded: LocalStack's
+# test_task_service_dynamodb snapshot, test_invalid_param and
+# test_put_item_invalid_table_name), its cause keeping "Error Code: ValidationException".
+AMAZON_DYNAMODB_EXCEPTION = "DynamoDB.AmazonDynamoDBException"
+
+
+def _dynamodb_error(client_error: Any) -> tuple[str, str]:
+    error, cause = _original_dynamodb_error(client_error)
+    if error == "DynamoDB.ValidationException":
+        error = AMAZON_DYNAMODB_EXCEPTION
+    return error, cause
+
+
+def _dynamodb_from_error(self: Any, env: Any, ex: Exception) -> Any:
+    """A request without a member DynamoDB requires is refused in validation; moto's
+    handler met it as a KeyError and reported "'Item'"."""
+    if isinstance(ex, KeyError) and ex.args and isinstance(ex.args[0], str):
+        member = ex.args[0][:1].lower() + ex.args[0][1:]
+        message = (
+            f"1 validation error detected: Value null at '{member}' failed to satisfy "
+            "constraint: Member must not be null"
+        )
+        response: Any = {
+            "Error": {"Code": "ValidationException", "Message": message},
+            "ResponseMetadata": {"HTTPStatusCode": 400, "RequestId": _dynamodb_request_id()},
+        }
+        ex = ClientError(response, self._get_boto_service_action())
+    return _original_dynamodb_from_error(self, env, ex)
+
+
+def _install_dynamodb_errors(installer: Installer) -> None:
+    installer.replace(_DynamoDB, "_error_cause_from_client_error", staticmethod(_dynamodb_error))
+    installer.replace(_DynamoDB, "_from_error", _dynamodb_from_error)
+
+
+def _dynamodb_errors_fit() -> list[str]:
+    missing = [
+        name
+        for name in ("_error_cause_from_client_error", "_from_error")
+        if name not in vars(_DynamoDB)
+    ]
+    return [f"StateTaskServiceDynamoDB.{name} is gone" for name in missing]
+
+
 def _install_results(installer: Installer) -> None:
     installer.replace(_Service, "_after_eval_execution", _after_eval_execution)
 
@@ -203,5 +273,28 @@ PATCHES: tuple[Patch, ...] = (
         test=_TESTS + "test_a_missing_function_is_named_with_latest",
         install=_install_lambda_error,
         fits=_lambda_error_fits,
+    ),
+    Patch(
+        name="aws-sdk errors named for the service",
+        kind="fidelity",
+        why="An aws-sdk task's error is SERVICE.ErrorException with the service as Step "
+        "Functions spells it: S3.NoSuchKeyException (recorded: LocalStack's test_aws_sdk "
+        "snapshot, test_s3_no_such_key). moto named S3's errors s3.",
+        test=_TESTS + "test_an_aws_sdk_s3_error_is_named_for_s3",
+        install=_install_sdk_error_names,
+        fits=_sdk_error_names_fit,
+    ),
+    Patch(
+        name="DynamoDB validation errors as a dynamodb task meets them",
+        kind="fidelity",
+        why="A request DynamoDB refuses in validation fails a dynamodb task with "
+        "DynamoDB.AmazonDynamoDBException and DynamoDB's own words ('1 validation error "
+        "detected: Value null at 'item' ...', Error Code: ValidationException) (recorded: "
+        "LocalStack's test_task_service_dynamodb snapshot, test_invalid_param). moto named it "
+        "DynamoDB.ValidationException, or gave Python's KeyError text.",
+        test=_TESTS
+        + "test_a_dynamodb_request_refused_in_validation_is_an_amazon_dynamodb_exception",
+        install=_install_dynamodb_errors,
+        fits=_dynamodb_errors_fit,
     ),
 )
