@@ -35,6 +35,7 @@ from moto.dynamodb.exceptions import ItemSizeTooLarge, MockValidationException
 from moto.dynamodb.models import dynamo_type as ddb_dynamo_type
 from moto.events import models as events_models
 from moto.events.exceptions import ValidationException as EventsValidationException
+from moto.sqs import exceptions as sqs_exceptions
 from moto.sqs import models as sqs_models
 from moto.sqs.constants import MAXIMUM_MESSAGE_LENGTH as SQS_BATCH_LIMIT
 from moto.sqs.exceptions import BatchRequestTooLong, InvalidParameterValue, SQSException
@@ -959,6 +960,8 @@ def _check_sqs_message(queue: Any, body: str, attributes: Mapping[str, Any] | No
 
 
 def _send_message(self: Any, queue_name: str, message_body: str, *args: Any, **kwargs: Any) -> Any:
+    if message_body is None:  # SQS's own answer (moto's size check met None and crashed)
+        raise sqs_exceptions.MissingParameter("MessageBody")
     attributes = kwargs.get("message_attributes", args[0] if args else None)
     _check_sqs_message(self.get_queue(queue_name), message_body, attributes)
     return _ORIGINAL["send_message"](self, queue_name, message_body, *args, **kwargs)

@@ -260,3 +260,24 @@ def test_an_invalid_update_expression_is_an_amazon_dynamodb_exception(
     result = run({"Update": task})
     assert result.error == "DynamoDB.AmazonDynamoDBException"
     assert "Error Code: ValidationException;" in (result.cause or "")
+
+
+def test_send_message_without_a_body_is_an_amazon_sqs_exception(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Recorded: error_handling/test_task_service_sqs.snapshot.json,
+    TestTaskServiceSqs::test_send_message_empty_body: SQS.AmazonSQSException, "The request
+    must contain the parameter MessageBody. (Service: AmazonSQS; Status Code: 400; Error
+    Code: MissingParameter; Request ID: ...; Proxy: null)"."""
+    task = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::sqs:sendMessage",
+        "Arguments": {"QueueUrl": engine.ref("DeadLetterQueue")},
+        "End": True,
+    }
+    result = run({"Send": task})
+    assert result.error == "SQS.AmazonSQSException"
+    assert (result.cause or "").startswith(
+        "The request must contain the parameter MessageBody. (Service: AmazonSQS; "
+        "Status Code: 400; Error Code: MissingParameter; Request ID: "
+    )

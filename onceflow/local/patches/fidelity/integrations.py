@@ -22,6 +22,10 @@ import zlib
 from typing import Any
 
 from botocore.exceptions import ClientError
+from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
+    CustomErrorName,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service,
     state_task_service_aws_sdk,
@@ -40,8 +44,10 @@ _original_after = _Service._after_eval_execution
 _original_lambda_error = _Lambda._error_cause_from_client_error
 _original_dynamodb_error = _DynamoDB._error_cause_from_client_error
 _original_dynamodb_from_error = _DynamoDB._from_error
+_original_sqs_from_error = _Sqs._from_error
 
 JSON_1_0 = "application/x-amz-json-1.0"
+SQS_SERVICE_ERROR = "SQS.AmazonSQSException"
 
 
 def _dynamodb_request_id() -> str:
@@ -225,6 +231,43 @@ def _dynamodb_errors_fit() -> list[str]:
     return [f"StateTaskServiceDynamoDB.{name} is gone" for name in missing]
 
 
+def _sqs_from_error(self: Any, env: Any, ex: Exception) -> Any:
+    """An error SQS answered is SQS.AmazonSQSException, its cause the Java SDK's
+    summary (recorded: LocalStack's test_task_service_sqs snapshot,
+    test_send_message_empty_body: "The request must contain the parameter MessageBody.
+    (Service: AmazonSQS; Status Code: 400; Error Code: MissingParameter; Request ID: ...;
+    Proxy: null)"); SQS.SdkClientException is for a request that got no answer
+    (test_send_message_no_such_queue). moto named every ClientError SdkClientException
+    and gave SQS's message alone. An IAM denial is such an answer too (AccessDenied)."""
+    failure_event = _original_sqs_from_error(self, env, ex)
+    every: Any = failure_event.event_details or {}
+    details = every.get("taskFailedEventDetails")
+    if isinstance(ex, ClientError) and details is not None:
+        error = ex.response.get("Error", {})
+        metadata = ex.response.get("ResponseMetadata", {})
+        details["error"] = SQS_SERVICE_ERROR
+        details["cause"] = (
+            f"{error.get('Message', '')} (Service: AmazonSQS; Status Code: "
+            f"{metadata.get('HTTPStatusCode', 400)}; Error Code: {error.get('Code', '')}; "
+            f"Request ID: {metadata.get('RequestId') or uuid.uuid4()}; Proxy: null)"
+        )
+        failure_event = FailureEvent(
+            env=env,
+            error_name=CustomErrorName(SQS_SERVICE_ERROR),
+            event_type=failure_event.event_type,
+            event_details=failure_event.event_details,
+        )
+    return failure_event
+
+
+def _install_sqs_errors(installer: Installer) -> None:
+    installer.replace(_Sqs, "_from_error", _sqs_from_error)
+
+
+def _sqs_errors_fit() -> list[str]:
+    return [] if "_from_error" in vars(_Sqs) else ["StateTaskServiceSqs._from_error is gone"]
+
+
 def _install_results(installer: Installer) -> None:
     installer.replace(_Service, "_after_eval_execution", _after_eval_execution)
 
@@ -296,5 +339,16 @@ PATCHES: tuple[Patch, ...] = (
         + "test_a_dynamodb_request_refused_in_validation_is_an_amazon_dynamodb_exception",
         install=_install_dynamodb_errors,
         fits=_dynamodb_errors_fit,
+    ),
+    Patch(
+        name="SQS errors with the SDK's details",
+        kind="fidelity",
+        why="An sqs:sendMessage task refused by SQS fails with SQS.AmazonSQSException and "
+        "a cause naming the service, status, error code and request id (recorded: "
+        "LocalStack's test_task_service_sqs snapshot, test_send_message_empty_body). moto "
+        "gave SQS's message alone.",
+        test=_TESTS + "test_send_message_without_a_body_is_an_amazon_sqs_exception",
+        install=_install_sqs_errors,
+        fits=_sqs_errors_fit,
     ),
 )
