@@ -748,6 +748,29 @@ def _assigned_variables(self: Any) -> dict[str, str]:
     }
 
 
+def _own_scopes(original: Any) -> Any:
+    """Each parse keeps the query language of its scopes for itself: moto kept them in
+    one list on the class, so a definition refused mid-scope left its language there
+    for every later parse (and two threads parsing at once shared it)."""
+
+    def visit(self: Any, tree: Any) -> Any:
+        if "_query_language_per_scope" not in vars(self):
+            self._query_language_per_scope = []
+        return original(self, tree)
+
+    return visit
+
+
+def _install_own_scopes(installer: Installer) -> None:
+    installer.replace(_Preprocessor, "visit", _own_scopes(_Preprocessor.visit))
+
+
+def _own_scopes_fit() -> list[str]:
+    if not isinstance(vars(_Preprocessor).get("_query_language_per_scope"), list):
+        return ["the ASL preprocessor no longer keeps its scopes' query language on the class"]
+    return []
+
+
 def _install_string_literals(installer: Installer) -> None:
     installer.replace(variable_store.VariableStore, "get_assigned_variables", _assigned_variables)
     installer.replace(asl_preprocessor, "from_string_literal", json_string_literal)
@@ -944,6 +967,18 @@ PATCHES = (
         test=_TESTS + "test_a_state_name_used_twice_is_an_invalid_definition",
         install=_install_unique_state_names,
         fits=_unique_state_names_fit,
+    ),
+    Patch(
+        name="each definition parsed on its own",
+        kind="fidelity",
+        why="CreateStateMachine judges each definition alone (API reference: "
+        "InvalidDefinition for the invalid one). moto kept the query language of the scope "
+        "being parsed in a list shared by every parse: after a definition refused mid-scope, "
+        "later JSONPath definitions were refused too.",
+        test="tests/parity/test_definitions.py::"
+        "test_a_refused_definition_leaves_the_next_one_as_it_is",
+        install=_install_own_scopes,
+        fits=_own_scopes_fit,
     ),
     Patch(
         name="string literals decoded as JSON",
