@@ -506,9 +506,10 @@ def _redrive_one(
         if state == "changing":
             return Redriven(message_id, key, "kept", "its row kept changing while being reset")
     try:
-        arn = sfn.start_execution(
-            stateMachineArn=processor, name=name, input=json.dumps(execution_input)
-        )["executionArn"]
+        # Step Functions counts 256 KiB of the input as sent, in UTF-8: compact,
+        # unescaped JSON, as the original delivery sent it (an "é" is 2 bytes, not 6).
+        text = json.dumps(execution_input, ensure_ascii=False, separators=(",", ":"))
+        arn = sfn.start_execution(stateMachineArn=processor, name=name, input=text)["executionArn"]
     except ClientError as exc:
         if key:
             _undo_second_chance(target, key, message_id)

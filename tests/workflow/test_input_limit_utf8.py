@@ -4,7 +4,7 @@ Step Functions takes "256 KiB of data as a UTF-8 encoded string" per execution
 input (Step Functions service quotas). The engine hands its input over as
 compact JSON in UTF-8: an "é" is two bytes, an emoji four, never the six or
 twelve of json.dumps's ASCII escaping. Each entry (StartExecution through the
-engine, an EventBridge rule, the pipe) is tested with text just under and just
+engine, an EventBridge rule, the pipe, a redrive) is tested with text just under and just
 over the limit; over it, the start is refused as AWS refuses it and the entry's
 own dead-letter path takes the event.
 """
@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from onceflow import ops
 from onceflow.local.engine import LocalEngine
-from tests.helpers import attributes, ledger_rows, load_event
+from onceflow.local.target import LocalTarget
+from tests.helpers import attributes, dlq_messages, ledger_rows, load_event
 from tests.workflow.test_batch_mode import PARAMETERS as BATCH_PARAMETERS
 from tests.workflow.test_batch_mode import outcomes
 
@@ -163,3 +165,18 @@ def test_the_pipe_refuses_an_emoji_message_over_the_limit_into_the_source_dlq(
     [dead] = _queued(sqs_engine, "SourceDeadLetterQueue")
     assert json.loads(dead["Body"])["orderId"] == "emoji-over"
     assert ledger_rows(sqs_engine) == []
+
+
+def test_redrive_restarts_an_accented_event_aws_accepts(engine: LocalEngine) -> None:
+    # GIVEN an event of 100,000 "é" (200 KB in UTF-8, 600 KB as ASCII-escaped JSON):
+    # over what the processor accepts, so it ends InvalidEvent with its DLQ message
+    event = {"detail": {"notes": "é" * 100_000}, "source": "elsewhere"}
+    first = engine.execute("ProcessorStateMachine", event)
+    assert first.states_entered[-1] == "InvalidEvent"
+    assert len(dlq_messages(engine)) == 1
+    # WHEN it is redriven (the DLQ body holds an excerpt; the input comes from the history)
+    report = ops.redrive(LocalTarget(engine))
+    # THEN Step Functions takes the restart, as it took the first start
+    (moved,) = report.messages
+    assert moved.action == "resubmitted", moved
+    assert engine.wait(str(moved.execution_arn)).input == event
