@@ -245,3 +245,45 @@ def test_a_failed_parallel_branch_aborts_its_failed_state(run: Run, engine: Loca
         "PassStateExited",
         "ExecutionSucceeded",
     ]
+
+
+def test_items_that_are_not_an_array_fail_once_naming_the_field(run: Run) -> None:
+    """Recorded: SCENARIOS, TestBaseScenarios::test_map_state_items_eval_jsonata_fail[number]:
+    one EvaluationFailed, location Items, "The JSONata expression '1' specified for the
+    field 'Items' returned an unexpected result type. Expected 'array', but was 'number'
+    for value: 1"; then MapStateFailed and ExecutionFailed."""
+    result = run(
+        {
+            "MapIterateState": {
+                "Type": "Map",
+                "MaxConcurrency": 1,
+                "Items": "{% 1 %}",
+                "ItemProcessor": {
+                    "ProcessorConfig": {"Mode": "INLINE"},
+                    "StartAt": "Pass",
+                    "States": {"Pass": {"Type": "Pass", "End": True}},
+                },
+                "End": True,
+            }
+        }
+    )
+    cause = (
+        "An error occurred while executing the state 'MapIterateState' (entered at the event "
+        "id #2). The JSONata expression '1' specified for the field 'Items' returned an "
+        "unexpected result type. Expected 'array', but was 'number' for value: 1"
+    )
+    assert result.event_types() == [
+        "ExecutionStarted",
+        "MapStateEntered",
+        "EvaluationFailed",
+        "MapStateFailed",
+        "ExecutionFailed",
+    ]
+    [failed] = events_of(result, "EvaluationFailed")
+    assert failed == {
+        "error": "States.QueryEvaluationError",
+        "cause": cause,
+        "location": "Items",
+        "state": "MapIterateState",
+    }
+    assert (result.error, result.cause) == ("States.QueryEvaluationError", cause)
