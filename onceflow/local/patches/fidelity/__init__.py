@@ -833,6 +833,12 @@ def _map_input_fits() -> list[str]:
 # --------------------------------------------------------------------------
 
 
+_ABORTED = {
+    f"{kind}StateEntered": HistoryEventType(f"{kind}StateAborted")
+    for kind in ("Task", "Map", "Parallel", "Wait")
+}
+
+
 def _branch_routine(self: Any) -> None:
     env = self.env
     try:
@@ -841,8 +847,10 @@ def _branch_routine(self: Any) -> None:
             state_data = env.states.context_object.context_object_data.get("State") or {}
             state = self._program.states.states.get(state_data.get("Name"))
             entered = str(getattr(getattr(state, "state_entered_event_type", None), "value", ""))
-            if entered.endswith("StateEntered"):
-                aborted = HistoryEventType(entered.removesuffix("Entered") + "Aborted")
+            # Task, Map, Parallel and Wait states can be aborted; a Pass or Fail state
+            # that fails its branch ends at once (the API has no PassStateAborted).
+            aborted = _ABORTED.get(entered)
+            if aborted is not None:
                 env.event_manager.add_event(context=env.event_history_context, event_type=aborted)
     finally:  # the Parallel waits for every branch to report
         self._branch_worker_comm.on_terminated(env=env)
