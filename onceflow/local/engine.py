@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 from urllib.parse import quote_plus
 
 import boto3
@@ -118,20 +118,33 @@ _HEAP = {"engines": 0, "frozen_by_us": False}
 _HEAP_LOCK = threading.Lock()
 
 
+# Deep input must fail where Step Functions' JSONata fails (node's stack: about
+# 2,200 to 4,400 levels, by expression), never first in the Python that carries
+# it there (moto copies and walks every value recursively, two or three frames a
+# level; Python's default of 1,000 frames ended executions at about 450 levels).
+RECURSION_LIMIT: Final = 20_000
+_RECURSION = {"before": 0}
+
+
 def _freeze_heap() -> None:
     with _HEAP_LOCK:
-        if _HEAP["engines"] == 0 and gc.get_freeze_count() == 0:
-            gc.freeze()
-            _HEAP["frozen_by_us"] = True
+        if _HEAP["engines"] == 0:
+            _RECURSION["before"] = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(RECURSION_LIMIT, _RECURSION["before"]))
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                _HEAP["frozen_by_us"] = True
         _HEAP["engines"] += 1
 
 
 def _unfreeze_heap() -> None:
     with _HEAP_LOCK:
         _HEAP["engines"] -= 1
-        if _HEAP["engines"] == 0 and _HEAP["frozen_by_us"]:
-            gc.unfreeze()
-            _HEAP["frozen_by_us"] = False
+        if _HEAP["engines"] == 0:
+            sys.setrecursionlimit(_RECURSION["before"])
+            if _HEAP["frozen_by_us"]:
+                gc.unfreeze()
+                _HEAP["frozen_by_us"] = False
 
 
 # One loader of botocore's data files for every engine of the process: a session of its
@@ -681,7 +694,9 @@ class LocalEngine:
         gives; a caller's name, or moto checking IAM, goes the usual way too.
         """
         arn = self.state_machine_arn(state_machine)
-        text = json.dumps(execution_input)
+        # What EventBridge and Pipes send and Step Functions counts (256 KiB "as a
+        # UTF-8 encoded string"): compact JSON, an "é" two bytes, not "\u00e9".
+        text = json.dumps(execution_input, ensure_ascii=False, separators=(",", ":"))
         prefix = name_prefix or state_machine.rsplit(":", 1)[-1]
         if (
             name is None

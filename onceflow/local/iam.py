@@ -34,15 +34,7 @@ from enum import Enum
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from botocore.exceptions import ClientError
 from moto.core import botocore_stubber
-from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
-from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
-    CustomErrorName,
-)
-from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
-    FailureEvent,
-)
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.state_map import StateMap
 from moto.stepfunctions.parser.asl.component.state.exec.state_parallel.state_parallel import (
     StateParallel,
@@ -50,16 +42,12 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_parallel.state_par
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (  # noqa: E501
     StateTaskService,
 )
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sqs import (  # noqa: E501
-    StateTaskServiceSqs,
-)
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_activitiy import (
     StateTaskActivity,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import (
     StateTaskLambda,
 )
-from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 
 from onceflow.local.lambdas import InProcessRuntime
 from onceflow.local.template import Stack, TemplateError
@@ -809,42 +797,6 @@ def check_request(
     return response
 
 
-# ---- Step Functions: the error name of a denied SQS task ---------------------------
-
-_SQS_SERVICE_ERROR = "SQS.AmazonSQSException"
-
-
-def _sqs_denied_failure(task: Any, env: Any, ex: ClientError) -> FailureEvent:
-    """A denied sqs:sendMessage task as Step Functions reports it.
-
-    Step Functions names an error SQS answered SQS.AmazonSQSException, with the
-    Java SDK's summary as the cause; SQS.SdkClientException is for a request
-    that never got an answer (recorded against AWS in LocalStack's snapshot
-    tests/aws/services/stepfunctions/v2/error_handling/test_task_service_sqs).
-    moto names every SQS ClientError SdkClientException.
-    """
-    error = ex.response.get("Error", {})
-    metadata = ex.response.get("ResponseMetadata", {})
-    cause = (
-        f"{error.get('Message', '')} (Service: AmazonSQS; Status Code: "
-        f"{metadata.get('HTTPStatusCode', 403)}; Error Code: {error.get('Code')}; "
-        f"Request ID: {metadata.get('RequestId', '')}; Proxy: null)"
-    )
-    return FailureEvent(
-        env=env,
-        error_name=CustomErrorName(_SQS_SERVICE_ERROR),
-        event_type=HistoryEventType.TaskFailed,
-        event_details=EventDetails(  # type: ignore[typeddict-item]  # one kind, as moto builds them
-            taskFailedEventDetails=TaskFailedEventDetails(
-                error=_SQS_SERVICE_ERROR,
-                cause=cause,
-                resource=task._get_sfn_resource(),
-                resourceType=task._get_sfn_resource_type(),
-            )
-        ),
-    )
-
-
 # ---- installation ----------------------------------------------------------------
 
 _CONTROLS: list[AccessControl] = []
@@ -890,23 +842,11 @@ def _as_state_machine(original: Any) -> Any:
     return eval_execution
 
 
-def _sqs_errors(original: Any) -> Any:
-    def from_error(task: Any, env: Any, ex: Exception) -> Any:
-        if isinstance(ex, ClientError) and ex.response.get("Error", {}).get("Code") == (
-            "AccessDenied"
-        ):
-            return _sqs_denied_failure(task, env, ex)
-        return original(task, env, ex)
-
-    return from_error
-
-
 def _install() -> None:
     _replace(botocore_stubber.BotocoreStubber, "process_request", _checked_process_request)
     for state_class in (StateTaskService, StateTaskLambda, StateTaskActivity, StateMap,
                         StateParallel):  # fmt: skip
         _replace(state_class, "_eval_execution", _as_state_machine)
-    _replace(StateTaskServiceSqs, "_from_error", _sqs_errors)
 
 
 def _uninstall() -> None:

@@ -177,6 +177,9 @@ class _Worker:
         )
         self.compiled: set[int] = set()  # expression keys this process has compiled
         self.busy_since: float | None = None
+        # Set before a kill: a killed process can still look alive to poll()
+        # until the kernel reaps it, and must not go back to the pool meanwhile.
+        self.ended = False
         ready = self._read()
         versions = ready.get("ready") or {}
         if versions.get("jsonata") != JSONATA_VERSION:
@@ -206,18 +209,22 @@ class _Worker:
             self.process.stdin.flush()
             return self._read()
         except OSError as exc:
-            self.process.kill()
+            self.end()
             raise WorkerError(f"the jsonata worker stopped: {self._stderr_tail()}") from exc
         except BaseException:
             # Interrupted between request and answer: the next caller would read
             # this answer as its own. The worker goes; the pool starts another.
-            self.process.kill()
+            self.end()
             raise
         finally:
             self.busy_since = None
 
+    def end(self) -> None:
+        self.ended = True
+        self.process.kill()
+
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return not self.ended and self.process.poll() is None
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -288,7 +295,7 @@ class Evaluator:
             for worker in workers:
                 since = worker.busy_since
                 if since is not None and now - since > EVALUATION_TIMEOUT_SECONDS:
-                    worker.process.kill()
+                    worker.end()
 
     def warm(self) -> None:
         """Start a worker now, so that a missing node or library fails here, not in a state."""
@@ -338,7 +345,7 @@ class Evaluator:
                 fields.append(f'"x":{json.dumps(expression)}')
             reply = worker.call("{" + ",".join(fields) + "}")
             if reply.get("i") != request_id:
-                worker.process.kill()
+                worker.end()
                 raise WorkerError(f"the jsonata worker answered {reply.get('i')}, not {request_id}")
             if key is not None and "c" not in reply:
                 worker.compiled.add(key)  # compiled (a syntax error is not kept)

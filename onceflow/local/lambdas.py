@@ -272,9 +272,14 @@ class InProcessRuntime:
         """The (body, errored, logs) triple moto's Lambda backend expects."""
 
         def invoke(event: Any) -> tuple[str, bool, str]:
-            if isinstance(event, str):
-                event = json.loads(event or "{}")
+            # moto has decoded the request body already (a JSON string payload
+            # arrives as that string); for an empty body it passes the text "{}".
+            if event == "{}":
+                event = {}
             payload, error_type = self.invoke(name, event)
+            if isinstance(payload, bytes | bytearray):
+                # The Python runtime sends bytes as they are: they are the answer's body.
+                return bytes(payload).decode("utf-8", "replace"), error_type is not None, ""
             return json.dumps(payload, default=str), error_type is not None, ""
 
         return invoke

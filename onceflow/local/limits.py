@@ -35,6 +35,7 @@ from moto.dynamodb.exceptions import ItemSizeTooLarge, MockValidationException
 from moto.dynamodb.models import dynamo_type as ddb_dynamo_type
 from moto.events import models as events_models
 from moto.events.exceptions import ValidationException as EventsValidationException
+from moto.sqs import exceptions as sqs_exceptions
 from moto.sqs import models as sqs_models
 from moto.sqs.constants import MAXIMUM_MESSAGE_LENGTH as SQS_BATCH_LIMIT
 from moto.sqs.exceptions import BatchRequestTooLong, InvalidParameterValue, SQSException
@@ -49,7 +50,6 @@ from moto.stepfunctions.parser.api import (
 )
 from moto.stepfunctions.parser.asl.component import eval_component
 from moto.stepfunctions.parser.asl.component.common.assign import assign_decl
-from moto.stepfunctions.parser.asl.component.common.error_name import error_equals_decl
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEvent,
     FailureEventException,
@@ -94,7 +94,6 @@ VARIABLES_SIZE_LIMIT: Final = 10 * 1024 * 1024  # all variables of an execution 
 HISTORY_EVENT_LIMIT: Final = 25_000
 HISTORY_LIMIT_CAUSE: Final = "The execution reached the maximum number of history events (25000)."
 EXPRESS_DURATION_LIMIT: Final = 300.0  # seconds
-DATA_LIMIT_EXCEEDED: Final = "States.DataLimitExceeded"
 # Lambda (docs: "Troubleshoot invocation issues in Lambda", Sandbox.Timedout).
 LAMBDA_TIMEOUT_ERROR: Final = "Sandbox.Timedout"
 # DynamoDB (docs: "DynamoDB item sizes and formats"; "Supported data types").
@@ -174,9 +173,6 @@ def _apply() -> None:
         sfn_task_lambda.StateTaskLambda, "_eval_parameters", _lambda_parameters
     )
     _ORIGINAL["assign"] = _replace(assign_decl.AssignDecl, "_eval_body", _assign)
-    _ORIGINAL["error_equals"] = _replace(
-        error_equals_decl.ErrorEqualsDecl, "_eval_body", _error_equals
-    )
     # Step Functions: history and duration.
     _ORIGINAL["add_event"] = _replace(sfn_event_manager.EventManager, "add_event", _add_event)
     _ORIGINAL["environment"] = _replace(
@@ -328,22 +324,6 @@ def _assign(self: Any, env: Any) -> None:
         )
     for identifier, value in declarations.items():
         store.set(variable_identifier=identifier, variable_value=value)
-
-
-_ALL_ERRORS = error_equals_decl.ErrorEqualsDecl._STATE_ALL_ERROR
-
-
-def _error_equals(self: Any, env: Any) -> None:
-    """AWS: States.ALL "can't catch the States.DataLimitExceeded terminal error";
-    naming it in ErrorEquals still does. moto's States.ALL matched everything."""
-    error_name = env.stack[-1]
-    if getattr(error_name, "error_name", None) == DATA_LIMIT_EXCEEDED and any(
-        name == _ALL_ERRORS for name in self.error_names
-    ):
-        env.stack.pop()
-        env.stack.append(False)
-        return
-    _ORIGINAL["error_equals"](self, env)
 
 
 # ---------------------------------------------------------------------------
@@ -980,6 +960,8 @@ def _check_sqs_message(queue: Any, body: str, attributes: Mapping[str, Any] | No
 
 
 def _send_message(self: Any, queue_name: str, message_body: str, *args: Any, **kwargs: Any) -> Any:
+    if message_body is None:  # SQS's own answer (moto's size check met None and crashed)
+        raise sqs_exceptions.MissingParameter("MessageBody")
     attributes = kwargs.get("message_attributes", args[0] if args else None)
     _check_sqs_message(self.get_queue(queue_name), message_body, attributes)
     return _ORIGINAL["send_message"](self, queue_name, message_body, *args, **kwargs)

@@ -270,6 +270,41 @@ def test_a_dead_worker_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
         evaluator.close()
 
 
+def test_a_worker_killed_mid_answer_is_never_handed_to_the_next_caller() -> None:
+    # GIVEN a pool of one, and an answer nested deeper than Python's default
+    # recursion limit reads: the caller fails mid-answer and its worker is killed
+    evaluator = jsonata_node.Evaluator(size=1)
+    try:
+        for _ in range(5):
+            with pytest.raises(RecursionError):
+                evaluator.evaluate("$parse($s)", {"s": "[" * 1_500 + "]" * 1_500})
+            # WHEN the next caller comes at once THEN it gets a live worker, not
+            # the killed one ("the jsonata worker stopped: exit status -9")
+            assert evaluator.evaluate("1 + 1") == 2
+    finally:
+        evaluator.close()
+
+
+@pytest.mark.usefixtures("engine")  # an engine sets Python's side deeper than node's
+def test_a_result_too_deep_for_node_to_write_fails_the_evaluation_not_the_worker() -> None:
+    # GIVEN a value nested 6,000 levels deep, deeper than node's JSON.stringify goes
+    deep: Any = "leaf"
+    for _ in range(6_000):
+        deep = {"a": deep}
+    evaluator = jsonata_node.Evaluator(size=1)
+    try:
+        evaluator.warm()
+        worker = evaluator._workers[0]
+        # WHEN an expression returns it THEN the evaluation fails with JavaScript's
+        # own error, and the same worker answers the next caller
+        with pytest.raises(jsonata_node.JsonataError, match="Maximum call stack size"):
+            evaluator.evaluate("$v", {"v": deep})
+        assert evaluator.evaluate("1 + 1") == 2
+        assert evaluator._workers == [worker]
+    finally:
+        evaluator.close()
+
+
 def test_an_evaluation_that_runs_away_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a short limit and an expression that runs for many seconds
     monkeypatch.setattr(jsonata_node, "EVALUATION_TIMEOUT_SECONDS", 0.5)

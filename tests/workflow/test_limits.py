@@ -196,28 +196,6 @@ def test_a_state_holding_a_lone_surrogate_is_sized_without_breaking(engine: Loca
     assert result.output == "a\ud800b"
 
 
-def test_a_result_over_256_kib_is_not_caught_by_states_all(engine: LocalEngine) -> None:
-    # GIVEN a Task with a Catch on States.ALL, whose function returns 280,000 bytes
-    task = _invoke_task(
-        engine,
-        Catch=[{"ErrorEquals": ["States.ALL"], "Next": "Caught"}],
-        End=True,
-    )
-    definition = {
-        "QueryLanguage": "JSONata",
-        "StartAt": "Work",
-        "States": {"Work": task, "Caught": {"Type": "Succeed"}},
-    }
-    arn = _machine(engine, "too-large-result", definition)
-    with engine.override_function(FUNCTION, _returning({"text": "é" * 140_000})):
-        # WHEN it runs
-        result = engine.execute(arn, {})
-    # THEN States.DataLimitExceeded ends the execution: States.ALL cannot catch it
-    assert result.status == "FAILED"
-    assert result.error == "States.DataLimitExceeded"
-    assert "Caught" not in result.states_entered
-
-
 def test_a_catch_that_names_data_limit_exceeded_catches_it(engine: LocalEngine) -> None:
     # GIVEN the same Task, whose Catch names States.DataLimitExceeded
     task = _invoke_task(

@@ -115,7 +115,15 @@ async function main() {
       } catch (err) {
         reply = { i: null, c: 'ONCEFLOW', m: `unreadable request: ${err}` };
       }
-      out.write(JSON.stringify(reply) + '\n');
+      let text;
+      try {
+        text = JSON.stringify(reply);
+      } catch (err) {
+        // A value nested deeper than JSON.stringify's stack goes: the
+        // evaluation fails with JavaScript's error; the worker lives on.
+        text = JSON.stringify({ i: reply.i, c: null, m: err && err.message ? err.message : String(err) });
+      }
+      out.write(text + '\n');
     });
   });
   lines.on('close', () => {

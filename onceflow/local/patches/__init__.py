@@ -3,7 +3,9 @@
 - ``hooks``: the engine's instruments (clock, request log and faults, handlers
   in-process, execution end signals), its state kept per engine;
 - ``fidelity``: moto made to do what AWS does, each naming the AWS behaviour
-  (``fidelity.distributed_map``: the Distributed Map's, apart);
+  (``fidelity.distributed_map``: the Distributed Map's, apart;
+  ``fidelity.integrations``: the Lambda, DynamoDB and SQS tasks' results;
+  ``fidelity.executions``: the context object and DescribeExecution);
 - ``speedups``: moto made faster, each pinned to the source it relies on and
   left out (one warning line) when that source changed;
 - ``registry``: what a patch is (its name, kind, reason, test, pins) and how
@@ -23,7 +25,13 @@ import threading
 import moto
 
 from onceflow.local.patches import fidelity, hooks
-from onceflow.local.patches.fidelity import UNSUPPORTED_RESULT, distributed_map, eval_jsonata
+from onceflow.local.patches.fidelity import (
+    UNSUPPORTED_RESULT,
+    distributed_map,
+    eval_jsonata,
+    executions,
+    integrations,
+)
 from onceflow.local.patches.hooks import (
     Clock,
     EngineState,
@@ -70,6 +78,8 @@ PATCHES: tuple[Patch, ...] = (
     *hooks.PATCHES,
     *fidelity.PATCHES,
     *distributed_map.PATCHES,
+    *integrations.PATCHES,
+    *executions.PATCHES,
 )
 
 _LOCK = threading.Lock()

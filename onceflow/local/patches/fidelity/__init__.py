@@ -31,6 +31,9 @@ from moto.stepfunctions.parser.api import (
     HistoryEventType,
     InvalidDefinition,
 )
+from moto.stepfunctions.parser.asl.component.common.assign.assign_template_value_terminal import (
+    AssignTemplateValueTerminalLit,
+)
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
     CustomErrorName,
 )
@@ -49,13 +52,19 @@ from moto.stepfunctions.parser.asl.component.intrinsic import (
     jsonata as intrinsic_jsonata,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
-from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import branches_decl
+from moto.stepfunctions.parser.asl.component.state.exec.state_map import state_map
+from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import (
+    branch_worker,
+    branches_decl,
+)
 from moto.stepfunctions.parser.asl.component.state.state import CommonStateField
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
+from moto.stepfunctions.parser.asl.eval.program_state import ProgramError
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
+from moto.stepfunctions.parser.asl.parse import preprocessor as asl_preprocessor
 
 from onceflow.local import jsonata_node
 from onceflow.local.patches.hooks import stubber_fits
@@ -195,31 +204,34 @@ def _bindings(expression: str, env: Any) -> dict[str, Any]:
     return bindings
 
 
-def _refuse(env: Any, expression: str, what: str) -> NoReturn:
-    """Fail the state as Step Functions does for a result it cannot use, with
-    moto's own EvaluationFailed event (as its validate_jsonata_expression_output)."""
+FIELD = "_onceflow_field"  # where an expression sits: "Arguments/FunctionName", "Output"
+
+
+def _described(component: Any, expression: str) -> str:
+    """The expression as AWS's causes name it, with the field it sits in."""
+    field = getattr(component, FIELD, None)
+    where = f" specified for the field '{field}'" if field else ""
+    return f"The JSONata expression '{expression}'{where}"
+
+
+def _refuse(component: Any, env: Any, expression: str, what: str) -> NoReturn:
+    """Fail the state as Step Functions does for a result it cannot use: one
+    EvaluationFailed event, written by the state (with its name and the
+    field's location) from this failure."""
     error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
-    failure = FailureEventException(
+    details = EvaluationFailedEventDetails(
+        cause=f"{_described(component, expression)} {what}.", error=error_name.error_name
+    )
+    if getattr(component, FIELD, None):
+        details["location"] = getattr(component, FIELD)
+    raise FailureEventException(
         failure_event=FailureEvent(
             env=env,
             error_name=error_name,
             event_type=HistoryEventType.EvaluationFailed,
-            event_details=EventDetails(  # type: ignore[typeddict-item]
-                evaluationFailedEventDetails=EvaluationFailedEventDetails(
-                    cause=f"The JSONata expression '{expression}' {what}.",
-                    error=error_name.error_name,
-                )
-            ),
+            event_details=EventDetails(evaluationFailedEventDetails=details),  # type: ignore[typeddict-item]
         )
     )
-    env.event_manager.add_event(
-        context=env.event_history_context,
-        event_type=HistoryEventType.EvaluationFailed,
-        event_details=EventDetails(  # type: ignore[typeddict-item]
-            evaluationFailedEventDetails=failure.get_evaluation_failed_event_details()
-        ),
-    )
-    raise failure
 
 
 # Results of expressions with neither a variable nor a function, by text.
@@ -247,9 +259,9 @@ def _compiled_eval_body(self: Any, env: Any) -> None:
     except jsonata_node.JsonataError as exc:  # States.QueryEvaluationError, below
         raise moto_jsonata.JSONataException(exc.code or "UNKNOWN", str(exc)) from exc
     except jsonata_node.UnsupportedResult:
-        _refuse(env, expression, UNSUPPORTED_RESULT)
+        _refuse(self, env, expression, UNSUPPORTED_RESULT)
     if result is jsonata_node.UNDEFINED:
-        _refuse(env, expression, "returned nothing (undefined)")
+        _refuse(self, env, expression, "returned nothing (undefined)")
     if constant and len(_CONSTANTS) < _CONSTANTS_KEPT:
         _CONSTANTS[expression] = copy.deepcopy(result)
     env.stack.append(result)
@@ -259,25 +271,71 @@ def _jsonata_eval_body(self: Any, env: Any) -> None:
     try:
         _compiled_eval_body(self, env)
     except moto_jsonata.JSONataException as exc:
-        error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
         expression = (
             self.expression if len(self.expression) <= 200 else self.expression[:200] + "..."
         )
-        failure_event = FailureEvent(
+        raise _threw(self, env, expression, str(exc.details or exc.error)) from exc
+
+
+def _threw(component: Any, env: Any, expression: str, error: str) -> FailureEventException:
+    """AWS: "The JSONata expression 'X' specified for the field 'F' threw an error during
+    evaluation. T1006: Attempted to invoke a non-function" (LocalStack's
+    test_math_operations_jsonata snapshot, test_math_random_seeded)."""
+    error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
+    details = EvaluationFailedEventDetails(
+        error=error_name.error_name,
+        cause=f"{_described(component, expression)} threw an error during evaluation. {error}",
+    )
+    if getattr(component, FIELD, None):
+        details["location"] = getattr(component, FIELD)
+    return FailureEventException(
+        failure_event=FailureEvent(
             env=env,
             error_name=error_name,
             event_type=HistoryEventType.EvaluationFailed,
-            event_details=EventDetails(  # type: ignore[typeddict-item]
-                evaluationFailedEventDetails=EvaluationFailedEventDetails(
-                    error=error_name.error_name,
-                    cause=(
-                        f"An error occurred while evaluating the JSONata expression "
-                        f"'{expression}': {exc.details}"
-                    ),
-                )
-            ),
+            event_details=EventDetails(evaluationFailedEventDetails=details),  # type: ignore[typeddict-item]
         )
-        raise FailureEventException(failure_event=failure_event) from exc
+    )
+
+
+def _mark_fields(component: Any, path: str, seen: set[int] | None = None) -> None:
+    """Tell each JSONata expression under a state's field where it sits, as AWS's
+    causes and EvaluationFailed's location name it: Output, Output/result,
+    Arguments/FunctionName, Assign/result (LocalStack's test_assign_reference_variables
+    snapshot, test_undefined_reference)."""
+    seen = set() if seen is None else seen
+    if id(component) in seen or not hasattr(component, "__dict__"):
+        return
+    seen.add(id(component))
+    if isinstance(component, string_expression.StringJSONata):
+        setattr(component, FIELD, path)
+        return
+    identifier = getattr(component, "identifier", None)
+    if isinstance(identifier, str):
+        path = f"{path}/{identifier}"
+    for value in vars(component).values():
+        for item in value if isinstance(value, list | tuple) else (value,):
+            if type(item).__module__.startswith("moto.stepfunctions.parser.asl.component"):
+                _mark_fields(item, path, seen)
+
+
+_FIELD_VISITORS = {
+    "visitArguments_string_jsonata": "Arguments",
+    "visitArguments_jsonata_template_value_object": "Arguments",
+    "visitOutput_decl": "Output",
+    "visitItems_jsonata": "Items",
+    "visitItems_array": "Items",
+    "visitAssign_decl": "Assign",
+}
+
+
+def _marking(original: Any, field: str) -> Any:
+    def visit(self: Any, ctx: Any) -> Any:
+        component = original(self, ctx)
+        _mark_fields(component, field)
+        return component
+
+    return visit
 
 
 def _recording_evaluation_failures(original: Any) -> Any:
@@ -315,6 +373,42 @@ def _recording_evaluation_failures(original: Any) -> Any:
     return _eval_body
 
 
+_DECORATION = "An error occurred while executing the state '"
+_original_from_error = ExecutionState._from_error
+_original_evaluation_details = FailureEventException.get_evaluation_failed_event_details
+_original_execution_details = FailureEventException.get_execution_failed_event_details
+
+
+def _from_error(self: Any, env: Any, ex: Exception) -> Any:
+    """A Task, Map or Parallel state writes the failure it met as its event: for a
+    JSONata evaluation, one EvaluationFailed naming the state (and the field), as
+    AWS writes it. moto wrote the bare cause, after a decorated copy of its own."""
+    failure_event = _original_from_error(self, env, ex)
+    details: Any = failure_event.event_details or {}
+    if failure_event.event_type == HistoryEventType.EvaluationFailed and details.get(
+        "evaluationFailedEventDetails"
+    ):
+        decorated = FailureEventException(failure_event).get_evaluation_failed_event_details()
+        details["evaluationFailedEventDetails"] = decorated
+    return failure_event
+
+
+def _evaluation_details(self: Any) -> Any:
+    cause = str(self.failure_event.event_details["evaluationFailedEventDetails"].get("cause"))
+    if cause.startswith(_DECORATION):  # decorated once already
+        return dict(self.failure_event.event_details["evaluationFailedEventDetails"])
+    return _original_evaluation_details(self)
+
+
+def _execution_details(self: Any) -> Any:
+    details: Any = _original_execution_details(self)
+    cause = str((details or {}).get("cause", ""))
+    doubled = cause.find(_DECORATION, len(_DECORATION))
+    if cause.startswith(_DECORATION) and doubled > 0:
+        details["cause"] = cause[doubled:]
+    return details
+
+
 def _last_is_evaluation_failed(env: Any) -> bool:
     """Whether the failure was written already (as _refuse writes it)."""
     events = env.event_manager._history_event_list
@@ -322,6 +416,13 @@ def _last_is_evaluation_failed(env: Any) -> bool:
 
 
 def _install_evaluation_failures(installer: Installer) -> None:
+    installer.replace(ExecutionState, "_from_error", _from_error)
+    installer.replace(
+        FailureEventException, "get_evaluation_failed_event_details", _evaluation_details
+    )
+    installer.replace(
+        FailureEventException, "get_execution_failed_event_details", _execution_details
+    )
     installer.replace(
         CommonStateField, "_eval_body", _recording_evaluation_failures(CommonStateField._eval_body)
     )
@@ -363,7 +464,8 @@ _original_start_execution = sfn_parser_models.StepFunctionsParserBackend.start_e
 def _limited_start(original: Any) -> Any:
     def start_execution(backend: Any, state_machine_arn: str, *args: Any, **kwargs: Any) -> Any:
         execution_input = kwargs.get("execution_input", args[1] if len(args) > 1 else None)
-        size = len((execution_input or "").encode("utf-8"))
+        # A lone surrogate counts as the six characters of its JSON escape.
+        size = len((execution_input or "").encode("utf-8", "backslashreplace"))
         if size > EXECUTION_INPUT_LIMIT:
             raise sfn_exceptions.ValidationException(
                 "1 validation error detected: Value at 'input' failed to satisfy constraint: "
@@ -408,10 +510,17 @@ def _jsonata_fits() -> list[str]:
 
 def _install_expressions(installer: Installer) -> None:
     installer.replace(string_expression.StringJSONata, "_eval_body", _jsonata_eval_body)
+    for visitor, field in _FIELD_VISITORS.items():
+        original = getattr(asl_preprocessor.Preprocessor, visitor)
+        installer.replace(asl_preprocessor.Preprocessor, visitor, _marking(original, field))
 
 
 def _expressions_fit() -> list[str]:
-    problems = []
+    problems = [
+        f"the ASL preprocessor has no {visitor}"
+        for visitor in _FIELD_VISITORS
+        if visitor not in vars(asl_preprocessor.Preprocessor)
+    ]
     if "eval_jsonata_expression(rich_jsonata_expression)" not in inspect.getsource(
         _original_jsonata_eval_body
     ):
@@ -608,6 +717,156 @@ def _named_errors_fit() -> list[str]:
     return []
 
 
+# --------------------------------------------------------------------------
+# A string in a definition is a JSON string: \" is ", \\ is \. moto kept an
+# Assign literal's escapes as written (so $v = '"' was false) and decoded the
+# other literals as Python would ("\/" kept its backslash).
+# --------------------------------------------------------------------------
+
+_Preprocessor = asl_preprocessor.Preprocessor
+
+
+def json_string_literal(parser_rule_context: Any) -> str | None:
+    text = parser_rule_context.getText()
+    if text == "null":
+        return None
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return str(json.loads(text))
+    return str(text)
+
+
+def _assign_string_literal(self: Any, ctx: Any) -> Any:
+    return AssignTemplateValueTerminalLit(value=json_string_literal(ctx.string_literal()))
+
+
+def _assigned_variables(self: Any) -> dict[str, str]:
+    """The assignedVariables of a state's exit event: each value as JSON text (moto
+    wrapped a string in quotes without escaping it)."""
+    return {
+        name: json.dumps(self.get(name), ensure_ascii=False, separators=(",", ":"), default=str)
+        for name in self._declaration_tracing
+    }
+
+
+def _own_scopes(original: Any) -> Any:
+    """Each parse keeps the query language of its scopes for itself: moto kept them in
+    one list on the class, so a definition refused mid-scope left its language there
+    for every later parse (and two threads parsing at once shared it)."""
+
+    def visit(self: Any, tree: Any) -> Any:
+        if "_query_language_per_scope" not in vars(self):
+            self._query_language_per_scope = []
+        return original(self, tree)
+
+    return visit
+
+
+def _install_own_scopes(installer: Installer) -> None:
+    installer.replace(_Preprocessor, "visit", _own_scopes(_Preprocessor.visit))
+
+
+def _own_scopes_fit() -> list[str]:
+    if not isinstance(vars(_Preprocessor).get("_query_language_per_scope"), list):
+        return ["the ASL preprocessor no longer keeps its scopes' query language on the class"]
+    return []
+
+
+def _install_string_literals(installer: Installer) -> None:
+    installer.replace(variable_store.VariableStore, "get_assigned_variables", _assigned_variables)
+    installer.replace(asl_preprocessor, "from_string_literal", json_string_literal)
+    installer.replace(
+        _Preprocessor, "visitAssign_template_value_terminal_string_literal", _assign_string_literal
+    )
+
+
+def _string_literals_fit() -> list[str]:
+    problems = []
+    if not hasattr(asl_preprocessor, "from_string_literal"):
+        problems.append("the ASL preprocessor no longer decodes with from_string_literal")
+    if "_declaration_tracing" not in inspect.getsource(variable_store.VariableStore):
+        problems.append("VariableStore no longer traces the variables a state assigns")
+    if "visitAssign_template_value_terminal_string_literal" not in vars(_Preprocessor):
+        problems.append("Preprocessor.visitAssign_template_value_terminal_string_literal is gone")
+    return problems
+
+
+# --------------------------------------------------------------------------
+# A Map state whose input is not an array names the value, as JSON text (moto
+# printed its Python type: "<class 'int'>").
+# --------------------------------------------------------------------------
+
+_NOT_AN_ARRAY = "Map state input must be an array but was: "
+_original_map_execution = state_map.StateMap._eval_execution
+
+
+def _map_execution(self: Any, env: Any) -> None:
+    state_input = env.stack[-1] if env.stack else env.states.get_input()
+    try:
+        _original_map_execution(self, env)
+    except FailureEventException as exc:
+        every: Any = exc.failure_event.event_details or {}
+        details = every.get("evaluationFailedEventDetails")
+        if details and str(details.get("cause", "")).startswith(_NOT_AN_ARRAY + "<class "):
+            value = state_input
+            if self.items_path is not None:
+                env.stack.append(state_input)
+                self.items_path.eval(env=env)
+                value = env.stack.pop()
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+            details["cause"] = _NOT_AN_ARRAY + text
+        raise
+
+
+def _install_map_input(installer: Installer) -> None:
+    installer.replace(state_map.StateMap, "_eval_execution", _map_execution)
+
+
+def _map_input_fits() -> list[str]:
+    if _NOT_AN_ARRAY + "{type(input_items)}" not in inspect.getsource(state_map.StateMap):
+        return ["StateMap._eval_execution no longer names a non-array input by its type"]
+    return []
+
+
+# --------------------------------------------------------------------------
+# A Parallel branch that fails aborts the state it failed in: AWS writes
+# TaskStateAborted after that state's TaskFailed (moto wrote nothing).
+# --------------------------------------------------------------------------
+
+
+_ABORTED = {
+    f"{kind}StateEntered": HistoryEventType(f"{kind}StateAborted")
+    for kind in ("Task", "Map", "Parallel", "Wait")
+}
+
+
+def _branch_routine(self: Any) -> None:
+    env = self.env
+    try:
+        self._program.eval(env)
+        if isinstance(env.program_state(), ProgramError):
+            state_data = env.states.context_object.context_object_data.get("State") or {}
+            state = self._program.states.states.get(state_data.get("Name"))
+            entered = str(getattr(getattr(state, "state_entered_event_type", None), "value", ""))
+            # Task, Map, Parallel and Wait states can be aborted; a Pass or Fail state
+            # that fails its branch ends at once (the API has no PassStateAborted).
+            aborted = _ABORTED.get(entered)
+            if aborted is not None:
+                env.event_manager.add_event(context=env.event_history_context, event_type=aborted)
+    finally:  # the Parallel waits for every branch to report
+        self._branch_worker_comm.on_terminated(env=env)
+
+
+def _install_branch_abort(installer: Installer) -> None:
+    installer.replace(branch_worker.BranchWorker, "_thread_routine", _branch_routine)
+
+
+def _branch_abort_fits() -> list[str]:
+    source = inspect.getsource(branch_worker.BranchWorker._thread_routine)
+    if "self._program.eval(self.env)" not in source or "on_terminated" not in source:
+        return ["BranchWorker._thread_routine no longer evaluates its program and reports"]
+    return []
+
+
 def _install_unique_state_names(installer: Installer) -> None:
     backend = sfn_parser_models.StepFunctionsParserBackend
     installer.replace(backend, "_validate_definition", _validated(backend._validate_definition))
@@ -716,6 +975,51 @@ PATCHES = (
         test=_TESTS + "test_a_state_name_used_twice_is_an_invalid_definition",
         install=_install_unique_state_names,
         fits=_unique_state_names_fit,
+    ),
+    Patch(
+        name="each definition parsed on its own",
+        kind="fidelity",
+        why="CreateStateMachine judges each definition alone (API reference: "
+        "InvalidDefinition for the invalid one). moto kept the query language of the scope "
+        "being parsed in a list shared by every parse: after a definition refused mid-scope, "
+        "later JSONPath definitions were refused too.",
+        test="tests/parity/test_definitions.py::"
+        "test_a_refused_definition_leaves_the_next_one_as_it_is",
+        install=_install_own_scopes,
+        fits=_own_scopes_fit,
+    ),
+    Patch(
+        name="string literals decoded as JSON",
+        kind="fidelity",
+        why='A string in a definition is JSON text: an Assign literal holding \\" or \\\\ '
+        "holds \" or \\ (recorded: LocalStack's test_assign_base snapshot, "
+        "BASE_CONSTANT_LITERALS, literals stored as the JSON holds them). moto kept an Assign "
+        "literal's escapes, so $v = '\"' was false.",
+        test="tests/parity/test_variables.py::"
+        "test_an_assigned_string_literal_holds_its_characters_not_their_json_escapes",
+        install=_install_string_literals,
+        fits=_string_literals_fit,
+    ),
+    Patch(
+        name="a Map's non-array input named as JSON",
+        kind="fidelity",
+        why="A Map state whose input is not an array fails with States.QueryEvaluationError, "
+        "'Map state input must be an array but was: 1' (the value as JSON; recorded: "
+        "LocalStack's test_base_scenarios snapshot, test_map_state_items_input_types). moto "
+        "printed the Python type.",
+        test="tests/parity/test_errors.py::test_a_map_whose_input_is_not_an_array_names_the_value",
+        install=_install_map_input,
+        fits=_map_input_fits,
+    ),
+    Patch(
+        name="a failed Parallel branch aborts its state",
+        kind="fidelity",
+        why="When a Parallel branch fails, the state it failed in is aborted: TaskFailed is "
+        "followed by TaskStateAborted (recorded: LocalStack's test_error_output snapshot, "
+        "test_parallel_catch_error). moto wrote no such event.",
+        test="tests/parity/test_errors.py::test_a_failed_parallel_branch_aborts_its_failed_state",
+        install=_install_branch_abort,
+        fits=_branch_abort_fits,
     ),
     Patch(
         name="Step Functions error names",

@@ -1,0 +1,62 @@
+"""The context object and DescribeExecution, as AWS recorded them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from onceflow.local.engine import LocalEngine
+from tests.parity.conftest import ROLE, Run
+
+# github.com/localstack/localstack, tests/aws/services/stepfunctions/v2/
+ISO_8601_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
+
+
+def test_the_context_object_has_redrive_count_and_an_iso_8601_start_time(run: Run) -> None:
+    """Recorded: context_object/test_context_object.snapshot.json, TestSnfBase::test_variable:
+    $$.Execution holds Id, Input, StartTime, Name, RoleArn and RedriveCount (0);
+    StartTime is ISO 8601 ("Context object" page: "StartTime": ISO 8601, as in
+    2019-03-26T20:14:13.192Z)."""
+    result = run(
+        {"Read": {"Type": "Pass", "Output": "{% $states.context.Execution %}", "End": True}},
+        {"input-value": 0},
+    )
+    execution = result.output
+    assert list(execution) == ["Id", "Input", "StartTime", "Name", "RoleArn", "RedriveCount"]
+    assert execution["RedriveCount"] == 0
+    assert execution["Input"] == {"input-value": 0}
+    assert ISO_8601_UTC.match(execution["StartTime"]), execution["StartTime"]
+
+
+def _described(engine: LocalEngine, definition: dict[str, object]) -> dict[str, object]:
+    sfn = engine.client("stepfunctions")
+    arn = sfn.create_state_machine(
+        name=f"described-{len(json.dumps(definition))}",
+        definition=json.dumps(definition),
+        roleArn=ROLE,
+    )["stateMachineArn"]
+    execution = engine.execute(arn, {})
+    described = dict(sfn.describe_execution(executionArn=execution.arn))
+    described.pop("ResponseMetadata")
+    return described
+
+
+def test_describe_execution_answers_input_details_and_the_redrive_fields(
+    engine: LocalEngine,
+) -> None:
+    """Recorded: test_sfn_api.snapshot.json, TestSnfApi::test_describe_execution (a
+    succeeded execution: inputDetails {"included": true}, redriveCount 0,
+    redriveStatus NOT_REDRIVABLE, "Execution is SUCCEEDED and cannot be redriven");
+    base/test_base.snapshot.json, TestSnfBase::test_state_fail (a failed one:
+    REDRIVABLE, no reason)."""
+    succeeded = _described(engine, {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
+    assert succeeded["inputDetails"] == {"included": True}
+    assert succeeded["redriveCount"] == 0
+    assert succeeded["redriveStatus"] == "NOT_REDRIVABLE"
+    assert succeeded["redriveStatusReason"] == "Execution is SUCCEEDED and cannot be redriven"
+    failed = _described(
+        engine, {"StartAt": "F", "States": {"F": {"Type": "Fail", "Error": "SomeFailure"}}}
+    )
+    assert failed["inputDetails"] == {"included": True}
+    assert (failed["redriveCount"], failed["redriveStatus"]) == (0, "REDRIVABLE")
+    assert "redriveStatusReason" not in failed

@@ -1,0 +1,283 @@
+"""The Lambda, DynamoDB and SQS integrations: their results and errors, as AWS recorded them.
+
+Recordings: github.com/localstack/localstack, tests/aws/services/stepfunctions/v2/services/
+(test_*_task_service.snapshot.json) and .../v2/error_handling/ (test_task_service_lambda).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from onceflow.local.engine import LocalEngine
+from tests.helpers import FUNCTION
+from tests.parity.conftest import Run, events_of
+
+
+@pytest.fixture
+def function_arn(engine: LocalEngine) -> str:
+    return engine.get_att(FUNCTION, "Arn")
+
+
+@pytest.fixture
+def identity(engine: LocalEngine) -> Iterator[None]:
+    """The function returns its event, as LocalStack's id_function.py does."""
+    with engine.override_function(FUNCTION, lambda event, context: event):
+        yield
+
+
+def _invoke(function: str, payload: Any) -> dict[str, Any]:
+    return {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::lambda:invoke",
+        "Arguments": {"FunctionName": function, "Payload": payload},
+        "End": True,
+    }
+
+
+# ---- lambda:invoke ---------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("identity")
+@pytest.mark.parametrize(
+    ("text", "received"),
+    [('"HelloWorld"', "HelloWorld"), ("0", 0), ("true", True), ("{}", {}), ("[]", [])],
+)
+def test_a_payload_given_as_json_text_reaches_the_function_as_its_value(
+    run: Run, function_arn: str, text: str, received: Any
+) -> None:
+    """Recorded: test_lambda_task_service.snapshot.json,
+    TestTaskServiceLambda::test_invoke_json_values[HelloWorld|0_0|True|json_value5|json_value6]
+    a Payload that is a string holding JSON text is sent as that
+    text; the function returns what it got."""
+    result = run({"Invoke": _invoke(function_arn, "{% $states.input.p %}")}, {"p": text})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.output["Payload"] == received
+
+
+@pytest.mark.usefixtures("identity")
+def test_a_payload_that_is_a_json_string_of_non_json_text_arrives_as_that_string(
+    run: Run, function_arn: str
+) -> None:
+    """Recorded: test_lambda_task_service.snapshot.json,
+    TestTaskServiceLambda::test_invoke_bytes_payload: Payload "\\"'{'Hello':'World'}'\\""
+    (JSON text of a string) is scheduled as given and the function runs."""
+    text = "\"'{'Hello':'World'}'\""
+    result = run({"Invoke": _invoke(function_arn, "{% $states.input.p %}")}, {"p": text})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.output["Payload"] == "'{'Hello':'World'}'"
+
+
+def test_a_handler_returning_bytes_answers_with_those_bytes(
+    run: Run, engine: LocalEngine, function_arn: str
+) -> None:
+    """Recorded: test_lambda_task_service.snapshot.json,
+    TestTaskServiceLambda::test_invoke_bytes_payload: a Python handler returning
+    b'"HelloWorld!"' (return_bytes_str.py) gives the Payload "HelloWorld!"."""
+    with engine.override_function(FUNCTION, lambda event, context: b'"HelloWorld!"'):
+        result = run({"Invoke": _invoke(function_arn, {})})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.output["Payload"] == "HelloWorld!"
+
+
+@pytest.mark.usefixtures("identity")
+def test_an_invoke_result_carries_the_executed_version_and_the_sdk_metadata(
+    run: Run, function_arn: str
+) -> None:
+    """Recorded: test_lambda_task_service.snapshot.json, TestTaskServiceLambda::test_invoke:
+    ExecutedVersion, Payload, SdkHttpMetadata (AllHttpHeaders, HttpHeaders,
+    HttpStatusCode 200), SdkResponseMetadata (RequestId), StatusCode."""
+    result = run({"Invoke": _invoke(function_arn, {"a": 1})})
+    output = result.output
+    assert sorted(output) == [
+        "ExecutedVersion",
+        "Payload",
+        "SdkHttpMetadata",
+        "SdkResponseMetadata",
+        "StatusCode",
+    ]
+    assert (output["ExecutedVersion"], output["StatusCode"]) == ("$LATEST", 200)
+    metadata = output["SdkHttpMetadata"]
+    assert metadata["HttpStatusCode"] == 200
+    assert sorted(metadata["HttpHeaders"]) == sorted(
+        [
+            "Connection",
+            "Content-Length",
+            "Content-Type",
+            "Date",
+            "X-Amz-Executed-Version",
+            "x-amzn-Remapped-Content-Length",
+            "x-amzn-RequestId",
+            "X-Amzn-Trace-Id",
+        ]
+    )
+    assert metadata["HttpHeaders"]["X-Amz-Executed-Version"] == "$LATEST"
+    assert metadata["HttpHeaders"]["Content-Length"] == str(len('{"a": 1}'))
+    assert sorted(metadata["AllHttpHeaders"]) == sorted(metadata["HttpHeaders"])
+    assert output["SdkResponseMetadata"]["RequestId"]
+
+
+def test_a_missing_function_is_named_with_latest(run: Run, function_arn: str) -> None:
+    """Recorded: test_task_service_lambda.snapshot.json,
+    TestTaskServiceLambda::test_no_such_function: Lambda.ResourceNotFoundException,
+    "Function not found: arn:...:function:NAME:$LATEST (Service: AWSLambda; Status
+    Code: 404; Error Code: ResourceNotFoundException; Request ID: ...; Proxy: null)"."""
+    missing = f"{function_arn}-gone"
+    result = run({"Invoke": _invoke(missing, {})})
+    assert result.error == "Lambda.ResourceNotFoundException"
+    assert (result.cause or "").startswith(
+        f"Function not found: {missing}:$LATEST (Service: AWSLambda; Status Code: 404; "
+        "Error Code: ResourceNotFoundException; Request ID: "
+    )
+    assert (result.cause or "").endswith("; Proxy: null)")
+
+
+# ---- dynamodb --------------------------------------------------------------------
+
+DYNAMODB_HEADERS = [
+    "Connection",
+    "Content-Length",
+    "Content-Type",
+    "Date",
+    "Server",
+    "x-amz-crc32",
+    "x-amzn-RequestId",
+]
+
+
+def _dynamodb(engine: LocalEngine, action: str, **arguments: Any) -> dict[str, Any]:
+    return {
+        "Type": "Task",
+        "Resource": f"arn:aws:states:::dynamodb:{action}",
+        "Arguments": {"TableName": engine.ref("LedgerTable"), **arguments},
+        "End": True,
+    }
+
+
+def test_dynamodb_results_carry_the_sdk_metadata_and_no_consumed_capacity(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Recorded: test_dynamodb_task_service.snapshot.json,
+    TestTaskServiceDynamoDB::test_base_integrations[DYNAMODB_PUT_UPDATE_GET_ITEM]
+    putItem answers only SdkHttpMetadata and SdkResponseMetadata;
+    updateItem with ReturnValues adds Attributes, and no ConsumedCapacity."""
+    put = run({"Put": _dynamodb(engine, "putItem", Item={"pk": {"S": "p1"}})})
+    assert sorted(put.output) == ["SdkHttpMetadata", "SdkResponseMetadata"]
+    metadata = put.output["SdkHttpMetadata"]
+    assert sorted(metadata["HttpHeaders"]) == sorted(DYNAMODB_HEADERS)
+    assert metadata["HttpHeaders"]["Content-Type"] == "application/x-amz-json-1.0"
+    assert metadata["HttpHeaders"]["Content-Length"] == "2"
+    update = run(
+        {
+            "Update": _dynamodb(
+                engine,
+                "updateItem",
+                Key={"pk": {"S": "p1"}},
+                UpdateExpression="SET s = :s",
+                ExpressionAttributeValues={":s": {"S": "HelloWorldUpdated"}},
+                ReturnValues="UPDATED_NEW",
+            )
+        }
+    )
+    assert sorted(update.output) == ["Attributes", "SdkHttpMetadata", "SdkResponseMetadata"]
+    assert update.output["Attributes"] == {"s": {"S": "HelloWorldUpdated"}}
+
+
+# ---- sqs -------------------------------------------------------------------------
+
+
+def test_send_message_answers_with_the_sdk_metadata(run: Run, engine: LocalEngine) -> None:
+    """Recorded: test_sqs_task_service.snapshot.json, TestTaskServiceSqs::test_send_message
+    MD5OfMessageBody, MessageId, SdkHttpMetadata, SdkResponseMetadata."""
+    task = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::sqs:sendMessage",
+        "Arguments": {"QueueUrl": engine.ref("DeadLetterQueue"), "MessageBody": "hello"},
+        "End": True,
+    }
+    result = run({"Send": task})
+    assert sorted(result.output) == [
+        "MD5OfMessageBody",
+        "MessageId",
+        "SdkHttpMetadata",
+        "SdkResponseMetadata",
+    ]
+    headers = result.output["SdkHttpMetadata"]["HttpHeaders"]
+    assert sorted(headers) == sorted(
+        ["connection", "Content-Length", "Content-Type", "Date", "x-amzn-RequestId"]
+    )
+    assert events_of(result, "TaskSucceeded")
+
+
+# ---- aws-sdk ---------------------------------------------------------------------
+
+
+def test_an_aws_sdk_s3_error_is_named_for_s3(run: Run, engine: LocalEngine) -> None:
+    """Recorded: error_handling/test_aws_sdk.snapshot.json, TestAwsSdk::test_s3_no_such_key:
+    S3.NoSuchKeyException, "The specified key does not exist. (Service: S3, Status Code:
+    404, Request ID: ..., Extended Request ID: ...)"."""
+    task = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::aws-sdk:s3:getObject",
+        "Arguments": {"Bucket": engine.ref("IngestBucket"), "Key": "no_such_key.json"},
+        "End": True,
+    }
+    result = run({"GetObject": task})
+    assert result.error == "S3.NoSuchKeyException"
+    assert (result.cause or "").startswith(
+        "The specified key does not exist. (Service: S3, Status Code: 404, Request ID: "
+    )
+
+
+def test_a_dynamodb_request_refused_in_validation_is_an_amazon_dynamodb_exception(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Recorded: error_handling/test_task_service_dynamodb.snapshot.json,
+    TestTaskServiceDynamoDB::test_invalid_param: a putItem without an Item fails with
+    DynamoDB.AmazonDynamoDBException, "1 validation error detected: Value null at 'item'
+    failed to satisfy constraint: Member must not be null (Service: AmazonDynamoDBv2;
+    Status Code: 400; Error Code: ValidationException; Request ID: ...; Proxy: null)"."""
+    result = run({"Put": _dynamodb(engine, "putItem")})
+    assert result.error == "DynamoDB.AmazonDynamoDBException"
+    assert (result.cause or "").startswith(
+        "1 validation error detected: Value null at 'item' failed to satisfy constraint: "
+        "Member must not be null (Service: AmazonDynamoDBv2; Status Code: 400; "
+        "Error Code: ValidationException; Request ID: "
+    )
+
+
+def test_an_invalid_update_expression_is_an_amazon_dynamodb_exception(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Recorded as above (test_invalid_param, test_put_item_invalid_table_name): DynamoDB's
+    ValidationException reaches a dynamodb task as DynamoDB.AmazonDynamoDBException, its
+    cause naming Error Code: ValidationException."""
+    task = _dynamodb(
+        engine, "updateItem", Key={"pk": {"S": "k"}}, UpdateExpression="SET a = :undefined"
+    )
+    result = run({"Update": task})
+    assert result.error == "DynamoDB.AmazonDynamoDBException"
+    assert "Error Code: ValidationException;" in (result.cause or "")
+
+
+def test_send_message_without_a_body_is_an_amazon_sqs_exception(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Recorded: error_handling/test_task_service_sqs.snapshot.json,
+    TestTaskServiceSqs::test_send_message_empty_body: SQS.AmazonSQSException, "The request
+    must contain the parameter MessageBody. (Service: AmazonSQS; Status Code: 400; Error
+    Code: MissingParameter; Request ID: ...; Proxy: null)"."""
+    task = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::sqs:sendMessage",
+        "Arguments": {"QueueUrl": engine.ref("DeadLetterQueue")},
+        "End": True,
+    }
+    result = run({"Send": task})
+    assert result.error == "SQS.AmazonSQSException"
+    assert (result.cause or "").startswith(
+        "The request must contain the parameter MessageBody. (Service: AmazonSQS; "
+        "Status Code: 400; Error Code: MissingParameter; Request ID: "
+    )
