@@ -76,7 +76,7 @@ class Attribute(StrEnum):
     ORIGINAL_EVENT = "original_event"
     # -- written by the audit ---------------------------------------------------------
     RELEASED_BY = "released_by"  # the audit that released a stuck lock
-    DEAD_LETTERED_BY = "dead_lettered_by"  # the audit that sent a FAILED row's DLQ message
+    DEAD_LETTERED_BY = "dead_lettered_by"  # the audit that sent a row's DLQ message
     # -- written by onceflow redrive --------------------------------------------------
     REDRIVEN_AT = "redriven_at"
     REDRIVE_MESSAGE_ID = "redrive_message_id"

@@ -1,6 +1,7 @@
-"""The audit dead-letters a FAILED row at MaxAttempts that has no DLQ message:
-the message first, then a write fenced on the row as read. AWS's answers are
-injected with botocore Stubbers and each request is asserted exactly.
+"""The audit dead-letters a FAILED row at MaxAttempts that has no DLQ message as the
+processor does: it takes the row's lock with a write fenced on the row as read, sends
+the message, then marks the row fenced on its own lock. AWS's answers are injected
+with botocore Stubbers and each request is asserted exactly, in the order made.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from service.dal.ledger import Ledger, plain
-from service.dal.workflow import DeadLetters, Processor, Reports, compact_json
+from service.dal.workflow import DeadLetters, Processor, Reports, StartRefused, compact_json
+from service.errors import PermanentError
 from service.logic.audit import Budget, empty_counts, failed_dead_letter_message, failure_code
 from service.model import LedgerRow
 from service.settings import AuditSettings
@@ -120,24 +122,47 @@ def _original_input(stubbed: Stubbed) -> dict[str, Any]:
     return original
 
 
-FENCED_UPDATE = {
+LOCK_UNTIL = 1_800_000_900
+# The take: fenced on the row as the index showed it; the row becomes the audit's.
+TAKE = {
     "TableName": TABLE,
     "Key": {"pk": ROW["pk"]},
     "UpdateExpression": (
-        "SET dead_lettered_at = :now_ms, updated_at = :now_ms, "
-        "dead_lettered_by = :by REMOVE open_status"
+        "SET #status = :processing, open_status = :open, lock_owner = :me, "
+        "lock_expires_at = :lock_expires_at, updated_at = :now_ms"
     ),
     "ConditionExpression": (
-        "#status = :failed AND attribute_not_exists(dead_lettered_at) "
-        "AND updated_at = :seen_updated_at AND lock_owner = :seen_lock_owner"
+        "#status = :failed AND updated_at = :seen_updated_at "
+        "AND lock_owner = :seen_lock_owner AND attribute_not_exists(dead_lettered_at)"
     ),
     "ExpressionAttributeNames": {"#status": "status"},
     "ExpressionAttributeValues": {
-        ":failed": {"S": "FAILED"},
+        ":processing": {"S": "PROCESSING"},
+        ":open": {"S": "PROCESSING#e"},
+        ":me": {"S": "audit-1"},
+        ":lock_expires_at": {"N": str(LOCK_UNTIL)},
         ":now_ms": ANY,
-        ":by": {"S": "audit-1"},
+        ":failed": {"S": "FAILED"},
         ":seen_updated_at": ROW["updated_at"],
         ":seen_lock_owner": ROW["lock_owner"],
+    },
+}
+# The mark: fenced on the audit's own lock.
+MARK = {
+    "TableName": TABLE,
+    "Key": {"pk": ROW["pk"]},
+    "UpdateExpression": (
+        "SET #status = :failed, last_error = :error, updated_at = :now_ms, "
+        "dead_lettered_at = :now_ms, dead_lettered_by = :me REMOVE open_status"
+    ),
+    "ConditionExpression": "lock_owner = :me AND #status = :processing",
+    "ExpressionAttributeNames": {"#status": "status"},
+    "ExpressionAttributeValues": {
+        ":failed": {"S": "FAILED"},
+        ":processing": {"S": "PROCESSING"},
+        ":me": {"S": "audit-1"},
+        ":error": {"S": UNDELIVERED},
+        ":now_ms": ANY,
     },
 }
 
@@ -150,13 +175,32 @@ def _row() -> LedgerRow:
     return LedgerRow.of(plain(ROW))
 
 
-def test_the_message_is_sent_then_the_row_is_dead_lettered_fenced_on_what_was_read() -> None:
+def _sweep(stubbed: Stubbed, counts: dict[str, int]) -> audit._Sweep:
+    return audit._Sweep(
+        RUN, SETTINGS, stubbed.clients, counts, [], _budget(), lock_until=LOCK_UNTIL
+    )
+
+
+def _calls(stubbed: Stubbed) -> list[str]:
+    """The operations the audit asks AWS for, across its clients, in the order asked."""
+    asked: list[str] = []
+    for client in (stubbed.dynamodb, stubbed.sfn, stubbed.sqs):
+        client.meta.events.register(
+            "before-parameter-build.*.*",
+            lambda model, **_: asked.append(model.name),
+            unique_id="order",
+        )
+    return asked
+
+
+def test_the_row_is_taken_then_the_message_sent_then_the_row_marked() -> None:
     counts = empty_counts()
     with Stubbed() as stubbed:
-        # GIVEN the row unchanged since the index showed it, and its lock owner's input
-        _consistent_read(stubbed, ROW)
+        asked = _calls(stubbed)
+        # GIVEN the row as the index showed it, unchanged, and its lock owner's input
         original = _original_input(stubbed)
-        # THEN one SendMessage in the processor's shape, and only then the fenced write
+        stubbed.db.add_response("update_item", {}, TAKE)
+        # THEN one SendMessage in the processor's shape, and only then the fenced mark
         stubbed.queue.add_response(
             "send_message",
             {"MessageId": "m-1"},
@@ -185,50 +229,96 @@ def test_the_message_is_sent_then_the_row_is_dead_lettered_fenced_on_what_was_re
                         "EXHAUSTED_RETRY_CONDITION": "MaximumRetryAttempts",
                         "RETRY_ATTEMPTS": "3",
                         "STATE_MACHINE_ARN": PROCESSOR,
+                        # The execution whose work it was, not the audit that took the row.
                         "EXECUTION_ARN": OWNER,
                         "IDEMPOTENCY_KEY": "s3://in/a.png#v1",
                     }.items()
                 },
             },
         )
-        stubbed.db.add_response("update_item", {}, FENCED_UPDATE)
+        stubbed.db.add_response("update_item", {}, MARK)
         # WHEN the sweep meets the row
-        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [], _budget())
+        audit._retry_failed(_row(), _sweep(stubbed, counts))
+    # AND the input is read before the take (once taken, the row names the audit)
+    assert asked == ["DescribeExecution", "UpdateItem", "SendMessage", "UpdateItem"]
     assert counts["failed_dead_lettered"] == 1 and counts["failed_resubmitted"] == 0
 
 
-def test_a_row_changed_after_the_message_was_sent_is_not_overwritten() -> None:
+def test_a_row_taken_over_before_the_audits_take_gets_no_message() -> None:
     counts = empty_counts()
     with Stubbed() as stubbed:
-        # GIVEN a redrive that resets the row between the message and the write
-        _consistent_read(stubbed, ROW)
+        asked = _calls(stubbed)
+        # GIVEN a delivery that took the row over (or a redrive that reset it) since the
+        # index was read: the take is refused
         _original_input(stubbed)
-        stubbed.queue.add_response("send_message", {"MessageId": "m-1"})
         stubbed.db.add_client_error(
-            "update_item", "ConditionalCheckFailedException", expected_params=FENCED_UPDATE
+            "update_item", "ConditionalCheckFailedException", expected_params=TAKE
         )
-        # WHEN the sweep dead-letters it
-        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [], _budget())
-    # THEN the reset stands (the fence refused the write) and nothing counts as dead-lettered
+        # WHEN the sweep meets the index's copy
+        audit._retry_failed(_row(), _sweep(stubbed, counts))
+    # THEN it sends nothing and writes nothing more: the delivery's message is the one
+    assert asked == ["DescribeExecution", "UpdateItem"]
     assert counts["failed_dead_lettered"] == 0
 
 
-@pytest.mark.parametrize(
-    "changed",
-    [
-        {"updated_at": {"N": "1799999999999"}},  # written since (a redrive's reset)
-        {"status": {"S": "PROCESSING"}},  # reclaimed
-        {"dead_lettered_at": {"N": "1799999999999"}},  # dead-lettered by a retried page
-    ],
-)
-def test_a_row_the_index_shows_stale_gets_no_message(changed: dict[str, Any]) -> None:
+def test_a_failed_send_leaves_the_row_under_the_audits_lock_unmarked() -> None:
     counts = empty_counts()
     with Stubbed() as stubbed:
-        # GIVEN a consistent read that shows the row changed since the index was read
-        _consistent_read(stubbed, {**ROW, **changed})
-        # WHEN the sweep meets the index's copy, THEN it sends nothing and writes nothing
-        audit._retry_failed(_row(), RUN, SETTINGS, stubbed.clients, counts, [], _budget())
+        # GIVEN a take that holds and a DLQ that refuses the message (its KMS key)
+        _original_input(stubbed)
+        stubbed.db.add_response("update_item", {}, TAKE)
+        stubbed.queue.add_client_error("send_message", "KmsAccessDenied", http_status_code=400)
+        # WHEN the sweep dead-letters the row THEN the sweep's call fails, and the row is
+        # not marked: it stays PROCESSING under the audit's lock, in the open-work
+        # index, for the next sweep once the lock has expired
+        with pytest.raises(PermanentError, match="KmsAccessDenied"):
+            audit._retry_failed(_row(), _sweep(stubbed, counts))
     assert counts["failed_dead_lettered"] == 0
+
+
+def test_a_row_the_index_shows_dead_lettered_or_expired_is_not_touched() -> None:
+    counts = empty_counts()
+    with Stubbed() as stubbed:
+        asked = _calls(stubbed)
+        # GIVEN the index's copy of a row dead-lettered by now, and one expired
+        dead = replace(_row(), dead_lettered_at=1_799_999_999_999)
+        expired = replace(_row(), expires_at=1)
+        # WHEN the sweep meets them THEN no request is made
+        audit._retry_failed(dead, _sweep(stubbed, counts))
+        audit._retry_failed(expired, _sweep(stubbed, counts))
+    assert asked == [] and counts["failed_dead_lettered"] == 0
+
+
+def test_a_refused_resubmission_is_dead_lettered_under_the_audits_lock() -> None:
+    counts = empty_counts()
+    below_max = {**ROW, "attempts": {"N": "1"}, "last_error": {"S": "TransientError: x"}}
+    refusal = "StartExecution refused the audit's resubmission: too large"
+    with Stubbed() as stubbed:
+        asked = _calls(stubbed)
+        # GIVEN a FAILED row below MaxAttempts whose resubmission StartExecution refused,
+        # read again (a stuck row was released just before)
+        _consistent_read(stubbed, below_max)
+        stubbed.db.add_response("update_item", {}, TAKE)
+        stubbed.queue.add_response(
+            "send_message",
+            {"MessageId": "m-1"},
+            {"QueueUrl": QUEUE, "MessageBody": ANY, "MessageAttributes": ANY},
+        )
+        mark = {
+            **MARK,
+            "ExpressionAttributeValues": {
+                **MARK["ExpressionAttributeValues"],
+                ":error": {"S": refusal},
+            },
+        }
+        stubbed.db.add_response("update_item", {}, mark)
+        # WHEN the sweep dead-letters it
+        refused = StartRefused("n", "InvalidExecutionInput", "too large")
+        audit._dead_letter_refused(_row(), {"a": 1}, refused, _sweep(stubbed, counts))
+    # THEN as at MaxAttempts: a delivery's Reclaim, which needs FAILED or an expired lock,
+    # is refused from the take on, so the work is never both resubmitted and dead-lettered
+    assert asked == ["BatchGetItem", "UpdateItem", "SendMessage", "UpdateItem"]
+    assert counts["failed_dead_lettered"] == 1
 
 
 @pytest.mark.parametrize(

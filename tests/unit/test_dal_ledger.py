@@ -12,7 +12,7 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.stub import ANY, Stubber
+from botocore.stub import Stubber
 
 from service.dal.ledger import Ledger
 from service.errors import PermanentError, TransientError
@@ -165,39 +165,7 @@ def test_a_stuck_release_is_fenced_on_the_lock_the_index_showed(
         },
     )
     # WHEN the audit releases it THEN the write went through
-    assert ledger.release_stuck(STUCK, 1_700_000_200_000, "audit-1", dead_letter=False)
-
-
-def test_a_stuck_release_at_max_attempts_dead_letters_and_closes_the_row(
-    dynamodb: tuple[Ledger, Stubber],
-) -> None:
-    ledger, stub = dynamodb
-    # GIVEN a stuck row whose DLQ message the audit has sent
-    stub.add_response(
-        "update_item",
-        {},
-        {
-            "TableName": TABLE,
-            "Key": {"pk": {"S": PK}},
-            "UpdateExpression": (
-                "SET #status = :failed, last_error = :error, updated_at = :now_ms, "
-                "dead_lettered_at = :now_ms, released_by = :by REMOVE open_status"
-            ),
-            "ConditionExpression": ANY,
-            "ExpressionAttributeNames": {"#status": "status"},
-            "ExpressionAttributeValues": {
-                ":failed": {"S": "FAILED"},
-                ":processing": {"S": "PROCESSING"},
-                ":owner": {"S": OWNER},
-                ":lock_expires_at": {"N": "1700000000"},
-                ":error": ANY,
-                ":now_ms": {"N": "1700000200000"},
-                ":by": {"S": "audit-1"},
-            },
-        },
-    )
-    # WHEN it releases the row as dead-lettered THEN the row leaves the index, never reclaimed
-    assert ledger.release_stuck(STUCK, 1_700_000_200_000, "audit-1", dead_letter=True)
+    assert ledger.release_stuck(STUCK, 1_700_000_200_000, "audit-1")
 
 
 def test_a_release_the_fence_refuses_is_a_takeover_not_an_error(
@@ -207,10 +175,92 @@ def test_a_release_the_fence_refuses_is_a_takeover_not_an_error(
     # GIVEN a redelivery that reclaimed the row since the index was read
     stub.add_client_error("update_item", "ConditionalCheckFailedException", http_status_code=400)
     # WHEN the audit releases what it saw THEN nothing is written, and it says so
-    assert ledger.release_stuck(STUCK, 1, "audit-1", dead_letter=False) is False
+    assert ledger.release_stuck(STUCK, 1, "audit-1") is False
 
 
-def test_a_fenced_dead_lettering_without_an_owner_asks_that_there_still_is_none(
+# ---- the sweep dead-letters under its own lock: take, send, mark ------------------
+
+# What a take writes, whatever the row was: PROCESSING under the audit, still in the
+# open-work index (its key's PROCESSING shard), until the lock the audit gives itself.
+TAKE_UPDATE = (
+    "SET #status = :processing, open_status = :open, lock_owner = :me, "
+    "lock_expires_at = :lock_expires_at, updated_at = :now_ms"
+)
+TAKE_VALUES = {
+    ":processing": {"S": "PROCESSING"},
+    ":open": {"S": "PROCESSING#e"},
+    ":me": {"S": "audit-1"},
+    ":lock_expires_at": {"N": "1700000900"},
+    ":now_ms": {"N": "1700000200000"},
+}
+
+
+def test_a_stuck_row_is_taken_fenced_on_the_lock_the_index_showed(
+    dynamodb: tuple[Ledger, Stubber],
+) -> None:
+    ledger, stub = dynamodb
+    # GIVEN a stuck row at MaxAttempts, still under the owner and expiry the index showed
+    stub.add_response(
+        "update_item",
+        {},
+        {
+            "TableName": TABLE,
+            "Key": {"pk": {"S": PK}},
+            "UpdateExpression": TAKE_UPDATE,
+            # A reclaim or a delivery's takeover since changed owner and expiry.
+            "ConditionExpression": (
+                "#status = :processing AND lock_owner = :seen_lock_owner "
+                "AND lock_expires_at = :seen_lock_expires_at "
+                "AND attribute_not_exists(dead_lettered_at)"
+            ),
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": {
+                **TAKE_VALUES,
+                ":seen_lock_owner": {"S": OWNER},
+                ":seen_lock_expires_at": {"N": "1700000000"},
+            },
+        },
+    )
+    # WHEN the sweep takes it before sending its DLQ message THEN the write went through
+    assert ledger.take(replace(STUCK, attempts=3), 1_700_000_200_000, "audit-1", 1_700_000_900)
+
+
+def test_a_failed_row_is_taken_fenced_on_what_was_read(dynamodb: tuple[Ledger, Stubber]) -> None:
+    ledger, stub = dynamodb
+    # GIVEN a FAILED row at MaxAttempts whose DLQ send failed, as the index showed it
+    row = LedgerRow(
+        pk=PK, status=Status.FAILED, attempts=3, lock_owner=OWNER, updated_at=1_699_999_000_000
+    )
+    stub.add_response(
+        "update_item",
+        {},
+        {
+            "TableName": TABLE,
+            "Key": {"pk": {"S": PK}},
+            "UpdateExpression": TAKE_UPDATE,
+            # A reclaim, a redrive or a delivery's takeover since changed these.
+            "ConditionExpression": (
+                "#status = :failed AND updated_at = :seen_updated_at "
+                "AND lock_owner = :seen_lock_owner AND attribute_not_exists(dead_lettered_at)"
+            ),
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": {
+                **TAKE_VALUES,
+                ":failed": {"S": "FAILED"},
+                ":seen_updated_at": {"N": "1699999000000"},
+                ":seen_lock_owner": {"S": OWNER},
+            },
+        },
+    )
+    # AND a delivery that took the row over just before the audit's take
+    stub.add_client_error("update_item", "ConditionalCheckFailedException", http_status_code=400)
+    # WHEN the sweep takes it, and then again
+    # THEN the first take holds and the second is refused by the fence: nothing to send
+    assert ledger.take(row, 1_700_000_200_000, "audit-1", 1_700_000_900) is True
+    assert ledger.take(row, 1_700_000_200_000, "audit-1", 1_700_000_900) is False
+
+
+def test_a_take_without_an_owner_asks_that_there_still_is_none(
     dynamodb: tuple[Ledger, Stubber],
 ) -> None:
     ledger, stub = dynamodb
@@ -222,27 +272,58 @@ def test_a_fenced_dead_lettering_without_an_owner_asks_that_there_still_is_none(
         {
             "TableName": TABLE,
             "Key": {"pk": {"S": PK}},
-            "UpdateExpression": (
-                "SET dead_lettered_at = :now_ms, updated_at = :now_ms, "
-                "dead_lettered_by = :by REMOVE open_status"
-            ),
+            "UpdateExpression": TAKE_UPDATE,
             "ConditionExpression": (
-                "#status = :failed AND attribute_not_exists(dead_lettered_at) "
-                "AND attribute_not_exists(updated_at) AND attribute_not_exists(lock_owner)"
+                "#status = :failed AND attribute_not_exists(updated_at) "
+                "AND attribute_not_exists(lock_owner) AND attribute_not_exists(dead_lettered_at)"
             ),
             "ExpressionAttributeNames": {"#status": "status"},
-            "ExpressionAttributeValues": {
-                ":failed": {"S": "FAILED"},
-                ":now_ms": {"N": "5"},
-                ":by": {"S": "audit-1"},
-            },
+            "ExpressionAttributeValues": {**TAKE_VALUES, ":failed": {"S": "FAILED"}},
         },
     )
-    stub.add_client_error("update_item", "ConditionalCheckFailedException", http_status_code=400)
-    # WHEN the audit marks it dead-lettered, and again once a redrive set them
-    # THEN the first write holds and the second is refused by the fence
-    assert ledger.dead_letter_failed(row, 5, "audit-1") is True
-    assert ledger.dead_letter_failed(row, 5, "audit-1") is False
+    # WHEN the sweep takes it THEN the fence names what was absent
+    assert ledger.take(row, 1_700_000_200_000, "audit-1", 1_700_000_900) is True
+
+
+def test_only_open_work_is_taken(dynamodb: tuple[Ledger, Stubber]) -> None:
+    ledger, _ = dynamodb
+    # GIVEN a PROCESSED row WHEN the sweep would take it THEN it refuses before any request
+    with pytest.raises(ValueError, match="not open work"):
+        ledger.take(LedgerRow(pk=PK, status=Status.PROCESSED), 1, "audit-1", 2)
+
+
+def test_the_dead_letter_mark_is_fenced_on_the_audits_own_lock(
+    dynamodb: tuple[Ledger, Stubber],
+) -> None:
+    ledger, stub = dynamodb
+    mark = {
+        "TableName": TABLE,
+        "Key": {"pk": {"S": PK}},
+        "UpdateExpression": (
+            "SET #status = :failed, last_error = :error, updated_at = :now_ms, "
+            "dead_lettered_at = :now_ms, dead_lettered_by = :me REMOVE open_status"
+        ),
+        "ConditionExpression": "lock_owner = :me AND #status = :processing",
+        "ExpressionAttributeNames": {"#status": "status"},
+        "ExpressionAttributeValues": {
+            ":failed": {"S": "FAILED"},
+            ":processing": {"S": "PROCESSING"},
+            ":me": {"S": "audit-1"},
+            ":error": {"S": "LockExpired: the lock of x expired"},
+            ":now_ms": {"N": "1700000300000"},
+        },
+    }
+    # GIVEN the row still under the audit's lock, then under another owner's
+    stub.add_response("update_item", {}, mark)
+    stub.add_client_error(
+        "update_item", "ConditionalCheckFailedException", http_status_code=400, expected_params=mark
+    )
+    # WHEN the audit marks it dead-lettered after its DLQ message was sent, twice
+    # THEN the row leaves the open-work index, FAILED, never reclaimed; the second
+    # write is refused by the fence
+    error = "LockExpired: the lock of x expired"
+    assert ledger.mark_dead_lettered(PK, "audit-1", 1_700_000_300_000, error) is True
+    assert ledger.mark_dead_lettered(PK, "audit-1", 1_700_000_300_000, error) is False
 
 
 def test_the_current_row_is_a_consistent_read(dynamodb: tuple[Ledger, Stubber]) -> None:
@@ -273,9 +354,13 @@ _CALLS: dict[str, tuple[str, Any]] = {
     "batch_get": ("batch_get_item", lambda ledger: ledger.batch_get([PK])),
     "open_rows": ("query", lambda ledger: ledger.open_rows(Status.FAILED, None, None)),
     "content_rows": ("query", lambda ledger: ledger.content_rows("s3://in/a.png", "e")),
-    "release_stuck": ("update_item", lambda ledger: ledger.release_stuck(STUCK, 1, "a", False)),
+    "release_stuck": ("update_item", lambda ledger: ledger.release_stuck(STUCK, 1, "a")),
     "current": ("batch_get_item", lambda ledger: ledger.current(PK)),
-    "dead_letter_failed": ("update_item", lambda ledger: ledger.dead_letter_failed(STUCK, 1, "a")),
+    "take": ("update_item", lambda ledger: ledger.take(STUCK, 1, "a", 2)),
+    "mark_dead_lettered": (
+        "update_item",
+        lambda ledger: ledger.mark_dead_lettered(PK, "a", 1, "e"),
+    ),
 }
 
 

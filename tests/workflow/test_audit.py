@@ -312,7 +312,7 @@ def test_a_lock_renewed_after_the_index_was_read_is_not_released(audited: LocalE
     redelivery = audited.execute(MACHINE, s3_event(audited, "renewed.png", version))
     assert redelivery.states_entered[-1] == "Processed"
     # WHEN the sweep releases what it saw THEN nothing is written
-    assert ledger.release_stuck(seen, 0, "audit-test", dead_letter=False) is False
+    assert ledger.release_stuck(seen, 0, "audit-test") is False
     row = ledger_row(audited, pk)
     assert row is not None and row["status"] == "PROCESSED" and "released_by" not in row
 

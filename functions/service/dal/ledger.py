@@ -1,4 +1,4 @@
-"""The audit's view of the ledger table: batched reads, the open-work index, fenced releases."""
+"""The audit's view of the ledger table: batched reads, the open-work index, fenced writes."""
 
 from __future__ import annotations
 
@@ -181,15 +181,13 @@ class Ledger:
                 return rows
             kwargs["ExclusiveStartKey"] = start
 
-    def release_stuck(
-        self, row: LedgerRow, now_ms: int, released_by: str, dead_letter: bool
-    ) -> bool:
+    def release_stuck(self, row: LedgerRow, now_ms: int, released_by: str) -> bool:
         """Fenced: FAILED with last_error LockExpired, only if the lock is still the one seen.
 
         The index is eventually consistent and another delivery may have
         reclaimed the row since (a new owner, a new expiry): then nothing is
-        written and False is returned. ``dead_letter`` also sets
-        dead_lettered_at and takes the row out of the open-work index.
+        written and False is returned. The row stays in the open-work index,
+        as FAILED work to resubmit.
         """
         if row.lock_owner is None or row.lock_expires_at is None:
             # Every row in the OpenWork index has both: a claim writes them.
@@ -198,39 +196,30 @@ class Ledger:
             f"LockExpired: the lock of {row.lock_owner} expired at "
             f"{row.lock_expires_at} with the work unfinished; released by {released_by}"
         )
-        if dead_letter:
-            update = (
-                "SET #status = :failed, last_error = :error, updated_at = :now_ms, "
-                "dead_lettered_at = :now_ms, released_by = :by REMOVE open_status"
-            )
-        else:
-            update = (
-                "SET #status = :failed, open_status = :open, last_error = :error, "
-                "updated_at = :now_ms, released_by = :by"
-            )
-        values: dict[str, Any] = {
-            ":failed": {"S": Status.FAILED.value},
-            ":processing": {"S": Status.PROCESSING.value},
-            ":owner": {"S": row.lock_owner},
-            ":lock_expires_at": {"N": str(row.lock_expires_at)},
-            ":error": {"S": message[:1000]},
-            ":now_ms": {"N": str(now_ms)},
-            ":by": {"S": released_by},
-        }
-        if not dead_letter:
-            values[":open"] = {"S": open_status(Status.FAILED, row.pk)}
         with aws_call(f"releasing {row.pk}", expected=_FENCED) as call:
             self._dynamodb.update_item(
                 TableName=self.table,
                 Key=_key(row.pk),
-                UpdateExpression=update,
+                UpdateExpression=(
+                    "SET #status = :failed, open_status = :open, last_error = :error, "
+                    "updated_at = :now_ms, released_by = :by"
+                ),
                 # The lock as the index showed it: a reclaim since changed owner or expiry.
                 ConditionExpression=(
                     "#status = :processing AND lock_owner = :owner "
                     "AND lock_expires_at = :lock_expires_at"
                 ),
                 ExpressionAttributeNames={"#status": Attribute.STATUS.value},
-                ExpressionAttributeValues=values,
+                ExpressionAttributeValues={
+                    ":failed": {"S": Status.FAILED.value},
+                    ":processing": {"S": Status.PROCESSING.value},
+                    ":owner": {"S": row.lock_owner},
+                    ":lock_expires_at": {"N": str(row.lock_expires_at)},
+                    ":error": {"S": message[:1000]},
+                    ":now_ms": {"N": str(now_ms)},
+                    ":by": {"S": released_by},
+                    ":open": {"S": open_status(Status.FAILED, row.pk)},
+                },
             )
         return call.refused is None
 
@@ -247,39 +236,95 @@ class Ledger:
         items = response.get("Responses", {}).get(self.table, [])
         return LedgerRow.of(plain(items[0])) if items else None
 
-    def dead_letter_failed(self, row: LedgerRow, now_ms: int, dead_lettered_by: str) -> bool:
-        """Fenced: set dead_lettered_at on a FAILED row whose DLQ message was just sent.
+    def take(self, row: LedgerRow, now_ms: int, owner: str, lock_expires_at: int) -> bool:
+        """Fenced on the row as read: take its lock before sending its DLQ message, as the
+        batch processor's TakeOverAtMaxAttempts does. Returns False (nothing written) when
+        the row changed since it was read.
 
-        Holds only if the row is still as read: FAILED, not dead-lettered, the
-        same ``updated_at`` and ``lock_owner`` (a redrive or a reclaim since
-        changes them). Otherwise nothing is written and False is returned.
+        Whoever sends a row's DLQ message holds its lock first, so two senders
+        cannot both send: the audit's sweep and a delivery of the same work race
+        for one conditional write, and the loser sends nothing.
+
+        - A stuck row (PROCESSING): only under the lock seen (owner and expiry);
+          a reclaim or a takeover since changed them.
+        - A FAILED row: only FAILED, not dead-lettered, with the ``updated_at``
+          and ``lock_owner`` seen (a reclaim, a redrive or a takeover change them).
+
+        The row becomes PROCESSING under ``owner`` until ``lock_expires_at``,
+        and stays in the open-work index (its PROCESSING shard): a delivery's
+        Reclaim or takeover is refused while the lock lives, and should the
+        owner die before mark_dead_lettered, the sweep finds the row stuck once
+        the lock has expired.
         """
         values: dict[str, Any] = {
-            ":failed": {"S": Status.FAILED.value},
+            ":processing": {"S": Status.PROCESSING.value},
+            ":open": {"S": open_status(Status.PROCESSING, row.pk)},
+            ":me": {"S": owner},
+            ":lock_expires_at": {"N": str(lock_expires_at)},
             ":now_ms": {"N": str(now_ms)},
-            ":by": {"S": dead_lettered_by},
         }
-        fence = ["#status = :failed", "attribute_not_exists(dead_lettered_at)"]
-        if row.updated_at is None:
-            fence.append("attribute_not_exists(updated_at)")
-        else:
-            values[":seen_updated_at"] = {"N": str(row.updated_at)}
-            fence.append("updated_at = :seen_updated_at")
-        if row.lock_owner is None:
-            fence.append("attribute_not_exists(lock_owner)")
-        else:
+        if row.status == Status.PROCESSING:
+            if row.lock_owner is None or row.lock_expires_at is None:
+                raise ValueError(f"{row.pk} has no lock to take over")
             values[":seen_lock_owner"] = {"S": row.lock_owner}
-            fence.append("lock_owner = :seen_lock_owner")
-        with aws_call(f"dead-lettering {row.pk}", expected=_FENCED) as call:
+            values[":seen_lock_expires_at"] = {"N": str(row.lock_expires_at)}
+            fence = [
+                "#status = :processing",
+                "lock_owner = :seen_lock_owner",
+                "lock_expires_at = :seen_lock_expires_at",
+            ]
+        elif row.status == Status.FAILED:
+            values[":failed"] = {"S": Status.FAILED.value}
+            fence = ["#status = :failed"]
+            if row.updated_at is None:
+                fence.append("attribute_not_exists(updated_at)")
+            else:
+                values[":seen_updated_at"] = {"N": str(row.updated_at)}
+                fence.append("updated_at = :seen_updated_at")
+            if row.lock_owner is None:
+                fence.append("attribute_not_exists(lock_owner)")
+            else:
+                values[":seen_lock_owner"] = {"S": row.lock_owner}
+                fence.append("lock_owner = :seen_lock_owner")
+        else:
+            raise ValueError(f"{row.pk} is {row.status}: not open work to take")
+        fence.append("attribute_not_exists(dead_lettered_at)")
+        with aws_call(f"taking {row.pk}", expected=_FENCED) as call:
             self._dynamodb.update_item(
                 TableName=self.table,
                 Key=_key(row.pk),
                 UpdateExpression=(
-                    "SET dead_lettered_at = :now_ms, updated_at = :now_ms, "
-                    "dead_lettered_by = :by REMOVE open_status"
+                    "SET #status = :processing, open_status = :open, lock_owner = :me, "
+                    "lock_expires_at = :lock_expires_at, updated_at = :now_ms"
                 ),
                 ConditionExpression=" AND ".join(fence),
                 ExpressionAttributeNames={"#status": Attribute.STATUS.value},
                 ExpressionAttributeValues=values,
+            )
+        return call.refused is None
+
+    def mark_dead_lettered(self, pk: str, owner: str, now_ms: int, last_error: str) -> bool:
+        """Fenced on the caller's own lock: FAILED and dead-lettered, once its DLQ message
+        was sent (``last_error``: the message's ERROR_MESSAGE). The row leaves the
+        open-work index, never to be reclaimed. Returns False (nothing written) when
+        the lock is no longer the caller's: it expired before this write and a
+        delivery took the row over."""
+        with aws_call(f"marking {pk} dead-lettered", expected=_FENCED) as call:
+            self._dynamodb.update_item(
+                TableName=self.table,
+                Key=_key(pk),
+                UpdateExpression=(
+                    "SET #status = :failed, last_error = :error, updated_at = :now_ms, "
+                    "dead_lettered_at = :now_ms, dead_lettered_by = :me REMOVE open_status"
+                ),
+                ConditionExpression="lock_owner = :me AND #status = :processing",
+                ExpressionAttributeNames={"#status": Attribute.STATUS.value},
+                ExpressionAttributeValues={
+                    ":failed": {"S": Status.FAILED.value},
+                    ":processing": {"S": Status.PROCESSING.value},
+                    ":me": {"S": owner},
+                    ":error": {"S": last_error[:1000]},
+                    ":now_ms": {"N": str(now_ms)},
+                },
             )
         return call.refused is None

@@ -60,6 +60,10 @@ RESULTS_PREFIX = "reports/audit-runs/"
 # The Lambda's own timeout leaves a batch this much time to spare.
 _TIMEOUT_MARGIN_SECONDS = 30
 _SWEEP_CALL_FLOOR_SECONDS = 5.0
+# The audit function's Timeout (template.yaml), for a call that does not say what is left.
+_FUNCTION_TIMEOUT_SECONDS = 600.0
+# A lock the sweep takes outlives its invocation by this much (clocks differ).
+_LOCK_MARGIN_SECONDS = 60
 
 
 class Clients:
@@ -342,7 +346,9 @@ def sweep_locks(
 
     A stuck row (its lock expired more than the margin ago) is released with
     a fenced update and resubmitted; at MaxAttempts it is dead-lettered
-    instead, as the processor would have done. A FAILED row below
+    instead, under the audit's own lock as the processor does (_dead_letter:
+    take, send, mark), so a delivery that dead-letters it too never adds a
+    second DLQ message. A FAILED row below
     MaxAttempts is resubmitted: for an SQS message or a custom event nothing
     else ever would (the pipe and the rule do not redeliver a failed
     execution). A FAILED row at MaxAttempts that is still open has no DLQ
@@ -360,8 +366,16 @@ def sweep_locks(
     # without end): the template's 600 s timeout leaves 540.
     call_ends = time.monotonic() + max(seconds, _SWEEP_CALL_FLOOR_SECONDS)
     budget = Budget(per_second=settings.resubmits_per_second, deadline=call_ends)
+    # The lock the sweep takes a row under before it sends its DLQ message outlives
+    # this invocation (the function is stopped at its timeout), so no delivery takes
+    # the row over while this call may still send or mark.
+    lives = _FUNCTION_TIMEOUT_SECONDS if remaining_seconds is None else remaining_seconds
     counts = add_counts(so_far.counts)
     resubmitted: list[str] = []
+    sweep = _Sweep(
+        run, settings, clients, counts, resubmitted, budget,
+        lock_until=int(time.time() + lives + _LOCK_MARGIN_SECONDS),
+    )  # fmt: skip
     position: dict[str, Any] | None = cursor or {"phase": "stuck"}
 
     def tally() -> Tally:
@@ -387,9 +401,9 @@ def sweep_locks(
             try:
                 if _the_stacks(row, settings):
                     if stuck:
-                        _release_stuck(row, run, settings, clients, counts, resubmitted, budget)
+                        _release_stuck(row, sweep)
                     else:
-                        _retry_failed(row, run, settings, clients, counts, resubmitted, budget)
+                        _retry_failed(row, sweep)
             except _TimeUp:
                 return SweepPage(position, tally())
             position = {
@@ -438,16 +452,25 @@ def _original_input(row: LedgerRow, clients: Clients) -> Any:
     return clients.processor.execution_input(row.lock_owner or "")
 
 
-def _resubmit(
-    row: LedgerRow,
-    run: AuditRun,
-    settings: AuditSettings,
-    clients: Clients,
-    counts: Counts,
-    resubmitted: list[str],
-) -> bool:
+@dataclass
+class _Sweep:
+    """What one call of the sweep hands each row: the run, its clients, the running
+    counts, the pace, and until when a row it takes stays its own (``lock_until``,
+    epoch seconds)."""
+
+    run: AuditRun
+    settings: AuditSettings
+    clients: Clients
+    counts: Counts
+    resubmitted: list[str]
+    budget: Budget
+    lock_until: int
+
+
+def _resubmit(row: LedgerRow, sweep: _Sweep) -> bool:
     """Start the processor again for a row. A start Step Functions refuses for its input
     is dead-lettered with the refusal (no later audit would get it started either)."""
+    counts, clients = sweep.counts, sweep.clients
     execution_input = _original_input(row, clients)
     if execution_input is None:
         counts["resubmit_errors"] += 1
@@ -456,7 +479,7 @@ def _resubmit(
             extra={"idempotency_key": row.pk, "lock_owner": row.lock_owner},
         )
         return False
-    name = resubmission_name("audit", run.audit_id, row.pk)
+    name = resubmission_name("audit", sweep.run.audit_id, row.pk)
     try:
         started = clients.processor.start(name, execution_input)
     except StartRefused as refused:
@@ -465,10 +488,10 @@ def _resubmit(
             "the resubmission was refused: dead-lettered",
             extra={"idempotency_key": row.pk, "error": str(refused)},
         )
-        _dead_letter_refused(row, execution_input, refused, run, settings, clients, counts)
+        _dead_letter_refused(row, execution_input, refused, sweep)
         return False
     if started:
-        resubmitted.append(row.pk)
+        sweep.resubmitted.append(row.pk)
     return started
 
 
@@ -479,62 +502,79 @@ def _pace(budget: Budget) -> None:
     time.sleep(pause)
 
 
-def _release_stuck(
-    row: LedgerRow,
-    run: AuditRun,
-    settings: AuditSettings,
-    clients: Clients,
-    counts: Counts,
-    resubmitted: list[str],
-    budget: Budget,
-) -> None:
+def _dead_letter(row: LedgerRow, message: dict[str, Any], sweep: _Sweep) -> bool:
+    """Send a row's DLQ message the way the processor does: take the row's lock with one
+    write fenced on the row as read, send, then mark it FAILED and dead-lettered, fenced
+    on that lock. False: the take was refused (the row changed since it was read: a
+    delivery reclaimed it, took it over or dead-lettered it), and nothing was sent.
+
+    Whoever sends holds the lock first, so a delivery's takeover (which needs a FAILED
+    row, or an expired lock) and this sweep never both send. The message is built
+    before the take, from the row as read: once taken, the row names this audit as
+    its owner, not the execution whose input the message carries.
+
+    A failed send raises and stops this call of the sweep: the row stays PROCESSING
+    under this audit's lock, in the open-work index, and once the lock has expired
+    the next sweep finds it stuck and dead-letters it (or, below MaxAttempts,
+    releases and resubmits it); a batch-mode delivery may take it over then too.
+    Dying between the send and the mark leaves the same row: its second DLQ message
+    is the price of never marking a row dead-lettered without one.
+    """
+    clients, audit_id = sweep.clients, sweep.run.audit_id
+    if not clients.ledger.take(row, _now_ms(), audit_id, sweep.lock_until):
+        logger.info(
+            "changed since it was read: no DLQ message sent", extra={"idempotency_key": row.pk}
+        )
+        return False
+    clients.dead_letters.send(message["body"], message["attributes"])
+    error = str(message["attributes"].get("ERROR_MESSAGE") or "")
+    if not clients.ledger.mark_dead_lettered(row.pk, audit_id, _now_ms(), error):
+        # Only a lock that expired before this write lets another owner in: the lock
+        # outlives the invocation, so this is a clock far off. Its message is sent.
+        logger.error(
+            "the audit's lock was taken over after its DLQ message was sent",
+            extra={"idempotency_key": row.pk},
+        )
+    return True
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _release_stuck(row: LedgerRow, sweep: _Sweep) -> None:
+    settings, clients, counts = sweep.settings, sweep.clients, sweep.counts
     if row.attempts >= settings.max_attempts:
-        # The message first: if this page fails after it, the retried page
-        # finds the row still PROCESSING and sends again (a DLQ message too
-        # many beats a dead-lettered row with none).
         message = stuck_dead_letter_message(
             row, _dead_letter_event(row, clients), settings.processor_arn
         )
-        clients.dead_letters.send(message["body"], message["attributes"])
-        if not clients.ledger.release_stuck(row, int(time.time() * 1000), run.audit_id, True):
-            counts["stuck_left_alone"] += 1
-            logger.warning(
-                "taken over after its DLQ message was sent: redrive will find it done or busy",
-                extra={"idempotency_key": row.pk},
-            )
+        if not _dead_letter(row, message, sweep):
+            counts["stuck_left_alone"] += 1  # reclaimed, taken over or dead-lettered since
             return
         counts["stuck_released"] += 1
         counts["stuck_dead_lettered"] += 1
         logger.warning("stuck work dead-lettered", extra={"idempotency_key": row.pk})
         return
-    _pace(budget)  # before the release: a row the call has no time for stays as it is
-    if not clients.ledger.release_stuck(row, int(time.time() * 1000), run.audit_id, False):
+    _pace(sweep.budget)  # before the release: a row the call has no time for stays as it is
+    if not clients.ledger.release_stuck(row, _now_ms(), sweep.run.audit_id):
         counts["stuck_left_alone"] += 1  # reclaimed or renewed since the index was read
         return
     counts["stuck_released"] += 1
     # Released first: should this start fail, the retried page (or the next
     # audit) finds the row FAILED and resubmits it from there.
-    _resubmit(row, run, settings, clients, counts, resubmitted)
+    _resubmit(row, sweep)
     logger.info("stuck lock released and resubmitted", extra={"idempotency_key": row.pk})
 
 
-def _retry_failed(
-    row: LedgerRow,
-    run: AuditRun,
-    settings: AuditSettings,
-    clients: Clients,
-    counts: Counts,
-    resubmitted: list[str],
-    budget: Budget,
-) -> None:
-    if row.dead_lettered or row.expires_at < run.now:
+def _retry_failed(row: LedgerRow, sweep: _Sweep) -> None:
+    if row.dead_lettered or row.expires_at < sweep.run.now:
         return  # not open work (the index lags a write), or expired: a new delivery's
-    if row.attempts >= settings.max_attempts:
-        _dead_letter_failed(row, run, settings, clients, counts)
+    if row.attempts >= sweep.settings.max_attempts:
+        _dead_letter_failed(row, sweep)
         return
-    _pace(budget)
-    if _resubmit(row, run, settings, clients, counts, resubmitted):
-        counts["failed_resubmitted"] += 1
+    _pace(sweep.budget)
+    if _resubmit(row, sweep):
+        sweep.counts["failed_resubmitted"] += 1
         logger.info("failed work resubmitted", extra={"idempotency_key": row.pk})
 
 
@@ -549,82 +589,44 @@ def _dead_letter_event(row: LedgerRow, clients: Clients) -> Any:
     return clients.processor.execution_input(row.lock_owner or "")
 
 
-def _unchanged(current: LedgerRow, seen: LedgerRow) -> bool:
-    """Whether a row is still as the index showed it: what a redrive, a reclaim or
-    another dead-lettering would have changed."""
-    return (
-        current.status == seen.status
-        and current.updated_at == seen.updated_at
-        and current.lock_owner == seen.lock_owner
-        and current.dead_lettered_at == seen.dead_lettered_at
-    )
-
-
-def _dead_letter_failed(
-    row: LedgerRow,
-    run: AuditRun,
-    settings: AuditSettings,
-    clients: Clients,
-    counts: Counts,
-) -> None:
+def _dead_letter_failed(row: LedgerRow, sweep: _Sweep) -> None:
     """A FAILED row at MaxAttempts still open: its DLQ message was never sent.
 
     The processor ends such work in DeadLetterFailed (SendMessage failed past
-    its retries) and leaves the row open; nothing reclaims it at MaxAttempts,
-    so the audit sends the message, then marks the row dead-lettered (fenced
-    on what it read). A page retried between the two sends again: a DLQ
-    message too many beats a dead-lettered row with none.
+    its retries) and leaves the row open; nothing but a batch-mode redelivery
+    takes it over at MaxAttempts, so the audit dead-letters it (_dead_letter:
+    take, send, mark), fenced on the row as the index showed it.
     """
-    current = clients.ledger.current(row.pk)
-    if current is None or not _unchanged(current, row):
-        logger.info("changed since the index was read", extra={"idempotency_key": row.pk})
+    message = failed_dead_letter_message(
+        row, _dead_letter_event(row, sweep.clients), sweep.settings.processor_arn
+    )
+    if not _dead_letter(row, message, sweep):
         return
-    original = _dead_letter_event(current, clients)
-    message = failed_dead_letter_message(current, original, settings.processor_arn)
-    clients.dead_letters.send(message["body"], message["attributes"])
-    if not clients.ledger.dead_letter_failed(current, int(time.time() * 1000), run.audit_id):
-        logger.warning(
-            "changed after its DLQ message was sent: redrive will find it done, busy or reset",
-            extra={"idempotency_key": row.pk},
-        )
-        return
-    counts["failed_dead_lettered"] += 1
+    sweep.counts["failed_dead_lettered"] += 1
     logger.warning("failed work dead-lettered", extra={"idempotency_key": row.pk})
 
 
 def _dead_letter_refused(
-    row: LedgerRow,
-    execution_input: Any,
-    refused: StartRefused,
-    run: AuditRun,
-    settings: AuditSettings,
-    clients: Clients,
-    counts: Counts,
+    row: LedgerRow, execution_input: Any, refused: StartRefused, sweep: _Sweep
 ) -> None:
-    """A resubmission StartExecution refused for its input: the row is dead-lettered with the
-    refusal (the message first, then a write fenced on the row as read now, FAILED: a stuck
-    row was released just before), and the sweep goes on. The event goes whole into the
+    """A resubmission StartExecution refused for its input: the row is dead-lettered with
+    the refusal (_dead_letter, fenced on the row as read now, FAILED: a stuck row was
+    released just before), and the sweep goes on. The event goes whole into the
     message when SQS takes it, else an excerpt (the execution's history keeps it whole)."""
-    current = clients.ledger.current(row.pk)
+    current = sweep.clients.ledger.current(row.pk)
     if current is None or current.status != Status.FAILED or current.dead_lettered:
         logger.info("changed since the index was read", extra={"idempotency_key": row.pk})
         return
     message = refused_dead_letter_message(
         current,
         execution_input,
-        settings.processor_arn,
+        sweep.settings.processor_arn,
         refused.code,
         f"StartExecution refused the audit's resubmission: {refused.reason}",
         len(compact_json(execution_input).encode("utf-8", "surrogatepass")),
     )
-    clients.dead_letters.send(message["body"], message["attributes"])
-    if not clients.ledger.dead_letter_failed(current, int(time.time() * 1000), run.audit_id):
-        logger.warning(
-            "changed after its DLQ message was sent: redrive will find it done, busy or reset",
-            extra={"idempotency_key": row.pk},
-        )
-        return
-    counts["failed_dead_lettered"] += 1
+    if _dead_letter(current, message, sweep):
+        sweep.counts["failed_dead_lettered"] += 1
 
 
 # ---- the report -------------------------------------------------------------------
@@ -764,7 +766,7 @@ def report(
     it stopped and why when it failed.
     """
     run = AuditRun(audit_id=audit_id, started_at_ms=started_at_ms)
-    seconds = 600.0 if remaining_seconds is None else remaining_seconds
+    seconds = _FUNCTION_TIMEOUT_SECONDS if remaining_seconds is None else remaining_seconds
     deadline = time.monotonic() + seconds - 2 * _TIMEOUT_MARGIN_SECONDS
     counts, resubmitted, walk = _walk(settings, clients, run, objects, deadline)
     counts = add_counts(counts, locks.get("counts") or {})
