@@ -18,6 +18,23 @@ class TemplateError(Exception):
     """The template uses something the local engine cannot resolve."""
 
 
+class RulesRefused(TemplateError):
+    """Assertions of the template's Rules failed for these parameters: each failure is the
+    rule's logical id and its AssertDescription, all of them, so that one attempt shows
+    everything to change."""
+
+    def __init__(self, failures: list[tuple[str, str]]) -> None:
+        self.failures = failures
+        lines = [f"rule {name}: {description}" for name, description in failures]
+        if len(lines) == 1:
+            message = lines[0]
+        else:
+            message = f"{len(lines)} rule assertions failed:\n" + "\n".join(
+                f"  {line}" for line in lines
+            )
+        super().__init__(message)
+
+
 class _CfnLoader(yaml.SafeLoader):
     """YAML loader that turns short-form tags (!Ref, !Sub ...) into their long form."""
 
@@ -184,14 +201,22 @@ class Stack:
 
     def check_rules(self) -> None:
         """Refuse the parameters as CloudFormation does: every assertion of every rule whose
-        RuleCondition holds (no condition: always) must hold."""
+        RuleCondition holds (no condition: always) must hold.
+
+        Which parameters are refused is CloudFormation's; the refusal lists every failed
+        assertion, where a deploy may name fewer (the Rules pages do not say how many it
+        reports), so that a user fixes them all at once rather than one deploy at a time.
+        """
+        failures: list[tuple[str, str]] = []
         for name, rule in self.template.get("Rules", {}).items():
             if "RuleCondition" in rule and not self._condition_value(rule["RuleCondition"]):
                 continue
             for assertion in rule.get("Assertions", []):
                 if not self._condition_value(assertion["Assert"]):
                     description = assertion.get("AssertDescription", "an assertion failed")
-                    raise TemplateError(f"rule {name}: {description}")
+                    failures.append((name, " ".join(str(description).split())))
+        if failures:
+            raise RulesRefused(failures)
 
     # ---- conditions -------------------------------------------------------
 

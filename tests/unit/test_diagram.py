@@ -111,3 +111,19 @@ def test_a_transition_to_no_state_is_an_error() -> None:
     asl = {"StartAt": "A", "States": {"A": {"Type": "Pass", "Next": "B"}}}
     with pytest.raises(ValueError, match="A goes to B, which is not a state"):
         diagram.graph(asl)
+
+
+@pytest.mark.parametrize(
+    "path", [diagram.MACHINES["processor"], diagram.ROOT / "statemachines" / "batch.asl.json"]
+)
+def test_the_edge_to_claim_says_what_takes_it(path: Path) -> None:
+    """Normalize sends every accepted event that is not an SQS message straight to Claim: the
+    edge's label names them all, not the first of the list (P13: it read "An S3 Object
+    Created event" whatever the execution's event was)."""
+    # GIVEN the graph the docs and the execution viewer draw
+    g = diagram.graph(diagram.load_asl(path))
+    # WHEN the Normalize -> Claim edge is read
+    (label,) = [e.label for e in g.edges if (e.source, e.target) == ("Normalize", "Claim")]
+    # THEN it names each kind of event that takes it
+    for kind in ("S3", "custom event", "work item"):
+        assert kind in label, label

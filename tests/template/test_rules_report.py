@@ -1,0 +1,64 @@
+"""A refusal by the template's Rules names every failed assertion at once (P13: a user
+found EXPRESS's limits one deploy at a time)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onceflow.local.template import RulesRefused, Stack, TemplateError, load_template
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+
+
+def _rules() -> dict[str, Any]:
+    rules: dict[str, Any] = load_template(TEMPLATE)["Rules"]
+    return rules
+
+
+def test_every_failed_rule_assertion_is_reported_at_once() -> None:
+    # GIVEN EXPRESS with the STANDARD defaults and a long retry interval, and the batch
+    # mode asked for without a queue: four assertions of two rules fail
+    parameters = {
+        "WorkflowType": "EXPRESS",
+        "RetryIntervalSeconds": "20",
+        "SqsBatchMode": "true",
+    }
+    # WHEN the local engine binds them
+    with pytest.raises(TemplateError) as refusal:
+        Stack.from_file(TEMPLATE, parameters)
+    # THEN one refusal names every failed assertion, each with its rule and description
+    rules = _rules()
+    expected = [
+        ("ExpressFitsInFiveMinutes", " ".join(assertion["AssertDescription"].split()))
+        for assertion in rules["ExpressFitsInFiveMinutes"]["Assertions"]
+    ]
+    expected.append(
+        (
+            "SqsBatchModeNeedsAQueue",
+            rules["SqsBatchModeNeedsAQueue"]["Assertions"][0]["AssertDescription"],
+        )
+    )
+    assert isinstance(refusal.value, RulesRefused)
+    assert refusal.value.failures == expected
+    message = str(refusal.value)
+    assert message.startswith("4 rule assertions failed:\n"), message
+    assert message.splitlines()[1:] == [f"  rule {name}: {text}" for name, text in expected]
+    # AND what the rules accept is unchanged: the same values within the limits deploy
+    Stack.from_file(
+        TEMPLATE,
+        {
+            "WorkflowType": "EXPRESS",
+            "RetryMaxAttempts": "1",
+            "ProcessorTimeoutSeconds": "40",
+            "RetryIntervalSeconds": "10",
+        },
+    )
+
+
+def test_one_failed_assertion_reads_as_before() -> None:
+    with pytest.raises(TemplateError) as refusal:
+        Stack.from_file(TEMPLATE, {"SqsBatchMode": "true", "SqsSource": "none"})
+    assert str(refusal.value).startswith("rule SqsBatchModeNeedsAQueue: SqsBatchMode")
