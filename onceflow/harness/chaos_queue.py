@@ -91,8 +91,6 @@ AUDIT_KEYS = (
     "dead_lettered_skipped",
     "resubmit_errors",
 )
-# Over Step Functions' 256 KiB: the batch execution dies (States.DataLimitExceeded).
-OVERSIZED_RESULT = 300_000
 # How late a delayed notification arrives (a stopped pipe, a backlog): past the audit's wait.
 LATE_NOTIFICATION_SECONDS = 2 * 86_400
 NON_ASCII = "Crème brûlée, déjà vu à Zürich 🍮🎉 ¿qué? 😀 "
@@ -273,11 +271,14 @@ class QueueInjector:
     def _die(self, event: dict[str, Any], output: Any) -> Any:
         """The effect happened; then the execution dies, its lock left to expire."""
         if self.batch:
-            # An EXPRESS execution cannot be stopped: the whole batch fails instead, once
-            # the other messages of the batch have their outcome in the ledger (so that
-            # their own faults fire), as a slow last call would.
+            # An EXPRESS execution cannot be stopped: the whole batch runs out of its five
+            # minutes instead (ExecutionTimedOut), once the other messages of the batch
+            # have their outcome in the ledger (so that their own faults fire), as a last
+            # call that hung would. (A result over 256 KiB would not do: AWS's States.ALL
+            # catches States.DataLimitExceeded, and the message is dead-lettered alone.)
             self._others_settle(str(event["lockToken"]))
-            return {**output, "padding": "x" * OVERSIZED_RESULT}
+            self.engine.run_out_of_time(str(event["lockToken"]).split("#", 1)[0])
+            return output
         self.engine.client("stepfunctions").stop_execution(
             executionArn=str(event["lockToken"]),
             error="WorkerDied",

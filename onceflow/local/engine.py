@@ -1076,6 +1076,18 @@ class LocalEngine:
             "awsRegion": REGION,
         }
 
+    def run_out_of_time(self, execution_arn: str) -> None:
+        """Spend a running EXPRESS execution's five minutes on its clock, as a call that
+        ran that long would: its next history event ends it in ExecutionTimedOut
+        (States.Timeout), as AWS ends an EXPRESS execution at five minutes. For chaos:
+        an EXPRESS execution cannot be stopped (StopExecution is STANDARD only)."""
+        backend = stepfunctions_parser_backends[ACCOUNT_ID][REGION]
+        execution = backend.describe_execution(execution_arn)
+        record = limits.execution_limits(execution.exec_worker.env)  # type: ignore[attr-defined]
+        if record is None or not record.express:
+            raise EngineError(f"{execution_arn} is not a running EXPRESS execution")
+        record.advance(max(record.remaining(), 0.0) / max(1.0 - record.clock.scale, 1e-9))
+
     def wait_for_running(
         self, state_machine: str, timeout: float = 600.0, ignore: Collection[str] = ()
     ) -> list[str]:
