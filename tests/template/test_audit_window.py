@@ -176,7 +176,6 @@ def test_what_the_rule_bounds_it_bounds_from_above(schedule: str, ingress: str) 
 
 ACCEPTED = [
     "rate(1 day)",
-    "rate(1 days)",
     "rate(7 days)",
     "rate(24 hours)",
     "rate(1 hour)",
@@ -188,6 +187,12 @@ ACCEPTED = [
     "cron(5 1-4 * * ? *)",
 ]
 REFUSED = [
+    # AWS's rate: a value of 1 takes a singular unit; its cron: one day field is "?"
+    # (eb-rate-expressions.html, eb-scheduled-rule-pattern.html)
+    "rate(1 days)",
+    "rate(1 hours)",
+    "cron(0 3 * * * *)",
+    "cron(0 3 ? * ? *)",
     "rate(2 days)",
     "rate(8 days)",
     "rate(25 hours)",

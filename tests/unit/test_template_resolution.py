@@ -41,7 +41,7 @@ def test_bring_your_own_function_turns_the_bundled_one_off() -> None:
         ({"RetryBackoffRate": "fast"}, "RetryBackoffRate='fast' must be a number"),
         ({"RetryBackoffRate": 0.5}, "RetryBackoffRate='0.5' is below 1"),
         ({"ProcessorFunctionArn": "mine"}, "ProcessorFunctionArn='mine' .*function ARN"),
-        ({"SqsSource": "my-queue"}, "SqsSource='my-queue' .*must match"),
+        ({"SqsSource": "my-queue"}, "SqsSource='my-queue' failed its constraint: must be none"),
         ({"NoSuchParameter": 1}, "unknown parameters"),
     ],
 )

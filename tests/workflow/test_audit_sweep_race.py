@@ -24,6 +24,7 @@ from tests.helpers import (
     attributes,
     dlq_messages,
     expire_lock,
+    out_of_time,
     run_audit,
 )
 from tests.workflow.test_batch_mode import (  # noqa: F401 (batch_engine: a fixture)
@@ -92,7 +93,7 @@ def _dies_on_the_last_attempt(engine: LocalEngine) -> Callable[[Any, Any], Any]:
     def handler(payload: Any, context: Any) -> Any:
         if payload["attempt"] < 3:
             raise TransientError("the warehouse is down")
-        return {**real(payload, context), "padding": "x" * 300_000}  # DataLimitExceeded
+        return out_of_time(engine, payload, real(payload, context))
 
     return handler
 

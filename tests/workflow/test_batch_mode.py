@@ -39,6 +39,7 @@ from tests.helpers import (
     idempotency_key,
     invocations,
     ledger_row,
+    out_of_time,
     output_effects,
     run_audit,
     s3_event,
@@ -542,17 +543,17 @@ def test_batch_claims_put_their_rows_in_the_open_work_index_as_the_processor_doe
 def test_a_crashed_batch_leaves_its_claims_in_the_open_work_index(
     batch_engine: LocalEngine,
 ) -> None:
-    # GIVEN a message whose batch execution dies after its Claim (a result over 256 KiB:
-    # States.DataLimitExceeded, which no Catch takes)
+    # GIVEN a message whose batch execution dies after its Claim (its call runs past the
+    # batch's five minutes: ExecutionTimedOut, which no Catch takes)
     real = bundled(batch_engine)
 
     def handler(payload: Any, context: Any) -> Any:
-        return {**real(payload, context), "padding": "x" * 300_000}
+        return out_of_time(batch_engine, payload, real(payload, context))
 
     send(batch_engine, "order-crash")
     with batch_engine.override_function(FUNCTION, handler):
         [arn] = batch_engine.pump_pipes()
-    assert batch_engine.wait(arn).status == "FAILED"
+    assert batch_engine.wait(arn).status == "TIMED_OUT"
     # THEN its row is PROCESSING and in the index, where the sweep looks for expired locks
     claimed = row(batch_engine, "order-crash")
     assert claimed["status"] == "PROCESSING"
@@ -656,19 +657,19 @@ def test_a_batch_that_dies_on_the_last_attempt_is_dead_lettered_once_its_lock_ex
     batch_engine: LocalEngine,
 ) -> None:
     # GIVEN an order that fails twice, then on its last attempt kills its whole batch
-    # execution (a result over 256 KiB: States.DataLimitExceeded)
+    # execution (its call runs past the batch's five minutes: ExecutionTimedOut)
     send(batch_engine, "order-dies")
     real = bundled(batch_engine)
 
     def handler(payload: Any, context: Any) -> Any:
         if payload["attempt"] < 3:
             raise TransientError("the warehouse is down")
-        return {**real(payload, context), "padding": "x" * 300_000}
+        return out_of_time(batch_engine, payload, real(payload, context))
 
     with batch_engine.override_function(FUNCTION, handler):
         for _ in range(3):
             [arn] = batch_engine.pump_pipes()
-    assert batch_engine.wait(arn).status == "FAILED"
+    assert batch_engine.wait(arn).status == "TIMED_OUT"
     stuck = row(batch_engine, "order-dies")
     assert (stuck["status"], stuck["attempts"]) == ("PROCESSING", "3")
     # WHEN its lock expires and the message comes back
@@ -931,7 +932,7 @@ def test_the_audit_dead_letters_batch_work_the_queue_no_longer_brings_back(
     def handler(payload: Any, context: Any) -> Any:
         if payload["attempt"] < 3:
             raise TransientError("the warehouse is down")
-        return {**real(payload, context), "padding": "x" * 300_000}
+        return out_of_time(batch_engine, payload, real(payload, context))
 
     with batch_engine.override_function(FUNCTION, handler):
         for _ in range(3):
