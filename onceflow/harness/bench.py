@@ -2334,6 +2334,19 @@ SEES = {
     "STANDARD": "every execution in the console (90 days)",
     "EXPRESS": "executions only through their CloudWatch logs (successful ones at level ALL)",
 }
+# What a batch mode gives up besides: the wait for a batch, and EXPRESS's five minutes.
+BATCH_GIVES_UP = (
+    "; a message waits up to the batching window; the template's EXPRESS limits "
+    "(RetryMaxAttempts 0 or 1, ProcessorTimeoutSeconds at most 40)"
+)
+
+
+def gives_up(mode: Mode, level: str) -> str:
+    """The README's "what you see, what you give up" of one mode at its log level."""
+    sees = SEES[mode.workflow]
+    if mode.workflow == "EXPRESS" and level != "ALL":
+        sees += f" (this mode ships at {level}: set its log level to ALL to see them)"
+    return sees + (BATCH_GIVES_UP if mode.batch > 1 else "")
 
 
 def _picks(best: Mapping[str, str], per_day: list[float]) -> str:
@@ -2350,15 +2363,15 @@ def render_readme_bill(report: Mapping[str, Any]) -> list[str]:
     seed = report["seed"]
     volumes = [str(v) for v in report["volumes"]]
     per_day = [float(v) * seed["messages_per_day"] for v in volumes]
-    workflow = {m.name: m.workflow for m in MODES}
+    modes = {m.name: m for m in MODES}
     lines = [
-        "| mode | what you see | batch at the seed's rate | "
+        "| mode | what you see, what you give up | batch at the seed's rate | "
         + " | ".join(f"$/M at {d:,.0f} a day" for d in per_day)
         + " | x Powertools at the seed's rate |",
         "|---|---|---|" + "---|" * len(volumes) + "---|",
     ]
     for r in report["as_shipped"]:
-        sees = "-" if r["baseline"] else SEES[workflow[r["mode"]]]
+        sees = "-" if r["baseline"] else gives_up(modes[r["mode"]], r["level"])
         ratio = "1.00x" if r["baseline"] else _x(r["ratio_to_baseline"])
         lines.append(
             f"| {r['mode']} | {sees} | {_batch(r)} | "
