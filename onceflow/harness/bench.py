@@ -2336,8 +2336,8 @@ SEES = {
 }
 # What a batch mode gives up besides: the wait for a batch, and EXPRESS's five minutes.
 BATCH_GIVES_UP = (
-    "; a message waits up to the batching window; the template's EXPRESS limits "
-    "(RetryMaxAttempts 0 or 1, ProcessorTimeoutSeconds at most 40)"
+    "; a message waits up to the batching window; EXPRESS limits (RetryMaxAttempts "
+    "at most 1, ProcessorTimeoutSeconds at most 40)"
 )
 
 
@@ -2345,7 +2345,7 @@ def gives_up(mode: Mode, level: str) -> str:
     """The README's "what you see, what you give up" of one mode at its log level."""
     sees = SEES[mode.workflow]
     if mode.workflow == "EXPRESS" and level != "ALL":
-        sees += f" (this mode ships at {level}: set its log level to ALL to see them)"
+        sees += f"; it ships at {level}, which logs failures only"
     return sees + (BATCH_GIVES_UP if mode.batch > 1 else "")
 
 

@@ -362,3 +362,26 @@ def test_doctor_expects_the_rules_to_target_the_queue_and_says_how_to_fix_it() -
         assert failed.check == "rule ObjectCreatedRule"
         assert "does not target the source queue" in failed.detail
         assert engine.get_att("SourceQueue", "QueueName") in failed.detail
+
+
+def test_a_custom_event_over_the_queues_largest_message_goes_to_the_ingress_dlq(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN the created queue's largest message in the batch mode (a whole batch must
+    # fit Step Functions' 256 KiB input: 11 KiB at SqsBatchSize 10)
+    sqs = engine.client("sqs")
+    limit = int(
+        sqs.get_queue_attributes(
+            QueueUrl=engine.ref("SourceQueue"), AttributeNames=["MaximumMessageSize"]
+        )["Attributes"]["MaximumMessageSize"]
+    )
+    assert limit == 11_264
+    # WHEN a custom event larger than that is put on the bus
+    engine.put_custom_event("onceflow.work", "Work", {"blob": "x" * limit})
+    # THEN SQS refuses it, and EventBridge dead-letters it on the ingress DLQ, alarmed
+    assert queued(engine) == {}
+    [message] = sqs.receive_message(
+        QueueUrl=engine.ref("IngressDeadLetterQueue"), MessageAttributeNames=["All"]
+    )["Messages"]
+    assert json.loads(message["Body"])["detail"]["blob"] == "x" * limit
+    assert attributes(message)["RULE_ARN"].endswith(str(engine.rules["CustomEventRule"]["name"]))
