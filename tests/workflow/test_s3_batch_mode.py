@@ -385,3 +385,24 @@ def test_a_custom_event_over_the_queues_largest_message_goes_to_the_ingress_dlq(
     )["Messages"]
     assert json.loads(message["Body"])["detail"]["blob"] == "x" * limit
     assert attributes(message)["RULE_ARN"].endswith(str(engine.rules["CustomEventRule"]["name"]))
+
+
+def test_onceflow_execute_runs_an_eventbridge_sample_as_the_queues_message(
+    engine: LocalEngine,
+) -> None:
+    from onceflow.local.samples import prepare_event
+    from tests.helpers import load_event
+
+    # GIVEN events/s3-object-created.json, given to the batch workflow (as `onceflow
+    # execute BatchProcessorStateMachine -e` does)
+    event, notes = prepare_event(engine, load_event("s3-object-created.json"), target=BATCH)
+    # THEN it runs as the one message the rule sends to the queue, its body the event
+    [message] = event
+    body = json.loads(message["body"])
+    assert body["source"] == "aws.s3" and message["eventSource"] == "aws:sqs"
+    assert notes[-1].startswith("an EventBridge event: run as the message")
+    result = engine.execute(BATCH, event)
+    assert [o["outcome"] for o in outcomes(engine, result.arn).values()] == ["Processed"]
+    version = body["detail"]["object"]["version-id"]
+    row = ledger_row(engine, idempotency_key(engine, "uploads/cat.png", version))
+    assert row is not None and row["status"] == "PROCESSED"
