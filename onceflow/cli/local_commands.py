@@ -48,11 +48,14 @@ def cmd_demo(args: argparse.Namespace, session: Session) -> int:
 
 
 def cmd_chaos(args: argparse.Namespace, session: Session) -> int:
-    if args.source == "sqs":
+    # --source s3 --batch: S3's events through the source queue (SqsBatchMode), a queue run.
+    if args.source == "sqs" or args.batch:
         return _queue_chaos(args)
-    if args.batch or args.unversioned:
-        flag = "--batch" if args.batch else "--unversioned"
-        raise SystemExit(f"onceflow chaos: {flag} is a mode of the SQS source: add --source sqs")
+    if args.unversioned:
+        raise SystemExit(
+            "onceflow chaos: --unversioned is a mode of the source queue: add --source sqs "
+            "or --batch"
+        )
     config = chaos.ChaosConfig(
         objects=args.objects,
         seed=args.seed,
@@ -74,10 +77,12 @@ def _queue_chaos(args: argparse.Namespace) -> int:
         seed=args.seed,
         batch=args.batch,
         versioned=not args.unversioned,
+        s3_events=args.source == "s3",
         concurrency=args.concurrency,
         duplicate_rate=args.duplicate_rate,
     )
-    config.rates.update(_rates(args, chaos_queue.FAULT_KINDS, chaos.FAULT_KINDS, "sqs"))
+    source = "sqs" if args.source == "sqs" else "s3 --batch"
+    config.rates.update(_rates(args, chaos_queue.FAULT_KINDS, chaos.FAULT_KINDS, source))
     try:
         report = chaos_queue.run_queue_chaos(config, progress=sys.stderr)
     except ValueError as exc:

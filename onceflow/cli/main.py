@@ -108,12 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_cmd.add_argument(
         "--batch",
         action="store_true",
-        help="with --source sqs: the batch mode (SqsBatchMode=true, the EXPRESS batch workflow)",
+        help="the batch mode (SqsBatchMode=true, the EXPRESS batch workflow); with --source s3, "
+        "S3's events go through the source queue into it",
     )
     chaos_cmd.add_argument(
         "--unversioned",
         action="store_true",
-        help="with --source sqs: uploads to an existing bucket without versioning",
+        help="with --source sqs or --batch: uploads to an existing bucket without versioning",
     )
     # Every fault's rate flag, and the source that has it ("": both).
     faults = [(k, "") for k in ("lost", "poison", "transient", "claim_throttle",

@@ -1,7 +1,8 @@
 """The chaos run through the SQS source: the pipe one message at a time, or the batch mode.
 
 Units of work are uploads announced by classic S3 notifications on the source queue
-and business messages (orders, keyed by ``orderId``). The queue's own faults are
+(or, ``s3_events``, by S3's EventBridge events, which the batch mode's rule sends to
+the queue) and business messages (orders, keyed by ``orderId``). The queue's own faults are
 played as AWS plays them: a message the batch workflow leaves unsettled comes back on
 the next pass of the pipe, one visibility timeout later (locks age by that much), and
 after SourceQueueMaxReceiveCount receives it moves to the source DLQ. Faults are
@@ -33,6 +34,7 @@ from onceflow.harness.common import (
     TransientError,
     drain,
     effects_by_idempotency_key,
+    s3_eventbridge_event,
     s3_notification,
     small_png,
 )
@@ -104,6 +106,10 @@ class QueueChaosConfig:
     # False: the uploads go to an existing bucket without versioning (ExistingBucketName),
     # keyed by their notification's sequencer, and by ETag and time when the audit finds them.
     versioned: bool = True
+    # True (with batch): uploads are announced by S3's EventBridge events, which the
+    # stack's rule sends to the source queue (SqsBatchMode's path for S3), not by
+    # classic notifications sent to the queue.
+    s3_events: bool = False
     concurrency: int = 8
     duplicate_rate: float = 0.05
     rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
@@ -120,6 +126,7 @@ class Unit:
     fault: str | None = None
     copies: int = 1  # sent together
     waves: int = 1  # sent one after another, each after the last one's execution ended
+    event: dict[str, Any] | None = None  # an EventBridge event the rule sends to the queue
 
 
 UNVERSIONED_BUCKET = "chaos-unversioned-uploads"
@@ -338,7 +345,14 @@ class QueueRun:
     # -- deliveries ---------------------------------------------------------------
 
     def send(self, unit: Unit) -> None:
-        self.sqs.send_message(QueueUrl=self.queue, MessageBody=unit.body)
+        if unit.event is not None:
+            # Through the default bus: the stack's rule sends it to the queue (a loss the
+            # run did not plan would be found by the audit and hide a broken rule).
+            before = self.waiting()
+            if self.engine.put_event(unit.event) or self.waiting() != before + 1:
+                raise RuntimeError("the rule did not send the event to the source queue")
+        else:
+            self.sqs.send_message(QueueUrl=self.queue, MessageBody=unit.body)
         self.sent += 1
 
     def waiting(self) -> int:
@@ -468,6 +482,8 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
     planned = sum(max(1, round(r * config.units)) for r in config.rates.values() if r > 0)
     if planned > config.units:
         raise ValueError(f"the faults need {planned} units of work; give at least that many")
+    if config.s3_events and not config.batch:
+        raise ValueError("S3's events reach the source queue only in the batch mode (--batch)")
     rng = random.Random(config.seed)
     with LocalEngine(
         parameters=queue_parameters(config.batch, config.versioned),
@@ -561,8 +577,17 @@ def _units(
                 announced["sequencer"] = hashlib.sha256(key.encode()).hexdigest()[:18].upper()
             pk = f"s3://{bucket}/{key}#{obj.version_id or announced['sequencer']}"
             objects[pk] = obj
-            body = json.dumps(notification)
-            unit = Unit(pk, body, "object", processable=not poison, fault=fault)
+            event = None
+            if config.s3_events:
+                event = s3_eventbridge_event(
+                    bucket, key, len(data), announced["eTag"], obj.version_id,
+                    str(announced["sequencer"]).upper(),
+                )  # fmt: skip
+                # The body the rule's SQS target gets: the event itself.
+                body = json.dumps(event, ensure_ascii=False)
+            else:
+                body = json.dumps(notification)
+            unit = Unit(pk, body, "object", processable=not poison, fault=fault, event=event)
         elif fault == "large_non_ascii":
             order = f"commande-{n:05d}-déjà-vu-😀"
             body = large_non_ascii_body(order, run.max_message_bytes)
@@ -712,7 +737,8 @@ def _judge(
     broken = Counter(v["invariant"] for v in violations)
     return {
         "source": "sqs",
-        "mode": "batch" if run.config.batch else "one message per execution",
+        "mode": ("batch" if run.config.batch else "one message per execution")
+        + (", S3's events through the queue" if run.config.s3_events else ""),
         "bucket": "versioned" if run.config.versioned else "unversioned (ExistingBucketName)",
         "units": len(units),
         "objects": len(objects),
@@ -737,7 +763,7 @@ def _judge(
 
 def render(report: dict[str, Any]) -> str:
     """The report as plain text, one line a fact."""
-    per = "message" if report["mode"] == "batch" else "execution"
+    per = "message" if report["mode"].startswith("batch") else "execution"
     lines = [
         "",
         f"onceflow chaos: report (source sqs, {report['mode']}, {report['bucket']} bucket)",

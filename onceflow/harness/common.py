@@ -143,6 +143,36 @@ def s3_notification(bucket: str, obj: DemoObject, size: int) -> dict[str, Any]:
     }
 
 
+def s3_eventbridge_event(
+    bucket: str, key: str, size: int, etag: str, version_id: str, sequencer: str
+) -> dict[str, Any]:
+    """S3's Object Created event on the default bus (the key URL-encoded, as
+    LocalEngine.put_s3_event sends it); no version-id for an unversioned bucket."""
+    obj: dict[str, Any] = {"key": quote_plus(key, safe="/"), "size": size, "etag": etag}
+    if version_id:
+        obj["version-id"] = version_id
+    obj["sequencer"] = sequencer
+    return {
+        "version": "0",
+        "id": hashlib.sha256(f"{bucket}/{key}#{version_id or sequencer}".encode()).hexdigest(),
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": "123456789012",
+        "time": "2026-11-21T10:00:00Z",
+        "region": "us-east-1",
+        "resources": [f"arn:aws:s3:::{bucket}"],
+        "detail": {
+            "version": "0",
+            "bucket": {"name": bucket},
+            "object": obj,
+            "request-id": "C3D13FE58DE4C810",
+            "requester": "123456789012",
+            "source-ip-address": "127.0.0.1",
+            "reason": "PutObject",
+        },
+    }
+
+
 def processed_twice(ran: Iterable[Unit]) -> list[str]:
     """Idempotency keys that more than one message (unit of work: an execution, or one
     message of a batch) ended Processed for: the ledger let two deliveries do the work."""

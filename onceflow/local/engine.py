@@ -794,7 +794,8 @@ class LocalEngine:
         A target that cannot be started (a deleted state machine, an input
         over 256 KiB) sends the event to the rule's dead-letter queue with
         EventBridge's own attributes, after the rule's retries, as AWS does.
-        Returns the ARNs of the executions started.
+        An SQS target (the batch mode's source queue) receives the event as a
+        message; pump_pipes() then runs it. Returns the ARNs of the executions started.
         """
         started: list[str] = []
         for rule in self.rules.values():
@@ -805,7 +806,17 @@ class LocalEngine:
                 continue
             for target in rule.get("Targets", []):
                 try:
-                    started.append(self.start_execution(target["Arn"], event, name_prefix="events"))
+                    if str(target["Arn"]).startswith("arn:aws:sqs:"):
+                        # An SQS target gets the event itself as the message body (no
+                        # InputPath or transformer here); the pipe reading the queue runs it.
+                        self.client("sqs").send_message(
+                            QueueUrl=self._queue_url(str(target["Arn"])),
+                            MessageBody=json.dumps(event, ensure_ascii=False),
+                        )
+                    else:
+                        started.append(
+                            self.start_execution(target["Arn"], event, name_prefix="events")
+                        )
                 except ClientError as exc:
                     self._eventbridge_dead_letter(rule, target, event, exc)
         return started

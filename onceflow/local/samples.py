@@ -42,11 +42,17 @@ BATCH_PROCESSOR = "BatchProcessorStateMachine"
 SAMPLES = {
     PROCESSOR: "events/s3-object-created.json (EventBridge) or "
     "events/sqs-s3-notification.json (one SQS message from the pipe)",
-    BATCH_PROCESSOR: "events/sqs-s3-notification.json (the pipe's SQS messages)",
+    BATCH_PROCESSOR: "events/sqs-s3-notification.json (the pipe's SQS messages), or "
+    "events/s3-object-created.json (what the rule sends to the queue in the batch mode)",
     "ProcessorFunction": "events/processor-payload.json (the payload the processor sends)",
     "AuditFunction": "events/audit-batch.json (one batch of the audit's Distributed Map)",
     "AuditStateMachine": "events/audit-run.json",
 }
+
+
+def _eventbridge(event: Any) -> bool:
+    """An event as EventBridge delivers it (source, detail-type, detail)."""
+    return isinstance(event, dict) and {"source", "detail-type", "detail"} <= set(event)
 
 
 def _records(event: Any, source: str) -> list[dict[str, Any]] | None:
@@ -190,6 +196,13 @@ def prepare_event(
 
     Raises WrongEvent for an event the target (a logical id) never receives.
     """
+    if target == BATCH_PROCESSOR and _eventbridge(event):
+        # In the batch mode the rules send their events to the source queue: the event,
+        # prepared as the rule would deliver it, is a message's body (docs/ingress.md,
+        # S3 and custom events through the queue).
+        event, notes = prepare_event(engine, event, fixtures=fixtures)
+        note = "an EventBridge event: run as the message the rule sends to the source queue"
+        return [_pipe_message(engine, event)], [*notes, note]
     event, notes = adapt_event(engine, copy.deepcopy(event), target)
     located = _locate(event)
     if located is None:

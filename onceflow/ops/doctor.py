@@ -275,6 +275,17 @@ def check_rules(stack: _Stack) -> Iterator[Finding]:
     processor = stack.target.output("ProcessorStateMachineArn")
     bucket = stack.target.output("IngestBucketName")
     key = stack.parameter("KeyPrefix") + PROBE_NAME + stack.parameter("KeySuffix")
+    # In the batch mode the rules send to the stack's own source queue (template.yaml,
+    # EventsThroughQueue); a queue the stack does not own is not their target.
+    through_queue = stack.parameter("SqsBatchMode") == "true" and stack.parameter(
+        "SqsSource", "none"
+    ) in ("none", "create")
+    if through_queue:
+        expected, what = _queue_arn(stack, stack.target.output("SourceQueueUrl")), "source queue"
+        how = "its DeadLetterConfig and no role: the queue's policy lets the rule send"
+    else:
+        expected, what = processor, "processor"
+        how = "the stack's IngressRole and its DeadLetterConfig"
     upload_rules = 0
     for logical_id, physical_id in stack.of_type("AWS::Events::Rule"):
         bus, _, name = physical_id.rpartition("|")
@@ -300,12 +311,12 @@ def check_rules(stack: _Stack) -> Iterator[Finding]:
                 f"aws events enable-rule --name {name}"
             )
         targets = events.list_targets_by_rule(Rule=name, **on_bus).get("Targets", [])
-        ours = [t for t in targets if t.get("Arn") == processor]
+        ours = [t for t in targets if t.get("Arn") == expected]
         if not ours:
             problems.append(
-                f"{name} does not target the processor {processor}: its events start "
+                f"{name} does not target the {what} {expected}: its events start "
                 f"nothing. Put the target back (aws events put-targets --rule {name}, Id "
-                "processor, with the stack's IngressRole and its DeadLetterConfig)"
+                f"processor, with {how})"
             )
         dead_letter = _queue_arn(stack, stack.target.output("IngressDeadLetterQueueUrl"))
         for target in ours:
@@ -334,10 +345,10 @@ def check_rules(stack: _Stack) -> Iterator[Finding]:
         for problem in problems:
             yield Finding(FAIL, check, problem)
         if not problems:
-            what = f", matches uploads of s3://{bucket}/{key}" if uploads else ""
+            matched = f", matches uploads of s3://{bucket}/{key}" if uploads else ""
             dead = ours[0].get("DeadLetterConfig", {}).get("Arn", "").rsplit(":", 1)[-1]
             yield Finding(
-                PASS, check, f"{name}: {state}, targets the processor with DLQ {dead}{what}"
+                PASS, check, f"{name}: {state}, targets the {what} with DLQ {dead}{matched}"
             )
     if not upload_rules:
         yield Finding(

@@ -279,6 +279,14 @@ def _scenarios() -> Iterator[Callable[[Any, Any, Any], None]]:
             finally:
                 engine.state.faults.remove(injector)
 
+    def eventbridge_event_in_a_message(engine: Any, helpers: Any, hostile: Any) -> None:
+        # What the batch mode's rule sends to the source queue: the event as the body.
+        version = helpers.upload(engine, "reference/queued é+.png")
+        event = helpers.s3_event(engine, "reference/queued+%C3%A9%2B.png", version)
+        [record] = helpers.load_event("sqs-business-message.json")
+        engine.execute(helpers.MACHINE, [{**record, "body": json.dumps(event)}])
+        engine.execute(helpers.MACHINE, event)  # the same upload directly: a Duplicate
+
     def hostile_sample(engine: Any, helpers: Any, hostile: Any) -> None:
         for item in hostile.corpus(engine.ref("IngestBucket"))[::25]:
             engine.execute(helpers.MACHINE, item.event)
@@ -294,6 +302,7 @@ def _scenarios() -> Iterator[Callable[[Any, Any, Any], None]]:
         sample_events,
         poison_and_retries,
         failing_services,
+        eventbridge_event_in_a_message,
         hostile_sample,
         audit,
     )

@@ -225,13 +225,15 @@ def test_the_generator_refuses_a_processor_it_cannot_translate() -> None:
 # ---- parameters and rules ----------------------------------------------------
 
 
-def test_batch_mode_is_refused_without_the_express_limits_or_a_queue() -> None:
+def test_batch_mode_is_refused_without_the_express_limits() -> None:
     # The batch workflow is EXPRESS: the five-minute rule applies to it
     with pytest.raises(TemplateError, match="ExpressFitsInFiveMinutes"):
         Stack.from_file(TEMPLATE, {"SqsSource": "create", "SqsBatchMode": "true"})
-    # Without an SQS source there is nothing to batch
-    with pytest.raises(TemplateError, match="SqsBatchModeNeedsAQueue"):
-        Stack.from_file(TEMPLATE, {"SqsBatchMode": "true", **EXPRESS_LIMITS})
+    # Without an SQS source the stack makes its own queue for the S3 and custom events
+    # (tests/template/test_s3_batch_template.py)
+    assert Stack.from_file(TEMPLATE, {"SqsBatchMode": "true", **EXPRESS_LIMITS}).resource_enabled(
+        "SourceQueue"
+    )
     # A batch is 1 to 10 messages
     for size in ("0", "11", "1.5"):
         with pytest.raises(TemplateError):

@@ -91,6 +91,20 @@ def measures() -> list[PathMeasure]:
             integration_calls=30, function_log_lines=[], parallel_steps=11, new_row=False,
             sqs_requests={"ReceiveMessage": 1, "DeleteMessage": 10}, messages=10,
         ),
+        # S3's events through the queue: EventBridge's SendMessage, then the same batch.
+        path_measure(
+            source="s3-batch", transitions=0, table_wru=20, index_wru={"OpenWork": 20},
+            writes=20, lambda_invocations=10, integration_calls=20, data_bytes=40_000,
+            sqs_requests={"SendMessage": 10, "ReceiveMessage": 1, "DeleteMessage": 10},
+            parallel_steps=11, messages=10,
+        ),
+        path_measure(
+            source="s3-batch", path="duplicate", transitions=0, table_wru=20, index_wru={},
+            writes=20, conditional_failures=20, rru=10.0, lambda_invocations=0,
+            integration_calls=30, function_log_lines=[], parallel_steps=11, new_row=False,
+            sqs_requests={"SendMessage": 10, "ReceiveMessage": 1, "DeleteMessage": 10},
+            messages=10,
+        ),
     ]  # fmt: skip
 
 
@@ -618,14 +632,23 @@ def test_the_as_shipped_bill_adds_fixed_costs_and_the_audit_to_usage() -> None:
         # AND at a tenth of the volume each message carries about ten times as much of them
         low = row["volumes"]["0.1"]
         assert low["fixed"] > 9 * row["fixed"]
-    # AND with no batching window the batch mode's batches hold one message, while the
-    # flattering full batches are printed beside, never instead
-    batch = rows[bench.MODES[-1].name]
-    assert batch["batch"] == pytest.approx(1.0) and batch["flattering"]["batch"] == 10
-    assert batch["flattering"]["total"] < batch["total"]
+    # AND each batch mode is priced at the batches its template's window forms at the
+    # seed's rate, while the flattering full batches are printed beside, never instead
+    for mode in (bench.MODES[-1], bench.S3_BATCH_MODE):
+        batch = rows[mode.name]
+        window = deployments[mode.name].pipe_window_seconds
+        assert batch["window_seconds"] == window > 0
+        assert batch["batch"] == pytest.approx(
+            pricing.mean_batch(pricing.SEED_MESSAGES_PER_SECOND, window, 10)
+        )
+        assert batch["batch"] < batch["flattering"]["batch"] == 10
+        assert batch["flattering"]["total"] < batch["total"]
     # AND the S3 modes pay S3's events, and show the bill without them beside
-    s3 = rows["STANDARD, S3 via EventBridge"]
-    assert s3["s3_events_free_total"] == pytest.approx(s3["total"] - 1.0 * (1 - 0.0003), rel=1e-3)
+    for name in ("STANDARD, S3 via EventBridge", bench.S3_BATCH_MODE.name):
+        s3 = rows[name]
+        assert s3["s3_events_free_total"] == pytest.approx(
+            s3["total"] - 1.0 * (1 - 0.0003), rel=1e-3
+        )
 
 
 def test_the_readme_carries_the_stored_runs_bill_table() -> None:

@@ -32,7 +32,14 @@ from onceflow.local.engine import LocalEngine
 
 UNITS = 30  # every fault once, and a few plain units of each kind
 
-MODES = {"single": [], "batch": ["--batch"], "unversioned": ["--unversioned"]}
+MODES = {
+    "single": [],
+    "batch": ["--batch"],
+    "unversioned": ["--unversioned"],
+    # SqsBatchMode's path for S3: uploads announced by EventBridge events the rule sends
+    "s3-batch": ["--source", "s3", "--batch"],
+    "s3-batch-unversioned": ["--source", "s3", "--batch", "--unversioned"],
+}
 
 
 def _run(*flags: str) -> tuple[int, dict[str, Any]]:
@@ -59,8 +66,13 @@ def runs() -> _Runs:
 @pytest.mark.parametrize("mode", list(MODES))
 def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mode: str) -> None:
     code, report = runs[mode]
-    assert report["mode"] == ("batch" if mode == "batch" else "one message per execution")
-    assert report["bucket"].startswith("unversioned" if mode == "unversioned" else "versioned")
+    assert report["mode"] == {
+        "single": "one message per execution",
+        "unversioned": "one message per execution",
+        "batch": "batch",
+    }.get(mode, "batch, S3's events through the queue")
+    unversioned = mode.endswith("unversioned")
+    assert report["bucket"].startswith("unversioned" if unversioned else "versioned")
     for kind in (*FAULT_KINDS, "duplicate_delivery"):
         assert report["faults_injected"][kind] >= 1, kind
     assert report["units"] == UNITS == report["objects"] + report["messages"]
@@ -69,7 +81,7 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
         assert violation["key"].startswith(("sqs:", "s3://", "audit ")), violation
     assert code == (1 if report["violations"] else 0)
     outcomes = sum(report["outcomes"].values())
-    if mode == "batch":
+    if "batch" in mode:
         # Outcomes are counted per message: more of them than batch executions, at least
         # one for every message sent (a kept message is counted at each delivery).
         assert report["pipe_executions"] < report["messages_sent"] <= outcomes
@@ -191,8 +203,8 @@ def test_the_checker_names_every_unit_left_outside_a_named_end_state() -> None:
 @pytest.mark.parametrize(
     ("flags", "refusal"),
     [
-        (["--batch"], "--batch is a mode of the SQS source"),
-        (["--unversioned"], "--unversioned is a mode of the SQS source"),
+        (["--unversioned"], "--unversioned is a mode of the source queue"),
+        (["--batch", "--lock-expiry-rate", "0.1"], "not a fault of --source s3 --batch"),
         (["--source", "sqs", "--lock-expiry-rate", "0.1"], "not a fault of --source sqs"),
         (["--dlq-refused-rate", "0.1"], "not a fault of --source s3"),
         (["--source", "sqs", "--objects", "3"], "the faults need 10 units of work"),
