@@ -8,6 +8,11 @@ STAMP := $(VENV)/.installed
 # from them, with no index.
 WHEELS := $(VENV)/wheels
 
+# `make demo` needs only the package and its [local] extra (about 390 MB), not the
+# development tools of .venv (about 820 MB: SAM CLI, cfn-lint, mypy, ruff, pytest).
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
+
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
@@ -40,8 +45,16 @@ $(CHECKOV_STAMP): requirements/checkov.txt
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements/checkov.txt
 	touch $(CHECKOV_STAMP)
 
-demo: setup
-	$(BIN)/onceflow demo
+$(DEMO_STAMP): requirements/dev.txt pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip==25.3
+	$(DEMO_VENV)/bin/python -m pip install --quiet -c requirements/dev.txt -e ".[local]"
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	test -f $(JSONATA_STAMP) || { $(DEMO_VENV)/bin/python -m onceflow.local.jsonata_node install \
+		&& touch $(JSONATA_STAMP); }
+	$(DEMO_VENV)/bin/onceflow demo
 
 # The package (dist/onceflow-*.whl): built after setup, so jsonata 2.0.6 is inside it.
 wheel: setup
@@ -81,4 +94,4 @@ lock: $(STAMP)
 	$(BIN)/python -m onceflow.local.jsonata_node lock
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) $(JSONATA_DIR)/node_modules .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) $(CHECKOV_VENV) $(JSONATA_DIR)/node_modules .aws-sam .pytest_cache .mypy_cache .ruff_cache
