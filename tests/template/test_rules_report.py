@@ -19,12 +19,12 @@ def _rules() -> dict[str, Any]:
 
 
 def test_every_failed_rule_assertion_is_reported_at_once() -> None:
-    # GIVEN EXPRESS with the STANDARD defaults and a long retry interval, and the batch
-    # mode asked for without a queue: four assertions of two rules fail
+    # GIVEN EXPRESS with the STANDARD defaults and a long retry interval, and rows kept
+    # one day by a daily audit: four assertions of two rules fail
     parameters = {
         "WorkflowType": "EXPRESS",
         "RetryIntervalSeconds": "20",
-        "SqsBatchMode": "true",
+        "RetentionDays": "1",
     }
     # WHEN the local engine binds them
     with pytest.raises(TemplateError) as refusal:
@@ -35,11 +35,10 @@ def test_every_failed_rule_assertion_is_reported_at_once() -> None:
         ("ExpressFitsInFiveMinutes", " ".join(assertion["AssertDescription"].split()))
         for assertion in rules["ExpressFitsInFiveMinutes"]["Assertions"]
     ]
+    window = rules["AuditWindowCoversTheSchedule"]["Assertions"]
+    refused = [a for a in window if "at least 3 with a daily" in a["AssertDescription"]]
     expected.append(
-        (
-            "SqsBatchModeNeedsAQueue",
-            rules["SqsBatchModeNeedsAQueue"]["Assertions"][0]["AssertDescription"],
-        )
+        ("AuditWindowCoversTheSchedule", " ".join(refused[0]["AssertDescription"].split()))
     )
     assert isinstance(refusal.value, RulesRefused)
     assert refusal.value.failures == expected
@@ -60,5 +59,7 @@ def test_every_failed_rule_assertion_is_reported_at_once() -> None:
 
 def test_one_failed_assertion_reads_as_before() -> None:
     with pytest.raises(TemplateError) as refusal:
-        Stack.from_file(TEMPLATE, {"SqsBatchMode": "true", "SqsSource": "none"})
-    assert str(refusal.value).startswith("rule SqsBatchModeNeedsAQueue: SqsBatchMode")
+        Stack.from_file(TEMPLATE, {"RetentionDays": "1"})
+    assert str(refusal.value).startswith(
+        "rule AuditWindowCoversTheSchedule: RetentionDays must be at least 3"
+    )
