@@ -87,6 +87,8 @@ def cmd_redrive(args: argparse.Namespace, session: Session) -> int:
 
     def show(item: ops.Redriven) -> None:
         what = item.failed_execution or item.idempotency_key or "(an invalid event: no key)"
+        if item.action == "too late":
+            what = f"message {item.message_id}"  # to find and delete once checked
         print(f"{item.action:<17} {what}  {item.detail}", file=sys.stderr)
 
     with _target(args, session) as target:

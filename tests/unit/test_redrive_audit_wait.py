@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import boto3
+import pytest
 from botocore.stub import Stubber
 
 from onceflow import ops
@@ -110,3 +111,19 @@ def test_an_unreadable_audit_wait_keeps_an_unversioned_event_in_its_dlq() -> Non
     (item,) = report.messages
     assert item.action == "kept"
     assert "the audit's wait cannot be read" in item.detail and "AccessDenied" in item.detail
+
+
+def test_the_summary_counts_events_kept_as_too_late() -> None:
+    from onceflow.cli.stack_commands import redrive_summary
+
+    data = {"resubmitted": 0, "kept": 0, "left": 0, "deleted_already_processed": 0, "too_late": 2}
+    line = redrive_summary(data, dry_run=False, undelivered=False)
+    assert "2 kept as too late (uploads without a version id the audit has resubmitted" in line
+
+
+def test_force_is_refused_with_undelivered() -> None:
+    from onceflow.cli import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["redrive", "--undelivered", "--force"])
+    assert "--force applies to DLQ messages" in str(refused.value)
