@@ -276,6 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
         "event fails the same way until the stack changes to accept it)",
     )
     redrive.add_argument(
+        "--force",
+        action="store_true",
+        help="also move (ingress, source) Object Created events of uploads without a version "
+        "id older than the audit's wait, kept by default as 'too late': the audit has "
+        "resubmitted such uploads under their ETag, so moving them could process them twice",
+    )
+    redrive.add_argument(
         "--dry-run", action="store_true", help="show what would move; change nothing"
     )
     add_target_options(redrive)

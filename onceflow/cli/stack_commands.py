@@ -78,6 +78,8 @@ def parse_since(text: str) -> datetime.datetime:
 def cmd_redrive(args: argparse.Namespace, session: Session) -> int:
     if not args.undelivered and args.since is not None:
         raise SystemExit("onceflow redrive: --since applies to --undelivered only")
+    if args.undelivered and args.force:
+        raise SystemExit("onceflow redrive: --force applies to DLQ messages, not --undelivered")
     if args.undelivered and args.queue is not None:
         raise SystemExit(
             "onceflow redrive: --undelivered reads the processor's failed executions, not a queue"
@@ -85,6 +87,8 @@ def cmd_redrive(args: argparse.Namespace, session: Session) -> int:
 
     def show(item: ops.Redriven) -> None:
         what = item.failed_execution or item.idempotency_key or "(an invalid event: no key)"
+        if item.action == "too late":
+            what = f"message {item.message_id}"  # to find and delete once checked
         print(f"{item.action:<17} {what}  {item.detail}", file=sys.stderr)
 
     with _target(args, session) as target:
@@ -100,18 +104,19 @@ def cmd_redrive(args: argparse.Namespace, session: Session) -> int:
                 progress=None if args.json else show,
                 queue=args.queue or "processor",
                 include_invalid=args.invalid,
+                force=args.force,
             )
     data = report.as_dict()
     if args.json:
         print(json.dumps(data, indent=2))
-        return 0 if data["kept"] == 0 else 1
+        return 0 if data["kept"] == 0 and not data.get("too_late") else 1
     for item in report.messages:
         if item.outcome:
             print(
                 f"  {item.idempotency_key or item.execution_arn or item.message_id}: {item.outcome}"
             )
     print(redrive_summary(data, args.dry_run, args.undelivered))
-    return 0 if data["kept"] == 0 else 1
+    return 0 if data["kept"] == 0 and not data.get("too_late") else 1
 
 
 def redrive_summary(data: dict[str, Any], dry_run: bool, undelivered: bool) -> str:
@@ -130,7 +135,8 @@ def redrive_summary(data: dict[str, Any], dry_run: bool, undelivered: bool) -> s
         f"redrive: {verb} {moved} message(s) back into processing; "
         f"{data['kept']} kept in the DLQ, {data['left']} left for a later run (message(s) "
         "for work this run already moved: its new dead letter if it failed again); "
-        f"{data['deleted_already_processed']} stale removed"
+        f"{data['deleted_already_processed']} stale removed; {data['too_late']} kept as too late "
+        "(uploads without a version id the audit has resubmitted: check and delete, or --force)"
     )
 
 

@@ -18,6 +18,7 @@ from onceflow.ops.redrive import (
     redrive,
     redrive_undelivered,
     undelivered_name,
+    unversioned_upload_time,
 )
 from onceflow.ops.target import DeployedTarget, OpsError, Target, wait_for_execution
 
@@ -42,5 +43,6 @@ __all__ = [
     "redrive_undelivered",
     "run_audit",
     "undelivered_name",
+    "unversioned_upload_time",
     "wait_for_execution",
 ]

@@ -25,7 +25,8 @@ class Redriven:
     message_id: str
     idempotency_key: str | None
     # resubmitted | would resubmit | kept | deleted (already processed) | left (its
-    # work was redriven earlier in the same run)
+    # work was redriven earlier in the same run) | too late (an unversioned upload's
+    # event older than the audit's wait: the audit has resubmitted the upload itself)
     action: str
     detail: str = ""
     execution_arn: str | None = None
@@ -59,6 +60,7 @@ class RedriveReport:
             head = {"queue": self.queue_url}
             counts["left"] = self.count("left")
             counts["deleted_already_processed"] = self.count("deleted")
+            counts["too_late"] = self.count("too late")
         return {
             **head,
             "dry_run": self.dry_run,
@@ -246,6 +248,117 @@ def _execution_exists(sfn: Any, arn: str) -> bool:
     return True
 
 
+# ---- unversioned uploads the audit has taken over ---------------------------
+
+NULL_VERSION = "null"
+# An audit that starts while a redriven event is being claimed looks for its row in the
+# ObjectContent index, which DynamoDB updates asynchronously: an event this close to the
+# audit's wait is treated as past it.
+AUDIT_WAIT_MARGIN_SECONDS = 3600.0
+TOO_LATE = (
+    "the audit resubmits uploads this old without a version id under their ETag; moving "
+    "this event back could process it twice: check `onceflow inspect` and delete it "
+    "(--force moves it anyway)"
+)
+
+
+def _moment(text: Any) -> datetime.datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
+
+
+def _unversioned(version: Any) -> bool:
+    return version is None or version == "" or version == NULL_VERSION
+
+
+def unversioned_upload_time(event: Any) -> datetime.datetime | None:
+    """When S3 sent an Object Created event for an upload without a version id: the
+    EventBridge event's ``time``, or the earliest such record's ``eventTime`` of a classic
+    S3 notification (S3 User Guide, ev-events.html; notification-content-structure.html:
+    ``versionId`` "object version if bucket is versioning-enabled, otherwise null"; an
+    absent one counts as null, as Normalize reads it). None for any other event, and for
+    an upload with a version (its event and the audit share the version's key)."""
+    if not isinstance(event, dict):
+        return None
+    if event.get("source") == "aws.s3" and event.get("detail-type") == "Object Created":
+        detail = event.get("detail")
+        obj = detail.get("object") if isinstance(detail, dict) else None
+        if isinstance(obj, dict) and _unversioned(obj.get("version-id")):
+            return _moment(event.get("time"))
+        return None
+    records = event.get("Records")
+    times = [
+        _moment(record.get("eventTime"))
+        for record in (records if isinstance(records, list) else [])
+        if isinstance(record, dict)
+        and record.get("eventSource") == "aws:s3"
+        and str(record.get("eventName", "")).startswith("ObjectCreated:")
+        and isinstance(record.get("s3"), dict)
+        and _unversioned((record["s3"].get("object") or {}).get("versionId"))
+    ]
+    found = [t for t in times if t is not None]
+    return min(found) if found else None
+
+
+def audit_wait_seconds(target: Target) -> float:
+    """How old an upload without a version id must be before the audit resubmits it under
+    its ETag, as the deployed AuditFunction has it (functions/service/settings.py and
+    logic/audit.py age_verdict: the recent cutoff, and the longest any source holds an
+    event). Its environment through GetFunctionConfiguration: on AWS the deployed function's,
+    locally the engine's (it creates each function with its template environment)."""
+    function = target.output("AuditFunctionArn")
+    configuration = target.client("lambda").get_function_configuration(FunctionName=function)
+    variables = configuration.get("Environment", {}).get("Variables", {})
+    scales = {
+        "AUDIT_RECENT_CUTOFF_HOURS": 3600.0,
+        "INGRESS_MAX_EVENT_AGE_SECONDS": 1.0,
+        "SOURCE_QUEUE_MAX_EVENT_AGE_SECONDS": 1.0,
+    }
+    wait = 0.0
+    for name, scale in scales.items():
+        raw = str(variables.get(name, "")).strip()
+        try:
+            wait = max(wait, float(raw or 0) * scale)
+        except ValueError:
+            raise OpsError(f"the audit function {function} has {name}={raw!r}") from None
+    return wait
+
+
+@dataclass
+class _AuditWait:
+    """The audit's wait, read once per run and only if an unversioned upload's event comes."""
+
+    target: Target
+    force: bool
+    _seconds: float | None = None
+
+    def verdict(self, event: Any) -> tuple[str, str] | None:
+        """The action and reason to keep the event in its DLQ, or None to move it."""
+        if self.force:
+            return None
+        sent = unversioned_upload_time(event)
+        if sent is None:
+            return None
+        if self._seconds is None:
+            try:
+                self._seconds = audit_wait_seconds(self.target)
+            except ClientError as exc:
+                return "kept", (
+                    f"an upload without a version id, and the audit's wait cannot be read "
+                    f"({exc}): it may have resubmitted the upload under its ETag; "
+                    "--force moves it anyway"
+                )
+        age = time.time() - sent.timestamp()
+        if age >= self._seconds - AUDIT_WAIT_MARGIN_SECONDS:
+            return "too late", f"sent {age / 86400:.1f} days ago: {TOO_LATE}"
+        return None
+
+
 # Queues redrive reads: the template output of each, and whether its message
 # bodies are the processor's DLQ shape or the original event (EventBridge's). The
 # source queue's DLQ holds the producers' messages themselves (SQS moved them there
@@ -313,6 +426,7 @@ def redrive(
     wait: bool | None = None,
     queue: str = "processor",
     include_invalid: bool = False,
+    force: bool = False,
 ) -> RedriveReport:
     """Move DLQ messages back into processing: a deliberate second chance.
 
@@ -339,6 +453,12 @@ def redrive(
     A message dead-lettered as InvalidEvent is kept unless ``include_invalid``: the
     processor refused the event itself, so the same event fails the same way until the
     stack changes to accept it (a parameter, a new release); then it is asked for.
+
+    From the ingress and source DLQs, an Object Created event of an upload without a
+    version id that is older than the audit's wait is kept ("too late") unless
+    ``force``: its key is the event's sequencer, and the audit, which sees none, has
+    resubmitted such an upload under its ETag, so moving the event back could process it
+    a second time under another key.
     """
     if queue not in QUEUES:
         raise OpsError(f"no queue {queue!r}; choose from {', '.join(QUEUES)}")
@@ -364,6 +484,7 @@ def redrive(
     kept_handles: list[str] = []
     seen: set[str] = set()
     memory = _RunMemory()
+    audit_wait = _AuditWait(target, force)
     try:
         while max_messages is None or len(report.messages) < max_messages:
             wanted = 10 if max_messages is None else max_messages - len(report.messages)
@@ -379,11 +500,11 @@ def redrive(
             for message in batch[:wanted]:
                 seen.add(message["MessageId"])
                 if back:
-                    outcome = _move_back(sqs, url, back, message, dry_run, memory)
+                    outcome = _move_back(sqs, url, back, message, dry_run, memory, audit_wait)
                 else:
                     outcome = _redrive_one(
                         target, sqs, sfn, url, processor, message, dry_run, raw, memory,
-                        include_invalid,
+                        include_invalid, audit_wait,
                     )  # fmt: skip
                 if outcome.action != "resubmitted" and outcome.action != "deleted":
                     kept_handles.append(message["ReceiptHandle"])
@@ -513,7 +634,13 @@ def _restart(sfn: Any, executions: str, failed: dict[str, Any], dry_run: bool) -
 
 
 def _move_back(
-    sqs: Any, url: str, source: str, message: dict[str, Any], dry_run: bool, memory: _RunMemory
+    sqs: Any,
+    url: str,
+    source: str,
+    message: dict[str, Any],
+    dry_run: bool,
+    memory: _RunMemory,
+    audit_wait: _AuditWait,
 ) -> Redriven:
     """A message of the source queue's DLQ, sent back to the source queue as it was (body
     and message attributes), then deleted from the DLQ: never both gone, at worst both
@@ -522,6 +649,13 @@ def _move_back(
     body = message.get("Body", "")
     if memory.moved(None, None, body):
         return Redriven(message_id, None, "left", "the same message was moved earlier in this run")
+    try:
+        parsed = json.loads(body)
+    except json.JSONDecodeError:
+        parsed = None  # a producer's own text: the pipe's rules judge it, as on any delivery
+    late = audit_wait.verdict(parsed)
+    if late is not None:
+        return Redriven(message_id, None, *late)
     memory.remember(None, [], body)
     if dry_run:
         return Redriven(message_id, None, "would resubmit", "back to the source queue")
@@ -556,7 +690,8 @@ def _redrive_one(
     dry_run: bool,
     raw: bool,
     memory: _RunMemory,
-    include_invalid: bool = False,
+    include_invalid: bool,
+    audit_wait: _AuditWait,
 ) -> Redriven:
     message_id = message["MessageId"]
     attributes = _attributes(message)
@@ -578,6 +713,11 @@ def _redrive_one(
     execution_input = body if raw else _original_input(target, body, attributes)
     if execution_input is None:
         return Redriven(message_id, key, "kept", "the original event is no longer available")
+    # The processor's DLQ is left out: its message has a row under the event's own key,
+    # which the audit finds by content and does not resubmit (logic/audit.py content_row).
+    late = audit_wait.verdict(execution_input) if raw else None
+    if late is not None:
+        return Redriven(message_id, key, *late)
     if memory.moved(key, origin, execution_input):
         return Redriven(
             message_id,

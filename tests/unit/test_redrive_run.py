@@ -80,7 +80,7 @@ def test_the_summary_says_what_a_message_left_in_the_dlq_is() -> None:
     # GIVEN a run that moved one message, whose work failed again and dead-lettered anew
     from onceflow.cli.stack_commands import redrive_summary
 
-    data = {"resubmitted": 1, "kept": 0, "left": 1, "deleted_already_processed": 0}
+    data = {"resubmitted": 1, "kept": 0, "left": 1, "deleted_already_processed": 0, "too_late": 0}
     # WHEN its summary line is written
     line = redrive_summary(data, dry_run=False, undelivered=False)
     # THEN the message left behind is named for what it is, not as "moved earlier"
