@@ -34,7 +34,6 @@ from enum import Enum
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from moto.core import botocore_stubber
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.state_map import StateMap
 from moto.stepfunctions.parser.asl.component.state.exec.state_parallel.state_parallel import (
     StateParallel,
@@ -50,6 +49,8 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_la
 )
 
 from onceflow.local.lambdas import InProcessRuntime
+from onceflow.local.patches import hooks
+from onceflow.local.patches.registry import Installer, Patch, takes
 from onceflow.local.template import Stack, TemplateError
 
 Response = tuple[int, dict[str, str], Any]
@@ -801,7 +802,6 @@ def check_request(
 
 _CONTROLS: list[AccessControl] = []
 _CONTROLS_LOCK = threading.Lock()
-_INSTALLED: list[tuple[Any, str, Any, Any, bool]] = []  # owner, name, original, wrapper, own
 
 
 def _machine_principal(arn: str) -> Principal | None:
@@ -812,22 +812,12 @@ def _machine_principal(arn: str) -> Principal | None:
     return None
 
 
-def _replace(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
-    own = name in vars(owner)
-    original = vars(owner)[name] if own else getattr(owner, name)
-    wrapper = make(original)
-    setattr(owner, name, wrapper)
-    _INSTALLED.append((owner, name, original, wrapper, own))
-
-
-def _checked_process_request(original: Any) -> Any:
-    def process_request(stubber: Any, request: Any) -> Any:
-        principal = IDENTITY.get()
-        if principal is None:  # the engine, a test, the CLI: the operator's credentials
-            return original(stubber, request)
-        return check_request(principal, request, lambda: original(stubber, request))
-
-    return process_request
+def _checked(request: Any, answer: Callable[[], Any]) -> Any:
+    """The request stage (hooks.REQUEST_STAGES): a call made with an identity is checked."""
+    principal = IDENTITY.get()
+    if principal is None:  # the engine, a test, the CLI: the operator's credentials
+        return answer()
+    return check_request(principal, request, answer)
 
 
 def _as_state_machine(original: Any) -> Any:
@@ -842,22 +832,29 @@ def _as_state_machine(original: Any) -> Any:
     return eval_execution
 
 
-def _install() -> None:
-    _replace(botocore_stubber.BotocoreStubber, "process_request", _checked_process_request)
-    for state_class in (StateTaskService, StateTaskLambda, StateTaskActivity, StateMap,
-                        StateParallel):  # fmt: skip
-        _replace(state_class, "_eval_execution", _as_state_machine)
+_STATE_CLASSES = (StateTaskService, StateTaskLambda, StateTaskActivity, StateMap, StateParallel)
 
 
-def _uninstall() -> None:
-    while _INSTALLED:
-        owner, name, original, wrapper, own = _INSTALLED.pop()
-        if vars(owner).get(name) is not wrapper:
-            continue  # replaced again after us: whoever did restores our wrapper, a pass-through
-        if own:
-            setattr(owner, name, original)
-        else:
-            delattr(owner, name)
+def _install(installer: Installer) -> None:
+    for state_class in _STATE_CLASSES:
+        installer.replace(
+            state_class, "_eval_execution", _as_state_machine(state_class._eval_execution)
+        )
+    installer.replace(hooks.Stages, "iam", staticmethod(_checked))
+
+
+PATCHES = (
+    Patch(
+        name="IAM",
+        kind="iam",
+        why="A function's calls are checked against its role and a state machine's task "
+        "integrations against the machine's role, as SAM builds them from the template; a "
+        "denied request gets the service's AccessDenied (Service Authorization Reference).",
+        test="tests/unit/test_iam.py",
+        install=_install,
+        fits=lambda: [f for c in _STATE_CLASSES for f in takes(c._eval_execution, "self", "env")],
+    ),
+)
 
 
 @dataclass
@@ -901,9 +898,7 @@ class AccessControl:
         load = runtime.load
         runtime.load = lambda spec: self.as_function(spec.name, load(spec))  # type: ignore[method-assign]
         self._runtime = runtime
-        with _CONTROLS_LOCK:
-            if not _CONTROLS:
-                _install()
+        with _CONTROLS_LOCK:  # the patches are in place (patches.install(), PATCHES below)
             _CONTROLS.append(self)
         self._started = True
 
@@ -915,8 +910,6 @@ class AccessControl:
             return
         with _CONTROLS_LOCK:
             _CONTROLS.remove(self)
-            if not _CONTROLS:
-                _uninstall()
         self._started = False
 
     def as_function(self, name: str, handler: Handler) -> Handler:

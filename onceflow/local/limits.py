@@ -83,6 +83,7 @@ from moto.stepfunctions.parser.utils import TMP_THREADS
 
 from onceflow.local.lambdas import FUNCTION_OUTPUT, Invocation, LambdaContext, error_payload
 from onceflow.local.patches import hooks
+from onceflow.local.patches.registry import Installer, Patch, gone, takes
 
 if TYPE_CHECKING:
     from onceflow.local.engine import LocalEngine
@@ -107,103 +108,131 @@ EVENTBRIDGE_TOO_LARGE: Final = "Total size of the entries in the request is over
 # Installing and removing
 # ---------------------------------------------------------------------------
 
-_ABSENT = object()
 _LOCK = threading.Lock()
 _ENGINES: list[LocalEngine] = []
-_UNDO: list[tuple[Any, str, Any]] = []  # (owner, attribute, what it held before)
-
-
-def _replace(owner: Any, name: str, value: Any) -> Any:
-    """Put value in place of owner.name; returns what was there (to delegate to)."""
-    before = vars(owner).get(name, _ABSENT)
-    current = getattr(owner, name)
-    _UNDO.append((owner, name, before))
-    setattr(owner, name, value)
-    return current
 
 
 def install(engine: LocalEngine) -> None:
-    """Enforce the limits for this engine (after patches.install())."""
+    """Enforce the limits for this engine (their moto patches are in the registry,
+    PATCHES below, put in place by patches.install() with the others)."""
     with _LOCK:
         if any(e is engine for e in _ENGINES):
             return
-        if not _ENGINES:
-            _apply()
         _ENGINES.append(engine)
     engine.runtime.invoke = TimedInvoke(engine)  # type: ignore[method-assign]
     engine.put_custom_event = _sized_custom_events(engine.put_custom_event)  # type: ignore[method-assign]
 
 
 def uninstall(engine: LocalEngine) -> None:
-    """Stop enforcing them for this engine; the last engine takes the moto patches away."""
+    """Stop enforcing them for this engine (patches.uninstall() takes the moto patches)."""
     with _LOCK:
         if not any(e is engine for e in _ENGINES):
             return
         _ENGINES[:] = [e for e in _ENGINES if e is not engine]
         vars(engine.runtime).pop("invoke", None)
         vars(engine).pop("put_custom_event", None)
-        if not _ENGINES:
-            _undo()
 
 
 def installed() -> bool:
     return bool(_ENGINES)
 
 
-def _undo() -> None:
-    while _UNDO:
-        owner, name, before = _UNDO.pop()
-        if before is _ABSENT:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, before)
-
-
 _ORIGINAL: dict[str, Any] = {}
 
 
-def _apply() -> None:
-    # Step Functions: sizes.
+def _install_sizes(installer: Installer) -> None:
     for module in (sfn_state, sfn_task_lambda, state_task_service):
-        _replace(module, "is_within_size_quota", within_state_quota)
-    _ORIGINAL["before_task"] = _replace(
+        installer.replace(module, "is_within_size_quota", within_state_quota)
+    _ORIGINAL["before_task"] = installer.replace(
         state_task_service.StateTaskService, "_before_eval_execution", _before_task
     )
-    _ORIGINAL["lambda_parameters"] = _replace(
+    _ORIGINAL["lambda_parameters"] = installer.replace(
         sfn_task_lambda.StateTaskLambda, "_eval_parameters", _lambda_parameters
     )
-    _ORIGINAL["assign"] = _replace(assign_decl.AssignDecl, "_eval_body", _assign)
-    # Step Functions: history and duration.
-    _ORIGINAL["add_event"] = _replace(sfn_event_manager.EventManager, "add_event", _add_event)
-    _ORIGINAL["environment"] = _replace(
+    _ORIGINAL["assign"] = installer.replace(assign_decl.AssignDecl, "_eval_body", _assign)
+
+
+def _sizes_fit() -> list[str]:
+    return [
+        *[f"{m.__name__}.is_within_size_quota is gone" for m in (sfn_state, sfn_task_lambda,
+          state_task_service) if "is_within_size_quota" not in vars(m)],
+        *takes(state_task_service.StateTaskService._before_eval_execution, "self", "env",
+               "resource_runtime_part", "raw_parameters", "state_credentials"),
+        *gone(sfn_task_lambda.StateTaskLambda, "_eval_parameters"),
+        *gone(assign_decl.AssignDecl, "_eval_body"),
+    ]  # fmt: skip
+
+
+def _install_history(installer: Installer) -> None:
+    _ORIGINAL["add_event"] = installer.replace(
+        sfn_event_manager.EventManager, "add_event", _add_event
+    )
+    _ORIGINAL["environment"] = installer.replace(
         execution_worker.ExecutionWorker, "_get_evaluation_environment", _evaluation_environment
     )
-    _ORIGINAL["set_error"] = _replace(sfn_environment.Environment, "set_error", _set_error)
-    _ORIGINAL["set_timed_out"] = _replace(
+    _ORIGINAL["set_error"] = installer.replace(sfn_environment.Environment, "set_error", _set_error)
+    _ORIGINAL["set_timed_out"] = installer.replace(
         sfn_environment.Environment, "set_timed_out", _set_timed_out
     )
-    _ORIGINAL["program_eval"] = _replace(sfn_program.Program, "eval", _program_eval)
-    _ORIGINAL["wait"] = _replace(wait_function.WaitFunction, "_wait_interval", _wait_interval)
-    _ORIGINAL["retrier"] = _replace(retrier_decl.RetrierDecl, "_eval_body", _retrier)
-    _replace(retrier_decl, "time", _RetryTime(retrier_decl.time))  # type: ignore[attr-defined]
-    _ORIGINAL["reflect"] = _replace(
+    _ORIGINAL["program_eval"] = installer.replace(sfn_program.Program, "eval", _program_eval)
+    _ORIGINAL["wait"] = installer.replace(
+        wait_function.WaitFunction, "_wait_interval", _wait_interval
+    )
+    _ORIGINAL["retrier"] = installer.replace(retrier_decl.RetrierDecl, "_eval_body", _retrier)
+    installer.replace(retrier_decl, "time", _RetryTime(retrier_decl.time))  # type: ignore[attr-defined]
+    _ORIGINAL["reflect"] = installer.replace(
         sfn_execution.BaseExecutionWorkerCommunication,
         "_reflect_execution_status",
         _reflect_execution_status,
     )
-    # Lambda: who is waiting for an invocation.
-    for name in ("execute_lambda_function_integration", "exec_lambda_function"):
-        _ORIGINAL[name] = _replace(lambda_eval_utils, name, _calling(name))
-    # DynamoDB, SQS, EventBridge.
-    _replace(ddb_dynamo_type.LimitedSizeDict, "__setitem__", _limited_setitem)
-    _ORIGINAL["dynamodb_call"] = _replace(
+
+
+def _history_fits() -> list[str]:
+    return [
+        *takes(sfn_event_manager.EventManager.add_event, "self", "context", "event_type",
+               "event_details", "timestamp", "update_source_event_id"),
+        *gone(execution_worker.ExecutionWorker, "_get_evaluation_environment"),
+        *gone(sfn_environment.Environment, "set_error", "set_timed_out"),
+        *gone(sfn_program.Program, "eval"),
+        *gone(wait_function.WaitFunction, "_wait_interval"),
+        *gone(retrier_decl.RetrierDecl, "_eval_body"),
+        *gone(sfn_execution.BaseExecutionWorkerCommunication, "_reflect_execution_status"),
+        *([] if hasattr(retrier_decl, "time") else ["moto's retrier no longer imports time"]),
+    ]  # fmt: skip
+
+
+_LAMBDA_CALLS = ("execute_lambda_function_integration", "exec_lambda_function")
+
+
+def _install_lambda_callers(installer: Installer) -> None:
+    for name in _LAMBDA_CALLS:
+        _ORIGINAL[name] = installer.replace(lambda_eval_utils, name, _calling(name))
+
+
+def _install_services(installer: Installer) -> None:
+    installer.replace(ddb_dynamo_type.LimitedSizeDict, "__setitem__", _limited_setitem)
+    _ORIGINAL["dynamodb_call"] = installer.replace(
         dynamodb_responses.DynamoHandler, "call_action", _checked_dynamodb_call
     )
-    _ORIGINAL["send_message"] = _replace(sqs_models.SQSBackend, "send_message", _send_message)
-    _ORIGINAL["send_message_batch"] = _replace(
+    _ORIGINAL["send_message"] = installer.replace(
+        sqs_models.SQSBackend, "send_message", _send_message
+    )
+    _ORIGINAL["send_message_batch"] = installer.replace(
         sqs_models.SQSBackend, "send_message_batch", _send_message_batch
     )
-    _ORIGINAL["put_events"] = _replace(events_models.EventsBackend, "put_events", _put_events)
+    _ORIGINAL["put_events"] = installer.replace(
+        events_models.EventsBackend, "put_events", _put_events
+    )
+
+
+def _services_fit() -> list[str]:
+    return [
+        *gone(ddb_dynamo_type.LimitedSizeDict, "__setitem__"),
+        *takes(dynamodb_responses.DynamoHandler.call_action, "self"),
+        *takes(sqs_models.SQSBackend.send_message, "self", "queue_name", "message_body"),
+        *takes(sqs_models.SQSBackend.send_message_batch, "self", "queue_name", "entries"),
+        *takes(events_models.EventsBackend.put_events, "self", "events"),
+    ]
 
 
 # ---------------------------------------------------------------------------
@@ -1044,3 +1073,46 @@ __all__ = [
     "uninstall",
     "within_state_quota",
 ]
+
+
+_DOCS = "docs/local-engine.md (AWS limits on the local engine)"
+PATCHES = (
+    Patch(
+        name="Step Functions sizes",
+        kind="limit",
+        why="256 KiB of UTF-8 JSON per state input, output, task parameters and Assign, "
+        "States.DataLimitExceeded over it (Step Functions service quotas); moto counts "
+        "ASCII-escaped JSON. " + _DOCS,
+        test="tests/workflow/test_limits.py",
+        install=_install_sizes,
+        fits=_sizes_fit,
+    ),
+    Patch(
+        name="Step Functions history and duration",
+        kind="limit",
+        why="A STANDARD execution fails at 25,000 history events; an EXPRESS one times "
+        "out at five minutes, Wait and Retry backoff included (Step Functions service "
+        "quotas); moto has neither. " + _DOCS,
+        test="tests/workflow/test_limits.py",
+        install=_install_history,
+        fits=_history_fits,
+    ),
+    Patch(
+        name="Lambda timeout callers",
+        kind="limit",
+        why="A handler past its function's Timeout answers Sandbox.Timedout to the task "
+        "that waits for it (Troubleshoot invocation issues in Lambda). " + _DOCS,
+        test="tests/workflow/test_limits.py",
+        install=_install_lambda_callers,
+        fits=lambda: gone(lambda_eval_utils, *_LAMBDA_CALLS),
+    ),
+    Patch(
+        name="DynamoDB, SQS and EventBridge sizes",
+        kind="limit",
+        why="DynamoDB's 400 KB item and 38-digit numbers, SQS's 256 KiB bodies and "
+        "characters, EventBridge's 1 MB PutEvents, refused as AWS refuses them. " + _DOCS,
+        test="tests/workflow/test_limits.py",
+        install=_install_services,
+        fits=_services_fit,
+    ),
+)

@@ -172,6 +172,43 @@ def test_a_fidelity_patch_that_no_longer_fits_stops_the_engine(
     assert moto_jsonata._eval_jsonata is not fidelity.eval_jsonata
 
 
+def test_another_moto_whose_every_fits_check_passes_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import moto
+
+    # GIVEN moto reports a version other than requirements/dev.txt's pin, its code as before
+    assert patches.pinned()["moto"] == moto.__version__
+    monkeypatch.setattr(moto, "__version__", "9.9.9")
+    # WHEN an engine starts THEN every fits check passes, so it runs an execution
+    with LocalEngine(function_log=io.StringIO()) as engine:
+        assert patches.installed() is not None
+        result = engine.execute(MACHINE, s3_event(engine, "a.png", upload(engine, "a.png")))
+        assert result.status == "SUCCEEDED"
+    assert patches.installed() is None
+
+
+def test_another_moto_that_moved_what_a_patch_needs_stops_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import moto
+    from moto.stepfunctions.parser.backend import execution
+
+    # GIVEN another moto version, one that no longer has what the limits replace
+    monkeypatch.setattr(moto, "__version__", "9.9.9")
+    owner = execution.BaseExecutionWorkerCommunication
+    monkeypatch.delattr(owner, "_reflect_execution_status")
+    # WHEN an engine starts THEN it stops with one line naming the version and what moved
+    with pytest.raises(RuntimeError) as raised:
+        LocalEngine(function_log=io.StringIO()).start()
+    line = str(raised.value)
+    assert "\n" not in line
+    assert line.startswith("onceflow: the local engine does not fit moto 9.9.9 (pinned ")
+    assert (
+        "Step Functions history and duration: "
+        "BaseExecutionWorkerCommunication._reflect_execution_status is gone"
+    ) in line
+    assert patches.installed() is None
+
+
 def test_each_fidelity_patch_names_the_aws_behaviour_and_its_test() -> None:
     from pathlib import Path
 

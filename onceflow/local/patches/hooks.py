@@ -10,6 +10,7 @@ runs sets it, and a state of an execution finds it by its state machine.
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import re
 import threading
@@ -35,7 +36,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.backend import execution_worker
 
-from onceflow.local.patches.registry import Installer, Patch
+from onceflow.local.patches.registry import Installer, Patch, takes
 
 # --------------------------------------------------------------------------
 # One engine's state, and which engine a call is for
@@ -357,31 +358,66 @@ def _injected(
     return None
 
 
-def _logged(original: Any) -> Any:
+def _faults_and_log(request: Any, answer: Callable[[], Any]) -> Any:
+    match = LOGGED_SERVICE.match(urlsplit(request.url).netloc)
+    state = current() if match is not None else None
+    if match is None or state is None:
+        return answer()
+    service = match.group(1)
+    response = _injected(state, service, request) or answer()
+    if response is not None:
+        operation, bucket, key = describe(request, service)
+        state.requests.add(RecordedRequest(service, operation, response[0], bucket, key))
+    return response
+
+
+def _pass(request: Any, answer: Callable[[], Any]) -> Any:
+    return answer()
+
+
+class Stages:
+    """The request-level concerns around moto's answer to one request, in ORDER
+    (outermost first), each ``stage(request, answer)`` calling ``answer()`` to go on:
+
+    - ``iam``: a call made as a role is checked; a denied one never reaches moto
+      (onceflow/local/iam.py puts it in place);
+    - ``serialise``: DynamoDB, S3 and SQS requests are served one at a time (the
+      fidelity patch "atomic single-item writes");
+    - ``faults_and_log``: an injected fault answers instead of moto; what was
+      answered goes to the engine's request log.
+
+    botocore's own ``before-send`` event cannot hold them: botocore calls every
+    handler of it and moto's handler answers whatever an earlier one returned, so
+    no handler there can answer in moto's place or hold a lock around its work.
+    They live in one replacement of moto's process_request instead, the order
+    this list, each stage a slot the registry fills and empties.
+    """
+
+    iam = staticmethod(_pass)
+    serialise = staticmethod(_pass)
+    faults_and_log = staticmethod(_faults_and_log)
+
+
+ORDER = ("iam", "serialise", "faults_and_log")
+
+
+def _through_stages(original: Any) -> Any:
     def process_request(stubber: Any, request: Any) -> Any:
-        match = LOGGED_SERVICE.match(urlsplit(request.url).netloc)
-        state = current() if match is not None else None
-        if match is None or state is None:
-            return original(stubber, request)
-        service = match.group(1)
-        response = _injected(state, service, request) or original(stubber, request)
-        if response is not None:
-            operation, bucket, key = describe(request, service)
-            state.requests.add(RecordedRequest(service, operation, response[0], bucket, key))
-        return response
+        answer = functools.partial(original, stubber, request)
+        for name in reversed(ORDER):
+            answer = functools.partial(getattr(Stages, name), request, answer)
+        return answer()
 
     return process_request
 
 
-def _install_log(installer: Installer) -> None:
+def _install_stages(installer: Installer) -> None:
     stubber = botocore_stubber.BotocoreStubber
-    installer.replace(stubber, "process_request", _logged(stubber.process_request))
+    installer.replace(stubber, "process_request", _through_stages(stubber.process_request))
 
 
 def stubber_fits() -> list[str]:
-    if "process_request" not in vars(botocore_stubber.BotocoreStubber):
-        return ["BotocoreStubber.process_request is gone"]
-    return []
+    return takes(botocore_stubber.BotocoreStubber.process_request, "self", "request")
 
 
 # --------------------------------------------------------------------------
@@ -462,12 +498,13 @@ PATCHES = (
         fits=_clock_fits,
     ),
     Patch(
-        name="request log and faults",
+        name="request stages",
         kind="hook",
-        why="Every DynamoDB, S3 and SQS request is recorded in its engine's log (effect "
-        "counts, the bench's bill) after the chaos harness's faults had their chance.",
+        why="One place for the request-level concerns (Stages, in ORDER: IAM, one request "
+        "at a time, faults, then the request log behind the effect counts and the "
+        "bench's bill).",
         test="tests/unit/test_patch_layer.py::test_two_engines_keep_their_own_clock_log_and_faults",
-        install=_install_log,
+        install=_install_stages,
         fits=stubber_fits,
     ),
     Patch(
