@@ -223,6 +223,19 @@ def test_each_fidelity_patch_names_the_aws_behaviour_and_its_test() -> None:
         assert len(patch.why) > 80, f"{patch.name} does not say which AWS behaviour it is"
 
 
+def test_each_fidelity_patch_has_its_reproduction_against_stock_moto() -> None:
+    from tests.upstream import test_stock_moto as upstream
+
+    fidelity_patches = {p.name for p in patches.PATCHES if p.kind == "fidelity"}
+    # GIVEN the reproductions kept for upstream reports THEN every fidelity patch has
+    # one (or says why it cannot), and none names a patch that is gone
+    missing = fidelity_patches - set(upstream.REPRODUCED) - set(upstream.UNREPRODUCIBLE)
+    assert not missing, f"no reproduction against stock moto: {sorted(missing)}"
+    assert set(upstream.REPRODUCED) | set(upstream.UNREPRODUCIBLE) <= fidelity_patches
+    for where in upstream.REPRODUCED.values():
+        assert hasattr(upstream, where.split("::")[1]), where
+
+
 def test_the_local_engine_doc_lists_the_patches_the_code_has() -> None:
     from pathlib import Path
 
