@@ -132,9 +132,7 @@ _MISSING_OBJECT = {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:s3:getO
                    "Parameters": {"Bucket": "missing", "Key": "k"}, "End": True}  # fmt: skip
 
 
-@reproduces(
-    "a failed Parallel branch aborts its state", "aws-sdk errors named for the service"
-)
+@reproduces("a failed Parallel branch aborts its state", "aws-sdk errors named for the service")
 def test_a_failed_sdk_task_is_named_s3_and_its_branch_not_aborted(run: Run) -> None:
     # AWS: S3.NoSuchBucketException; in a Parallel branch, TaskFailed then TaskStateAborted.
     alone = run({"StartAt": "T", "States": {"T": _MISSING_OBJECT}})
