@@ -8,13 +8,13 @@
   ``fidelity.executions``: the context object and DescribeExecution);
 - ``speedups``: moto made faster, each pinned to the source it relies on and
   left out (one warning line) when that source changed;
-- ``registry``: what a patch is (its name, kind, reason, test, pins) and how
-  patches are put in place and taken away.
+- ``registry``: what a patch is (its name, kind, reason, test, fits check, pins)
+  and how patches are put in place and taken away; AWS's quotas
+  (onceflow/local/limits/) and IAM (onceflow/local/iam.py) are patches of it too.
 
-``install(state)`` puts them in place when the first engine starts and
-``uninstall(state)`` takes every one away when the last engine stops. AWS's
-quotas (onceflow/local/limits.py) and IAM (onceflow/local/iam.py) are installed on top of
-these, per engine, and undone the same way.
+``install(state)`` puts them in place when the first engine starts (refusing a
+moto or botocore other than the pinned one unless every patch fits it) and
+``uninstall(state)`` takes every one away when the last engine stops.
 """
 
 from __future__ import annotations
@@ -30,37 +30,12 @@ import botocore
 import moto
 
 from onceflow.local.patches import fidelity, hooks
-from onceflow.local.patches.fidelity import (
-    UNSUPPORTED_RESULT,
-    distributed_map,
-    eval_jsonata,
-    executions,
-    integrations,
-)
-from onceflow.local.patches.hooks import (
-    Clock,
-    EngineState,
-    FaultInjector,
-    RecordedRequest,
-    RequestLog,
-    dynamodb_error,
-    sqs_error,
-)
+from onceflow.local.patches.fidelity import distributed_map, eval_jsonata, executions, integrations
+from onceflow.local.patches.hooks import Clock, EngineState, dynamodb_error, sqs_error
 from onceflow.local.patches.registry import LOG, Installed, Patch, install_all
 
-__all__ = [
-    "UNSUPPORTED_RESULT",
-    "Clock",
-    "EngineState",
-    "FaultInjector",
-    "RecordedRequest",
-    "RequestLog",
-    "dynamodb_error",
-    "eval_jsonata",
-    "install",
-    "sqs_error",
-    "uninstall",
-]
+__all__ = ["Clock", "EngineState", "dynamodb_error", "eval_jsonata", "install", "sqs_error",
+           "uninstall"]  # fmt: skip
 
 # The versions every patch was made against: requirements/dev.txt's pins (the
 # lock file `make setup` installs), else the package's own requirement.
@@ -110,7 +85,7 @@ def _speedups() -> tuple[Patch, ...]:
 def _patches() -> tuple[Patch, ...]:
     """Every patch, in the order they go in: each later one wraps what the earlier
     ones put in place (the limits' retrier time wraps the clock's, say). Built on
-    first use: limits.py and iam.py import this package for the registry."""
+    first use: limits and iam.py import this package for the registry."""
     from onceflow.local import iam, limits
 
     return (

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 # hook: the engine's instruments; fidelity: moto made to do what AWS does; limit:
-# AWS's quotas (onceflow/local/limits.py); iam: the template's roles
+# AWS's quotas (onceflow/local/limits/); iam: the template's roles
 # (onceflow/local/iam.py); meter: the bench's DynamoDB meter; speedup: moto faster.
 Kind = Literal["hook", "fidelity", "limit", "iam", "meter", "speedup"]
 

@@ -3,7 +3,7 @@
 Each patch below names the AWS behaviour it reproduces, with the page that
 documents it, and the test that holds the engine to it (see ``PATCHES`` at
 the end). AWS's quotas (sizes, history, durations, timeouts) are enforced by
-onceflow/local/limits.py and IAM by onceflow/local/iam.py, installed the same way.
+onceflow/local/limits/ and IAM by onceflow/local/iam.py, installed the same way.
 The Distributed Map's are apart, in ``distributed_map``.
 """
 

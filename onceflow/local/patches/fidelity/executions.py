@@ -12,7 +12,6 @@ import datetime
 import inspect
 from typing import Any
 
-from moto.core.exceptions import AWSError
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions import responses as sfn_responses
 from moto.stepfunctions.parser.api import StateMachineType
@@ -77,12 +76,8 @@ EXPRESS_REFUSED = "Invalid Arn: 'Resource type not valid in this context: expres
 
 def _refusing_express(original: Any) -> Any:
     def call(self: Any) -> Any:
-        try:
-            execution = self.stepfunction_backend.describe_execution(
-                self._get_param("executionArn")
-            )
-        except AWSError:  # unknown or malformed: moto's own answer, as before
-            return original(self)
+        # An unknown or malformed ARN raises moto's own error here, as it would below.
+        execution = self.stepfunction_backend.describe_execution(self._get_param("executionArn"))
         if str(getattr(execution.state_machine, "type", "")) == StateMachineType.EXPRESS:
             raise sfn_exceptions.InvalidArn(EXPRESS_REFUSED)
         return original(self)
