@@ -35,23 +35,9 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.state_map import StateMap
-from moto.stepfunctions.parser.asl.component.state.exec.state_parallel.state_parallel import (
-    StateParallel,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (  # noqa: E501
-    StateTaskService,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_activitiy import (
-    StateTaskActivity,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import (
-    StateTaskLambda,
-)
-
 from onceflow.local.lambdas import InProcessRuntime
 from onceflow.local.patches import hooks
-from onceflow.local.patches.registry import Installer, Patch, takes
+from onceflow.local.patches.registry import Installer, Patch
 from onceflow.local.template import Stack, TemplateError
 
 Response = tuple[int, dict[str, str], Any]
@@ -675,27 +661,27 @@ def _checked(request: Any, answer: Callable[[], Any]) -> Any:
     return check_request(principal, request, answer)
 
 
-def _as_state_machine(original: Any) -> Any:
-    def eval_execution(state: Any, env: Any) -> Any:
-        arn = env.states.context_object.context_object_data["StateMachine"]["Id"]
-        # A task's work runs on a thread of its own (the state's timeout), and
-        # Map and Parallel run branches on theirs: the identity is set where
-        # the work happens rather than where the execution started.
-        with acting_as(_machine_principal(str(arn))):
-            return original(state, env)
-
-    return eval_execution
-
-
-_STATE_CLASSES = (StateTaskService, StateTaskLambda, StateTaskActivity, StateMap, StateParallel)
+@contextmanager
+def _as_its_machine(env: Any) -> Iterator[None]:
+    """A state's work as its machine's role (hooks.Stages.machine_role): a task's work
+    runs on a thread of its own, and Map and Parallel branches on theirs, so the
+    identity is set where the work happens rather than where the execution started."""
+    arn = env.states.context_object.context_object_data["StateMachine"]["Id"]
+    with acting_as(_machine_principal(str(arn))):
+        yield
 
 
 def _install(installer: Installer) -> None:
-    for state_class in _STATE_CLASSES:
-        installer.replace(
-            state_class, "_eval_execution", _as_state_machine(state_class._eval_execution)
-        )
     installer.replace(hooks.Stages, "iam", staticmethod(_checked))
+    installer.replace(hooks.Stages, "machine_role", staticmethod(_as_its_machine))
+
+
+def _fits() -> list[str]:
+    from moto.stepfunctions.parser.asl.eval import states
+
+    if "StateMachine" not in states.ContextObjectData.__annotations__:
+        return ["moto's context object no longer names its StateMachine"]
+    return []
 
 
 PATCHES = (
@@ -707,7 +693,7 @@ PATCHES = (
         "denied request gets the service's AccessDenied (Service Authorization Reference).",
         test="tests/unit/test_iam.py",
         install=_install,
-        fits=lambda: [f for c in _STATE_CLASSES for f in takes(c._eval_execution, "self", "env")],
+        fits=_fits,
     ),
 )
 

@@ -172,6 +172,25 @@ def test_a_fidelity_patch_that_no_longer_fits_stops_the_engine(
     assert moto_jsonata._eval_jsonata is not fidelity.eval_jsonata
 
 
+def test_the_request_stages_run_in_their_documented_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN each request stage noting its turn, and a stand-in for moto's answer
+    seen: list[str] = []
+
+    def noting(name: str) -> Any:
+        def stage(request: Any, answer: Any) -> Any:
+            seen.append(name)
+            return answer()
+
+        return staticmethod(stage)
+
+    for name in hooks.ORDER:
+        monkeypatch.setattr(hooks.Stages, name, noting(name))
+    process = hooks._through_stages(lambda stubber, request: seen.append("moto") or (200, {}, ""))
+    # WHEN a request goes through THEN IAM first, moto last, each once
+    assert process(None, object()) == (200, {}, "")
+    assert seen == ["iam", "serialise", "faults_and_log", "moto"]
+
+
 def test_another_moto_whose_every_fits_check_passes_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     import moto
 

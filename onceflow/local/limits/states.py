@@ -16,9 +16,7 @@ from moto.stepfunctions.parser.api import (
     ExecutionStatus,
     ExecutionTimedOutEventDetails,
     HistoryEventType,
-    LambdaFunctionFailedEventDetails,
     StateMachineType,
-    TaskFailedEventDetails,
 )
 from moto.stepfunctions.parser.asl.component import eval_component
 from moto.stepfunctions.parser.asl.component.common.assign import assign_decl
@@ -155,31 +153,13 @@ def within_state_quota(value: Any) -> bool:
 def _data_limit(env: Any, event_type: HistoryEventType, cause: str, **details: Any) -> Exception:
     error = StatesErrorNameType.StatesStatesDataLimitExceeded
     if event_type == HistoryEventType.LambdaFunctionFailed:
-        event_details = EventDetails(  # type: ignore[typeddict-item]
-            lambdaFunctionFailedEventDetails=LambdaFunctionFailedEventDetails(  # type: ignore[typeddict-item]
-                error=error.to_name(), cause=cause
-            )
-        )
-    elif details:
-        event_details = EventDetails(  # type: ignore[typeddict-item]
-            taskFailedEventDetails=TaskFailedEventDetails(  # type: ignore[typeddict-item]
-                error=error.to_name(), cause=cause, **details
-            )
-        )
+        key = "lambdaFunctionFailedEventDetails"
     else:
-        event_details = EventDetails(  # type: ignore[typeddict-item]
-            executionFailedEventDetails=ExecutionFailedEventDetails(  # type: ignore[typeddict-item]
-                error=error.to_name(), cause=cause
-            )
-        )
-    return FailureEventException(
-        failure_event=FailureEvent(
-            env=env,
-            error_name=StatesErrorName(typ=error),
-            event_type=event_type,
-            event_details=event_details,
-        )
-    )
+        key = "taskFailedEventDetails" if details else "executionFailedEventDetails"
+    # EventDetails and its members are TypedDicts: plain dicts.
+    event_details: Any = {key: {"error": error.to_name(), "cause": cause, **details}}
+    failure = FailureEvent(env, StatesErrorName(typ=error), event_type, event_details)
+    return FailureEventException(failure_event=failure)
 
 
 def _before_task(

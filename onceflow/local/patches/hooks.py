@@ -28,6 +28,9 @@ from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_map import state_map
 from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import state_parallel
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+    state_task_activitiy,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
     state_task_lambda as sfn_task_lambda,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
@@ -36,7 +39,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.backend import execution_worker
 
-from onceflow.local.patches.registry import Installer, Patch, takes
+from onceflow.local.patches.registry import Installer, Patch, gone, takes
 
 # --------------------------------------------------------------------------
 # One engine's state, and which engine a call is for
@@ -236,7 +239,7 @@ def _for_its_machine(original: Any) -> Any:
     a task runs on a thread of its own, and Map and Parallel branches on theirs."""
 
     def evaluate(component: Any, env: Any, *args: Any, **kwargs: Any) -> Any:
-        with working_for(for_env(env)):
+        with working_for(for_env(env)), Stages.machine_role(env):
             return original(component, env, *args, **kwargs)
 
     return evaluate
@@ -245,6 +248,7 @@ def _for_its_machine(original: Any) -> Any:
 _STATE_CLASSES = (
     state_task_service.StateTaskService,
     sfn_task_lambda.StateTaskLambda,
+    state_task_activitiy.StateTaskActivity,
     state_map.StateMap,
     state_parallel.StateParallel,
 )
@@ -375,6 +379,11 @@ def _pass(request: Any, answer: Callable[[], Any]) -> Any:
     return answer()
 
 
+@contextmanager
+def _as_no_role(env: Any) -> Iterator[None]:
+    yield
+
+
 class Stages:
     """The request-level concerns around moto's answer to one request, in ORDER
     (outermost first), each ``stage(request, answer)`` calling ``answer()`` to go on:
@@ -391,8 +400,12 @@ class Stages:
     no handler there can answer in moto's place or hold a lock around its work.
     They live in one replacement of moto's process_request instead, the order
     this list, each stage a slot the registry fills and empties.
+
+    ``machine_role`` is the IAM slot of a state's work: each task, Map and Parallel
+    state (already wrapped to work for its engine) runs as its machine's role.
     """
 
+    machine_role = staticmethod(_as_no_role)
     iam = staticmethod(_pass)
     serialise = staticmethod(_pass)
     faults_and_log = staticmethod(_faults_and_log)
@@ -444,12 +457,6 @@ def _in_process(original: Any) -> Any:
 def _install_lambda(installer: Installer) -> None:
     function = lambda_models.LambdaFunction
     installer.replace(function, "_invoke_lambda", _in_process(function._invoke_lambda))
-
-
-def _lambda_fits() -> list[str]:
-    if "_invoke_lambda" not in vars(lambda_models.LambdaFunction):
-        return ["LambdaFunction._invoke_lambda is gone"]
-    return []
 
 
 # --------------------------------------------------------------------------
@@ -514,7 +521,7 @@ PATCHES = (
         "in-process instead of in Docker.",
         test="tests/workflow/test_processor.py",
         install=_install_lambda,
-        fits=_lambda_fits,
+        fits=lambda: gone(lambda_models.LambdaFunction, "_invoke_lambda"),
     ),
     Patch(
         name="execution end signals",

@@ -108,16 +108,13 @@ class Patch:
             return [f"its check failed ({type(exc).__name__}: {exc})"]
 
     def problems(self) -> list[str]:
+        """What moved, and each pin whose source changed."""
+        found = self.moved()
         try:
-            found = list(self.fits())
-            found += [
-                f"{pin.what} changed: re-check the patch that follows it"
-                for pin in self.pins
-                if not pin.matches()
-            ]
-        except Exception as exc:  # moto moved so far the check itself fails: a problem too
-            return [f"its check failed ({type(exc).__name__}: {exc})"]
-        return found
+            changed = [pin.what for pin in self.pins if not pin.matches()]
+        except Exception as exc:  # the pinned source is gone: a problem too
+            return [*found, f"its pin's check failed ({type(exc).__name__}: {exc})"]
+        return found + [f"{what} changed: re-check the patch that follows it" for what in changed]
 
 
 _ABSENT = object()

@@ -1,9 +1,10 @@
-"""An execution as Step Functions shows it: its context object and DescribeExecution.
+"""An execution as Step Functions shows it: its context object and DescribeExecution
+(which refuses an EXPRESS execution).
 
 Recorded in LocalStack's suite (github.com/localstack/localstack,
 tests/aws/services/stepfunctions/v2/): context_object/test_context_object
 (test_variable), test_sfn_api (test_describe_execution), base/test_base
-(test_state_fail).
+(test_state_fail), test_sfn_api_express (test_start_async_describe_history_execution).
 """
 
 from __future__ import annotations
@@ -98,18 +99,6 @@ def _install_describe(installer: Installer) -> None:
     installer.replace(_Responses, "describe_execution", _describe_execution)
 
 
-def _context_fits() -> list[str]:
-    if "_get_evaluation_environment" not in vars(_Worker):
-        return ["ExecutionWorker._get_evaluation_environment is gone"]
-    return []
-
-
-def _describe_fits() -> list[str]:
-    if "describe_execution" not in vars(_Responses):
-        return ["StepFunctionResponse.describe_execution is gone"]
-    return []
-
-
 def _express_fits() -> list[str]:
     from moto.stepfunctions.parser.backend.execution import Execution
 
@@ -130,7 +119,7 @@ PATCHES: tuple[Patch, ...] = (
         "text and no RedriveCount.",
         test=_TESTS + "test_the_context_object_has_redrive_count_and_an_iso_8601_start_time",
         install=_install_context,
-        fits=_context_fits,
+        fits=lambda: gone(_Worker, "_get_evaluation_environment"),
     ),
     Patch(
         name="DescribeExecution's inputDetails and redrive fields",
@@ -141,7 +130,7 @@ PATCHES: tuple[Patch, ...] = (
         "left them out.",
         test=_TESTS + "test_describe_execution_answers_input_details_and_the_redrive_fields",
         install=_install_describe,
-        fits=_describe_fits,
+        fits=lambda: gone(_Responses, "describe_execution"),
     ),
     Patch(
         name="EXPRESS executions are not described",
