@@ -10,6 +10,7 @@ tests/aws/services/stepfunctions/v2/, each test validated on AWS).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -39,6 +40,14 @@ def reproduces(*patches: str) -> Callable[[F], F]:
         return test
 
     return mark
+
+
+def _described_at_its_end(sfn: Any, arn: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 20
+    while (described := sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
+        assert time.monotonic() < deadline, "the execution did not end"
+        time.sleep(0.05)
+    return dict(described)
 
 
 def _machine(sfn: Any, definition: dict[str, Any], name: str = "m") -> str:
@@ -201,9 +210,7 @@ def test_an_output_holding_the_context_objects_execution_cannot_be_described(sfn
     machine = _machine(sfn, {"StartAt": "P", "States": states})
     arn = sfn.start_execution(stateMachineArn=machine, name="ctx")["executionArn"]
     with pytest.raises(TypeError, match="datetime is not JSON serializable"):
-        for _ in range(200):
-            if sfn.describe_execution(executionArn=arn)["status"] != "RUNNING":
-                break
+        _described_at_its_end(sfn, arn)
 
 
 @reproduces("DescribeExecution's inputDetails and redrive fields")
@@ -237,9 +244,7 @@ def test_a_listing_map_cannot_be_described(sfn: Any) -> None:
     machine = _machine(sfn, _distributed(ItemReader=reader))
     arn = sfn.start_execution(stateMachineArn=machine, name="listing")["executionArn"]
     with pytest.raises(TypeError, match="datetime is not JSON serializable"):
-        for _ in range(200):
-            if sfn.describe_execution(executionArn=arn)["status"] != "RUNNING":
-                break
+        _described_at_its_end(sfn, arn)
 
 
 @pytest.mark.parametrize(
