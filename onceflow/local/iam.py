@@ -31,25 +31,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from moto.core import botocore_stubber
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.state_map import StateMap
-from moto.stepfunctions.parser.asl.component.state.exec.state_parallel.state_parallel import (
-    StateParallel,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (  # noqa: E501
-    StateTaskService,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_activitiy import (
-    StateTaskActivity,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import (
-    StateTaskLambda,
-)
-
 from onceflow.local.lambdas import InProcessRuntime
+from onceflow.local.patches import hooks
+from onceflow.local.patches.registry import Installer, Patch
 from onceflow.local.template import Stack, TemplateError
 
 Response = tuple[int, dict[str, str], Any]
@@ -182,27 +170,12 @@ def as_operator(client: Any) -> Any:
     return client
 
 
-# SAM attaches these AWS managed policies to every function role it creates
-# (AWSLambdaBasicExecutionRole) and, with Tracing: Active, AWSXrayWriteOnlyAccess
-# (SAM specification, AWS::Serverless::Function, Policies and Tracing).
-_LAMBDA_BASIC_EXECUTION = {
-    "Sid": "SamLambdaBasicExecutionRole",
-    "Effect": "Allow",
-    "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
-    "Resource": "*",
-}
-_XRAY_WRITE_ONLY = {
-    "Sid": "SamXrayWriteOnlyAccess",
-    "Effect": "Allow",
-    "Action": [
-        "xray:PutTraceSegments",
-        "xray:PutTelemetryRecords",
-        "xray:GetSamplingRules",
-        "xray:GetSamplingTargets",
-        "xray:GetSamplingStatisticSummaries",
-    ],
-    "Resource": "*",
-}
+# Which IAM action each request needs (Service Authorization Reference), and the AWS
+# managed policies SAM attaches to every function role: data, apart from the evaluator.
+DATA: Final = json.loads((Path(__file__).parent / "iam_actions.json").read_text())
+_S3_OBJECT: Final[dict[str, str]] = DATA["s3_object"]
+_S3_BUCKET: Final[dict[str, str]] = DATA["s3_bucket"]
+_S3_PLAIN_PARAMETERS: Final = frozenset(DATA["s3_plain_parameters"])
 
 
 def _document_statements(document: Any, where: str) -> list[dict[str, Any]]:
@@ -379,24 +352,8 @@ def _table_arn(name: str, region: str, account_id: str) -> str:
     return f"arn:aws:dynamodb:{region}:{account_id}:table/{name}"
 
 
-_DYNAMODB_TABLE_OPERATIONS = frozenset(
-    {
-        "GetItem", "PutItem", "UpdateItem", "DeleteItem", "DescribeTable", "UpdateTable",
-        "DeleteTable", "CreateTable", "DescribeTimeToLive", "UpdateTimeToLive",
-        "DescribeContinuousBackups", "ListTagsOfResource",
-    }
-)  # fmt: skip
-_TRANSACT_ACTIONS = {
-    "Put": "PutItem",
-    "Update": "UpdateItem",
-    "Delete": "DeleteItem",
-    "ConditionCheck": "ConditionCheckItem",
-    "Get": "GetItem",
-}
-
-
 def _dynamodb(operation: str, body: dict[str, Any], region: str, account_id: str) -> Pairs:
-    if operation in _DYNAMODB_TABLE_OPERATIONS:
+    if operation in DATA["dynamodb_table_operations"]:
         return [
             (f"dynamodb:{operation}", _table_arn(str(body.get("TableName")), region, account_id))
         ]
@@ -414,7 +371,7 @@ def _dynamodb(operation: str, body: dict[str, Any], region: str, account_id: str
         pairs = []
         for item in body.get("TransactItems", []):
             for kind, spec in item.items():
-                action = _TRANSACT_ACTIONS.get(kind)
+                action = DATA["dynamodb_transact_actions"].get(kind)
                 if action is None:
                     return None
                 pairs.append(
@@ -436,29 +393,10 @@ def _queue_arn(url: str, region: str, account_id: str) -> str:
     return f"arn:aws:sqs:{queue_region}:{account_id}:{path[-1] if path else url}"
 
 
-_SQS_ACTIONS = {
-    "SendMessage": "SendMessage",
-    "SendMessageBatch": "SendMessage",
-    "ReceiveMessage": "ReceiveMessage",
-    "DeleteMessage": "DeleteMessage",
-    "DeleteMessageBatch": "DeleteMessage",
-    "ChangeMessageVisibility": "ChangeMessageVisibility",
-    "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
-    "GetQueueAttributes": "GetQueueAttributes",
-    "SetQueueAttributes": "SetQueueAttributes",
-    "PurgeQueue": "PurgeQueue",
-    "DeleteQueue": "DeleteQueue",
-    "ListQueueTags": "ListQueueTags",
-    "TagQueue": "TagQueue",
-    "UntagQueue": "UntagQueue",
-    "ListDeadLetterSourceQueues": "ListDeadLetterSourceQueues",
-}
-
-
 def _sqs(operation: str, body: dict[str, Any], region: str, account_id: str) -> Pairs:
-    if operation in _SQS_ACTIONS:
+    if operation in DATA["sqs_actions"]:
         arn = _queue_arn(str(body.get("QueueUrl", "")), region, account_id)
-        return [(f"sqs:{_SQS_ACTIONS[operation]}", arn)]
+        return [(f"sqs:{DATA['sqs_actions'][operation]}", arn)]
     if operation in ("GetQueueUrl", "CreateQueue"):
         owner = str(body.get("QueueOwnerAWSAccountId") or account_id)
         return [(f"sqs:{operation}", f"arn:aws:sqs:{region}:{owner}:{body.get('QueueName')}")]
@@ -467,31 +405,12 @@ def _sqs(operation: str, body: dict[str, Any], region: str, account_id: str) -> 
     return None
 
 
-_SFN_BY_MACHINE = frozenset(
-    {
-        "StartExecution", "StartSyncExecution", "DescribeStateMachine", "ListExecutions",
-        "UpdateStateMachine", "DeleteStateMachine",
-    }
-)  # fmt: skip
-_SFN_BY_EXECUTION = frozenset(
-    {
-        "DescribeExecution", "StopExecution", "GetExecutionHistory",
-        "DescribeStateMachineForExecution", "RedriveExecution",
-    }
-)  # fmt: skip
-
-
 def _states(operation: str, body: dict[str, Any], region: str, account_id: str) -> Pairs:
-    if operation in _SFN_BY_MACHINE:
+    if operation in DATA["states_by_machine"]:
         return [(f"states:{operation}", str(body.get("stateMachineArn")))]
-    if operation in _SFN_BY_EXECUTION:
+    if operation in DATA["states_by_execution"]:
         return [(f"states:{operation}", str(body.get("executionArn")))]
-    if operation in (
-        "ListStateMachines",
-        "SendTaskSuccess",
-        "SendTaskFailure",
-        "SendTaskHeartbeat",
-    ):
+    if operation in DATA["states_any"]:
         return [(f"states:{operation}", "*")]
     return None
 
@@ -547,87 +466,10 @@ def _lambda_call(request: Any, parts: Any, region: str, account_id: str) -> Call
     qualifier = parse_qs(parts.query).get("Qualifier", [None])[0]
     arn = _function_arn(unquote(match.group("name")), qualifier, region, account_id)
     rest = (match.group("rest") or "").rstrip("/")
-    operation = {
-        ("POST", "/invocations"): "InvokeFunction",
-        ("POST", "/invoke-async"): "InvokeFunction",
-        ("GET", ""): "GetFunction",
-        ("GET", "/configuration"): "GetFunctionConfiguration",
-    }.get((request.method, rest))
+    operation = DATA["lambda_operations"].get(f"{request.method} {rest}")
     if operation is None:
         return Call("lambda", request.method, (), unmapped=f"lambda {request.method} {parts.path}")
     return Call("lambda", operation, (Check(f"lambda:{operation}", arn),))
-
-
-# S3: (method, sub-resource) -> action, for objects and for buckets (Service
-# Authorization Reference, Amazon S3). Object actions that name a version
-# (versionId given) use the *Version action, which S3 authorises instead.
-_S3_OBJECT = {
-    ("GET", ""): "GetObject",
-    ("HEAD", ""): "GetObject",
-    ("PUT", ""): "PutObject",
-    ("DELETE", ""): "DeleteObject",
-    ("GET", "tagging"): "GetObjectTagging",
-    ("PUT", "tagging"): "PutObjectTagging",
-    ("DELETE", "tagging"): "DeleteObjectTagging",
-    ("GET", "acl"): "GetObjectAcl",
-    ("PUT", "acl"): "PutObjectAcl",
-    ("GET", "attributes"): "GetObjectAttributes",
-    ("GET", "retention"): "GetObjectRetention",
-    ("PUT", "retention"): "PutObjectRetention",
-    ("GET", "legal-hold"): "GetObjectLegalHold",
-    ("PUT", "legal-hold"): "PutObjectLegalHold",
-    ("POST", "uploads"): "PutObject",  # CreateMultipartUpload
-    ("PUT", "uploadId"): "PutObject",  # UploadPart
-    ("POST", "uploadId"): "PutObject",  # CompleteMultipartUpload
-    ("DELETE", "uploadId"): "AbortMultipartUpload",
-    ("GET", "uploadId"): "ListMultipartUploadParts",
-    ("POST", "restore"): "RestoreObject",
-}
-_S3_VERSIONED = {
-    "GetObject": "GetObjectVersion",
-    "DeleteObject": "DeleteObjectVersion",
-    "GetObjectTagging": "GetObjectVersionTagging",
-    "PutObjectTagging": "PutObjectVersionTagging",
-    "DeleteObjectTagging": "DeleteObjectVersionTagging",
-    "GetObjectAcl": "GetObjectVersionAcl",
-    "PutObjectAcl": "PutObjectVersionAcl",
-    "GetObjectAttributes": "GetObjectVersionAttributes",
-}
-_S3_BUCKET = {
-    ("GET", ""): "ListBucket",  # ListObjects, ListObjectsV2
-    ("HEAD", ""): "ListBucket",  # HeadBucket
-    ("PUT", ""): "CreateBucket",
-    ("DELETE", ""): "DeleteBucket",
-    ("GET", "versions"): "ListBucketVersions",
-    ("GET", "versioning"): "GetBucketVersioning",
-    ("PUT", "versioning"): "PutBucketVersioning",
-    ("GET", "location"): "GetBucketLocation",
-    ("GET", "uploads"): "ListBucketMultipartUploads",
-    ("GET", "tagging"): "GetBucketTagging",
-    ("PUT", "tagging"): "PutBucketTagging",
-    ("GET", "policy"): "GetBucketPolicy",
-    ("PUT", "policy"): "PutBucketPolicy",
-    ("GET", "acl"): "GetBucketAcl",
-    ("GET", "notification"): "GetBucketNotification",
-    ("PUT", "notification"): "PutBucketNotification",
-    ("GET", "encryption"): "GetEncryptionConfiguration",
-    ("GET", "lifecycle"): "GetLifecycleConfiguration",
-    ("GET", "cors"): "GetBucketCORS",
-    ("GET", "logging"): "GetBucketLogging",
-    ("GET", "ownershipControls"): "GetBucketOwnershipControls",
-    ("GET", "publicAccessBlock"): "GetBucketPublicAccessBlock",
-}
-# Query parameters that are not sub-resources (listing options, botocore's x-id).
-_S3_PLAIN_PARAMETERS = frozenset(
-    {
-        "x-id", "versionId", "list-type", "prefix", "delimiter", "max-keys", "marker",
-        "continuation-token", "start-after", "fetch-owner", "encoding-type", "key-marker",
-        "version-id-marker", "max-uploads", "upload-id-marker", "partNumber", "max-parts",
-        "part-number-marker", "response-content-type", "response-content-disposition",
-        "response-content-encoding", "response-content-language", "response-cache-control",
-        "response-expires",
-    }
-)  # fmt: skip
 
 
 def _s3_call(request: Any, parts: Any, host_bucket: str | None) -> Call:
@@ -650,15 +492,15 @@ def _s3_call(request: Any, parts: Any, host_bucket: str | None) -> Call:
     if not key:
         if (method, sub) == ("POST", "delete"):
             return _s3_delete_objects(request, bucket)
-        action = _S3_BUCKET.get((method, sub))
+        action = _S3_BUCKET.get(f"{method} {sub}")
         if action is None:
             return Call("s3", method, (), unmapped=f"s3 {method} bucket ?{sub}")
         return Call("s3", action, (Check(f"s3:{action}", bucket_arn),), head=method == "HEAD")
-    action = _S3_OBJECT.get((method, sub))
+    action = _S3_OBJECT.get(f"{method} {sub}")
     if action is None:
         return Call("s3", method, (), unmapped=f"s3 {method} object ?{sub}")
     if version is not None:
-        action = _S3_VERSIONED.get(action, action)
+        action = DATA["s3_versioned"].get(action, action)
     checks = [Check(f"s3:{action}", f"{bucket_arn}/{key}")]
     source = _header(request, "x-amz-copy-source")
     if source and method == "PUT":  # CopyObject, UploadPartCopy: the source is read too
@@ -801,7 +643,6 @@ def check_request(
 
 _CONTROLS: list[AccessControl] = []
 _CONTROLS_LOCK = threading.Lock()
-_INSTALLED: list[tuple[Any, str, Any, Any, bool]] = []  # owner, name, original, wrapper, own
 
 
 def _machine_principal(arn: str) -> Principal | None:
@@ -812,52 +653,49 @@ def _machine_principal(arn: str) -> Principal | None:
     return None
 
 
-def _replace(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
-    own = name in vars(owner)
-    original = vars(owner)[name] if own else getattr(owner, name)
-    wrapper = make(original)
-    setattr(owner, name, wrapper)
-    _INSTALLED.append((owner, name, original, wrapper, own))
+def _checked(request: Any, answer: Callable[[], Any]) -> Any:
+    """The request stage (hooks.REQUEST_STAGES): a call made with an identity is checked."""
+    principal = IDENTITY.get()
+    if principal is None:  # the engine, a test, the CLI: the operator's credentials
+        return answer()
+    return check_request(principal, request, answer)
 
 
-def _checked_process_request(original: Any) -> Any:
-    def process_request(stubber: Any, request: Any) -> Any:
-        principal = IDENTITY.get()
-        if principal is None:  # the engine, a test, the CLI: the operator's credentials
-            return original(stubber, request)
-        return check_request(principal, request, lambda: original(stubber, request))
-
-    return process_request
-
-
-def _as_state_machine(original: Any) -> Any:
-    def eval_execution(state: Any, env: Any) -> Any:
-        arn = env.states.context_object.context_object_data["StateMachine"]["Id"]
-        # A task's work runs on a thread of its own (the state's timeout), and
-        # Map and Parallel run branches on theirs: the identity is set where
-        # the work happens rather than where the execution started.
-        with acting_as(_machine_principal(str(arn))):
-            return original(state, env)
-
-    return eval_execution
+@contextmanager
+def _as_its_machine(env: Any) -> Iterator[None]:
+    """A state's work as its machine's role (hooks.Stages.machine_role): a task's work
+    runs on a thread of its own, and Map and Parallel branches on theirs, so the
+    identity is set where the work happens rather than where the execution started."""
+    arn = env.states.context_object.context_object_data["StateMachine"]["Id"]
+    with acting_as(_machine_principal(str(arn))):
+        yield
 
 
-def _install() -> None:
-    _replace(botocore_stubber.BotocoreStubber, "process_request", _checked_process_request)
-    for state_class in (StateTaskService, StateTaskLambda, StateTaskActivity, StateMap,
-                        StateParallel):  # fmt: skip
-        _replace(state_class, "_eval_execution", _as_state_machine)
+def _install(installer: Installer) -> None:
+    installer.replace(hooks.Stages, "iam", staticmethod(_checked))
+    installer.replace(hooks.Stages, "machine_role", staticmethod(_as_its_machine))
 
 
-def _uninstall() -> None:
-    while _INSTALLED:
-        owner, name, original, wrapper, own = _INSTALLED.pop()
-        if vars(owner).get(name) is not wrapper:
-            continue  # replaced again after us: whoever did restores our wrapper, a pass-through
-        if own:
-            setattr(owner, name, original)
-        else:
-            delattr(owner, name)
+def _fits() -> list[str]:
+    from moto.stepfunctions.parser.asl.eval import states
+
+    if "StateMachine" not in states.ContextObjectData.__annotations__:
+        return ["moto's context object no longer names its StateMachine"]
+    return []
+
+
+PATCHES = (
+    Patch(
+        name="IAM",
+        kind="iam",
+        why="A function's calls are checked against its role and a state machine's task "
+        "integrations against the machine's role, as SAM builds them from the template; a "
+        "denied request gets the service's AccessDenied (Service Authorization Reference).",
+        test="tests/unit/test_iam.py",
+        install=_install,
+        fits=_fits,
+    ),
+)
 
 
 @dataclass
@@ -901,9 +739,7 @@ class AccessControl:
         load = runtime.load
         runtime.load = lambda spec: self.as_function(spec.name, load(spec))  # type: ignore[method-assign]
         self._runtime = runtime
-        with _CONTROLS_LOCK:
-            if not _CONTROLS:
-                _install()
+        with _CONTROLS_LOCK:  # the patches are in place (patches.install(), PATCHES below)
             _CONTROLS.append(self)
         self._started = True
 
@@ -915,8 +751,6 @@ class AccessControl:
             return
         with _CONTROLS_LOCK:
             _CONTROLS.remove(self)
-            if not _CONTROLS:
-                _uninstall()
         self._started = False
 
     def as_function(self, name: str, handler: Handler) -> Handler:
@@ -937,9 +771,9 @@ class AccessControl:
             if "Role" in raw:
                 statements = _role_statements(stack, logical_id, raw["Role"])
             else:
-                statements = [copy.deepcopy(_LAMBDA_BASIC_EXECUTION)]
+                statements = [copy.deepcopy(DATA["lambda_basic_execution"])]
                 if props.get("Tracing") == "Active":
-                    statements.append(copy.deepcopy(_XRAY_WRITE_ONLY))
+                    statements.append(copy.deepcopy(DATA["xray_write_only"]))
                 statements += _sam_policies(stack, props.get("Policies", []), logical_id)
             kind, session = "function", stack.refs[logical_id]
         else:

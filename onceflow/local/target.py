@@ -35,3 +35,8 @@ class LocalTarget:
         """Wait for the executions an operation caused (the audit's resubmissions), so that
         the command that ran it sees their effects."""
         self.engine.wait_for_running(state_machine_arn)
+
+    def express_record(self, execution_arn: str) -> dict[str, Any] | None:
+        """The engine's own record of an execution (DescribeExecution refuses an EXPRESS
+        one, as AWS does; on AWS its log group holds what this gives)."""
+        return self.engine._describe_execution(execution_arn)

@@ -133,13 +133,16 @@ def inspect_key(target: Target, key: str, recent: int | None = None) -> dict[str
         try:
             described = sfn.describe_execution(executionArn=arn)
         except ClientError as exc:
-            found["status"] = error_code(exc)
-            if batch:
-                # DescribeExecution does not serve EXPRESS executions on AWS (the batch
-                # workflow is one): its history is in the state machine's log group.
-                found["note"] = "an EXPRESS batch execution: see its logs (onceflow executions)"
-            executions.append(found)
-            continue
+            # DescribeExecution refuses EXPRESS executions (InvalidArn; the batch workflow
+            # is one): its history is in the state machine's log group.
+            record = target.express_record(arn) if batch else None
+            if record is None:
+                found["status"] = error_code(exc)
+                if batch:
+                    found["note"] = "an EXPRESS batch execution: see its logs (onceflow executions)"
+                executions.append(found)
+                continue
+            described = record
         found.update(
             status=described["status"],
             startDate=_iso(described.get("startDate")),

@@ -34,11 +34,20 @@ class Target(Protocol):
         returns at once (its executions may run for hours)."""
         ...
 
+    def express_record(self, execution_arn: str) -> dict[str, Any] | None:
+        """An EXPRESS execution's name and status as its log records them, where
+        DescribeExecution refuses one (InvalidArn on AWS): the local engine keeps
+        its own record; a deployed stack's log group is not read here (None)."""
+        ...
+
 
 class DeployedTarget:
     """A deployed stack: its resources come from the stack's outputs."""
 
     local = False
+
+    def express_record(self, execution_arn: str) -> dict[str, Any] | None:
+        return None
 
     def __init__(
         self, stack_name: str, region: str | None = None, profile: str | None = None

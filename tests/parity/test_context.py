@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+from botocore.exceptions import ClientError
+
 from onceflow.local.engine import LocalEngine
 from tests.parity.conftest import ROLE, Run
 
@@ -60,3 +63,23 @@ def test_describe_execution_answers_input_details_and_the_redrive_fields(
     assert failed["inputDetails"] == {"included": True}
     assert (failed["redriveCount"], failed["redriveStatus"]) == (0, "REDRIVABLE")
     assert "redriveStatusReason" not in failed
+
+
+def test_describe_execution_refuses_an_express_execution(run: Run, engine: LocalEngine) -> None:
+    """Recorded: test_sfn_api_express.snapshot.json,
+    TestSfnApiExpress::test_start_async_describe_history_execution: DescribeExecution
+    and StopExecution of an EXPRESS execution answer InvalidArn, "Invalid Arn:
+    'Resource type not valid in this context: express'" (HTTP 400). The engine's own
+    record of the execution (its result) is what a local reader has instead."""
+    result = run({"P": {"Type": "Pass", "End": True}}, kind="EXPRESS")
+    assert result.status == "SUCCEEDED"
+    sfn = engine.client("stepfunctions")
+    for call in (sfn.describe_execution, sfn.stop_execution):
+        with pytest.raises(ClientError) as refused:
+            call(executionArn=result.arn)
+        error = refused.value.response["Error"]
+        assert (error["Code"], error["Message"]) == (
+            "InvalidArn",
+            "Invalid Arn: 'Resource type not valid in this context: express'",
+        )
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400

@@ -21,29 +21,30 @@ def test_state_size_counts_utf8_bytes_of_compact_json() -> None:
     text = "é" * 30_000
     # WHEN sized
     # THEN as Step Functions holds it: compact JSON text, UTF-8 (quotes and keys count)
-    assert limits.json_bytes(text) == 60_002
-    assert limits.json_bytes({"t": text, "n": [1, 2]}) == 60_000 + len('{"t":"","n":[1,2]}')
+    assert limits.states.json_bytes(text) == 60_002
+    assert limits.states.json_bytes({"t": text, "n": [1, 2]}) == 60_000 + len('{"t":"","n":[1,2]}')
     assert len(json.dumps(text)) == 180_002  # what moto measured
 
 
 def test_the_state_quota_is_at_most_262144_bytes() -> None:
     # GIVEN objects of exactly 262,144 and 262,145 bytes
     # WHEN checked  THEN the first fits (moto's "<" refused it) and the second does not
-    assert limits.within_state_quota({"t": "x" * (262_144 - 8)})
-    assert not limits.within_state_quota({"t": "x" * (262_144 - 7)})
+    assert limits.states.within_state_quota({"t": "x" * (262_144 - 8)})
+    assert not limits.states.within_state_quota({"t": "x" * (262_144 - 7)})
 
 
 def test_a_lone_surrogate_is_sized_as_its_json_escape() -> None:
     # GIVEN bare strings and objects holding a lone surrogate (state data may)
     # WHEN sized  THEN the escape's six characters count, and nothing raises
-    assert limits.json_bytes("\ud800") == len('"\\ud800"')
-    assert limits.within_state_quota({"k": "a\udc00b"})
-    assert limits.json_bytes("a\U0001f600") == len('"a"') + 4  # a pair is one 4-byte character
+    assert limits.states.json_bytes("\ud800") == len('"\\ud800"')
+    assert limits.states.within_state_quota({"k": "a\udc00b"})
+    # a pair is one 4-byte character
+    assert limits.states.json_bytes("a\U0001f600") == len('"a"') + 4
 
 
 def test_control_characters_count_as_their_escapes() -> None:
     # GIVEN text with characters JSON escapes  WHEN sized  THEN their escapes count
-    assert limits.json_bytes("\x01\n") == len('"\\u0001\\n"')
+    assert limits.states.json_bytes("\x01\n") == len('"\\u0001\\n"')
 
 
 @pytest.mark.parametrize(
@@ -54,11 +55,11 @@ def test_control_characters_count_as_their_escapes() -> None:
         ("1" + "0" * 100, None),  # trailing zeroes are trimmed: one significant digit
         ("0.000000000000000000000000000000000000001234", None),  # leading zeroes too
         ("9.9999999999999999999999999999999999999E+125", None),
-        ("1E+126", limits._NUMBER_OVERFLOW),
-        ("-1E+126", limits._NUMBER_OVERFLOW),
+        ("1E+126", limits.dynamodb._NUMBER_OVERFLOW),
+        ("-1E+126", limits.dynamodb._NUMBER_OVERFLOW),
         ("1E-130", None),
         ("-1E-130", None),
-        ("9E-131", limits._NUMBER_UNDERFLOW),
+        ("9E-131", limits.dynamodb._NUMBER_UNDERFLOW),
         ("0", None),
         ("0E-500", None),  # zero is not an underflow
         ("abc", None),  # not a number: DynamoDB's other message, moto's to give
@@ -67,7 +68,7 @@ def test_control_characters_count_as_their_escapes() -> None:
 def test_dynamodb_numbers(number: str, problem: str | None) -> None:
     # GIVEN a number as DynamoDB receives it (a string)  WHEN checked
     # THEN DynamoDB's answer: 38 significant digits, 1E-130 .. 9.99...E+125
-    assert limits.number_problem(number) == problem
+    assert limits.dynamodb.number_problem(number) == problem
 
 
 def test_dynamodb_item_size_follows_the_documented_formula() -> None:
@@ -84,7 +85,7 @@ def test_dynamodb_item_size_follows_the_documented_formula() -> None:
         "ns": {"NS": ["100", "2"]},  # 2 + 2 + 2
     }
     # WHEN sized  THEN each as "DynamoDB item sizes and formats" counts it
-    assert limits.item_size(item) == 3 + 5 + 4 + 2 + 2 + 10 + 7 + 5 + 6
+    assert limits.dynamodb.item_size(item) == 3 + 5 + 4 + 2 + 2 + 10 + 7 + 5 + 6
 
 
 def test_an_sqs_message_counts_body_and_attributes_in_bytes() -> None:
@@ -94,7 +95,7 @@ def test_an_sqs_message_counts_body_and_attributes_in_bytes() -> None:
         "raw": {"DataType": "Binary", "BinaryValue": b"\x00\x01"},
     }
     # THEN bytes of the body, and of each attribute's name, data type and value
-    assert limits.sqs_message_size("ééé", attributes) == 6 + (4 + 6 + 2) + (3 + 6 + 2)
+    assert limits.sqs.sqs_message_size("ééé", attributes) == 6 + (4 + 6 + 2) + (3 + 6 + 2)
 
 
 def test_a_put_events_entry_is_sized_as_eventbridge_documents() -> None:
@@ -107,8 +108,8 @@ def test_a_put_events_entry_is_sized_as_eventbridge_documents() -> None:
         "Resources": ["r1", "r22"],
     }
     # WHEN sized  THEN 14 bytes for the Time, UTF-8 bytes for the rest
-    assert limits.put_events_entry_size(entry) == 14 + 3 + 5 + 7 + 2 + 3
-    assert limits.put_events_entry_size({"Source": "s", "DetailType": "d"}) == 2
+    assert limits.eventbridge.put_events_entry_size(entry) == 14 + 3 + 5 + 7 + 2 + 3
+    assert limits.eventbridge.put_events_entry_size({"Source": "s", "DetailType": "d"}) == 2
 
 
 def test_the_limits_are_undone_when_the_last_engine_stops() -> None:
@@ -118,16 +119,16 @@ def test_the_limits_are_undone_when_the_last_engine_stops() -> None:
     with LocalEngine(function_log=io.StringIO(), stack_name="outer") as outer:
         with LocalEngine(function_log=io.StringIO(), stack_name="inner") as inner:
             assert limits.installed()
-            assert isinstance(vars(inner.runtime)["invoke"], limits.TimedInvoke)
+            assert isinstance(vars(inner.runtime)["invoke"], limits.lambda_timeout.TimedInvoke)
         # WHEN the inner one stops
         # THEN the outer one keeps them
         assert limits.installed()
-        assert EventManager.add_event is limits._add_event
+        assert EventManager.add_event is limits.states._add_event
         assert "invoke" not in vars(inner.runtime)
-        assert isinstance(vars(outer.runtime)["invoke"], limits.TimedInvoke)
+        assert isinstance(vars(outer.runtime)["invoke"], limits.lambda_timeout.TimedInvoke)
     # ... and when the last stops, moto is as patches.py alone leaves it
     assert not limits.installed()
-    assert EventManager.add_event is not limits._add_event
+    assert EventManager.add_event is not limits.states._add_event
     assert "invoke" not in vars(outer.runtime)
     # and stopping again changes nothing
     outer.stop()

@@ -172,6 +172,62 @@ def test_a_fidelity_patch_that_no_longer_fits_stops_the_engine(
     assert moto_jsonata._eval_jsonata is not fidelity.eval_jsonata
 
 
+def test_the_request_stages_run_in_their_documented_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN each request stage noting its turn, and a stand-in for moto's answer
+    seen: list[str] = []
+
+    def noting(name: str) -> Any:
+        def stage(request: Any, answer: Any) -> Any:
+            seen.append(name)
+            return answer()
+
+        return staticmethod(stage)
+
+    for name in hooks.ORDER:
+        monkeypatch.setattr(hooks.Stages, name, noting(name))
+    process = hooks._through_stages(lambda stubber, request: seen.append("moto") or (200, {}, ""))
+    # WHEN a request goes through THEN IAM first, moto last, each once
+    assert process(None, object()) == (200, {}, "")
+    assert seen == ["iam", "serialise", "faults_and_log", "moto"]
+
+
+def test_another_moto_whose_every_fits_check_passes_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import moto
+
+    # GIVEN moto reports a version other than requirements/dev.txt's pin, its code as before
+    assert patches.pinned()["moto"] == moto.__version__
+    monkeypatch.setattr(moto, "__version__", "9.9.9")
+    # WHEN an engine starts THEN every fits check passes, so it runs an execution
+    with LocalEngine(function_log=io.StringIO()) as engine:
+        assert patches.installed() is not None
+        result = engine.execute(MACHINE, s3_event(engine, "a.png", upload(engine, "a.png")))
+        assert result.status == "SUCCEEDED"
+    assert patches.installed() is None
+
+
+def test_another_moto_that_moved_what_a_patch_needs_stops_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import moto
+    from moto.stepfunctions.parser.backend import execution
+
+    # GIVEN another moto version, one that no longer has what the limits replace
+    monkeypatch.setattr(moto, "__version__", "9.9.9")
+    owner = execution.BaseExecutionWorkerCommunication
+    monkeypatch.delattr(owner, "_reflect_execution_status")
+    # WHEN an engine starts THEN it stops with one line naming the version and what moved
+    with pytest.raises(RuntimeError) as raised:
+        LocalEngine(function_log=io.StringIO()).start()
+    line = str(raised.value)
+    assert "\n" not in line
+    assert line.startswith("onceflow: the local engine does not fit moto 9.9.9 (pinned ")
+    assert (
+        "Step Functions history and duration: "
+        "BaseExecutionWorkerCommunication._reflect_execution_status is gone"
+    ) in line
+    assert patches.installed() is None
+
+
 def test_each_fidelity_patch_names_the_aws_behaviour_and_its_test() -> None:
     from pathlib import Path
 
@@ -184,6 +240,19 @@ def test_each_fidelity_patch_names_the_aws_behaviour_and_its_test() -> None:
     assert set(fidelity.PATCHES) <= set(fidelity_patches)
     for patch in fidelity_patches:
         assert len(patch.why) > 80, f"{patch.name} does not say which AWS behaviour it is"
+
+
+def test_each_fidelity_patch_has_its_reproduction_against_stock_moto() -> None:
+    from tests.upstream import test_stock_moto as upstream
+
+    fidelity_patches = {p.name for p in patches.PATCHES if p.kind == "fidelity"}
+    # GIVEN the reproductions kept for upstream reports THEN every fidelity patch has
+    # one (or says why it cannot), and none names a patch that is gone
+    missing = fidelity_patches - set(upstream.REPRODUCED) - set(upstream.UNREPRODUCIBLE)
+    assert not missing, f"no reproduction against stock moto: {sorted(missing)}"
+    assert set(upstream.REPRODUCED) | set(upstream.UNREPRODUCIBLE) <= fidelity_patches
+    for where in upstream.REPRODUCED.values():
+        assert hasattr(upstream, where.split("::")[1]), where
 
 
 def test_the_local_engine_doc_lists_the_patches_the_code_has() -> None:

@@ -3,7 +3,7 @@
 Every test injects the limit for real (a handler that pages forever or sleeps
 past its Timeout, a payload over the quota, a number DynamoDB cannot store) and
 asserts the status, error, cause and history, or the service's own error. The
-AWS page each behaviour comes from is named in onceflow/local/limits.py and docs/local-engine.md.
+AWS page each behaviour comes from is named in onceflow/local/limits/ and docs/local-engine.md.
 """
 
 from __future__ import annotations
@@ -365,7 +365,7 @@ def test_express_real_time_adds_to_engine_time(engine: LocalEngine) -> None:
     while time.monotonic() < deadline and not engine.runtime.invocations:
         time.sleep(0.05)
     [record] = engine.runtime.invocations
-    assert isinstance(record, limits.TimedInvocation)
+    assert isinstance(record, limits.lambda_timeout.TimedInvocation)
     assert record.caller_gone and not record.timed_out
 
 
@@ -422,7 +422,7 @@ def test_an_invocation_past_its_timeout_fails_with_sandbox_timedout(
     ):
         time.sleep(0.05)
     [record] = engine.runtime.invocations
-    assert isinstance(record, limits.TimedInvocation)
+    assert isinstance(record, limits.lambda_timeout.TimedInvocation)
     assert record.timed_out and record.finished_after_timeout
     assert record.error_type == "Sandbox.Timedout"
     log = engine.function_log.getvalue()  # type: ignore[union-attr]
@@ -476,7 +476,7 @@ def test_an_invocation_still_running_when_its_task_times_out_is_recorded(
     while time.monotonic() < deadline and not engine.runtime.invocations:
         time.sleep(0.05)
     [record] = engine.runtime.invocations
-    assert isinstance(record, limits.TimedInvocation)
+    assert isinstance(record, limits.lambda_timeout.TimedInvocation)
     assert record.caller_gone and not record.timed_out
     assert "returned after the Task that called it had ended" in engine.function_log.getvalue()  # type: ignore[union-attr]
 
@@ -515,7 +515,7 @@ def test_an_item_is_sized_as_dynamodb_sizes_it(services: LocalEngine) -> None:
         "ValidationException",
         "Item size has exceeded the maximum allowed size",
     )
-    assert limits.item_size(numbers) == 2 + 7 + 1 + 3 + 140_000 * 3
+    assert limits.dynamodb.item_size(numbers) == 2 + 7 + 1 + 3 + 140_000 * 3
 
 
 def test_an_update_is_sized_by_the_item_it_leaves(services: LocalEngine) -> None:
@@ -574,10 +574,10 @@ def test_partition_keys_over_2048_bytes_are_refused(services: LocalEngine) -> No
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ({"L": [{"N": "1E+126"}]}, limits._NUMBER_OVERFLOW),
-        ({"M": {"n": {"N": "-1E+126"}}}, limits._NUMBER_OVERFLOW),
-        ({"N": "1" * 39}, limits._NUMBER_DIGITS),
-        ({"NS": ["1", "1E-131"]}, limits._NUMBER_UNDERFLOW),
+        ({"L": [{"N": "1E+126"}]}, limits.dynamodb._NUMBER_OVERFLOW),
+        ({"M": {"n": {"N": "-1E+126"}}}, limits.dynamodb._NUMBER_OVERFLOW),
+        ({"N": "1" * 39}, limits.dynamodb._NUMBER_DIGITS),
+        ({"NS": ["1", "1E-131"]}, limits.dynamodb._NUMBER_UNDERFLOW),
     ],
 )
 def test_numbers_dynamodb_cannot_store_are_refused_anywhere_in_an_item(
@@ -606,7 +606,7 @@ def test_update_values_are_checked_as_numbers_too(services: LocalEngine) -> None
         ExpressionAttributeValues={":v": {"N": "1E-131"}},
     )
     # THEN the underflow error; 38 digits and the range's ends still pass
-    assert (code, message) == ("ValidationException", limits._NUMBER_UNDERFLOW)
+    assert (code, message) == ("ValidationException", limits.dynamodb._NUMBER_UNDERFLOW)
     for fine in ("1" * 38, "9.9999999999999999999999999999999999999E+125", "1E-130", "0"):
         ddb.update_item(
             TableName=_table(services),
@@ -622,7 +622,7 @@ def test_a_top_level_underflow_stays_refused(services: LocalEngine) -> None:
     # WHEN it is put  THEN the underflow error
     assert _error_code(
         ddb.put_item, TableName=_table(services), Item={"pk": {"S": "u"}, "v": {"N": "1E-131"}}
-    ) == ("ValidationException", limits._NUMBER_UNDERFLOW)
+    ) == ("ValidationException", limits.dynamodb._NUMBER_UNDERFLOW)
 
 
 # ---- SQS: message size in bytes, valid characters --------------------------------

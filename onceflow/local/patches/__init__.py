@@ -8,56 +8,66 @@
   ``fidelity.executions``: the context object and DescribeExecution);
 - ``speedups``: moto made faster, each pinned to the source it relies on and
   left out (one warning line) when that source changed;
-- ``registry``: what a patch is (its name, kind, reason, test, pins) and how
-  patches are put in place and taken away.
+- ``registry``: what a patch is (its name, kind, reason, test, fits check, pins)
+  and how patches are put in place and taken away; AWS's quotas
+  (onceflow/local/limits/) and IAM (onceflow/local/iam.py) are patches of it too.
 
-``install(state)`` puts them in place when the first engine starts and
-``uninstall(state)`` takes every one away when the last engine stops. AWS's
-quotas (onceflow/local/limits.py) and IAM (onceflow/local/iam.py) are installed on top of
-these, per engine, and undone the same way.
+``install(state)`` puts them in place when the first engine starts (refusing a
+moto or botocore other than the pinned one unless every patch fits it) and
+``uninstall(state)`` takes every one away when the last engine stops.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import re
 import threading
+from importlib import metadata
+from pathlib import Path
 
+import botocore
 import moto
 
 from onceflow.local.patches import fidelity, hooks
-from onceflow.local.patches.fidelity import (
-    UNSUPPORTED_RESULT,
-    distributed_map,
-    eval_jsonata,
-    executions,
-    integrations,
-)
-from onceflow.local.patches.hooks import (
-    Clock,
-    EngineState,
-    FaultInjector,
-    RecordedRequest,
-    RequestLog,
-    dynamodb_error,
-    sqs_error,
-)
+from onceflow.local.patches.fidelity import distributed_map, eval_jsonata, executions, integrations
+from onceflow.local.patches.hooks import Clock, EngineState, dynamodb_error, sqs_error
 from onceflow.local.patches.registry import LOG, Installed, Patch, install_all
 
-__all__ = [
-    "UNSUPPORTED_RESULT",
-    "Clock",
-    "EngineState",
-    "FaultInjector",
-    "RecordedRequest",
-    "RequestLog",
-    "dynamodb_error",
-    "eval_jsonata",
-    "install",
-    "sqs_error",
-    "uninstall",
-]
+__all__ = ["Clock", "EngineState", "dynamodb_error", "eval_jsonata", "install", "sqs_error",
+           "uninstall"]  # fmt: skip
 
-MOTO_VERSION = "5.2.5"  # the version every pin and check was made against
+# The versions every patch was made against: requirements/dev.txt's pins (the
+# lock file `make setup` installs), else the package's own requirement.
+_LOCK_FILE = Path(__file__).resolve().parents[3] / "requirements" / "dev.txt"
+
+
+def pinned() -> dict[str, str]:
+    """{"moto": version, "botocore": version} as the project pins them."""
+    if _LOCK_FILE.exists():
+        lines = _LOCK_FILE.read_text().splitlines()
+    else:  # installed from the wheel: pyproject's [local] requirement
+        lines = [r.split(";")[0] for r in metadata.requires("onceflow") or []]
+    found: dict[str, str] = {}
+    for line in lines:
+        match = re.match(r"^(moto|botocore)(?:\[[^]]*\])?==([^\s;#]+)", line.strip())
+        if match is not None:
+            found.setdefault(match.group(1), match.group(2))
+    return found
+
+
+def check_versions(patches: tuple[Patch, ...]) -> None:
+    """Stop with one line when moto or botocore is not the pinned version and some
+    patch's fits check names what moved; another version whose every check passes runs."""
+    pins, installed = pinned(), {"moto": moto.__version__, "botocore": botocore.__version__}
+    other = [f"{n} {v} (pinned {pins[n]})" for n, v in installed.items() if pins.get(n, v) != v]
+    moved = [f"{p.name}: {m}" for p in patches for m in p.moved()] if other else []
+    if moved:
+        raise RuntimeError(
+            f"onceflow: the local engine does not fit {', '.join(other)}: "
+            + "; ".join(moved)
+            + " (install the pinned versions: make setup)"
+        )
 
 
 def _speedups() -> tuple[Patch, ...]:
@@ -71,16 +81,34 @@ def _speedups() -> tuple[Patch, ...]:
     return tuple(speedups.PATCHES)
 
 
-# In this order: each later patch wraps what the earlier ones put in place (the
-# request log and the atomic writes wrap the routed process_request, say).
-PATCHES: tuple[Patch, ...] = (
-    *_speedups(),
-    *hooks.PATCHES,
-    *fidelity.PATCHES,
-    *distributed_map.PATCHES,
-    *integrations.PATCHES,
-    *executions.PATCHES,
-)
+@functools.cache
+def _patches() -> tuple[Patch, ...]:
+    """Every patch, in the order they go in: each later one wraps what the earlier
+    ones put in place (the limits' retrier time wraps the clock's, say). Built on
+    first use: limits and iam.py import this package for the registry."""
+    from onceflow.local import iam, limits
+
+    return (
+        *_speedups(),
+        *hooks.PATCHES,
+        *fidelity.PATCHES,
+        *distributed_map.PATCHES,
+        *integrations.PATCHES,
+        *executions.PATCHES,
+        *limits.PATCHES,
+        *iam.PATCHES,  # last: a state's work runs as its machine's role, inside the limits
+    )
+
+
+def __getattr__(name: str) -> tuple[Patch, ...]:
+    if name == "PATCHES":
+        return _patches()
+    raise AttributeError(name)
+
+
+def _all() -> tuple[Patch, ...]:
+    return globals().get("PATCHES") or _patches()  # PATCHES: as a test set it
+
 
 _LOCK = threading.Lock()
 _ENGINES: list[EngineState] = []
@@ -89,7 +117,7 @@ _INSTALLED: list[Installed] = []
 
 def problems() -> dict[str, list[str]]:
     """Every patch that does not fit the installed moto, with why (empty: all fit)."""
-    found = {p.name: p.problems() for p in PATCHES}
+    found = {p.name: p.problems() for p in _all()}
     return {name: listed for name, listed in found.items() if listed}
 
 
@@ -97,13 +125,8 @@ def install(state: EngineState) -> Installed:
     """Patch moto for an engine: the first engine installs, the others share."""
     with _LOCK:
         if not _INSTALLED:
-            if moto.__version__ != MOTO_VERSION:
-                LOG.warning(
-                    "onceflow: moto is %s, the engine's patches were checked on %s",
-                    moto.__version__,
-                    MOTO_VERSION,
-                )
-            _INSTALLED.append(install_all(PATCHES))
+            check_versions(_all())
+            _INSTALLED.append(install_all(_all()))
         if not any(s is state for s in _ENGINES):
             _ENGINES.append(state)
             hooks.register(state)

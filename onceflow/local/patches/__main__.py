@@ -14,7 +14,8 @@ from onceflow.local.patches import PATCHES
 
 START = "<!-- patches:start (python -m onceflow.local.patches) -->"
 END = "<!-- patches:end -->"
-_KINDS = {"hook": "engine hook", "fidelity": "fidelity", "speedup": "speed-up"}
+_KINDS = {"fidelity": "fidelity", "limit": "AWS quota", "iam": "IAM", "hook": "engine hook",
+          "meter": "bench meter", "speedup": "speed-up"}  # fmt: skip
 
 
 def table() -> str:
@@ -22,8 +23,7 @@ def table() -> str:
         "| Kind | Patch | Why (fidelity: the AWS behaviour it reproduces) | Test |",
         "|---|---|---|---|",
     ]
-    order = {"fidelity": 0, "hook": 1, "speedup": 2}
-    for patch in sorted(PATCHES, key=lambda p: order[p.kind]):
+    for patch in sorted(PATCHES, key=lambda p: list(_KINDS).index(p.kind)):
         why = " ".join(patch.why.split()).replace("|", "\\|")
         rows.append(f"| {_KINDS[patch.kind]} | {patch.name} | {why} | `{patch.test}` |")
     return "\n".join(rows)

@@ -10,6 +10,7 @@ runs sets it, and a state of an execution finds it by its state machine.
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import re
 import threading
@@ -27,6 +28,9 @@ from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_map import state_map
 from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import state_parallel
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+    state_task_activitiy,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
     state_task_lambda as sfn_task_lambda,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
@@ -35,7 +39,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.backend import execution_worker
 
-from onceflow.local.patches.registry import Installer, Patch
+from onceflow.local.patches.registry import Installer, Patch, gone, takes
 
 # --------------------------------------------------------------------------
 # One engine's state, and which engine a call is for
@@ -235,7 +239,7 @@ def _for_its_machine(original: Any) -> Any:
     a task runs on a thread of its own, and Map and Parallel branches on theirs."""
 
     def evaluate(component: Any, env: Any, *args: Any, **kwargs: Any) -> Any:
-        with working_for(for_env(env)):
+        with working_for(for_env(env)), Stages.machine_role(env):
             return original(component, env, *args, **kwargs)
 
     return evaluate
@@ -244,6 +248,7 @@ def _for_its_machine(original: Any) -> Any:
 _STATE_CLASSES = (
     state_task_service.StateTaskService,
     sfn_task_lambda.StateTaskLambda,
+    state_task_activitiy.StateTaskActivity,
     state_map.StateMap,
     state_parallel.StateParallel,
 )
@@ -357,31 +362,75 @@ def _injected(
     return None
 
 
-def _logged(original: Any) -> Any:
+def _faults_and_log(request: Any, answer: Callable[[], Any]) -> Any:
+    match = LOGGED_SERVICE.match(urlsplit(request.url).netloc)
+    state = current() if match is not None else None
+    if match is None or state is None:
+        return answer()
+    service = match.group(1)
+    response = _injected(state, service, request) or answer()
+    if response is not None:
+        operation, bucket, key = describe(request, service)
+        state.requests.add(RecordedRequest(service, operation, response[0], bucket, key))
+    return response
+
+
+def _pass(request: Any, answer: Callable[[], Any]) -> Any:
+    return answer()
+
+
+@contextmanager
+def _as_no_role(env: Any) -> Iterator[None]:
+    yield
+
+
+class Stages:
+    """The request-level concerns around moto's answer to one request, in ORDER
+    (outermost first), each ``stage(request, answer)`` calling ``answer()`` to go on:
+
+    - ``iam``: a call made as a role is checked; a denied one never reaches moto
+      (onceflow/local/iam.py puts it in place);
+    - ``serialise``: DynamoDB, S3 and SQS requests are served one at a time (the
+      fidelity patch "atomic single-item writes");
+    - ``faults_and_log``: an injected fault answers instead of moto; what was
+      answered goes to the engine's request log.
+
+    botocore's own ``before-send`` event cannot hold them: botocore calls every
+    handler of it and moto's handler answers whatever an earlier one returned, so
+    no handler there can answer in moto's place or hold a lock around its work.
+    They live in one replacement of moto's process_request instead, the order
+    this list, each stage a slot the registry fills and empties.
+
+    ``machine_role`` is the IAM slot of a state's work: each task, Map and Parallel
+    state (already wrapped to work for its engine) runs as its machine's role.
+    """
+
+    machine_role = staticmethod(_as_no_role)
+    iam = staticmethod(_pass)
+    serialise = staticmethod(_pass)
+    faults_and_log = staticmethod(_faults_and_log)
+
+
+ORDER = ("iam", "serialise", "faults_and_log")
+
+
+def _through_stages(original: Any) -> Any:
     def process_request(stubber: Any, request: Any) -> Any:
-        match = LOGGED_SERVICE.match(urlsplit(request.url).netloc)
-        state = current() if match is not None else None
-        if match is None or state is None:
-            return original(stubber, request)
-        service = match.group(1)
-        response = _injected(state, service, request) or original(stubber, request)
-        if response is not None:
-            operation, bucket, key = describe(request, service)
-            state.requests.add(RecordedRequest(service, operation, response[0], bucket, key))
-        return response
+        answer = functools.partial(original, stubber, request)
+        for name in reversed(ORDER):
+            answer = functools.partial(getattr(Stages, name), request, answer)
+        return answer()
 
     return process_request
 
 
-def _install_log(installer: Installer) -> None:
+def _install_stages(installer: Installer) -> None:
     stubber = botocore_stubber.BotocoreStubber
-    installer.replace(stubber, "process_request", _logged(stubber.process_request))
+    installer.replace(stubber, "process_request", _through_stages(stubber.process_request))
 
 
 def stubber_fits() -> list[str]:
-    if "process_request" not in vars(botocore_stubber.BotocoreStubber):
-        return ["BotocoreStubber.process_request is gone"]
-    return []
+    return takes(botocore_stubber.BotocoreStubber.process_request, "self", "request")
 
 
 # --------------------------------------------------------------------------
@@ -408,12 +457,6 @@ def _in_process(original: Any) -> Any:
 def _install_lambda(installer: Installer) -> None:
     function = lambda_models.LambdaFunction
     installer.replace(function, "_invoke_lambda", _in_process(function._invoke_lambda))
-
-
-def _lambda_fits() -> list[str]:
-    if "_invoke_lambda" not in vars(lambda_models.LambdaFunction):
-        return ["LambdaFunction._invoke_lambda is gone"]
-    return []
 
 
 # --------------------------------------------------------------------------
@@ -462,12 +505,13 @@ PATCHES = (
         fits=_clock_fits,
     ),
     Patch(
-        name="request log and faults",
+        name="request stages",
         kind="hook",
-        why="Every DynamoDB, S3 and SQS request is recorded in its engine's log (effect "
-        "counts, the bench's bill) after the chaos harness's faults had their chance.",
+        why="One place for the request-level concerns (Stages, in ORDER: IAM, one request "
+        "at a time, faults, then the request log behind the effect counts and the "
+        "bench's bill).",
         test="tests/unit/test_patch_layer.py::test_two_engines_keep_their_own_clock_log_and_faults",
-        install=_install_log,
+        install=_install_stages,
         fits=stubber_fits,
     ),
     Patch(
@@ -477,7 +521,7 @@ PATCHES = (
         "in-process instead of in Docker.",
         test="tests/workflow/test_processor.py",
         install=_install_lambda,
-        fits=_lambda_fits,
+        fits=lambda: gone(lambda_models.LambdaFunction, "_invoke_lambda"),
     ),
     Patch(
         name="execution end signals",

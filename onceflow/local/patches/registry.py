@@ -27,7 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["hook", "fidelity", "speedup"]
+# hook: the engine's instruments; fidelity: moto made to do what AWS does; limit:
+# AWS's quotas (onceflow/local/limits/); iam: the template's roles
+# (onceflow/local/iam.py); meter: the bench's DynamoDB meter; speedup: moto faster.
+Kind = Literal["hook", "fidelity", "limit", "iam", "meter", "speedup"]
 
 # Set to 1 to make every speed-up's pin mismatch on purpose, as a moto upgrade
 # that changed all of them would (`make test-without-speedups`).
@@ -64,6 +67,21 @@ def _fits_always() -> list[str]:
     return []
 
 
+def gone(owner: Any, *names: str) -> list[str]:
+    """What a patch replaces on owner that owner no longer defines itself (moved or renamed)."""
+    where = getattr(owner, "__qualname__", getattr(owner, "__name__", str(owner)))
+    return [f"{where}.{name} is gone" for name in names if name not in vars(owner)]
+
+
+def takes(function: Any, *parameters: str) -> list[str]:
+    """A function a patch delegates to, if its leading parameters are no longer these."""
+    found = list(inspect.signature(function).parameters)[: len(parameters)]
+    if found == list(parameters):
+        return []
+    now, was = ", ".join(found), ", ".join(parameters)
+    return [f"{function.__qualname__} now takes ({now}), not ({was})"]
+
+
 @dataclass(frozen=True)
 class Patch:
     """One change to moto or botocore.
@@ -82,17 +100,21 @@ class Patch:
     fits: Callable[[], list[str]] = _fits_always
     pins: tuple[Pin, ...] = ()
 
-    def problems(self) -> list[str]:
+    def moved(self) -> list[str]:
+        """What moto no longer has that the patch needs (its fits check, without pins)."""
         try:
-            found = list(self.fits())
-            found += [
-                f"{pin.what} changed: re-check the patch that follows it"
-                for pin in self.pins
-                if not pin.matches()
-            ]
+            return list(self.fits())
         except Exception as exc:  # moto moved so far the check itself fails: a problem too
             return [f"its check failed ({type(exc).__name__}: {exc})"]
-        return found
+
+    def problems(self) -> list[str]:
+        """What moved, and each pin whose source changed."""
+        found = self.moved()
+        try:
+            changed = [pin.what for pin in self.pins if not pin.matches()]
+        except Exception as exc:  # the pinned source is gone: a problem too
+            return [*found, f"its pin's check failed ({type(exc).__name__}: {exc})"]
+        return found + [f"{what} changed: re-check the patch that follows it" for what in changed]
 
 
 _ABSENT = object()

@@ -3,7 +3,7 @@
 Each patch below names the AWS behaviour it reproduces, with the page that
 documents it, and the test that holds the engine to it (see ``PATCHES`` at
 the end). AWS's quotas (sizes, history, durations, timeouts) are enforced by
-onceflow/local/limits.py and IAM by onceflow/local/iam.py, installed the same way.
+onceflow/local/limits/ and IAM by onceflow/local/iam.py, installed the same way.
 The Distributed Map's are apart, in ``distributed_map``.
 """
 
@@ -15,12 +15,11 @@ import inspect
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-from moto.core import botocore_stubber
 from moto.core.exceptions import AWSError
 from moto.core.utils import unix_time_millis
 from moto.s3 import models as s3_models
@@ -67,6 +66,7 @@ from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.parse import preprocessor as asl_preprocessor
 
 from onceflow.local import jsonata_node
+from onceflow.local.patches import hooks
 from onceflow.local.patches.hooks import stubber_fits
 from onceflow.local.patches.registry import Installer, Patch
 
@@ -570,19 +570,15 @@ BACKEND_LOCK = threading.RLock()
 _SERIALISED_SERVICE = re.compile(r"^(?:[^/]*\.)?(dynamodb|sqs|s3)[.-]")
 
 
-def _serialised(original: Any) -> Any:
-    def process_request(stubber: Any, request: Any) -> Any:
-        if _SERIALISED_SERVICE.match(urlsplit(request.url).netloc) is None:
-            return original(stubber, request)
-        with BACKEND_LOCK:
-            return original(stubber, request)
-
-    return process_request
+def _serialised(request: Any, answer: Callable[[], Any]) -> Any:
+    if _SERIALISED_SERVICE.match(urlsplit(request.url).netloc) is None:
+        return answer()
+    with BACKEND_LOCK:
+        return answer()
 
 
 def _install_atomic_writes(installer: Installer) -> None:
-    stubber = botocore_stubber.BotocoreStubber
-    installer.replace(stubber, "process_request", _serialised(stubber.process_request))
+    installer.replace(hooks.Stages, "serialise", staticmethod(_serialised))  # a request stage
 
 
 def _from_key_marker(original: Any) -> Any:

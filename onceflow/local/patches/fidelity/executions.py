@@ -1,20 +1,24 @@
-"""An execution as Step Functions shows it: its context object and DescribeExecution.
+"""An execution as Step Functions shows it: its context object and DescribeExecution
+(which refuses an EXPRESS execution).
 
 Recorded in LocalStack's suite (github.com/localstack/localstack,
 tests/aws/services/stepfunctions/v2/): context_object/test_context_object
 (test_variable), test_sfn_api (test_describe_execution), base/test_base
-(test_state_fail).
+(test_state_fail), test_sfn_api_express (test_start_async_describe_history_execution).
 """
 
 from __future__ import annotations
 
 import datetime
+import inspect
 from typing import Any
 
+from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions import responses as sfn_responses
+from moto.stepfunctions.parser.api import StateMachineType
 from moto.stepfunctions.parser.backend import execution_worker
 
-from onceflow.local.patches.registry import Installer, Patch
+from onceflow.local.patches.registry import Installer, Patch, gone
 
 _Worker = execution_worker.ExecutionWorker
 _Responses = sfn_responses.StepFunctionResponse
@@ -64,6 +68,29 @@ def _describe_execution(self: Any) -> Any:
     return answer
 
 
+# AWS refuses DescribeExecution and StopExecution (and GetExecutionHistory) for an
+# EXPRESS execution: recorded in LocalStack's suite, test_sfn_api_express.snapshot.json,
+# key "...::TestSfnApiExpress::test_start_async_describe_history_execution",
+# "describe_execution_error" and "stop_execution_error" (validated on AWS 2024-07-03).
+EXPRESS_REFUSED = "Invalid Arn: 'Resource type not valid in this context: express'"
+
+
+def _refusing_express(original: Any) -> Any:
+    def call(self: Any) -> Any:
+        # An unknown or malformed ARN raises moto's own error here, as it would below.
+        execution = self.stepfunction_backend.describe_execution(self._get_param("executionArn"))
+        if str(getattr(execution.state_machine, "type", "")) == StateMachineType.EXPRESS:
+            raise sfn_exceptions.InvalidArn(EXPRESS_REFUSED)
+        return original(self)
+
+    return call
+
+
+def _install_express(installer: Installer) -> None:
+    for name in ("describe_execution", "stop_execution"):
+        installer.replace(_Responses, name, _refusing_express(getattr(_Responses, name)))
+
+
 def _install_context(installer: Installer) -> None:
     installer.replace(_Worker, "_get_evaluation_environment", _evaluation_environment)
 
@@ -72,16 +99,13 @@ def _install_describe(installer: Installer) -> None:
     installer.replace(_Responses, "describe_execution", _describe_execution)
 
 
-def _context_fits() -> list[str]:
-    if "_get_evaluation_environment" not in vars(_Worker):
-        return ["ExecutionWorker._get_evaluation_environment is gone"]
-    return []
+def _express_fits() -> list[str]:
+    from moto.stepfunctions.parser.backend.execution import Execution
 
-
-def _describe_fits() -> list[str]:
-    if "describe_execution" not in vars(_Responses):
-        return ["StepFunctionResponse.describe_execution is gone"]
-    return []
+    moved = gone(_Responses, "describe_execution", "stop_execution", "stepfunction_backend")
+    if "state_machine" not in inspect.getsource(Execution.__init__):
+        moved.append("moto's Execution no longer keeps its state_machine")
+    return moved
 
 
 _TESTS = "tests/parity/test_context.py::"
@@ -95,7 +119,7 @@ PATCHES: tuple[Patch, ...] = (
         "text and no RedriveCount.",
         test=_TESTS + "test_the_context_object_has_redrive_count_and_an_iso_8601_start_time",
         install=_install_context,
-        fits=_context_fits,
+        fits=lambda: gone(_Worker, "_get_evaluation_environment"),
     ),
     Patch(
         name="DescribeExecution's inputDetails and redrive fields",
@@ -106,6 +130,17 @@ PATCHES: tuple[Patch, ...] = (
         "left them out.",
         test=_TESTS + "test_describe_execution_answers_input_details_and_the_redrive_fields",
         install=_install_describe,
-        fits=_describe_fits,
+        fits=lambda: gone(_Responses, "describe_execution"),
+    ),
+    Patch(
+        name="EXPRESS executions are not described",
+        kind="fidelity",
+        why="DescribeExecution and StopExecution refuse an EXPRESS execution with InvalidArn "
+        f'"{EXPRESS_REFUSED}" (recorded: LocalStack\'s test_sfn_api_express snapshot, '
+        "test_start_async_describe_history_execution). moto answered both, so a reader of "
+        "EXPRESS executions passed locally and failed deployed.",
+        test=_TESTS + "test_describe_execution_refuses_an_express_execution",
+        install=_install_express,
+        fits=_express_fits,
     ),
 )
