@@ -350,6 +350,13 @@ class Stack:
         except (KeyError, TypeError):
             raise TemplateError(f"Fn::FindInMap: no {map_name}.{top}.{second}") from None
 
+    def setting(self, name: str) -> str:
+        """A parameter's value, or the constant that replaced a former parameter (the
+        template's Mappings, Constants.Values; docs/operate.md, Constants)."""
+        if name in self.parameters:
+            return self.parameters[name]
+        return str(self.find_in_map("Constants", "Values", name))
+
     # ---- SAM --------------------------------------------------------------
 
     def function_properties(self, logical_id: str) -> dict[str, Any]:

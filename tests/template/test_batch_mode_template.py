@@ -45,7 +45,7 @@ from tests.template.translate import INTEGRATION_ACTIONS, tasks, translated
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE: Path = DEFAULT_TEMPLATE
 BATCH = "BatchProcessorStateMachine"
-EXPRESS_LIMITS = {"RetryMaxAttempts": "1", "ProcessorTimeoutSeconds": "40"}
+EXPRESS_LIMITS = {"ProcessorTimeoutSeconds": "40"}
 BATCH_MODE = {"SqsSource": "create", "SqsBatchMode": "true", **EXPRESS_LIMITS}
 STEP_FUNCTIONS_INPUT = 262_144
 RECORD_OVERHEAD = 2048  # messageId, receipt handle, attributes, ARNs of one pipe record

@@ -323,7 +323,7 @@ def test_iam_names_the_existing_bucket_and_reads_only_the_filtered_keys() -> Non
 def test_the_audit_and_the_processor_are_told_the_bucket_and_the_filter() -> None:
     # GIVEN the stack deployed on an existing bucket, SQS batch mode on too
     # (its EXPRESS workflow needs at most one retry of a call of at most 40 s)
-    express = {"RetryMaxAttempts": "1", "ProcessorTimeoutSeconds": "30"}
+    express = {"ProcessorTimeoutSeconds": "30"}
     stack = deployed({**EXISTING, "SqsSource": "create", "SqsBatchMode": "true", **express})
     # WHEN we read the audit function's environment and the definitions' substitutions
     env = properties(stack, "AuditFunction")["Environment"]["Variables"]

@@ -50,9 +50,7 @@ def test_every_failed_rule_assertion_is_reported_at_once() -> None:
         TEMPLATE,
         {
             "WorkflowType": "EXPRESS",
-            "RetryMaxAttempts": "1",
             "ProcessorTimeoutSeconds": "40",
-            "RetryIntervalSeconds": "10",
         },
     )
 

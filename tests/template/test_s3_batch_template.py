@@ -27,7 +27,7 @@ from tests.template.test_existing_bucket import deployed, properties
 from tests.template.test_template import run
 
 ROOT = Path(__file__).resolve().parents[2]
-EXPRESS_LIMITS = {"RetryMaxAttempts": "1", "ProcessorTimeoutSeconds": "40"}
+EXPRESS_LIMITS = {"ProcessorTimeoutSeconds": "40"}
 S3_BATCH = {"SqsBatchMode": "true", **EXPRESS_LIMITS}
 
 

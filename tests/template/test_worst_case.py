@@ -24,9 +24,7 @@ from onceflow.local.template import Stack, TemplateError
 DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
 # The largest values the EXPRESS rule allows, and the largest of those it leaves free.
 EXPRESS_LARGEST = {
-    "RetryMaxAttempts": "1",
     "ProcessorTimeoutSeconds": "40",
-    "RetryIntervalSeconds": "10",
     "RetryBackoffRate": "1000",
     "RetryMaxDelaySeconds": "86400",
 }

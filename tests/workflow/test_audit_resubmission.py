@@ -334,7 +334,7 @@ def describe_refused(engine: LocalEngine) -> Any:
     )
 
 
-EXPRESS = {"WorkflowType": "EXPRESS", "RetryMaxAttempts": "1", "ProcessorTimeoutSeconds": "40"}
+EXPRESS = {"WorkflowType": "EXPRESS", "ProcessorTimeoutSeconds": "40"}
 
 
 def test_under_express_a_failed_custom_event_is_resubmitted_from_its_row() -> None:
@@ -357,7 +357,6 @@ def test_under_express_a_failed_custom_event_is_resubmitted_from_its_row() -> No
 BATCH_MODE = {
     "SqsSource": "create",
     "SqsBatchMode": "true",
-    "RetryMaxAttempts": "1",
     "ProcessorTimeoutSeconds": "40",
     "IdempotencyKeyPath": "orderId",
 }

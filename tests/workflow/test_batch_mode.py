@@ -53,7 +53,6 @@ BATCH = "BatchProcessorStateMachine"
 PARAMETERS = {
     "SqsSource": "create",
     "SqsBatchMode": "true",
-    "RetryMaxAttempts": "1",
     "ProcessorTimeoutSeconds": "40",
     "IdempotencyKeyPath": "orderId",
 }
