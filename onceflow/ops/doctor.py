@@ -706,7 +706,8 @@ def check_audit_schedule(stack: _Stack) -> Iterator[Finding]:
                 f"{name} is {schedule.get('State')}: no audit runs, so a lost event is never "
                 "recovered. Enable it: aws scheduler update-schedule --name "
                 f"{name} --state ENABLED, with its other settings as get-schedule shows "
-                "them (update-schedule replaces them all); or deploy with an AuditSchedule other than off",
+                "them (update-schedule replaces them all); or deploy with an AuditSchedule "
+                "other than off",
             )
         else:
             yield Finding(
