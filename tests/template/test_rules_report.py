@@ -44,8 +44,7 @@ def test_every_failed_rule_assertion_is_reported_at_once() -> None:
     ]
     assert len(refused) == 2
     expected += [
-        ("AuditWindowCoversTheSchedule", " ".join(a["AssertDescription"].split()))
-        for a in refused
+        ("AuditWindowCoversTheSchedule", " ".join(a["AssertDescription"].split())) for a in refused
     ]
     assert isinstance(refusal.value, RulesRefused)
     assert refusal.value.failures == expected
