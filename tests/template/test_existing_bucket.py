@@ -181,7 +181,6 @@ def test_a_key_filter_on_the_stacks_own_bucket_is_allowed() -> None:
     [
         ({"AuditInventory": "Daily"}, "AuditInventory needs the stack's own bucket"),
         ({"AuditInventory": "Weekly", "RetentionDays": "30"}, "AuditInventory needs"),
-        ({"ExpireNoncurrentVersions": "true"}, "ExpireNoncurrentVersions needs the stack's own"),
     ],
 )
 def test_what_the_stack_cannot_configure_on_a_bucket_it_does_not_own_is_refused(
