@@ -388,7 +388,8 @@ def read_deployment(template: Path, parameters: Mapping[str, str] | None = None)
 def _log_level(stack: Stack, logical_id: str) -> str:
     """A state machine's logging level as the template resolves it with these parameters
     (StateMachineLogLevel for the processor; Observability for the batch workflow)."""
-    logging = stack.template["Resources"][logical_id]["Properties"].get("Logging", {})
+    resource = stack.template["Resources"].get(logical_id, {})
+    logging = resource.get("Properties", {}).get("Logging", {})
     return str(stack.resolve(logging.get("Level", "OFF")))
 
 
