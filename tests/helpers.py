@@ -135,6 +135,16 @@ def audit_engine(**parameters: str) -> LocalEngine:
     )
 
 
+def with_constants(engine: LocalEngine, **constants: str) -> LocalEngine:
+    """The engine's template with some of its constants changed, as a user changes them: in
+    template.yaml's Mappings (docs/operate.md, Constants; once parameters). Before start."""
+    values = engine.stack.template["Mappings"]["Constants"]["Values"]
+    unknown = set(constants) - set(values)
+    assert not unknown, f"no such constants: {sorted(unknown)}"
+    values.update(constants)
+    return engine
+
+
 def age_object(engine: LocalEngine, key: str, days: float) -> None:
     """Make every version of an object `days` old, as if uploaded then (moto's clock)."""
     from datetime import timedelta

@@ -762,8 +762,9 @@ class Mode:
 
 
 # EXPRESS runs at most five minutes: the template's ExpressFitsInFiveMinutes rule
-# refuses the defaults, so these are the least a user must change.
-EXPRESS_LIMITS = (("RetryMaxAttempts", "1"), ("ProcessorTimeoutSeconds", "40"))
+# refuses the default timeout, so this is the least a user must change (the Process
+# task's retries follow WorkflowType by themselves: the template's ProcessRetries).
+EXPRESS_LIMITS = (("ProcessorTimeoutSeconds", "40"),)
 BATCH_SIZE = 10
 MODES: tuple[Mode, ...] = (
     Mode("STANDARD, S3 via EventBridge", "STANDARD", "s3"),
@@ -1170,7 +1171,7 @@ def _measure(
         e["type"] == "TaskStateEntered" for e in result.events
     )
     # Full jitter: a retry waits half its interval on average (the first retry's).
-    interval = float(engine.stack.parameters.get("RetryIntervalSeconds", "0"))
+    interval = float(engine.stack.setting("RetryIntervalSeconds"))
     sqs = Counter(
         {
             op.split(":")[1]: n
@@ -1319,8 +1320,6 @@ REDELIVERY_REQUESTS = ("ReceiveMessage", "DeleteMessage", "DeleteMessageBatch")
 BATCH_PARAMETERS = {
     "SqsSource": "create",
     "SqsBatchMode": "true",
-    "SqsBatchSize": str(BATCH_SIZE),
-    "RetryMaxAttempts": "1",
     "ProcessorTimeoutSeconds": "40",
     "AuditRecentCutoffHours": "0",
 }
@@ -2362,8 +2361,8 @@ SEES = {
 }
 # What a batch mode gives up besides: the wait for a batch, and EXPRESS's five minutes.
 BATCH_GIVES_UP = (
-    "; a message waits up to the batching window; EXPRESS limits (RetryMaxAttempts "
-    "at most 1, ProcessorTimeoutSeconds at most 40)"
+    "; a message waits up to the batching window; EXPRESS limits (one Process retry, "
+    "ProcessorTimeoutSeconds at most 40)"
 )
 
 
@@ -2506,8 +2505,8 @@ def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
     units = a["units"]
     lines = [
         "",
-        "A daily audit walks every object the bucket holds (nothing deletes them; "
-        "ExpireNoncurrentVersions deletes old versions only) and reads the ledger for "
+        "A daily audit walks every object the bucket holds (the stack deletes none), "
+        "and reads the ledger for "
         f"those inside RetentionDays and older than the {a['recent_cutoff_hours']:g}-hour "
         "cutoff. Measured above, per run: fixed "
         f"${units['fixed']:.6f}; per object reached ${units['per_listed_key'] * 1e6:.4f} "
@@ -2625,7 +2624,7 @@ def render(report: dict[str, Any]) -> str:
     lines += [
         "Configured state machine log levels: "
         + ", ".join(f"{m} {lv}" for m, lv in report["configured_log_levels"].items())
-        + f" (the template's defaults: StateMachineLogLevel, SqsBatchLogLevel). Seed mix: "
+        + f" (the template's defaults: StateMachineLogLevel, Observability). Seed mix: "
         f"{SEED_DUPLICATE_SHARE:.2%} duplicates. Batches as they form at the seed's rate "
         "(section 3). Ratio: happy path against the baseline's happy path, at the same "
         "level (the baseline has no state machine logs). The audit: a 1-month-old bucket.",

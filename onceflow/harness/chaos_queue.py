@@ -142,14 +142,11 @@ def queue_parameters(batch: bool, versioned: bool = True) -> dict[str, str]:
     if not versioned:
         parameters["ExistingBucketName"] = UNVERSIONED_BUCKET
     if batch:
-        # The batch workflow is EXPRESS: the template's ExpressFitsInFiveMinutes rule.
+        # The batch workflow is EXPRESS: the template's ExpressFitsInFiveMinutes rule
+        # (its Process task retries once by itself: ProcessRetries).
         # WorkflowType stays STANDARD: the audit resubmits into the single-message
         # processor, whose executions DescribeExecution serves.
-        parameters |= {
-            "SqsBatchMode": "true",
-            "RetryMaxAttempts": "1",
-            "ProcessorTimeoutSeconds": "40",
-        }
+        parameters |= {"SqsBatchMode": "true", "ProcessorTimeoutSeconds": "40"}
     return parameters
 
 
@@ -170,7 +167,7 @@ class QueueInjector:
         self.engine = engine
         self.units = units
         self.batch = batch
-        self.max_attempts = int(engine.stack.parameters["MaxAttempts"])
+        self.max_attempts = int(engine.stack.setting("MaxAttempts"))
         self.dead_letter_queue = engine.ref("DeadLetterQueue")
         self.fired: Counter[str] = Counter()
         self._done: set[tuple[str, str]] = set()
@@ -332,8 +329,8 @@ class QueueRun:
         self.max_message_bytes = int(attributes["MaximumMessageSize"])
         self.visibility_timeout = int(attributes["VisibilityTimeout"])
         self.max_receives = int(json.loads(attributes["RedrivePolicy"])["maxReceiveCount"])
-        self.lock_timeout = int(engine.stack.parameters["LockTimeoutSeconds"])
-        self.max_attempts = int(engine.stack.parameters["MaxAttempts"])
+        self.lock_timeout = int(engine.stack.setting("LockTimeoutSeconds"))
+        self.max_attempts = int(engine.stack.setting("MaxAttempts"))
         self.by_body: dict[str, str] = {}  # message body -> pk
         self.outcomes: Counter[str] = Counter()
         self.executions = 0

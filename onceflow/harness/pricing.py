@@ -380,9 +380,17 @@ def read_deployment(template: Path, parameters: Mapping[str, str] | None = None)
         schedules=schedules,
         pipe_batch_size=batch_size,
         pipe_window_seconds=window,
-        processor_log_level=stack.parameters.get("StateMachineLogLevel", "ALL"),
-        batch_log_level=stack.parameters.get("SqsBatchLogLevel", "ALL"),
+        processor_log_level=_log_level(stack, "ProcessorStateMachine"),
+        batch_log_level=_log_level(stack, "BatchProcessorStateMachine"),
     )
+
+
+def _log_level(stack: Stack, logical_id: str) -> str:
+    """A state machine's logging level as the template resolves it with these parameters
+    (StateMachineLogLevel for the processor; Observability for the batch workflow)."""
+    resource = stack.template["Resources"].get(logical_id, {})
+    logging = resource.get("Properties", {}).get("Logging", {})
+    return str(stack.resolve(logging.get("Level", "OFF")))
 
 
 def runs_per_month(expression: str) -> float:
@@ -535,8 +543,8 @@ def audit_day(
 ) -> AuditDay:
     """A daily audit of a bucket that has taken uploads at this rate for ``age_days``.
 
-    The walk reaches every current object (nothing deletes them; ExpireNoncurrentVersions
-    deletes old versions only), and reads the ledger for those inside the window. With a
+    The walk reaches every current object (the stack deletes none, old versions neither)
+    and reads the ledger for those inside the window. With a
     daily Inventory the listing is replaced by the report, which bills every object in it.
     """
     per_day = uploads_per_second * 86_400

@@ -333,12 +333,29 @@ class Stack:
             if key == "Fn::Split":
                 delimiter, text = arg
                 return str(self.resolve(text)).split(delimiter)
+            if key == "Fn::FindInMap":
+                return self.find_in_map(*(self.resolve(a) for a in arg))
             if key in ("Fn::Equals", "Fn::Not", "Fn::And", "Fn::Or", "Condition"):
                 return self._condition_value(node)
             if key.startswith("Fn::"):
                 raise TemplateError(f"{key} is not supported by the local engine")
         resolved = {k: self.resolve(v) for k, v in node.items()}
         return {k: v for k, v in resolved.items() if v is not NO_VALUE}
+
+    def find_in_map(self, map_name: str, top: str, second: str) -> Any:
+        """Fn::FindInMap: the template's Mappings, two keys deep (intrinsic-function-
+        reference-findinmap.html); a missing key fails the deploy, here at once."""
+        try:
+            return self.template["Mappings"][map_name][top][second]
+        except (KeyError, TypeError):
+            raise TemplateError(f"Fn::FindInMap: no {map_name}.{top}.{second}") from None
+
+    def setting(self, name: str) -> str:
+        """A parameter's value, or the constant that replaced a former parameter (the
+        template's Mappings, Constants.Values; docs/operate.md, Constants)."""
+        if name in self.parameters:
+            return self.parameters[name]
+        return str(self.find_in_map("Constants", "Values", name))
 
     # ---- SAM --------------------------------------------------------------
 

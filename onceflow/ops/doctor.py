@@ -403,6 +403,8 @@ def _pipe_batching(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
     )
     problems: list[str] = []
     if batch_mode:
+        # A constant of the template since P12 (docs/operate.md, Constants); a stack
+        # deployed before it may still carry the parameter.
         wanted = int(stack.parameter("SqsBatchSize", "10"))
         if invocation != "REQUEST_RESPONSE":
             problems.append(
@@ -486,6 +488,7 @@ def _batch_lock(stack: _Stack) -> int:
     """The shortest lock a batch claim holds: LockTimeoutSeconds capped, as the batch
     definition caps it, by what a batch execution can last (onceflow/asl/batch_definition.py,
     BATCH_LOCK_CAP: five minutes, the Process task's timeout, a minute)."""
+    # Constants since P12 (docs/operate.md, Constants), parameters of older stacks.
     lock = int(stack.parameter("LockTimeoutSeconds", "900") or 900)
     task = int(stack.parameter("ProcessorTimeoutSeconds", "60") or 60) + 10
     return min(lock, EXPRESS_LIMIT_SECONDS + task + 60)
@@ -706,7 +709,8 @@ def check_audit_schedule(stack: _Stack) -> Iterator[Finding]:
                 f"{name} is {schedule.get('State')}: no audit runs, so a lost event is never "
                 "recovered. Enable it: aws scheduler update-schedule --name "
                 f"{name} --state ENABLED, with its other settings as get-schedule shows "
-                "them (update-schedule replaces them all); or deploy with AuditEnabled=true",
+                "them (update-schedule replaces them all); or deploy with an AuditSchedule "
+                "other than off",
             )
         else:
             yield Finding(

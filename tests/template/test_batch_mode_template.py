@@ -39,13 +39,13 @@ from onceflow.asl.batch_definition import (
 )
 from onceflow.asl.worstcase import EXPRESS_LIMIT_SECONDS, worst_case_seconds
 from onceflow.local.engine import DEFAULT_TEMPLATE, LocalEngine
-from onceflow.local.template import Stack, TemplateError, coerce_parameter
+from onceflow.local.template import Stack, TemplateError
 from tests.template.translate import INTEGRATION_ACTIONS, tasks, translated
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE: Path = DEFAULT_TEMPLATE
 BATCH = "BatchProcessorStateMachine"
-EXPRESS_LIMITS = {"RetryMaxAttempts": "1", "ProcessorTimeoutSeconds": "40"}
+EXPRESS_LIMITS = {"ProcessorTimeoutSeconds": "40"}
 BATCH_MODE = {"SqsSource": "create", "SqsBatchMode": "true", **EXPRESS_LIMITS}
 STEP_FUNCTIONS_INPUT = 262_144
 RECORD_OVERHEAD = 2048  # messageId, receipt handle, attributes, ARNs of one pipe record
@@ -58,9 +58,8 @@ def _array(n: int) -> int:
 
 @pytest.fixture(scope="module")
 def batch_engine() -> Iterator[LocalEngine]:
-    parameters = {**BATCH_MODE, "SqsBatchSize": "7"}
     with LocalEngine(
-        TEMPLATE, parameters, function_log=io.StringIO(), stack_name="batch-mode"
+        TEMPLATE, BATCH_MODE, function_log=io.StringIO(), stack_name="batch-mode"
     ) as engine:
         yield engine
 
@@ -234,28 +233,19 @@ def test_batch_mode_is_refused_without_the_express_limits() -> None:
     assert Stack.from_file(TEMPLATE, {"SqsBatchMode": "true", **EXPRESS_LIMITS}).resource_enabled(
         "SourceQueue"
     )
-    # A batch is 1 to 10 messages
-    for size in ("0", "11", "1.5"):
-        with pytest.raises(TemplateError):
-            Stack.from_file(TEMPLATE, {**BATCH_MODE, "SqsBatchSize": size})
     # The default keeps today's pipe: no EXPRESS rule for a STANDARD processor
     Stack.from_file(TEMPLATE, {"SqsSource": "create"})
 
 
-def test_the_batch_size_is_a_whole_number_from_1_to_10() -> None:
-    # GIVEN the parameter as CloudFormation receives it (a String with a pattern, as the
-    # template's other whole numbers: a Number would take 1.5)
-    spec = translated()["Parameters"]["SqsBatchSize"]
-    assert spec["Type"] == "String"
-    assert "from 1 to 10" in spec["ConstraintDescription"]
-    # THEN the pattern agrees with the range, and anything else is refused by name
-    pattern = re.compile(spec["AllowedPattern"])
-    for number in range(200):
-        assert bool(pattern.fullmatch(str(number))) == (1 <= number <= 10), number
-    for value in ("1.5", "01", " 1", "1e1", "+1", ""):
-        with pytest.raises(TemplateError, match="parameter SqsBatchSize="):
-            coerce_parameter("SqsBatchSize", spec, value)
-    assert coerce_parameter("SqsBatchSize", spec, spec["Default"]) == "10"
+def test_the_batch_size_is_the_pipes_largest() -> None:
+    # GIVEN the constant that was the parameter SqsBatchSize (docs/operate.md, Constants)
+    constants = Stack.from_file(TEMPLATE).template["Mappings"]["Constants"]["Values"]
+    # THEN it is the largest batch an SQS pipe source reads, which the window fills
+    assert constants["SqsBatchSize"] == "10"
+    stack = Stack.from_file(TEMPLATE, BATCH_MODE)
+    pipe = stack.template["Resources"]["SourcePipe"]["Properties"]
+    size = pipe["SourceParameters"]["SqsQueueParameters"]["BatchSize"]
+    assert stack.resolve(size) == "10"
 
 
 def test_every_parameter_set_the_express_rule_allows_fits_in_five_minutes(
@@ -267,12 +257,7 @@ def test_every_parameter_set_the_express_rule_allows_fits_in_five_minutes(
     for assertion in rule["Assertions"]:
         values, ref = assertion["Assert"]["Fn::Contains"]
         largest[ref["Ref"]] = max((str(v) for v in values), key=int)
-    parameters = {
-        **BATCH_MODE,
-        **largest,
-        "RetryBackoffRate": "1000",
-        "RetryMaxDelaySeconds": "86400",
-    }
+    parameters = {**BATCH_MODE, **largest}
     with LocalEngine(
         TEMPLATE, parameters, function_log=io.StringIO(), stack_name="batch-worst-case"
     ) as engine:
@@ -285,39 +270,14 @@ def test_every_parameter_set_the_express_rule_allows_fits_in_five_minutes(
     assert 0 < worst < EXPRESS_LIMIT_SECONDS, worst
 
 
-def test_the_receive_budget_exceeds_max_attempts_for_every_pair_the_rules_accept() -> None:
+def test_the_receive_budget_exceeds_max_attempts() -> None:
     """Each attempt takes one receive and one more dead-letters a row whose last attempt
     died (P11): a budget at or below MaxAttempts would move unsettled work to the source
-    DLQ. The rule asks a budget above the largest MaxAttempts of a range."""
+    DLQ. Both are constants now (once the rule SourceQueueCoversMaxAttempts)."""
     stack = Stack.from_file(TEMPLATE, BATCH_MODE)
-    smallest: dict[int, int] = {}
-    for attempts in range(1, 51):
-        for receives in [*range(1, 61), 1000]:
-            parameters = {
-                **BATCH_MODE,
-                "MaxAttempts": str(attempts),
-                "SourceQueueMaxReceiveCount": str(receives),
-            }
-            try:
-                stack.bind(parameters)
-                stack.check_rules()
-            except TemplateError as exc:
-                assert "SourceQueueCoversMaxAttempts" in str(exc), exc
-                assert receives <= 50
-                continue
-            # THEN whatever the rules accept has a receive for each attempt and one more
-            assert receives > attempts, (attempts, receives)
-            smallest.setdefault(attempts, receives)
-    # AND the rule asks no more than its description says
-    tiers = {1: 2, 4: 5, 9: 10, 19: 20, 50: 51}
-    for attempts, least in smallest.items():
-        assert least == tiers[min(t for t in tiers if t >= attempts)], attempts
-    # AND the defaults pass; without the batch mode, or with a queue of your own (whose
-    # receive budget the stack does not set: onceflow doctor checks it), the rule is off
-    Stack.from_file(TEMPLATE, BATCH_MODE)
-    Stack.from_file(TEMPLATE, {"SqsSource": "create", "MaxAttempts": "9"})
-    with pytest.raises(TemplateError, match="SourceQueueCoversMaxAttempts"):
-        Stack.from_file(TEMPLATE, {**BATCH_MODE, "MaxAttempts": "5"})
+    queue = stack.template["Resources"]["SourceQueue"]["Properties"]
+    receives = int(stack.resolve(queue["RedrivePolicy"]["maxReceiveCount"]))
+    assert receives >= int(stack.setting("MaxAttempts")) + 1
 
 
 def test_the_created_queue_hides_a_batch_six_times_its_longest_run_and_past_its_lock(
@@ -358,7 +318,7 @@ def test_the_pipe_runs_the_batch_workflow_synchronously(batch_engine: LocalEngin
     assert pipe["TargetParameters"]["StepFunctionStateMachineParameters"] == {
         "InvocationType": "REQUEST_RESPONSE"
     }
-    assert str(pipe["SourceParameters"]["SqsQueueParameters"]["BatchSize"]) == "7"
+    assert str(pipe["SourceParameters"]["SqsQueueParameters"]["BatchSize"]) == "10"
     allowed = [s for s in _statements(batch_engine, "PipeRole") if s["Effect"] == "Allow"]
     starts = [s for s in allowed if str(s["Action"]).startswith("states:")]
     assert starts == [{"Effect": "Allow", "Action": "states:StartSyncExecution", "Resource": batch}]
@@ -368,7 +328,7 @@ def test_the_pipe_runs_the_batch_workflow_synchronously(batch_engine: LocalEngin
     )["Attributes"]
     assert int(attributes["VisibilityTimeout"]) > 300
     largest = int(attributes["MaximumMessageSize"])
-    assert 7 * 2 * largest + _array(7) <= STEP_FUNCTIONS_INPUT
+    assert 10 * 2 * largest + _array(10) <= STEP_FUNCTIONS_INPUT
 
 
 def test_the_default_pipe_is_unchanged() -> None:
@@ -402,7 +362,7 @@ def test_each_batch_size_gets_the_largest_message_a_whole_batch_fits() -> None:
     queue = Stack.from_file(TEMPLATE).template["Resources"]["SourceQueue"]["Properties"]
     _, chosen, single = queue["MaximumMessageSize"]["Fn::If"]
     index, sizes = chosen["Fn::Select"]
-    assert index == {"Ref": "SqsBatchSize"}
+    assert index == {"Fn::FindInMap": ["Constants", "Values", "SqsBatchSize"]}
     sizes = [int(size) for size in sizes]  # strings in the template (checkov)
     assert single == 65536 == sizes[1]  # one message: today's limit
     for n in range(1, 11):
@@ -468,19 +428,26 @@ def test_every_jsonata_expression_compiles_as_aws_reads_it(batch_engine: LocalEn
 
 
 def test_sam_translates_batch_mode_into_an_express_machine_and_a_synchronous_pipe() -> None:
-    resources = translated({**BATCH_MODE, "SqsBatchSize": "5"})["Resources"]
+    resources = translated(BATCH_MODE)["Resources"]
     machine = resources[BATCH]
     assert machine["Type"] == "AWS::StepFunctions::StateMachine"
     assert machine["Condition"] == "UseSqsBatchMode"
     assert machine["Properties"]["StateMachineType"] == "EXPRESS"
     assert machine["Properties"]["DefinitionS3Location"]["Key"] == "statemachines/batch.asl.json"
     processor = resources["ProcessorStateMachine"]["Properties"]
-    for key in ("DefinitionSubstitutions", "TracingConfiguration"):
-        assert machine["Properties"][key] == processor[key], key
+    assert machine["Properties"]["TracingConfiguration"] == processor["TracingConfiguration"]
+    # AND the same substitutions but the retries: the batch workflow is always EXPRESS
+    substitutions = dict(machine["Properties"]["DefinitionSubstitutions"])
+    assert substitutions.pop("RetryMaxAttempts") == {
+        "Fn::FindInMap": ["ProcessRetries", "EXPRESS", "RetryMaxAttempts"]
+    }
+    assert substitutions == {
+        k: v for k, v in processor["DefinitionSubstitutions"].items() if k != "RetryMaxAttempts"
+    }
     # AND it logs to the processor's log group (its metric filters), at its own level
     logging = machine["Properties"]["LoggingConfiguration"]
     assert logging["Destinations"] == processor["LoggingConfiguration"]["Destinations"]
-    assert logging["Level"] == {"Ref": "SqsBatchLogLevel"}
+    assert logging["Level"] == {"Fn::If": ["FullObservability", "ALL", "ERROR"]}
     role = json.dumps(resources[f"{BATCH}Role"]["Properties"]["Policies"])
     assert "dynamodb:GetItem" in role
     pipe = resources["SourcePipe"]["Properties"]
@@ -490,7 +457,7 @@ def test_sam_translates_batch_mode_into_an_express_machine_and_a_synchronous_pip
 
 
 def test_cfn_lint_accepts_batch_mode() -> None:
-    parameters = [f"{k}={v}" for k, v in {**BATCH_MODE, "SqsBatchSize": "10"}.items()]
+    parameters = [f"{k}={v}" for k, v in BATCH_MODE.items()]
     command = [str(Path(sys.executable).parent / "cfn-lint"), str(TEMPLATE), "--parameters"]
     result = subprocess.run(
         [*command, *parameters], cwd=ROOT, capture_output=True, text=True, check=False

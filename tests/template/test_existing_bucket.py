@@ -181,7 +181,6 @@ def test_a_key_filter_on_the_stacks_own_bucket_is_allowed() -> None:
     [
         ({"AuditInventory": "Daily"}, "AuditInventory needs the stack's own bucket"),
         ({"AuditInventory": "Weekly", "RetentionDays": "30"}, "AuditInventory needs"),
-        ({"ExpireNoncurrentVersions": "true"}, "ExpireNoncurrentVersions needs the stack's own"),
     ],
 )
 def test_what_the_stack_cannot_configure_on_a_bucket_it_does_not_own_is_refused(
@@ -323,7 +322,7 @@ def test_iam_names_the_existing_bucket_and_reads_only_the_filtered_keys() -> Non
 def test_the_audit_and_the_processor_are_told_the_bucket_and_the_filter() -> None:
     # GIVEN the stack deployed on an existing bucket, SQS batch mode on too
     # (its EXPRESS workflow needs at most one retry of a call of at most 40 s)
-    express = {"RetryMaxAttempts": "1", "ProcessorTimeoutSeconds": "30"}
+    express = {"ProcessorTimeoutSeconds": "30"}
     stack = deployed({**EXISTING, "SqsSource": "create", "SqsBatchMode": "true", **express})
     # WHEN we read the audit function's environment and the definitions' substitutions
     env = properties(stack, "AuditFunction")["Environment"]["Variables"]

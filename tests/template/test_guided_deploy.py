@@ -23,9 +23,7 @@ GROUP_ORDER = [
     "Where events come from: S3 through EventBridge",
     "Where events come from: an SQS queue",
     "Where events come from: EventBridge custom events",
-    "The processor",
-    "Retries and limits",
-    "Ledger retention and capacity",
+    "The processor and its ledger",
     "The audit: finds and resubmits lost work",
     "Operations: encryption, alarms and logs",
 ]
@@ -142,11 +140,7 @@ def _express_limits() -> list[str]:
 def test_the_express_limits_are_stated_where_the_workflow_type_is_chosen() -> None:
     # GIVEN the limits the rule enforces under EXPRESS and the batch mode
     limits = _express_limits()
-    assert limits == [
-        "RetryMaxAttempts at most 1",
-        "ProcessorTimeoutSeconds at most 40",
-        "RetryIntervalSeconds at most 10",
-    ]
+    assert limits == ["ProcessorTimeoutSeconds at most 40"]
     # THEN WorkflowType's description, and the README's and operate.md's rows for it,
     # state each of them
     description = " ".join(_template()["Parameters"]["WorkflowType"]["Description"].split())

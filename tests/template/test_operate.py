@@ -161,10 +161,11 @@ def test_work_that_could_not_be_dead_lettered_or_recorded_alarms_at_once(metric:
     assert f"{metric}Alarm.Arn" in dashboard
 
 
-@pytest.mark.parametrize("audit_enabled", ["true", "false"])
-def test_the_dashboard_body_is_json_with_the_flows_numbers(audit_enabled: str) -> None:
-    # GIVEN a stack with its audit schedule on or off
-    with LocalEngine(parameters={"AuditEnabled": audit_enabled}) as engine:
+@pytest.mark.parametrize("schedule", ["rate(1 day)", "off"])
+def test_the_dashboard_body_is_json_with_the_flows_numbers(schedule: str) -> None:
+    # GIVEN a stack with the dashboard (Observability full), its audit schedule on or off
+    parameters = {"Observability": "full", "AuditSchedule": schedule}
+    with LocalEngine(parameters=parameters) as engine:
         # WHEN its dashboard body is resolved as CloudFormation resolves it
         body_template = engine.stack.template["Resources"]["Dashboard"]["Properties"]
         body = json.loads(engine.stack.resolve(body_template["DashboardBody"]))
@@ -183,7 +184,7 @@ def test_the_dashboard_body_is_json_with_the_flows_numbers(audit_enabled: str) -
     (alarm_widget,) = [w for w in body["widgets"] if w["type"] == "alarm"]
     created.pop("SourceDeadLetterQueueAlarm", None)
     assert sorted(alarm_widget["properties"]["alarms"]) == sorted(created.values())
-    assert ("AuditOverdueAlarm" in created) == (audit_enabled == "true")
+    assert ("AuditOverdueAlarm" in created) == (schedule != "off")
 
 
 @pytest.mark.parametrize("key", ["", KEY])
@@ -317,12 +318,12 @@ def _breaching_hours(successes: set[int], now: int, periods: int) -> int:
 
 def test_an_audit_that_stops_running_alarms() -> None:
     """A broken schedule sends no event anywhere: only the absence of successes shows it."""
-    # GIVEN the overdue alarm as deployed, with the default AuditOverdueHours
+    # GIVEN the overdue alarm as deployed, its window derived from AuditSchedule
     template = translated()
     alarm = template["Resources"]["AuditOverdueAlarm"]
     props = alarm["Properties"]
-    overdue = template["Parameters"]["AuditOverdueHours"]
-    hours = int(overdue["Default"])
+    window = {"Fn::If": ["WeeklyAudit", 168, 26]}
+    hours = 26
     # THEN it watches the audit's successful executions, hour by hour, over the last N hours
     assert alarm["Condition"] == "AuditScheduleEnabled"
     assert (props["Namespace"], props["MetricName"], props["Statistic"]) == (
@@ -334,15 +335,14 @@ def test_an_audit_that_stops_running_alarms() -> None:
         {"Name": "StateMachineArn", "Value": {"Ref": "AuditStateMachine"}}
     ]
     assert props["Period"] == 3600
-    assert props["EvaluationPeriods"] == props["DatapointsToAlarm"] == {"Ref": "AuditOverdueHours"}
+    assert props["EvaluationPeriods"] == props["DatapointsToAlarm"] == window
     assert (props["ComparisonOperator"], props["Threshold"]) == ("LessThanThreshold", 1)
     assert props["TreatMissingData"] == "breaching"
     # AND the default leaves a daily audit two hours' slack
     assert hours == 26
-    # AND every window the parameter allows is one CloudWatch takes: with a period
-    # of an hour or more, Period x EvaluationPeriods may reach 7 days (604,800 s)
-    (low, high) = map(int, re.findall(r"from (\d+) to (\d+)", overdue["ConstraintDescription"])[0])
-    assert low >= 1 and props["Period"] * high <= 604800
+    # AND both windows are ones CloudWatch takes: with a period of an hour or more,
+    # Period x EvaluationPeriods may reach 7 days (604,800 s), a weekly audit's interval
+    assert props["Period"] * max(window["Fn::If"][1:]) <= 604800
     # WHEN audits succeed once a day (hours 0, 24, 49 and 72: one ran an hour late)
     daily = {0, 24, 49, 72}
     # THEN the whole window never breaches while they run

@@ -19,12 +19,12 @@ def _rules() -> dict[str, Any]:
 
 
 def test_every_failed_rule_assertion_is_reported_at_once() -> None:
-    # GIVEN EXPRESS with the STANDARD defaults and a long retry interval, and rows kept
-    # one day by a daily audit: four assertions of two rules fail
+    # GIVEN EXPRESS with the STANDARD timeout, and rows kept one day by a daily audit
+    # that skips two days of uploads: three assertions of two rules fail
     parameters = {
         "WorkflowType": "EXPRESS",
-        "RetryIntervalSeconds": "20",
         "RetentionDays": "1",
+        "AuditRecentCutoffHours": "48",
     }
     # WHEN the local engine binds them
     with pytest.raises(TemplateError) as refusal:
@@ -36,23 +36,27 @@ def test_every_failed_rule_assertion_is_reported_at_once() -> None:
         for assertion in rules["ExpressFitsInFiveMinutes"]["Assertions"]
     ]
     window = rules["AuditWindowCoversTheSchedule"]["Assertions"]
-    refused = [a for a in window if "at least 3 with a daily" in a["AssertDescription"]]
-    expected.append(
-        ("AuditWindowCoversTheSchedule", " ".join(refused[0]["AssertDescription"].split()))
-    )
+    refused = [
+        a
+        for a in window
+        if "at least 3 with a daily" in a["AssertDescription"]
+        or "48 to 71" in a["AssertDescription"]
+    ]
+    assert len(refused) == 2
+    expected += [
+        ("AuditWindowCoversTheSchedule", " ".join(a["AssertDescription"].split())) for a in refused
+    ]
     assert isinstance(refusal.value, RulesRefused)
     assert refusal.value.failures == expected
     message = str(refusal.value)
-    assert message.startswith("4 rule assertions failed:\n"), message
+    assert message.startswith("3 rule assertions failed:\n"), message
     assert message.splitlines()[1:] == [f"  rule {name}: {text}" for name, text in expected]
     # AND what the rules accept is unchanged: the same values within the limits deploy
     Stack.from_file(
         TEMPLATE,
         {
             "WorkflowType": "EXPRESS",
-            "RetryMaxAttempts": "1",
             "ProcessorTimeoutSeconds": "40",
-            "RetryIntervalSeconds": "10",
         },
     )
 

@@ -15,9 +15,7 @@ from onceflow.local.template import Stack
 BATCH_MODE = {
     "SqsSource": "create",
     "SqsBatchMode": "true",
-    "RetryMaxAttempts": "1",
     "ProcessorTimeoutSeconds": "40",
-    "RetryIntervalSeconds": "10",
 }
 EXISTING_QUEUE = "arn:aws:sqs:us-east-1:123456789012:orders-queue"
 

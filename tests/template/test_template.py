@@ -54,25 +54,9 @@ def test_two_stacks_in_one_account_do_not_share_a_schedule_name() -> None:
 # type takes 1.5 too, which Lambda, Step Functions or EventBridge then refuse
 # halfway through the deploy; so they are Strings that only a range matches.
 WHOLE_NUMBERS = {
-    "MaxAttempts": (1, 50),
-    "LockTimeoutSeconds": (60, 31536000),
     "RetentionDays": (1, 36500),
     "ProcessorTimeoutSeconds": (3, 890),
-    "RetryIntervalSeconds": (1, 86400),
-    "RetryMaxAttempts": (0, 100),
-    "RetryMaxDelaySeconds": (1, 86400),
-    "OutputMaxDimension": (16, 16383),
-    "IngressMaxRetryAttempts": (0, 185),
-    "IngressMaxEventAgeSeconds": (60, 86400),
-    "SourceQueueMaxReceiveCount": (1, 1000),
     "AuditRecentCutoffHours": (0, 168),
-    "AuditMaxConcurrency": (1, 1000),
-    "AuditToleratedFailurePercentage": (0, 100),
-    "AuditResubmitsPerSecond": (1, 1000),
-    "SqsBatchSize": (1, 10),
-    "AuditStuckMarginSeconds": (0, 31536000),
-    "AuditAlarmThreshold": (0, 1000000),
-    "AuditOverdueHours": (2, 168),
 }
 
 
@@ -81,7 +65,7 @@ def _deployed_parameters() -> dict[str, dict[str, Any]]:
     return parameters
 
 
-def test_every_number_parameter_is_a_whole_number_but_the_backoff_rate() -> None:
+def test_every_number_parameter_is_a_whole_number() -> None:
     # GIVEN the parameters CloudFormation receives
     parameters = _deployed_parameters()
     # WHEN we list those a number goes into
@@ -90,8 +74,8 @@ def test_every_number_parameter_is_a_whole_number_but_the_backoff_rate() -> None
         for name, spec in parameters.items()
         if spec["Type"] == "Number" or re.fullmatch(r"\d+", str(spec.get("Default", "")))
     }
-    # THEN each is one of the whole numbers, or the one that may be a fraction
-    assert numeric == set(WHOLE_NUMBERS) | {"RetryBackoffRate"}
+    # THEN each is one of the whole numbers (the backoff rate, a fraction, is a constant)
+    assert numeric == set(WHOLE_NUMBERS)
 
 
 @pytest.mark.parametrize(("name", "bounds"), sorted(WHOLE_NUMBERS.items()))
@@ -121,18 +105,6 @@ def test_whole_number_parameters_refuse_what_the_deploy_would_fail_on(
     pattern = re.compile(spec["AllowedPattern"])
     for number in [*range(max(0, low - 100), low + 2000), *range(max(0, high - 2000), high + 100)]:
         assert bool(pattern.fullmatch(str(number))) == (low <= number <= high), number
-
-
-def test_the_backoff_rate_may_be_a_fraction_of_at_least_one() -> None:
-    # GIVEN the one number that may have a fraction (Step Functions' BackoffRate)
-    spec = _deployed_parameters()["RetryBackoffRate"]
-    # WHEN values are checked
-    # THEN 1 and 1.5 pass, and below 1 or not a number is refused
-    assert coerce_parameter("RetryBackoffRate", spec, "1.5") == "1.5"
-    assert coerce_parameter("RetryBackoffRate", spec, "1") == "1"
-    for value in ("0.5", "0", "abc", "", "inf", "nan", "1_0"):
-        with pytest.raises(TemplateError, match="parameter RetryBackoffRate="):
-            coerce_parameter("RetryBackoffRate", spec, value)
 
 
 FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:resize_images-2"
@@ -172,20 +144,13 @@ def test_processor_function_arn_is_empty_or_a_whole_function_arn(
             coerce_parameter("ProcessorFunctionArn", spec, value)
 
 
-def test_whole_number_parameters_reach_the_asl_and_functions_as_numbers() -> None:
-    """Strings now, so check they still land as JSON numbers where the ASL expects one."""
-    # GIVEN every whole number at the top of its range (one the defaults never try)
-    chosen = {
-        "RetryIntervalSeconds": "86400",
-        "RetryMaxAttempts": "100",
-        "RetryMaxDelaySeconds": "86400",
-        "AuditMaxConcurrency": "1000",
-        "AuditToleratedFailurePercentage": "100",
-        "MaxAttempts": "50",
-        "LockTimeoutSeconds": "31536000",
-    }
-    # WHEN the local engine builds the stack with them
-    with LocalEngine(parameters=chosen) as engine:
+def test_constants_reach_the_asl_and_functions_as_numbers() -> None:
+    """The Mappings' constants are strings, as the parameters' Refs were: check they still
+    land as JSON numbers where the ASL expects one."""
+    # GIVEN the template's constants (Mappings) and its defaults
+    constants = Stack.from_file(ROOT / "template.yaml").template["Mappings"]["Constants"]["Values"]
+    # WHEN the local engine builds the stack
+    with LocalEngine() as engine:
         processor = json.loads(engine.state_machine_definition("ProcessorStateMachine")[0])
         audit = json.loads(engine.state_machine_definition("AuditStateMachine")[0])
         function = engine.stack.function_properties("AuditFunction")
@@ -194,11 +159,16 @@ def test_whole_number_parameters_reach_the_asl_and_functions_as_numbers() -> Non
         (r.get("IntervalSeconds"), r.get("MaxAttempts"), r.get("MaxDelaySeconds"))
         for r in processor["States"]["Process"]["Retry"]
     ]
-    assert (86400, 100, 86400) in retries
+    interval, ceiling = (
+        int(constants["RetryIntervalSeconds"]),
+        int(constants["RetryMaxDelaySeconds"]),
+    )
+    assert (interval, 3, ceiling) in retries  # ProcessRetries: 3 under STANDARD
     maps = [s for s in audit["States"].values() if s["Type"] == "Map"]
-    assert maps and all(s["MaxConcurrency"] == 1000 for s in maps)
-    assert all(s["ToleratedFailurePercentage"] == 100 for s in maps)
-    assert function["Environment"]["Variables"]["MAX_ATTEMPTS"] == "50"
+    assert maps and all(s["MaxConcurrency"] == int(constants["AuditMaxConcurrency"]) for s in maps)
+    tolerated = int(constants["AuditToleratedFailurePercentage"])
+    assert all(s["ToleratedFailurePercentage"] == tolerated for s in maps)
+    assert function["Environment"]["Variables"]["MAX_ATTEMPTS"] == constants["MaxAttempts"]
 
 
 def _deployed_runtime() -> str:
@@ -332,18 +302,20 @@ def test_every_resource_the_asl_touches_is_granted(machine: str) -> None:
     assert {a.split(":")[0] for s in wildcard for a in s["Action"]} <= {"logs", "xray"}
 
 
-def test_lock_timeout_outlasts_every_retry_of_the_process_task() -> None:
-    p = {
-        k: float(v)
-        for k, v in Stack.from_file(ROOT / "template.yaml").parameters.items()
-        if re.fullmatch(r"[\d.]+", v)
-    }
-    task_timeout = p["ProcessorTimeoutSeconds"] + 10
+@pytest.mark.parametrize("workflow", ["STANDARD", "EXPRESS"])
+def test_lock_timeout_outlasts_every_retry_of_the_process_task(workflow: str) -> None:
+    # GIVEN the constants and the retries the workflow type gets, at the default timeout
+    stack = Stack.from_file(ROOT / "template.yaml")
+    c = {k: float(v) for k, v in stack.template["Mappings"]["Constants"]["Values"].items()}
+    retries = int(stack.template["Mappings"]["ProcessRetries"][workflow]["RetryMaxAttempts"])
+    task_timeout = float(stack.parameters["ProcessorTimeoutSeconds"]) + 10
+    # WHEN the Process task's worst case is added up
     backoff = sum(
-        min(p["RetryIntervalSeconds"] * p["RetryBackoffRate"] ** n, p["RetryMaxDelaySeconds"])
-        for n in range(int(p["RetryMaxAttempts"]))
+        min(c["RetryIntervalSeconds"] * c["RetryBackoffRate"] ** n, c["RetryMaxDelaySeconds"])
+        for n in range(retries)
     )
-    assert p["LockTimeoutSeconds"] > task_timeout * (p["RetryMaxAttempts"] + 1) + backoff
+    # THEN the lock's floor outlasts it (the ASL raises the lock above it for longer timeouts)
+    assert c["LockTimeoutSeconds"] > task_timeout * (retries + 1) + backoff
 
 
 @pytest.mark.parametrize(
@@ -432,24 +404,3 @@ def test_the_audits_results_and_inventory_reports_do_not_pile_up() -> None:
     # The audit reads a report at most 8 days old (Weekly): 14 days keep two
     assert by_prefix["inventory/"]["ExpirationInDays"] == 14
     assert all(r["Status"] == "Enabled" for r in rules["Rules"])
-
-
-@pytest.mark.parametrize("expire", ["true", "false"])
-def test_noncurrent_versions_expire_after_the_retention_window_only_when_asked(
-    expire: str,
-) -> None:
-    from tests.template.translate import translated
-
-    parameters = {"ExpireNoncurrentVersions": expire, "RetentionDays": "45"}
-    bucket = translated(parameters)["Resources"]["IngestBucket"]["Properties"]
-    stack = Stack.from_file(ROOT / "template.yaml", parameters)
-    # AWS::NoValue drops the property
-    resolved = stack.resolve({"L": bucket.get("LifecycleConfiguration", {"Ref": "AWS::NoValue"})})
-    if expire == "false":
-        assert resolved == {}
-        return
-    resolved = resolved["L"]
-    (rule,) = resolved["Rules"]
-    assert rule["Status"] == "Enabled"
-    assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": "45"}
-    assert "Expiration" not in rule and "ExpirationInDays" not in rule  # current ones stay

@@ -22,14 +22,8 @@ from onceflow.local.engine import DEFAULT_TEMPLATE, LocalEngine
 from onceflow.local.template import Stack, TemplateError
 
 DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
-# The largest values the EXPRESS rule allows, and the largest of those it leaves free.
-EXPRESS_LARGEST = {
-    "RetryMaxAttempts": "1",
-    "ProcessorTimeoutSeconds": "40",
-    "RetryIntervalSeconds": "10",
-    "RetryBackoffRate": "1000",
-    "RetryMaxDelaySeconds": "86400",
-}
+# The largest value the EXPRESS rule allows (the retries are constants: ProcessRetries).
+EXPRESS_LARGEST = {"ProcessorTimeoutSeconds": "40"}
 
 
 def processor_definition(parameters: Mapping[str, str]) -> dict[str, Any]:
@@ -96,7 +90,7 @@ def test_the_sqs_batch_workflow_at_the_rules_largest_values_fits_in_five_minutes
     Stack.from_file(
         DEFAULT_TEMPLATE, {"SqsSource": "create", "SqsBatchMode": "true", **EXPRESS_LARGEST}
     )
-    definition = _batch_definition({**EXPRESS_LARGEST, "SqsBatchSize": "10"})
+    definition = _batch_definition(EXPRESS_LARGEST)
     # WHEN the worst case of the whole workflow is computed (its Map included)
     worst = worst_case_seconds(definition)
     # THEN it is one message's path through the Map, and it fits in five minutes
@@ -123,10 +117,13 @@ def test_the_template_and_the_design_doc_state_the_computed_express_bounds() -> 
             assert re.search(rf"\b{seconds:.0f} s\b", text), f"{where}: no {seconds:.0f} s"
 
 
-def test_express_with_the_default_retries_is_refused_at_deploy() -> None:
-    # GIVEN the defaults, whose worst case is over five minutes
+def test_express_takes_fewer_retries_and_refuses_the_default_timeout() -> None:
+    # GIVEN STANDARD's retries, whose worst case is over five minutes
     assert worst_case_seconds(processor_definition({})) > EXPRESS_LIMIT_SECONDS
-    # WHEN the stack is deployed as EXPRESS, THEN its rule refuses the parameters
+    # THEN EXPRESS retries once (ProcessRetries), and at 40 s it fits
+    express = processor_definition({"WorkflowType": "EXPRESS", **EXPRESS_LARGEST})
+    assert worst_case_seconds(express) < EXPRESS_LIMIT_SECONDS
+    # AND with the default timeout the rule refuses the deploy
     with pytest.raises(TemplateError, match="ExpressFitsInFiveMinutes"):
         Stack.from_file(DEFAULT_TEMPLATE, {"WorkflowType": "EXPRESS"})
 
@@ -146,12 +143,10 @@ def test_every_parameter_set_the_express_rule_allows_fits_in_five_minutes() -> N
     # GIVEN the largest values the rule allows (the worst case grows with each of them),
     # and the largest allowed values of the parameters it leaves free
     largest = {
-        name: max(_allowed_under_express(name), key=int)
-        for name in ("RetryMaxAttempts", "ProcessorTimeoutSeconds", "RetryIntervalSeconds")
+        name: max(_allowed_under_express(name), key=int) for name in ("ProcessorTimeoutSeconds",)
     }
-    free = {"RetryBackoffRate": "1000", "RetryMaxDelaySeconds": "86400"}
     # WHEN the stack is resolved as EXPRESS with them
-    parameters = {"WorkflowType": "EXPRESS", **largest, **free}
+    parameters = {"WorkflowType": "EXPRESS", **largest}
     Stack.from_file(DEFAULT_TEMPLATE, parameters)  # the rule lets it deploy
     worst = worst_case_seconds(processor_definition(parameters))
     # THEN its worst case stays under five minutes
@@ -161,9 +156,7 @@ def test_every_parameter_set_the_express_rule_allows_fits_in_five_minutes() -> N
 def test_the_design_doc_states_the_computed_worst_cases() -> None:
     standard = worst_case_seconds(processor_definition({}))
     express = worst_case_seconds(
-        processor_definition(
-            {"RetryMaxAttempts": "1", "ProcessorTimeoutSeconds": "40", "RetryIntervalSeconds": "10"}
-        )
+        processor_definition({"WorkflowType": "EXPRESS", "ProcessorTimeoutSeconds": "40"})
     )
     text = DESIGN.read_text(encoding="utf-8")
     assert re.search(rf"\b{standard:.0f} s\b", text), f"docs/design.md: no {standard:.0f} s"
@@ -174,8 +167,8 @@ def test_the_design_doc_states_the_computed_worst_cases() -> None:
     "parameters",
     [
         {},
-        {"ProcessorTimeoutSeconds": "890", "LockTimeoutSeconds": "900"},
-        {"RetryMaxAttempts": "0"},
+        {"ProcessorTimeoutSeconds": "890"},  # above the lock's 900 s floor (a constant)
+        {"WorkflowType": "EXPRESS", "ProcessorTimeoutSeconds": "40"},
     ],
 )
 def test_the_lock_covers_the_worst_case_from_claim_to_the_last_fenced_write(

@@ -515,8 +515,10 @@ def test_fixed_costs_are_counted_from_the_template(tmp_path: Path) -> None:
         i.usd for i in pricing.monthly_items(shipped, rates)
     )
     assert extra == pytest.approx(0.20)
-    # AND what the template deploys is there: its dashboard, its daily audit schedule
-    assert shipped.dashboards and shipped.schedules
+    # AND what the template deploys is there: its daily audit schedule, and the dashboard
+    # only with Observability "full" (the default ships the alarms alone)
+    assert shipped.schedules and not shipped.dashboards
+    assert pricing.read_deployment(original, {"Observability": "full"}).dashboards
     # AND a mode's parameters are bound as CloudFormation binds them: the SQS source's
     # alarms (its DLQ, its pipe, its oldest message) come with it
     sqs = pricing.read_deployment(original, {"SqsSource": "create"})

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from onceflow.cli import main
-from onceflow.local.template import Stack, TemplateError
+from onceflow.local.template import Stack, TemplateError, coerce_parameter
 from onceflow.project import TEMPLATE_NAMES, TemplateNotFound, find_template, project_directory
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
@@ -16,8 +16,10 @@ EVENTS = TEMPLATE.parent / "events"
 
 
 def test_defaults_and_overrides() -> None:
-    stack = Stack.from_file(TEMPLATE, {"MaxAttempts": 5})
-    assert stack.parameters["MaxAttempts"] == "5"
+    stack = Stack.from_file(TEMPLATE, {"RetentionDays": 45})
+    assert stack.parameters["RetentionDays"] == "45"
+    # AND a former parameter reads as its constant (the template's Mappings)
+    assert stack.setting("MaxAttempts") == "3"
     assert stack.parameters["WorkflowType"] == "STANDARD"
     assert stack.condition("UseBundledProcessor") is True
 
@@ -34,12 +36,11 @@ def test_bring_your_own_function_turns_the_bundled_one_off() -> None:
     ("overrides", "message"),
     [
         ({"WorkflowType": "FAST"}, "is not one of"),
-        ({"MaxAttempts": "many"}, "MaxAttempts='many' .*whole number from 1 to 50"),
-        ({"MaxAttempts": 0}, "MaxAttempts='0' .*whole number from 1 to 50"),
-        ({"MaxAttempts": 51}, "MaxAttempts='51' .*whole number from 1 to 50"),
-        ({"RetryIntervalSeconds": 1.5}, "RetryIntervalSeconds='1.5' .*whole number"),
-        ({"RetryBackoffRate": "fast"}, "RetryBackoffRate='fast' must be a number"),
-        ({"RetryBackoffRate": 0.5}, "RetryBackoffRate='0.5' is below 1"),
+        ({"RetentionDays": "many"}, "RetentionDays='many' .*whole number from 1 to 36500"),
+        ({"RetentionDays": 0}, "RetentionDays='0' .*whole number from 1 to 36500"),
+        ({"RetentionDays": 36501}, "RetentionDays='36501' .*whole number from 1 to 36500"),
+        ({"ProcessorTimeoutSeconds": 1.5}, "ProcessorTimeoutSeconds='1.5' .*whole number"),
+        ({"MaxAttempts": 5}, "unknown parameters: MaxAttempts"),  # a constant now
         ({"ProcessorFunctionArn": "mine"}, "ProcessorFunctionArn='mine' .*function ARN"),
         ({"SqsSource": "my-queue"}, "SqsSource='my-queue' failed its constraint: must be none"),
         ({"NoSuchParameter": 1}, "unknown parameters"),
@@ -50,18 +51,33 @@ def test_bad_parameters_are_refused(overrides: dict[str, object], message: str) 
         Stack.from_file(TEMPLATE, overrides)
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("fast", "must be a number"), ("0.5", "is below 1"), ("inf", "must be a number")],
+)
+def test_a_number_parameter_is_refused_as_cloudformation_refuses_it(
+    value: str, message: str
+) -> None:
+    # GIVEN a Number parameter with a MinValue (the template has none now; a user's may)
+    spec = {"Type": "Number", "MinValue": 1}
+    # THEN what CloudFormation refuses is refused, naming the parameter
+    with pytest.raises(TemplateError, match=f"parameter Rate='{value}' {message}"):
+        coerce_parameter("Rate", spec, value)
+    assert coerce_parameter("Rate", spec, "1.5") == "1.5"
+
+
 def test_the_command_line_refuses_a_bad_parameter_before_it_starts(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """CloudFormation would fail the deploy on RetryIntervalSeconds=1.5; so does onceflow."""
+    """CloudFormation would fail the deploy on ProcessorTimeoutSeconds=1.5; so does onceflow."""
     # GIVEN a decimal where Step Functions takes a whole number of seconds
     argv = ["execute", "ProcessorStateMachine", "-e", str(EVENTS / "s3-object-created.json")]
     # WHEN onceflow runs with it
-    code = main([*argv, "--no-server", "--parameter-overrides", "RetryIntervalSeconds=1.5"])
+    code = main([*argv, "--no-server", "--parameter-overrides", "ProcessorTimeoutSeconds=1.5"])
     # THEN it stops with an error that names the parameter, the value and the rule
     out, err = capsys.readouterr()
     assert code == 2
-    assert "RetryIntervalSeconds='1.5'" in err and "whole number from 1 to 86400" in err
+    assert "ProcessorTimeoutSeconds='1.5'" in err and "whole number from 3 to 890" in err
     assert "uploaded a sample image" not in err and "status:" not in out
 
 

@@ -34,6 +34,7 @@ from tests.helpers import (
     run_audit,
     s3_event,
     upload,
+    with_constants,
 )
 
 
@@ -455,7 +456,7 @@ def failing_batches(engine: LocalEngine, poison: set[str]) -> Any:
 
 
 def test_a_failed_batch_is_tolerated_reported_and_the_sweep_still_runs() -> None:
-    with audit_engine(AuditToleratedFailurePercentage="50") as engine:
+    with with_constants(audit_engine(), AuditToleratedFailurePercentage="50") as engine:
         # Lost: a/00340, a/01006, a/01672 (in the first batch, a/00000..a/01998),
         # a/02338 and b/00007, b/00673, b/01339, b/02005 (in the others).
         missing = _bucket_with_rows(engine, 2500, lost_every=333)
@@ -484,7 +485,7 @@ def test_a_failed_batch_is_tolerated_reported_and_the_sweep_still_runs() -> None
 
 
 def test_too_many_failed_batches_fail_the_run_after_the_sweep_and_the_report() -> None:
-    with audit_engine() as engine:  # AuditToleratedFailurePercentage 10
+    with audit_engine() as engine:  # AuditToleratedFailurePercentage, a constant: 10
         _bucket_with_rows(engine, 2500)
         stuck = "sqs:stuck-2"
         _stuck_row(engine, stuck)

@@ -37,6 +37,7 @@ from tests.helpers import (
     output_effects,
     run_audit,
     upload,
+    with_constants,
 )
 from tests.workflow.test_audit import always, history_size, processor_executions
 
@@ -309,7 +310,7 @@ def test_the_sweeps_history_does_not_grow_with_the_number_of_open_rows() -> None
 
 
 def test_the_sweeps_resubmissions_keep_to_audit_resubmits_per_second() -> None:
-    with audit_engine(AuditResubmitsPerSecond="5") as engine:
+    with with_constants(audit_engine(), AuditResubmitsPerSecond="5") as engine:
         # GIVEN six failed custom events, which only the sweep retries
         for n in range(6):
             fail_once(engine, custom_event(f"paced {n}"))
@@ -334,7 +335,7 @@ def describe_refused(engine: LocalEngine) -> Any:
     )
 
 
-EXPRESS = {"WorkflowType": "EXPRESS", "RetryMaxAttempts": "1", "ProcessorTimeoutSeconds": "40"}
+EXPRESS = {"WorkflowType": "EXPRESS", "ProcessorTimeoutSeconds": "40"}
 
 
 def test_under_express_a_failed_custom_event_is_resubmitted_from_its_row() -> None:
@@ -357,7 +358,6 @@ def test_under_express_a_failed_custom_event_is_resubmitted_from_its_row() -> No
 BATCH_MODE = {
     "SqsSource": "create",
     "SqsBatchMode": "true",
-    "RetryMaxAttempts": "1",
     "ProcessorTimeoutSeconds": "40",
     "IdempotencyKeyPath": "orderId",
 }
@@ -485,7 +485,7 @@ def test_a_sweep_call_whose_time_is_up_goes_on_from_the_row_it_stopped_at(
 ) -> None:
     # The function's AUDIT_SWEEP_CALL_SECONDS, as an operator sets it: 5 s a call
     monkeypatch.setenv("AUDIT_SWEEP_CALL_SECONDS", "5")
-    with audit_engine(AuditResubmitsPerSecond="1") as engine:
+    with with_constants(audit_engine(), AuditResubmitsPerSecond="1") as engine:
         # GIVEN eight failed custom events, more than one call starts at one a second
         keys = [fail_once(engine, custom_event(f"resumed {n}")) for n in range(8)]
         # WHEN the audit runs

@@ -44,6 +44,7 @@ from tests.helpers import (
     run_audit,
     s3_event,
     upload,
+    with_constants,
 )
 from tests.workflow.test_failure_paths import KMS_DENIED, failing, throttled
 
@@ -53,7 +54,6 @@ BATCH = "BatchProcessorStateMachine"
 PARAMETERS = {
     "SqsSource": "create",
     "SqsBatchMode": "true",
-    "RetryMaxAttempts": "1",
     "ProcessorTimeoutSeconds": "40",
     "IdempotencyKeyPath": "orderId",
 }
@@ -716,8 +716,9 @@ def test_a_row_at_max_attempts_under_a_live_lock_is_not_taken_over(
 
 @pytest.fixture
 def one_attempt_engine() -> Iterator[LocalEngine]:
-    parameters = {**PARAMETERS, "MaxAttempts": "1"}
-    with LocalEngine(TEMPLATE, parameters, function_log=io.StringIO(), time_scale=0.0) as local:
+    # MaxAttempts is a constant (3): a user who wants 1 changes template.yaml's Mappings
+    engine = LocalEngine(TEMPLATE, PARAMETERS, function_log=io.StringIO(), time_scale=0.0)
+    with with_constants(engine, MaxAttempts="1") as local:
         yield local
 
 

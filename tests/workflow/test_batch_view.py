@@ -2,7 +2,7 @@
 `onceflow show` draws the batch definition with a picker for its Map's iterations.
 
 The batch demo runs as a user runs it: `onceflow up --parameter-overrides SqsSource=create
-SqsBatchMode=true RetryMaxAttempts=1 ProcessorTimeoutSeconds=40 AuditRecentCutoffHours=0`,
+SqsBatchMode=true ProcessorTimeoutSeconds=40 AuditRecentCutoffHours=0`,
 then `onceflow demo --source sqs`, which runs on that engine (here: main() with the
 engine the server would hand it).
 """
@@ -33,7 +33,6 @@ from tests.workflow.test_viewer import Page, _chromium, _inside
 BATCH_PARAMETERS = {
     "SqsSource": "create",
     "SqsBatchMode": "true",
-    "RetryMaxAttempts": "1",
     "ProcessorTimeoutSeconds": "40",
     "AuditRecentCutoffHours": "0",
 }

@@ -319,7 +319,6 @@ def test_a_batch_queue_hidden_shorter_than_a_batch_runs_fails() -> None:
     parameters = {
         **HEALTHY,
         "SqsBatchMode": "true",
-        "RetryMaxAttempts": "1",
         "ProcessorTimeoutSeconds": "30",
     }
     # (a stack name of its own: the module's stack is up in the same moto meanwhile)

@@ -39,9 +39,7 @@ KEY = "late/photo 1.png"
 
 BATCH_MODE = {
     "SqsBatchMode": "true",
-    "RetryMaxAttempts": "1",
     "ProcessorTimeoutSeconds": "40",
-    "RetryIntervalSeconds": "10",
 }
 
 

@@ -41,7 +41,6 @@ BATCH = "BatchProcessorStateMachine"
 # SqsBatchMode alone: no SqsSource, the EXPRESS limits the template's rule asks for.
 PARAMETERS = {
     "SqsBatchMode": "true",
-    "RetryMaxAttempts": "1",
     "ProcessorTimeoutSeconds": "40",
     "AuditRecentCutoffHours": "0",  # the audit judges objects seconds old
 }
