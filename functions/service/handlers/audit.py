@@ -16,6 +16,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from service.errors import PermanentError
+from service.logic.audit import Watermark
 from service.observability import logger, metrics, tracer
 from service.settings import AuditSettings, audit_settings
 from service.usecases import audit
@@ -58,6 +59,8 @@ def plan(
         "source": planned.source,
         "sourceReason": planned.source_reason,
         "manifest": planned.manifest,
+        "seenAt": planned.seen_at_ms,
+        "watermark": planned.watermark.as_json(),
     }
 
 
@@ -69,6 +72,7 @@ def audit_batch(
         items=[i for i in event.get("items") or [] if isinstance(i, dict)],
         source=event.get("source"),
         versioned=bool(event.get("versioned")),
+        watermark=Watermark.from_json(event.get("watermark")),
     )
     remaining = None if context is None else context.get_remaining_time_in_millis() / 1000
     return _tally(audit.audit_batch(settings, clients, _run(event), batch, remaining))
@@ -108,6 +112,7 @@ def report(
         remaining_seconds=None
         if context is None
         else context.get_remaining_time_in_millis() / 1000,
+        seen_at_ms=float(event["seenAt"]) if event.get("seenAt") else None,
     )
 
 

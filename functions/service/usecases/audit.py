@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +34,7 @@ from service.logic.audit import (
     Budget,
     Counts,
     ListedObject,
+    Watermark,
     add_counts,
     age_verdict,
     classify,
@@ -43,6 +44,7 @@ from service.logic.audit import (
     inventory_item,
     listed_item,
     object_work_item,
+    reached,
     refused_dead_letter_message,
     resubmission_name,
     row_work_item,
@@ -60,6 +62,8 @@ RESULTS_PREFIX = "reports/audit-runs/"
 # The Lambda's own timeout leaves a batch this much time to spare.
 _TIMEOUT_MARGIN_SECONDS = 30
 _SWEEP_CALL_FLOOR_SECONDS = 5.0
+# Where the audit keeps its watermark in the output bucket (under REPORT_PREFIX).
+WATERMARK_NAME = "watermark.json"
 # The audit function's Timeout (template.yaml), for a call that does not say what is left.
 _FUNCTION_TIMEOUT_SECONDS = 600.0
 # A lock the sweep takes outlives its invocation by this much (clocks differ).
@@ -111,14 +115,28 @@ def sample(earlier: Iterable[str], keys: Iterable[str]) -> list[str]:
     return kept
 
 
-def _window(run: AuditRun, settings: AuditSettings) -> AuditWindow:
+def _window(
+    run: AuditRun, settings: AuditSettings, watermark: Watermark | None = None
+) -> AuditWindow:
+    mark = watermark or Watermark()
     return AuditWindow(
         now=run.now,
         recent_cutoff_seconds=settings.recent_cutoff_seconds,
         retention_seconds=settings.retention_seconds,
         max_attempts=settings.max_attempts,
         late_event_seconds=settings.late_event_seconds,
+        versioned_until=mark.versioned_until_ms / 1000 if mark.versioned_until_ms else None,
+        unversioned_until=mark.unversioned_until_ms / 1000 if mark.unversioned_until_ms else None,
     )
+
+
+def _watermark_key(settings: AuditSettings) -> str:
+    return f"{settings.report_prefix}{WATERMARK_NAME}"
+
+
+def read_watermark(settings: AuditSettings, clients: Clients) -> Watermark:
+    """How far earlier successful audits judged the bucket (nothing, before the first)."""
+    return Watermark.from_json(clients.reports.read(_watermark_key(settings)))
 
 
 # ---- Plan -------------------------------------------------------------------------
@@ -134,6 +152,10 @@ class Plan:
     source: str  # "inventory" or "listing"
     source_reason: str
     manifest: dict[str, str] | None  # the inventory report's manifest.json
+    # When the objects the run walks were seen: the run's start for the listing, the
+    # moment S3 began to scan the bucket for an inventory report (its timestamp).
+    seen_at_ms: int
+    watermark: Watermark  # what earlier successful audits judged: the batches skip it
 
 
 def plan(
@@ -159,6 +181,7 @@ def plan(
             "no key under it is this stack's to audit"
         )
     source, reason, manifest = "listing", "AuditInventory is off", None
+    seen_at = started_at
     if asked_for == "listing":
         reason = "the run asked for the listing"
     elif prefix:
@@ -175,6 +198,10 @@ def plan(
             else:
                 source, reason = "inventory", f"the inventory report of {taken.isoformat()}"
                 manifest = {"bucket": settings.report_bucket, "key": key}
+                seen_at = round(taken.timestamp() * 1000)
+    # A run over a prefix judges no less than a full one: the watermark is what was
+    # judged, whoever asks.
+    watermark = read_watermark(settings, clients)
     logger.info("audit planned", extra={"source": source, "reason": reason})
     return Plan(
         started_at_ms=started_at,
@@ -183,6 +210,8 @@ def plan(
         source=source,
         source_reason=reason,
         manifest=manifest,
+        seen_at_ms=seen_at,
+        watermark=watermark,
     )
 
 
@@ -196,6 +225,7 @@ class Batch:
     items: list[dict[str, Any]]
     source: str | None  # "inventory": S3 Inventory CSV rows; otherwise ListObjectsV2 items
     versioned: bool
+    watermark: Watermark = field(default_factory=Watermark)  # what earlier audits judged
 
 
 @dataclass
@@ -250,7 +280,7 @@ def audit_batch(
         per_second=settings.resubmits_per_second / settings.max_concurrency,
         deadline=time.monotonic() + seconds,
     )
-    window = _window(run, settings)
+    window = _window(run, settings, batch.watermark)
     bucket = settings.ingest_bucket
     objects = _batch_objects(batch, settings, clients)
     judged = [o for o in objects if age_verdict(o, window) is None]
@@ -714,8 +744,9 @@ def _recount(settings: AuditSettings, clients: Clients, run: AuditRun, failed: A
         items=[i for i in items if isinstance(i, dict)],
         source=facts.get("source"),
         versioned=bool(facts.get("versioned")),
+        watermark=Watermark.from_json(facts.get("watermark")),
     )
-    window = _window(run, settings)
+    window = _window(run, settings, batch.watermark)
     bucket = settings.ingest_bucket
     keys = []
     for obj in _batch_objects(batch, settings, clients):
@@ -750,6 +781,50 @@ def _parsed_input(value: Any) -> Any:
     return value
 
 
+def _not_advanced(
+    settings: AuditSettings, walk: dict[str, Any], counts: Counts, seen_at_ms: float | None
+) -> str | None:
+    """Why this run's walk may not move the watermark (None: it may).
+
+    Only a walk that judged every object it was given moves it: a failed walk,
+    a failed batch (its objects unaudited), a resubmission deferred or that
+    failed to start (its object judged but not started again) would leave an
+    upload behind the watermark that no later audit looks at again.
+    """
+    if seen_at_ms is None:
+        return "the plan did not say when the objects were seen"
+    if walk.get("error"):
+        return "the bucket walk failed"
+    if walk.get("source") not in ("listing", "inventory"):
+        return "no bucket walk"
+    if walk.get("prefix") != settings.key_filter.listing_prefix(""):
+        return f"a run over the prefix {walk.get('prefix')!r} walks part of the bucket"
+    for count in ("failed_batches", "resubmit_deferred", "resubmit_errors"):
+        if counts[count]:
+            return f"{count} {counts[count]}: the next audit judges those objects again"
+    return None
+
+
+def _advance_watermark(
+    settings: AuditSettings,
+    clients: Clients,
+    run: AuditRun,
+    walk: dict[str, Any],
+    counts: Counts,
+    seen_at_ms: float | None,
+) -> dict[str, Any]:
+    """Move the watermark to what this walk judged, when it judged all it was given, and
+    say what it is (the report's ``watermark``)."""
+    why_not = _not_advanced(settings, walk, counts, seen_at_ms)
+    if why_not is not None or seen_at_ms is None:
+        logger.warning("the audit's watermark stays", extra={"reason": why_not})
+        return {"advanced": False, "reason": why_not}
+    stored = read_watermark(settings, clients)
+    advanced = stored.advanced(reached(_window(run, settings), seen_at_ms / 1000))
+    clients.reports.put(_watermark_key(settings), advanced.as_json())
+    return {"advanced": True, **advanced.as_json()}
+
+
 def report(
     settings: AuditSettings,
     clients: Clients,
@@ -758,17 +833,21 @@ def report(
     objects: dict[str, Any],
     locks: dict[str, Any],
     remaining_seconds: float | None = None,
+    seen_at_ms: float | None = None,
 ) -> dict[str, Any]:
-    """Sum the batches and the lock sweep, write reports/audit/<date>.json, emit the metrics.
+    """Sum the batches and the lock sweep, write reports/audit/<date>.json, emit the metrics,
+    and advance the watermark when the walk judged every object it was given.
 
     ``objects``: what the bucket walk handed on (its results' location, or its
     error); ``locks``: the sweep's last page (its counts and sample), or where
-    it stopped and why when it failed.
+    it stopped and why when it failed; ``seen_at_ms``: when the walked objects were
+    seen (the plan's; None: the watermark stays).
     """
     run = AuditRun(audit_id=audit_id, started_at_ms=started_at_ms)
     seconds = _FUNCTION_TIMEOUT_SECONDS if remaining_seconds is None else remaining_seconds
     deadline = time.monotonic() + seconds - 2 * _TIMEOUT_MARGIN_SECONDS
     counts, resubmitted, walk = _walk(settings, clients, run, objects, deadline)
+    watermark = _advance_watermark(settings, clients, run, walk, counts, seen_at_ms)
     counts = add_counts(counts, locks.get("counts") or {})
     resubmitted = _more(resubmitted, locks.get("resubmittedSample") or [])
     started = datetime.fromtimestamp(started_at_ms / 1000, UTC)
@@ -779,6 +858,7 @@ def report(
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "bucket": settings.ingest_bucket,
         **walk,
+        "watermark": watermark,
         "resubmitted_sample": resubmitted,
     }
     if locks.get("error"):
