@@ -2482,8 +2482,9 @@ def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
         "",
         "A daily audit walks every object the bucket holds (nothing deletes them; "
         "ExpireNoncurrentVersions deletes old versions only) and reads the ledger for "
-        f"those inside RetentionDays and older than the {a['recent_cutoff_hours']:g}-hour "
-        "cutoff. Measured above, per run: fixed "
+        f"those older than the {a['recent_cutoff_hours']:g}-hour cutoff that the last "
+        "successful run did not judge: its watermark less a day's margin, so about two "
+        "days of uploads, not the whole RetentionDays window. Measured above, per run: fixed "
         f"${units['fixed']:.6f}; per object reached ${units['per_listed_key'] * 1e6:.4f} "
         "per million (its Distributed Map child's transition and EXPRESS request, its "
         "Lambda invocation share, the LIST requests "

@@ -256,6 +256,12 @@ SECONDS_PER_MONTH = DAYS_PER_MONTH * 86_400
 VOLUMES = (0.1, 1.0, 10.0)
 # The bucket ages the audit is priced at, in days.
 AUDIT_AGES = {"1 month": DAYS_PER_MONTH, "1 year": 365.25, "3 years": 3 * 365.25}
+# What a daily audit judges against the ledger: the uploads since the last successful
+# run's reach (its watermark), less a margin (functions/service/logic/audit.py,
+# WATERMARK_MARGIN_SECONDS), not the whole RetentionDays window. The template's
+# AuditSchedule runs it daily.
+AUDIT_INTERVAL_DAYS = 1.0
+AUDIT_WATERMARK_MARGIN_DAYS = 1.0
 
 
 def months(days: float) -> float:
@@ -532,17 +538,20 @@ def audit_day(
     age_days: float,
     retention_days: float,
     recent_cutoff_hours: float,
+    judged_days: float = AUDIT_INTERVAL_DAYS + AUDIT_WATERMARK_MARGIN_DAYS,
 ) -> AuditDay:
     """A daily audit of a bucket that has taken uploads at this rate for ``age_days``.
 
     The walk reaches every current object (nothing deletes them; ExpireNoncurrentVersions
-    deletes old versions only), and reads the ledger for those inside the window. With a
-    daily Inventory the listing is replaced by the report, which bills every object in it.
+    deletes old versions only), and reads the ledger for those inside the window that the
+    last successful run did not judge (``judged_days`` of uploads: the interval and the
+    watermark's margin). With a daily Inventory the listing is replaced by the report,
+    which bills every object in it.
     """
     per_day = uploads_per_second * 86_400
     listed = per_day * age_days
     window = max(0.0, min(age_days, retention_days) - recent_cutoff_hours / 24)
-    checked = per_day * window
+    checked = per_day * min(window, judged_days)
     usd = units.fixed + listed * units.per_listed_key + checked * units.per_checked_key
     inventory = (
         usd
