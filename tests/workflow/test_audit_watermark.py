@@ -214,3 +214,64 @@ def test_an_inventory_report_moves_the_watermark_only_to_when_s3_scanned_the_buc
         engine.wait_for_running(MACHINE)
         assert listed.status == "SUCCEEDED"
         assert listed.output["resubmitted_sample"] == [pk]
+
+
+def age_every_object(engine: LocalEngine, days: float) -> None:
+    """Every version in the ingest bucket ``days`` old (moto's clock), in one pass."""
+    from moto.core.utils import utcnow
+    from moto.s3.models import s3_backends
+
+    from onceflow.local.engine import ACCOUNT_ID
+
+    bucket = s3_backends[ACCOUNT_ID]["aws"].buckets[engine.ref("IngestBucket")]
+    for key in list(bucket.keys.keys()):
+        for version in bucket.keys.getlist(key):
+            version.last_modified = utcnow() - timedelta(days=days)
+
+
+def test_the_inventorys_window_is_selected_before_the_batches_start() -> None:
+    with audit_engine(AuditInventory="Daily") as engine:
+        s3 = engine.client("s3")
+        bucket = engine.ref("IngestBucket")
+        # GIVEN 1500 uploads a week old, which an audit three days ago judged
+        for n in range(1500):
+            s3.put_object(Bucket=bucket, Key=f"old/{n:05d}.png", Body=b"x")
+        age_every_object(engine, days=7)
+        set_watermark(engine, now_ms() - 3 * DAY_MS)
+        # AND two lost uploads of the last two days, and the day's inventory report
+        lost = sorted(lost_upload(engine, f"new/{n}.png", days=2) for n in range(2))
+        engine.deliver_inventory()
+        # WHEN the audit runs
+        report = run_audit(engine).output
+        # THEN every row was counted, but only the two in the window reached a batch: one
+        # child, not two (the 1500 rows behind the watermark never left SelectWindow)
+        assert report["source"] == "inventory"
+        assert report["scanned"] == 1502 and report["skipped_audited"] == 1500
+        assert report["batches"] == 1
+        assert sorted(report["resubmitted_sample"]) == lost
+        assert report["watermark"]["advanced"] is True
+
+
+def test_an_inventory_report_that_cannot_be_read_fails_the_walk_and_keeps_the_watermark() -> None:
+    with audit_engine(AuditInventory="Daily") as engine:
+        before = now_ms() - 3 * DAY_MS
+        set_watermark(engine, before)
+        pk = lost_upload(engine, "lost.png", days=2)
+        manifest_key = engine.deliver_inventory()
+        # GIVEN the report's data file is gone (a lifecycle rule, an operator)
+        s3 = engine.client("s3")
+        out = engine.ref("OutputBucket")
+        manifest = json.loads(s3.get_object(Bucket=out, Key=manifest_key)["Body"].read())
+        for entry in manifest["files"]:
+            s3.delete_object(Bucket=out, Key=entry["key"])
+        # WHEN the audit runs
+        result = engine.execute(AUDIT, {})
+        engine.wait_for_running(MACHINE)
+        # THEN the walk failed (the sweep and the report ran), and the watermark stayed
+        assert result.status == "FAILED" and result.error == "AuditWalkFailed"
+        assert watermark(engine)["versionedUntil"] == before  # type: ignore[index]
+        assert ledger_row(engine, pk) is None
+        # AND a run from the listing finds the upload
+        listed = engine.execute(AUDIT, {"source": "listing"})
+        engine.wait_for_running(MACHINE)
+        assert listed.output["resubmitted_sample"] == [pk]

@@ -147,6 +147,12 @@ class Reports:
             )
         return f"s3://{self.bucket}/{key}"
 
+    def put_file(self, key: str, data: bytes, content_type: str) -> dict[str, str]:
+        """Write a file the audit hands to a state (its window of objects); where it is."""
+        with aws_call(f"writing s3://{self.bucket}/{key}"):
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
+        return {"bucket": self.bucket, "key": key}
+
     def read(self, key: str) -> dict[str, Any] | None:
         """A JSON object this bucket holds at ``key`` (the audit's watermark), or None when
         there is none (NoSuchKey: the function may list the bucket, so a missing key is not

@@ -64,6 +64,23 @@ def plan(
     }
 
 
+def select(
+    event: dict[str, Any], settings: AuditSettings, clients: Clients, context: Any = None
+) -> dict[str, Any]:
+    """The inventory report's window (SelectWindow): the file the batches read, if any."""
+    manifest = event.get("manifest") or {}
+    remaining = None if context is None else context.get_remaining_time_in_millis() / 1000
+    window = audit.select_window(
+        settings,
+        clients,
+        _run(event),
+        str(manifest.get("key") or ""),
+        Watermark.from_json(event.get("watermark")),
+        remaining,
+    )
+    return {"file": window.file, "rows": window.rows, "counts": window.counts}
+
+
 def audit_batch(
     event: dict[str, Any], settings: AuditSettings, clients: Clients, context: Any = None
 ) -> dict[str, Any]:
@@ -119,6 +136,7 @@ def report(
 # The actions the audit state machine's states ask for, by their event's "action".
 ACTIONS: dict[str, Callable[[dict[str, Any], AuditSettings, Clients, Any], dict[str, Any]]] = {
     "plan": plan,
+    "select": select,
     "batch": audit_batch,
     "locks": sweep_locks,
     "report": report,

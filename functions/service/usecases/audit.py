@@ -15,7 +15,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from service.dal.bucket import Bucket, Inventory
+from service.dal.bucket import Bucket, Inventory, window_csv
 from service.dal.ledger import Ledger
 from service.dal.workflow import (
     DeadLetters,
@@ -213,6 +213,81 @@ def plan(
         seen_at_ms=seen_at,
         watermark=watermark,
     )
+
+
+# ---- the window of an inventory report ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """What of an inventory report the batches get: the rows the run may judge (a CSV
+    file, None when there are none), and the counts of the rows it skipped by age."""
+
+    file: dict[str, str] | None
+    rows: int
+    counts: Counts
+
+
+def select_window(
+    settings: AuditSettings,
+    clients: Clients,
+    run: AuditRun,
+    manifest_key: str,
+    watermark: Watermark,
+    remaining_seconds: float | None = None,
+) -> Window:
+    """The rows of an inventory report that the run judges, before any batch starts.
+
+    A report lists every version the bucket holds, and the bucket only grows: a
+    batch (an EXPRESS child, its transition, a Lambda invocation) per 1000 rows
+    would cost in proportion to the bucket's age. Here one call streams the
+    report and keeps what the batches would judge: rows of this stack's keys
+    (KeyPrefix, KeySuffix) that are neither too recent, nor older than the
+    retention, nor behind the watermark. Those skipped are counted here as the
+    batches would (``scanned`` and the verdict); delete markers and other
+    stacks' keys are not counted, as the batches do not. The kept rows go to
+    ``reports/audit-runs/<audit>/window.csv``, which the Distributed Map reads.
+
+    A report too large to stream in one call's time fails the call (the walk
+    fails, the run alarms, the watermark stays): the bench measures the rate.
+    """
+    seconds = _FUNCTION_TIMEOUT_SECONDS if remaining_seconds is None else remaining_seconds
+    deadline = time.monotonic() + seconds - 2 * _TIMEOUT_MARGIN_SECONDS
+    window = _window(run, settings, watermark)
+    bucket = settings.ingest_bucket
+    wanted = settings.key_filter.matches
+    if clients.inventory is None:
+        raise PermanentError("AuditInventory is off: there is no inventory report to select from")
+    columns, rows = clients.inventory.rows(manifest_key)
+    counts = add_counts()
+    kept: list[list[str]] = []
+    for n, values in enumerate(rows):
+        if n % 10_000 == 0 and time.monotonic() > deadline:
+            raise PermanentError(
+                f"the inventory report {manifest_key} is too large to select from in one "
+                f"call ({n} rows read): the walk fails and the next audit tries again"
+            )
+        if len(values) != len(columns):
+            raise PermanentError(
+                f"{manifest_key}: a row has {len(values)} fields, not {len(columns)}"
+            )
+        obj = inventory_item(dict(zip(columns, values, strict=True)), bucket)
+        if obj is None or not wanted(obj.key):
+            continue
+        verdict = age_verdict(obj, window)
+        if verdict is None:
+            kept.append(values)
+            continue
+        counts["scanned"] += 1
+        counts[verdict] += 1
+    file = None
+    if kept:
+        key = f"{RESULTS_PREFIX}{run.audit_id}/window.csv"
+        file = clients.reports.put_file(key, window_csv(columns, kept), "text/csv")
+    logger.info(
+        "inventory window selected", extra={"kept": len(kept), "skipped": counts["scanned"]}
+    )
+    return Window(file=file, rows=len(kept), counts=counts)
 
 
 # ---- one batch of the bucket walk -------------------------------------------------
@@ -847,6 +922,8 @@ def report(
     seconds = _FUNCTION_TIMEOUT_SECONDS if remaining_seconds is None else remaining_seconds
     deadline = time.monotonic() + seconds - 2 * _TIMEOUT_MARGIN_SECONDS
     counts, resubmitted, walk = _walk(settings, clients, run, objects, deadline)
+    # The rows the inventory's window left out, counted where they were left.
+    counts = add_counts(counts, objects.get("selected") or {})
     watermark = _advance_watermark(settings, clients, run, walk, counts, seen_at_ms)
     counts = add_counts(counts, locks.get("counts") or {})
     resubmitted = _more(resubmitted, locks.get("resubmittedSample") or [])
