@@ -160,6 +160,16 @@ def reached(window: AuditWindow, seen_at: float) -> Watermark:
     )
 
 
+def earliest_judged(window: AuditWindow) -> float:
+    """The oldest LastModified (epoch seconds) a run may judge, of either kind: uploads
+    modified before it are older than the retention or behind the watermark."""
+    oldest = window.now - window.retention_seconds
+    marks = (window.versioned_until, window.unversioned_until)
+    if any(mark is None for mark in marks):
+        return oldest
+    return max(oldest, min(m for m in marks if m is not None) - WATERMARK_MARGIN_SECONDS)
+
+
 def idempotency_key(bucket: str, obj: ListedObject) -> str:
     """The key the audit resubmits a listed upload under.
 
