@@ -2385,7 +2385,8 @@ def render_readme_bill(report: Mapping[str, Any]) -> list[str]:
         "",
         "All-in: usage, the fixed monthly costs (alarms, dashboard, custom metrics, "
         "schedule) spread over the month's messages, and the audit of a 1-month-old "
-        "bucket; the audit grows as the bucket ages (docs/benchmarks.md, section 6).",
+        "bucket, listed; listing grows as the bucket ages, AuditInventory Daily only by the "
+        "report's price (docs/benchmarks.md, section 6).",
         "",
     ]
     for source, label in (("s3", "From S3"), ("sqs", "From SQS")):
