@@ -171,6 +171,19 @@ def expire_lock(engine: LocalEngine, pk: str, seconds_ago: int = 3600) -> None:
     )
 
 
+def forget_watermark(engine: LocalEngine) -> None:
+    """Delete the audit's watermark, so that the next run judges its whole window again.
+
+    Tests make time pass by dating uploads back (age_object), not by moving the
+    clock; the watermark a run leaves is a moment, which that travel does not move.
+    A test that dates uploads back between two audits, or wants a second audit to
+    judge again what the first judged (as a run after a failed one does), forgets it.
+    """
+    engine.client("s3").delete_object(
+        Bucket=engine.ref("OutputBucket"), Key="reports/audit/watermark.json"
+    )
+
+
 def run_audit(engine: LocalEngine, *hung: str) -> Any:
     """Run the audit state machine, then wait for the executions it started.
 

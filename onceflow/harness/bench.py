@@ -56,6 +56,8 @@ from onceflow.harness.pricing import (
     SEED_DUPLICATE_SHARE,
     SEED_MESSAGES_PER_DAY,
     SEED_MESSAGES_PER_SECOND,
+    SELECT_GB_SECONDS_PER_ROW,
+    SELECT_ROWS_PER_CPU_SECOND,
     VOLUMES,
     AuditUnits,
     Deployment,
@@ -1768,8 +1770,9 @@ def audit_units(fixed: AuditMeasure, walked: AuditMeasure, level: str, model: Mo
         s3_list_requests=lists,
         lambda_gb_seconds=lists * model.call_ms / 1000 * model.audit_memory_gb,
     )
-    # An Inventory run reads its manifest and a CSV file or so (GET requests).
-    inventory_reads = Usage(s3_get_requests=2)
+    # An Inventory run reads its manifest and a CSV file or so, SelectWindow writes the
+    # window's file (one invocation) and the Distributed Map reads it.
+    inventory_reads = Usage(s3_get_requests=3, s3_put_requests=1, lambda_requests=1)
     return AuditUnits(
         fixed=total(bill(fixed_usage)),
         per_listed_key=total(bill(_non_negative(per_key.minus(checked)))),
@@ -2407,7 +2410,8 @@ def render_readme_bill(report: Mapping[str, Any]) -> list[str]:
         "",
         "All-in: usage, the fixed monthly costs (alarms, dashboard, custom metrics, "
         "schedule) spread over the month's messages, and the audit of a 1-month-old "
-        "bucket; the audit grows as the bucket ages (docs/benchmarks.md, section 6).",
+        "bucket, listed; listing grows as the bucket ages, AuditInventory Daily only by the "
+        "report's price (docs/benchmarks.md, section 6).",
         "",
     ]
     for source, label in (("s3", "From S3"), ("sqs", "From SQS")):
@@ -2503,21 +2507,31 @@ def render_as_shipped(report: Mapping[str, Any]) -> list[str]:
 def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
     """The audit's dollars per million uploads as the bucket ages, with and without Inventory."""
     units = a["units"]
+    per_row = PRICES["s3_inventory_object"].usd + SELECT_GB_SECONDS_PER_ROW * (
+        PRICES["lambda_gb_second"].usd
+    )
     lines = [
         "",
-        "A daily audit walks every object the bucket holds (the stack deletes none), "
-        "and reads the ledger for "
-        f"those inside RetentionDays and older than the {a['recent_cutoff_hours']:g}-hour "
-        "cutoff. Measured above, per run: fixed "
-        f"${units['fixed']:.6f}; per object reached ${units['per_listed_key'] * 1e6:.4f} "
+        "A daily audit reads the ledger only for the uploads older than the "
+        f"{a['recent_cutoff_hours']:g}-hour cutoff that the last successful run did not "
+        "judge: its watermark less a day's margin, about two days of uploads, not the whole "
+        "RetentionDays window. What it walks depends on where the objects come from. "
+        "Measured above, per run: fixed "
+        f"${units['fixed']:.6f}; per object listed ${units['per_listed_key'] * 1e6:.4f} "
         "per million (its Distributed Map child's transition and EXPRESS request, its "
         "Lambda invocation share, the LIST requests "
         f"${units['listing_per_key'] * 1e6:.4f} per million of it); per object checked "
-        f"${units['per_checked_key'] * 1e6:.4f} per million on top. A daily S3 Inventory "
-        "replaces the LIST requests with $0.0025 per million objects listed; the children, "
-        "the transitions and the ledger reads stay.",
+        f"${units['per_checked_key'] * 1e6:.4f} per million on top. By listing (the default, "
+        "AuditInventory none) every object the bucket holds is listed and reaches a child "
+        "every day: that part grows with the bucket's age. With a daily S3 Inventory "
+        "(AuditInventory Daily), SelectWindow streams the report and only the window's "
+        "rows reach a child; what still grows with the bucket is the report's price, "
+        "$0.0025 per million objects listed, and the streaming "
+        f"(${SELECT_GB_SECONDS_PER_ROW * PRICES['lambda_gb_second'].usd * 1e6:.5f} per "
+        f"million rows at {SELECT_ROWS_PER_CPU_SECOND:,} rows a CPU second, measured on the "
+        f"development VM, not on Lambda): ${per_row * 1e6:.4f} per million objects a day.",
         "",
-        "| bucket age | objects walked | objects checked | $/day listing | $/M uploads "
+        "| bucket age | objects in the bucket | objects checked | $/day listing | $/M uploads "
         "| $/day with Inventory | $/M uploads with Inventory |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -2530,9 +2544,12 @@ def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
     lines += [
         "",
         f"Inventory pays above {a['inventory_break_even_keys']:,.0f} objects (its run's reads "
-        "of the manifest and a CSV file against the LIST requests it saves): from the first "
-        "day at the seed's rate. It does not make the audit independent of the bucket's "
-        "age: the children and their transitions grow with it. An SQS message pays only "
+        "and SelectWindow's invocation against what listing an object costs): from the "
+        "first day at the seed's rate, so AuditInventory Daily is the setting to deploy for "
+        "any bucket past a day of uploads (its first report arrives within 48 hours; until "
+        "then, and whenever the newest report is over 2 days old, the audit lists). With it "
+        "the audit's cost per upload grows with the bucket only by the report's price "
+        "and its streaming (the table's last column). An SQS message pays only "
         f"the fixed part (the lock sweep and the report): "
         f"${_usd(a['usd_per_million_sqs_messages'][a['level']])}/M.",
     ]

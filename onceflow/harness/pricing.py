@@ -256,6 +256,19 @@ SECONDS_PER_MONTH = DAYS_PER_MONTH * 86_400
 VOLUMES = (0.1, 1.0, 10.0)
 # The bucket ages the audit is priced at, in days.
 AUDIT_AGES = {"1 month": DAYS_PER_MONTH, "1 year": 365.25, "3 years": 3 * 365.25}
+# What a daily audit judges against the ledger: the uploads since the last successful
+# run's reach (its watermark), less a margin (functions/service/logic/audit.py,
+# WATERMARK_MARGIN_SECONDS), not the whole RetentionDays window. The template's
+# AuditSchedule runs it daily.
+AUDIT_INTERVAL_DAYS = 1.0
+AUDIT_WATERMARK_MARGIN_DAYS = 1.0
+# SelectWindow streams an inventory report's rows in one Lambda call, keeping only the
+# window's: rows of CPU a second, measured on the development VM (not on Lambda) by
+# tests/unit/test_audit_select.py. Lambda gives a function CPU in proportion to its
+# memory, a whole vCPU at 1,769 MB (configuration-memory.html): a row bills its CPU time
+# times 1,769 MB whatever the memory below that.
+SELECT_ROWS_PER_CPU_SECOND = 1_000_000
+SELECT_GB_SECONDS_PER_ROW = 1769 / 1024 / SELECT_ROWS_PER_CPU_SECOND
 
 
 def months(days: float) -> float:
@@ -540,31 +553,43 @@ def audit_day(
     age_days: float,
     retention_days: float,
     recent_cutoff_hours: float,
+    judged_days: float = AUDIT_INTERVAL_DAYS + AUDIT_WATERMARK_MARGIN_DAYS,
 ) -> AuditDay:
     """A daily audit of a bucket that has taken uploads at this rate for ``age_days``.
 
-    The walk reaches every current object (the stack deletes none, old versions neither)
-    and reads the ledger for those inside the window. With a
-    daily Inventory the listing is replaced by the report, which bills every object in it.
+    By listing, the walk reaches every current object (the stack deletes none,
+    old versions neither): each pays its share of the LIST
+    requests, of a Distributed Map child and its transition, of a Lambda invocation; the
+    ledger is read for those inside the window that the last successful run did not judge
+    (``judged_days`` of uploads: the interval and the watermark's margin). With a daily
+    Inventory, the report bills every object in it ($0.0025 per million) and SelectWindow
+    streams every row (its Lambda time); only the window's rows reach a child.
     """
     per_day = uploads_per_second * 86_400
     listed = per_day * age_days
     window = max(0.0, min(age_days, retention_days) - recent_cutoff_hours / 24)
-    checked = per_day * window
+    checked = per_day * min(window, judged_days)
     usd = units.fixed + listed * units.per_listed_key + checked * units.per_checked_key
-    inventory = (
-        usd
-        + units.inventory_fixed
-        + listed * (PRICES["s3_inventory_object"].usd - units.listing_per_key)
+    per_row = (
+        PRICES["s3_inventory_object"].usd
+        + SELECT_GB_SECONDS_PER_ROW * PRICES["lambda_gb_second"].usd
     )
+    per_window_row = units.per_listed_key - units.listing_per_key + units.per_checked_key
+    inventory = units.fixed + units.inventory_fixed + listed * per_row + checked * per_window_row
     return AuditDay(
         age_days, listed, checked, usd, inventory, usd / per_day * 1e6, inventory / per_day * 1e6
     )
 
 
 def inventory_break_even_keys(units: AuditUnits) -> float:
-    """Objects in the bucket above which a daily Inventory costs the audit less than listing."""
-    saving = units.listing_per_key - PRICES["s3_inventory_object"].usd
+    """Objects in the bucket above which a daily Inventory costs the audit less than listing:
+    each object listed costs ``per_listed_key``, each in an inventory its price and its
+    streaming, and the inventory run its fixed reads (the window's rows cost alike)."""
+    per_row = (
+        PRICES["s3_inventory_object"].usd
+        + SELECT_GB_SECONDS_PER_ROW * PRICES["lambda_gb_second"].usd
+    )
+    saving = units.per_listed_key - per_row
     return math.inf if saving <= 0 else units.inventory_fixed / saving
 
 

@@ -13,6 +13,7 @@ AUDIT_LABELS = (
     ("scanned", "object versions scanned"),
     ("skipped_recent", "skipped, too recent"),
     ("skipped_old", "skipped, older than retention"),
+    ("skipped_audited", "skipped, judged by an earlier audit"),
     ("ok", "processed already"),
     ("in_progress", "in progress"),
     ("missing_resubmitted", "missing, resubmitted"),

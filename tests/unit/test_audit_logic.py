@@ -14,9 +14,11 @@ from service.dal.aws import is_transient
 from service.errors import ConfigurationError
 from service.logic.audit import (
     COUNT_KEYS,
+    WATERMARK_MARGIN_SECONDS,
     AuditWindow,
     Budget,
     ListedObject,
+    Watermark,
     add_counts,
     age_verdict,
     classify,
@@ -27,6 +29,7 @@ from service.logic.audit import (
     key_marker_before,
     listed_item,
     object_work_item,
+    reached,
     resubmission_name,
     row_work_item,
     versions_of,
@@ -487,3 +490,46 @@ def test_a_batch_keeps_to_its_share_of_the_rate_and_defers_the_rest() -> None:
     assert counts["missing_resubmitted"] == len(processor.names)
     assert counts["resubmit_deferred"] == 100 - len(processor.names)
     assert counts["scanned"] == 100
+
+
+def test_what_a_run_reached_stops_at_each_kinds_cutoff_and_at_when_the_objects_were_seen() -> None:
+    # An SQS source over an existing bucket: uploads without a version id wait 28.5 days.
+    window = replace(WINDOW, late_event_seconds=28.5 * 86400)
+    listing = reached(window, seen_at=NOW)
+    assert listing.versioned_until_ms == round((NOW - 12 * 3600) * 1000)
+    assert listing.unversioned_until_ms == round((NOW - 28.5 * 86400) * 1000)
+    # An inventory report S3 began 40 hours before the run: nothing after it was seen.
+    report = reached(window, seen_at=NOW - 40 * 3600)
+    assert report.versioned_until_ms == round((NOW - 40 * 3600) * 1000)
+    assert report.unversioned_until_ms == listing.unversioned_until_ms
+
+
+def test_the_watermark_keeps_the_later_end_and_reads_nothing_else() -> None:
+    stored = Watermark(5_000, 3_000)
+    assert stored.advanced(Watermark(4_000, 4_000)) == Watermark(5_000, 4_000)
+    assert Watermark.from_json(stored.as_json()) == stored
+    for junk in (None, [], {"versionedUntil": "5000"}, {"versionedUntil": -1}):
+        assert Watermark.from_json(junk) == Watermark()
+
+
+@pytest.mark.parametrize(
+    ("version", "until_hours_ago", "age_hours", "verdict"),
+    [
+        ("v1", 24, 24 + 23, None),  # within the margin of the watermark: judged again
+        ("v1", 24, 24 + 25, "skipped_audited"),
+        ("v1", None, 24 * 29, None),  # no watermark: the retention window
+        ("null", 24, 24 + 25, "skipped_audited"),
+        ("null", 24 * 20, 24 + 25, None),  # its own, later watermark (it waits longer)
+    ],
+)  # fmt: skip
+def test_an_upload_an_earlier_audit_judged_is_skipped_past_the_margin(
+    version: str, until_hours_ago: float | None, age_hours: float, verdict: str | None
+) -> None:
+    assert WATERMARK_MARGIN_SECONDS == 24 * 3600
+    until = None if until_hours_ago is None else NOW - until_hours_ago * 3600
+    window = replace(
+        WINDOW,
+        versioned_until=until if version != "null" else NOW - 24 * 3600,
+        unversioned_until=until if version == "null" else None,
+    )
+    assert age_verdict(listed(age_hours, version), window) == verdict

@@ -563,16 +563,25 @@ def test_the_audit_grows_with_the_bucket_and_inventory_replaces_the_listing() ->
     units = AuditUnits(0.01, 4e-8, 6e-8, 1e-8, 8e-7)
     # WHEN a bucket has taken one upload a second for a year (30-day window, 12 h cutoff)
     day = pricing.audit_day(units, 1.0, 365.0, 30.0, 12.0)
-    # THEN the walk reaches every object, and checks 29.5 days of them
+    # THEN the walk reaches every object, and checks two days of them (those since the
+    # last run's watermark, and its margin), not the 29.5 days of the window
     assert day.listed_keys == pytest.approx(86_400 * 365)
-    assert day.checked_keys == pytest.approx(86_400 * 29.5)
-    usd = 0.01 + 86_400 * 365 * 4e-8 + 86_400 * 29.5 * 6e-8
+    assert day.checked_keys == pytest.approx(86_400 * 2)
+    usd = 0.01 + 86_400 * 365 * 4e-8 + 86_400 * 2 * 6e-8
     assert day.usd == pytest.approx(usd)
     assert day.per_million_uploads == pytest.approx(usd / 86_400 * 1e6)
-    # AND a daily Inventory swaps the LIST requests for $0.0025 per million objects listed
-    assert day.usd_inventory == pytest.approx(usd + 8e-7 + 86_400 * 365 * (2.5e-9 - 1e-8))
-    # AND it pays once the LIST requests it saves cover its reads: 8e-7 / 7.5e-9 objects
-    assert pricing.inventory_break_even_keys(units) == pytest.approx(8e-7 / 7.5e-9)
+    # AND with a daily Inventory every object costs its price ($0.0025 per million) and its
+    # streaming by SelectWindow; only the two days of the window reach a child (no LIST)
+    per_row = 2.5e-9 + pricing.SELECT_GB_SECONDS_PER_ROW * 0.0000166667
+    window_row = 4e-8 - 1e-8 + 6e-8
+    inventory = 0.01 + 8e-7 + 86_400 * 365 * per_row + 86_400 * 2 * window_row
+    assert day.usd_inventory == pytest.approx(inventory)
+    # AND it pays once what listing an object costs covers the inventory run's reads
+    assert pricing.inventory_break_even_keys(units) == pytest.approx(8e-7 / (4e-8 - per_row))
+    # (the model's margin is the audit's)
+    from service.logic.audit import WATERMARK_MARGIN_SECONDS
+
+    assert pricing.AUDIT_WATERMARK_MARGIN_DAYS * 86_400 == WATERMARK_MARGIN_SECONDS
     # AND an older bucket costs more per upload: the audit grows with the bucket's age
     older = pricing.audit_day(units, 1.0, 3 * 365.0, 30.0, 12.0)
     assert older.per_million_uploads > day.per_million_uploads

@@ -178,6 +178,27 @@ def test_the_report_is_written_as_indented_json() -> None:
     assert where == "s3://out/reports/audit/2026-01-01.json"
 
 
+def test_the_watermark_is_read_and_a_missing_one_is_none() -> None:
+    s3 = _client("s3")
+    key = {"Bucket": "out", "Key": "reports/audit/watermark.json"}
+    body = json.dumps({"versionedUntil": 5}).encode()
+    with Stubber(s3) as stub:
+        # GIVEN the watermark, then no watermark (NoSuchKey: the function may list the
+        # bucket), then a refusal
+        stub.add_response("get_object", {"Body": StreamingBody(io.BytesIO(body), len(body))}, key)
+        stub.add_client_error("get_object", "NoSuchKey", http_status_code=404, expected_params=key)
+        stub.add_client_error(
+            "get_object", "AccessDenied", http_status_code=403, expected_params=key
+        )
+        reports = Reports("out", s3)
+        # WHEN the audit reads it THEN it has the object, then None, then a failure
+        assert reports.read(key["Key"]) == {"versionedUntil": 5}
+        assert reports.read(key["Key"]) is None
+        with pytest.raises(PermanentError, match="AccessDenied"):
+            reports.read(key["Key"])
+        stub.assert_no_pending_responses()
+
+
 def test_the_map_runs_manifest_is_found_across_pages() -> None:
     s3 = _client("s3")
     prefix = "reports/audit-runs/audit-1/"

@@ -29,7 +29,8 @@ def test_the_graph_has_every_state_and_transition_of_the_asl() -> None:
     assert audit.children["AuditListing"] == ["AuditListedBatch"]
     assert audit.children["AuditInventory"] == ["AuditInventoryBatch"]
     audit_edges = {(e.source, e.target, e.kind) for e in audit.edges}
-    assert ("ObjectSource", "AuditInventory", "choice") in audit_edges
+    assert ("ObjectSource", "SelectWindow", "choice") in audit_edges
+    assert ("WindowHasObjects", "AuditInventory", "choice") in audit_edges
     assert ("AuditListing", "SweepLocks", "catch") in audit_edges
     assert ("MoreLocks", "SweepLocks", "choice") in audit_edges
 

@@ -25,6 +25,7 @@ from tests.helpers import (
     MACHINE,
     attributes,
     dlq_messages,
+    forget_watermark,
     ledger_rows,
     png_bytes,
     run_audit,
@@ -186,7 +187,8 @@ def test_exactly_once_under_the_prefix_none_outside_and_the_lost_event_recovered
     # AND nothing reached the DLQ, and no execution ever named an outside object
     assert dlq_messages(existing) == []
     assert not any(key in text for text in processor_inputs(existing) for key in OUTSIDE[:3])
-    # WHEN the audit runs again
+    # WHEN the audit runs again, judging the window again (the uploads were dated back)
+    forget_watermark(existing)
     again = run_audit(existing).output
     # THEN there is nothing left to do
     assert again["missing_resubmitted"] == 0 and again["ok"] == len(UNDER) + 1

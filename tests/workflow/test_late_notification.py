@@ -20,7 +20,7 @@ from urllib.parse import quote_plus
 import pytest
 
 from onceflow.local.engine import LocalEngine
-from tests.helpers import dlq_messages, run_audit
+from tests.helpers import dlq_messages, forget_watermark, run_audit
 from tests.workflow.test_existing_bucket import (
     BUCKET,
     age_uploads,
@@ -96,8 +96,13 @@ def test_a_notification_two_days_late_is_processed_once(unversioned: LocalEngine
     # AND the audit had left it alone, as the queue may still have held its event
     assert report["missing_resubmitted"] == 0 and report["skipped_recent"] == 1
     # AND audits run once no source can hold its event any longer, and again
+    # (the uploads dated back, not the clock moved: the first audit's watermark forgotten;
+    # the second judges the window again)
     age_uploads(unversioned, days=29.5)
-    first, second = run_audit(unversioned).output, run_audit(unversioned).output
+    forget_watermark(unversioned)
+    first = run_audit(unversioned).output
+    forget_watermark(unversioned)
+    second = run_audit(unversioned).output
     # THEN they find the upload processed under its event's key and resubmit nothing
     assert (first["ok"], first["missing_resubmitted"]) == (1, 0)
     assert (second["ok"], second["missing_resubmitted"]) == (1, 0)
@@ -117,5 +122,6 @@ def test_a_lost_notification_is_found_once_no_source_can_hold_it(
     report = run_audit(unversioned).output
     # THEN it resubmits the upload once, and a second audit finds it processed
     assert report["missing_resubmitted"] == 1
+    forget_watermark(unversioned)  # the second judges the window again
     assert run_audit(unversioned).output["ok"] == 1
     assert effects_by_object(unversioned) == Counter({KEY: 1})

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
+import json
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import boto3
 
 from service.dal.aws import aws_call
+from service.errors import PermanentError
 from service.logic.audit import ListedObject, common_prefix, key_marker_before
 from service.logic.s3objects import NULL_VERSION
 
@@ -111,3 +117,37 @@ class Inventory:
                     when = datetime.strptime(match.group(1), "%Y-%m-%dT%H-%MZ").replace(tzinfo=UTC)
                     return folder + "manifest.json", when
         return None
+
+    def rows(self, manifest_key: str) -> tuple[list[str], Iterator[list[str]]]:
+        """(the columns, the rows) of one report: its manifest's fileSchema, and every row
+        of every data file it lists (gzip-compressed CSV without a header,
+        storage-inventory.html), each file read as a stream, never whole."""
+        with aws_call(f"reading s3://{self.bucket}/{manifest_key}"):
+            body = self._s3.get_object(Bucket=self.bucket, Key=manifest_key)["Body"].read()
+        manifest = json.loads(body)
+        schema, files = manifest.get("fileSchema"), manifest.get("files")
+        if not isinstance(schema, str) or not isinstance(files, list):
+            raise PermanentError(f"{manifest_key}: no fileSchema string or no files list")
+        columns = [c.strip() for c in schema.split(",")]
+        data_bucket = str(manifest.get("destinationBucket", "")).rsplit(":::", 1)[-1]
+
+        def read() -> Iterator[list[str]]:
+            for entry in files:
+                key = str(entry["key"])
+                with aws_call(f"reading s3://{data_bucket}/{key}"):
+                    stream = self._s3.get_object(Bucket=data_bucket, Key=key)["Body"]
+                    with gzip.open(stream, "rt", encoding="utf-8", newline="") as text:
+                        yield from csv.reader(text)
+
+        return columns, read()
+
+
+def window_csv(columns: list[str], rows: list[list[str]]) -> bytes:
+    """The rows an audit's batches get, as one CSV file with a header row (a Distributed
+    Map's ItemReader, InputType CSV, CSVHeaderLocation FIRST_ROW: input-output-itemreader.html).
+    Inventory values are kept as S3 wrote them (keys URL-encoded: no commas, no quotes)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(rows)
+    return out.getvalue().encode("utf-8")

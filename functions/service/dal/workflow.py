@@ -21,6 +21,7 @@ from service.errors import PermanentError
 _RETRYING = Config(retries={"mode": "adaptive", "max_attempts": 10})
 _REMEMBERED_STARTS = 20_000
 _ALREADY_STARTED = frozenset({EXECUTION_ALREADY_EXISTS})
+_NO_SUCH_KEY = frozenset({"NoSuchKey"})
 # StartExecution refuses this input (over 256 KiB in UTF-8, or not JSON): the same input is
 # refused again, whoever sends it (API_StartExecution.html: InvalidExecutionInput; the
 # input's length constraint answers ValidationException).
@@ -145,6 +146,25 @@ class Reports:
                 ContentType="application/json",
             )
         return f"s3://{self.bucket}/{key}"
+
+    def put_file(self, key: str, data: bytes, content_type: str) -> dict[str, str]:
+        """Write a file the audit hands to a state (its window of objects); where it is."""
+        with aws_call(f"writing s3://{self.bucket}/{key}"):
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
+        return {"bucket": self.bucket, "key": key}
+
+    def read(self, key: str) -> dict[str, Any] | None:
+        """A JSON object this bucket holds at ``key`` (the audit's watermark), or None when
+        there is none (NoSuchKey: the function may list the bucket, so a missing key is not
+        AccessDenied)."""
+        with aws_call(f"reading s3://{self.bucket}/{key}", expected=_NO_SUCH_KEY) as call:
+            body = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        if call.refused:
+            return None
+        value = json.loads(body.decode("utf-8"))
+        if not isinstance(value, dict):
+            raise PermanentError(f"s3://{self.bucket}/{key} is not a JSON object")
+        return value
 
     def find_manifest(self, prefix: str) -> str | None:
         """The key of a Map Run's exported manifest.json under ``prefix``, if any."""

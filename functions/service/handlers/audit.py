@@ -16,6 +16,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from service.errors import PermanentError
+from service.logic.audit import Watermark
 from service.observability import logger, metrics, tracer
 from service.settings import AuditSettings, audit_settings
 from service.usecases import audit
@@ -58,7 +59,26 @@ def plan(
         "source": planned.source,
         "sourceReason": planned.source_reason,
         "manifest": planned.manifest,
+        "seenAt": planned.seen_at_ms,
+        "watermark": planned.watermark.as_json(),
     }
+
+
+def select(
+    event: dict[str, Any], settings: AuditSettings, clients: Clients, context: Any = None
+) -> dict[str, Any]:
+    """The inventory report's window (SelectWindow): the file the batches read, if any."""
+    manifest = event.get("manifest") or {}
+    remaining = None if context is None else context.get_remaining_time_in_millis() / 1000
+    window = audit.select_window(
+        settings,
+        clients,
+        _run(event),
+        str(manifest.get("key") or ""),
+        Watermark.from_json(event.get("watermark")),
+        remaining,
+    )
+    return {"file": window.file, "rows": window.rows, "counts": window.counts}
 
 
 def audit_batch(
@@ -69,6 +89,7 @@ def audit_batch(
         items=[i for i in event.get("items") or [] if isinstance(i, dict)],
         source=event.get("source"),
         versioned=bool(event.get("versioned")),
+        watermark=Watermark.from_json(event.get("watermark")),
     )
     remaining = None if context is None else context.get_remaining_time_in_millis() / 1000
     return _tally(audit.audit_batch(settings, clients, _run(event), batch, remaining))
@@ -108,12 +129,14 @@ def report(
         remaining_seconds=None
         if context is None
         else context.get_remaining_time_in_millis() / 1000,
+        seen_at_ms=float(event["seenAt"]) if event.get("seenAt") else None,
     )
 
 
 # The actions the audit state machine's states ask for, by their event's "action".
 ACTIONS: dict[str, Callable[[dict[str, Any], AuditSettings, Clients, Any], dict[str, Any]]] = {
     "plan": plan,
+    "select": select,
     "batch": audit_batch,
     "locks": sweep_locks,
     "report": report,

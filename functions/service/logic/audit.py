@@ -25,6 +25,7 @@ COUNT_KEYS = (
     "scanned",
     "skipped_recent",
     "skipped_old",
+    "skipped_audited",
     "ok",
     "in_progress",
     "missing_resubmitted",
@@ -49,6 +50,13 @@ SAMPLE_LIMIT = 50
 SAMPLE_CHARACTERS = 2048
 # The source of the work items the audit sends (the ledger row records it at Claim).
 AUDIT_SOURCE = "audit"
+# An upload an earlier successful audit judged is not judged again; the earlier audit's
+# reach is trusted only up to this much before its end (its watermark). A multipart
+# upload's LastModified is when it began (not verified: S3's object metadata page), so
+# an upload completed after an audit may carry a time before that audit's reach: one
+# that took longer than the recent cutoff plus this margin is not found again. The
+# margin costs a day of uploads' ledger reads a run (docs/audit.md, "The watermark").
+WATERMARK_MARGIN_SECONDS = 24 * 3600
 
 Counts = dict[str, int]
 
@@ -91,6 +99,75 @@ class AuditWindow:
     # is resubmitted under a key of its own; its event arriving after that would be
     # processed under another: the audit waits it out.
     late_event_seconds: float = 0.0
+    # What earlier successful audits judged, contiguously: uploads with a version id
+    # modified up to ``versioned_until``, without one up to ``unversioned_until`` (epoch
+    # seconds; None before the first). Those, less WATERMARK_MARGIN_SECONDS, are skipped.
+    versioned_until: float | None = None
+    unversioned_until: float | None = None
+
+    def judged_until(self, unversioned: bool) -> float:
+        """How recent an upload this run judges, of one kind: its cutoff ago."""
+        cutoff = self.recent_cutoff_seconds
+        if unversioned:
+            cutoff = max(cutoff, self.late_event_seconds)
+        return self.now - cutoff
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """How far successful audits have judged the bucket, as one contiguous stretch
+    (epoch milliseconds, 0 for "not yet"): every upload modified up to the time, of its
+    kind (with a version id, or without one: those wait longer), was judged by one."""
+
+    versioned_until_ms: int = 0
+    unversioned_until_ms: int = 0
+
+    def advanced(self, other: Watermark) -> Watermark:
+        """The later of two: a run's reach starts at or before the watermark it read
+        (less the margin), so its stretch joins the stored one and the union ends at the
+        later end (a run that read an older watermark only judged some uploads twice)."""
+        return Watermark(
+            max(self.versioned_until_ms, other.versioned_until_ms),
+            max(self.unversioned_until_ms, other.unversioned_until_ms),
+        )
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "versionedUntil": self.versioned_until_ms,
+            "unversionedUntil": self.unversioned_until_ms,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Watermark:
+        """A stored or handed-on watermark; anything else is "not yet" (judge the window)."""
+        if not isinstance(value, dict):
+            return cls()
+
+        def number(name: str) -> int:
+            item = value.get(name)
+            return int(item) if isinstance(item, int | float) and item > 0 else 0
+
+        return cls(number("versionedUntil"), number("unversionedUntil"))
+
+
+def reached(window: AuditWindow, seen_at: float) -> Watermark:
+    """What a run judged that walked every object of the bucket as of ``seen_at`` (the
+    listing: the run's start; an inventory report: when S3 began to scan the bucket):
+    each kind up to its cutoff, and nothing modified after the objects were seen."""
+    return Watermark(
+        round(min(window.judged_until(False), seen_at) * 1000),
+        round(min(window.judged_until(True), seen_at) * 1000),
+    )
+
+
+def earliest_judged(window: AuditWindow) -> float:
+    """The oldest LastModified (epoch seconds) a run may judge, of either kind: uploads
+    modified before it are older than the retention or behind the watermark."""
+    oldest = window.now - window.retention_seconds
+    marks = (window.versioned_until, window.unversioned_until)
+    if any(mark is None for mark in marks):
+        return oldest
+    return max(oldest, min(m for m in marks if m is not None) - WATERMARK_MARGIN_SECONDS)
 
 
 def idempotency_key(bucket: str, obj: ListedObject) -> str:
@@ -120,6 +197,9 @@ def age_verdict(obj: ListedObject, window: AuditWindow) -> str | None:
         return "skipped_recent"  # its events may still be on their way
     if age > window.retention_seconds:
         return "skipped_old"  # its row has expired: resubmitting could process it twice
+    until = window.unversioned_until if obj.version_id == NULL_VERSION else window.versioned_until
+    if until is not None and obj.last_modified < until - WATERMARK_MARGIN_SECONDS:
+        return "skipped_audited"  # an earlier successful audit judged it
     return None
 
 

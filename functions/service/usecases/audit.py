@@ -7,15 +7,17 @@ by the handler, and the clients of the data layer it works through.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote_plus
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from service.dal.bucket import Bucket, Inventory
+from service.dal.bucket import Bucket, Inventory, window_csv
 from service.dal.ledger import Ledger
 from service.dal.workflow import (
     DeadLetters,
@@ -34,15 +36,18 @@ from service.logic.audit import (
     Budget,
     Counts,
     ListedObject,
+    Watermark,
     add_counts,
     age_verdict,
     classify,
     content_row,
+    earliest_judged,
     failed_dead_letter_message,
     idempotency_key,
     inventory_item,
     listed_item,
     object_work_item,
+    reached,
     refused_dead_letter_message,
     resubmission_name,
     row_work_item,
@@ -60,6 +65,8 @@ RESULTS_PREFIX = "reports/audit-runs/"
 # The Lambda's own timeout leaves a batch this much time to spare.
 _TIMEOUT_MARGIN_SECONDS = 30
 _SWEEP_CALL_FLOOR_SECONDS = 5.0
+# Where the audit keeps its watermark in the output bucket (under REPORT_PREFIX).
+WATERMARK_NAME = "watermark.json"
 # The audit function's Timeout (template.yaml), for a call that does not say what is left.
 _FUNCTION_TIMEOUT_SECONDS = 600.0
 # A lock the sweep takes outlives its invocation by this much (clocks differ).
@@ -111,14 +118,28 @@ def sample(earlier: Iterable[str], keys: Iterable[str]) -> list[str]:
     return kept
 
 
-def _window(run: AuditRun, settings: AuditSettings) -> AuditWindow:
+def _window(
+    run: AuditRun, settings: AuditSettings, watermark: Watermark | None = None
+) -> AuditWindow:
+    mark = watermark or Watermark()
     return AuditWindow(
         now=run.now,
         recent_cutoff_seconds=settings.recent_cutoff_seconds,
         retention_seconds=settings.retention_seconds,
         max_attempts=settings.max_attempts,
         late_event_seconds=settings.late_event_seconds,
+        versioned_until=mark.versioned_until_ms / 1000 if mark.versioned_until_ms else None,
+        unversioned_until=mark.unversioned_until_ms / 1000 if mark.unversioned_until_ms else None,
     )
+
+
+def _watermark_key(settings: AuditSettings) -> str:
+    return f"{settings.report_prefix}{WATERMARK_NAME}"
+
+
+def read_watermark(settings: AuditSettings, clients: Clients) -> Watermark:
+    """How far earlier successful audits judged the bucket (nothing, before the first)."""
+    return Watermark.from_json(clients.reports.read(_watermark_key(settings)))
 
 
 # ---- Plan -------------------------------------------------------------------------
@@ -134,6 +155,10 @@ class Plan:
     source: str  # "inventory" or "listing"
     source_reason: str
     manifest: dict[str, str] | None  # the inventory report's manifest.json
+    # When the objects the run walks were seen: the run's start for the listing, the
+    # moment S3 began to scan the bucket for an inventory report (its timestamp).
+    seen_at_ms: int
+    watermark: Watermark  # what earlier successful audits judged: the batches skip it
 
 
 def plan(
@@ -159,6 +184,7 @@ def plan(
             "no key under it is this stack's to audit"
         )
     source, reason, manifest = "listing", "AuditInventory is off", None
+    seen_at = started_at
     if asked_for == "listing":
         reason = "the run asked for the listing"
     elif prefix:
@@ -175,6 +201,10 @@ def plan(
             else:
                 source, reason = "inventory", f"the inventory report of {taken.isoformat()}"
                 manifest = {"bucket": settings.report_bucket, "key": key}
+                seen_at = round(taken.timestamp() * 1000)
+    # A run over a prefix judges no less than a full one: the watermark is what was
+    # judged, whoever asks.
+    watermark = read_watermark(settings, clients)
     logger.info("audit planned", extra={"source": source, "reason": reason})
     return Plan(
         started_at_ms=started_at,
@@ -183,7 +213,110 @@ def plan(
         source=source,
         source_reason=reason,
         manifest=manifest,
+        seen_at_ms=seen_at,
+        watermark=watermark,
     )
+
+
+# ---- the window of an inventory report ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """What of an inventory report the batches get: the rows the run may judge (a CSV
+    file, None when there are none), and the counts of the rows it skipped by age."""
+
+    file: dict[str, str] | None
+    rows: int
+    counts: Counts
+
+
+def select_window(
+    settings: AuditSettings,
+    clients: Clients,
+    run: AuditRun,
+    manifest_key: str,
+    watermark: Watermark,
+    remaining_seconds: float | None = None,
+) -> Window:
+    """The rows of an inventory report that the run judges, before any batch starts.
+
+    A report lists every version the bucket holds, and the bucket only grows: a
+    batch (an EXPRESS child, its transition, a Lambda invocation) per 1000 rows
+    would cost in proportion to the bucket's age. Here one call streams the
+    report and keeps what the batches would judge: rows of this stack's keys
+    (KeyPrefix, KeySuffix) that are neither too recent, nor older than the
+    retention, nor behind the watermark. Those skipped are counted here as the
+    batches would (``scanned`` and the verdict); delete markers and other
+    stacks' keys are not counted, as the batches do not. The kept rows go to
+    ``reports/audit-runs/<audit>/window.csv``, which the Distributed Map reads.
+
+    A report too large to stream in one call's time fails the call (the walk
+    fails, the run alarms, the watermark stays): the bench measures the rate.
+    """
+    seconds = _FUNCTION_TIMEOUT_SECONDS if remaining_seconds is None else remaining_seconds
+    deadline = time.monotonic() + seconds - 2 * _TIMEOUT_MARGIN_SECONDS
+    window = _window(run, settings, watermark)
+    bucket = settings.ingest_bucket
+    wanted = settings.key_filter.matches
+    if clients.inventory is None:
+        raise PermanentError("AuditInventory is off: there is no inventory report to select from")
+    columns, rows = clients.inventory.rows(manifest_key)
+    counts = add_counts()
+    kept: list[list[str]] = []
+    # Most rows are older than anything the run judges: they are told apart by their
+    # LastModifiedDate as text (ISO 8601 in UTC sorts as time does), without parsing
+    # the row; a row within a second of a bound takes the full path below.
+    at = {name: columns.index(name) for name in columns}
+    earliest = _iso(math.floor(earliest_judged(window)))
+    oldest = window.now - window.retention_seconds
+    old_before, old_from = _iso(math.floor(oldest)), _iso(math.ceil(oldest))
+    filtered = bool(settings.key_filter.prefix or settings.key_filter.suffix)
+    modified, deleted = at["LastModifiedDate"], at.get("IsDeleteMarker")
+    for n, values in enumerate(rows):
+        if n % 10_000 == 0 and time.monotonic() > deadline:
+            raise PermanentError(
+                f"the inventory report {manifest_key} is too large to select from in one "
+                f"call ({n} rows read): the walk fails and the next audit tries again"
+            )
+        if len(values) != len(columns):
+            raise PermanentError(
+                f"{manifest_key}: a row has {len(values)} fields, not {len(columns)}"
+            )
+        last_modified = values[modified]
+        if last_modified < earliest and (last_modified < old_before or last_modified >= old_from):
+            if values[at["Bucket"]] != bucket or (
+                deleted is not None and values[deleted].lower() == "true"
+            ):
+                continue  # another bucket's row, or a delete marker: no upload
+            if filtered and not wanted(unquote_plus(values[at["Key"]])):
+                continue
+            counts["scanned"] += 1
+            counts["skipped_old" if last_modified < old_before else "skipped_audited"] += 1
+            continue
+        obj = inventory_item(dict(zip(columns, values, strict=True)), bucket)
+        if obj is None or not wanted(obj.key):
+            continue
+        verdict = age_verdict(obj, window)
+        if verdict is None:
+            kept.append(values)
+            continue
+        counts["scanned"] += 1
+        counts[verdict] += 1
+    file = None
+    if kept:
+        key = f"{RESULTS_PREFIX}{run.audit_id}/window.csv"
+        file = clients.reports.put_file(key, window_csv(columns, kept), "text/csv")
+    logger.info(
+        "inventory window selected", extra={"kept": len(kept), "skipped": counts["scanned"]}
+    )
+    return Window(file=file, rows=len(kept), counts=counts)
+
+
+def _iso(epoch_seconds: int) -> str:
+    """A time as an inventory report writes LastModifiedDate (2022-11-16T00:29:32.000Z,
+    input-output-itemreader.html's example row; not verified for every report)."""
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 # ---- one batch of the bucket walk -------------------------------------------------
@@ -196,6 +329,7 @@ class Batch:
     items: list[dict[str, Any]]
     source: str | None  # "inventory": S3 Inventory CSV rows; otherwise ListObjectsV2 items
     versioned: bool
+    watermark: Watermark = field(default_factory=Watermark)  # what earlier audits judged
 
 
 @dataclass
@@ -250,7 +384,7 @@ def audit_batch(
         per_second=settings.resubmits_per_second / settings.max_concurrency,
         deadline=time.monotonic() + seconds,
     )
-    window = _window(run, settings)
+    window = _window(run, settings, batch.watermark)
     bucket = settings.ingest_bucket
     objects = _batch_objects(batch, settings, clients)
     judged = [o for o in objects if age_verdict(o, window) is None]
@@ -714,8 +848,9 @@ def _recount(settings: AuditSettings, clients: Clients, run: AuditRun, failed: A
         items=[i for i in items if isinstance(i, dict)],
         source=facts.get("source"),
         versioned=bool(facts.get("versioned")),
+        watermark=Watermark.from_json(facts.get("watermark")),
     )
-    window = _window(run, settings)
+    window = _window(run, settings, batch.watermark)
     bucket = settings.ingest_bucket
     keys = []
     for obj in _batch_objects(batch, settings, clients):
@@ -750,6 +885,50 @@ def _parsed_input(value: Any) -> Any:
     return value
 
 
+def _not_advanced(
+    settings: AuditSettings, walk: dict[str, Any], counts: Counts, seen_at_ms: float | None
+) -> str | None:
+    """Why this run's walk may not move the watermark (None: it may).
+
+    Only a walk that judged every object it was given moves it: a failed walk,
+    a failed batch (its objects unaudited), a resubmission deferred or that
+    failed to start (its object judged but not started again) would leave an
+    upload behind the watermark that no later audit looks at again.
+    """
+    if seen_at_ms is None:
+        return "the plan did not say when the objects were seen"
+    if walk.get("error"):
+        return "the bucket walk failed"
+    if walk.get("source") not in ("listing", "inventory"):
+        return "no bucket walk"
+    if walk.get("prefix") != settings.key_filter.listing_prefix(""):
+        return f"a run over the prefix {walk.get('prefix')!r} walks part of the bucket"
+    for count in ("failed_batches", "resubmit_deferred", "resubmit_errors"):
+        if counts[count]:
+            return f"{count} {counts[count]}: the next audit judges those objects again"
+    return None
+
+
+def _advance_watermark(
+    settings: AuditSettings,
+    clients: Clients,
+    run: AuditRun,
+    walk: dict[str, Any],
+    counts: Counts,
+    seen_at_ms: float | None,
+) -> dict[str, Any]:
+    """Move the watermark to what this walk judged, when it judged all it was given, and
+    say what it is (the report's ``watermark``)."""
+    why_not = _not_advanced(settings, walk, counts, seen_at_ms)
+    if why_not is not None or seen_at_ms is None:
+        logger.warning("the audit's watermark stays", extra={"reason": why_not})
+        return {"advanced": False, "reason": why_not}
+    stored = read_watermark(settings, clients)
+    advanced = stored.advanced(reached(_window(run, settings), seen_at_ms / 1000))
+    clients.reports.put(_watermark_key(settings), advanced.as_json())
+    return {"advanced": True, **advanced.as_json()}
+
+
 def report(
     settings: AuditSettings,
     clients: Clients,
@@ -758,17 +937,23 @@ def report(
     objects: dict[str, Any],
     locks: dict[str, Any],
     remaining_seconds: float | None = None,
+    seen_at_ms: float | None = None,
 ) -> dict[str, Any]:
-    """Sum the batches and the lock sweep, write reports/audit/<date>.json, emit the metrics.
+    """Sum the batches and the lock sweep, write reports/audit/<date>.json, emit the metrics,
+    and advance the watermark when the walk judged every object it was given.
 
     ``objects``: what the bucket walk handed on (its results' location, or its
     error); ``locks``: the sweep's last page (its counts and sample), or where
-    it stopped and why when it failed.
+    it stopped and why when it failed; ``seen_at_ms``: when the walked objects were
+    seen (the plan's; None: the watermark stays).
     """
     run = AuditRun(audit_id=audit_id, started_at_ms=started_at_ms)
     seconds = _FUNCTION_TIMEOUT_SECONDS if remaining_seconds is None else remaining_seconds
     deadline = time.monotonic() + seconds - 2 * _TIMEOUT_MARGIN_SECONDS
     counts, resubmitted, walk = _walk(settings, clients, run, objects, deadline)
+    # The rows the inventory's window left out, counted where they were left.
+    counts = add_counts(counts, objects.get("selected") or {})
+    watermark = _advance_watermark(settings, clients, run, walk, counts, seen_at_ms)
     counts = add_counts(counts, locks.get("counts") or {})
     resubmitted = _more(resubmitted, locks.get("resubmittedSample") or [])
     started = datetime.fromtimestamp(started_at_ms / 1000, UTC)
@@ -779,6 +964,7 @@ def report(
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "bucket": settings.ingest_bucket,
         **walk,
+        "watermark": watermark,
         "resubmitted_sample": resubmitted,
     }
     if locks.get("error"):
