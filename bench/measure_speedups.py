@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--executions", type=int, default=60)
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--only", action="append", help="measure only these speed-ups")
     args = parser.parse_args()
     if args.child is not None:
         print(json.dumps(child(args.child, args.executions)))
@@ -58,13 +59,18 @@ def main() -> None:
     from onceflow.local import patches
 
     configs = [ALL, NONE, *(p.name for p in patches.PATCHES if p.kind == "speedup")]
+    if args.only:
+        configs = [ALL, *args.only]
     ms: dict[str, list[float]] = {c: [] for c in configs}
     for _ in range(args.rounds):
         for config in random.sample(configs, len(configs)):
-            out = subprocess.run(
-                [sys.executable, "-m", "bench.measure_speedups", "--child", config, "--executions", str(args.executions)],
-                capture_output=True, text=True, check=True,
-            )  # fmt: skip
+            command = [sys.executable, "-m", "bench.measure_speedups", "--child", config]
+            out = subprocess.run(  # noqa: S603 - this script, with names from PATCHES
+                [*command, "--executions", str(args.executions)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             ms[config].append(json.loads(out.stdout.strip().splitlines()[-1]))
     base = statistics.median(ms[ALL])
     print(f"| left out | CPU ms per execution (median of {args.rounds}) | gain of the speed-up |")

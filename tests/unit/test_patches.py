@@ -17,7 +17,6 @@ from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from onceflow.local import patches
 from onceflow.local.engine import LocalEngine
 from onceflow.local.patches import fidelity, hooks, speedups
-from tests.helpers import FUNCTION, upload
 
 
 @pytest.fixture
@@ -794,39 +793,6 @@ def test_a_url_table_is_built_once_and_follows_the_settings(
     assert len(built) == 2
 
 
-def test_a_jsonpath_is_parsed_once_and_serves_every_execution(engine: LocalEngine) -> None:
-    from moto.stepfunctions.parser.asl.component.common.path import result_path
-
-    definition = {
-        "StartAt": "Copy",
-        "States": {
-            "Copy": {
-                "Type": "Pass",
-                "InputPath": "$.order",
-                "ResultPath": "$.copied.order",
-                "Next": "Pick",
-            },
-            "Pick": {
-                "Type": "Pass",
-                "InputPath": "$.copied.order.items[0]",
-                "ResultPath": "$.first",
-                "End": True,
-            },
-        },
-    }
-    before = result_path.parse.cache_info()  # type: ignore[attr-defined]
-    outputs = [
-        _run(engine, definition, {"order": {"id": n, "items": [f"item-{n}", "other"]}}).output  # type: ignore[attr-defined]
-        for n in (1, 2, 3)
-    ]
-    after = result_path.parse.cache_info()  # type: ignore[attr-defined]
-    for n, output in zip((1, 2, 3), outputs, strict=True):
-        order = {"id": n, "items": [f"item-{n}", "other"]}
-        assert output == {"order": order, "copied": {"order": order}, "first": f"item-{n}"}
-    assert after.misses - before.misses <= 2  # each path text parsed at most once
-    assert after.hits - before.hits >= 4
-
-
 @pytest.mark.usefixtures("installed")
 def test_the_interpreter_copies_json_values_as_deepcopy_does() -> None:
     import copy
@@ -950,52 +916,6 @@ def test_an_expression_bound_only_the_parts_it_reads_gives_what_the_whole_gives(
 
     picked = evaluate(fidelity._bindings(expression, env))
     assert picked == evaluate(whole)
-
-
-def test_a_request_is_routed_as_moto_routes_it(
-    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import re
-
-    from botocore.exceptions import ClientError
-
-    pairs: list[tuple[str, object, object]] = []
-    routed = speedups._routed_process_request
-
-    def both(stubber: object, request: object) -> object:
-        ours = routed(stubber, request)
-        theirs = speedups._ORIGINAL_PROCESS_REQUEST(stubber, request)  # read-only requests
-        pairs.append((request.url, ours, theirs))  # type: ignore[attr-defined]
-        return ours
-
-    bucket = engine.ref("IngestBucket")
-    key = "routing/an object.png"
-    upload(engine, key)
-    monkeypatch.setattr(speedups, "_routed_process_request", both)
-    monkeypatch.setattr(speedups, "_ROUTES", {})
-    for _ in range(2):  # the second time from the routes found the first
-        engine.client("dynamodb").describe_table(TableName=engine.ref("LedgerTable"))
-        engine.client("s3").get_object(Bucket=bucket, Key=key)
-        engine.client("s3").list_objects_v2(Bucket=bucket, Prefix="routing/")
-        with pytest.raises(ClientError, match="404"):
-            engine.client("s3").head_object(Bucket=bucket, Key="routing/missing.png")
-        engine.client("stepfunctions").list_state_machines()
-        engine.client("sqs").list_queues()
-        engine.client("lambda").get_function(FunctionName=engine.function_name(FUNCTION))
-        engine.client("events").list_rules()
-    assert len(pairs) == 16 and len(speedups._ROUTES) == 8
-
-    def stable(body: object) -> object:  # request ids and dates differ from call to call
-        text = body.decode("latin-1") if isinstance(body, bytes) else str(body)
-        return re.sub(r"[0-9A-Za-z-]{20,}|\d{4}-\d\d-\d\dT[\d:.]+Z?|\w{3}, \d\d \w{3} [\d: ]+GMT",
-                      "~", text)  # fmt: skip
-
-    for url, ours, theirs in pairs:
-        assert ours is not None and theirs is not None, url
-        assert ours[0] == theirs[0], url  # type: ignore[index]
-        assert stable(ours[2]) == stable(theirs[2]), url  # type: ignore[index]
-    outside = type("Request", (), {"url": "https://example.com/x", "headers": {}, "body": b""})
-    assert speedups._routed_process_request(None, outside) is None  # not AWS: not answered
 
 
 def test_an_expression_with_no_variable_or_function_is_evaluated_once(

@@ -24,24 +24,16 @@ from collections.abc import Callable
 from typing import Any
 
 import botocore
-import botocore.context
 import botocore.signers
 import botocore.useragent
-import moto.backend_index as backend_index
-from moto import backends as moto_backends
 from moto import settings as moto_settings
-from moto.core import base_backend, botocore_stubber
-from moto.core import config as moto_config
-from moto.core import exceptions as moto_core_exceptions
-from moto.core import request as moto_request
+from moto.core import base_backend
 from moto.core import responses as moto_responses
 from moto.core import utils as moto_core_utils
-from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.core.models import botocore_stubber as moto_botocore_stubber
 from moto.dynamodb import comparisons as ddb_comparisons
 from moto.dynamodb.parsing import ast_nodes as ddb_ast_nodes
 from moto.dynamodb.parsing import validators as ddb_validators
-from moto.moto_api import recorder as moto_recorder
 from moto.s3 import models as s3_models
 from moto.stepfunctions.parser.asl.component import component as asl_component
 from moto.stepfunctions.parser.asl.component import eval_component
@@ -59,82 +51,11 @@ from moto.stepfunctions.parser.asl.eval import program_state
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval.event import event_manager
 from moto.stepfunctions.parser.asl.utils import boto_client as moto_boto_client
-from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend import execution_worker
 
 from onceflow.local.patches.registry import Installer, Patch, Pin
 
-_ORIGINAL_PROCESS_REQUEST = botocore_stubber.BotocoreStubber.process_request
 _URL_SETTINGS = ("MOTO_S3_CUSTOM_ENDPOINTS", "MOTO_ENABLE_ISO_REGIONS")
-
-_ROUTES: dict[tuple[Any, ...], tuple[tuple[str, ...], Any]] = {}
-_ROUTES_KEPT = 4096
-_HTTP_EXCEPTION: Any = vars(moto_core_exceptions)["HTTPException"]  # what moto catches
-# moto's process_request as this replaces it (checked in check_moto_internals).
-_PROCESS_REQUEST_SHA256 = "f79a1a778c7e755f0c7f234cdab9e36312ed2b16d7051baf06b04872f79dd5b2"
-
-
-def _route(clean_url: str) -> tuple[tuple[str, ...], Any]:
-    """(the services whose pattern matches, in moto's order, up to the one that
-    handles the URL; that service's handler or None), as moto's loops find them."""
-    key = (clean_url, *(os.environ.get(name) for name in _URL_SETTINGS))
-    route = _ROUTES.get(key)
-    if route is not None:
-        return route
-    services: list[str] = []
-    handler = None
-    for service, pattern in backend_index.backend_url_patterns:
-        if not pattern.match(clean_url):
-            continue
-        services.append(service)
-        backend_dict = moto_backends.get_backend(service)  # type: ignore[call-overload]
-        if isinstance(backend_dict, base_backend.BackendDict):
-            if "us-east-1" in backend_dict[DEFAULT_ACCOUNT_ID]:
-                backend = backend_dict[DEFAULT_ACCOUNT_ID]["us-east-1"]
-            else:
-                backend = backend_dict[DEFAULT_ACCOUNT_ID]["aws"]
-        else:
-            backend = backend_dict["global"]
-        handler = next(
-            (method for url, method in backend.urls.items() if re.compile(url).match(clean_url)),
-            None,
-        )
-        if handler is not None:
-            break
-    route = (tuple(services), handler)
-    if len(_ROUTES) < _ROUTES_KEPT:
-        _ROUTES[key] = route
-    return route
-
-
-def _routed_process_request(self: Any, request: Any) -> Any:
-    """BotocoreStubber.process_request, with the route looked up once per URL."""
-    parsed_url, _ = moto_core_utils.get_equivalent_url_in_aws_domain(request.url)
-    clean_url = f"{parsed_url.scheme}://{parsed_url.netloc}{parsed_url.path}"
-    if moto_config.passthrough_url(clean_url):
-        return None
-    services, handler = _route(clean_url)
-    for service in services:
-        if moto_config.passthrough_service(service):
-            return None
-        if not moto_config.service_whitelisted(service):
-            raise moto_core_exceptions.ServiceNotWhitelisted(service)
-    if handler is not None:
-        normalized_request = moto_request.normalize_request(request)
-        try:
-            moto_recorder._record_request(normalized_request)
-            status, headers, body = handler(
-                normalized_request, normalized_request.raw_url, normalized_request.headers
-            )
-        except _HTTP_EXCEPTION as e:
-            status = e.code
-            headers = e.get_headers()
-            body = e.get_body()
-        return status, headers, body
-    if re.compile(r"https?://.+\.amazonaws.com/.*").match(clean_url):
-        return 404, {}, "Not yet implemented"
-    return None
-
 
 # --------------------------------------------------------------------------
 # Parse each definition once: moto re-parses the ASL with ANTLR for every
@@ -239,16 +160,6 @@ def _cached_urls(self: Any) -> dict[str, Any]:
     if urls is None:
         urls = _URLS[key] = _original_urls(self)
     return dict(urls)
-
-
-# --------------------------------------------------------------------------
-# moto parses a JSONPath for every use: the ResultPath it gives every state
-# (JSONata states too: "$") and every JSONPath it reads. jsonpath-ng builds a
-# whole parser for each, about a millisecond; the parsed path is only read.
-# --------------------------------------------------------------------------
-
-_original_result_path_parse = vars(result_path)["parse"]
-_original_json_path_parse = vars(json_path)["parse"]
 
 
 # --------------------------------------------------------------------------
@@ -443,14 +354,6 @@ _cached_sanitize = functools.lru_cache(maxsize=1024)(_original_sanitize)
 # --------------------------------------------------------------------------
 
 
-def _process_request(self: Any, request: Any) -> Any:
-    return _routed_process_request(self, request)  # looked up per call (tests follow it)
-
-
-def _install_routing(installer: Installer) -> None:
-    installer.replace(botocore_stubber.BotocoreStubber, "process_request", _process_request)
-
-
 def _install_parsed(installer: Installer) -> None:
     installer.replace(
         execution_worker.ExecutionWorker, "_get_evaluation_entrypoint", _cached_entrypoint
@@ -523,23 +426,6 @@ def _urls_fit() -> list[str]:
         needed in source for needed, source in zip(needs, sources, strict=True)
     ):
         return ["moto's URL tables no longer depend only on the backend and two settings"]
-    return []
-
-
-def _install_jsonpaths(installer: Installer) -> None:
-    installer.replace(
-        result_path, "parse", functools.lru_cache(maxsize=1024)(_original_result_path_parse)
-    )
-    installer.replace(
-        json_path, "parse", functools.lru_cache(maxsize=1024)(_original_json_path_parse)
-    )
-
-
-def _jsonpaths_fit() -> list[str]:
-    if "parse(self.result_path_src)" not in inspect.getsource(result_path) or (
-        "parse(path)" not in inspect.getsource(json_path.extract_json)
-    ):
-        return ["moto no longer parses JSONPaths through the module's parse"]
     return []
 
 
@@ -682,14 +568,6 @@ def _speedup(
 _TESTS = "tests/unit/test_patches.py::"
 PATCHES = (
     _speedup(
-        "request routing",
-        "moto matched every request's URL against about a hundred services' patterns.",
-        _TESTS + "test_a_request_is_routed_as_moto_routes_it",
-        _install_routing,
-        lambda: [_ORIGINAL_PROCESS_REQUEST],
-        "f79a1a778c7e755f0c7f234cdab9e36312ed2b16d7051baf06b04872f79dd5b2",
-    ),
-    _speedup(
         "one parse per definition",
         "moto parsed the ASL with ANTLR for every execution (about 50 ms).",
         _TESTS + "test_one_parsed_program_serves_concurrent_executions_with_their_own_retries",
@@ -724,15 +602,6 @@ PATCHES = (
         _url_sources,
         "c215c5ba4b2c67495d68fdf28e0883399f844257bed0c500355ca46ec7b329c6",
         _urls_fit,
-    ),
-    _speedup(
-        "JSONPaths parsed once",
-        "moto parsed every JSONPath (each state's ResultPath too) at every use.",
-        _TESTS + "test_a_jsonpath_is_parsed_once_and_serves_every_execution",
-        _install_jsonpaths,
-        lambda: [result_path, json_path.extract_json],
-        "026ede33d6785fe8bc9abee7b7f993ad2d9eac556af727b479666c543f97d4e8",
-        _jsonpaths_fit,
     ),
     _speedup(
         "ConditionExpressions lexed once",
