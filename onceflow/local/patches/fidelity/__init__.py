@@ -15,7 +15,7 @@ import inspect
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
@@ -639,6 +639,25 @@ def _version_marker_fits() -> list[str]:
     return []
 
 
+def states_of(
+    machine: Any, language: str = "JSONPath", path: str = ""
+) -> Iterator[tuple[str, Any, str, str]]:
+    """Every state of a definition, nested ones too (Parallel branches, Map processors):
+    (name, state, the definition's query language, where it is), each before those inside."""
+    states = machine.get("States") if isinstance(machine, dict) else None
+    if not isinstance(states, dict):
+        return
+    for name, state in states.items():
+        where = f"{path}/States/{name}"
+        yield name, state, language, where
+        if not isinstance(state, dict):
+            continue
+        for index, branch in enumerate(state.get("Branches") or []):
+            yield from states_of(branch, language, f"{where}/Branches[{index}]")
+        for field in ("ItemProcessor", "Iterator"):
+            yield from states_of(state.get(field), language, f"{where}/{field}")
+
+
 def _duplicate_state(definition: str) -> str | None:
     """Where a state name is used a second time in a definition, or None.
 
@@ -650,29 +669,11 @@ def _duplicate_state(definition: str) -> str | None:
     except ValueError:
         return None  # not JSON: moto's parser says so
     seen: set[str] = set()
-
-    def walk(machine: Any, path: str) -> str | None:
-        states = machine.get("States") if isinstance(machine, dict) else None
-        if not isinstance(states, dict):
-            return None
-        for name, state in states.items():
-            where = f"{path}/States/{name}"
-            if name in seen:
-                return f"Duplicate State name: {name} at {where}"
-            seen.add(name)
-            if not isinstance(state, dict):
-                continue
-            for index, branch in enumerate(state.get("Branches") or []):
-                found = walk(branch, f"{where}/Branches[{index}]")
-                if found:
-                    return found
-            for field in ("ItemProcessor", "Iterator"):
-                found = walk(state.get(field), f"{where}/{field}")
-                if found:
-                    return found
-        return None
-
-    return walk(document, "")
+    for name, _, _, where in states_of(document):
+        if name in seen:
+            return f"Duplicate State name: {name} at {where}"
+        seen.add(name)
+    return None
 
 
 def _validated(original: Any) -> Any:
