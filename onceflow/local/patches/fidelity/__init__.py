@@ -214,17 +214,14 @@ def _described(component: Any, expression: str) -> str:
     return f"The JSONata expression '{expression}'{where}"
 
 
-def _refuse(component: Any, env: Any, expression: str, what: str) -> NoReturn:
-    """Fail the state as Step Functions does for a result it cannot use: one
-    EvaluationFailed event, written by the state (with its name and the
-    field's location) from this failure."""
+def _evaluation_failure(component: Any, env: Any, cause: str) -> FailureEventException:
+    """States.QueryEvaluationError as Step Functions writes it: one EvaluationFailed
+    event, written by the state, with the field's location when it is known."""
     error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
-    details = EvaluationFailedEventDetails(
-        cause=f"{_described(component, expression)} {what}.", error=error_name.error_name
-    )
+    details = EvaluationFailedEventDetails(cause=cause, error=error_name.error_name)
     if getattr(component, FIELD, None):
         details["location"] = getattr(component, FIELD)
-    raise FailureEventException(
+    return FailureEventException(
         failure_event=FailureEvent(
             env=env,
             error_name=error_name,
@@ -232,6 +229,11 @@ def _refuse(component: Any, env: Any, expression: str, what: str) -> NoReturn:
             event_details=EventDetails(evaluationFailedEventDetails=details),  # type: ignore[typeddict-item]
         )
     )
+
+
+def _refuse(component: Any, env: Any, expression: str, what: str) -> NoReturn:
+    """Fail the state as Step Functions does for a result it cannot use."""
+    raise _evaluation_failure(component, env, f"{_described(component, expression)} {what}.")
 
 
 # Results of expressions with neither a variable nor a function, by text.
@@ -281,21 +283,8 @@ def _threw(component: Any, env: Any, expression: str, error: str) -> FailureEven
     """AWS: "The JSONata expression 'X' specified for the field 'F' threw an error during
     evaluation. T1006: Attempted to invoke a non-function" (LocalStack's
     test_math_operations_jsonata snapshot, test_math_random_seeded)."""
-    error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
-    details = EvaluationFailedEventDetails(
-        error=error_name.error_name,
-        cause=f"{_described(component, expression)} threw an error during evaluation. {error}",
-    )
-    if getattr(component, FIELD, None):
-        details["location"] = getattr(component, FIELD)
-    return FailureEventException(
-        failure_event=FailureEvent(
-            env=env,
-            error_name=error_name,
-            event_type=HistoryEventType.EvaluationFailed,
-            event_details=EventDetails(evaluationFailedEventDetails=details),  # type: ignore[typeddict-item]
-        )
-    )
+    cause = f"{_described(component, expression)} threw an error during evaluation. {error}"
+    return _evaluation_failure(component, env, cause)
 
 
 def _mark_fields(component: Any, path: str, seen: set[int] | None = None) -> None:

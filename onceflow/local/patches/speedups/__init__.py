@@ -81,7 +81,7 @@ _CLIENTS_LOCK = threading.Lock()
 
 
 def _cached_boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
-    # moto's own version ignores state_credentials (checked in check_moto_internals).
+    # moto's own version ignores state_credentials (checked in _clients_fit).
     # moto picks the endpoint (the in-process stubber or a server) when it builds one.
     key = (region, service, bool(moto_botocore_stubber.enabled))
     with _CLIENTS_LOCK:
@@ -147,7 +147,7 @@ def _cached_method_names(clazz: type) -> frozenset[str]:
 # moto rebuilds a backend's table of URL patterns on every request, and for S3
 # first reloads its urls module, so that MOTO_S3_CUSTOM_ENDPOINTS takes effect
 # at once. The table depends only on the backend's class and two environment
-# variables (checked in check_moto_internals): build it once for each.
+# variables (checked in _urls_fit): build it once for each.
 # --------------------------------------------------------------------------
 
 _original_urls: Callable[[Any], dict[str, Any]] = vars(base_backend.BaseBackend)["urls"].fget
