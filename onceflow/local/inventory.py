@@ -4,76 +4,9 @@ S3 writes an inventory on its own schedule (daily or weekly); moto writes none.
 ``deliver`` lists the source bucket now and writes, into the destination bucket,
 what S3 writes for one CSV report of one ``InventoryConfigurations`` entry, so
 that what reads an inventory (a Distributed Map's manifest reader, the audit)
-can be run against the real layout. Sources, all "Amazon S3 User Guide" or
-"Amazon S3 API Reference" pages:
-
-- [LOC] Locating your inventory list,
-  https://docs.aws.amazon.com/AmazonS3/latest/userguide/storage-inventory-location.html
-- [INV] Cataloging and analyzing your data with S3 Inventory,
-  https://docs.aws.amazon.com/AmazonS3/latest/userguide/storage-inventory.html
-- [CFG] InventoryConfiguration,
-  https://docs.aws.amazon.com/AmazonS3/latest/API/API_InventoryConfiguration.html
-- [CFN] AWS::S3::Bucket InventoryConfiguration,
-  https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-s3-bucket-inventoryconfiguration.html
-- [SFN] ItemReader (Map) (an inventory's rows as Step Functions reads them),
-  https://docs.aws.amazon.com/step-functions/latest/dg/input-output-itemreader.html
-
-What is written, under ``<dest>`` = the destination Prefix (when set) then
-``<source-bucket>/<config-Id>/`` [LOC]:
-
-- ``<dest>data/<uuid>.csv.gz``: the rows, gzip-compressed CSV [INV], no header
-  row, every field quoted [SFN's example row], a new file every
-  ``rows_per_file`` rows. [LOC]'s text puts the files directly under
-  ``config-ID/``, its CSV example under ``<timestamp>/files/`` and its ORC and
-  Parquet examples under ``data/`` without the config ID: the ``data/`` folder
-  under the config ID is what S3 writes as far as is known here (not verified),
-  and how many rows one file holds is S3's choice (not verified).
-- ``<dest><YYYY-MM-DDTHH-MMZ>/manifest.json`` [LOC]: ``sourceBucket``,
-  ``destinationBucket`` (the bucket's ARN), ``version`` "2016-11-30",
-  ``creationTimestamp`` (epoch milliseconds, as a string), ``fileFormat`` "CSV",
-  ``fileSchema`` (the column names joined by ", ") and ``files``, each
-  ``{"key", "size", "MD5checksum"}`` (the gzip file's key, byte count and MD5 in
-  hex). The timestamp is ``now`` in UTC.
-- ``<dest><YYYY-MM-DDTHH-MMZ>/manifest.checksum``: "the MD5 of the content of
-  the manifest.json file" [LOC], here its hex digest alone (not verified: a
-  newline or not).
-- ``<dest>hive/dt=YYYY-MM-DD-HH-MM/symlink.txt``: the Hive manifest [LOC], here
-  one ``s3://<destination-bucket>/<data key>`` a line (not verified: the exact
-  text).
-
-The rows (what the audit decodes; every value is a string, an absent one empty):
-
-- Columns, in this order: ``Bucket``, ``Key``; with IncludedObjectVersions
-  ``All`` also ``VersionId``, ``IsLatest``, ``IsDeleteMarker`` ("adds the
-  version-related fields" [CFG]); then the OptionalFields asked for, in the
-  order of [LOC]'s example fileSchema (Size, LastModifiedDate, ETag,
-  StorageClass, IsMultipartUploaded, ReplicationStatus, EncryptionStatus, ...).
-- ``Bucket``: the source bucket's name.
-- ``Key``: "When using the CSV file format, the key name is URL-encoded and must
-  be decoded before you can use it" [INV]. Encoded here as S3 encodes a key
-  under ``encoding-type=url``: a space as ``+``, ``+`` as ``%2B``, ``%`` as
-  ``%25``, other bytes of UTF-8 beyond letters, digits and ``-_.~/`` as
-  ``%XX``; decode with ``urllib.parse.unquote_plus``. Not verified beyond the
-  space as ``+`` (cloud-custodian issue #1997 reports it from real inventories).
-- ``VersionId``: the version's ID (``null`` for an object written before
-  versioning). ``IsLatest``, ``IsDeleteMarker``: ``true`` or ``false``. Not
-  verified: the lower case (the docs say "Set to True").
-- ``Size``: bytes, in decimal. ``LastModifiedDate``: ISO-8601 in UTC with
-  milliseconds, ``2022-11-16T00:29:32.000Z`` [SFN's example row]. ``ETag``: the
-  entity tag without its quotes (not verified). ``StorageClass``: as the listing
-  gives it. ``IsMultipartUploaded``: ``true`` when the ETag has the ``-<parts>``
-  suffix of a multipart upload (not verified as S3's own test).
-  ``EncryptionStatus``: ``SSE-S3``, ``SSE-KMS``, ``SSE-C`` or ``NOT-SSE`` [INV],
-  from a HeadObject of each version (``DSSE-KMS`` for ``aws:kms:dsse``: not
-  verified). A delete marker's Size, ETag, StorageClass, IsMultipartUploaded and
-  EncryptionStatus are empty (not verified).
-- Other OptionalFields are not reproduced: ``deliver`` refuses them.
-- Rows are in key order, a key's versions newest first (S3 promises no order).
-
-Also not reproduced: ORC and Parquet (refused), encryption of the report, the
-ScheduleFrequency (``deliver`` is one delivery now), a destination in another
-account. "All of your objects might not appear in each inventory list" [INV]:
-this one lists every object the listing returns.
+can be run against the real layout. docs/local-engine.md ("S3 Inventory reports")
+gives the layout, the rows, the AWS pages the comments below cite ([LOC], [INV],
+[CFG], [SFN]) and what is not verified.
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def create(engine: LocalEngine, logical_id: str, resource: Mapping[str, Any]) ->
     stack = engine.stack
     properties = stack.resolve(resource.get("Properties", {}))
     given = properties.get(name_property) if name_property else None
-    name = str(given or engine._physical_name(logical_id, limit))
+    name = str(given or stack.physical_name(logical_id, limit))
     _later(engine, named(stack, logical_id, name, properties))
 
 
@@ -157,11 +157,11 @@ def schedule_events(engine: LocalEngine, state_machine: str) -> Iterator[tuple[s
         name = spec.get("Properties", {}).get("Name")
         yield (
             logical_id,
-            str(engine.stack.resolve(name) if name else engine._physical_name(logical_id, 64)),
+            str(engine.stack.resolve(name) if name else engine.stack.physical_name(logical_id, 64)),
         )
 
 
-def create_schedules(engine: LocalEngine, state_machine: str, arn: str) -> None:
+def create_schedules(engine: LocalEngine, state_machine: str, arn: str, role: str) -> None:
     """Name each ScheduleV2 event of the state machine now; materialize() makes it, with
     CreateSchedule targeting the machine."""
     stack = engine.stack
@@ -170,7 +170,7 @@ def create_schedules(engine: LocalEngine, state_machine: str, arn: str) -> None:
         properties = stack.resolve(events[logical_id[len(state_machine) :]].get("Properties", {}))
         target: dict[str, Any] = {
             "Arn": arn,
-            "RoleArn": str(properties.get("RoleArn") or engine._execution_role()),
+            "RoleArn": str(properties.get("RoleArn") or role),
         }
         if "Input" in properties:
             target["Input"] = str(properties["Input"])

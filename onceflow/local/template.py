@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -264,6 +265,11 @@ class Stack:
                 f":stack/{self.stack_name}/local"
             ),
         }.get(name)
+
+    def physical_name(self, logical_id: str, limit: int = 63) -> str:
+        """The name CloudFormation would give a resource the template leaves unnamed."""
+        suffix = hashlib.sha256(f"{self.stack_name}/{logical_id}".encode()).hexdigest()[:8]
+        return f"{f'{self.stack_name}-{logical_id}'.lower()[: limit - 9]}-{suffix}"
 
     def ref(self, name: str) -> str:
         if name in self.parameters:

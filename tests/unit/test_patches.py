@@ -17,7 +17,6 @@ from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from onceflow.local import patches
 from onceflow.local.engine import LocalEngine
 from onceflow.local.patches import fidelity, hooks, speedups
-from tests.helpers import FUNCTION, upload
 
 
 @pytest.fixture
@@ -794,67 +793,6 @@ def test_a_url_table_is_built_once_and_follows_the_settings(
     assert len(built) == 2
 
 
-def test_a_jsonpath_is_parsed_once_and_serves_every_execution(engine: LocalEngine) -> None:
-    from moto.stepfunctions.parser.asl.component.common.path import result_path
-
-    definition = {
-        "StartAt": "Copy",
-        "States": {
-            "Copy": {
-                "Type": "Pass",
-                "InputPath": "$.order",
-                "ResultPath": "$.copied.order",
-                "Next": "Pick",
-            },
-            "Pick": {
-                "Type": "Pass",
-                "InputPath": "$.copied.order.items[0]",
-                "ResultPath": "$.first",
-                "End": True,
-            },
-        },
-    }
-    before = result_path.parse.cache_info()  # type: ignore[attr-defined]
-    outputs = [
-        _run(engine, definition, {"order": {"id": n, "items": [f"item-{n}", "other"]}}).output  # type: ignore[attr-defined]
-        for n in (1, 2, 3)
-    ]
-    after = result_path.parse.cache_info()  # type: ignore[attr-defined]
-    for n, output in zip((1, 2, 3), outputs, strict=True):
-        order = {"id": n, "items": [f"item-{n}", "other"]}
-        assert output == {"order": order, "copied": {"order": order}, "first": f"item-{n}"}
-    assert after.misses - before.misses <= 2  # each path text parsed at most once
-    assert after.hits - before.hits >= 4
-
-
-def test_an_update_expression_is_parsed_once_and_each_update_gets_its_values(
-    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    parsed = _recorded(monkeypatch, "_original_update_expression_make")
-    ddb = engine.client("dynamodb")
-    table = engine.ref("LedgerTable")
-    expression = "SET #n = :n, probe_note = :note ADD probe_count :one"  # a text of its own
-    for n in range(3):
-        ddb.update_item(
-            TableName=table,
-            Key={"pk": {"S": "probe/update-expression"}},
-            UpdateExpression=expression,
-            ConditionExpression="attribute_not_exists(pk) OR probe_count < :three",
-            ExpressionAttributeNames={"#n": "probe_n"},
-            ExpressionAttributeValues={
-                ":n": {"N": str(n)},
-                ":note": {"S": f"update {n}"},
-                ":one": {"N": "1"},
-                ":three": {"N": "3"},
-            },
-        )
-        item = ddb.get_item(TableName=table, Key={"pk": {"S": "probe/update-expression"}})["Item"]
-        assert item["probe_n"] == {"N": str(n)}  # this update's values, not the first's
-        assert item["probe_note"] == {"S": f"update {n}"}
-        assert item["probe_count"] == {"N": str(n + 1)}
-    assert [text for _, text in parsed] == [expression]  # moto alone parses twice per update
-
-
 @pytest.mark.usefixtures("installed")
 def test_the_interpreter_copies_json_values_as_deepcopy_does() -> None:
     import copy
@@ -905,19 +843,6 @@ def test_a_running_program_state_is_copied_as_deepcopy_copies_it() -> None:
     error = ProgramError(error={"error": "States.TaskFailed", "cause": "boom"})
     copied_error = speedups._json_deepcopy(error)  # not flat: copy.deepcopy's copy
     assert copied_error.error == error.error and copied_error.error is not error.error
-
-
-@pytest.mark.usefixtures("installed")
-def test_botocore_copies_its_call_context_as_deepcopy_does() -> None:
-    import botocore.context
-
-    assert botocore.context.deepcopy is speedups._context_deepcopy  # type: ignore[attr-defined]
-    outer = botocore.context.ClientContext(features={"A", "B"})
-    with botocore.context.start_as_current_context(outer):
-        inner = botocore.context.get_context()
-        assert inner == outer and inner is not outer and inner.features is not outer.features
-        inner.features.add("C")
-    assert outer.features == {"A", "B"}
 
 
 _INPUT = {
@@ -993,96 +918,6 @@ def test_an_expression_bound_only_the_parts_it_reads_gives_what_the_whole_gives(
     assert picked == evaluate(whole)
 
 
-def test_an_execution_is_found_by_its_arn_and_moto_answers_for_the_rest(
-    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import json
-
-    from botocore.exceptions import ClientError
-
-    scanned = _recorded(monkeypatch, "_original_describe_execution")
-    sfn = engine.client("stepfunctions")
-    definition = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
-    machine = sfn.create_state_machine(
-        name="probe-index",
-        definition=json.dumps(definition),
-        roleArn="arn:aws:iam::123456789012:role/probe",
-    )["stateMachineArn"]
-    results = [engine.execute(machine, {"n": n}) for n in range(3)]
-    for n, result in enumerate(results):
-        described = sfn.describe_execution(executionArn=result.arn)
-        assert json.loads(described["input"]) == {"n": n} and described["status"] == "SUCCEEDED"
-        history = sfn.get_execution_history(executionArn=result.arn)["events"]
-        assert history[-1]["type"] == "ExecutionSucceeded"
-    assert scanned == []  # every one found by its ARN
-
-    name_checks = _recorded(monkeypatch, "_original_name_check")
-    sfn.start_execution(stateMachineArn=machine, name="a-new-name", input="{}")
-    assert name_checks == []  # every execution indexed: a free name needs no scan
-    with pytest.raises(ClientError, match="ExecutionAlreadyExists"):
-        sfn.start_execution(stateMachineArn=machine, name="a-new-name", input='{"other": 1}')
-    assert [name for _, name, _ in name_checks] == ["a-new-name"]  # in use: moto's check
-    unknown = results[0].arn.rsplit(":", 1)[0] + ":no-such-execution"
-    with pytest.raises(ClientError, match="ExecutionDoesNotExist"):
-        sfn.describe_execution(executionArn=unknown)
-    assert [arn for _, arn in scanned] == [unknown]
-    sfn.delete_state_machine(stateMachineArn=machine)
-    sfn.create_state_machine(  # the same name again: a new machine, none of the old executions
-        name="probe-index",
-        definition=json.dumps(definition),
-        roleArn="arn:aws:iam::123456789012:role/probe",
-    )
-    with pytest.raises(ClientError, match="ExecutionDoesNotExist"):
-        sfn.describe_execution(executionArn=results[1].arn)
-    assert scanned[-1][1] == results[1].arn  # moto's own answer
-
-
-def test_a_request_is_routed_as_moto_routes_it(
-    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import re
-
-    from botocore.exceptions import ClientError
-
-    pairs: list[tuple[str, object, object]] = []
-    routed = speedups._routed_process_request
-
-    def both(stubber: object, request: object) -> object:
-        ours = routed(stubber, request)
-        theirs = speedups._ORIGINAL_PROCESS_REQUEST(stubber, request)  # read-only requests
-        pairs.append((request.url, ours, theirs))  # type: ignore[attr-defined]
-        return ours
-
-    bucket = engine.ref("IngestBucket")
-    key = "routing/an object.png"
-    upload(engine, key)
-    monkeypatch.setattr(speedups, "_routed_process_request", both)
-    monkeypatch.setattr(speedups, "_ROUTES", {})
-    for _ in range(2):  # the second time from the routes found the first
-        engine.client("dynamodb").describe_table(TableName=engine.ref("LedgerTable"))
-        engine.client("s3").get_object(Bucket=bucket, Key=key)
-        engine.client("s3").list_objects_v2(Bucket=bucket, Prefix="routing/")
-        with pytest.raises(ClientError, match="404"):
-            engine.client("s3").head_object(Bucket=bucket, Key="routing/missing.png")
-        engine.client("stepfunctions").list_state_machines()
-        engine.client("sqs").list_queues()
-        engine.client("lambda").get_function(FunctionName=engine.function_name(FUNCTION))
-        engine.client("events").list_rules()
-    assert len(pairs) == 16 and len(speedups._ROUTES) == 8
-
-    def stable(body: object) -> object:  # request ids and dates differ from call to call
-        text = body.decode("latin-1") if isinstance(body, bytes) else str(body)
-        return re.sub(r"[0-9A-Za-z-]{20,}|\d{4}-\d\d-\d\dT[\d:.]+Z?|\w{3}, \d\d \w{3} [\d: ]+GMT",
-                      "~", text)  # fmt: skip
-
-    for url, ours, theirs in pairs:
-        assert ours is not None and theirs is not None, url
-        assert ours[0] == theirs[0], url  # type: ignore[index]
-        assert stable(ours[2]) == stable(theirs[2]), url  # type: ignore[index]
-    outside = type("Request", (), {"url": "https://example.com/x", "headers": {}, "body": b""})
-    assert speedups._routed_process_request(None, outside) is None  # not AWS: not answered
-
-
 def test_an_expression_with_no_variable_or_function_is_evaluated_once(
     engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1122,69 +957,6 @@ def test_an_expression_with_no_variable_or_function_is_evaluated_once(
     env.stack[1]["b"].append("changed by a later state")
     fidelity._compiled_eval_body(expression, env)
     assert env.stack[2] == {"b": [1]} and len(evaluated) == 3  # each hit a copy of its own
-
-
-def test_a_task_without_a_timeout_runs_on_the_execution_thread_and_a_timeout_still_fires(
-    engine: LocalEngine,
-) -> None:
-    import contextvars
-    import time
-
-    from moto.stepfunctions.parser.utils import TMP_THREADS
-
-    function_arn = (
-        f"arn:aws:lambda:us-east-1:123456789012:function:{engine.function_name(FUNCTION)}"
-    )
-    slow: list[float] = []
-
-    def handler(event: dict[str, object], context: object) -> dict[str, object]:
-        if event.get("sleep"):
-            slow.append(time.monotonic())
-            time.sleep(float(event["sleep"]))  # type: ignore[arg-type]
-        return {"echo": event}
-
-    def definition(timeout: int | None) -> dict[str, object]:
-        task: dict[str, object] = {
-            "Type": "Task",
-            "Resource": "arn:aws:states:::lambda:invoke",
-            "Arguments": {"FunctionName": function_arn, "Payload": "{% $states.input %}"},
-            "Output": "{% $states.result.Payload %}",
-            "End": True,
-        }
-        if timeout is not None:
-            task["TimeoutSeconds"] = timeout
-            task["Catch"] = [{"ErrorEquals": ["States.Timeout"], "Next": "TimedOut"}]
-            task["End"] = True
-        states: dict[str, object] = {"Work": task, "TimedOut": {"Type": "Succeed"}}
-        return {"QueryLanguage": "JSONata", "StartAt": "Work", "States": states}
-
-    def task_threads() -> int:  # moto's thread per Task runs _exec_and_notify
-        return sum("_exec_and_notify" in thread.name for thread in TMP_THREADS)
-
-    leaked: list[object] = []
-    marker: contextvars.ContextVar[str] = contextvars.ContextVar("onceflow_probe")
-
-    def marking(event: dict[str, object], context: object) -> dict[str, object]:
-        leaked.append(marker.get(None))  # what an earlier state's work left in the context
-        marker.set("set by an earlier state")
-        return handler(event, context)
-
-    with engine.override_function(FUNCTION, marking):
-        two = definition(None)
-        work = dict(two["States"]["Work"])  # type: ignore[index]
-        del work["End"]
-        two["States"] = {"First": {**work, "Next": "Work"}, **two["States"]}  # type: ignore[dict-item]
-        two["StartAt"] = "First"
-        _run(engine, two, {"n": 0})
-        assert leaked == [None, None]  # each state's work starts in a fresh context
-        threads = task_threads()
-        untimed = _run(engine, definition(None), {"n": 1})
-        assert untimed.output == {"echo": {"n": 1}}  # type: ignore[attr-defined]
-        assert task_threads() == threads  # not started
-        timed = _run(engine, definition(1), {"sleep": 3})
-        assert task_threads() == threads + 1  # a TimeoutSeconds keeps moto's thread and wait
-    assert "TimedOut" in timed.states_entered  # type: ignore[attr-defined]
-    assert timed.status == "SUCCEEDED"  # type: ignore[attr-defined]
 
 
 # UpdateItems run in order on one item; some of them fail, as moto alone fails them.
@@ -1264,29 +1036,18 @@ def _run_updates(ddb: Any, table: str, key: str) -> list[tuple[str, Any]]:
 def test_update_items_validate_and_apply_as_moto_alone_does(
     engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from moto.dynamodb.parsing import ast_nodes, validators
+    from moto.dynamodb.parsing import validators
 
     ddb = engine.client("dynamodb")
     table = engine.ref("LedgerTable")
-    assert ast_nodes.DepthFirstTraverser.traverse is speedups._traverse
-    assert ast_nodes.Node.find_clauses is speedups._find_clauses
     plain_copies = _recorded(monkeypatch, "_copy_plain_tree")
     patched = _run_updates(ddb, table, "probe/validator-patched")
     assert len(plain_copies) >= len(_UPDATES)  # the plain copy, not copy.deepcopy, ran
 
-    monkeypatch.setattr(ast_nodes.DepthFirstTraverser, "traverse", speedups._original_traverse)
-    monkeypatch.setattr(ast_nodes.Node, "find_clauses", speedups._original_find_clauses)
     monkeypatch.setattr(validators, "deepcopy", copy.deepcopy)
     alone = _run_updates(ddb, table, "probe/validator-moto")
 
     assert patched == alone
-    parser = speedups._UPDATE_EXPRESSION_PARSER
-    for expression, _, _ in _UPDATES:  # the validators rewrote copies, never the cached trees
-        if expression in speedups._UPDATE_EXPRESSIONS:
-            cached = speedups._UPDATE_EXPRESSIONS[expression]
-            assert _shape(cached) == _shape(
-                speedups._original_update_expression_make(parser, expression)
-            )
     kinds = [kind for kind, _ in patched]
     assert kinds.count("ok") == 5 and kinds.count("ValidationException") == len(_UPDATES) - 5
     assert len({message for kind, message in patched if kind != "ok"}) == len(_UPDATES) - 5
@@ -1350,29 +1111,6 @@ def test_the_validator_copies_a_plain_tree_as_deepcopy_does_and_anything_else_wi
         speedups._validator_deepcopy(value) == value
         and speedups._validator_deepcopy(value) is not value
     )
-
-
-def test_find_clauses_finds_what_moto_finds() -> None:
-    from moto.dynamodb.parsing import ast_nodes
-    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
-
-    clause_kinds = [
-        [ast_nodes.UpdateExpressionSetClause],
-        [ast_nodes.UpdateExpressionAddClause, ast_nodes.UpdateExpressionRemoveClause],
-        [ast_nodes.UpdateExpressionSetAction, ast_nodes.UpdateExpressionRemoveAction],
-        [ast_nodes.ExpressionAttributeValue],
-    ]
-    found = 0
-    for expression, _, _ in _UPDATES:
-        nodes = [UpdateExpressionParser.make(expression)]
-        while nodes:
-            node = nodes.pop()
-            for kinds in clause_kinds:
-                ours = speedups._find_clauses(node, kinds)
-                assert ours == speedups._original_find_clauses(node, kinds)
-                found += len(ours)
-            nodes.extend(c for c in node.children or [] if isinstance(c, ast_nodes.Node))
-    assert found > 100
 
 
 # ConditionExpressions checked against one item; some hold, some do not, some are invalid.
@@ -1484,33 +1222,6 @@ def test_every_parsed_update_expression_is_a_plain_tree() -> None:
     for expression, _, _ in _UPDATES:
         tree = UpdateExpressionParser.make(expression)
         assert _shape(speedups._copy_plain_tree(tree)) == _shape(tree)  # copied, no fallback
-
-
-@pytest.mark.usefixtures("installed")
-def test_a_walk_a_subclass_changed_is_moto_s_walk_with_the_change() -> None:
-    from moto.dynamodb.parsing import ast_nodes
-    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
-
-    visited: list[str] = []
-
-    class Recording(ast_nodes.DepthFirstTraverser):  # type: ignore[misc]
-        def _processing_map(self) -> dict[type, Any]:
-            return {}
-
-        def traverse_node_recursively(self, node: Any, child_id: int = -1) -> Any:
-            visited.append(type(node).__name__)
-            return super().traverse_node_recursively(node, child_id)
-
-    tree = UpdateExpressionParser.make("SET a = :one")
-    assert Recording().traverse(tree) is tree
-    nodes = [pair[0] for pair in _pairs(tree, tree)]
-    assert visited[0] == "UpdateExpression"
-    visited_nodes = [
-        name for name in visited if name not in ("str", "int")
-    ]  # leaves are visited too
-    assert sorted(visited_nodes) == sorted(
-        type(node).__name__ for node in nodes
-    )  # via the override
 
 
 @pytest.mark.parametrize("speedup", [p.name for p in speedups.PATCHES])

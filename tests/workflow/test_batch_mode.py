@@ -25,6 +25,7 @@ from moto.sqs.models import sqs_backends
 
 from onceflow import ops
 from onceflow.harness.bench import ERROR_EVENT_TYPES, log_records
+from onceflow.local import ingress
 from onceflow.local.engine import ACCOUNT_ID, DEFAULT_TEMPLATE, REGION, EngineError, LocalEngine
 from onceflow.local.target import LocalTarget
 from service.logic.open_work import open_status
@@ -435,7 +436,7 @@ def answering(batch_engine: LocalEngine) -> Callable[[Any], set[str]]:
     """A synchronous target's answer, as the pipe reads it: the messageIds it keeps.
 
     An EXPRESS state machine that outputs whatever it is told to, or fails when told
-    to; the pipe's rules (_sync_failures) read its real execution.
+    to; the pipe's rules (ingress.sync_failures) read its real execution.
     """
     sfn = batch_engine.client("stepfunctions")
     definition = {
@@ -462,7 +463,7 @@ def answering(batch_engine: LocalEngine) -> Callable[[Any], set[str]]:
     def read(answer: Any) -> set[str]:
         execution_input = {"fail": True} if answer == "crash" else {"answer": answer}
         started = batch_engine.start_execution(arn, execution_input)
-        return batch_engine._sync_failures(started, messages)
+        return ingress.sync_failures(batch_engine, started, messages)
 
     return read
 

@@ -15,7 +15,7 @@ import inspect
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
@@ -214,17 +214,14 @@ def _described(component: Any, expression: str) -> str:
     return f"The JSONata expression '{expression}'{where}"
 
 
-def _refuse(component: Any, env: Any, expression: str, what: str) -> NoReturn:
-    """Fail the state as Step Functions does for a result it cannot use: one
-    EvaluationFailed event, written by the state (with its name and the
-    field's location) from this failure."""
+def _evaluation_failure(component: Any, env: Any, cause: str) -> FailureEventException:
+    """States.QueryEvaluationError as Step Functions writes it: one EvaluationFailed
+    event, written by the state, with the field's location when it is known."""
     error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
-    details = EvaluationFailedEventDetails(
-        cause=f"{_described(component, expression)} {what}.", error=error_name.error_name
-    )
+    details = EvaluationFailedEventDetails(cause=cause, error=error_name.error_name)
     if getattr(component, FIELD, None):
         details["location"] = getattr(component, FIELD)
-    raise FailureEventException(
+    return FailureEventException(
         failure_event=FailureEvent(
             env=env,
             error_name=error_name,
@@ -232,6 +229,11 @@ def _refuse(component: Any, env: Any, expression: str, what: str) -> NoReturn:
             event_details=EventDetails(evaluationFailedEventDetails=details),  # type: ignore[typeddict-item]
         )
     )
+
+
+def _refuse(component: Any, env: Any, expression: str, what: str) -> NoReturn:
+    """Fail the state as Step Functions does for a result it cannot use."""
+    raise _evaluation_failure(component, env, f"{_described(component, expression)} {what}.")
 
 
 # Results of expressions with neither a variable nor a function, by text.
@@ -281,21 +283,8 @@ def _threw(component: Any, env: Any, expression: str, error: str) -> FailureEven
     """AWS: "The JSONata expression 'X' specified for the field 'F' threw an error during
     evaluation. T1006: Attempted to invoke a non-function" (LocalStack's
     test_math_operations_jsonata snapshot, test_math_random_seeded)."""
-    error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
-    details = EvaluationFailedEventDetails(
-        error=error_name.error_name,
-        cause=f"{_described(component, expression)} threw an error during evaluation. {error}",
-    )
-    if getattr(component, FIELD, None):
-        details["location"] = getattr(component, FIELD)
-    return FailureEventException(
-        failure_event=FailureEvent(
-            env=env,
-            error_name=error_name,
-            event_type=HistoryEventType.EvaluationFailed,
-            event_details=EventDetails(evaluationFailedEventDetails=details),  # type: ignore[typeddict-item]
-        )
-    )
+    cause = f"{_described(component, expression)} threw an error during evaluation. {error}"
+    return _evaluation_failure(component, env, cause)
 
 
 def _mark_fields(component: Any, path: str, seen: set[int] | None = None) -> None:
@@ -635,6 +624,25 @@ def _version_marker_fits() -> list[str]:
     return []
 
 
+def states_of(
+    machine: Any, language: str = "JSONPath", path: str = ""
+) -> Iterator[tuple[str, Any, str, str]]:
+    """Every state of a definition, nested ones too (Parallel branches, Map processors):
+    (name, state, the definition's query language, where it is), each before those inside."""
+    states = machine.get("States") if isinstance(machine, dict) else None
+    if not isinstance(states, dict):
+        return
+    for name, state in states.items():
+        where = f"{path}/States/{name}"
+        yield name, state, language, where
+        if not isinstance(state, dict):
+            continue
+        for index, branch in enumerate(state.get("Branches") or []):
+            yield from states_of(branch, language, f"{where}/Branches[{index}]")
+        for field in ("ItemProcessor", "Iterator"):
+            yield from states_of(state.get(field), language, f"{where}/{field}")
+
+
 def _duplicate_state(definition: str) -> str | None:
     """Where a state name is used a second time in a definition, or None.
 
@@ -646,29 +654,11 @@ def _duplicate_state(definition: str) -> str | None:
     except ValueError:
         return None  # not JSON: moto's parser says so
     seen: set[str] = set()
-
-    def walk(machine: Any, path: str) -> str | None:
-        states = machine.get("States") if isinstance(machine, dict) else None
-        if not isinstance(states, dict):
-            return None
-        for name, state in states.items():
-            where = f"{path}/States/{name}"
-            if name in seen:
-                return f"Duplicate State name: {name} at {where}"
-            seen.add(name)
-            if not isinstance(state, dict):
-                continue
-            for index, branch in enumerate(state.get("Branches") or []):
-                found = walk(branch, f"{where}/Branches[{index}]")
-                if found:
-                    return found
-            for field in ("ItemProcessor", "Iterator"):
-                found = walk(state.get(field), f"{where}/{field}")
-                if found:
-                    return found
-        return None
-
-    return walk(document, "")
+    for name, _, _, where in states_of(document):
+        if name in seen:
+            return f"Duplicate State name: {name} at {where}"
+        seen.add(name)
+    return None
 
 
 def _validated(original: Any) -> Any:

@@ -92,6 +92,7 @@ from moto.stepfunctions.parser.asl.parse import asl_parser, preprocessor
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 from moto.stepfunctions.parser.utils import camel_to_snake_case
 
+from onceflow.local.patches.fidelity import states_of
 from onceflow.local.patches.registry import Installer, Patch
 
 _DOCS = "https://docs.aws.amazon.com/step-functions/latest/dg/"
@@ -106,24 +107,12 @@ _THRESHOLD_PAGE = _DOCS + "state-map-distributed.html#maprun-fail-threshold"
 Rewrite = Callable[[dict[str, Any], str], bool]
 
 
-def _map_states_in_language(states: Any, language: str) -> Iterator[tuple[dict[str, Any], str]]:
-    """Every Map state of a States object (nested ones too) with its query language."""
-    if not isinstance(states, dict):
-        return
-    for state in states.values():
-        if not isinstance(state, dict):
-            continue
-        own = state.get("QueryLanguage", language)
-        if state.get("Type") == "Map":
-            yield state, own
-            for inner in ("ItemProcessor", "Iterator"):
-                processor = state.get(inner)
-                if isinstance(processor, dict):
-                    yield from _map_states_in_language(processor.get("States"), language)
-        elif state.get("Type") == "Parallel" and isinstance(state.get("Branches"), list):
-            for branch in state["Branches"]:
-                if isinstance(branch, dict):
-                    yield from _map_states_in_language(branch.get("States"), language)
+def _map_states(document: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:
+    """Every Map state of a definition (nested ones too) with its query language."""
+    language = document.get("QueryLanguage", "JSONPath")
+    for _, state, _, _ in states_of(document, language):
+        if isinstance(state, dict) and state.get("Type") == "Map":
+            yield state, state.get("QueryLanguage", language)
 
 
 def _rewriting_parse(original: Callable[[str], Any], rewrite: Rewrite) -> Any:
@@ -140,11 +129,7 @@ def _rewriting_parse(original: Callable[[str], Any], rewrite: Rewrite) -> Any:
             return original(definition)
         if not isinstance(document, dict):
             return original(definition)
-        language = document.get("QueryLanguage", "JSONPath")
-        changed = [
-            rewrite(state, own)
-            for state, own in _map_states_in_language(document.get("States"), language)
-        ]
+        changed = [rewrite(state, own) for state, own in _map_states(document)]
         if any(changed):
             definition = json.dumps(document, ensure_ascii=False)
         return original(definition)
@@ -587,9 +572,7 @@ def _positive_int(env: Any, batcher: dict[str, Any], field: str) -> int | None:
         value = int(value)
     if type(value) is not int or value < 1:
         raise map_run_failure(
-            env,
-            StatesErrorNameType.StatesQueryEvaluationError,
-            f"{field} must be a positive integer, was {value!r}",
+            env, _QUERY_ERROR, f"{field} must be a positive integer, was {value!r}"
         )
     return value
 
@@ -602,11 +585,8 @@ def _batches_for(env: Any, batcher: dict[str, Any], items: list[Any]) -> list[di
     if "BatchInput" in batcher:
         batch_input = _evaluated(env, batcher["BatchInput"])
         if not isinstance(batch_input, dict):
-            raise map_run_failure(
-                env,
-                StatesErrorNameType.StatesQueryEvaluationError,
-                f"BatchInput must be an object, was {batch_input!r}",
-            )
+            cause = f"BatchInput must be an object, was {batch_input!r}"
+            raise map_run_failure(env, _QUERY_ERROR, cause)
     return batch_items(items, max_items, min(max_bytes, MAX_BATCH_BYTES), batch_input)
 
 
@@ -1104,11 +1084,8 @@ def _writer_target(env: Any, writer: dict[str, Any]) -> _Target | None:
     bucket = arguments.get("Bucket") if isinstance(arguments, dict) else None
     prefix = arguments.get("Prefix", "") if isinstance(arguments, dict) else None
     if not isinstance(bucket, str) or not bucket or not isinstance(prefix, str):
-        raise map_run_failure(
-            env,
-            StatesErrorNameType.StatesQueryEvaluationError,
-            f"ResultWriter Arguments must give a Bucket and a Prefix string, gave {arguments!r}",
-        )
+        cause = f"ResultWriter Arguments must give a Bucket and a Prefix string, gave {arguments!r}"
+        raise map_run_failure(env, _QUERY_ERROR, cause)
     return _Target(bucket, prefix)
 
 

@@ -3,15 +3,15 @@
 Each is pinned (``Pin``) to the sha256 of the source it follows step by step or
 relies on in detail. When a pin does not match (moto was upgraded), that
 speed-up is left out with one warning line and moto's own code runs: slower,
-never different. Each has a test that compares it with moto alone.
+never different. Each has a test that compares it with moto alone, and stays
+only while its gain, measured side by side (bench/measure_speedups.py), is
+clear: docs/local-engine.md keeps the measurements.
 """
 
 from __future__ import annotations
 
 import collections
-import contextvars
 import copy
-import dataclasses
 import functools
 import inspect
 import math
@@ -20,39 +20,25 @@ import re
 import threading
 import time
 import types
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import botocore
-import botocore.context
 import botocore.signers
 import botocore.useragent
-import moto.backend_index as backend_index
-from moto import backends as moto_backends
 from moto import settings as moto_settings
-from moto.core import base_backend, botocore_stubber
-from moto.core import config as moto_config
-from moto.core import exceptions as moto_core_exceptions
-from moto.core import request as moto_request
+from moto.core import base_backend
 from moto.core import responses as moto_responses
 from moto.core import utils as moto_core_utils
-from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.core.models import botocore_stubber as moto_botocore_stubber
 from moto.dynamodb import comparisons as ddb_comparisons
 from moto.dynamodb.parsing import ast_nodes as ddb_ast_nodes
-from moto.dynamodb.parsing import expressions as ddb_expressions
 from moto.dynamodb.parsing import validators as ddb_validators
-from moto.moto_api import recorder as moto_recorder
 from moto.s3 import models as s3_models
-from moto.stepfunctions import exceptions as sfn_exceptions
-from moto.stepfunctions import models as sfn_models
-from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.asl.component import component as asl_component
 from moto.stepfunctions.parser.asl.component import eval_component
 from moto.stepfunctions.parser.asl.component.common.path import result_path
 from moto.stepfunctions.parser.asl.component.common.string import string_expression
-from moto.stepfunctions.parser.asl.component.common.timeouts import timeout as sfn_timeout
 from moto.stepfunctions.parser.asl.component.state.exec import execute_state
 from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import (
     state_parallel,
@@ -65,82 +51,11 @@ from moto.stepfunctions.parser.asl.eval import program_state
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval.event import event_manager
 from moto.stepfunctions.parser.asl.utils import boto_client as moto_boto_client
-from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend import execution_worker
 
 from onceflow.local.patches.registry import Installer, Patch, Pin
 
-_ORIGINAL_PROCESS_REQUEST = botocore_stubber.BotocoreStubber.process_request
 _URL_SETTINGS = ("MOTO_S3_CUSTOM_ENDPOINTS", "MOTO_ENABLE_ISO_REGIONS")
-
-_ROUTES: dict[tuple[Any, ...], tuple[tuple[str, ...], Any]] = {}
-_ROUTES_KEPT = 4096
-_HTTP_EXCEPTION: Any = vars(moto_core_exceptions)["HTTPException"]  # what moto catches
-# moto's process_request as this replaces it (checked in check_moto_internals).
-_PROCESS_REQUEST_SHA256 = "f79a1a778c7e755f0c7f234cdab9e36312ed2b16d7051baf06b04872f79dd5b2"
-
-
-def _route(clean_url: str) -> tuple[tuple[str, ...], Any]:
-    """(the services whose pattern matches, in moto's order, up to the one that
-    handles the URL; that service's handler or None), as moto's loops find them."""
-    key = (clean_url, *(os.environ.get(name) for name in _URL_SETTINGS))
-    route = _ROUTES.get(key)
-    if route is not None:
-        return route
-    services: list[str] = []
-    handler = None
-    for service, pattern in backend_index.backend_url_patterns:
-        if not pattern.match(clean_url):
-            continue
-        services.append(service)
-        backend_dict = moto_backends.get_backend(service)  # type: ignore[call-overload]
-        if isinstance(backend_dict, base_backend.BackendDict):
-            if "us-east-1" in backend_dict[DEFAULT_ACCOUNT_ID]:
-                backend = backend_dict[DEFAULT_ACCOUNT_ID]["us-east-1"]
-            else:
-                backend = backend_dict[DEFAULT_ACCOUNT_ID]["aws"]
-        else:
-            backend = backend_dict["global"]
-        handler = next(
-            (method for url, method in backend.urls.items() if re.compile(url).match(clean_url)),
-            None,
-        )
-        if handler is not None:
-            break
-    route = (tuple(services), handler)
-    if len(_ROUTES) < _ROUTES_KEPT:
-        _ROUTES[key] = route
-    return route
-
-
-def _routed_process_request(self: Any, request: Any) -> Any:
-    """BotocoreStubber.process_request, with the route looked up once per URL."""
-    parsed_url, _ = moto_core_utils.get_equivalent_url_in_aws_domain(request.url)
-    clean_url = f"{parsed_url.scheme}://{parsed_url.netloc}{parsed_url.path}"
-    if moto_config.passthrough_url(clean_url):
-        return None
-    services, handler = _route(clean_url)
-    for service in services:
-        if moto_config.passthrough_service(service):
-            return None
-        if not moto_config.service_whitelisted(service):
-            raise moto_core_exceptions.ServiceNotWhitelisted(service)
-    if handler is not None:
-        normalized_request = moto_request.normalize_request(request)
-        try:
-            moto_recorder._record_request(normalized_request)
-            status, headers, body = handler(
-                normalized_request, normalized_request.raw_url, normalized_request.headers
-            )
-        except _HTTP_EXCEPTION as e:
-            status = e.code
-            headers = e.get_headers()
-            body = e.get_body()
-        return status, headers, body
-    if re.compile(r"https?://.+\.amazonaws.com/.*").match(clean_url):
-        return 404, {}, "Not yet implemented"
-    return None
-
 
 # --------------------------------------------------------------------------
 # Parse each definition once: moto re-parses the ASL with ANTLR for every
@@ -166,7 +81,7 @@ _CLIENTS_LOCK = threading.Lock()
 
 
 def _cached_boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
-    # moto's own version ignores state_credentials (checked in check_moto_internals).
+    # moto's own version ignores state_credentials (checked in _clients_fit).
     # moto picks the endpoint (the in-process stubber or a server) when it builds one.
     key = (region, service, bool(moto_botocore_stubber.enabled))
     with _CLIENTS_LOCK:
@@ -216,9 +131,6 @@ def _cached_entrypoint(self: Any) -> Any:
 
 
 # --------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------
 # moto lists a response class's methods with inspect.getmembers on every
 # request, to check the action exists; the list never changes.
 # --------------------------------------------------------------------------
@@ -235,7 +147,7 @@ def _cached_method_names(clazz: type) -> frozenset[str]:
 # moto rebuilds a backend's table of URL patterns on every request, and for S3
 # first reloads its urls module, so that MOTO_S3_CUSTOM_ENDPOINTS takes effect
 # at once. The table depends only on the backend's class and two environment
-# variables (checked in check_moto_internals): build it once for each.
+# variables (checked in _urls_fit): build it once for each.
 # --------------------------------------------------------------------------
 
 _original_urls: Callable[[Any], dict[str, Any]] = vars(base_backend.BaseBackend)["urls"].fget
@@ -248,39 +160,6 @@ def _cached_urls(self: Any) -> dict[str, Any]:
     if urls is None:
         urls = _URLS[key] = _original_urls(self)
     return dict(urls)
-
-
-# --------------------------------------------------------------------------
-# moto parses a JSONPath for every use: the ResultPath it gives every state
-# (JSONata states too: "$") and every JSONPath it reads. jsonpath-ng builds a
-# whole parser for each, about a millisecond; the parsed path is only read.
-# --------------------------------------------------------------------------
-
-_original_result_path_parse = vars(result_path)["parse"]
-_original_json_path_parse = vars(json_path)["parse"]
-
-
-# --------------------------------------------------------------------------
-# moto's DynamoDB parses an UpdateExpression twice per UpdateItem (to check the
-# names and values it uses, then to apply it); the parsed tree is only read
-# (the validator rewrites a deep copy of it). Parse each expression text once.
-# --------------------------------------------------------------------------
-
-_UPDATE_EXPRESSION_PARSER: Any = vars(ddb_expressions)["UpdateExpressionParser"]
-_original_update_expression_make = vars(_UPDATE_EXPRESSION_PARSER)["make"].__func__
-_UPDATE_EXPRESSIONS: dict[str, Any] = {}  # text: parsed tree, read only
-_UPDATE_EXPRESSIONS_KEPT = 4096
-_UPDATE_EXPRESSIONS_LOCK = threading.Lock()
-
-
-def _cached_update_expression_make(cls: type, expression: str) -> Any:
-    tree = _UPDATE_EXPRESSIONS.get(expression)
-    if tree is None:
-        tree = _original_update_expression_make(cls, expression)
-        with _UPDATE_EXPRESSIONS_LOCK:
-            if len(_UPDATE_EXPRESSIONS) < _UPDATE_EXPRESSIONS_KEPT:
-                tree = _UPDATE_EXPRESSIONS.setdefault(expression, tree)
-    return tree
 
 
 # --------------------------------------------------------------------------
@@ -312,47 +191,17 @@ def _cached_lex_condition(self: Any) -> collections.deque[Any]:
 
 
 # --------------------------------------------------------------------------
-# moto's DynamoDB validator deep-copies the parsed UpdateExpression (cached
-# above) for every UpdateItem and walks the copy ten times, once per check.
-# Two costs are not the checks': copy.deepcopy's bookkeeping, and each walk
-# asking its checker, at every node, which node classes it handles (a fresh
-# dict of bound methods each time). The copy below rebuilds a plain tree
-# (nodes holding only type, children and parent; leaves text or numbers; every
-# node reached once, from its parent) and hands anything else to
-# copy.deepcopy; the walk asks once per walk and otherwise follows moto's
-# traverse_node_recursively step by step.
+# moto's DynamoDB validator deep-copies the parsed UpdateExpression for every
+# UpdateItem, most of it copy.deepcopy's bookkeeping. The copy below rebuilds a
+# plain tree (nodes holding only type, children and parent; leaves text or
+# numbers; every node reached once, from its parent) and hands anything else
+# to copy.deepcopy.
 # --------------------------------------------------------------------------
 
 _AST_NODE_KEYS = frozenset({"type", "children", "parent"})
 _AST_LEAVES = frozenset({str, int})
 _NO_PARENT = object()  # a node without the attribute
 _AST_NODE: Any = vars(ddb_ast_nodes)["Node"]
-_TRAVERSER: Any = vars(ddb_ast_nodes)["DepthFirstTraverser"]
-_original_traverse = _TRAVERSER.traverse
-_original_traverse_node = _TRAVERSER.traverse_node_recursively
-_original_pre_processing = _TRAVERSER.pre_processing_of_child
-_TRAVERSE_SHA256 = "a579b32b081a36c21bc576d78db7531edfa6c700301aee107f3776ea801e5d1b"
-
-
-def _walk_sources() -> list[Any]:
-    """What _traverse follows or relies on: moto's walk, its default hook, and the
-    map of every checker (whose keys must be constants)."""
-    checkers = sorted(
-        (
-            value
-            for value in vars(ddb_validators).values()
-            if isinstance(value, type) and issubclass(value, _TRAVERSER) and value is not _TRAVERSER
-        ),
-        key=lambda checker: checker.__name__,
-    )
-    return [
-        _original_traverse,
-        _original_traverse_node,
-        _original_pre_processing,
-        _TRAVERSER.nodes_to_be_processed,
-        _TRAVERSER.process,
-        *(vars(checker)["_processing_map"] for checker in checkers),
-    ]
 
 
 class _NotPlain(Exception):
@@ -397,77 +246,6 @@ def _validator_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
         except _NotPlain:
             pass  # copy.deepcopy copies whatever else the tree holds
     return copy.deepcopy(value, memo)
-
-
-def _traverse(self: Any, node: Any) -> Any:
-    cls = type(self)
-    if (
-        cls.traverse_node_recursively is not _original_traverse_node
-        or cls.nodes_to_be_processed is not _TRAVERSER.nodes_to_be_processed
-    ):
-        return _original_traverse(self, node)
-    kinds = self.nodes_to_be_processed()  # the keys of a map moto's checkers build from constants
-    pre = self.pre_processing_of_child
-    if cls.pre_processing_of_child is _original_pre_processing:
-        pre = None  # moto's default does nothing
-    process = self.process
-    processed: dict[type, bool] = {}  # isinstance(node, kinds) by node class, asked once
-
-    def visit(node: Any, child_id: int = -1) -> Any:
-        if _is_ast_node(node):
-            parent_node = node.parent
-            if node.children is not None:
-                for i, child_node in enumerate(node.children):
-                    if pre is not None:
-                        pre(node, i)
-                    visit(child_node, i)
-            is_kind = processed.get(type(node))
-            if is_kind is None:
-                is_kind = processed[type(node)] = isinstance(node, kinds)
-            if is_kind:
-                node = process(node)
-                node.parent = parent_node
-                if parent_node:
-                    parent_node.children[child_id] = node
-        return node
-
-    return visit(node)
-
-
-# isinstance against moto's node classes goes through ABCMeta.__instancecheck__
-# (they are abc classes, though nothing registers virtual subclasses): asked
-# once per class. Keyed by type(value), which is the class isinstance sees for
-# anything that does not fake its __class__ (nothing in moto's trees does).
-_AST_NODE_CLASSES: dict[type, bool] = {}
-_AST_DESCENDED: dict[type, bool] = {}
-_AST_DESCEND_INTO: tuple[type, ...] = (
-    vars(ddb_ast_nodes)["Expression"],
-    vars(ddb_ast_nodes)["UpdateExpressionFunction"],
-)
-_original_find_clauses = _AST_NODE.find_clauses
-_FIND_CLAUSES_SHA256 = "b77be7ac447d7617ea68e818e2bceb652a8a14257001715c64b36b3244a04c55"
-
-
-def _is_ast_node(value: Any) -> bool:
-    known = _AST_NODE_CLASSES.get(type(value))
-    if known is None:
-        known = _AST_NODE_CLASSES[type(value)] = isinstance(value, _AST_NODE)
-    return known
-
-
-def _find_clauses(self: Any, clause_types: Any) -> list[Any]:
-    """moto's Node.find_clauses, with its two isinstance checks asked once per class."""
-    clauses = []
-    for child in self.children or []:
-        if type(child) in clause_types:
-            clauses.append(child)
-            continue
-        descend = _AST_DESCENDED.get(type(child))
-        if descend is None:
-            descend = _AST_DESCENDED[type(child)] = isinstance(child, _AST_DESCEND_INTO)
-        if descend:
-            clauses.extend(child.find_clauses(clause_types))
-    return clauses
 
 
 # --------------------------------------------------------------------------
@@ -527,60 +305,6 @@ _JSON_COPY_MODULES = (
 
 
 # --------------------------------------------------------------------------
-# moto runs the work of every Task, Map and Parallel state on a new thread and
-# waits up to its TimeoutSeconds for it. With no TimeoutSeconds the wait is
-# moto's default, 99999999 seconds (three years), and ends with the work: the
-# work runs on the execution's own thread, in a fresh context as a new
-# thread's (context variables do not leak from one state's work to the next;
-# thread-local values would), and the rest exactly as moto's steps below. Any
-# other timeout (a number, a JSONata or path one, a heartbeat's) keeps moto's.
-# --------------------------------------------------------------------------
-
-_original_evaluate_with_timeout = execute_state.ExecutionState._evaluate_with_timeout
-# moto's _evaluate_with_timeout as this follows it (checked in check_moto_internals).
-_EVALUATE_WITH_TIMEOUT_SHA256 = "c56deda08a42e98d3958bfb2ab95de74c7ec7a515085614a80e1ea4948722485"
-
-
-def _evaluate_with_timeout(self: Any, env: Any) -> None:
-    timeout = self.timeout
-    if (
-        type(timeout) is not sfn_timeout.TimeoutSeconds
-        or timeout.timeout_seconds != sfn_timeout.TimeoutSeconds.DEFAULT_TIMEOUT_SECONDS
-    ):
-        _original_evaluate_with_timeout(self, env)
-        return
-    timeout.eval(env=env)
-    env.stack.pop()
-
-    frame = env.open_frame()
-    frame.states.reset(input_value=env.states.get_input())
-    frame.stack = vars(execute_state)["copy"].deepcopy(env.stack)  # as moto copies it
-    try:
-        contextvars.Context().run(self._eval_execution, frame)
-        execution_output = frame.stack[-1]
-    finally:
-        frame.set_ended()
-        env.close_frame(frame)
-
-    env.stack.append(execution_output)
-
-    if not self._is_language_query_jsonpath():
-        env.states.set_result(execution_output)
-
-    if self.assign_decl:
-        self.assign_decl.eval(env=env)
-
-    if self.result_selector:
-        self.result_selector.eval(env=env)
-
-    if self.result_path:
-        self.result_path.eval(env)
-    else:
-        res = env.stack.pop()
-        env.states.reset(input_value=res)
-
-
-# --------------------------------------------------------------------------
 # botocore, while the local services answer: nobody checks the signature
 # (moto reads only the access key from it, to know the account), and
 # computing it cost about a twelfth of an execution. A request to them gets
@@ -621,96 +345,13 @@ def _sign_unless_local(
     return None
 
 
-def _context_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
-    """botocore deep-copies its ClientContext (a set of feature ids) for every call."""
-    if type(value) is botocore.context.ClientContext and memo is None:
-        return botocore.context.ClientContext(features=set(value.features))
-    return copy.deepcopy(value, memo)
-
-
 _original_sanitize = botocore.useragent.sanitize_user_agent_string_component
 _cached_sanitize = functools.lru_cache(maxsize=1024)(_original_sanitize)
 
 
 # --------------------------------------------------------------------------
-# moto finds an execution (DescribeExecution, GetExecutionHistory) by scanning
-# every execution of its state machine: quadratic over a long run. Each started
-# execution is indexed by ARN on its backend, and found there while its state
-# machine is the one moto would scan; anything else takes moto's way.
-# --------------------------------------------------------------------------
-
-_original_describe_execution = sfn_models.StepFunctionBackend.describe_execution
-_INDEX_LOCK = threading.Lock()
-
-
-def _index(backend: Any) -> weakref.WeakKeyDictionary[Any, dict[str, Any]]:
-    """The backend's executions by state machine and ARN (held no longer than moto
-    holds the machine: its classes keep every instance until the backend resets)."""
-    index = vars(backend).get("_onceflow_executions")
-    if index is None:
-        index = vars(backend).setdefault("_onceflow_executions", weakref.WeakKeyDictionary())
-    return index  # type: ignore[no-any-return]
-
-
-def _index_execution(backend: Any, execution: Any) -> None:
-    arn = execution.execution_arn
-    try:
-        machine = backend._get_state_machine_for_execution(arn)
-    except sfn_exceptions.ExecutionDoesNotExist:
-        return  # moto would not find it either (a version's or alias's execution, say)
-    if any(found is execution for found in reversed(machine.executions[-64:])):
-        with _INDEX_LOCK:
-            _index(backend).setdefault(machine, {})[arn] = execution
-
-
-_original_name_check = sfn_models.StateMachine._handle_name_input_idempotency
-
-
-def _indexed_name_check(self: Any, name: str, execution_input: str) -> Any:
-    """moto's check that a new execution's name is free, which scans every
-    execution of the machine: while every one of them is indexed, a name with
-    no execution is free; anything else is moto's scan."""
-    entries = _index(self.backend).get(self, {})
-    if len(entries) == len(self.executions):  # indexed ones are among them: all are
-        prefix = self.arn.rsplit(":stateMachine:", 1)[0]
-        if f"{prefix}:execution:{self.name}:{name}" not in entries:
-            return None
-    return _original_name_check(self, name, execution_input)
-
-
-def _indexed_describe_execution(self: Any, execution_arn: str) -> Any:
-    self._validate_execution_arn(execution_arn)
-    try:
-        machine = self._get_state_machine_for_execution(execution_arn)
-    except sfn_exceptions.ExecutionDoesNotExist:
-        machine = None  # moto's own call below raises it
-    if machine is not None:
-        execution = _index(self).get(machine, {}).get(execution_arn)
-        if execution is not None:  # the one moto's scan of machine.executions finds
-            return execution
-    return _original_describe_execution(self, execution_arn)
-
-
-def _indexed_start(original: Any) -> Any:
-    def start_execution(backend: Any, state_machine_arn: str, *args: Any, **kwargs: Any) -> Any:
-        execution = original(backend, state_machine_arn, *args, **kwargs)
-        _index_execution(backend, execution)
-        return execution
-
-    return start_execution
-
-
-# --------------------------------------------------------------------------
 # Each speed-up: how it is installed, what it relies on beyond its pins.
 # --------------------------------------------------------------------------
-
-
-def _process_request(self: Any, request: Any) -> Any:
-    return _routed_process_request(self, request)  # looked up per call (tests follow it)
-
-
-def _install_routing(installer: Installer) -> None:
-    installer.replace(botocore_stubber.BotocoreStubber, "process_request", _process_request)
 
 
 def _install_parsed(installer: Installer) -> None:
@@ -788,29 +429,6 @@ def _urls_fit() -> list[str]:
     return []
 
 
-def _install_jsonpaths(installer: Installer) -> None:
-    installer.replace(
-        result_path, "parse", functools.lru_cache(maxsize=1024)(_original_result_path_parse)
-    )
-    installer.replace(
-        json_path, "parse", functools.lru_cache(maxsize=1024)(_original_json_path_parse)
-    )
-
-
-def _jsonpaths_fit() -> list[str]:
-    if "parse(self.result_path_src)" not in inspect.getsource(result_path) or (
-        "parse(path)" not in inspect.getsource(json_path.extract_json)
-    ):
-        return ["moto no longer parses JSONPaths through the module's parse"]
-    return []
-
-
-def _install_update_expressions(installer: Installer) -> None:
-    installer.replace(
-        _UPDATE_EXPRESSION_PARSER, "make", classmethod(_cached_update_expression_make)
-    )
-
-
 def _validator_copies() -> list[str]:
     if "deepcopy(expression)" not in inspect.getsource(ddb_validators.Validator.__init__):
         return ["moto's DynamoDB validator no longer works on a copy of the expression"]
@@ -832,14 +450,6 @@ def _validator_copy_fits() -> list[str]:
     return problems
 
 
-def _install_walks(installer: Installer) -> None:
-    installer.replace(_TRAVERSER, "traverse", _traverse)
-
-
-def _install_find_clauses(installer: Installer) -> None:
-    installer.replace(_AST_NODE, "find_clauses", _find_clauses)
-
-
 def _install_json_copies(installer: Installer) -> None:
     for module in _JSON_COPY_MODULES:
         installer.replace(module, "copy", _JsonCopyModule())
@@ -857,12 +467,6 @@ def _json_copies_fit() -> list[str]:
     ]
 
 
-def _install_task_threads(installer: Installer) -> None:
-    installer.replace(
-        execute_state.ExecutionState, "_evaluate_with_timeout", _evaluate_with_timeout
-    )
-
-
 def _install_signing(installer: Installer) -> None:
     installer.replace(botocore.signers.RequestSigner, "sign", _sign_unless_local)
 
@@ -874,48 +478,8 @@ def _signing_fits() -> list[str]:
     return []
 
 
-def _install_context_copy(installer: Installer) -> None:
-    installer.replace(botocore.context, "deepcopy", _context_deepcopy)
-
-
-def _context_copy_fits() -> list[str]:
-    context_fields = [f.name for f in dataclasses.fields(botocore.context.ClientContext)]
-    if context_fields != ["features"] or "deepcopy(current)" not in inspect.getsource(
-        botocore.context.start_as_current_context
-    ):
-        return ["botocore's ClientContext is no longer a set of features, copied per call"]
-    return []
-
-
 def _install_sanitiser(installer: Installer) -> None:
     installer.replace(botocore.useragent, "sanitize_user_agent_string_component", _cached_sanitize)
-
-
-def _install_execution_index(installer: Installer) -> None:
-    backend = sfn_parser_models.StepFunctionsParserBackend
-    installer.replace(backend, "start_execution", _indexed_start(backend.start_execution))
-    installer.replace(
-        sfn_models.StepFunctionBackend, "describe_execution", _indexed_describe_execution
-    )
-    installer.replace(
-        sfn_models.StateMachine, "_handle_name_input_idempotency", _indexed_name_check
-    )
-
-
-_ORIGINAL_START_EXECUTION = sfn_parser_models.StepFunctionsParserBackend.start_execution
-
-
-def _execution_index_fits() -> list[str]:
-    describe = inspect.getsource(_original_describe_execution)
-    start = inspect.getsource(_ORIGINAL_START_EXECUTION)
-    if (
-        "state_machine.executions" not in describe
-        or "state_machine.executions.append(execution)" not in start
-        or "execution:{}:{}" not in start
-        or "for execution in self.executions:" not in inspect.getsource(_original_name_check)
-    ):
-        return ["moto no longer keeps executions in their state machine's list"]
-    return []
 
 
 _ORIGINAL_LIST_OBJECT_VERSIONS = s3_models.S3Backend.list_object_versions
@@ -1004,14 +568,6 @@ def _speedup(
 _TESTS = "tests/unit/test_patches.py::"
 PATCHES = (
     _speedup(
-        "request routing",
-        "moto matched every request's URL against about a hundred services' patterns.",
-        _TESTS + "test_a_request_is_routed_as_moto_routes_it",
-        _install_routing,
-        lambda: [_ORIGINAL_PROCESS_REQUEST],
-        "f79a1a778c7e755f0c7f234cdab9e36312ed2b16d7051baf06b04872f79dd5b2",
-    ),
-    _speedup(
         "one parse per definition",
         "moto parsed the ASL with ANTLR for every execution (about 50 ms).",
         _TESTS + "test_one_parsed_program_serves_concurrent_executions_with_their_own_retries",
@@ -1048,24 +604,6 @@ PATCHES = (
         _urls_fit,
     ),
     _speedup(
-        "JSONPaths parsed once",
-        "moto parsed every JSONPath (each state's ResultPath too) at every use.",
-        _TESTS + "test_a_jsonpath_is_parsed_once_and_serves_every_execution",
-        _install_jsonpaths,
-        lambda: [result_path, json_path.extract_json],
-        "026ede33d6785fe8bc9abee7b7f993ad2d9eac556af727b479666c543f97d4e8",
-        _jsonpaths_fit,
-    ),
-    _speedup(
-        "UpdateExpressions parsed once",
-        "moto's DynamoDB parsed an UpdateExpression twice per UpdateItem.",
-        _TESTS + "test_an_update_expression_is_parsed_once_and_each_update_gets_its_values",
-        _install_update_expressions,
-        lambda: [_original_update_expression_make, ddb_validators.Validator.__init__],
-        "deb58c9bb565e97cd81048a8739f0a24d200d56f710bdeddc0ca4da62594b65d",
-        _validator_copies,
-    ),
-    _speedup(
         "ConditionExpressions lexed once",
         "moto's DynamoDB lexed every ConditionExpression anew (some forty regex matches).",
         _TESTS + "test_condition_expressions_are_lexed_once_and_judged_as_moto_alone_judges_them",
@@ -1084,22 +622,6 @@ PATCHES = (
         _validator_copy_fits,
     ),
     _speedup(
-        "validator walks",
-        "each of the validator's ten walks rebuilt its checker's map at every node.",
-        _TESTS + "test_update_items_validate_and_apply_as_moto_alone_does",
-        _install_walks,
-        _walk_sources,
-        _TRAVERSE_SHA256,
-    ),
-    _speedup(
-        "find_clauses",
-        "moto's Node.find_clauses asked abc isinstance twice per child.",
-        _TESTS + "test_find_clauses_finds_what_moto_finds",
-        _install_find_clauses,
-        lambda: [_original_find_clauses],
-        _FIND_CLAUSES_SHA256,
-    ),
-    _speedup(
         "JSON values copied directly",
         "moto's interpreter deep-copied every state's input, result and stack.",
         _TESTS + "test_the_interpreter_copies_json_values_as_deepcopy_does",
@@ -1107,15 +629,6 @@ PATCHES = (
         lambda: [*_JSON_COPY_MODULES, program_state],
         "60597bf814f63d13c216798ca659929ddc625a51c11a518fc7f335ee4a466ab0",
         _json_copies_fit,
-    ),
-    _speedup(
-        "tasks without a timeout on the execution's thread",
-        "moto ran every Task, Map and Parallel on a new thread and waited three years for it.",
-        _TESTS
-        + "test_a_task_without_a_timeout_runs_on_the_execution_thread_and_a_timeout_still_fires",
-        _install_task_threads,
-        lambda: [_original_evaluate_with_timeout],
-        _EVALUATE_WITH_TIMEOUT_SHA256,
     ),
     _speedup(
         "local requests not signed",
@@ -1127,30 +640,12 @@ PATCHES = (
         _signing_fits,
     ),
     _speedup(
-        "call context copied directly",
-        "botocore deep-copied its ClientContext (a set of feature ids) for every call.",
-        _TESTS + "test_botocore_copies_its_call_context_as_deepcopy_does",
-        _install_context_copy,
-        lambda: [botocore.context.start_as_current_context, botocore.context.ClientContext],
-        "bc46a45639b5e1f3582838e47d1219a245e993e88b3142537ea749c7eb02a4d6",
-        _context_copy_fits,
-    ),
-    _speedup(
         "user agent sanitised once",
         "botocore re-sanitised every part of its User-Agent, character by character.",
         _TESTS + "test_the_user_agent_sanitiser_gives_what_botocore_gives",
         _install_sanitiser,
         lambda: [_original_sanitize],
         "4536076c32a939585f75f51f77b6b9c46489c54c04a384d14dce914947ad08e7",
-    ),
-    _speedup(
-        "executions found by ARN",
-        "moto found an execution by scanning every execution of its state machine.",
-        _TESTS + "test_an_execution_is_found_by_its_arn_and_moto_answers_for_the_rest",
-        _install_execution_index,
-        lambda: [_original_describe_execution, _original_name_check, _ORIGINAL_START_EXECUTION],
-        "807f9726fd805bbc8c652ccf711d93c0058a441d0d46dca010ea0234a61fcad6",
-        _execution_index_fits,
     ),
     _speedup(
         "object versions listed under their prefix",

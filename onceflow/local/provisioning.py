@@ -1,0 +1,302 @@
+"""Provisioning: the template's resources created on moto, as CloudFormation creates them."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from onceflow.local import monitoring
+from onceflow.local.errors import EngineError
+from onceflow.local.lambdas import FunctionSpec
+from onceflow.local.template import Stack, TemplateError
+from onceflow.project import default_project
+
+if TYPE_CHECKING:
+    from onceflow.local.engine import LocalEngine
+
+PROJECT_ROOT = default_project()  # where a command runs (an installed package has no checkout)
+DEFAULT_TEMPLATE = PROJECT_ROOT / "template.yaml"
+REGION = "us-east-1"
+ACCOUNT_ID = "123456789012"
+
+# Resources whose behaviour the local engine does not need (policies, logs):
+# they resolve to a name so that references to them still work.
+_NOT_EMULATED = {
+    "AWS::S3::BucketPolicy",
+    "AWS::SQS::QueuePolicy",
+    "AWS::Logs::LogGroup",
+    "AWS::IAM::Role",
+    "AWS::IAM::Policy",
+    "AWS::CloudWatch::Dashboard",
+    "AWS::Logs::MetricFilter",
+    "AWS::SNS::TopicPolicy",
+}
+
+Creator = Callable[["LocalEngine", str, dict[str, Any]], None]
+
+
+def _named(
+    engine: LocalEngine, logical_id: str, props: dict[str, Any], key: str, limit: int
+) -> str:
+    return str(props.get(key) or engine.stack.physical_name(logical_id, limit))
+
+
+def _created(engine: LocalEngine, logical_id: str, ref: str, **attributes: str) -> None:
+    engine.stack.refs[logical_id] = ref
+    engine.stack.attributes[logical_id] = attributes
+
+
+def create(engine: LocalEngine, logical_id: str) -> None:
+    """Create one resource (and, through the references it resolves, those it needs first)."""
+    stack = engine.stack
+    if logical_id in stack.refs:
+        return
+    if logical_id in engine._creating:
+        raise TemplateError(f"circular reference through {logical_id}")
+    engine._creating.add(logical_id)
+    try:
+        resource = stack.template["Resources"][logical_id]
+        kind = resource["Type"]
+        if not stack.resource_enabled(logical_id):
+            stack.refs[logical_id] = ""
+            return
+        creator = CREATORS.get(kind)
+        if creator is not None:
+            creator(engine, logical_id, resource)
+        elif kind in monitoring.CREATORS:
+            monitoring.create(engine, logical_id, resource)  # an alarm, its topic, a subscription
+        elif kind in _NOT_EMULATED:
+            engine.not_emulated.append(logical_id)
+            name = stack.physical_name(logical_id)
+            _created(engine, logical_id, name, Arn=f"arn:aws:local:{REGION}:{ACCOUNT_ID}:{name}")
+        else:
+            raise TemplateError(f"{logical_id}: {kind} is not emulated locally")
+    finally:
+        engine._creating.discard(logical_id)
+
+
+def create_all(engine: LocalEngine) -> None:
+    """Every resource of the template (a parent's first: its application creates the rest)."""
+    if engine.parent is not None:
+        with creating_in(engine, engine.parent):
+            for logical_id in engine.parent.template["Resources"]:
+                create(engine, logical_id)
+    for logical_id in engine.stack.template["Resources"]:
+        create(engine, logical_id)
+
+
+@contextmanager
+def creating_in(engine: LocalEngine, stack: Stack) -> Iterator[None]:
+    """The creators read and fill engine.stack: point it at another stack of the engine
+    (a parent template) while its resources are created."""
+    current, engine.stack = engine.stack, stack
+    try:
+        yield
+    finally:
+        engine.stack = current
+
+
+def _application(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
+    """The nested onceflow of a parent template: its stack bound to the parameters the
+    parent passes, then its resources created, as CloudFormation creates a nested stack
+    once the resources its parameters reference exist. The application's Ref is the
+    nested stack's ID and its attributes are Outputs.<name> (AWS::CloudFormation::Stack,
+    return values: serverless-sam-template-nested-applications.html deploys it as one).
+    """
+    nested_of = engine._nested
+    if nested_of is None or nested_of[0] != logical_id or engine.stack is not engine.parent:
+        raise TemplateError(f"{logical_id}: only the parent template's application is run")
+    nested = nested_of[1]
+    nested.bind(engine.stack.resolve(resource.get("Properties", {})).get("Parameters", {}))
+    with creating_in(engine, nested):
+        for nested_id in nested.template["Resources"]:
+            create(engine, nested_id)
+        outputs = engine.outputs()
+    attributes = {f"Outputs.{k}": v for k, v in outputs.items()}
+    _created(engine, logical_id, str(nested.pseudo("AWS::StackId")), **attributes)
+
+
+def _bucket(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
+    props = engine.stack.resolve(resource.get("Properties", {}))
+    name = _named(engine, logical_id, props, "BucketName", 63)
+    s3 = engine.client("s3")
+    s3.create_bucket(Bucket=name)
+    if props.get("VersioningConfiguration", {}).get("Status") == "Enabled":
+        s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    notifications = props.get("NotificationConfiguration", {})
+    bridge = notifications.get("EventBridgeConfiguration", {}).get("EventBridgeEnabled")
+    if bridge in (True, "true"):  # what put_s3_event() asks of a bucket, as S3 does
+        s3.put_bucket_notification_configuration(
+            Bucket=name, NotificationConfiguration={"EventBridgeConfiguration": {}}
+        )
+    engine.inventories[logical_id] = list(props.get("InventoryConfigurations") or [])
+    _created(
+        engine, logical_id, name, Arn=f"arn:aws:s3:::{name}", DomainName=f"{name}.s3.amazonaws.com"
+    )
+
+
+def _whole_numbers(properties: dict[str, Any]) -> dict[str, int]:
+    return {key: int(value) for key, value in properties.items()}
+
+
+def _table(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
+    props = engine.stack.resolve(resource.get("Properties", {}))
+    name = _named(engine, logical_id, props, "TableName", 255)
+    kwargs: dict[str, Any] = {
+        "TableName": name,
+        "KeySchema": props["KeySchema"],
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "BillingMode": props.get("BillingMode", "PROVISIONED"),
+    }
+    # CloudFormation takes a String parameter where an Integer goes; the API does not.
+    if "WarmThroughput" in props:
+        kwargs["WarmThroughput"] = _whole_numbers(props["WarmThroughput"])
+    if props.get("GlobalSecondaryIndexes"):
+        kwargs["GlobalSecondaryIndexes"] = [
+            {**index, "WarmThroughput": _whole_numbers(index["WarmThroughput"])}
+            if "WarmThroughput" in index
+            else index
+            for index in props["GlobalSecondaryIndexes"]
+        ]
+    dynamodb = engine.client("dynamodb")
+    description = dynamodb.create_table(**kwargs)["TableDescription"]
+    ttl = props.get("TimeToLiveSpecification")
+    if ttl:
+        dynamodb.update_time_to_live(TableName=name, TimeToLiveSpecification=ttl)
+    _created(engine, logical_id, name, Arn=description["TableArn"])
+
+
+_QUEUE_ATTRIBUTES = (
+    "MessageRetentionPeriod",
+    "VisibilityTimeout",
+    "DelaySeconds",
+    "MaximumMessageSize",
+)
+
+
+def _queue(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
+    props = engine.stack.resolve(resource.get("Properties", {}))
+    name = _named(engine, logical_id, props, "QueueName", 80)
+    attributes = {key: str(props[key]) for key in _QUEUE_ATTRIBUTES if key in props}
+    if "RedrivePolicy" in props:
+        attributes["RedrivePolicy"] = json.dumps(props["RedrivePolicy"])
+    url = engine.client("sqs").create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    arn = f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}"
+    _created(engine, logical_id, url, Arn=arn, QueueName=name, QueueUrl=url)
+
+
+def execution_role(engine: LocalEngine) -> str:
+    """The one role every function and state machine is created with (IAM is iam.py's)."""
+    iam = engine.client("iam")
+    name = f"{engine.stack.stack_name}-local-role"
+    try:
+        return str(iam.get_role(RoleName=name)["Role"]["Arn"])
+    except iam.exceptions.NoSuchEntityException:
+        trust = json.dumps({"Version": "2012-10-17", "Statement": []})
+        return str(iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust)["Role"]["Arn"])
+
+
+def _function(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
+    props = engine.stack.function_properties(logical_id)
+    name = _named(engine, logical_id, props, "FunctionName", 64)
+    environment = {k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()}
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("README", "onceflow runs this function in-process")
+    arn = engine.client("lambda").create_function(
+        FunctionName=name,
+        Runtime=str(props.get("Runtime", "python3.13")),
+        Role=execution_role(engine),
+        Handler=props["Handler"],
+        Code={"ZipFile": code.getvalue()},
+        Timeout=int(props.get("Timeout", 3)),
+        MemorySize=int(props.get("MemorySize", 128)),
+        Environment={"Variables": environment},
+    )["FunctionArn"]
+    spec = FunctionSpec(
+        logical_id=logical_id,
+        name=name,
+        arn=arn,
+        code_uri=engine.stack.root / props["CodeUri"],
+        handler=props["Handler"],
+        timeout=float(props.get("Timeout", 3)),
+        memory=int(props.get("MemorySize", 128)),
+        environment=environment,
+    )
+    _function_environment(engine, spec)
+    engine.runtime.register(spec)
+    engine.state.invokers[name] = engine.runtime.moto_invoker(name)
+    _created(engine, logical_id, name, Arn=arn)
+
+
+def _function_environment(engine: LocalEngine, spec: FunctionSpec) -> None:
+    # Handlers run in this one process, so they share os.environ. That is
+    # safe only while no two functions give one variable different values.
+    for other in engine.runtime.functions.values():
+        for key, value in spec.environment.items():
+            if key in other.environment and other.environment[key] != value:
+                raise EngineError(
+                    f"{spec.logical_id} and {other.logical_id} both set {key} "
+                    "differently; the in-process runtime cannot tell them apart"
+                )
+    overrides = {"POWERTOOLS_TRACE_DISABLED": "true", "AWS_LAMBDA_FUNCTION_NAME": spec.name}
+    # By default the functions log at the template's level, as deployed.
+    if engine.function_log_level is not None:
+        overrides["POWERTOOLS_LOG_LEVEL"] = engine.function_log_level
+    engine._set_env({**spec.environment, **overrides})
+
+
+def state_machine_definition(stack: Stack, logical_id: str) -> tuple[str, str]:
+    """(definition text, workflow type) after DefinitionSubstitutions."""
+    props = stack.template["Resources"][logical_id].get("Properties", {})
+    text = (stack.root / props["DefinitionUri"]).read_text(encoding="utf-8")
+    for key, value in stack.resolve(props.get("DefinitionSubstitutions", {})).items():
+        text = text.replace("${" + key + "}", str(value))
+    leftover = re.findall(r"\$\{(\w+)\}", text)
+    if leftover:
+        raise TemplateError(f"{logical_id}: no substitution for {sorted(set(leftover))}")
+    json.loads(text)  # what deploys must be valid JSON after substitution
+    return text, str(stack.resolve(props.get("Type", "STANDARD")))
+
+
+def _state_machine(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
+    definition, workflow_type = state_machine_definition(engine.stack, logical_id)
+    name, role = engine.stack.physical_name(logical_id, 80), execution_role(engine)
+    arn = engine.client("stepfunctions").create_state_machine(
+        name=name, definition=definition, roleArn=role, type=workflow_type
+    )["stateMachineArn"]
+    _created(engine, logical_id, arn, Name=name, Arn=arn)
+    monitoring.create_schedules(engine, logical_id, arn, role)  # its ScheduleV2 events
+
+
+def _ingress(kind: str) -> Creator:
+    """An EventBridge rule or a pipe: kept by the engine, which delivers as AWS does
+    (ingress.py); moto's rules cannot start a state machine."""
+
+    def create_one(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
+        props = engine.stack.resolve(resource.get("Properties", {}))
+        name = _named(engine, logical_id, props, "Name", 64)
+        (engine.rules if kind == "rule" else engine.pipes)[logical_id] = {"name": name, **props}
+        service = "events" if kind == "rule" else "pipes"
+        _created(
+            engine, logical_id, name, Arn=f"arn:aws:{service}:{REGION}:{ACCOUNT_ID}:{kind}/{name}"
+        )
+
+    return create_one
+
+
+CREATORS: dict[str, Creator] = {
+    "AWS::S3::Bucket": _bucket,
+    "AWS::DynamoDB::Table": _table,
+    "AWS::SQS::Queue": _queue,
+    "AWS::Serverless::Function": _function,
+    "AWS::Serverless::StateMachine": _state_machine,
+    "AWS::Events::Rule": _ingress("rule"),
+    "AWS::Pipes::Pipe": _ingress("pipe"),
+    "AWS::Serverless::Application": _application,
+}
