@@ -253,6 +253,7 @@ class Source:
     path: Path
     snippets: dict[str, str]
     definition: dict[str, Any]
+    raw_snippets: Any = None  # the first document as written: snippets by machine
 
     @property
     def target(self) -> Path:
@@ -280,13 +281,24 @@ def _snippet_text(value: Any, where: str) -> str:
     raise SourceError(f"{where}: a snippet is a string or a list of strings")
 
 
-def _snippets(raw: Any, path: Path) -> dict[str, str]:
-    """Each snippet on one line, the snippets it names put in (defined in any order)."""
+def _for_machine(value: Any, machine: str) -> Any:
+    """A snippet as one machine has it: a ``!machine`` snippet's value for that machine."""
+    if isinstance(value, PerMachine):
+        return value.values.get(machine, "")
+    return value
+
+
+def _snippets(raw: Any, path: Path, machine: str = "processor") -> dict[str, str]:
+    """Each snippet on one line, the snippets it names put in (defined in any order), as
+    the machine has it (a snippet may be ``!machine {processor: A, batch: B}``)."""
     if not (
         isinstance(raw, dict) and set(raw) == {"Snippets"} and isinstance(raw["Snippets"], dict)
     ):
         raise SourceError(f"{path.name}: the first of two documents is `Snippets: {{name: text}}`")
-    texts = {str(k): _snippet_text(v, f"{path.name}: {k}") for k, v in raw["Snippets"].items()}
+    texts = {
+        str(k): _snippet_text(_for_machine(v, machine), f"{path.name}: {k}")
+        for k, v in raw["Snippets"].items()
+    }
     done: dict[str, str] = {}
 
     def resolve(name: str, seen: tuple[str, ...]) -> str:
@@ -317,7 +329,8 @@ def load(path: Path) -> Source:
         raise SourceError(f"{path.name}: one document (the definition) or two (snippets first)")
     if not isinstance(definition, dict) or "States" not in definition:
         raise SourceError(f"{path.name}: the definition is a mapping with States")
-    return Source(path=path, snippets=snippets, definition=definition)
+    raw = documents[0] if len(documents) == 2 else None
+    return Source(path=path, snippets=snippets, definition=definition, raw_snippets=raw)
 
 
 def _generated(node: Any, snippets: dict[str, str], where: str, machine: str) -> Any:
@@ -346,9 +359,12 @@ def generate(source: Source, machine: str = MACHINES[0]) -> dict[str, Any]:
     "batch") the per-message states as the batch workflow runs them."""
     if machine not in MACHINES:
         raise SourceError(f"no machine {machine!r}: {', '.join(MACHINES)}")
-    generated: dict[str, Any] = _generated(
-        source.definition, source.snippets, source.path.name, machine
+    snippets = (
+        source.snippets
+        if source.raw_snippets is None
+        else _snippets(source.raw_snippets, source.path, machine)
     )
+    generated: dict[str, Any] = _generated(source.definition, snippets, source.path.name, machine)
     origin = (
         f"GENERATED from statemachines/src/{source.path.name} by onceflow/asl/asl_source.py: "
         "do not edit."

@@ -18,7 +18,7 @@ import pytest
 from onceflow.local.engine import LocalEngine
 from tests.helpers import MACHINE, attributes, dlq_messages, ledger_rows, load_event, upload
 
-PROCESSED_SQS = ["Normalize", "ReadMessage", "ParseMessage", "Claim", "Process", "MarkComplete"]
+PROCESSED_SQS = ["Claim", "Process", "MarkComplete"]
 STRING_ADVICE = "send the key as a string"
 
 
