@@ -485,7 +485,7 @@ def _source_queue(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
 def _batch_lock(stack: _Stack) -> int:
     """The shortest lock a batch claim holds: LockTimeoutSeconds capped, as the batch
     definition caps it, by what a batch execution can last (statemachines/src/processor.asl.yaml,
-    Normalize's lockSeconds for the batch: five minutes, the Process task's timeout, a minute)."""
+    Claim's lockSeconds for the batch: five minutes, the Process task's timeout, a minute)."""
     lock = int(stack.parameter("LockTimeoutSeconds", "900") or 900)
     task = int(stack.parameter("ProcessorTimeoutSeconds", "60") or 60) + 10
     return min(lock, EXPRESS_LIMIT_SECONDS + task + 60)
