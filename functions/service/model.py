@@ -99,7 +99,7 @@ WRITTEN_BY_STATE_MACHINES = frozenset(Attribute) - WRITTEN_BY_AUDIT - WRITTEN_BY
 
 
 class WorkItem(TypedDict, total=False):
-    """One unit of work (``workItem``), as the state machine's Normalize builds it and the
+    """One unit of work (``workItem``), as the state machine's Claim builds it and the
     processor and the audit read it. The names are JSON's, as the ASL writes them."""
 
     source: Required[str]  # aws.s3, sqs, a custom event source, audit, redrive

@@ -25,6 +25,12 @@ and a piece that several expressions share is written once:
   ``${Name}`` is written unquoted, as a number is (``"IntervalSeconds":
   ${RetryIntervalSeconds}``), and CloudFormation puts the parameter's value there.
 - YAML anchors repeat whole values (a Retry, a Key); they are expanded.
+- One source, two machines. ``processor.asl.yaml`` holds the per-message states of
+  both the processor and the SQS batch workflow (onceflow/asl/batch_definition.py
+  runs them for each message of a batch). Where the two differ, the value says so
+  at that place: ``!machine {processor: A, batch: B}`` is A in the one and B in
+  the other; a machine it does not name leaves the key (a state, a field) out.
+  Each such difference is named in docs/design.md ("The SQS batch mode").
 
 Why not deploy the YAML: CloudFormation takes "a JSON or YAML file" for
 DefinitionS3Location (AWS::StepFunctions::StateMachine S3Location), but anchors
@@ -74,6 +80,21 @@ class SourceError(Exception):
     """A source in statemachines/src/ is not one a definition can be generated from."""
 
 
+# The machines a source may differ for (``!machine``): the single-message processor,
+# and the per-message states of the SQS batch workflow.
+MACHINES = ("processor", "batch")
+
+
+@dataclass(frozen=True)
+class PerMachine:
+    """A ``!machine {processor: A, batch: B}`` value: what it is in each machine."""
+
+    values: dict[str, Any]
+
+
+_ABSENT = object()  # a !machine value for a machine it does not name
+
+
 @dataclass(frozen=True)
 class Substitution:
     """A plain ``${Name}`` of the source: a DefinitionSubstitution written unquoted."""
@@ -93,9 +114,20 @@ def _substitution(loader: yaml.SafeLoader, node: yaml.Node) -> Substitution:
     return Substitution(match.group(1))
 
 
+def _per_machine(loader: yaml.SafeLoader, node: yaml.Node) -> PerMachine:
+    if not isinstance(node, yaml.MappingNode):
+        raise SourceError(f"!machine takes a mapping by machine ({MACHINES}): {node.start_mark}")
+    values = {str(k): v for k, v in loader.construct_mapping(node, deep=True).items()}
+    unknown = set(values) - set(MACHINES)
+    if unknown or not values:
+        raise SourceError(f"!machine names {sorted(unknown) or 'nothing'}: {node.start_mark}")
+    return PerMachine(values)
+
+
 # An implicit resolver applies to plain scalars only: a quoted "${Name}" stays a string.
 _Loader.add_implicit_resolver("!substitution", _PLACEHOLDER, ["$"])
 _Loader.add_constructor("!substitution", _substitution)
+_Loader.add_constructor("!machine", _per_machine)
 
 
 # ---- one line of JSONata from a laid-out one ---------------------------------------
@@ -221,6 +253,7 @@ class Source:
     path: Path
     snippets: dict[str, str]
     definition: dict[str, Any]
+    raw_snippets: Any = None  # the first document as written: snippets by machine
 
     @property
     def target(self) -> Path:
@@ -248,13 +281,24 @@ def _snippet_text(value: Any, where: str) -> str:
     raise SourceError(f"{where}: a snippet is a string or a list of strings")
 
 
-def _snippets(raw: Any, path: Path) -> dict[str, str]:
-    """Each snippet on one line, the snippets it names put in (defined in any order)."""
+def _for_machine(value: Any, machine: str) -> Any:
+    """A snippet as one machine has it: a ``!machine`` snippet's value for that machine."""
+    if isinstance(value, PerMachine):
+        return value.values.get(machine, "")
+    return value
+
+
+def _snippets(raw: Any, path: Path, machine: str = "processor") -> dict[str, str]:
+    """Each snippet on one line, the snippets it names put in (defined in any order), as
+    the machine has it (a snippet may be ``!machine {processor: A, batch: B}``)."""
     if not (
         isinstance(raw, dict) and set(raw) == {"Snippets"} and isinstance(raw["Snippets"], dict)
     ):
         raise SourceError(f"{path.name}: the first of two documents is `Snippets: {{name: text}}`")
-    texts = {str(k): _snippet_text(v, f"{path.name}: {k}") for k, v in raw["Snippets"].items()}
+    texts = {
+        str(k): _snippet_text(_for_machine(v, machine), f"{path.name}: {k}")
+        for k, v in raw["Snippets"].items()
+    }
     done: dict[str, str] = {}
 
     def resolve(name: str, seen: tuple[str, ...]) -> str:
@@ -285,14 +329,21 @@ def load(path: Path) -> Source:
         raise SourceError(f"{path.name}: one document (the definition) or two (snippets first)")
     if not isinstance(definition, dict) or "States" not in definition:
         raise SourceError(f"{path.name}: the definition is a mapping with States")
-    return Source(path=path, snippets=snippets, definition=definition)
+    raw = documents[0] if len(documents) == 2 else None
+    return Source(path=path, snippets=snippets, definition=definition, raw_snippets=raw)
 
 
-def _generated(node: Any, snippets: dict[str, str], where: str) -> Any:
+def _generated(node: Any, snippets: dict[str, str], where: str, machine: str) -> Any:
+    if isinstance(node, PerMachine):
+        if machine not in node.values:
+            return _ABSENT
+        return _generated(node.values[machine], snippets, where, machine)
     if isinstance(node, dict):
-        return {str(k): _generated(v, snippets, f"{where}.{k}") for k, v in node.items()}
+        items = {str(k): _generated(v, snippets, f"{where}.{k}", machine) for k, v in node.items()}
+        return {k: v for k, v in items.items() if v is not _ABSENT}
     if isinstance(node, list):
-        return [_generated(v, snippets, f"{where}[{n}]") for n, v in enumerate(node)]
+        values = [_generated(v, snippets, f"{where}[{n}]", machine) for n, v in enumerate(node)]
+        return [v for v in values if v is not _ABSENT]
     if isinstance(node, Substitution):
         return _MARK.format(node.name)
     if isinstance(node, str) and is_expression(node.strip()):
@@ -302,10 +353,18 @@ def _generated(node: Any, snippets: dict[str, str], where: str) -> Any:
     return node
 
 
-def generate(source: Source) -> dict[str, Any]:
+def generate(source: Source, machine: str = MACHINES[0]) -> dict[str, Any]:
     """The definition that deploys (``${Name}`` markers where the JSON has them unquoted),
-    its Comment saying where it comes from."""
-    generated: dict[str, Any] = _generated(source.definition, source.snippets, source.path.name)
+    its Comment saying where it comes from: as the processor runs it, or (machine
+    "batch") the per-message states as the batch workflow runs them."""
+    if machine not in MACHINES:
+        raise SourceError(f"no machine {machine!r}: {', '.join(MACHINES)}")
+    snippets = (
+        source.snippets
+        if source.raw_snippets is None
+        else _snippets(source.raw_snippets, source.path, machine)
+    )
+    generated: dict[str, Any] = _generated(source.definition, snippets, source.path.name, machine)
     origin = (
         f"GENERATED from statemachines/src/{source.path.name} by onceflow/asl/asl_source.py: "
         "do not edit."

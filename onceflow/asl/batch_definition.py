@@ -1,78 +1,52 @@
-"""statemachines/batch.asl.json, generated from statemachines/processor.asl.json.
+"""statemachines/batch.asl.json, assembled from the per-message states of
+statemachines/src/processor.asl.yaml.
 
-The per-message pipeline is written once, in the processor. The batch state
-machine (SqsBatchMode) runs it for each message of an SQS batch that
-EventBridge Pipes hands over synchronously (REQUEST_RESPONSE) and answers with
-``{"batchItemFailures": [{"itemIdentifier": <messageId>}, ...]}``, so that the
-pipe deletes only the messages whose outcome is in the ledger:
+Every rule (claim, reclaim, fenced writes, dead-lettering, outcomes) is written
+once, in processor.asl.yaml, for both machines. Where the batch workflow differs,
+the source says so at the rule, ``!machine {processor: A, batch: B}``
+(onceflow/asl/asl_source.py), and docs/design.md names each difference ("The SQS
+batch mode: the same rules, three named differences"). This module adds only the
+batch's frame, the same for every rule, and applies two mechanical changes:
 
-- For Step Functions targets a pipe reads a partial failure from this payload,
-  and for SQS the itemIdentifier is the messageId (EventBridge, "Amazon
-  EventBridge Pipes batching and concurrency",
+- The frame. The batch state machine (SqsBatchMode) runs the per-message states
+  for each message of an SQS batch that EventBridge Pipes hands over synchronously
+  (REQUEST_RESPONSE) and answers with
+  ``{"batchItemFailures": [{"itemIdentifier": <messageId>}, ...]}``, so that the
+  pipe deletes only the messages whose outcome is in the ledger. For Step
+  Functions targets a pipe reads a partial failure from this payload, and for SQS
+  the itemIdentifier is the messageId (EventBridge, "Amazon EventBridge Pipes
+  batching and concurrency",
   https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-pipes-batching-concurrency.html).
-- The pipe always sends a JSON array, even for one message (same page); each
+  The pipe always sends a JSON array, even for one message (same page); each
   element is the SQS record of
   https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-pipes-sqs.html.
+  An inline Map (``EachMessage``) runs over the array; ItemSelector hands each
+  iteration the message and its index from the Map's context
+  (input-output-itemselector.html documents ``$$.Map.Item.Value`` in JSONPath;
+  the JSONata spelling ``$states.context.Map.Item.Index`` is not verified in the
+  AWS text).
+- A lock owner per message. Each iteration first takes a lock owner of its own,
+  the execution's ARN and the message's index, and every
+  ``$states.context.Execution.Id`` of the per-message states becomes that owner:
+  two messages of one batch never share a lock owner, a fencing token or a call
+  token.
+- Outcomes. In an inline Map "any iteration failure causes the Map state to
+  fail" and then "all iterations stop" (ProcessorConfig, Step Functions developer
+  guide, https://docs.aws.amazon.com/step-functions/latest/dg/state-map-inline.html),
+  and so the execution fails, the whole batch with it. Each end state ends the
+  iteration with the output ``{messageId, outcome, retry, error?, cause?}``: a
+  Succeed state stays a Succeed state; a Fail state runs inside a one-branch
+  Parallel (``Log<name>``) whose Catch makes that output from its Error and
+  Cause, so the Fail state is still entered, and logged at level ERROR, under its
+  own name (the template's failure metrics count it). ``retry`` is true (the
+  message stays in the queue) for every outcome that is not settled. Duplicate
+  makes its own outcome in the source (settled only when the row it reads back
+  is PROCESSED or dead-lettered). An uncaught error, a crash or the five-minute
+  limit fails the whole execution, and the pipe then retries the whole batch
+  (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-pipes-error-troubleshooting.html).
 
-The generated definition is an inline Map (``EachMessage``) over the array;
-ItemSelector hands each iteration the message and its index from the Map's
-context (input-output-itemselector.html documents ``$$.Map.Item.Value`` in
-JSONPath; the JSONata spelling ``$states.context.Map.Item.Index`` is not
-verified in the AWS text). Each iteration first takes a lock owner of its
-own, the execution's ARN and the message's index, then runs the processor's
-states, copied, with every
-``$states.context.Execution.Id`` replaced by that owner: two messages of one
-batch never share a lock owner, a fencing token or a call token.
-
-Terminal states change, because in an inline Map "any iteration failure causes
-the Map state to fail" and then "all iterations stop" (ProcessorConfig, Step
-Functions developer guide,
-https://docs.aws.amazon.com/step-functions/latest/dg/state-map-inline.html),
-and so the execution fails, the whole batch with it. Each ends the
-iteration with the output ``{messageId, outcome, retry, error?, cause?}``: a
-Succeed state stays a Succeed state; a Fail state runs inside a one-branch
-Parallel (``Log<name>``) whose Catch makes that output from its Error and
-Cause, so the Fail state is still entered, and logged at level ERROR, under
-its own name (the template's failure metrics count it). ``retry``
-is true (the message stays in the queue) for every outcome that is not
-settled; Duplicate is settled only when the row is PROCESSED or
-dead-lettered, which it reads back (the dynamodb:getItem integration,
-ConsistentRead; its role needs dynamodb:GetItem,
-https://docs.aws.amazon.com/step-functions/latest/dg/dynamo-iam.html): see
-DUPLICATE_COMMENT. An uncaught error, a crash or the five-minute limit fails
-the whole execution, and the pipe then retries the whole batch
-(https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-pipes-error-troubleshooting.html).
-
-Rows go into the OpenWork index as the processor writes them: the queue does
-not always bring a message back (its receive budget, its retention, a pipe
-stopped for good), and the audit's sweep finds through the index what it no
-longer can (P11).
-
-Three rules differ from the processor's, each because the queue keeps a message
-until its outcome is settled (docs/design.md, "The SQS batch mode"):
-
-- A row at MaxAttempts that is not settled (FAILED and not dead-lettered, or
-  PROCESSING with an expired lock) is dead-lettered by its next delivery
-  (AT_MAX_ATTEMPTS, TAKE_OVER): the lock is taken with a conditional write, the
-  DLQ message sent, then the fenced MarkDeadLettered. Otherwise such a message
-  would come back as an unsettled Duplicate until the queue's receive budget
-  moves it to the source DLQ. The single-message processor leaves such a row to
-  the audit's sweep: its delivery is consumed either way, and its duplicate path
-  stays Claim, Reclaim, Duplicate.
-- A ledger write that fails past its retries (LedgerUnavailable) before any DLQ
-  message was sent sends none and keeps the message: the queue carries the work,
-  and one unit of work never has both a DLQ message and a message that comes
-  back (which could finish it and leave the DLQ alarm firing for finished work).
-  After the DLQ message was sent (MarkDeadLettered failing) the message is
-  deleted: the DLQ message carries it.
-- The lock is capped by the EXPRESS limit (BATCH_LOCK_CAP): no state of a batch
-  execution runs after five minutes, nor its last Process call after the task's
-  timeout, so a longer LockTimeoutSeconds would only make a message whose
-  execution died wait more receives; the created queue's visibility timeout
-  (1800 s) is longer, so such a message finds the lock expired on its next receive.
-
-The file keeps the processor's ``${Param}`` DefinitionSubstitutions verbatim,
-quoted or not (``"IntervalSeconds": ${RetryIntervalSeconds}``).
+The file keeps the source's ``${Param}`` DefinitionSubstitutions verbatim, quoted
+or not (``"IntervalSeconds": ${RetryIntervalSeconds}``).
 
     python -m onceflow.asl.batch_definition          # writes the file
     python -m onceflow.asl.batch_definition --check  # exit 1 if it differs
@@ -89,23 +63,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from onceflow.asl import asl_source
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout these tools write in
 PROCESSOR = PROJECT_ROOT / "statemachines" / "processor.asl.json"
+SOURCE = PROJECT_ROOT / "statemachines" / "src" / "processor.asl.yaml"
 BATCH = PROJECT_ROOT / "statemachines" / "batch.asl.json"
 
 MAP_STATE = "EachMessage"
 FIRST_STATE = "TakeMessage"
 RESPOND_STATE = "Respond"
-READ_DUPLICATE = "ReadDuplicateRow"
-SETTLED_OR_RECLAIM = "SettledOrReclaim"
-RECLAIM = "Reclaim"
 DUPLICATE = "Duplicate"
 OWNER = "lockOwner"
 MESSAGE_ID = "messageId"
-DUPLICATE_ROW = "duplicateRow"
-AT_MAX_ATTEMPTS = "AtMaxAttempts"
-TAKE_OVER = "TakeOverAtMaxAttempts"
-SEND_TO_DLQ = "SendToDLQ"
 LEDGER_UNAVAILABLE = "LedgerUnavailable"
 LOG_PREFIX = "Log"  # the Parallel a processor Fail state runs in
 MESSAGE_ENDS = "MessageEnds"
@@ -127,64 +97,8 @@ RETRIED = frozenset({"LockLost", "Failed", "DeadLetterFailed", "LedgerUnavailabl
 # this holds. LedgerUnavailable after the DLQ message was sent (MarkDeadLettered
 # failed, its failure a MaximumRetryAttempts or PermanentError) is settled.
 RETRIED_WHEN = {LEDGER_UNAVAILABLE: "$failure.condition = 'LedgerUnavailable'"}
-# End states whose processor comment does not hold in the batch.
-BATCH_COMMENTS = {
-    LEDGER_UNAVAILABLE: (
-        "Alarmed. A ledger write failed past its retries (throttling, a validation error). "
-        "Before any DLQ message was sent, none is: the message stays in the queue and "
-        "carries the work, and a row this execution held comes back when its lock expires. "
-        "When MarkDeadLettered failed, the DLQ message exists and carries it."
-    )
-}
-
-DUPLICATE_COMMENT = (
-    "Claim was refused: the row exists. It is read back (consistent) before any takeover is "
-    "tried: a PROCESSED or dead-lettered row is a settled duplicate, at the cost of one "
-    "refused write and this read (P8 item 5); any other row goes to Reclaim."
-)
-SETTLED_OR_RECLAIM_COMMENT = (
-    "Only a PROCESSED or dead-lettered row is settled. Any other (FAILED, PROCESSING, at "
-    "MaxAttempts) may be taken over by Reclaim; if Reclaim is refused, a row at MaxAttempts "
-    "is taken to be dead-lettered (AtMaxAttempts), and any other is held by another live "
-    "lock: the message must stay, for if that execution crashes this copy is what brings "
-    "the work back."
-)
-AT_MAX_ATTEMPTS_COMMENT = (
-    "Reclaim was refused. A row at MaxAttempts is never reclaimed: unless another live lock "
-    "holds it, this delivery dead-letters it (P11), or the message would come back as an "
-    "unsettled Duplicate until the queue's receive budget ran out."
-)
-TAKE_OVER_COMMENT = (
-    "A row at MaxAttempts, FAILED and not dead-lettered (its DLQ message was never sent) or "
-    "PROCESSING under an expired lock (its execution died): take the lock with a conditional "
-    "write (no attempt is added: the work is not run again), then send the DLQ message and "
-    "mark the row dead-lettered, fenced, as the processor does. Refused: another live lock "
-    "holds it (or it was settled meanwhile), a Duplicate."
-)
-# The takeover's DLQ message says what the audit's would (functions/service/logic/
-# audit.py: stuck_dead_letter_message, failed_dead_letter_message): LockExpired for a
-# stuck row; for a FAILED row the failure its last_error names (for one whose DLQ
-# send failed, the failure it was being dead-lettered for) and that last_error.
-TAKE_OVER_FAILURE = (
-    "{% ($old := $states.result.Attributes; $n := $old.attempts.N;"
-    " $last := $exists($old.last_error.S) ? $old.last_error.S : '';"
-    " $old.status.S = 'PROCESSING' ? {'code': 'LockExpired', 'condition': 'MaximumRetryAttempts',"
-    " 'message': 'LockExpired: the lock of ' & ($exists($old.lock_owner.S) ? $old.lock_owner.S"
-    " : 'an unknown execution') & ' expired with the work unfinished, after ' & $n"
-    " & ' attempt(s)'} :"
-    " ($undelivered := $match($last, /^DeadLetterFailed: [\\s\\S]*? \\(dead-lettering"
-    " ([A-Za-z0-9_.-]+): /);"
-    " $named := $match($last, /^([A-Za-z0-9_.-]+):/);"
-    " $code := $count($undelivered) > 0 ? $undelivered[0].groups[0] :"
-    " ($count($named) > 0 ? $named[0].groups[0] : 'Unknown');"
-    " {'code': $code, 'condition': $code = 'PermanentError' ? 'PermanentError'"
-    " : 'MaximumRetryAttempts', 'message': $substring($length($last) > 0 ? $last"
-    " : $code & ': failed ' & $n & ' time(s)', 0, 1000)})) %}"
-)
-# The batch's lock is at most the EXPRESS limit (300 s), then the longest a Process call
-# started just before it may still run (the task's timeout, the function's + 10 s), and a
-# margin: the processor's lock (LockTimeoutSeconds or the worst case, the longer) capped.
-BATCH_LOCK_CAP = "300 + (${ProcessorTimeoutSeconds} + 10) + 60"
+# End states that make their own outcome in the source (a !machine batch value).
+OWN_OUTCOME = frozenset({DUPLICATE})
 
 _SUBSTITUTION = re.compile(r"\$\{(\w+)\}")
 _MARK = "@@onceflow-substitution:{}@@"
@@ -281,9 +195,7 @@ def _terminal(name: str, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     as for the processor (cw-logs.html), so the failure metrics count a batch's
     failures at the batch mode's default log level, ERROR.
     """
-    comment = BATCH_COMMENTS.get(name, state.get("Comment"))
-    if name in BATCH_COMMENTS:
-        state = {**state, "Comment": comment}
+    comment = state.get("Comment")
     if state["Type"] != "Fail":
         why = "In the batch: settled, the message is deleted."
         return {
@@ -344,228 +256,14 @@ def _redirect(state: dict[str, Any], old: str, new: str) -> dict[str, Any]:
     return state
 
 
-def _duplicate_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A refused Claim reads the row back before Reclaim is tried; Duplicate deletes the
-    message only when the row is settled."""
-    claim = processor["States"].get("Claim")
-    if claim is None or claim.get("Resource") != "arn:aws:states:::dynamodb:putItem":
-        raise DefinitionError("the processor has no Claim (dynamodb:putItem) to read the table of")
-    refused = [c for c in claim.get("Catch", []) if c.get("Next") == RECLAIM]
-    if [c["ErrorEquals"] for c in refused] != [["DynamoDB.ConditionalCheckFailedException"]]:
-        raise DefinitionError("Claim no longer goes to Reclaim on a refused condition alone")
-    retriers = [r for r in claim.get("Retry", []) if "States.ALL" not in r["ErrorEquals"]]
-    read = {
-        "Type": "Task",
-        "Comment": DUPLICATE_COMMENT,
-        "Resource": "arn:aws:states:::dynamodb:getItem",
-        "Arguments": {
-            "TableName": claim["Arguments"]["TableName"],
-            "Key": {"pk": {"S": "{% $workItem.idempotencyKey %}"}},
-            "ConsistentRead": True,
-            "ProjectionExpression": "#status, dead_lettered_at, attempts",
-            "ExpressionAttributeNames": {"#status": "status"},
-        },
-        "Assign": {
-            DUPLICATE_ROW: (
-                "{% ($item := $states.result.Item; {'status': $exists($item.status.S) ? "
-                "$item.status.S : null, 'deadLettered': $exists($item.dead_lettered_at), "
-                "'attempts': $exists($item.attempts.N) ? $number($item.attempts.N) : 0}) %}"
-            )
-        },
-        "Retry": copy.deepcopy(retriers),
-        "Catch": [
-            {
-                "ErrorEquals": ["States.ALL"],
-                "Assign": {
-                    DUPLICATE_ROW: (
-                        "{% {'status': null, 'deadLettered': false, 'attempts': 0, "
-                        "'error': $states.errorOutput.Error} %}"
-                    )
-                },
-                "Next": DUPLICATE,
-            }
-        ],
-        "Next": SETTLED_OR_RECLAIM,
-    }
-    settled = f"(${DUPLICATE_ROW}.status = 'PROCESSED' or ${DUPLICATE_ROW}.deadLettered = true)"
-    choose = {
-        "Type": "Choice",
-        "Comment": SETTLED_OR_RECLAIM_COMMENT,
-        "Choices": [{"Condition": "{% " + settled + " %}", "Next": DUPLICATE}],
-        "Default": RECLAIM,
-    }
-    duplicate = {
-        "Type": "Succeed",
-        "Comment": (
-            "Deleted only when the row is PROCESSED or dead-lettered; otherwise (held by "
-            "another live lock, unreadable) the message stays in the queue."
-        ),
-        "Output": (
-            "{% {'messageId': $"
-            + MESSAGE_ID
-            + ", 'outcome': 'Duplicate', 'retry': $not"
-            + settled
-            + ", 'ledgerStatus': $"
-            + DUPLICATE_ROW
-            + ".status, 'deadLettered': $"
-            + DUPLICATE_ROW
-            + ".deadLettered, 'error': $"
-            + DUPLICATE_ROW
-            + ".error} %}"
-        ),
-    }
-    return {
-        READ_DUPLICATE: read,
-        SETTLED_OR_RECLAIM: choose,
-        DUPLICATE: duplicate,
-        **_dead_letter_at_max_attempts(processor),
-    }
-
-
-def _dead_letter_at_max_attempts(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A refused Reclaim of a row at MaxAttempts: take the lock, then dead-letter it."""
-    reclaim = processor["States"][RECLAIM]
-    arguments = reclaim["Arguments"]
-    values = arguments["ExpressionAttributeValues"]
-    if "':max_attempts': {'N': '${MaxAttempts}'}" not in values or ":lock_expires_at" not in values:
-        raise DefinitionError("Reclaim no longer writes the lock as batch_definition.py expects")
-    unavailable = [
-        c
-        for c in reclaim.get("Catch", [])
-        if "'condition': 'LedgerUnavailable'" in str(c.get("Assign", {}).get("failure", ""))
-    ]
-    if len(unavailable) != 1:
-        raise DefinitionError("Reclaim no longer names LedgerUnavailable as expected")
-    failure = unavailable[0]["Assign"]["failure"].replace(
-        "Reclaim failed: ", TAKE_OVER + " failed: "
-    )
-    choose = {
-        "Type": "Choice",
-        "Comment": AT_MAX_ATTEMPTS_COMMENT,
-        "Choices": [
-            {
-                "Condition": "{% $" + DUPLICATE_ROW + ".attempts >= ${MaxAttempts} %}",
-                "Next": TAKE_OVER,
-            }
-        ],
-        "Default": DUPLICATE,
-    }
-    take_over = {
-        "Type": "Task",
-        "Comment": TAKE_OVER_COMMENT,
-        "Resource": "arn:aws:states:::dynamodb:updateItem",
-        "Arguments": {
-            "TableName": arguments["TableName"],
-            "Key": copy.deepcopy(arguments["Key"]),
-            "UpdateExpression": (
-                "SET #status = :processing, open_status = :open, lock_owner = :owner, "
-                "lock_expires_at = :lock_expires_at, updated_at = :now_ms"
-            ),
-            "ConditionExpression": (
-                "attribute_exists(pk) AND attribute_not_exists(dead_lettered_at) "
-                "AND attempts >= :max_attempts AND (#status = :failed "
-                "OR (#status = :processing AND lock_expires_at < :now))"
-            ),
-            "ExpressionAttributeNames": {"#status": "status"},
-            "ExpressionAttributeValues": (
-                "{% (($nowMs := $millis(); $now := $floor($nowMs / 1000); "
-                "{':processing': {'S': 'PROCESSING'}, "
-                "':open': {'S': 'PROCESSING#' & "
-                + _SHARD.format(key="$workItem.idempotencyKey")
-                + "}, ':failed': {'S': 'FAILED'}, "
-                "':owner': {'S': $" + OWNER + "}, "
-                "':lock_expires_at': {'N': $string($now + $lockSeconds)}, "
-                "':now': {'N': $string($now)}, ':now_ms': {'N': $string($nowMs)}, "
-                "':max_attempts': {'N': '${MaxAttempts}'}})) %}"
-            ),
-            "ReturnValues": "ALL_OLD",
-        },
-        "Assign": {
-            "attempt": "{% $number($states.result.Attributes.attempts.N) %}",
-            "held": True,
-            "failure": TAKE_OVER_FAILURE,
-        },
-        "Retry": copy.deepcopy(reclaim.get("Retry", [])),
-        "Catch": [
-            {"ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"], "Next": DUPLICATE},
-            # Nothing sent yet: the message stays, as for every ledger outage in the batch.
-            {
-                "ErrorEquals": ["States.ALL"],
-                "Assign": {"failure": failure},
-                "Next": LEDGER_UNAVAILABLE,
-            },
-        ],
-        "Next": SEND_TO_DLQ,
-    }
-    return {AT_MAX_ATTEMPTS: choose, TAKE_OVER: take_over}
-
-
-_SHARD = "$lowercase($substring($hash({key}, 'MD5'), 0, 1))"  # OpenWork's, as the processor's
-
-
-def _without_dead_letter_on_ledger_outage(
-    states: dict[str, dict[str, Any]],
-) -> dict[str, dict[str, Any]]:
-    """Every catch that would dead-letter a LedgerUnavailable goes to LedgerUnavailable
-    itself: the message stays in the queue and carries the work, no DLQ message is sent."""
-    out = {}
-    rerouted = 0
-    for name, state in states.items():
-        state = copy.deepcopy(state)
-        for rule in state.get("Catch", []):
-            failure = str(rule.get("Assign", {}).get("failure", ""))
-            if "'condition': 'LedgerUnavailable'" in failure and rule.get("Next") == SEND_TO_DLQ:
-                rule["Next"] = LEDGER_UNAVAILABLE
-                rerouted += 1
-        out[name] = state
-    if rerouted == 0:
-        raise DefinitionError(
-            "no ledger write of the processor dead-letters a LedgerUnavailable any more: "
-            "update batch_definition.py"
-        )
-    return out
-
-
-def _with_batch_lock(states: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every assignment of lockSeconds capped at BATCH_LOCK_CAP."""
-    out = {}
-    replaced = 0
-    for name, state in states.items():
-        state = copy.deepcopy(state)
-        for holder in [state, *state.get("Choices", [])]:
-            lock = holder.get("Assign", {}).get("lockSeconds")
-            if lock is not None:
-                if not (lock.startswith("{%") and lock.endswith("%}")):
-                    raise DefinitionError(f"{name} assigns lockSeconds without an expression")
-                inner = lock[2:-2].strip()
-                holder["Assign"]["lockSeconds"] = (
-                    "{% $min([(" + inner + "), " + BATCH_LOCK_CAP + "]) %}"
-                )
-                replaced += 1
-        out[name] = state
-    if replaced == 0:
-        raise DefinitionError(
-            "the processor no longer assigns lockSeconds: update batch_definition.py"
-        )
-    return out
-
-
-def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    states: dict[str, dict[str, Any]] = processor["States"]
-    taken = {
-        FIRST_STATE,
-        READ_DUPLICATE,
-        SETTLED_OR_RECLAIM,
-        AT_MAX_ATTEMPTS,
-        TAKE_OVER,
-        MESSAGE_ENDS,
-    } & set(states)
+def _iteration_states(per_message: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The states of one message's iteration: the lock owner's first state, then the
+    per-message states with the owner for the execution and each end made an outcome."""
+    states: dict[str, dict[str, Any]] = per_message["States"]
+    taken = {FIRST_STATE, MESSAGE_ENDS} & set(states)
     taken |= {LOG_PREFIX + n for n in states} & set(states)
     if taken:
-        raise DefinitionError(f"the processor already has states named {sorted(taken)}")
-    missing = {DUPLICATE, SEND_TO_DLQ, LEDGER_UNAVAILABLE} - set(states)
-    if missing:
-        raise DefinitionError(f"the processor has no state {sorted(missing)}")
+        raise DefinitionError(f"the source already has states named {sorted(taken)}")
     unknown = {
         use
         for text in _strings(states)
@@ -574,7 +272,7 @@ def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
     if unknown:
         raise DefinitionError(
-            f"the processor reads {sorted(unknown)} of the context; in a batch that names the "
+            f"the source reads {sorted(unknown)} of the context; in a batch that names the "
             "whole batch, not the message: decide what it must be in batch_definition.py"
         )
     first = {
@@ -592,37 +290,31 @@ def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
             ),
         },
         "Output": "{% [$states.input.record] %}",
-        "Next": processor["StartAt"],
+        "Next": per_message["StartAt"],
     }
     out: dict[str, dict[str, Any]] = {FIRST_STATE: first}
-    duplicate_states = _duplicate_states(processor)
     fails: set[str] = set()
-    for name, state in _with_batch_lock(_without_dead_letter_on_ledger_outage(states)).items():
+    for name, state in states.items():
         state = _map_strings(state, lambda s: s.replace(EXECUTION_ID, f"${OWNER}"))
-        state = _redirect(state, RECLAIM, READ_DUPLICATE)
-        if name == RECLAIM:
-            state = _redirect(state, DUPLICATE, AT_MAX_ATTEMPTS)
-            state["Comment"] = (
-                f"{state.get('Comment', '')} In the batch a refused Reclaim goes to "
-                f"{AT_MAX_ATTEMPTS}: a row at the maximum is this delivery's to dead-letter."
-            ).strip()
-        if name == DUPLICATE:
-            out.update(duplicate_states)
-            continue
         ends = state["Type"] in ("Succeed", "Fail") or state.get("End") is True
-        if ends:
-            if name not in SETTLED | RETRIED:
-                raise DefinitionError(
-                    f"the processor's end state {name} is neither settled nor retried: "
-                    "add it to SETTLED or RETRIED in onceflow/asl/batch_definition.py"
-                )
-            if state["Type"] not in ("Succeed", "Fail"):
-                raise DefinitionError(f"the processor's end state {name} is a {state['Type']}")
-            ends_as = _terminal(name, state)
-            out.update(ends_as)
-            fails.update(n for n in ends_as if n != name)
+        if not ends:
+            out[name] = state
             continue
-        out[name] = state
+        if name in OWN_OUTCOME:
+            if "'outcome':" not in str(state.get("Output", "")):
+                raise DefinitionError(f"{name} makes no outcome in the batch: give it one")
+            out[name] = state
+            continue
+        if name not in SETTLED | RETRIED:
+            raise DefinitionError(
+                f"the processor's end state {name} is neither settled nor retried: "
+                "add it to SETTLED or RETRIED in onceflow/asl/batch_definition.py"
+            )
+        if state["Type"] not in ("Succeed", "Fail"):
+            raise DefinitionError(f"the processor's end state {name} is a {state['Type']}")
+        ends_as = _terminal(name, state)
+        out.update(ends_as)
+        fails.update(n for n in ends_as if n != name)
     for name in fails:
         for other, state in out.items():
             out[other] = _redirect(state, name[len(LOG_PREFIX) :], name)
@@ -634,13 +326,15 @@ def _iteration_states(processor: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def batch_definition(processor: dict[str, Any]) -> dict[str, Any]:
-    """The batch state machine made of the processor's definition (parsed)."""
-    if processor.get("QueryLanguage") != "JSONata":
+def batch_definition(per_message: dict[str, Any]) -> dict[str, Any]:
+    """The batch state machine made of the per-message states (processor.asl.yaml as the
+    batch runs it: ``asl_source.generate(source, machine="batch")``)."""
+    if per_message.get("QueryLanguage") != "JSONata":
         raise DefinitionError("the processor must be written in JSONata")
     return {
         "Comment": (
-            "GENERATED by onceflow/asl/batch_definition.py from processor.asl.json: do not edit. "
+            "GENERATED by onceflow/asl/batch_definition.py from statemachines/src/"
+            "processor.asl.yaml: do not edit. "
             "onceflow SQS batch mode: the processor's pipeline for each message of a batch "
             "from EventBridge Pipes (REQUEST_RESPONSE); returns batchItemFailures, the messages "
             "whose outcome is not settled in the ledger, so only those stay in the queue."
@@ -663,7 +357,7 @@ def batch_definition(processor: dict[str, Any]) -> dict[str, Any]:
                 "ItemProcessor": {
                     "ProcessorConfig": {"Mode": "INLINE"},
                     "StartAt": FIRST_STATE,
-                    "States": _iteration_states(processor),
+                    "States": _iteration_states(per_message),
                 },
                 "Next": RESPOND_STATE,
             },
@@ -683,16 +377,20 @@ def batch_definition(processor: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def generate(processor_path: Path = PROCESSOR) -> str:
-    """The text of statemachines/batch.asl.json for the processor at processor_path."""
-    processor = parse_definition(processor_path.read_text(encoding="utf-8"))
-    return render_definition(batch_definition(processor))
+def per_message_states(source: Path = SOURCE) -> dict[str, Any]:
+    """The source's definition as the batch runs each message (``!machine`` batch values)."""
+    return asl_source.generate(asl_source.load(source), machine="batch")
+
+
+def generate(source: Path = SOURCE) -> str:
+    """The text of statemachines/batch.asl.json for the source at source."""
+    return render_definition(batch_definition(per_message_states(source)))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m onceflow.asl.batch_definition",
-        description="Write statemachines/batch.asl.json, generated from processor.asl.json.",
+        description="Write statemachines/batch.asl.json from statemachines/src/processor.asl.yaml.",
     )
     parser.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if the file differs"
@@ -703,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         if current != text:
             print(
-                f"{BATCH.relative_to(PROJECT_ROOT)} is not what processor.asl.json generates; "
+                f"{BATCH.relative_to(PROJECT_ROOT)} is not what processor.asl.yaml generates; "
                 "run: python -m onceflow.asl.batch_definition",
                 file=sys.stderr,
             )

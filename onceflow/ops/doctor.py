@@ -486,8 +486,8 @@ def _source_queue(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
 
 def _batch_lock(stack: _Stack) -> int:
     """The shortest lock a batch claim holds: LockTimeoutSeconds capped, as the batch
-    definition caps it, by what a batch execution can last (onceflow/asl/batch_definition.py,
-    BATCH_LOCK_CAP: five minutes, the Process task's timeout, a minute)."""
+    definition caps it, by what a batch execution can last (statemachines/src/processor.asl.yaml,
+    Claim's lockSeconds for the batch: five minutes, the Process task's timeout, a minute)."""
     # Constants since P12 (docs/operate.md, Constants), parameters of older stacks.
     lock = int(stack.parameter("LockTimeoutSeconds", "900") or 900)
     task = int(stack.parameter("ProcessorTimeoutSeconds", "60") or 60) + 10

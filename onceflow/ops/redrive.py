@@ -281,7 +281,7 @@ def unversioned_upload_time(event: Any) -> datetime.datetime | None:
     EventBridge event's ``time``, or the earliest such record's ``eventTime`` of a classic
     S3 notification (S3 User Guide, ev-events.html; notification-content-structure.html:
     ``versionId`` "object version if bucket is versioning-enabled, otherwise null"; an
-    absent one counts as null, as Normalize reads it). None for any other event, and for
+    absent one counts as null, as Claim reads it). None for any other event, and for
     an upload with a version (its event and the audit share the version's key)."""
     if not isinstance(event, dict):
         return None

@@ -178,7 +178,7 @@ def test_the_lock_covers_the_worst_case_from_claim_to_the_last_fenced_write(
     definition = processor_definition(parameters)
     states = definition["States"]
     after_claim = worst_case_seconds({"StartAt": "Process", "States": states})
-    expression = definition["States"]["Normalize"]["Choices"][2]["Assign"]["lockSeconds"]
+    expression = definition["States"]["Claim"]["Catch"][0]["Assign"]["lockSeconds"]
     # WHEN the lock's length is evaluated as the ASL does (plain arithmetic once resolved)
     lock = _evaluate_lock(expression)
     # THEN the lock outlasts the longest path from Process to the last write that needs it

@@ -226,3 +226,89 @@ States:
     assert '"IntervalSeconds": ${RetryIntervalSeconds}\n' in text
     assert '"TableName": "${LedgerTableName}"' in text
     assert "'${Prefix}' & $states.input.id" in text
+
+
+# ---- one source, two machines (!machine) ------------------------------------------
+
+
+def test_a_machine_value_is_the_named_machines_and_absent_from_the_other(tmp_path: Path) -> None:
+    # GIVEN a source whose state and field differ by machine
+    source = _source(
+        tmp_path,
+        "StartAt: A\n"
+        "States:\n"
+        "  A:\n"
+        "    Type: Pass\n"
+        "    Next: !machine {processor: B, batch: C}\n"
+        "  B: {Type: Succeed}\n"
+        "  C: !machine\n"
+        "    batch: {Type: Succeed}\n",
+    )
+    # WHEN it is generated for each machine
+    processor = asl_source.generate(source)
+    batch = asl_source.generate(source, machine="batch")
+    # THEN each has its own value, and a state one machine does not name is not in it
+    assert processor["States"]["A"]["Next"] == "B"
+    assert batch["States"]["A"]["Next"] == "C"
+    assert "C" not in processor["States"]
+    assert batch["States"]["C"] == {"Type": "Succeed"}
+
+
+@pytest.mark.parametrize(
+    "value", ["!machine {express: B}", "!machine {}", "!machine B", "!machine [B]"]
+)
+def test_a_machine_value_for_no_known_machine_is_refused(tmp_path: Path, value: str) -> None:
+    with pytest.raises(SourceError, match="!machine"):
+        _source(tmp_path, f"StartAt: A\nStates:\n  A: {{Type: Pass, Next: {value}}}\n")
+
+
+def _machine_values(node: object, path: str = "") -> dict[str, asl_source.PerMachine]:
+    if isinstance(node, asl_source.PerMachine):
+        return {path: node}
+    if isinstance(node, dict):
+        return {p: v for k, n in node.items() for p, v in _machine_values(n, f"{path}/{k}").items()}
+    if isinstance(node, list):
+        return {
+            p: v for i, n in enumerate(node) for p, v in _machine_values(n, f"{path}/{i}").items()
+        }
+    return {}
+
+
+# Every place the batch workflow's per-message states differ from the processor's, by
+# the difference docs/design.md names ("The SQS batch mode: the same rules, three named
+# differences"); a new !machine value fails here until it is named.
+DIFFERENCES = {
+    # 1. a row at MaxAttempts that is not settled: the batch's delivery dead-letters it,
+    # after reading the row back to tell a settled Duplicate (its message deleted)
+    "/States/Claim/Catch/0/Next": "1",
+    "/States/Reclaim/Comment": "1",
+    "/States/Reclaim/Catch/0/Next": "1",
+    "/States/ReadDuplicateRow": "1",
+    "/States/SettledOrReclaim": "1",
+    "/States/Duplicate": "1",
+    "/States/AtMaxAttempts": "1",
+    "/States/TakeOverAtMaxAttempts": "1",
+    # 2. a ledger write that fails past its retries sends no DLQ message in the batch
+    "/States/Claim/Catch/2/Next": "2",
+    "/States/LedgerUnavailable/Comment": "2",
+    # 3. the lock is capped by what a batch execution can last
+    "/Snippets/lockSeconds": "3",
+}
+
+
+def test_the_two_machines_differ_only_where_a_named_difference_says() -> None:
+    # GIVEN the processor's source, which holds both machines' per-message states
+    source = asl_source.load(asl_source.SOURCES / "processor.asl.yaml")
+    # WHEN its !machine values are listed
+    found = {
+        **_machine_values(source.definition),
+        **_machine_values(source.raw_snippets or {}),
+    }
+    # THEN each is one of the named differences, and every named one is there
+    assert set(found) == set(DIFFERENCES)
+    # AND the processor has none of the batch's own states
+    processor = asl_source.generate(source)
+    batch = asl_source.generate(source, machine="batch")
+    own = {p.split("/")[2] for p, v in found.items() if "processor" not in v.values}
+    assert own and not own & set(processor["States"])
+    assert own <= set(batch["States"])

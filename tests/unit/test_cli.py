@@ -26,7 +26,7 @@ def test_execute_prints_the_path_taken(capsys: pytest.CaptureFixture[str]) -> No
     out, err = capsys.readouterr()
     assert code == 0
     assert "status: SUCCEEDED" in out
-    for state in ("Normalize", "Claim", "Process", "MarkComplete", "Processed"):
+    for state in ("Claim", "Process", "MarkComplete", "Processed"):
         assert state in out
     assert "uploaded a sample image" in err
 

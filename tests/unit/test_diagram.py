@@ -19,12 +19,11 @@ def test_the_graph_has_every_state_and_transition_of_the_asl() -> None:
     g = diagram.graph(diagram.load_asl(diagram.MACHINES["processor"]))
     edges = {(e.source, e.target, e.kind) for e in g.edges}
     # the duplicate path, and where a fence rejection leads
-    assert ("Normalize", "Claim", "choice") in edges
     assert ("Claim", "Reclaim", "catch") in edges
     assert ("Reclaim", "Duplicate", "catch") in edges
     assert ("MarkComplete", "LockLost", "catch") in edges
-    assert ("Normalize", "DescribeInvalidEvent", "default") in edges
-    assert g.children["ReadMessage"] == ["ParseMessage"]
+    assert ("Claim", "UnreadableEvent", "catch") in edges
+    assert ("UnreadableEvent", "DescribeInvalidEvent", "default") in edges
     audit = diagram.graph(diagram.load_asl(diagram.MACHINES["audit"]))
     assert audit.children["AuditListing"] == ["AuditListedBatch"]
     assert audit.children["AuditInventory"] == ["AuditInventoryBatch"]
@@ -117,14 +116,12 @@ def test_a_transition_to_no_state_is_an_error() -> None:
 @pytest.mark.parametrize(
     "path", [diagram.MACHINES["processor"], diagram.ROOT / "statemachines" / "batch.asl.json"]
 )
-def test_the_edge_to_claim_says_what_takes_it(path: Path) -> None:
-    """Normalize sends every accepted event that is not an SQS message straight to Claim: the
-    edge's label names them all, not the first of the list (P13: it read "An S3 Object
-    Created event" whatever the execution's event was)."""
+def test_every_event_enters_at_claim(path: Path) -> None:
+    """P12 item 3: no state reads the event before Claim (each is a transition STANDARD
+    bills); Claim's rules read every shape, and a refused event leaves it by its Catch."""
     # GIVEN the graph the docs and the execution viewer draw
     g = diagram.graph(diagram.load_asl(path))
-    # WHEN the Normalize -> Claim edge is read
-    (label,) = [e.label for e in g.edges if (e.source, e.target) == ("Normalize", "Claim")]
-    # THEN it names each kind of event that takes it
-    for kind in ("S3", "custom event", "work item"):
-        assert kind in label, label
+    # THEN only Claim is entered from the start (the batch's TakeMessage names its owner first)
+    into_claim = [e.source for e in g.edges if e.target == "Claim"]
+    assert g.start == "Claim" or into_claim == ["TakeMessage"], (g.start, into_claim)
+    assert ("Claim", "UnreadableEvent", "catch") in {(e.source, e.target, e.kind) for e in g.edges}

@@ -231,6 +231,45 @@ def test_a_failed_expression_is_caught_as_query_evaluation_error(engine: LocalEn
     assert "not valid JSON" in result.output["Cause"]  # type: ignore[attr-defined]
 
 
+def test_a_failed_expression_in_a_dynamodb_tasks_arguments_is_query_evaluation_error(
+    engine: LocalEngine,
+) -> None:
+    """Claim refuses an invalid event by failing an expression of its Arguments: on AWS a
+    failed JSONata expression is States.QueryEvaluationError whichever state it is in
+    (EvaluationFailedEventDetails, Step Functions API Reference); moto's DynamoDB task named
+    every error that is not the service's own DynamoDB.AmazonDynamoDBException."""
+    # GIVEN a putItem task whose Item raises $error
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Put",
+        "States": {
+            "Put": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::dynamodb:putItem",
+                "Arguments": {
+                    "TableName": engine.ref("LedgerTable"),
+                    "Item": "{% $error('refused: ' & $states.input.why) %}",
+                },
+                "Catch": [
+                    {
+                        "ErrorEquals": ["States.QueryEvaluationError"],
+                        "Output": "{% $states.errorOutput %}",
+                        "Next": "Caught",
+                    }
+                ],
+                "End": True,
+            },
+            "Caught": {"Type": "Succeed"},
+        },
+    }
+    # WHEN it runs
+    result = _run(engine, definition, {"why": "no key"})
+    # THEN the Catch for States.QueryEvaluationError takes it, the message in its Cause
+    assert result.status == "SUCCEEDED"  # type: ignore[attr-defined]
+    assert result.output["Error"] == "States.QueryEvaluationError"  # type: ignore[attr-defined]
+    assert "refused: no key" in result.output["Cause"]  # type: ignore[attr-defined]
+
+
 def test_a_pass_state_whose_expression_fails_records_the_evaluation_failure(
     engine: LocalEngine,
 ) -> None:

@@ -155,10 +155,11 @@ def test_the_result_is_kept_up_to_the_contracts_length(name: str) -> None:
 
 
 def test_every_field_a_work_item_is_built_with_is_the_models() -> None:
-    # GIVEN every work item the processor's Normalize and ParseMessage build ($check({...}))
+    # GIVEN every work item the processor's projection builds ('item': {...}, the work item
+    # Claim's rules check and its Assign keeps)
     source = (ROOT / "statemachines" / "src" / "processor.asl.yaml").read_text(encoding="utf-8")
     built = set()
-    for start in [m.end() for m in re.finditer(r"\$check\(\{", source)]:
+    for start in [m.end() for m in re.finditer(r"'item': (?:\$merge\(\[)?\{", source)]:
         depth, end = 1, start
         while depth:
             depth += {"{": 1, "}": -1}.get(source[end], 0)

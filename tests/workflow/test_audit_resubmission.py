@@ -41,7 +41,7 @@ from tests.helpers import (
 )
 from tests.workflow.test_audit import always, history_size, processor_executions
 
-# The largest input the processor's Normalize accepts, in UTF-8 bytes.
+# The largest input the processor's Claim accepts, in UTF-8 bytes.
 INPUT_LIMIT = 122_880
 
 
@@ -110,7 +110,7 @@ def audited() -> Iterator[LocalEngine]:
 def test_a_large_accented_or_emoji_event_is_resubmitted_as_it_was_accepted(
     audited: LocalEngine,
 ) -> None:
-    # GIVEN two custom events EventBridge and Normalize accepted: 55,000 "é" (110 KB in
+    # GIVEN two custom events EventBridge and Claim accepted: 55,000 "é" (110 KB in
     # UTF-8, 330 KB as json.dumps escapes them) and emoji up to the processor's limit
     # (12 bytes each escaped); both failed and wait for the sweep
     accented = custom_event("é" * 55_000)

@@ -798,9 +798,6 @@ def test_inspect_reports_a_batch_claim_as_its_message_in_the_batch_execution(
     assert claimed["status"] == "SUCCEEDED"
     assert claimed["path"] == [
         "TakeMessage",
-        "Normalize",
-        "ReadMessage",
-        "ParseMessage",
         "Claim",
         "Process",
         "MarkComplete",
@@ -908,7 +905,7 @@ def test_the_single_message_processor_leaves_a_row_at_max_attempts_to_the_audit(
         # WHEN its event is delivered again
         again = engine.execute(MACHINE, event)
         # THEN it is a duplicate, as the card's duplicate path, and the row stays open work
-        assert again.states_entered == ["Normalize", "Claim", "Reclaim", "Duplicate"]
+        assert again.states_entered == ["Claim", "Reclaim", "Duplicate"]
         assert dlq_messages(engine) == []
         assert (ledger_row(engine, pk) or {})["open_status"] == open_status("FAILED", pk)
         # AND the audit's sweep dead-letters it: one DLQ message

@@ -29,8 +29,8 @@ from service.contract import CallToken
 from tests.helpers import attributes, dlq_messages, invocations, ledger_row
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "word-count"
-HAPPY_PATH = ["Normalize", "Claim", "Process", "MarkComplete", "Processed"]
-DUPLICATE_PATH = ["Normalize", "Claim", "Reclaim", "Duplicate"]
+HAPPY_PATH = ["Claim", "Process", "MarkComplete", "Processed"]
+DUPLICATE_PATH = ["Claim", "Reclaim", "Duplicate"]
 TEXT = b"one two\nthree four five\n"  # 2 lines, 5 words
 
 

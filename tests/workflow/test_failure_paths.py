@@ -37,7 +37,7 @@ from tests.helpers import (
     upload,
 )
 
-HAPPY_PATH = ["Normalize", "Claim", "Process", "MarkComplete", "Processed"]
+HAPPY_PATH = ["Claim", "Process", "MarkComplete", "Processed"]
 
 Response = tuple[int, dict[str, str], str]
 
@@ -122,7 +122,8 @@ def test_an_invalid_event_whose_dlq_send_fails_ends_dead_letter_failed_with_its_
     assert result.status == "FAILED"
     assert result.error == "DeadLetterFailed"
     assert result.states_entered == [
-        "Normalize",
+        "Claim",
+        "UnreadableEvent",
         "DescribeInvalidEvent",
         "SendToDLQ",
         "CannotDeadLetter",
@@ -151,9 +152,6 @@ def test_a_claim_throttled_past_its_retries_sends_the_message_to_the_dlq(
     assert result.status == "FAILED"
     assert result.error == "LedgerUnavailable"
     assert result.states_entered == [
-        "Normalize",
-        "ReadMessage",
-        "ParseMessage",
         "Claim",
         "SendToDLQ",
         "DeadLetterReason",
@@ -363,7 +361,6 @@ def test_an_execution_run_again_continues_its_own_claim(engine: LocalEngine) -> 
     # THEN it takes its own claim back and finishes the work, not a Duplicate
     assert result.arn == arn
     assert result.states_entered == [
-        "Normalize",
         "Claim",
         "Reclaim",
         "Process",
@@ -394,7 +391,7 @@ def test_a_stuck_row_at_max_attempts_is_left_to_the_audit(engine: LocalEngine) -
     # WHEN another delivery arrives
     result = engine.execute(MACHINE, s3_event(engine, "uploads/stuck.png", version))
     # THEN it does not claim a fourth time (claims stay bounded by MaxAttempts)
-    assert result.states_entered == ["Normalize", "Claim", "Reclaim", "Duplicate"]
+    assert result.states_entered == ["Claim", "Reclaim", "Duplicate"]
     assert len((ledger_row(engine, pk) or {})["claims"]) == 3
 
 

@@ -1,6 +1,6 @@
-"""Keys are never rounded, and Normalize refuses what Claim or the DLQ message could not hold.
+"""Keys are never rounded, and Claim's rules refuse what its row or the DLQ message could not hold.
 
-Before, such inputs were accepted by Normalize and failed inside Claim (no
+Before, such inputs were accepted by the rules and failed inside the PutItem (no
 row, no DLQ message: an SQS message already deleted by the pipe was lost), or
 collapsed two orders into one key (the second dropped as a Duplicate).
 """
@@ -18,7 +18,7 @@ import pytest
 from onceflow.local.engine import LocalEngine
 from tests.helpers import MACHINE, attributes, dlq_messages, ledger_rows, load_event, upload
 
-PROCESSED_SQS = ["Normalize", "ReadMessage", "ParseMessage", "Claim", "Process", "MarkComplete"]
+PROCESSED_SQS = ["Claim", "Process", "MarkComplete"]
 STRING_ADVICE = "send the key as a string"
 
 
@@ -164,7 +164,7 @@ def test_what_claim_would_refuse_is_an_invalid_event(
     upload(keyed, "uploads/a.png")
     # WHEN it is delivered
     result = keyed.execute(MACHINE, make(keyed))
-    # THEN Normalize refuses it by name: InvalidEvent, one DLQ message, no row
+    # THEN Claim's rules refuse it by name: InvalidEvent, one DLQ message, no row
     assert_invalid(keyed, result, message)
 
 

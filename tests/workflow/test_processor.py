@@ -32,8 +32,8 @@ from tests.helpers import (
     upload,
 )
 
-HAPPY_PATH = ["Normalize", "Claim", "Process", "MarkComplete", "Processed"]
-DUPLICATE_PATH = ["Normalize", "Claim", "Reclaim", "Duplicate"]
+HAPPY_PATH = ["Claim", "Process", "MarkComplete", "Processed"]
+DUPLICATE_PATH = ["Claim", "Reclaim", "Duplicate"]
 
 
 def always(error: type[Exception]) -> Any:
@@ -145,7 +145,6 @@ def test_takeover_after_lock_expiry_fences_the_stale_owner(engine: LocalEngine) 
     # THEN the new owner completed, and the stale owner's MarkComplete was fenced off
     assert takeover.status == "SUCCEEDED"
     assert takeover.states_entered == [
-        "Normalize",
         "Claim",
         "Reclaim",
         "Process",
@@ -204,7 +203,6 @@ def test_retries_exhausted_leave_a_failed_row_that_the_next_delivery_reclaims(
     assert failed.status == "FAILED"
     assert failed.error == "TransientError"
     assert failed.states_entered == [
-        "Normalize",
         "Claim",
         "Process",
         "MarkFailed",
@@ -224,7 +222,6 @@ def test_retries_exhausted_leave_a_failed_row_that_the_next_delivery_reclaims(
     again = engine.execute(MACHINE, event)
     assert again.status == "SUCCEEDED"
     assert again.states_entered == [
-        "Normalize",
         "Claim",
         "Reclaim",
         "Process",
@@ -287,7 +284,6 @@ def test_permanent_error_dead_letters_at_once_and_a_duplicate_is_discarded(
     assert result.status == "FAILED"
     assert result.error == "PermanentError"
     assert result.states_entered == [
-        "Normalize",
         "Claim",
         "Process",
         "MarkFailed",

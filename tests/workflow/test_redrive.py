@@ -66,7 +66,7 @@ def test_redrive_of_a_fixed_poison_object_processes_it_once(engine: LocalEngine)
     assert row["redrive_message_id"] == original["MessageId"]
     assert "dead_lettered_at" not in row
     history = engine.wait(str(moved.execution_arn)).states_entered
-    assert history == ["Normalize", "Claim", "Reclaim", "Process", "MarkComplete", "Processed"]
+    assert history == ["Claim", "Reclaim", "Process", "MarkComplete", "Processed"]
 
 
 def test_redrive_of_a_still_broken_object_lands_it_in_the_dlq_again(engine: LocalEngine) -> None:
@@ -155,7 +155,7 @@ def test_inspect_shows_the_row_and_every_execution_that_touched_the_key(
     roles = {e["executionArn"]: e["role"] for e in found["executions"]}
     assert roles == {first.arn: "claimed", second.arn: "discarded as a duplicate"}
     paths = {e["executionArn"]: e["path"] for e in found["executions"]}
-    assert paths[second.arn] == ["Normalize", "Claim", "Reclaim", "Duplicate"]
+    assert paths[second.arn] == ["Claim", "Reclaim", "Duplicate"]
 
 
 def test_cli_audit_redrive_and_inspect_on_a_fresh_local_stack(

@@ -3,7 +3,7 @@ source queue, and the pipe runs the batch workflow on batches of them.
 
 The queue carries EventBridge's event as the message body (an SQS target gets the
 event itself when the target names no InputPath or transformer: eb-targets.html);
-ParseMessage reads it with Normalize's own functions, so an upload keys the same
+Claim reads it with the same function as from the rule, so an upload keys the same
 ledger row whichever path delivered it. Every failure is injected for real: a
 processor that raises on a poison object, an event the rule never sent, a queue that
 is gone.

@@ -156,7 +156,7 @@ EXPECTED = {
     "viewer-happy": (set(), set(), None),
     "viewer-duplicate": (set(), {"Claim", "Reclaim"}, ("Claim", "Reclaim")),
     "viewer-poison": ({"DeadLettered"}, {"Process"}, ("Process", "MarkFailed")),
-    "viewer-invalid": ({"InvalidEvent"}, set(), None),
+    "viewer-invalid": ({"InvalidEvent"}, {"Claim"}, ("Claim", "UnreadableEvent")),
 }
 
 
@@ -420,14 +420,14 @@ def _steps(record: records.Record) -> list[Any]:
     return history.steps(record.result())
 
 
-# ---- a caught error inside a Parallel, and the page at the console's level -------------
+# ---- a caught error, and the page at the console's level -----------------------------------
 
 
 @pytest.fixture(scope="module")
 def unreadable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """An SQS message whose body is not JSON while the key is read from the body
-    (IdempotencyKeyPath): ReadMessage's branch fails and its Catch takes the message to
-    the DLQ. Recorded, then shown as a page."""
+    (IdempotencyKeyPath): Claim's rules refuse it and its Catch takes the message to the
+    DLQ. Recorded, then shown as a page."""
     folder = tmp_path_factory.mktemp("unreadable-records")
     page_file = folder.parent / "unreadable-page" / "unreadable.html"
     parameters = {"IdempotencyKeyPath": "orderId"}
@@ -436,30 +436,28 @@ def unreadable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             MACHINE, load_event("invalid-sqs-body-not-json.json"), name="viewer-unreadable"
         )
         records.save_all(engine, [result], into=folder)
-    assert "ParseMessage" in result.states_entered and result.status == "FAILED"
+    assert "UnreadableEvent" in result.states_entered and result.status == "FAILED"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(records.ENVIRONMENT, str(folder))
         yield page_file
 
 
-def test_show_marks_the_state_that_failed_in_the_branch_and_the_parallel_caught(
+def test_show_marks_the_state_whose_catch_took_the_error(
     unreadable: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # GIVEN the recorded execution of an SQS message whose body could not be read
     # WHEN `onceflow show` prints it and writes its page
     assert main(["show", "viewer-unreadable", "--html", str(unreadable)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    # THEN the terminal table says ParseMessage and ReadMessage caught the same error
+    # THEN the terminal table says Claim caught the error
     column = next(line for line in lines if line.endswith("outcome")).index("outcome")
     outcome = {line.split()[1]: line[column:] for line in lines if re.match(r"\s+\d+\s", line)}
-    assert outcome["ParseMessage"].startswith("caught ")
-    assert outcome["ReadMessage"] == outcome["ParseMessage"]
-    error = outcome["ReadMessage"].removeprefix("caught ")
-    # ... and the page marks both caught (not entered-and-fine), with that error
+    assert outcome["Claim"] == "caught States.QueryEvaluationError"
+    error = outcome["Claim"].removeprefix("caught ")
+    # ... and the page marks it caught (not entered-and-fine), with that error
     page = Page(unreadable.read_text(encoding="utf-8"))
-    assert page.having("caught") == {"ReadMessage", "ParseMessage"}
-    assert page.nodes["ReadMessage"]["data-error"] == page.nodes["ParseMessage"]["data-error"]
-    assert html.unescape(page.nodes["ReadMessage"]["data-error"]) == error
+    assert page.having("caught") == {"Claim"}
+    assert html.unescape(page.nodes["Claim"]["data-error"]) == error
     assert page.having("failed") == {"InvalidEvent"}
 
 
@@ -563,8 +561,8 @@ def test_the_page_at_1280x800_lays_graph_and_detail_side_by_side_with_the_path_i
             assert _inside(node, first["canvas"]), node["name"]
         # ... the caught states drawn in the caught colour (orange), the selected one
         # (the failed end state) excepted, which has the selection's outline
-        assert {n["name"] for n in first["caught"]} == {"ReadMessage", "ParseMessage"}
-        parse = next(n for n in first["caught"] if n["name"] == "ParseMessage")
+        assert {n["name"] for n in first["caught"]} == {"Claim"}
+        parse = next(n for n in first["caught"] if n["name"] == "Claim")
         assert parse["stroke"] == _rgb(colours["--caught-line"])
         assert parse["fill"] == _rgb(colours["--caught"])
 
@@ -586,22 +584,20 @@ def test_the_page_at_1280x800_lays_graph_and_detail_side_by_side_with_the_path_i
         for node in fitted["entered"]:
             assert _inside(node, fitted["canvas"]), node["name"]
 
-        # WHEN the caught state inside the branch is clicked
-        parse = next(n for n in fitted["entered"] if n["name"] == "ParseMessage")
+        # WHEN the caught state is clicked
+        parse = next(n for n in fitted["entered"] if n["name"] == "Claim")
         browser.click(*_centre(parse))
         picked = browser.evaluate(_MEASURE)
         # THEN the panel shows it, with the error it caught
-        assert picked["selected"] == "ParseMessage"
+        assert picked["selected"] == "Claim"
         assert "Caught error: " in picked["panelText"]
         assert browser.problems() == []
 
 
 PATH_UNREADABLE = {
-    "Normalize",
-    "ReadMessage",
-    "ParseMessage",
-    "UnreadableMessage",
-    "DescribeUnreadableMessage",
+    "Claim",
+    "UnreadableEvent",
+    "DescribeInvalidEvent",
     "SendToDLQ",
     "DeadLetterReason",
     "InvalidEvent",

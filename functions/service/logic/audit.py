@@ -346,7 +346,7 @@ def stuck_dead_letter_message(
 
 
 # The largest event a DLQ message carries whole, in UTF-8 bytes (the processor's own bound:
-# Normalize accepts no larger input); a larger one travels as an excerpt, as SendToDLQ's.
+# Claim accepts no larger input); a larger one travels as an excerpt, as SendToDLQ's.
 DEAD_LETTER_EVENT_BYTES = 122_880
 EXCERPT_CHARACTERS = 32_768
 

@@ -25,7 +25,10 @@ from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
     CustomErrorName,
 )
-from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+    FailureEvent,
+    FailureEventException,
+)
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service,
     state_task_service_aws_sdk,
@@ -202,7 +205,11 @@ def _dynamodb_error(client_error: Any) -> tuple[str, str]:
 
 def _dynamodb_from_error(self: Any, env: Any, ex: Exception) -> Any:
     """A request without a member DynamoDB requires is refused in validation; moto's
-    handler met it as a KeyError and reported "'Item'"."""
+    handler met it as a KeyError and reported "'Item'". A failure the state itself
+    raised (an expression of its Arguments, States.QueryEvaluationError) stays what it
+    is, as for every other state; moto named it DynamoDB.AmazonDynamoDBException."""
+    if isinstance(ex, FailureEventException):
+        return ex.failure_event
     if isinstance(ex, KeyError) and ex.args and isinstance(ex.args[0], str):
         member = ex.args[0][:1].lower() + ex.args[0][1:]
         message = (
