@@ -39,4 +39,6 @@ class LocalTarget:
     def express_record(self, execution_arn: str) -> dict[str, Any] | None:
         """The engine's own record of an execution (DescribeExecution refuses an EXPRESS
         one, as AWS does; on AWS its log group holds what this gives)."""
-        return self.engine._describe_execution(execution_arn)
+        from onceflow.local import executions
+
+        return executions.describe(self.engine, execution_arn)
