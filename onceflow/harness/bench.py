@@ -2660,7 +2660,9 @@ def render(report: dict[str, Any]) -> str:
         + f" (the template's defaults: StateMachineLogLevel, Observability). Seed mix: "
         f"{SEED_DUPLICATE_SHARE:.2%} duplicates. Batches as they form at the seed's rate "
         "(section 3). Ratio: happy path against the baseline's happy path, at the same "
-        "level (the baseline has no state machine logs). The audit: a 1-month-old bucket.",
+        "level (the baseline has no state machine logs). The audit: a 1-month-old bucket, "
+        "listed (AuditInventory none; as shipped, sections 2 and 5, an S3 mode's audit "
+        "reads its Inventory).",
         "",
         "| mode | log level | happy $/M | duplicate $/M | seed mix $/M | x baseline |",
         "|---|---|---|---|---|---|",
