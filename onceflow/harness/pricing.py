@@ -398,7 +398,9 @@ def read_deployment(template: Path, parameters: Mapping[str, str] | None = None)
         pipe_window_seconds=window,
         processor_log_level=_log_level(stack, "ProcessorStateMachine"),
         batch_log_level=_log_level(stack, "BatchProcessorStateMachine"),
-        audit_inventory=stack.condition("HasAuditInventory"),
+        # (a template without the condition, as older ones, lists)
+        audit_inventory="HasAuditInventory" in stack.template.get("Conditions", {})
+        and stack.condition("HasAuditInventory"),
     )
 
 
