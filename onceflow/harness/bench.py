@@ -1800,6 +1800,17 @@ def audit_per_message(
     }
 
 
+def audit_as_deployed(paid: Mapping[str, float], mode: Mode, deployment: Deployment) -> float:
+    """What the daily audit costs a message of this mode as the template deploys it: an
+    S3 mode's walks its bucket's daily Inventory when the stack configures one
+    (AuditInventory auto, the default, on the stack's own bucket), else the listing;
+    an SQS mode's pays the fixed part. Before a stack's first report (a day or two) its
+    audit lists: not priced here, the bill being that of a bucket ``age_days`` old."""
+    if not _from_s3(mode):
+        return paid["sqs"]
+    return paid["s3_inventory" if deployment.audit_inventory else "s3"]
+
+
 # ---- the report -----------------------------------------------------------------
 
 
@@ -1964,7 +1975,7 @@ def bill_as_shipped(
                 else 1.0
             )
             paid = audit_per_message(units, at, age_days, cutoff)
-            audit_usd = paid["s3" if _from_s3(mode) else "sqs"]
+            audit_usd = audit_as_deployed(paid, mode, deployment)
             bills = _mode_bills(mode, by, level, at, audit_usd, batch)
             fixed_items = mode_monthly(mode, deployment, rate, metered)
             fixed = amortised(sum(i.usd for i in fixed_items), rate)
@@ -1985,7 +1996,7 @@ def bill_as_shipped(
         at = dataclasses.replace(model, messages_per_day=SEED_MESSAGES_PER_DAY)
         paid = audit_per_message(units, at, age_days, cutoff)
         full = _mode_bills(
-            mode, by, level, at, paid["s3" if _from_s3(mode) else "sqs"], float(mode.batch)
+            mode, by, level, at, audit_as_deployed(paid, mode, deployment), float(mode.batch)
         )
         flattering = _seed_mix(full)
         rows.append({
@@ -2409,9 +2420,11 @@ def render_readme_bill(report: Mapping[str, Any]) -> list[str]:
     lines += [
         "",
         "All-in: usage, the fixed monthly costs (alarms, dashboard, custom metrics, "
-        "schedule) spread over the month's messages, and the audit of a 1-month-old "
-        "bucket, listed; listing grows as the bucket ages, AuditInventory Daily only by the "
-        "report's price (docs/benchmarks.md, section 6).",
+        "schedule) spread over the month's messages, and the daily audit of a 1-month-old "
+        "bucket as the defaults deploy it: from its S3 Inventory (AuditInventory auto, a "
+        "daily report on the stack's own bucket; until the first report, a day or two, it "
+        "lists), whose cost grows with the bucket only by the report's price "
+        "(docs/benchmarks.md, section 6).",
         "",
     ]
     for source, label in (("s3", "From S3"), ("sqs", "From SQS")):
@@ -2521,10 +2534,11 @@ def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
         "per million (its Distributed Map child's transition and EXPRESS request, its "
         "Lambda invocation share, the LIST requests "
         f"${units['listing_per_key'] * 1e6:.4f} per million of it); per object checked "
-        f"${units['per_checked_key'] * 1e6:.4f} per million on top. By listing (the default, "
-        "AuditInventory none) every object the bucket holds is listed and reaches a child "
-        "every day: that part grows with the bucket's age. With a daily S3 Inventory "
-        "(AuditInventory Daily), SelectWindow streams the report and only the window's "
+        f"${units['per_checked_key'] * 1e6:.4f} per million on top. By listing "
+        "(AuditInventory none, or auto on an ExistingBucketName) every object the bucket "
+        "holds is listed and reaches a child every day: that part grows with the bucket's "
+        "age. With a daily S3 Inventory (AuditInventory auto, the default, on the stack's "
+        "own bucket; or Daily), SelectWindow streams the report and only the window's "
         "rows reach a child; what still grows with the bucket is the report's price, "
         "$0.0025 per million objects listed, and the streaming "
         f"(${SELECT_GB_SECONDS_PER_ROW * PRICES['lambda_gb_second'].usd * 1e6:.5f} per "
@@ -2545,9 +2559,11 @@ def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
         "",
         f"Inventory pays above {a['inventory_break_even_keys']:,.0f} objects (its run's reads "
         "and SelectWindow's invocation against what listing an object costs): from the "
-        "first day at the seed's rate, so AuditInventory Daily is the setting to deploy for "
-        "any bucket past a day of uploads (its first report arrives within 48 hours; until "
-        "then, and whenever the newest report is over 2 days old, the audit lists). With it "
+        "first day at the seed's rate, which is why the default, AuditInventory auto, "
+        "configures a daily Inventory on the stack's own bucket (its first report arrives "
+        "within 48 hours; until then, a day or two for a fresh stack, and whenever the "
+        "newest report is over 2 days old, the audit lists). As shipped the bill's audit "
+        "is therefore the Inventory column. With it "
         "the audit's cost per upload grows with the bucket only by the report's price "
         "and its streaming (the table's last column). An SQS message pays only "
         f"the fixed part (the lock sweep and the report): "
@@ -2644,7 +2660,9 @@ def render(report: dict[str, Any]) -> str:
         + f" (the template's defaults: StateMachineLogLevel, Observability). Seed mix: "
         f"{SEED_DUPLICATE_SHARE:.2%} duplicates. Batches as they form at the seed's rate "
         "(section 3). Ratio: happy path against the baseline's happy path, at the same "
-        "level (the baseline has no state machine logs). The audit: a 1-month-old bucket.",
+        "level (the baseline has no state machine logs). The audit: a 1-month-old bucket, "
+        "listed (AuditInventory none; as shipped, sections 2 and 5, an S3 mode's audit "
+        "reads its Inventory).",
         "",
         "| mode | log level | happy $/M | duplicate $/M | seed mix $/M | x baseline |",
         "|---|---|---|---|---|---|",

@@ -328,6 +328,9 @@ class Deployment:
     pipe_window_seconds: float
     processor_log_level: str
     batch_log_level: str
+    # The audit reads a daily S3 Inventory (the condition HasAuditInventory: AuditInventory
+    # auto on the stack's own bucket, Daily or Weekly); False: it lists the bucket.
+    audit_inventory: bool = False
 
 
 def _alarm_metrics(properties: Mapping[str, Any]) -> int:
@@ -395,6 +398,9 @@ def read_deployment(template: Path, parameters: Mapping[str, str] | None = None)
         pipe_window_seconds=window,
         processor_log_level=_log_level(stack, "ProcessorStateMachine"),
         batch_log_level=_log_level(stack, "BatchProcessorStateMachine"),
+        # (a template without the condition, as older ones, lists)
+        audit_inventory="HasAuditInventory" in stack.template.get("Conditions", {})
+        and stack.condition("HasAuditInventory"),
     )
 
 

@@ -179,8 +179,8 @@ def test_a_key_filter_on_the_stacks_own_bucket_is_allowed() -> None:
 @pytest.mark.parametrize(
     ("parameters", "refusal"),
     [
-        ({"AuditInventory": "Daily"}, "AuditInventory needs the stack's own bucket"),
-        ({"AuditInventory": "Weekly", "RetentionDays": "30"}, "AuditInventory needs"),
+        ({"AuditInventory": "Daily"}, "AuditInventory Daily or Weekly needs the stack's own"),
+        ({"AuditInventory": "Weekly", "RetentionDays": "30"}, "AuditInventory Daily or Weekly"),
     ],
 )
 def test_what_the_stack_cannot_configure_on_a_bucket_it_does_not_own_is_refused(

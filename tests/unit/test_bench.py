@@ -5,6 +5,7 @@ Timings are measured and reported, never asserted.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -661,6 +662,51 @@ def test_the_as_shipped_bill_adds_fixed_costs_and_the_audit_to_usage() -> None:
         assert s3["s3_events_free_total"] == pytest.approx(
             s3["total"] - 1.0 * (1 - 0.0003), rel=1e-3
         )
+
+
+def test_as_shipped_the_s3_modes_audit_reads_the_inventory_the_default_configures() -> None:
+    # GIVEN an audit whose listing costs far more than an Inventory's rows, and every mode
+    # deployed from the template with its defaults (AuditInventory auto)
+    units = AuditUnits(0.01, 4e-8, 6e-8, 1e-8, 8e-7)
+    template = bench.PROJECT_ROOT / "template.yaml"
+    deployments = {m.name: bench.mode_deployment(template, m) for m in bench.MODES}
+    metered = bench.Metered(processor=1, audit=9, baseline=1)
+    # THEN every mode's stack configures the daily Inventory on its own bucket
+    assert all(d.audit_inventory for d in deployments.values())
+    # AND an existing bucket, or AuditInventory none, leaves the audit listing
+    existing = {"ExistingBucketName": "customer-uploads"}
+    assert not pricing.read_deployment(template, existing).audit_inventory
+    assert not pricing.read_deployment(template, {"AuditInventory": "none"}).audit_inventory
+
+    def rows(with_inventory: bool) -> dict[str, dict[str, Any]]:
+        chosen = {
+            name: dataclasses.replace(d, audit_inventory=with_inventory)
+            for name, d in deployments.items()
+        }
+        return {
+            r["mode"]: r
+            for r in bench.bill_as_shipped(
+                measures(), baseline_measures(), units, MODEL, chosen, metered
+            )
+        }
+
+    shipped, listed = rows(True), rows(False)
+    # WHEN the S3 modes are billed as shipped, THEN their audit is the Inventory's, a month old
+    at = dataclasses.replace(MODEL, messages_per_day=pricing.SEED_MESSAGES_PER_DAY)
+    day = pricing.audit_day(
+        units, at.messages_per_second, pricing.DAYS_PER_MONTH, MODEL.retention_days, 12.0
+    )
+    for mode in bench.MODES:
+        if mode.source in ("s3", "s3-batch"):
+            share = 1 - pricing.SEED_DUPLICATE_SHARE
+            assert shipped[mode.name]["audit"] == pytest.approx(
+                day.per_million_uploads_inventory * share
+            )
+            assert listed[mode.name]["audit"] == pytest.approx(day.per_million_uploads * share)
+            assert shipped[mode.name]["total"] < listed[mode.name]["total"]
+        else:
+            # AND an SQS mode's audit walks no bucket: the same either way
+            assert shipped[mode.name]["audit"] == pytest.approx(listed[mode.name]["audit"])
 
 
 def test_the_readme_carries_the_stored_runs_bill_table() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from onceflow.local.engine import LocalEngine
+from onceflow.local.engine import EngineError, LocalEngine
 from tests.helpers import (
     AUDIT,
     FUNCTION,
@@ -118,8 +118,10 @@ def test_the_audit_walks_the_bucket_with_one_distributed_map(audited: LocalEngin
     audit_function = audited.function_name("AuditFunction")
     calls = [i for i in audited.runtime.invocations if i.function == audit_function]
     assert len(calls) == 4  # plan, one batch, one page of open work, report
+    # (the default, AuditInventory auto, configures a daily inventory of the stack's own
+    # bucket; S3 has delivered no report yet, so the audit lists, as a fresh stack does)
     assert result.output["source"] == "listing"
-    assert result.output["source_reason"] == "AuditInventory is off"
+    assert result.output["source_reason"] == "no complete inventory report yet"
 
 
 def test_two_audits_in_a_row_the_second_resubmits_nothing(audited: LocalEngine) -> None:
@@ -633,7 +635,8 @@ def test_a_batch_reads_the_versions_of_its_own_keys_only(audited: LocalEngine) -
 
 
 def test_an_inventory_report_is_read_instead_of_the_listing() -> None:
-    with audit_engine(AuditInventory="Daily") as engine:
+    # (as shipped: AuditInventory auto is a daily inventory of the stack's own bucket)
+    with audit_engine() as engine:
         s3 = engine.client("s3")
         bucket = engine.ref("IngestBucket")
         # GIVEN a processed upload, two whose events were lost (one with a key that
@@ -669,7 +672,9 @@ def test_an_inventory_report_is_read_instead_of_the_listing() -> None:
 def test_without_a_fresh_inventory_report_the_audit_lists_the_bucket() -> None:
     from datetime import UTC, datetime, timedelta
 
-    with audit_engine(AuditInventory="Daily") as engine:
+    # GIVEN a fresh stack as shipped (AuditInventory auto): S3's first report is a day or
+    # two away
+    with audit_engine() as engine:
         upload(engine, "a.png")
         first = engine.execute(AUDIT, {}).output
         engine.wait_for_running(MACHINE)
@@ -680,3 +685,15 @@ def test_without_a_fresh_inventory_report_the_audit_lists_the_bucket() -> None:
         assert second["source"] == "listing"
         assert "too old" in second["source_reason"]
         assert first["missing_resubmitted"] == 1 and second["ok"] == 1
+
+
+def test_with_inventory_none_the_audit_lists_and_says_why() -> None:
+    with audit_engine(AuditInventory="none") as engine:
+        upload(engine, "a.png")
+        report = run_audit(engine).output
+        assert report["source"] == "listing"
+        assert report["source_reason"] == "AuditInventory is off"
+        assert report["missing_resubmitted"] == 1
+        # AND the bucket has no inventory configuration for S3 to deliver
+        with pytest.raises(EngineError, match="no S3 Inventory configured"):
+            engine.deliver_inventory()
