@@ -39,7 +39,7 @@ def upload(engine: LocalEngine, key: str, body: bytes | None = None) -> str:
 
 def s3_event(engine: LocalEngine, key: str, version_id: str) -> dict[str, Any]:
     """events/s3-object-created.json, pointed at an object of the local stack."""
-    event = copy.deepcopy(load_event("s3-object-created.json"))
+    event: dict[str, Any] = copy.deepcopy(load_event("s3-object-created.json"))
     event["detail"]["bucket"]["name"] = engine.ref("IngestBucket")
     event["detail"]["object"]["key"] = key
     event["detail"]["object"]["version-id"] = version_id

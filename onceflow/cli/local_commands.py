@@ -6,6 +6,7 @@ The command line loads this module (and moto with it) only to run one of them.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import secrets
@@ -13,11 +14,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 from botocore.exceptions import ClientError
 
 from onceflow.cli.session import Session, json_value, load_event, parse_parameters, template_of
-from onceflow.harness import bench, chaos, chaos_queue
+from onceflow.harness import chaos, chaos_queue
 from onceflow.harness.demo import DemoConfig, run_demo
 from onceflow.local import server
 from onceflow.local.samples import prepare_event, upload_file
@@ -102,7 +104,22 @@ def _rates(
     return {k: rate for k in kinds if (rate := getattr(args, f"{k}_rate")) is not None}
 
 
+def _bench() -> ModuleType:
+    """The benchmark of the clone this command runs from: bench/ beside the onceflow package
+    (an editable install, `make setup`'s), which the wheel does not ship."""
+    clone = Path(__file__).resolve().parents[2]
+    if not (clone / "bench" / "run.py").is_file():
+        raise SystemExit(
+            "onceflow bench: the benchmark is not part of the installed package; run it in a "
+            "clone of the repository (git clone, then make setup; docs/benchmarks.md)"
+        )
+    if str(clone) not in sys.path:
+        sys.path.insert(0, str(clone))
+    return importlib.import_module("bench.run")
+
+
 def cmd_bench(args: argparse.Namespace, session: Session) -> int:
+    bench = _bench()
     for name in ("messages", "rounds", "concurrency", "audit_keys"):
         if getattr(args, name) < 1:
             raise SystemExit(f"onceflow bench: --{name.replace('_', '-')} must be at least 1")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from onceflow.harness.pricing import read_deployment
+from bench.pricing import read_deployment
 from onceflow.local.engine import DEFAULT_TEMPLATE
 from onceflow.local.template import Stack, TemplateError, load_template
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from onceflow.harness.pricing import SEED_MESSAGES_PER_SECOND, mean_batch, read_deployment
+from bench.pricing import SEED_MESSAGES_PER_SECOND, mean_batch, read_deployment
 from onceflow.local.engine import DEFAULT_TEMPLATE
 from onceflow.local.template import Stack, TemplateError
 from tests.template.test_existing_bucket import deployed, properties

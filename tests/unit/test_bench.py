@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from onceflow.harness import bench, pricing
-from onceflow.harness.bench import BaselineMeasure, IndexSpec, Model, PathMeasure, Usage
-from onceflow.harness.pricing import AuditUnits, Deployment
+from bench import pricing
+from bench import run as bench
+from bench.pricing import AuditUnits, Deployment
+from bench.run import BaselineMeasure, IndexSpec, Model, PathMeasure, Usage
 
 OPEN_WORK = IndexSpec("OpenWork", ("open_status", "lock_expires_at"), "ALL")
 OBJECT_CONTENT = IndexSpec("ObjectContent", ("object_ref",), "INCLUDE", ("etag", "status"))

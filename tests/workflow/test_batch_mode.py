@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from moto.sqs.models import sqs_backends
 
+from bench.run import ERROR_EVENT_TYPES, log_records
 from onceflow import ops
-from onceflow.harness.bench import ERROR_EVENT_TYPES, log_records
 from onceflow.local import ingress
 from onceflow.local.engine import ACCOUNT_ID, DEFAULT_TEMPLATE, REGION, EngineError, LocalEngine
 from onceflow.local.target import LocalTarget

@@ -2,7 +2,7 @@
 paths, from every source, counted from real executions on the local engine (P12 item 3).
 
 A transition is a state entered or a Task retried, as `onceflow bench` counts them
-(onceflow/harness/bench.py, ``_transitions``): Step Functions bills "each time a step of
+(bench/run.py, ``_transitions``): Step Functions bills "each time a step of
 your workflow is executed" (https://aws.amazon.com/step-functions/pricing/).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from onceflow.harness.bench import _transitions
+from bench.run import _transitions
 from onceflow.local.engine import LocalEngine
 from tests.helpers import MACHINE, load_event, s3_event, upload
 

@@ -46,8 +46,7 @@ from typing import IO, Any, TextIO, cast
 
 from PIL import Image
 
-from onceflow.harness.common import TransientError
-from onceflow.harness.pricing import (
+from bench.pricing import (
     AUDIT_AGES,
     DAYS_PER_MONTH,
     PRICES,
@@ -73,6 +72,7 @@ from onceflow.harness.pricing import (
     read_deployment,
     runs_per_month,
 )
+from onceflow.harness.common import TransientError
 from onceflow.local.engine import ACCOUNT_ID, PROJECT_ROOT, REGION, ExecutionResult, LocalEngine
 from onceflow.local.lambdas import FUNCTION_OUTPUT
 from onceflow.local.patches.registry import Installed, Installer, Patch, gone, install_all, takes
