@@ -150,6 +150,7 @@ def test_the_local_extra_runs_the_quick_start_from_an_unrelated_directory(
     name = re.search(r"onceflow show (\S+)`", ran.stderr)
     assert name is not None, ran.stdout + ran.stderr
     shown = _run([str(command), "show", name.group(1)], here, env)
+    benched = _run([str(command), "bench", "--messages", "1"], here, env)
     # THEN each works on the app the package carries
     assert helped.returncode == 0 and "usage: onceflow" in helped.stdout
     assert demo.returncode == 0 and "exactly once: OK" in demo.stdout, demo.stdout + demo.stderr
@@ -165,6 +166,10 @@ def test_the_local_extra_runs_the_quick_start_from_an_unrelated_directory(
     assert page.is_file() and page.is_relative_to(state)
     site = command.parent.parent / "lib"
     assert not list(site.rglob(".onceflow"))
+    # AND the benchmark is not in the package: the command says where it runs, in one line
+    assert not list(site.rglob("bench/run.py"))
+    assert benched.returncode != 0 and "Traceback" not in benched.stderr, benched.stderr
+    assert "clone of the repository" in benched.stderr
 
 
 def test_init_from_the_installed_package_writes_an_app_of_the_users(
