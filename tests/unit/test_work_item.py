@@ -45,6 +45,10 @@ _EXPRESSIONS = (
 # An attribute in an expression: a name that is neither a :value, a #name nor a function.
 _NAME = re.compile(r"(?<![:#\w])([a-z_][a-z0-9_]*)\b(?!\s*\()")
 _JSONATA_TEXT = re.compile(r"'((?:[^'\\]|\\.)*)'")
+# A text a DynamoDB expression field's JSONata can answer: a condition, an update, a
+# projection. Claim's ConditionExpression also holds the rules' reasons (English text
+# that an event's refusal raises, never sent to DynamoDB): they have none of these.
+_DYNAMODB_TEXT = re.compile(r"attribute_(?:not_)?exists|\b(?:SET|REMOVE|ADD)\b|[<>=]")
 _TYPED = re.compile(r"""['"]S['"]\s*:\s*['"]([A-Z][A-Z_]*)['"]""")  # {'S': 'FAILED'}
 _OPEN_PREFIX = re.compile(r"'([A-Z][A-Z_]*)#'\s*&")  # 'FAILED#' & <the shard>
 
@@ -85,7 +89,7 @@ def _texts(value: Any) -> list[str]:
     if not isinstance(value, str):
         return []
     if value.lstrip().startswith("{%"):
-        return _JSONATA_TEXT.findall(value)
+        return [t for t in _JSONATA_TEXT.findall(value) if _DYNAMODB_TEXT.search(t)]
     return [value]
 
 
@@ -102,8 +106,11 @@ def _written(machine: str) -> tuple[set[str], set[str], set[str]]:
         key = arguments.get("Key")
         names |= set(key) if isinstance(key, dict) else set()
         item = arguments.get("Item")
-        if isinstance(item, str):  # JSONata: the object's own keys, not the types' S, N, L
-            names |= set(re.findall(r"'([a-z][a-z0-9_]*)'\s*:", item))
+        if isinstance(item, str):
+            # JSONata: the keys whose value is a typed attribute ({'S': ...}, perhaps behind a
+            # condition), not the types' S, N, L nor the keys of the work item's projection
+            typed = r"'([a-z][a-z0-9_]*)'\s*:[^,{}]*?\{'[SNLBM]'\s*:"
+            names |= set(re.findall(typed, item))
         elif isinstance(item, dict):
             names |= set(item)
         text = json.dumps(arguments)
