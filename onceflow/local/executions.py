@@ -183,8 +183,14 @@ def history(execution_arn: str) -> list[dict[str, Any]]:
     return found
 
 
+def _aware(moment: datetime.datetime) -> datetime.datetime:
+    """A datetime as botocore parses one (aware; moto keeps some naive, in UTC)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+
+
 def listed(state_machine_arn: str, status: str | None = None) -> list[dict[str, Any]]:
-    """A state machine's executions (executionArn, name, status, startDate, newest first),
+    """A state machine's executions (executionArn, name, status, startDate, stopDate once
+    ended; newest first),
     as ListExecutions gives a STANDARD machine's, from the engine's own record: AWS
     refuses ListExecutions for an EXPRESS machine (StateMachineTypeNotSupported)."""
     machine = _backend().describe_state_machine(state_machine_arn)
@@ -197,10 +203,12 @@ def listed(state_machine_arn: str, status: str | None = None) -> list[dict[str, 
                     "executionArn": execution.execution_arn,
                     "name": execution.name,
                     "status": str(state),
-                    "startDate": execution.start_date,
+                    "startDate": _aware(execution.start_date),
                     "stateMachineArn": state_machine_arn,
                 }
             )
+            if execution.stop_date is not None:
+                found[-1]["stopDate"] = _aware(execution.stop_date)
     return sorted(found, key=lambda e: e["startDate"], reverse=True)
 
 
