@@ -145,7 +145,8 @@ def inspect_key(target: Target, key: str, recent: int | None = None) -> dict[str
             # DescribeExecution and GetExecutionHistory refuse EXPRESS executions
             # (InvalidArn; the batch workflow is one): its history is in the state
             # machine's log group.
-            express = batch is not None or ":express:" in arn
+            # (a claim's ARN exists: InvalidArn is AWS's answer for an EXPRESS one)
+            express = batch is not None or error_code(exc) == "InvalidArn"
             record = target.express_record(arn) if express else None
             if record is None:
                 found["status"] = error_code(exc)
