@@ -518,3 +518,19 @@ def test_inspect_under_express_reads_the_claim_from_the_engine_record() -> None:
         assert claimed["startDate"]
         assert claimed["path"] == ended.states_entered
         assert claimed["path"][-1] == "Failed"
+
+
+def test_executions_of_an_express_processor_are_not_listed_on_a_stack() -> None:
+    from onceflow.view import executions as viewer
+
+    with audit_engine(**EXPRESS) as engine:
+        # GIVEN an EXPRESS processor that ran once
+        fail_once(engine, custom_event("listed express"))
+        # WHEN its executions are listed as on a deployed stack (ListExecutions)
+        with pytest.raises(viewer.StackError) as refused:
+            viewer.list_deployed(LocalTarget(engine), 10)
+        # THEN they are refused as AWS refuses them, and the reader is sent to the logs
+        assert "This operation is not supported by this type of state machine" in str(
+            refused.value
+        )
+        assert str(refused.value).endswith("it is EXPRESS, its executions are in its logs")
