@@ -530,7 +530,5 @@ def test_executions_of_an_express_processor_are_not_listed_on_a_stack() -> None:
         with pytest.raises(viewer.StackError) as refused:
             viewer.list_deployed(LocalTarget(engine), 10)
         # THEN they are refused as AWS refuses them, and the reader is sent to the logs
-        assert "This operation is not supported by this type of state machine" in str(
-            refused.value
-        )
+        assert "This operation is not supported by this type of state machine" in str(refused.value)
         assert str(refused.value).endswith("it is EXPRESS, its executions are in its logs")
