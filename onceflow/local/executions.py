@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import re
@@ -133,7 +134,6 @@ def describe(engine: LocalEngine, execution_arn: str) -> dict[str, Any]:
 
 def wait(engine: LocalEngine, execution_arn: str, timeout: float = 120.0) -> ExecutionResult:
     """Wait for an execution's end; what it ended with."""
-    sfn = engine.client("stepfunctions")
     deadline = time.monotonic() + timeout
     finished = engine.state.finished.event(execution_arn)
     while True:
@@ -150,11 +150,10 @@ def wait(engine: LocalEngine, execution_arn: str, timeout: float = 120.0) -> Exe
         if time.monotonic() > deadline:
             raise ExecutionTimeout(f"{execution_arn} still running after {timeout}s")
 
-    def history() -> list[dict[str, Any]]:
+    def events() -> list[dict[str, Any]]:
         if engine._mock is None:
             raise EngineError("the engine has stopped: read the history while it runs")
-        pages = sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn)
-        return [event for page in pages for event in page["events"]]
+        return history(execution_arn)
 
     output = description.get("output")
     return ExecutionResult(
@@ -165,8 +164,52 @@ def wait(engine: LocalEngine, execution_arn: str, timeout: float = 120.0) -> Exe
         output=json.loads(output) if output else None,
         error=description.get("error"),
         cause=description.get("cause"),
-        load_events=history,
+        load_events=events,
     )
+
+
+def history(execution_arn: str) -> list[dict[str, Any]]:
+    """An execution's history events as GetExecutionHistory gives them (types as text,
+    timestamps as datetimes), read from the engine's own record: AWS refuses
+    GetExecutionHistory for an EXPRESS execution (InvalidArn), whose history is in its
+    state machine's log group there."""
+    events = _backend().get_execution_history(execution_arn)["events"]
+    # Enum types become their text, as they would on the wire.
+    found: list[dict[str, Any]] = json.loads(json.dumps(list(events), default=str))
+    for event in found:
+        moment = event.get("timestamp")
+        if isinstance(moment, str):
+            event["timestamp"] = datetime.datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    return found
+
+
+def _aware(moment: datetime.datetime) -> datetime.datetime:
+    """A datetime as botocore parses one (aware; moto keeps some naive, in UTC)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+
+
+def listed(state_machine_arn: str, status: str | None = None) -> list[dict[str, Any]]:
+    """A state machine's executions (executionArn, name, status, startDate, stopDate once
+    ended; newest first),
+    as ListExecutions gives a STANDARD machine's, from the engine's own record: AWS
+    refuses ListExecutions for an EXPRESS machine (StateMachineTypeNotSupported)."""
+    machine = _backend().describe_state_machine(state_machine_arn)
+    found = []
+    for execution in machine.executions:
+        state = getattr(execution.status, "value", execution.status)
+        if status is None or state == status:
+            found.append(
+                {
+                    "executionArn": execution.execution_arn,
+                    "name": execution.name,
+                    "status": str(state),
+                    "startDate": _aware(execution.start_date),
+                    "stateMachineArn": state_machine_arn,
+                }
+            )
+            if execution.stop_date is not None:
+                found[-1]["stopDate"] = _aware(execution.stop_date)
+    return sorted(found, key=lambda e: e["startDate"], reverse=True)
 
 
 def run_out_of_time(execution_arn: str) -> None:
@@ -188,19 +231,12 @@ def wait_for_running(
 
     Executions in ``ignore`` are not waited for. Returns the ARNs waited for.
     """
-    sfn = engine.client("stepfunctions")
     arn = engine.state_machine_arn(state_machine)
     deadline = time.monotonic() + timeout
     waited: list[str] = []
     while True:
-        pages = sfn.get_paginator("list_executions").paginate(
-            stateMachineArn=arn, statusFilter="RUNNING"
-        )
         running = [
-            e["executionArn"]
-            for page in pages
-            for e in page["executions"]
-            if e["executionArn"] not in ignore
+            e["executionArn"] for e in listed(arn, "RUNNING") if e["executionArn"] not in ignore
         ]
         if not running:
             return waited

@@ -37,8 +37,13 @@ class LocalTarget:
         self.engine.wait_for_running(state_machine_arn)
 
     def express_record(self, execution_arn: str) -> dict[str, Any] | None:
-        """The engine's own record of an execution (DescribeExecution refuses an EXPRESS
-        one, as AWS does; on AWS its log group holds what this gives)."""
+        """The engine's own record of an execution, its history events included
+        (DescribeExecution and GetExecutionHistory refuse an EXPRESS one, as AWS does;
+        on AWS its log group holds what this gives)."""
         from onceflow.local import executions
 
-        return executions.describe(self.engine, execution_arn)
+        record = executions.describe(self.engine, execution_arn)
+        events = executions.history(execution_arn)
+        if events:
+            record["startDate"] = events[0]["timestamp"]
+        return {**record, "events": events}

@@ -52,11 +52,10 @@ def _history(sfn: Any, arn: str) -> list[dict[str, Any]]:
     return events
 
 
-def _path(sfn: Any, arn: str, index: int | None = None) -> list[str]:
+def _path(events: list[dict[str, Any]], index: int | None = None) -> list[str]:
     """The states an execution entered; for a message of a batch (``index``), those of its
     own Map iteration: the events whose previousEventId chain leads back to that
     iteration's MapIterationStarted."""
-    events = _history(sfn, arn)
     if index is None:
         return [
             e["stateEnteredEventDetails"]["name"] for e in events if "stateEnteredEventDetails" in e
@@ -108,20 +107,29 @@ def inspect_key(target: Target, key: str, recent: int | None = None) -> dict[str
     limit = recent if recent is not None else (None if target.local else 100)
     scanned = 0
     paginator = sfn.get_paginator("list_executions")
-    for page in paginator.paginate(stateMachineArn=target.output("ProcessorStateMachineArn")):
-        for execution in page["executions"]:
-            if limit is not None and scanned >= limit:
-                break
-            scanned += 1
-            if execution["executionArn"] in touched:
+    unlisted: str | None = None
+    try:
+        pages = paginator.paginate(stateMachineArn=target.output("ProcessorStateMachineArn"))
+        for page in pages:
+            for execution in page["executions"]:
+                if limit is not None and scanned >= limit:
+                    break
+                scanned += 1
+                if execution["executionArn"] in touched:
+                    continue
+                described = sfn.describe_execution(executionArn=execution["executionArn"])
+                output = json.loads(described.get("output") or "null")
+                if isinstance(output, dict) and output.get("idempotencyKey") == key:
+                    touched[execution["executionArn"]] = "discarded as a duplicate"
+            else:
                 continue
-            described = sfn.describe_execution(executionArn=execution["executionArn"])
-            output = json.loads(described.get("output") or "null")
-            if isinstance(output, dict) and output.get("idempotencyKey") == key:
-                touched[execution["executionArn"]] = "discarded as a duplicate"
-        else:
-            continue
-        break
+            break
+    except ClientError as exc:
+        # ListExecutions refuses an EXPRESS processor (WorkflowType EXPRESS) with
+        # StateMachineTypeNotSupported, on AWS as locally: its executions are in its logs.
+        if error_code(exc) != "StateMachineTypeNotSupported":
+            raise
+        unlisted = "an EXPRESS processor's executions are not listed: see its logs"
     executions: list[dict[str, Any]] = []
     for owner, role in touched.items():
         batch = _BATCH_CLAIM.match(owner)
@@ -132,21 +140,27 @@ def inspect_key(target: Target, key: str, recent: int | None = None) -> dict[str
             found.update(lockOwner=owner, message=index)
         try:
             described = sfn.describe_execution(executionArn=arn)
+            events = _history(sfn, arn)
         except ClientError as exc:
-            # DescribeExecution refuses EXPRESS executions (InvalidArn; the batch workflow
-            # is one): its history is in the state machine's log group.
-            record = target.express_record(arn) if batch else None
+            # DescribeExecution and GetExecutionHistory refuse EXPRESS executions
+            # (InvalidArn; the batch workflow is one): its history is in the state
+            # machine's log group.
+            # (a claim's ARN exists: InvalidArn is AWS's answer for an EXPRESS one)
+            express = batch is not None or error_code(exc) == "InvalidArn"
+            record = target.express_record(arn) if express else None
             if record is None:
                 found["status"] = error_code(exc)
                 if batch:
                     found["note"] = "an EXPRESS batch execution: see its logs (onceflow executions)"
+                elif express:
+                    found["note"] = "an EXPRESS execution: see its logs"
                 executions.append(found)
                 continue
-            described = record
+            described, events = record, list(record.get("events", []))
         found.update(
             status=described["status"],
             startDate=_iso(described.get("startDate")),
-            path=_path(sfn, arn, index),
+            path=_path(events, index),
         )
         executions.append(found)
     executions.sort(key=lambda e: str(e.get("startDate", "")))
@@ -155,4 +169,5 @@ def inspect_key(target: Target, key: str, recent: int | None = None) -> dict[str
         "row": row,
         "executions": executions,
         "executions_scanned": scanned,
+        **({"note": unlisted} if unlisted else {}),
     }

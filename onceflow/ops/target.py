@@ -35,9 +35,10 @@ class Target(Protocol):
         ...
 
     def express_record(self, execution_arn: str) -> dict[str, Any] | None:
-        """An EXPRESS execution's name and status as its log records them, where
-        DescribeExecution refuses one (InvalidArn on AWS): the local engine keeps
-        its own record; a deployed stack's log group is not read here (None)."""
+        """An EXPRESS execution's name, status and history events ("events") as its log
+        records them, where DescribeExecution and GetExecutionHistory refuse one
+        (InvalidArn on AWS): the local engine keeps its own record; a deployed stack's
+        log group is not read here (None)."""
         ...
 
 

@@ -183,7 +183,11 @@ def list_deployed(
                 if len(rows) >= limit:
                     return rows
     except ClientError as exc:
-        raise _aws(f"cannot list the executions of {machine_arn}", exc) from exc
+        error = _aws(f"cannot list the executions of {machine_arn}", exc)
+        if exc.response.get("Error", {}).get("Code") == "StateMachineTypeNotSupported":
+            # An EXPRESS machine (WorkflowType EXPRESS): AWS lists no executions of it.
+            error = StackError(f"{error}: it is EXPRESS, its executions are in its logs")
+        raise error from exc
     return rows
 
 

@@ -165,6 +165,11 @@ class ExecutionSource(Protocol):
         """ARN -> logical id of the state machines whose executions are recorded."""
         ...
 
+    def list_executions(self, state_machine: str) -> list[dict[str, Any]]:
+        """ListExecutions' entries for the state machine, EXPRESS ones included (which
+        AWS lists in the machine's log group only): the engine's own record."""
+        ...
+
 
 def _state_machine_arn(execution_arn: str) -> str:
     # arn:aws:states:REGION:ACCOUNT:execution:MACHINE:NAME
@@ -268,16 +273,15 @@ def save_all(
     written: list[Path] = []
     for machine in logical_ids:
         kept = keep_definition(sfn.describe_state_machine(stateMachineArn=machine), into)
-        for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine):
-            for listed in page["executions"]:
-                if listed["status"] == "RUNNING":
-                    continue
-                if since is not None and listed["startDate"].timestamp() < since - 1:
-                    continue
-                result = by_arn.get(listed["executionArn"])
-                if result is None:
-                    result = engine.wait(listed["executionArn"])
-                written.append(write(describe(result, listed, logical_ids, stack, kept), into))
+        for listed in engine.list_executions(machine):
+            if listed["status"] == "RUNNING":
+                continue
+            if since is not None and listed["startDate"].timestamp() < since - 1:
+                continue
+            result = by_arn.get(listed["executionArn"])
+            if result is None:
+                result = engine.wait(listed["executionArn"])
+            written.append(write(describe(result, listed, logical_ids, stack, kept), into))
     prune(into)
     return written
 

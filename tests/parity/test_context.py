@@ -83,3 +83,46 @@ def test_describe_execution_refuses_an_express_execution(run: Run, engine: Local
             "Invalid Arn: 'Resource type not valid in this context: express'",
         )
         assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
+def test_history_and_listing_refuse_an_express_execution(run: Run, engine: LocalEngine) -> None:
+    """Recorded: test_sfn_api_express.snapshot.json,
+    TestSfnApiExpress::test_start_async_describe_history_execution: GetExecutionHistory
+    of an EXPRESS execution answers InvalidArn, "Invalid Arn: 'Resource type not valid
+    in this context: express'", and ListExecutions of an EXPRESS state machine answers
+    StateMachineTypeNotSupported, "This operation is not supported by this type of state
+    machine" (both HTTP 400). The engine's own record is what a local reader has instead:
+    the result's events are still there."""
+    result = run({"P": {"Type": "Pass", "End": True}}, kind="EXPRESS")
+    assert result.status == "SUCCEEDED"
+    assert result.event_types()[-1] == "ExecutionSucceeded"
+    sfn = engine.client("stepfunctions")
+    machine = result.arn.split(":")[6]
+    machine_arn = f"arn:aws:states:us-east-1:123456789012:stateMachine:{machine}"
+    refusals = (
+        (
+            lambda: sfn.get_execution_history(executionArn=result.arn),
+            ("InvalidArn", "Invalid Arn: 'Resource type not valid in this context: express'"),
+        ),
+        (
+            lambda: sfn.list_executions(stateMachineArn=machine_arn),
+            (
+                "StateMachineTypeNotSupported",
+                "This operation is not supported by this type of state machine",
+            ),
+        ),
+    )
+    for call, expected in refusals:
+        with pytest.raises(ClientError) as refused:
+            call()
+        error = refused.value.response["Error"]
+        assert (error["Code"], error["Message"]) == expected
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    # A STANDARD machine's are still listed and read.
+    standard = run({"P": {"Type": "Pass", "End": True}})
+    standard_machine = standard.arn.split(":")[6]
+    listed = sfn.list_executions(
+        stateMachineArn=f"arn:aws:states:us-east-1:123456789012:stateMachine:{standard_machine}"
+    )["executions"]
+    assert [e["executionArn"] for e in listed] == [standard.arn]
+    assert sfn.get_execution_history(executionArn=standard.arn)["events"]

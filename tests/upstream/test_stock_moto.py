@@ -227,6 +227,19 @@ def test_an_express_execution_is_described(run: Run) -> None:
     assert run({"StartAt": "P", "States": PASS}, kind="EXPRESS")["status"] == "SUCCEEDED"
 
 
+@reproduces("EXPRESS executions are not listed nor their history read")
+def test_an_express_execution_is_listed_and_its_history_read(run: Run, sfn: Any) -> None:
+    # AWS: GetExecutionHistory answers InvalidArn, "Invalid Arn: 'Resource type not valid
+    # in this context: express'"; ListExecutions of an EXPRESS state machine answers
+    # StateMachineTypeNotSupported, "This operation is not supported by this type of
+    # state machine" (test_sfn_api_express.snapshot.json,
+    # test_start_async_describe_history_execution).
+    described = run({"StartAt": "P", "States": PASS}, kind="EXPRESS")
+    assert described["events"][-1]["type"] == "ExecutionSucceeded"
+    listed = sfn.list_executions(stateMachineArn=described["stateMachineArn"])["executions"]
+    assert [e["executionArn"] for e in listed] == [described["executionArn"]]
+
+
 def _distributed(**fields: Any) -> dict[str, Any]:
     config = {"Mode": "DISTRIBUTED", "ExecutionType": fields.pop("ExecutionType", "STANDARD")}
     processor = {"ProcessorConfig": config, "StartAt": "P", "States": PASS}

@@ -498,3 +498,37 @@ def test_a_sweep_call_whose_time_is_up_goes_on_from_the_row_it_stopped_at(
         for key in keys:
             row = ledger_row(engine, key)
             assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"
+
+
+def test_inspect_under_express_reads_the_claim_from_the_engine_record() -> None:
+    with audit_engine(**EXPRESS) as engine:
+        # GIVEN a custom event whose EXPRESS processor execution failed
+        key = fail_once(engine, custom_event("inspect express"))
+        # WHEN the key is inspected
+        found = ops.inspect_key(LocalTarget(engine), key)
+        # THEN ListExecutions refuses the EXPRESS processor, as on AWS
+        # (StateMachineTypeNotSupported): the report says so and scans none
+        assert found["note"] == "an EXPRESS processor's executions are not listed: see its logs"
+        assert found["executions_scanned"] == 0
+        # and the claim (DescribeExecution and GetExecutionHistory refuse it) comes from
+        # the engine's own record, with its path, as its log group holds it on AWS
+        [claimed] = found["executions"]
+        ended = engine.wait(claimed["executionArn"])
+        assert (claimed["role"], claimed["status"]) == ("claimed", ended.status)
+        assert claimed["startDate"]
+        assert claimed["path"] == ended.states_entered
+        assert claimed["path"][-1] == "Failed"
+
+
+def test_executions_of_an_express_processor_are_not_listed_on_a_stack() -> None:
+    from onceflow.view import executions as viewer
+
+    with audit_engine(**EXPRESS) as engine:
+        # GIVEN an EXPRESS processor that ran once
+        fail_once(engine, custom_event("listed express"))
+        # WHEN its executions are listed as on a deployed stack (ListExecutions)
+        with pytest.raises(viewer.StackError) as refused:
+            viewer.list_deployed(LocalTarget(engine), 10)
+        # THEN they are refused as AWS refuses them, and the reader is sent to the logs
+        assert "This operation is not supported by this type of state machine" in str(refused.value)
+        assert str(refused.value).endswith("it is EXPRESS, its executions are in its logs")

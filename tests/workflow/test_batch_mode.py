@@ -796,6 +796,7 @@ def test_inspect_reports_a_batch_claim_as_its_message_in_the_batch_execution(
     assert claimed["lockOwner"] == owner
     assert claimed["message"] == index
     assert claimed["status"] == "SUCCEEDED"
+    assert claimed["startDate"]  # from the engine's record: DescribeExecution refuses it
     assert claimed["path"] == [
         "TakeMessage",
         "Claim",

@@ -13,6 +13,7 @@ import datetime
 import inspect
 from typing import Any
 
+from moto.core.exceptions import AWSError
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions import responses as sfn_responses
 from moto.stepfunctions.parser.api import StateMachineType
@@ -79,7 +80,7 @@ def _refusing_express(original: Any) -> Any:
     def call(self: Any) -> Any:
         # An unknown or malformed ARN raises moto's own error here, as it would below.
         execution = self.stepfunction_backend.describe_execution(self._get_param("executionArn"))
-        if str(getattr(execution.state_machine, "type", "")) == StateMachineType.EXPRESS:
+        if _is_express(execution.state_machine):
             raise sfn_exceptions.InvalidArn(EXPRESS_REFUSED)
         return original(self)
 
@@ -91,6 +92,42 @@ def _install_express(installer: Installer) -> None:
         installer.replace(_Responses, name, _refusing_express(getattr(_Responses, name)))
 
 
+# GetExecutionHistory and ListExecutions refuse EXPRESS too: the same recording,
+# "get_execution_history_error" (InvalidArn, EXPRESS_REFUSED) and "list_executions_error"
+# (StateMachineTypeNotSupported), HTTP 400 both. An EXPRESS execution's history is in
+# its state machine's CloudWatch log group on AWS.
+NOT_SUPPORTED = "This operation is not supported by this type of state machine"
+
+
+class StateMachineTypeNotSupported(AWSError):
+    TYPE = "StateMachineTypeNotSupported"
+    STATUS = 400
+
+
+def _is_express(state_machine: Any) -> bool:
+    return str(getattr(state_machine, "type", "")) == StateMachineType.EXPRESS
+
+
+def _not_listing_express(original: Any) -> Any:
+    def call(self: Any) -> Any:
+        # An unknown or malformed ARN raises moto's own error here, as it would below.
+        machine = self.stepfunction_backend.describe_state_machine(
+            self._get_param("stateMachineArn")
+        )
+        if _is_express(machine):
+            raise StateMachineTypeNotSupported(NOT_SUPPORTED)
+        return original(self)
+
+    return call
+
+
+def _install_express_history(installer: Installer) -> None:
+    history = _Responses.get_execution_history
+    installer.replace(_Responses, "get_execution_history", _refusing_express(history))
+    listing = _Responses.list_executions
+    installer.replace(_Responses, "list_executions", _not_listing_express(listing))
+
+
 def _install_context(installer: Installer) -> None:
     installer.replace(_Worker, "_get_evaluation_environment", _evaluation_environment)
 
@@ -99,13 +136,22 @@ def _install_describe(installer: Installer) -> None:
     installer.replace(_Responses, "describe_execution", _describe_execution)
 
 
-def _express_fits() -> list[str]:
+def _keeps_its_state_machine() -> list[str]:
     from moto.stepfunctions.parser.backend.execution import Execution
 
-    moved = gone(_Responses, "describe_execution", "stop_execution", "stepfunction_backend")
     if "state_machine" not in inspect.getsource(Execution.__init__):
-        moved.append("moto's Execution no longer keeps its state_machine")
-    return moved
+        return ["moto's Execution no longer keeps its state_machine"]
+    return []
+
+
+def _express_fits() -> list[str]:
+    moved = gone(_Responses, "describe_execution", "stop_execution", "stepfunction_backend")
+    return moved + _keeps_its_state_machine()
+
+
+def _express_history_fits() -> list[str]:
+    moved = gone(_Responses, "get_execution_history", "list_executions", "stepfunction_backend")
+    return moved + _keeps_its_state_machine()
 
 
 _TESTS = "tests/parity/test_context.py::"
@@ -142,5 +188,18 @@ PATCHES: tuple[Patch, ...] = (
         test=_TESTS + "test_describe_execution_refuses_an_express_execution",
         install=_install_express,
         fits=_express_fits,
+    ),
+    Patch(
+        name="EXPRESS executions are not listed nor their history read",
+        kind="fidelity",
+        why="GetExecutionHistory refuses an EXPRESS execution with InvalidArn "
+        f'"{EXPRESS_REFUSED}" and ListExecutions an EXPRESS state machine with '
+        f'StateMachineTypeNotSupported "{NOT_SUPPORTED}" (recorded: LocalStack\'s '
+        "test_sfn_api_express snapshot, test_start_async_describe_history_execution). moto "
+        "answered both; on AWS the state machine's log group holds them, locally the "
+        "engine's own record.",
+        test=_TESTS + "test_history_and_listing_refuse_an_express_execution",
+        install=_install_express_history,
+        fits=_express_history_fits,
     ),
 )
