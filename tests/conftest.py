@@ -5,11 +5,13 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Iterator
+from itertools import count
 from pathlib import Path
 
 import pytest
 
 from onceflow.local.engine import LocalEngine
+from onceflow.view import page as view_page
 
 # The whole suite on the CI machine (2 cores, 2 workers), measured at the commit
 # that last changed this line; the last run on this machine is kept in pytest's cache.
@@ -34,17 +36,33 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         cache.set("onceflow/minutes", round((time.monotonic() - _STARTED) / 60, 2))
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _private_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Records and the `onceflow up` address stay out of the project's .onceflow/.
-
-    Session-wide, so a module's own fixtures can still point them elsewhere.
-    """
-    state = tmp_path_factory.mktemp("onceflow-state")
+@pytest.fixture(scope="session")
+def _state_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Records, pages and the `onceflow up` address stay out of the project's .onceflow/
+    while modules' fixtures run (they may run commands before any test does)."""
+    root = tmp_path_factory.mktemp("onceflow-state")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ONCEFLOW_RECORDS", str(state / "executions"))
-        patch.setenv("ONCEFLOW_STATE_DIR", str(Path(state)))
-        yield
+        _point_state_at(patch, root / "session")
+        yield root
+
+
+_TESTS = count()
+
+
+@pytest.fixture(autouse=True)
+def _private_state(_state_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's own records, pages and `onceflow up` address (a directory made only
+    when a command writes there): no test reads what another left, whichever order the
+    workers run them in. A test's own fixtures can still point them elsewhere."""
+    _point_state_at(monkeypatch, _state_root / f"test-{next(_TESTS)}")
+
+
+def _point_state_at(patch: pytest.MonkeyPatch, state: Path) -> None:
+    patch.setenv("ONCEFLOW_RECORDS", str(state / "executions"))
+    patch.setenv("ONCEFLOW_STATE_DIR", str(state))
+    # `onceflow show` without --html writes under the project's .onceflow/show (read
+    # once, at import)
+    patch.setattr(view_page, "SHOW_DIRECTORY", state / "show")
 
 
 @pytest.fixture

@@ -232,7 +232,9 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
         gaps: list[float] = []
         for index, key in enumerate(keys):
             obj = objects[key]
-            injector.events[key] = s3_event(bucket, obj, sizes[key], 99)
+            injector.events[key] = s3_event(
+                bucket, key, sizes[key], version_id=obj.version_id, copy=99
+            )
             if faults.get(key) == "lost":
                 injector.fired["lost"] += 1
                 continue
@@ -257,7 +259,10 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
         bar = Progress(len(deliveries), "delivering", progress)
 
         def deliver(delivery: Delivery) -> None:
-            event = s3_event(bucket, delivery.obj, sizes[delivery.obj.key], delivery.copy)
+            obj = delivery.obj
+            event = s3_event(
+                bucket, obj.key, sizes[obj.key], version_id=obj.version_id, copy=delivery.copy
+            )
             for arn in engine.put_event(event):
                 result = engine.wait(arn, timeout=600)
                 with results_lock:

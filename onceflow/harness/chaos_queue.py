@@ -34,7 +34,7 @@ from onceflow.harness.common import (
     TransientError,
     drain,
     effects_by_idempotency_key,
-    s3_eventbridge_event,
+    s3_event,
     s3_notification,
     small_png,
 )
@@ -576,9 +576,9 @@ def _units(
             objects[pk] = obj
             event = None
             if config.s3_events:
-                event = s3_eventbridge_event(
-                    bucket, key, len(data), announced["eTag"], obj.version_id,
-                    str(announced["sequencer"]).upper(),
+                event = s3_event(
+                    bucket, key, len(data), version_id=obj.version_id,
+                    sequencer=str(announced["sequencer"]).upper(), etag=announced["eTag"],
                 )  # fmt: skip
                 # The body the rule's SQS target gets: the event itself.
                 body = json.dumps(event, ensure_ascii=False)

@@ -93,31 +93,6 @@ def small_png(rng: random.Random) -> bytes:
     return out.getvalue()
 
 
-def s3_event(bucket: str, obj: DemoObject, size: int, delivery: int) -> dict[str, Any]:
-    """An EventBridge Object Created event, as S3 sends it (see events/)."""
-    return {
-        "version": "0",
-        "id": f"{obj.version_id}-{delivery}",
-        "detail-type": "Object Created",
-        "source": "aws.s3",
-        "account": "123456789012",
-        "time": "2026-11-21T10:00:00Z",
-        "region": "us-east-1",
-        "resources": [f"arn:aws:s3:::{bucket}"],
-        "detail": {
-            "version": "0",
-            "bucket": {"name": bucket},
-            "object": {
-                "key": quote_plus(obj.key, safe="/"),  # S3 events URL-encode keys
-                "size": size,
-                "version-id": obj.version_id,
-                "sequencer": hashlib.sha256(obj.version_id.encode()).hexdigest()[:18].upper(),
-            },
-            "reason": "PutObject",
-        },
-    }
-
-
 def s3_notification(bucket: str, obj: DemoObject, size: int) -> dict[str, Any]:
     """A classic S3 event notification, as S3 sends it to an SQS queue (key URL-encoded)."""
     return {
@@ -143,18 +118,31 @@ def s3_notification(bucket: str, obj: DemoObject, size: int) -> dict[str, Any]:
     }
 
 
-def s3_eventbridge_event(
-    bucket: str, key: str, size: int, etag: str, version_id: str, sequencer: str
+def s3_event(
+    bucket: str,
+    key: str,
+    size: int,
+    *,
+    version_id: str = "",
+    sequencer: str = "",
+    etag: str = "",
+    copy: int = 1,
 ) -> dict[str, Any]:
-    """S3's Object Created event on the default bus (the key URL-encoded, as
-    LocalEngine.put_s3_event sends it); no version-id for an unversioned bucket."""
-    obj: dict[str, Any] = {"key": quote_plus(key, safe="/"), "size": size, "etag": etag}
+    """S3's Object Created event on the default bus, as EventBridge delivers it (see
+    events/s3-object-created.json): the key URL-encoded; no version-id for an unversioned
+    bucket, whose uploads S3 tells apart by the sequencer (derived from the upload when not
+    given). `copy` numbers the events S3 sent for one upload: each has an id of its own.
+    A harness that does not know the upload's etag leaves it out."""
+    upload = f"{bucket}/{key}#{version_id or sequencer}"
+    obj: dict[str, Any] = {"key": quote_plus(key, safe="/"), "size": size}
+    if etag:
+        obj["etag"] = etag
     if version_id:
         obj["version-id"] = version_id
-    obj["sequencer"] = sequencer
+    obj["sequencer"] = sequencer or hashlib.sha256(upload.encode()).hexdigest()[:18].upper()
     return {
         "version": "0",
-        "id": hashlib.sha256(f"{bucket}/{key}#{version_id or sequencer}".encode()).hexdigest(),
+        "id": hashlib.sha256(f"{upload}#{copy}".encode()).hexdigest(),
         "detail-type": "Object Created",
         "source": "aws.s3",
         "account": "123456789012",

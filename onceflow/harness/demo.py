@@ -218,7 +218,10 @@ def run_demo(
         def deliver_s3(item: tuple[DemoObject, int]) -> None:
             # Through the Object Created rule, as EventBridge delivers it.
             obj, copy_number = item
-            for arn in engine.put_event(s3_event(bucket, obj, sizes[obj.key], copy_number)):
+            event = s3_event(
+                bucket, obj.key, sizes[obj.key], version_id=obj.version_id, copy=copy_number
+            )
+            for arn in engine.put_event(event):
                 finish(arn)
 
         def deliver_wave(wave: list[tuple[DemoObject, int]]) -> None:

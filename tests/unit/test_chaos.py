@@ -8,23 +8,28 @@ import pytest
 
 from onceflow.cli import main
 from onceflow.harness.chaos import FAULT_KINDS, _check, render
-from onceflow.harness.common import DemoObject
+from onceflow.harness.common import DemoObject, s3_event
 from onceflow.local.engine import LocalEngine
-from tests.helpers import png_bytes, upload
+from tests.helpers import load_event, png_bytes, upload
+
+# Every fault kind is planned at least once whatever the count; at 100 objects (seed 11)
+# each also fires, with 8 duplicated deliveries, 2 of them under 100 ms apart (200
+# objects, twice the time, gave 9 and 1).
+OBJECTS = 100
 
 
-def test_a_200_object_run_injects_every_fault_and_holds_every_invariant(
+def test_a_100_object_run_injects_every_fault_and_holds_every_invariant(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code = main(["chaos", "--objects", "200", "--seed", "11", "--json"])
+    code = main(["chaos", "--objects", str(OBJECTS), "--seed", "11", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["violations"] == []
-    assert report["objects"] == 200
+    assert report["objects"] == OBJECTS
     for kind in (*FAULT_KINDS, "duplicate_delivery"):
         assert report["faults_injected"][kind] >= 1, kind
     assert report["duplicate_gap_seconds"]["planned_under_100ms"] >= 1
     poison = report["faults_injected"]["poison"]
-    assert report["effects_histogram"] == {"0": poison, "1": 200 - poison}
+    assert report["effects_histogram"] == {"0": poison, "1": OBJECTS - poison}
     assert report["dead_letter_messages"] == poison
     # The faults show in the executions: a takeover's loser, a crash, discarded duplicates.
     assert report["executions"]["LockLost"] == report["faults_injected"]["lock_expiry"]
@@ -91,3 +96,23 @@ def test_the_checker_names_every_broken_invariant(engine: LocalEngine) -> None:
         ("DLQ messages only for poison", "twice.png"),
     }
     assert report["effects_histogram"] == {"0": 1, "1": 1, "2": 1}
+
+
+def test_the_harnesses_s3_event_has_the_sample_events_shape_and_an_id_per_copy() -> None:
+    # GIVEN the sample Object Created event (events/, as S3 sends it)
+    sample = load_event("s3-object-created.json")
+    # WHEN the harnesses make one for a versioned and an unversioned upload
+    versioned = s3_event("b", "a b+c.png", 7, version_id="v1", etag="e", copy=1)
+    again = s3_event("b", "a b+c.png", 7, version_id="v1", etag="e", copy=2)
+    unversioned = s3_event("b", "a b+c.png", 7, sequencer="00AB")
+    # THEN each has the sample's fields, the key URL-encoded as S3 sends it
+    assert versioned.keys() == sample.keys()
+    assert versioned["detail"].keys() == sample["detail"].keys()
+    assert versioned["detail"]["object"].keys() == sample["detail"]["object"].keys()
+    assert versioned["detail"]["object"]["key"] == "a+b%2Bc.png"
+    # AND a second copy of one upload's event is another event (its own id), of one upload
+    assert again["id"] != versioned["id"]
+    assert again["detail"] == versioned["detail"]
+    # AND an unversioned upload has no version-id, and the sequencer it was given
+    assert "version-id" not in unversioned["detail"]["object"]
+    assert unversioned["detail"]["object"]["sequencer"] == "00AB"

@@ -108,6 +108,13 @@ def _install(built: tuple[Path, Path, dict[str, str]], name: str, extra: str) ->
     return venv / "bin" / "onceflow"
 
 
+@pytest.fixture(scope="module")
+def local_command(built: tuple[Path, Path, dict[str, str]]) -> Path:
+    """`pip install onceflow[local]` in a fresh venv: its `onceflow`. Installed once for
+    the tests that run it (each in a directory of its own)."""
+    return _install(built, "local", "[local]")
+
+
 def _elsewhere(work: Path, name: str) -> Path:
     """A directory with no template.yaml in it or above it."""
     directory = work / name
@@ -135,10 +142,10 @@ def test_the_core_installs_alone_and_runs_the_commands_that_need_no_engine(
 
 
 def test_the_local_extra_runs_the_quick_start_from_an_unrelated_directory(
-    built: tuple[Path, Path, dict[str, str]],
+    built: tuple[Path, Path, dict[str, str]], local_command: Path
 ) -> None:
     # GIVEN `pip install onceflow[local]` and a user in a directory of no project
-    command = _install(built, "local", "[local]")
+    command = local_command
     _, work, env = built
     here = _elsewhere(work, "local-user")
     # WHEN they run the quick start: help, the demo, one event, then show it
@@ -173,13 +180,11 @@ def test_the_local_extra_runs_the_quick_start_from_an_unrelated_directory(
 
 
 def test_init_from_the_installed_package_writes_an_app_of_the_users(
-    built: tuple[Path, Path, dict[str, str]],
+    built: tuple[Path, Path, dict[str, str]], local_command: Path
 ) -> None:
-    # GIVEN the installed [local] package (the previous test's venv, or a fresh one)
+    # GIVEN the installed [local] package
+    command = local_command
     _, work, env = built
-    command = work / "local" / "bin" / "onceflow"
-    if not command.exists():
-        command = _install(built, "local", "[local]")
     here = _elsewhere(work, "init-user")
     (here / "notes.txt").write_text("one two\nthree\n", encoding="utf-8")
     # WHEN the user writes a starter app and runs their own file through it

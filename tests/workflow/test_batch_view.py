@@ -60,7 +60,7 @@ def batch_demo(tmp_path_factory: pytest.TempPathFactory) -> BatchDemo:
     """The batch demo and `onceflow show` of its largest batch, on an engine that has
     stopped by the time the tests read the records and the page (as after `onceflow up`)."""
     folder = tmp_path_factory.mktemp("batch-records")
-    page_file = folder.parent / "batch-page" / "batch.html"
+    page_file = tmp_path_factory.mktemp("batch-page") / "batch.html"
     with (
         pytest.MonkeyPatch.context() as patch,
         LocalEngine(parameters=BATCH_PARAMETERS, function_log=io.StringIO()) as engine,

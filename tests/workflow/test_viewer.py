@@ -12,7 +12,6 @@ import io
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from itertools import pairwise
@@ -44,8 +43,14 @@ class Ran:
     path: list[str]
 
 
+# The module's recorded executions are made once (module fixtures) and each test points
+# ONCEFLOW_RECORDS at the ones it reads (function fixtures): a module-wide setting would be
+# overridden by the module's next one, which pytest-xdist may set up first (its workers
+# run a file's tests in any order, more than one worker taking some).
+
+
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ran]]:
+def _recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Ran]]:
     """Four real executions, one after another, recorded into a temporary directory."""
     folder = tmp_path_factory.mktemp("records")
     ran: dict[str, Ran] = {}
@@ -69,9 +74,17 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ran
             ran[name] = Ran(name, result.arn, result.status, key, result.states_entered)
         saved = records.save_all(engine, results, into=folder)
     assert len(saved) == 4
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(records.ENVIRONMENT, str(folder))
-        yield ran
+    return folder, ran
+
+
+@pytest.fixture
+def recorded(
+    _recorded: tuple[Path, dict[str, Ran]], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Ran]:
+    """The four executions, the records this test reads."""
+    folder, ran = _recorded
+    monkeypatch.setenv(records.ENVIRONMENT, str(folder))
+    return ran
 
 
 def rows(capsys: pytest.CaptureFixture[str], *arguments: str) -> list[dict[str, Any]]:
@@ -284,17 +297,17 @@ def test_executions_and_show_on_a_deployed_stack(
 
 
 @pytest.fixture(scope="module")
-def demo_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, records.Record]]:
+def demo_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, records.Record]:
     """`onceflow demo` (small), then `onceflow show` on one of its failed executions."""
     folder = tmp_path_factory.mktemp("demo-records")
-    page_file = folder.parent / "demo-page" / "failed.html"
+    page_file = tmp_path_factory.mktemp("demo-page") / "failed.html"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(records.ENVIRONMENT, str(folder))
         assert main(["demo", "--objects", "6", "--corrupt", "1", "--json"]) == 0
         failed = [r for r in records.recent(folder) if r.status == "FAILED"]
         assert failed, "the demo's corrupt file should have failed"
         assert main(["show", failed[0].name, "--html", str(page_file)]) == 0
-        yield page_file, failed[0]
+    return page_file, failed[0]
 
 
 def test_the_demo_records_its_executions_and_show_renders_one(
@@ -424,12 +437,11 @@ def _steps(record: records.Record) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def unreadable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def _unreadable(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An SQS message whose body is not JSON while the key is read from the body
     (IdempotencyKeyPath): Claim's rules refuse it and its Catch takes the message to the
-    DLQ. Recorded, then shown as a page."""
+    DLQ. Recorded; the records' directory."""
     folder = tmp_path_factory.mktemp("unreadable-records")
-    page_file = folder.parent / "unreadable-page" / "unreadable.html"
     parameters = {"IdempotencyKeyPath": "orderId"}
     with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
         result = engine.execute(
@@ -437,9 +449,14 @@ def unreadable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         )
         records.save_all(engine, [result], into=folder)
     assert "UnreadableEvent" in result.states_entered and result.status == "FAILED"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(records.ENVIRONMENT, str(folder))
-        yield page_file
+    return folder
+
+
+@pytest.fixture
+def unreadable(_unreadable: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Where this test's `onceflow show` of that execution writes its page."""
+    monkeypatch.setenv(records.ENVIRONMENT, str(_unreadable))
+    return tmp_path / "unreadable.html"
 
 
 def test_show_marks_the_state_whose_catch_took_the_error(
