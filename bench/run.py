@@ -72,6 +72,7 @@ from bench.pricing import (
     read_deployment,
     runs_per_month,
 )
+from onceflow.asl import outcome
 from onceflow.harness.common import TransientError
 from onceflow.local.engine import ACCOUNT_ID, PROJECT_ROOT, REGION, ExecutionResult, LocalEngine
 from onceflow.local.lambdas import FUNCTION_OUTPUT
@@ -1445,7 +1446,7 @@ def throughput(engine: LocalEngine, events: list[Any], concurrency: int) -> dict
             results = list(pool.map(lambda e: engine.execute("ProcessorStateMachine", e), events))
         elapsed = time.perf_counter() - started
         expected = "Processed" if path == "happy" else "Duplicate"
-        if any(r.states_entered[-1] != expected for r in results):
+        if any(r.outcome != expected for r in results):
             raise RuntimeError(f"the {path} run did not take the {path} path")
         rates[path] = len(events) / elapsed
     steal_after = cpu_steal()
@@ -2630,7 +2631,8 @@ def render(report: dict[str, Any]) -> str:
         index = ", ".join(f"{k} {v}" for k, v in p["index_wru"].items() if v) or "0"
         sqs = ", ".join(f"{k} {v}" for k, v in p["sqs_requests"].items()) or "0"
         lines.append(
-            f"| {p['source']} | {p['path']} | {p['states'][-1]}, {p['status']} | "
+            f"| {p['source']} | {p['path']} | "
+            f"{outcome(p['states'][-1], p['status'] == 'SUCCEEDED')}, {p['status']} | "
             f"{p['transitions']} | {p['table_wru']} | {index} | "
             f"{p['conditional_failures']} | {p['rru']:g} | {p['lambda_invocations']} | {sqs} | "
             f"{p['sfn_log_bytes']['ALL']} / {p['sfn_log_bytes']['ERROR']} | "

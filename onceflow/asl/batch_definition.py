@@ -63,7 +63,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from onceflow.asl import asl_source
+from onceflow.asl import END_OUTCOMES, asl_source
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout these tools write in
 PROCESSOR = PROJECT_ROOT / "statemachines" / "processor.asl.json"
@@ -305,13 +305,27 @@ def _iteration_states(per_message: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 raise DefinitionError(f"{name} makes no outcome in the batch: give it one")
             out[name] = state
             continue
+        if state["Type"] not in ("Succeed", "Fail") and name not in END_OUTCOMES:
+            raise DefinitionError(
+                f"the processor's end state {name} is a {state['Type']}: name its outcome "
+                "in onceflow.asl.END_OUTCOMES"
+            )
+        if name in END_OUTCOMES:
+            # A Task that ends the processor (MarkComplete) goes on, in the batch, to a
+            # Succeed state named by its outcome: that ends the message's iteration with
+            # the outcome, logged as SucceedStateEntered (the dashboard's batch count).
+            ends_at = END_OUTCOMES[name]
+            if ends_at in states or ends_at not in SETTLED:
+                raise DefinitionError(f"{name}'s outcome {ends_at} is a state or not settled")
+            task = {k: v for k, v in state.items() if k not in ("End", "Output")}
+            out[name] = {**task, "Next": ends_at}
+            out.update(_terminal(ends_at, {"Type": "Succeed"}))
+            continue
         if name not in SETTLED | RETRIED:
             raise DefinitionError(
                 f"the processor's end state {name} is neither settled nor retried: "
                 "add it to SETTLED or RETRIED in onceflow/asl/batch_definition.py"
             )
-        if state["Type"] not in ("Succeed", "Fail"):
-            raise DefinitionError(f"the processor's end state {name} is a {state['Type']}")
         ends_as = _terminal(name, state)
         out.update(ends_as)
         fails.update(n for n in ends_as if n != name)

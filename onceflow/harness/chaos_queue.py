@@ -380,7 +380,7 @@ class QueueRun:
     def _record(self, result: ExecutionResult) -> None:
         self.executions += 1
         if not self.config.batch:
-            ended = result.states_entered[-1] if result.states_entered else result.status
+            ended = result.outcome or result.status
             self.outcomes[result.status if result.status == "ABORTED" else ended] += 1
             return
         if result.status != "SUCCEEDED":

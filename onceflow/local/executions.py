@@ -17,6 +17,7 @@ from moto import settings as moto_settings
 from moto.core.exceptions import AWSError
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
+from onceflow.asl import outcome
 from onceflow.local import limits
 from onceflow.local.errors import EngineError, ExecutionTimeout
 from onceflow.local.provisioning import ACCOUNT_ID, REGION
@@ -59,6 +60,13 @@ class ExecutionResult:
             for e in self.events
             if "stateEnteredEventDetails" in e
         ]
+
+    @property
+    def outcome(self) -> str | None:
+        """How the execution ended, as users see it: the last state it entered, or the
+        outcome of the end Task it succeeded on (MarkComplete: Processed)."""
+        entered = self.states_entered
+        return outcome(entered[-1] if entered else None, self.status == "SUCCEEDED")
 
     def event_types(self) -> list[str]:
         return [str(e["type"]) for e in self.events]

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from onceflow.asl import diagram
+from onceflow.asl import diagram, outcome
 from onceflow.view import history, records
 from onceflow.view.records import Record, RecordError
 
@@ -59,12 +59,15 @@ def idempotency_key(events: list[dict[str, Any]]) -> str | None:
 
 
 def end_state(events: list[dict[str, Any]]) -> str | None:
+    """The last state the execution entered, or, once it succeeded on an end Task
+    (MarkComplete), the outcome that Task names (Processed: onceflow.asl.END_OUTCOMES)."""
     entered = [
         event["stateEnteredEventDetails"]["name"]
         for event in events
         if "stateEnteredEventDetails" in event
     ]
-    return str(entered[-1]) if entered else None
+    succeeded = any(event.get("type") == "ExecutionSucceeded" for event in events)
+    return outcome(str(entered[-1]), succeeded) if entered else None
 
 
 def _duration_ms(record: Record) -> float | None:

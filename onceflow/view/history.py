@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from onceflow.asl import outcome
+
 
 class Execution(Protocol):
     """A finished execution as the viewer reads it: DescribeExecution's facts and the history.
@@ -463,6 +465,14 @@ def in_iteration_order(path: list[StateStep]) -> list[StateStep]:
     return [step for key in sorted(blocks, key=order) for step in blocks[key]]
 
 
+def ended_in(result: Execution) -> str | None:
+    """How the execution ended, as users see it: the last state it entered at its top
+    level, or, once it succeeded on an end Task, that Task's outcome (MarkComplete:
+    Processed)."""
+    top = [step.name for step in steps(result) if step.iteration is None]
+    return outcome(top[-1] if top else None, result.status == "SUCCEEDED")
+
+
 def render(result: Execution) -> str:
     """A plain-text table like the console's 'Table view' of an execution; the states of
     a Map's iterations under an iteration column, each iteration's rows together."""
@@ -474,7 +484,9 @@ def render(result: Execution) -> str:
     heading = f"{'iteration':<{column}} " if iterated else ""
     lines = [
         f"Execution {result.name}",
-        f"  status: {result.status}" + (f"  error: {result.error}" if result.error else ""),
+        f"  status: {result.status}"
+        + (f"  error: {result.error}" if result.error else "")
+        + (f"  ended in: {ended}" if (ended := ended_in(result)) else ""),
         "",
         f"  {'#':>2}  {heading}{'state':<{width}} {'type':<8} {'duration':>9}  outcome",
     ]
@@ -499,5 +511,6 @@ def to_json(result: Execution) -> dict[str, Any]:
         "error": result.error,
         "cause": result.cause,
         "output": result.output,
+        "endedIn": ended_in(result),
         "states": [step.to_json() for step in steps(result)],
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from onceflow.asl import outcome
 from onceflow.view import history
 from onceflow.view.executions import idempotency_key
 
@@ -50,6 +51,8 @@ def units(result: history.Execution) -> list[Unit]:
         names = [step.name for step in reading.steps]
         ended = result.status == "SUCCEEDED" or any(s.type in _TERMINAL for s in reading.steps)
         end = result.status if result.status == "ABORTED" or not names else names[-1]
+        # An execution that succeeded on an end Task (MarkComplete) is named by its outcome.
+        end = outcome(end, result.status == "SUCCEEDED") or end
         message = _message(result, 0) or result.arn
         return [Unit(None, message, end, idempotency_key(result.events), ended)]
     how = history.iteration_ends(result.events, reading.event_iterations)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from onceflow.asl import batch_definition
+from onceflow.asl import END_OUTCOMES, batch_definition
 from onceflow.asl.batch_definition import (
     RETRIED,
     RETRIED_WHEN,
@@ -128,12 +128,23 @@ def test_every_end_state_says_whether_its_message_is_kept() -> None:
     states = batch["States"]["EachMessage"]["ItemProcessor"]["States"]
     ends = {n for n, s in processor["States"].items() if s["Type"] in ("Succeed", "Fail")}
     fails = {n for n in ends if processor["States"][n]["Type"] == "Fail"}
+    end_tasks = {n for n, s in processor["States"].items() if s.get("End") is True}
     # GIVEN every end state of the processor, THEN the batch has each under its name:
     # a Succeed state as a Succeed state; a Fail state as the same Fail state, kept,
-    # inside a one-branch Parallel Log<name> whose Catch ends the message
-    assert {n for n, s in states.items() if s["Type"] == "Succeed"} == (ends - fails) | {
+    # inside a one-branch Parallel Log<name> whose Catch ends the message; an end Task
+    # (MarkComplete) goes on to a Succeed state named by its outcome (Processed)
+    assert end_tasks == set(END_OUTCOMES) == {"MarkComplete"}
+    outcomes = {END_OUTCOMES[n] for n in end_tasks}
+    assert {n for n, s in states.items() if s["Type"] == "Succeed"} == (ends - fails) | outcomes | {
         "MessageEnds"
     }
+    for task in end_tasks:
+        assert "End" not in states[task] and states[task]["Next"] == END_OUTCOMES[task]
+        # its failures still lead to their named states (LockLost, LedgerUnavailable)
+        caught = [c["Next"].removeprefix("Log") for c in states[task]["Catch"]]
+        assert caught == [c["Next"] for c in per_message[task]["Catch"]]
+        assert {"LockLost", "LedgerUnavailable"} <= set(caught)
+    ends |= outcomes
     for name in fails:
         wrapper = states[f"Log{name}"]
         assert wrapper["Type"] == "Parallel"
@@ -202,9 +213,15 @@ def _processor() -> dict[str, Any]:
 def test_the_generator_refuses_a_processor_it_cannot_translate() -> None:
     # A context field that would name the batch, not the message
     reads_input = _processor()
-    reads_input["States"]["Processed"]["Output"] = "{% $states.context.Execution.Input %}"
+    reads_input["States"]["MarkComplete"]["Output"] = "{% $states.context.Execution.Input %}"
     with pytest.raises(DefinitionError, match=r"Execution\.Input"):
         batch_definition.batch_definition(reads_input)
+    # An end Task whose outcome nobody named
+    task_end = _processor()
+    task_end["States"]["MarkSuperseded"]["End"] = True
+    del task_end["States"]["MarkSuperseded"]["Next"]
+    with pytest.raises(DefinitionError, match="MarkSuperseded is a Task: name its outcome"):
+        batch_definition.batch_definition(task_end)
     # An end state nobody decided about
     new_end = _processor()
     new_end["States"]["Abandoned"] = {"Type": "Fail", "Error": "Abandoned"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from onceflow.asl import diagram
+from onceflow.asl import END_OUTCOMES, diagram
 from onceflow.local.engine import LocalEngine
 from onceflow.local.template import Stack
 from tests.template.translate import resources_of_type, translated
@@ -38,28 +38,42 @@ def test_every_checkov_skip_names_a_check_and_gives_a_reason() -> None:
         assert len(skip.get("comment", "").split()) >= 8, f"{logical_id} {skip['id']}: no reason"
 
 
+def _pattern(props: dict[str, Any]) -> str:
+    """A filter's pattern as written (an Fn::Sub's text with its placeholders)."""
+    pattern = props["FilterPattern"]
+    if isinstance(pattern, dict):
+        sub = pattern["Fn::Sub"]
+        pattern = sub[0] if isinstance(sub, list) else sub
+    assert isinstance(pattern, str)
+    return pattern
+
+
 def test_metric_filters_count_end_states_the_processor_has() -> None:
-    """Each filter names a state of the processor ASL of the kind its event type logs."""
+    """Each filter names an end state of the processor ASL, or of the batch workflow's
+    (Processed, the batch's outcome of MarkComplete), of the kind its event type logs."""
     states = diagram.graph(diagram.load_asl(diagram.MACHINES["processor"])).states
+    batch_ends = _batch_end_states()
     filters = _resources("AWS::Logs::MetricFilter")
     metrics = {}
     for logical_id, resource in filters.items():
         props = resource["Properties"]
         assert props["LogGroupName"] == {"Ref": "ProcessorStateMachineLogGroup"}, logical_id
-        pattern = props["FilterPattern"]
+        pattern = _pattern(props)
         event_types = re.findall(r'\$\.type = "(\w+)"', pattern)
         names = re.findall(r'\$\.details\.name = "(\w+)"', pattern)
         assert names, logical_id
         kinds = {"SucceedStateEntered": "Succeed", "FailStateEntered": "Fail"}
         for name in names:
-            assert states[name]["Type"] in {kinds[e] for e in event_types}, (
-                f"{logical_id}: {name} is a {states[name]['Type']}, not counted as one"
+            kind = states[name]["Type"] if name in states else batch_ends[name][0]
+            assert kind in {kinds[e] for e in event_types}, (
+                f"{logical_id}: {name} is a {kind}, not counted as one"
             )
         (transformation,) = props["MetricTransformations"]
         assert transformation["MetricNamespace"] == {"Fn::Sub": "onceflow/${AWS::StackName}"}
         metrics[transformation["MetricName"]] = names
     assert metrics == {
-        "Processed": ["Processed"],
+        "ProcessorSucceedEnds": ["Duplicate", "Superseded", "Ignored"],
+        "BatchProcessed": ["Processed"],
         "Duplicate": ["Duplicate"],
         "Superseded": ["Superseded"],
         "Failed": ["Failed"],
@@ -68,6 +82,42 @@ def test_metric_filters_count_end_states_the_processor_has() -> None:
         "DeadLetterFailed": ["DeadLetterFailed"],
         "LedgerUnavailable": ["LedgerUnavailable"],
     }
+
+
+def test_the_dashboards_processed_is_every_succeeded_execution_but_the_other_ends() -> None:
+    """The processor's happy path ends on MarkComplete, a Task: the dashboard's Processed is
+    its succeeded executions less those that ended in one of its Succeed states (every one
+    of them, from its own executions only), plus the batch workflow's Processed messages."""
+    processor = diagram.load_asl(diagram.MACHINES["processor"])["States"]
+    # GIVEN the processor's ways to succeed: its Succeed states and its end Tasks
+    succeeds = [n for n, s in processor.items() if s["Type"] == "Succeed"]
+    end_tasks = {n for n, s in processor.items() if s.get("End") is True}
+    assert end_tasks == set(END_OUTCOMES) and END_OUTCOMES["MarkComplete"] == "Processed"
+    # THEN the filter subtracted counts every Succeed state, of the processor's executions
+    props = _resources("AWS::Logs::MetricFilter")["ProcessorSucceedEndsMetricFilter"]["Properties"]
+    pattern = _pattern(props)
+    assert sorted(re.findall(r'\$\.details\.name = "(\w+)"', pattern)) == sorted(succeeds)
+    assert '$.execution_arn = "arn:${AWS::Partition}:states:${AWS::Region}:' in pattern
+    assert ":${Kind}:${ProcessorStateMachine.Name}:*" in pattern
+    assert props["FilterPattern"]["Fn::Sub"][1]["Kind"] == {
+        "Fn::If": ["ProcessorIsExpress", "express", "execution"]
+    }
+    # AND the Outcomes widget's Processed is that metric math, over metrics it reads
+    with LocalEngine(parameters={"Observability": "full"}) as engine:
+        body_template = engine.stack.template["Resources"]["Dashboard"]["Properties"]
+        body = json.loads(engine.stack.resolve(body_template["DashboardBody"]))
+        machine = engine.ref("ProcessorStateMachine")
+    (outcomes,) = [w for w in body["widgets"] if w["properties"].get("title") == "Outcomes"]
+    rows = outcomes["properties"]["metrics"]
+    (expression,) = [r[0] for r in rows if isinstance(r[0], dict) and "expression" in r[0]]
+    assert expression["label"] == "Processed"
+    assert expression["expression"] == (
+        "FILL(succeeded, 0) - FILL(succeedends, 0) + FILL(batchprocessed, 0)"
+    )
+    hidden = {r[-1]["id"]: r[:-1] for r in rows if isinstance(r[-1], dict) and "id" in r[-1]}
+    assert hidden["succeeded"] == ["AWS/States", "ExecutionsSucceeded", "StateMachineArn", machine]
+    assert hidden["succeedends"][1:] == ["ProcessorSucceedEnds"]
+    assert hidden["batchprocessed"] == [".", "BatchProcessed"]
 
 
 def _batch_end_states() -> dict[str, tuple[str, str]]:
@@ -90,7 +140,7 @@ def test_batch_mode_end_states_are_counted_like_the_processors() -> None:
     ends = _batch_end_states()
     states = _batch_states()
     for logical_id, resource in _resources("AWS::Logs::MetricFilter").items():
-        pattern = resource["Properties"]["FilterPattern"]
+        pattern = _pattern(resource["Properties"])
         types = set(re.findall(r'\$\.type = "(\w+)"', pattern))
         for name in re.findall(r'\$\.details\.name = "(\w+)"', pattern):
             assert name in ends, f"{logical_id}: the batch workflow has no end state {name}"

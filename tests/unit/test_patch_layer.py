@@ -70,8 +70,8 @@ def test_two_engines_keep_their_own_clock_log_and_faults() -> None:
                 inner_result = inner.execute(MACHINE, s3_event(inner, "a.png", inner_version))
             outer_result = outer.execute(MACHINE, s3_event(outer, "a.png", outer_version))
             # THEN the fault hit only the outer engine's claims
-            assert outer_result.states_entered[-1] == "LedgerUnavailable"
-            assert inner_result.states_entered[-1] != "LedgerUnavailable"
+            assert outer_result.outcome == "LedgerUnavailable"
+            assert inner_result.outcome != "LedgerUnavailable"
             assert inner_result.states_entered.count("Process") == 1  # retried inside it
             assert ledger_row(inner, idempotency_key(inner, "a.png", inner_version)) is not None
             # each engine's clock was asked for its own backoffs only: the inner
@@ -141,8 +141,8 @@ def test_with_every_speedup_pin_broken_the_engine_runs_with_every_fidelity_patch
         # discarded, a failure retried
         version = upload(engine, "slow.png")
         event = s3_event(engine, "slow.png", version)
-        assert engine.execute(MACHINE, event).states_entered[-1] == "Processed"
-        assert engine.execute(MACHINE, event).states_entered[-1] == "Duplicate"
+        assert engine.execute(MACHINE, event).outcome == "Processed"
+        assert engine.execute(MACHINE, event).outcome == "Duplicate"
         assert output_effects(engine) == 1
         retried = upload(engine, "retried.png")
         with engine.override_function(FUNCTION, _transient):

@@ -496,7 +496,7 @@ def test_a_processor_returning_null_is_processed(engine: LocalEngine) -> None:
     version = upload(engine, "null.png")
     with engine.override_function(FUNCTION, lambda event, context: None):
         result = engine.execute(MACHINE, s3_event(engine, "null.png", version))
-    assert result.states_entered[-1] == "Processed"
+    assert result.outcome == "Processed"
     assert result.output["result"] is None
 
 

@@ -142,8 +142,7 @@ def record(
 HAPPY = [
     ("Claim", "Task", {"a": 1}, {}),
     ("Process", "Task", {}, {"created": True}),
-    ("MarkComplete", "Task", {"created": True}, {}),
-    ("Processed", "Succeed", {}, {"status": "PROCESSED"}),
+    ("MarkComplete", "Task", {"created": True}, {"status": "PROCESSED"}),
 ]
 
 

@@ -142,7 +142,7 @@ def test_a_failed_row_below_max_attempts_is_resubmitted(audited: LocalEngine) ->
     pk = idempotency_key(audited, "flaky.png", version)
     with audited.override_function(FUNCTION, always(TransientError)):
         failed = audited.execute(MACHINE, s3_event(audited, "flaky.png", version))
-    assert failed.states_entered[-1] == "Failed"
+    assert failed.outcome == "Failed"
     row = ledger_row(audited, pk)
     assert row is not None and row["status"] == "FAILED" and row["attempts"] == "1"
     # WHEN the audit runs (the processor works again)
@@ -223,8 +223,8 @@ def test_an_audit_racing_a_late_original_delivery_has_one_effect(audited: LocalE
         audit.result()
     after = audited.execute(MACHINE, s3_event(audited, "late.png", version))
     # THEN both late deliveries were discarded: one effect, one claim
-    assert during.states_entered[-1] == "Duplicate"
-    assert after.states_entered[-1] == "Duplicate"
+    assert during.outcome == "Duplicate"
+    assert after.outcome == "Duplicate"
     assert output_effects(audited) == 1
     row = ledger_row(audited, pk)
     assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "1"
@@ -253,7 +253,7 @@ def test_a_stuck_lock_is_released_and_resubmitted(audited: LocalEngine) -> None:
         # AND the hung worker, when it wakes, cannot overwrite the outcome
         gate.release.set()
         woke = audited.wait(stuck_arn)
-    assert woke.states_entered[-1] == "LockLost"
+    assert woke.outcome == "LockLost"
     assert output_effects(audited) == 1
     row = ledger_row(audited, pk)
     assert row is not None and row["status"] == "PROCESSED"
@@ -313,7 +313,7 @@ def test_a_lock_renewed_after_the_index_was_read_is_not_released(audited: LocalE
     (seen,), _ = ledger.open_rows("PROCESSING", lock_cutoff=2000, cursor=None)
     # Meanwhile a redelivery reclaims it: a new owner and a new expiry.
     redelivery = audited.execute(MACHINE, s3_event(audited, "renewed.png", version))
-    assert redelivery.states_entered[-1] == "Processed"
+    assert redelivery.outcome == "Processed"
     # WHEN the sweep releases what it saw THEN nothing is written
     assert ledger.release_stuck(seen, 0, "audit-test") is False
     row = ledger_row(audited, pk)
@@ -348,7 +348,7 @@ def test_a_stuck_lock_at_max_attempts_is_dead_lettered(audited: LocalEngine) -> 
     assert attrs["EXHAUSTED_RETRY_CONDITION"] == "MaximumRetryAttempts"
     assert attrs["IDEMPOTENCY_KEY"] == pk and attrs["EXECUTION_ARN"] == third
     assert json.loads(message["Body"])["event"]["detail"]["object"]["key"] == "stuck-last.png"
-    assert woke.states_entered[-1] == "LockLost"
+    assert woke.outcome == "LockLost"
 
 
 def test_a_stuck_sqs_message_is_resubmitted_from_the_event_its_row_keeps() -> None:
@@ -563,7 +563,7 @@ def test_a_failed_sqs_message_is_retried_by_the_audit() -> None:
         )
         with engine.override_function(FUNCTION, always(TransientError)):
             (arn,) = engine.pump_pipes()
-            assert engine.wait(arn).states_entered[-1] == "Failed"
+            assert engine.wait(arn).outcome == "Failed"
         row = ledger_row(engine, "sqs:o-7")
         assert row is not None and row["status"] == "FAILED"
         report = run_audit(engine).output

@@ -88,7 +88,7 @@ def test_a_failed_row_at_max_attempts_that_could_not_be_dead_lettered_is_by_the_
     event = s3_event(audited, "undelivered.png", version)
     with audited.override_function(FUNCTION, always(TransientError)):
         for _ in range(2):
-            assert audited.execute(MACHINE, event).states_entered[-1] == "Failed"
+            assert audited.execute(MACHINE, event).outcome == "Failed"
         with dlq_refusing(audited):
             last = audited.execute(MACHINE, event)
     assert last.error == "DeadLetterFailed"

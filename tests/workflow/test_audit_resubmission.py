@@ -78,7 +78,7 @@ def fail_once(engine: LocalEngine, event: Any) -> str:
     """Deliver ``event`` while the processor fails transiently: a FAILED row the sweep owns."""
     with engine.override_function(FUNCTION, always(TransientError)):
         result = engine.wait(start_as_eventbridge(engine, event))
-    assert result.states_entered[-1] == "Failed", result.states_entered
+    assert result.outcome == "Failed", result.states_entered
     key = str(result.output["idempotencyKey"]) if result.output else ""
     if not key:
         key = f"event:{event['source']}:{event['id']}"
@@ -143,7 +143,7 @@ def test_redrive_starts_a_large_accented_event_as_it_was_accepted(audited: Local
     event = custom_event("é" * 55_000)
     with audited.override_function(FUNCTION, always(PermanentError)):
         first = audited.wait(start_as_eventbridge(audited, event))
-    assert first.states_entered[-1] == "DeadLettered"
+    assert first.outcome == "DeadLettered"
     assert len(dlq_messages(audited)) == 1
     # WHEN the DLQ is redriven
     report = ops.redrive(LocalTarget(audited))
@@ -151,7 +151,7 @@ def test_redrive_starts_a_large_accented_event_as_it_was_accepted(audited: Local
     (moved,) = report.messages
     assert moved.action == "resubmitted", moved.detail
     rerun = audited.wait(str(moved.execution_arn))
-    assert rerun.states_entered[-1] == "Processed"
+    assert rerun.outcome == "Processed"
     assert rerun.input == event
     assert dlq_messages(audited) == [] and output_effects(audited) == 1
 

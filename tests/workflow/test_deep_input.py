@@ -55,7 +55,7 @@ def test_a_deep_custom_event_ends_invalid_event_with_its_dlq_message(engine: Loc
     # WHEN the processor runs on it
     result = engine.execute("ProcessorStateMachine", event)
     # THEN Claim's rules judge it: InvalidEvent, one DLQ message, no ledger row
-    assert result.states_entered[-1] == "InvalidEvent", (result.error, result.cause)
+    assert result.outcome == "InvalidEvent", (result.error, result.cause)
     [dead] = dlq_messages(engine)
     assert attributes(dead)["ERROR_CODE"] == "InvalidEvent"
     assert ledger_rows(engine) == []

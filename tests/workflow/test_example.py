@@ -29,7 +29,7 @@ from service.contract import CallToken
 from tests.helpers import attributes, dlq_messages, invocations, ledger_row
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "word-count"
-HAPPY_PATH = ["Claim", "Process", "MarkComplete", "Processed"]
+HAPPY_PATH = ["Claim", "Process", "MarkComplete"]
 DUPLICATE_PATH = ["Claim", "Reclaim", "Duplicate"]
 TEXT = b"one two\nthree four five\n"  # 2 lines, 5 words
 
@@ -147,7 +147,7 @@ def test_the_functions_permanent_error_dead_letters_the_upload_at_once(
     (arn,) = deliver(example, "notes/binary.txt", version)
     result = example.wait(arn)
     # THEN the function's PermanentError dead-lettered it after one call, with no effect
-    assert result.states_entered[-1] == "DeadLettered"
+    assert result.outcome == "DeadLettered"
     assert invocations(example) == before + 1
     pk = key_of(example, "notes/binary.txt", version)
     assert pk not in counts(example)
@@ -166,7 +166,7 @@ def test_content_replaced_before_it_was_read_ends_superseded(example: LocalEngin
     # WHEN it is processed (a direct work item, as the audit resubmits one)
     result = example.execute("ProcessorStateMachine", {"workItem": item})
     # THEN the function's ObjectSuperseded ended it in Superseded, with no effect and no DLQ
-    assert result.states_entered[-1] == "Superseded"
+    assert result.outcome == "Superseded"
     assert "holds other content now" in result.output["result"]["reason"]
     pk = f"s3://{bucket}/notes/replaced.txt#0A1B"
     assert pk not in counts(example)
@@ -186,7 +186,7 @@ def test_the_examples_function_runs_as_its_own_role(example: LocalEngine) -> Non
         result = example.wait(arn)
     # THEN DynamoDB refused the write: not retried (not a TransientError), the row
     # FAILED and open for the next claim, no effect
-    assert result.states_entered[-1] == "Failed"
+    assert result.outcome == "Failed"
     assert "AccessDeniedException" in (result.cause or "")
     assert invocations(example) == before + 1
     pk = key_of(example, "notes/denied.txt", version)

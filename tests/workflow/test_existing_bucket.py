@@ -207,7 +207,7 @@ def test_a_work_item_outside_the_filter_is_refused_before_any_read(
     item = {"bucket": BUCKET, "key": key, "versionId": version, "sequencer": "0A"}
     result = versioned.execute(MACHINE, {"workItem": item})
     # THEN it is an InvalidEvent: no claim, no Lambda, one DLQ message that says why
-    assert result.states_entered[-1] == "InvalidEvent"
+    assert result.outcome == "InvalidEvent"
     assert "Process" not in result.states_entered and ledger_rows(versioned) == []
     (message,) = dlq_messages(versioned)
     why = attributes(message)["ERROR_MESSAGE"]

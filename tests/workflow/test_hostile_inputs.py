@@ -66,7 +66,7 @@ def _problems(
     """What is wrong with one input's outcome; empty when all is as its end state says."""
     if result.status not in ("SUCCEEDED", "FAILED"):
         return [f"ended {result.status}"]
-    end = result.states_entered[-1] if result.states_entered else "(none)"
+    end = result.outcome if result.states_entered else "(none)"
     named = SUCCEED if result.status == "SUCCEEDED" else FAIL
     if end not in named:
         return [f"{result.status} in {end} ({result.error}: {str(result.cause)[:200]})"]
@@ -142,7 +142,7 @@ def test_every_hostile_input_ends_in_a_named_end_state(
     report: Counter[str] = Counter()
     failures = []
     for hostile, result in results:
-        report[result.states_entered[-1] if result.states_entered else result.status] += 1
+        report[result.outcome if result.states_entered else result.status] += 1
         for problem in _problems(hostile, result, dead, rows):
             failures.append(f"{hostile.kind}: {problem}: {json.dumps(hostile.event)[:160]}")
     report["refused by StartExecution"] = refused

@@ -158,7 +158,7 @@ def test_a_deleted_upload_is_dead_lettered_at_once_by_the_template_role(
     # WHEN it is processed
     result = engine.execute(MACHINE, never_there(engine))
     # THEN S3's 404 made it a PermanentError: one Process call, dead-lettered
-    assert result.states_entered[-1] == "DeadLettered", (result.error, result.cause)
+    assert result.outcome == "DeadLettered", (result.error, result.cause)
     assert invocations(engine) == 1
     (message,) = dlq_messages(engine)
     assert attributes(message)["EXHAUSTED_RETRY_CONDITION"] == "PermanentError"
@@ -177,7 +177,7 @@ def test_without_list_bucket_a_deleted_upload_is_retried_instead_of_dead_lettere
     # transient: the call is retried (1 + RetryMaxAttempts), and the work stays
     # open for the next delivery instead of being dead-lettered
     assert invocations(engine) == 4
-    assert result.states_entered[-1] == "Failed", (result.error, result.cause)
+    assert result.outcome == "Failed", (result.error, result.cause)
     assert "AccessDenied" in (result.cause or "")
     assert dlq_messages(engine) == []
     row = ledger_row(engine, "manual:gone")

@@ -57,7 +57,7 @@ def _queue_messages(engine: LocalEngine, logical_id: str) -> list[dict[str, Any]
 def test_object_created_rule_starts_the_processor(engine: LocalEngine) -> None:
     version = upload(engine, "uploads/rule.png")
     [result] = _results(engine, engine.put_event(s3_event(engine, "uploads/rule.png", version)))
-    assert result.states_entered[-1] == "Processed"
+    assert result.outcome == "Processed"
     assert ledger_row(engine, idempotency_key(engine, "uploads/rule.png", version))["status"] == (
         "PROCESSED"
     )
@@ -107,8 +107,8 @@ def test_custom_events_are_keyed_on_the_event_id(engine: LocalEngine) -> None:
     event = load_event("eventbridge-custom-event.json")
     first = engine.wait(engine.put_event(event)[0])
     again = engine.wait(engine.put_event(event)[0])
-    assert first.states_entered[-1] == "Processed"
-    assert again.states_entered[-1] == "Duplicate"
+    assert first.outcome == "Processed"
+    assert again.outcome == "Duplicate"
     assert first.output["idempotencyKey"] == f"event:onceflow.work:{event['id']}"
     assert output_effects(engine) == 1
 
@@ -122,8 +122,8 @@ def test_custom_events_keyed_on_a_detail_path_discard_a_resend_with_a_new_id() -
         first = engine.wait(arn)
         [arn] = engine.put_custom_event("onceflow.work", "Appointment Requested", detail)
         resent = engine.wait(arn)
-        assert first.states_entered[-1] == "Processed"
-        assert resent.states_entered[-1] == "Duplicate"  # one appointment, not two
+        assert first.outcome == "Processed"
+        assert resent.outcome == "Duplicate"  # one appointment, not two
         assert first.output["idempotencyKey"] == "event:onceflow.work:appt-9"
         assert output_effects(engine) == 1
 
@@ -143,8 +143,8 @@ def test_pipe_discards_a_resent_business_message(sqs_engine: LocalEngine) -> Non
     _send(sqs_engine, order)
     _send(sqs_engine, order)  # the producer re-sends: a new messageId, the same order
     results = _results(sqs_engine, sqs_engine.pump_pipes())
-    assert sorted(r.states_entered[-1] for r in results) == ["Duplicate", "Processed"]
-    processed = next(r for r in results if r.states_entered[-1] == "Processed")
+    assert sorted(r.outcome for r in results) == ["Duplicate", "Processed"]
+    processed = next(r for r in results if r.outcome == "Processed")
     assert processed.output["idempotencyKey"] == "sqs:order-1001"
     assert output_effects(sqs_engine) == 1  # one gift card
     assert _queue_messages(sqs_engine, "SourceQueue") == []  # both deleted after the start
@@ -158,9 +158,9 @@ def test_without_a_key_path_each_message_id_is_its_own_unit_of_work(engine: Loca
     resent[0]["messageId"] = "another-message-id"
     first, second = engine.execute(MACHINE, event), engine.execute(MACHINE, resent)
     # The documented weakness of the messageId fallback: a re-send is new work.
-    assert first.states_entered[-1] == second.states_entered[-1] == "Processed"
+    assert first.outcome == second.outcome == "Processed"
     assert output_effects(engine) == 2
-    assert engine.execute(MACHINE, event).states_entered[-1] == "Duplicate"
+    assert engine.execute(MACHINE, event).outcome == "Duplicate"
 
 
 def test_pipe_carries_classic_s3_notifications(sqs_engine: LocalEngine) -> None:
@@ -173,7 +173,7 @@ def test_pipe_carries_classic_s3_notifications(sqs_engine: LocalEngine) -> None:
     _send(sqs_engine, body)
     _send(sqs_engine, body)  # SQS delivers at least once
     results = _results(sqs_engine, sqs_engine.pump_pipes())
-    assert sorted(r.states_entered[-1] for r in results) == ["Duplicate", "Processed"]
+    assert sorted(r.outcome for r in results) == ["Duplicate", "Processed"]
     assert ledger_row(sqs_engine, idempotency_key(sqs_engine, key, version))["status"] == (
         "PROCESSED"
     )
@@ -184,7 +184,7 @@ def test_the_s3_test_message_is_ignored(sqs_engine: LocalEngine) -> None:
     _send(sqs_engine, {"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": "b"})
     [result] = _results(sqs_engine, sqs_engine.pump_pipes())
     assert result.status == "SUCCEEDED"
-    assert result.states_entered[-1] == "Ignored"
+    assert result.outcome == "Ignored"
     assert ledger_rows(sqs_engine) == [] and dlq_messages(sqs_engine) == []
 
 
@@ -218,7 +218,7 @@ def test_versioned_overwrite_is_new_work_and_a_redelivery_is_a_duplicate(
     first = upload(engine, "uploads/same-key.png")
     second = upload(engine, "uploads/same-key.png")  # an overwrite: a new version
     outcomes = [
-        engine.execute(MACHINE, s3_event(engine, "uploads/same-key.png", v)).states_entered[-1]
+        engine.execute(MACHINE, s3_event(engine, "uploads/same-key.png", v)).outcome
         for v in (first, second, first)
     ]
     assert outcomes == ["Processed", "Processed", "Duplicate"]
@@ -243,7 +243,7 @@ def test_unversioned_overwrite_is_new_work_and_a_redelivery_is_a_duplicate(
         return e
 
     results = [engine.execute(MACHINE, event(s)) for s in ("0A01", "0A02", "0A01")]
-    assert [r.states_entered[-1] for r in results] == ["Processed", "Processed", "Duplicate"]
+    assert [r.outcome for r in results] == ["Processed", "Processed", "Duplicate"]
     assert results[0].output["idempotencyKey"].endswith("/uploads/plain.png#0A01")
     assert output_effects(engine) == 2
 
@@ -278,7 +278,7 @@ def test_keys_are_decoded_to_the_object_s3_holds(engine: LocalEngine, key: str, 
         body["Records"][0]["s3"]["object"].update({"key": encoded, "versionId": version})
         event[0]["body"] = json.dumps(body)
     result = engine.execute(MACHINE, event)
-    assert result.states_entered[-1] == "Processed", result.cause
+    assert result.outcome == "Processed", result.cause
     assert result.output["idempotencyKey"] == idempotency_key(engine, key, version)
     assert output_effects(engine) == 1  # the processor read the object under its real key
 
@@ -296,7 +296,7 @@ def test_fields_of_the_wrong_type_never_reach_the_ledger_write(engine: LocalEngi
     )
     event[0]["body"] = json.dumps(body)
     result = engine.execute(MACHINE, event)
-    assert result.states_entered[-1] == "Processed", result.cause
+    assert result.outcome == "Processed", result.cause
     row = ledger_row(engine, f"s3://{engine.ref('IngestBucket')}/{key}#0B01")
     assert row is not None and "size" not in row and "etag" not in row
 
@@ -307,7 +307,7 @@ def test_a_direct_work_item_keys_on_strings_only(engine: LocalEngine) -> None:
     result = engine.execute(
         MACHINE, {"workItem": {**item, "versionId": version, "idempotencyKey": 5}}
     )
-    assert result.states_entered[-1] == "Processed", result.cause
+    assert result.outcome == "Processed", result.cause
     assert result.output["idempotencyKey"] == idempotency_key(engine, "uploads/direct.png", version)
 
 
@@ -330,7 +330,7 @@ def test_sams_s3_put_event_is_the_same_work_item_as_the_eventbridge_event(
     event, notes = prepare_event(engine, notification, target=MACHINE)
     first = engine.execute(MACHINE, event)
     # THEN it is processed, keyed on the object and its sequencer
-    assert first.states_entered[-1] == "Processed", first.cause
+    assert first.outcome == "Processed", first.cause
     s3 = json.loads(event[0]["body"])["Records"][0]["s3"]
     assert first.output["idempotencyKey"] == (
         f"s3://{engine.ref('IngestBucket')}/test/key#{s3['object']['sequencer']}"
@@ -344,7 +344,7 @@ def test_sams_s3_put_event_is_the_same_work_item_as_the_eventbridge_event(
     )
     again = engine.execute(MACHINE, created)
     # THEN it is the same work item: the same key, discarded as a duplicate
-    assert again.states_entered[-1] == "Duplicate"
+    assert again.outcome == "Duplicate"
     assert again.output["idempotencyKey"] == first.output["idempotencyKey"]
     assert output_effects(engine) == 1
 
@@ -357,9 +357,9 @@ def test_sams_sqs_event_is_read_as_the_pipes_messages(sqs_engine: LocalEngine) -
     event["Records"][0]["messageId"] = "another-message-id"
     resent = _run_as_the_cli_does(sqs_engine, event)
     # THEN its record was the pipe's message: keyed on the order, once
-    assert first.states_entered[-1] == "Processed", first.cause
+    assert first.outcome == "Processed", first.cause
     assert first.output["idempotencyKey"] == "sqs:o-7"
-    assert resent.states_entered[-1] == "Duplicate"
+    assert resent.outcome == "Duplicate"
     assert output_effects(sqs_engine) == 1
 
 

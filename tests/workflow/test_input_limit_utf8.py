@@ -93,7 +93,7 @@ def test_an_eventbridge_event_at_the_limit_starts_and_one_byte_more_is_dead_lett
     [started] = engine.put_event(event(LIMIT))
     # THEN the first starts the processor, which judges it itself (over what it
     # accepts, so InvalidEvent: not the ingress DLQ's business)
-    assert engine.wait(started).states_entered[-1] == "InvalidEvent"
+    assert engine.wait(started).outcome == "InvalidEvent"
     assert _ingress_dead_letters(engine) == []
     # AND the second is refused by Step Functions and lands in the ingress DLQ intact
     over = event(LIMIT + 1)
@@ -154,7 +154,7 @@ def test_the_pipe_refuses_an_emoji_message_over_the_limit_into_the_source_dlq(
     [started] = sqs_engine.pump_pipes()
     # THEN the first starts; the processor judges it itself (over what it accepts:
     # InvalidEvent, to the processor's DLQ, never the source DLQ)
-    assert sqs_engine.wait(started).states_entered[-1] == "InvalidEvent"
+    assert sqs_engine.wait(started).outcome == "InvalidEvent"
     assert _queued(sqs_engine, "SourceDeadLetterQueue") == []
     # WHEN the second arrives
     body = json.dumps({"orderId": "emoji-over", "notes": "😀" * 66_000}, ensure_ascii=False)
@@ -172,7 +172,7 @@ def test_redrive_restarts_an_accented_event_aws_accepts(engine: LocalEngine) -> 
     # over what the processor accepts, so it ends InvalidEvent with its DLQ message
     event = {"detail": {"notes": "é" * 100_000}, "source": "elsewhere"}
     first = engine.execute("ProcessorStateMachine", event)
-    assert first.states_entered[-1] == "InvalidEvent"
+    assert first.outcome == "InvalidEvent"
     assert len(dlq_messages(engine)) == 1
     # WHEN it is redriven, InvalidEvent messages asked for (the DLQ body holds an
     # excerpt; the input comes from the history)

@@ -214,7 +214,7 @@ def test_a_catch_that_names_data_limit_exceeded_catches_it(engine: LocalEngine) 
         result = engine.execute(arn, {})
     # THEN the Catch takes it
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered[-1] == "Caught"
+    assert result.outcome == "Caught"
 
 
 def test_task_arguments_over_256_kib_fail_before_the_function_is_called(

@@ -184,7 +184,7 @@ def test_an_upload_deleted_before_processing_is_dead_lettered_after_one_attempt(
     result = engine.execute(MACHINE, event)
     # THEN S3 said "not found" (404) and the processor gave up at once: one Process
     # attempt, dead-lettered as a PermanentError
-    assert result.states_entered[-1] == "DeadLettered", (result.error, result.cause)
+    assert result.outcome == "DeadLettered", (result.error, result.cause)
     assert result.states_entered.count("Process") == 1
     assert invocations(engine) == 1
     (message,) = dlq_messages(engine)
@@ -223,11 +223,11 @@ def test_an_overwritten_unversioned_upload_is_superseded_not_processed(
     assert "open_status" not in row
     # AND the second upload's event processes the second content, once
     current = engine.execute(MACHINE, unversioned_event(engine, second, "0A02"))
-    assert current.states_entered[-1] == "Processed"
+    assert current.outcome == "Processed"
     assert output_effects(engine) == 1
     # AND a redelivery of the first event is a duplicate, not a second try
     again = engine.execute(MACHINE, unversioned_event(engine, first, "0A01"))
-    assert again.states_entered[-1] == "Duplicate"
+    assert again.outcome == "Duplicate"
     assert invocations(engine) == 2
     assert dlq_messages(engine) == []
 
@@ -240,7 +240,7 @@ def test_a_deleted_unversioned_upload_is_superseded(engine: LocalEngine) -> None
     # WHEN its event arrives
     result = engine.execute(MACHINE, unversioned_event(engine, etag, "0B01"))
     # THEN it is superseded: nothing to process, nothing to dead-letter, no retry
-    assert result.states_entered[-1] == "Superseded"
+    assert result.outcome == "Superseded"
     assert invocations(engine) == 1
     assert dlq_messages(engine) == []
     assert output_effects(engine) == 0
@@ -254,7 +254,7 @@ def test_an_unversioned_upload_processed_from_its_event_is_ok(audited: LocalEngi
     suspend_versioning(audited)
     etag = put(audited, png_bytes())
     processed = audited.execute(MACHINE, unversioned_event(audited, etag, "0C01"))
-    assert processed.states_entered[-1] == "Processed"
+    assert processed.outcome == "Processed"
     # WHEN the audit runs
     report = run_audit(audited).output
     # THEN it found the row by key and ETag: ok, nothing resubmitted
@@ -313,7 +313,7 @@ def test_a_failed_unversioned_row_is_retried_under_its_own_key(audited: LocalEng
 
     with audited.override_function(FUNCTION, failing):
         failed = audited.execute(MACHINE, unversioned_event(audited, etag, "0E01"))
-    assert failed.states_entered[-1] == "Failed"
+    assert failed.outcome == "Failed"
     # WHEN the audit runs
     report = run_audit(audited).output
     # THEN it reclaimed the event's own row: no second key, one effect
@@ -335,9 +335,7 @@ def test_a_null_upload_replaced_after_versioning_returned_is_not_resubmitted(
         Bucket=audited.ref("IngestBucket"), VersioningConfiguration={"Status": "Enabled"}
     )
     version = upload(audited, KEY, png_bytes(64, 48))
-    assert audited.execute(MACHINE, s3_event(audited, KEY, version)).states_entered[-1] == (
-        "Processed"
-    )
+    assert audited.execute(MACHINE, s3_event(audited, KEY, version)).outcome == ("Processed")
     # WHEN the audit runs, twice
     reports = [run_audit(audited).output]
     forget_watermark(audited)  # the second judges the window again

@@ -72,7 +72,7 @@ def test_a_permanent_error_is_logged_with_its_key_and_counted() -> None:
     with LocalEngine(function_log=log) as engine:
         version = upload(engine, "watch/not-an-image.png", b"this is not a picture")
         result = engine.execute(MACHINE, s3_event(engine, "watch/not-an-image.png", version))
-        assert result.states_entered[-1] == "DeadLettered"
+        assert result.outcome == "DeadLettered"
     records = _records(log)
     errors = [line for line in _log_lines(records) if line["level"] == "ERROR"]
     assert errors and errors[0]["execution_arn"] == result.arn

@@ -32,7 +32,7 @@ from tests.helpers import (
     upload,
 )
 
-HAPPY_PATH = ["Claim", "Process", "MarkComplete", "Processed"]
+HAPPY_PATH = ["Claim", "Process", "MarkComplete"]
 DUPLICATE_PATH = ["Claim", "Reclaim", "Duplicate"]
 
 
@@ -149,7 +149,6 @@ def test_takeover_after_lock_expiry_fences_the_stale_owner(engine: LocalEngine) 
         "Reclaim",
         "Process",
         "MarkComplete",
-        "Processed",
     ]
     assert stale.status == "FAILED"
     assert stale.error == "LockLost"
@@ -226,7 +225,6 @@ def test_retries_exhausted_leave_a_failed_row_that_the_next_delivery_reclaims(
         "Reclaim",
         "Process",
         "MarkComplete",
-        "Processed",
     ]
     row = ledger_row(engine, pk)
     assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "2"
@@ -242,7 +240,7 @@ def test_max_attempts_dead_letters_once_and_the_row_is_never_reclaimed(
     pk = idempotency_key(engine, "uploads/g.png", version)
     with engine.override_function(FUNCTION, always(TransientError)):
         results = [engine.execute(MACHINE, event) for _ in range(3)]
-        assert [r.states_entered[-1] for r in results] == ["Failed", "Failed", "DeadLettered"]
+        assert [r.outcome for r in results] == ["Failed", "Failed", "DeadLettered"]
         last = results[-1]
         assert last.error == "TransientError"
         row = ledger_row(engine, pk)
@@ -314,7 +312,7 @@ def test_injected_permanent_error_is_not_retried(engine: LocalEngine) -> None:
     version = upload(engine, "uploads/i.png")
     with engine.override_function(FUNCTION, always(PermanentError)):
         result = engine.execute(MACHINE, s3_event(engine, "uploads/i.png", version))
-    assert result.states_entered[-1] == "DeadLettered"
+    assert result.outcome == "DeadLettered"
     assert invocations(engine) == 1
     assert attributes(dlq_messages(engine)[0])["ERROR_CODE"] == "PermanentError"
 
@@ -352,7 +350,7 @@ def test_twenty_concurrent_deliveries_make_one_effect(engine: LocalEngine) -> No
 
     with ThreadPoolExecutor(max_workers=20) as pool:
         results = list(pool.map(deliver, range(20)))
-    outcomes = sorted(r.states_entered[-1] for r in results)
+    outcomes = sorted(r.outcome for r in results)
     assert outcomes == ["Duplicate"] * 19 + ["Processed"]
     assert invocations(engine) == 1
     assert output_effects(engine) == 1

@@ -42,7 +42,7 @@ def dead_letter(engine: LocalEngine, key: str, body: bytes | None = None) -> str
     version = upload(engine, key, body)
     with engine.override_function(FUNCTION, bug):
         result = engine.execute(MACHINE, s3_event(engine, key, version))
-    assert result.states_entered[-1] == "DeadLettered"
+    assert result.outcome == "DeadLettered"
     return idempotency_key(engine, key, version)
 
 
@@ -66,7 +66,7 @@ def test_redrive_of_a_fixed_poison_object_processes_it_once(engine: LocalEngine)
     assert row["redrive_message_id"] == original["MessageId"]
     assert "dead_lettered_at" not in row
     history = engine.wait(str(moved.execution_arn)).states_entered
-    assert history == ["Claim", "Reclaim", "Process", "MarkComplete", "Processed"]
+    assert history == ["Claim", "Reclaim", "Process", "MarkComplete"]
 
 
 def test_redrive_of_a_still_broken_object_lands_it_in_the_dlq_again(engine: LocalEngine) -> None:
@@ -116,9 +116,7 @@ def test_a_message_whose_work_was_done_meanwhile_is_removed_without_a_second_eff
     )
     key = pk.rsplit("/", 1)[-1].split("#")[0]
     version = pk.rsplit("#", 1)[-1]
-    assert engine.execute(MACHINE, s3_event(engine, key, version)).states_entered[-1] == (
-        "Processed"
-    )
+    assert engine.execute(MACHINE, s3_event(engine, key, version)).outcome == ("Processed")
     report = ops.redrive(LocalTarget(engine))
     (item,) = report.messages
     assert item.action == "deleted" and "already processed" in item.detail
@@ -130,7 +128,7 @@ def test_an_oversized_event_is_redriven_from_its_execution_history(engine: Local
     # The DLQ body holds only an excerpt; EXECUTION_ARN's input has the event whole.
     event: dict[str, Any] = {"detail": {"padding": "x" * 140_000}, "source": "elsewhere"}
     result = engine.execute(MACHINE, event)
-    assert result.states_entered[-1] == "InvalidEvent"
+    assert result.outcome == "InvalidEvent"
     (message,) = dlq_messages(engine)
     assert json.loads(message["Body"])["event"] is None
     report = ops.redrive(LocalTarget(engine), include_invalid=True)
@@ -138,7 +136,7 @@ def test_an_oversized_event_is_redriven_from_its_execution_history(engine: Local
     assert moved.action == "resubmitted"
     rerun = engine.wait(str(moved.execution_arn))
     assert rerun.input == event  # the whole event, not the excerpt
-    assert rerun.states_entered[-1] == "InvalidEvent"  # still invalid: back in the DLQ
+    assert rerun.outcome == "InvalidEvent"  # still invalid: back in the DLQ
     assert len(dlq_messages(engine)) == 1
 
 
@@ -250,7 +248,7 @@ def test_a_run_without_max_redrives_a_still_failing_key_once_and_stops(
     # GIVEN a corrupt upload, dead-lettered as poison
     version = upload(engine, "runaway.png", b"not an image")
     pk = idempotency_key(engine, "runaway.png", version)
-    assert engine.execute(MACHINE, s3_event(engine, "runaway.png", version)).states_entered[-1] == (
+    assert engine.execute(MACHINE, s3_event(engine, "runaway.png", version)).outcome == (
         "DeadLettered"
     )
     (first,) = dlq_messages(engine)
@@ -275,8 +273,7 @@ def test_a_run_redrives_a_still_invalid_keyless_event_once_and_stops(
 ) -> None:
     # GIVEN an event no key can be derived from, dead-lettered as InvalidEvent
     assert (
-        engine.execute(MACHINE, load_event("invalid-unknown-shape.json")).states_entered[-1]
-        == "InvalidEvent"
+        engine.execute(MACHINE, load_event("invalid-unknown-shape.json")).outcome == "InvalidEvent"
     )
     starts: list[str] = []
     # WHEN a run redrives it and it is dead-lettered again (no key: EXECUTION_ARN and the
@@ -423,7 +420,7 @@ def test_an_event_that_could_not_be_dead_lettered_is_restarted_once_by_redrive_u
     with _dlq_refusing(engine):
         undelivered = engine.execute(MACHINE, copy.deepcopy(event))
     assert undelivered.status == "FAILED" and undelivered.error == "DeadLetterFailed"
-    assert undelivered.states_entered[-1] == "DeadLetterFailed"
+    assert undelivered.outcome == "DeadLetterFailed"
     assert dlq_messages(engine) == []
     # AND an execution that failed for another reason, which is not redrive's to restart
     version = upload(engine, "flaky.png")
@@ -500,7 +497,7 @@ def test_cli_redrive_undelivered_on_a_fresh_local_stack(
 def test_an_invalid_event_is_kept_in_the_dlq_unless_asked_for(engine: LocalEngine) -> None:
     # GIVEN an event the processor refused as invalid (no key can be derived from it)
     result = engine.execute(MACHINE, load_event("invalid-unknown-shape.json"))
-    assert result.states_entered[-1] == "InvalidEvent"
+    assert result.outcome == "InvalidEvent"
     (message,) = dlq_messages(engine)
     executions = len(engine.client("stepfunctions").list_executions(
         stateMachineArn=engine.ref(MACHINE))["executions"])  # fmt: skip

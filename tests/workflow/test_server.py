@@ -206,9 +206,7 @@ def test_demos_on_the_running_engine_judge_only_their_own_objects(
     from tests.helpers import s3_event
 
     assert (
-        engine.execute(
-            "ProcessorStateMachine", s3_event(engine, "mine/bad.png", version)
-        ).states_entered[-1]
+        engine.execute("ProcessorStateMachine", s3_event(engine, "mine/bad.png", version)).outcome
         == "DeadLettered"
     )
     reports = []
