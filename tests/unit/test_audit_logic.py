@@ -24,6 +24,7 @@ from service.logic.audit import (
     classify,
     common_prefix,
     content_row,
+    execution_name,
     idempotency_key,
     inventory_item,
     key_marker_before,
@@ -210,6 +211,22 @@ def test_resubmission_names_are_valid_deterministic_and_distinct() -> None:
     assert name == resubmission_name("audit", "AuditStateMachine-abc:def", "s3://b/k é#v1")
     assert name != resubmission_name("audit", "AuditStateMachine-abc:def", "s3://b/k é#v2")
     assert len(name) <= 80 and all(c.isalnum() or c in "-_" for c in name)
+
+
+def test_a_claims_execution_name_is_read_from_either_form_of_arn() -> None:
+    # GIVEN the claims a row keeps: its executions' ARNs, as AWS writes them
+    # (test_sfn_api_express.snapshot.json in LocalStack's recordings: an EXPRESS execution
+    # is ...:express:<machine>:<name>:<id>, a STANDARD one ...:execution:<machine>:<name>)
+    standard = "arn:aws:states:us-east-1:123456789012:execution:Processor:audit-x-1f2e"
+    express = (
+        "arn:aws:states:us-east-1:123456789012:express:Processor:audit-x-1f2e:"
+        "9a8b7c6d-1111-2222-3333-444455556666"
+    )
+    # THEN the name is the execution's name in both (the last part of an EXPRESS ARN is
+    # its id: an audit that compared it with its resubmission's name recounted nothing)
+    assert execution_name(standard) == "audit-x-1f2e"
+    assert execution_name(express) == "audit-x-1f2e"
+    assert execution_name("audit-x-1f2e") == "audit-x-1f2e"
 
 
 def test_work_items_carry_the_ledger_key() -> None:

@@ -293,6 +293,15 @@ def row_work_item(row: LedgerRow) -> dict[str, WorkItem] | None:
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
+def execution_name(arn: str) -> str:
+    """The name of the execution a claim (its ARN) names, in either form AWS writes:
+    ``...:execution:<machine>:<name>`` (STANDARD), ``...:express:<machine>:<name>:<id>``
+    (EXPRESS: LocalStack's recording test_sfn_api_express.snapshot.json); a bare name is
+    itself."""
+    parts = arn.split(":")
+    return parts[7] if len(parts) >= 8 and parts[0] == "arn" else parts[-1]
+
+
 def resubmission_name(kind: str, audit_id: str, idempotency_key_: str) -> str:
     """A deterministic execution name: a retried page starts nothing twice.
 

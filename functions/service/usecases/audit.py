@@ -42,6 +42,7 @@ from service.logic.audit import (
     classify,
     content_row,
     earliest_judged,
+    execution_name,
     failed_dead_letter_message,
     idempotency_key,
     inventory_item,
@@ -863,7 +864,7 @@ def _recount(settings: AuditSettings, clients: Clients, run: AuditRun, failed: A
     resubmitted = []
     for key, row in clients.ledger.batch_get(keys, with_claims=True).items():
         name = resubmission_name("audit", run.audit_id, key)
-        claims = [c.rsplit(":", 1)[-1] for c in row.claims]
+        claims = [execution_name(c) for c in row.claims]
         if name not in claims:
             continue
         counts["missing_resubmitted" if claims[0] == name else "failed_resubmitted"] += 1
