@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
 from onceflow.local import patches
@@ -447,6 +448,41 @@ def test_the_engine_shares_one_client_per_service_across_threads(engine: LocalEn
     assert len(seen) == 4
     assert all(client is engine.client("s3") for client in seen)
     assert engine.client("sqs") is not engine.client("s3")
+
+
+def test_a_definition_is_validated_once_and_a_refused_one_every_time(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN the validator the engine put in place: a remembering one over what was there
+    seen: list[str] = []
+
+    def validate(definition: str) -> None:
+        seen.append(definition)
+        if "Nope" in definition:
+            raise ValueError("refused")
+
+    remembering = speedups._remembering_validation(validate)
+    valid = json.dumps({"StartAt": "A", "States": {"A": {"Type": "Pass", "End": True}}})
+    invalid = json.dumps({"StartAt": "A", "States": {"A": {"Type": "Nope", "End": True}}})
+    # WHEN each is validated twice
+    remembering(valid)
+    remembering(valid)
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            remembering(invalid)
+    # THEN the accepted text was validated once, the refused one each time
+    assert seen == [valid, invalid, invalid]
+    # AND through the engine moto refuses a bad definition every time, alike
+    sfn = engine.client("stepfunctions")
+    role = "arn:aws:iam::123456789012:role/any"
+    errors = []
+    for name in ("refused-a", "refused-b"):
+        with pytest.raises(ClientError) as refused:
+            sfn.create_state_machine(name=name, definition=invalid, roleArn=role)
+        errors.append(refused.value.response["Error"])
+    assert errors[0] == errors[1] and errors[0]["Code"] == "InvalidDefinition"
+    arn = sfn.create_state_machine(name="accepted", definition=valid, roleArn=role)
+    assert sfn.describe_state_machine(stateMachineArn=arn["stateMachineArn"])["definition"] == valid
 
 
 def test_moto_lists_a_response_class_once(engine: LocalEngine) -> None:

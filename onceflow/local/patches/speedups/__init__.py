@@ -35,6 +35,7 @@ from moto.dynamodb import comparisons as ddb_comparisons
 from moto.dynamodb.parsing import ast_nodes as ddb_ast_nodes
 from moto.dynamodb.parsing import validators as ddb_validators
 from moto.s3 import models as s3_models
+from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.asl.component import component as asl_component
 from moto.stepfunctions.parser.asl.component import eval_component
 from moto.stepfunctions.parser.asl.component.common.path import result_path
@@ -68,6 +69,30 @@ _URL_SETTINGS = ("MOTO_S3_CUSTOM_ENDPOINTS", "MOTO_ENABLE_ISO_REGIONS")
 
 _PARSED: dict[str, Any] = {}
 _PARSED_LOCK = threading.Lock()
+
+# --------------------------------------------------------------------------
+# moto validates a definition by parsing it with ANTLR at every CreateStateMachine:
+# about a third of an engine's start, and the tests start some 550 engines. What a
+# validation decides depends on the definition's text alone, so a text accepted once
+# is accepted again without a parse; a refused one is validated (and refused) anew
+# every time. Whatever validator is in place (the fidelity check of unique state
+# names wraps moto's) is the one whose acceptances are kept.
+# --------------------------------------------------------------------------
+
+_original_validate_definition = sfn_parser_models.StepFunctionsParserBackend._validate_definition
+_VALIDATED: set[str] = set()
+
+
+def _remembering_validation(validate: Callable[..., Any]) -> Callable[[str], None]:
+    def _validate_definition(definition: str) -> None:
+        if definition in _VALIDATED:
+            return
+        validate(definition=definition)
+        with _PARSED_LOCK:
+            _VALIDATED.add(definition)
+
+    return _validate_definition
+
 
 # --------------------------------------------------------------------------
 # moto's task integrations build a new boto3 client for every call (about a
@@ -373,6 +398,25 @@ def _parsed_fits() -> list[str]:
     return problems
 
 
+def _install_validation(installer: Installer) -> None:
+    backend = sfn_parser_models.StepFunctionsParserBackend
+    validate = backend._validate_definition
+    installer.replace(
+        backend, "_validate_definition", staticmethod(_remembering_validation(validate))
+    )
+
+
+def _validation_fits() -> list[str]:
+    backend = sfn_parser_models.StepFunctionsParserBackend
+    if not isinstance(vars(backend).get("_validate_definition"), staticmethod):
+        return ["moto's StepFunctionsParserBackend._validate_definition is no staticmethod"]
+    if "AmazonStateLanguageParser.parse(definition)" not in inspect.getsource(
+        _original_validate_definition
+    ):
+        return ["moto's _validate_definition no longer decides by parsing the text"]
+    return []
+
+
 def _install_clients(installer: Installer) -> None:
     import sys
 
@@ -575,6 +619,15 @@ PATCHES = (
         lambda: [_original_entrypoint, vars(eval_component.EvalComponent)["heap_key"].fget],
         "342e43cd45c316f356d3b3943261c583a6e1df26d9c2f20c9c7fb15f480fc51d",
         _parsed_fits,
+    ),
+    _speedup(
+        "a definition validated once",
+        "moto parsed every definition with ANTLR to validate it at each CreateStateMachine.",
+        _TESTS + "test_a_definition_is_validated_once_and_a_refused_one_every_time",
+        _install_validation,
+        lambda: [_original_validate_definition],
+        "a5921e3d3b46dcd341ec3a64e61af486cd2f843751a1890e07e9ea0f0008569b",
+        _validation_fits,
     ),
     _speedup(
         "one client per service",
