@@ -132,8 +132,6 @@ class LocalEngine:
         self.not_emulated: list[str] = []
         self.rules: dict[str, dict[str, Any]] = {}
         self.pipes: dict[str, dict[str, Any]] = {}
-        # S3 Inventory configurations by bucket (logical id): deliver_inventory().
-        self.inventories: dict[str, list[dict[str, Any]]] = {}
         self._creating: set[str] = set()
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
@@ -262,18 +260,25 @@ class LocalEngine:
     def deliver_inventory(self, bucket: str = "IngestBucket", when: datetime | None = None) -> str:
         """Deliver a bucket's S3 Inventory report now, as S3 does on its schedule.
 
-        S3 writes a report daily or weekly (storage-inventory.html); locally
-        nothing runs on a schedule, so a test or the bench asks for one. Returns
-        the manifest's key. Raises EngineError when the bucket has no inventory
-        configured (AuditInventory none).
+        bucket is a logical id of the template or a bucket's name (yours, with
+        ExistingBucketName). S3 writes a report daily or weekly (storage-inventory.html)
+        by the bucket's configurations, whoever put them; locally nothing runs on a
+        schedule, so a test or the bench asks for one. Returns the manifest's key.
+        Raises EngineError when the bucket has no inventory configured.
         """
         from onceflow.local import inventory
 
-        configurations = [c for c in self.inventories.get(bucket, []) if c.get("Enabled")]
+        name = self.ref(bucket) if bucket in self.stack.template["Resources"] else bucket
+        listed = self.client("s3").list_bucket_inventory_configurations(Bucket=name)
+        configurations = [
+            inventory.as_template(c)
+            for c in listed.get("InventoryConfigurationList") or []
+            if c.get("IsEnabled")
+        ]
         if not configurations:
             raise EngineError(f"{bucket} has no S3 Inventory configured (AuditInventory)")
         return inventory.deliver(
-            self.client("s3"), self.ref(bucket), configurations[0], when or datetime.now(UTC)
+            self.client("s3"), name, configurations[0], when or datetime.now(UTC)
         )
 
     def successful_puts(self, bucket: str) -> Counter[str]:

@@ -206,6 +206,43 @@ def _csv_gz(rows: list[list[str]]) -> bytes:
     return gzip.compress(text.getvalue().encode("utf-8"), mtime=0)
 
 
+def as_put(configuration: dict[str, Any], account: str) -> dict[str, Any]:
+    """A template's InventoryConfigurations entry [CFN] as PutBucketInventoryConfiguration
+    takes it: what S3 keeps for the bucket, and delivers by."""
+    destination = configuration["Destination"]
+    put: dict[str, Any] = {
+        "Id": configuration["Id"],
+        "IsEnabled": configuration.get("Enabled") in (True, "true"),
+        "Destination": {"S3BucketDestination": {
+            "AccountId": destination.get("BucketAccountId", account),
+            "Bucket": destination["BucketArn"], "Format": destination["Format"],
+            **({"Prefix": destination["Prefix"]} if destination.get("Prefix") else {})}},
+        "IncludedObjectVersions": configuration["IncludedObjectVersions"],
+        "Schedule": {"Frequency": configuration["ScheduleFrequency"]},
+    }  # fmt: skip
+    if configuration.get("OptionalFields"):
+        put["OptionalFields"] = list(configuration["OptionalFields"])
+    if configuration.get("Prefix"):
+        put["Filter"] = {"Prefix": configuration["Prefix"]}
+    return put
+
+
+def as_template(configuration: dict[str, Any]) -> dict[str, Any]:
+    """A configuration as GetBucketInventoryConfiguration answers it, in the shape
+    ``deliver`` takes (the template's)."""
+    destination = configuration["Destination"]["S3BucketDestination"]
+    return {
+        "Id": configuration["Id"],
+        "Enabled": configuration.get("IsEnabled", False),
+        "Destination": {"BucketArn": destination["Bucket"], "Format": destination["Format"],
+                        "Prefix": destination.get("Prefix", "")},
+        "IncludedObjectVersions": configuration["IncludedObjectVersions"],
+        "OptionalFields": configuration.get("OptionalFields", []),
+        "Prefix": configuration.get("Filter", {}).get("Prefix", ""),
+        "ScheduleFrequency": configuration.get("Schedule", {}).get("Frequency"),
+    }  # fmt: skip
+
+
 def deliver(
     s3_client: Any,
     source_bucket: str,

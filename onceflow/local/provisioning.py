@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from onceflow.local import monitoring
 from onceflow.local.errors import EngineError
+from onceflow.local.inventory import as_put
 from onceflow.local.lambdas import FunctionSpec
 from onceflow.local.template import Stack, TemplateError
 from onceflow.project import default_project
@@ -134,7 +135,11 @@ def _bucket(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> N
         s3.put_bucket_notification_configuration(
             Bucket=name, NotificationConfiguration={"EventBridgeConfiguration": {}}
         )
-    engine.inventories[logical_id] = list(props.get("InventoryConfigurations") or [])
+    for inventory in props.get("InventoryConfigurations") or []:  # S3 delivers by these
+        s3.put_bucket_inventory_configuration(
+            Bucket=name, Id=inventory["Id"],
+            InventoryConfiguration=as_put(inventory, str(engine.stack.pseudo("AWS::AccountId"))),
+        )  # fmt: skip
     _created(
         engine, logical_id, name, Arn=f"arn:aws:s3:::{name}", DomainName=f"{name}.s3.amazonaws.com"
     )

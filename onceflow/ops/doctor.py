@@ -13,6 +13,12 @@ The AWS APIs and the fields read, with the page that documents each:
 - S3 GetBucketNotificationConfiguration: ``EventBridgeConfiguration`` is present when the
   bucket sends its events to EventBridge; "If notifications are not enabled on the bucket,
   the action returns an empty NotificationConfiguration element" (S3 API reference).
+- S3 ListBucketInventoryConfigurations (``InventoryConfigurationList``: ``Id``,
+  ``IsEnabled``, ``Destination.S3BucketDestination`` ``Bucket``/``Format``/``Prefix``,
+  ``IncludedObjectVersions``, ``OptionalFields``, ``Filter.Prefix``, ``Schedule``) and
+  the audit function's ``Environment`` (Lambda GetFunctionConfiguration): where S3
+  delivers the inventory the audit reads (S3 API reference, InventoryConfiguration; S3
+  user guide, "Inventory list": reports land under prefix/source-bucket/config-ID/).
 - S3 GetBucketVersioning: ``Status`` Enabled or Suspended, absent on a bucket whose
   versioning was never set (S3 API reference, GetBucketVersioning and
   PutBucketVersioning: "If the versioning state has never been set on a bucket, it has no
@@ -756,6 +762,124 @@ def check_last_audit(stack: _Stack) -> Iterator[Finding]:
     )
 
 
+# The inventory the audit reads: AUDIT_INVENTORY_PREFIX is where S3 delivers it,
+# "<destination prefix>/<source bucket>/<configuration id>/" (S3 user guide, "Inventory
+# list"); its age limit (AUDIT_INVENTORY_MAX_AGE_HOURS) names its frequency. The rest is
+# what the audit reads out of a report: every version (a versioned bucket's uploads are
+# units of work by version), CSV (the only format a Distributed Map reads), and the
+# fields it judges by (template.yaml, IngestBucket's InventoryConfigurations).
+INVENTORY_FIELDS = ["Size", "LastModifiedDate", "ETag"]
+
+
+def inventory_configuration(
+    stack: _Stack, bucket: str, delivered_under: str, max_age_hours: int
+) -> dict[str, Any]:
+    """The S3 Inventory configuration the audit reads, as PutBucketInventoryConfiguration
+    takes it (its InventoryConfiguration)."""
+    destination_prefix, _, config_id = delivered_under.rstrip("/").rpartition(f"/{bucket}/")
+    _, _, account = stack.arn_parts()
+    partition = stack.arn_parts()[0]
+    configuration: dict[str, Any] = {
+        "Id": config_id,
+        "IsEnabled": True,
+        "Destination": {
+            "S3BucketDestination": {
+                "AccountId": account,
+                "Bucket": f"arn:{partition}:s3:::{stack.target.output('OutputBucketName')}",
+                "Format": "CSV",
+                "Prefix": destination_prefix,
+            }
+        },
+        "IncludedObjectVersions": "All",
+        "OptionalFields": list(INVENTORY_FIELDS),
+        "Schedule": {"Frequency": "Weekly" if max_age_hours > 48 else "Daily"},
+    }
+    if stack.parameter("KeyPrefix"):
+        configuration["Filter"] = {"Prefix": stack.parameter("KeyPrefix")}
+    return configuration
+
+
+def _inventory_differs(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> list[str]:
+    """What of the configuration found keeps the audit from reading it, by field."""
+    got = found.get("Destination", {}).get("S3BucketDestination", {})
+    want = wanted["Destination"]["S3BucketDestination"]
+    differs = [
+        f"{name} is {found.get(name)!r}, not {wanted[name]!r}"
+        for name in ("IsEnabled", "IncludedObjectVersions")
+        if found.get(name) != wanted[name]
+    ]
+    differs += [
+        f"Destination {name} is {got.get(name)!r}, not {want[name]!r}"
+        for name in ("Bucket", "Format", "Prefix")
+        if (got.get(name) or "") != want[name]
+    ]
+    missing = [f for f in INVENTORY_FIELDS if f not in (found.get("OptionalFields") or [])]
+    if missing:
+        differs.append(f"OptionalFields lack {', '.join(missing)}")
+    wanted_prefix = wanted.get("Filter", {}).get("Prefix", "")
+    if not wanted_prefix.startswith(found.get("Filter", {}).get("Prefix", "")):
+        differs.append(f"its Filter leaves out keys under {wanted_prefix!r}")
+    return differs
+
+
+def check_audit_inventory(stack: _Stack) -> Iterator[Finding]:
+    bucket = stack.target.output("IngestBucketName")
+    (function,) = [name for logical, name in stack.of_type("AWS::Lambda::Function")
+                   if logical == "AuditFunction"]  # fmt: skip
+    environment = (
+        stack.client("lambda")
+        .get_function_configuration(FunctionName=function)
+        .get("Environment", {})
+        .get("Variables", {})
+    )
+    delivered_under = environment.get("AUDIT_INVENTORY_PREFIX", "")
+    if not delivered_under:
+        yield Finding(
+            PASS,
+            "audit inventory",
+            f"AuditInventory {stack.parameter('AuditInventory', 'auto')}: the audit lists "
+            f"s3://{bucket} at every run, a cost that grows with the bucket (docs/audit.md)",
+        )
+        return
+    wanted = inventory_configuration(
+        stack, bucket, delivered_under, int(environment.get("AUDIT_INVENTORY_MAX_AGE_HOURS", 48))
+    )
+    listed = stack.client("s3").list_bucket_inventory_configurations(Bucket=bucket)
+    found = [c for c in listed.get("InventoryConfigurationList") or [] if c["Id"] == wanted["Id"]]
+    put = (
+        f"aws s3api put-bucket-inventory-configuration --bucket {bucket} --id {wanted['Id']} "
+        f"--inventory-configuration '{json.dumps(wanted, separators=(',', ':'))}'"
+    )
+    lists = (
+        f"the audit lists s3://{bucket} at every run instead of reading an inventory report, "
+        "a cost that grows with the bucket (docs/audit.md)"
+    )
+    if not found:
+        whose = "you add it" if stack.parameter("ExistingBucketName") else "redeploy, or add it"
+        yield Finding(
+            WARN,
+            "audit inventory",
+            f"s3://{bucket} has no S3 Inventory {wanted['Id']}: {lists}. The stack grants "
+            f"its delivery; {whose} (its first report arrives within 48 hours): {put}",
+        )
+        return
+    differs = _inventory_differs(wanted, found[0])
+    if differs:
+        yield Finding(
+            WARN,
+            "audit inventory",
+            f"the S3 Inventory {wanted['Id']} of s3://{bucket} cannot serve the audit "
+            f"({'; '.join(differs)}): {lists}. Put it back: {put}",
+        )
+        return
+    yield Finding(
+        PASS,
+        "audit inventory",
+        f"s3://{bucket} delivers the {wanted['Schedule']['Frequency'].lower()} S3 Inventory "
+        f"{wanted['Id']} the audit reads",
+    )
+
+
 # ---- the processor ------------------------------------------------------------------
 
 
@@ -843,6 +967,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("sqs source", check_sqs_source),
     ("alarms", check_alarms),
     ("audit schedule", check_audit_schedule),
+    ("audit inventory", check_audit_inventory),
     ("last audit", check_last_audit),
     ("processor timeout", check_processor_timeout),
 )

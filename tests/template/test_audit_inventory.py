@@ -1,6 +1,7 @@
 """AuditInventory auto, the default (P12 item 5): the audit reads a daily S3 Inventory
-wherever the stack can configure one, so that as shipped its cost per upload does not
-grow with the bucket's age; on a bucket it does not own it lists, as before."""
+instead of listing the bucket. The stack configures it on its own bucket; on a bucket it
+does not own it grants the delivery and the audit reads the reports once you add the
+configuration (onceflow doctor prints the command); until a report arrives it lists."""
 
 from __future__ import annotations
 
@@ -49,12 +50,39 @@ def test_as_shipped_the_stacks_bucket_gets_a_daily_inventory_the_audit_reads() -
     assert env["AUDIT_INVENTORY_MAX_AGE_HOURS"] == "48"
 
 
-def test_auto_on_a_bucket_the_stack_does_not_own_lists_it() -> None:
+def test_auto_on_a_bucket_the_stack_does_not_own_grants_the_inventory_you_add() -> None:
     # GIVEN an existing bucket, AuditInventory left at its default
     stack = deployed(EXISTING)
-    # THEN the rule BucketSettingsNeedTheStacksBucket lets it deploy, with no inventory
-    assert _inventory(stack) == [] and not _delivery_granted(stack)
-    assert _audit_env(stack)["AUDIT_INVENTORY_PREFIX"] == ""
+    # THEN the stack configures nothing on it (no bucket of the stack's has an inventory)
+    assert _inventory(stack) == []
+    # AND it lets S3 deliver that bucket's reports, and tells the audit where they arrive:
+    # the audit reads one once you add the configuration (onceflow doctor prints it)
+    assert _delivery_granted(stack)
+    policy = properties(stack, "OutputBucketPolicy")["PolicyDocument"]["Statement"]
+    (delivery,) = [s for s in policy if isinstance(s, dict) and s["Sid"] == "S3InventoryDelivery"]
+    assert delivery["Condition"]["ArnLike"]["aws:SourceArn"].endswith(
+        f":s3:::{EXISTING['ExistingBucketName']}"
+    )
+    env = _audit_env(stack)
+    assert env["AUDIT_INVENTORY_PREFIX"] == (
+        f"inventory/{EXISTING['ExistingBucketName']}/onceflow-audit/"
+    )
+
+
+@pytest.mark.parametrize("value", ["Daily", "Weekly"])
+def test_an_explicit_frequency_on_a_bucket_the_stack_does_not_own_deploys(value: str) -> None:
+    stack = deployed({**EXISTING, "AuditInventory": value, "RetentionDays": "30"})
+    assert _inventory(stack) == [] and _delivery_granted(stack)
+    max_age = _audit_env(stack)["AUDIT_INVENTORY_MAX_AGE_HOURS"]
+    assert max_age == ("48" if value == "Daily" else "192")
+
+
+def test_the_stacks_inventory_lists_only_the_keys_it_processes() -> None:
+    # GIVEN a KeyPrefix: the inventory (billed per object listed) lists only under it
+    (configuration,) = _inventory(deployed({"KeyPrefix": "uploads/"}))
+    assert configuration["Prefix"] == "uploads/"
+    (configuration,) = _inventory(deployed({}))
+    assert "Prefix" not in configuration
 
 
 @pytest.mark.parametrize("retention", ["1", "2"])

@@ -176,25 +176,6 @@ def test_a_key_filter_on_the_stacks_own_bucket_is_allowed() -> None:
     assert pattern["detail"]["object"] == {"key": [{"wildcard": "incoming/*.jpg"}]}
 
 
-@pytest.mark.parametrize(
-    ("parameters", "refusal"),
-    [
-        ({"AuditInventory": "Daily"}, "AuditInventory Daily or Weekly needs the stack's own"),
-        ({"AuditInventory": "Weekly", "RetentionDays": "30"}, "AuditInventory Daily or Weekly"),
-    ],
-)
-def test_what_the_stack_cannot_configure_on_a_bucket_it_does_not_own_is_refused(
-    parameters: dict[str, str], refusal: str
-) -> None:
-    # GIVEN settings the stack applies to its own bucket only
-    # WHEN they are asked for with an existing bucket
-    # THEN the template's rule refuses the deploy, saying why
-    with pytest.raises(TemplateError, match=f"rule BucketSettingsNeedTheStacksBucket: {refusal}"):
-        Stack.from_file(ROOT / "template.yaml", {**EXISTING, **parameters})
-    # AND the same settings on the stack's own bucket deploy
-    Stack.from_file(ROOT / "template.yaml", parameters)
-
-
 # ---- what the stack creates, grants and watches ------------------------------------
 
 
@@ -336,7 +317,8 @@ def test_the_audit_and_the_processor_are_told_the_bucket_and_the_filter() -> Non
         "incoming/",
         ".jpg",
     )
-    assert env["AUDIT_INVENTORY_PREFIX"] == ""
+    # AND reads its S3 Inventory, once you add it, where S3 delivers the user's bucket's
+    assert env["AUDIT_INVENTORY_PREFIX"] == f"inventory/{BUCKET}/onceflow-audit/"
     # AND every state machine names it, and the processors the filter they refuse by
     assert {m: s["IngestBucketName"] for m, s in machines.items()} == dict.fromkeys(
         machines, BUCKET

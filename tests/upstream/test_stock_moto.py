@@ -105,6 +105,21 @@ def test_list_object_versions_after_a_key_marker_lists_the_marker_key(sfn: Any) 
     assert [v["Key"] for v in listed] == ["a", "b", "b", "c", "c"]
 
 
+@reproduces("S3 Inventory configurations read back as put")
+def test_an_inventory_configuration_reads_back_as_it_was_put(sfn: Any) -> None:
+    # AWS: a listing answers IncludedObjectVersions "Current" and OptionalFields ["Size"].
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="listed")
+    destination = {"S3BucketDestination": {"Bucket": "arn:aws:s3:::reports", "Format": "CSV"}}
+    s3.put_bucket_inventory_configuration(Bucket="listed", Id="i", InventoryConfiguration={
+        "Id": "i", "IsEnabled": True, "Destination": destination,
+        "Schedule": {"Frequency": "Daily"}, "IncludedObjectVersions": "Current",
+        "OptionalFields": ["Size"]})  # fmt: skip
+    answer = s3.list_bucket_inventory_configurations(Bucket="listed")
+    (listed,) = answer["InventoryConfigurationList"]
+    assert (listed["IncludedObjectVersions"], listed["OptionalFields"]) == ("All", ["Field"])
+
+
 @reproduces("state names unique in the whole definition", "Step Functions error names")
 def test_a_state_name_used_twice_is_accepted(sfn: Any) -> None:
     # AWS: InvalidDefinition (DUPLICATE_STATE_NAME) for the branch's "A", and a refused

@@ -37,6 +37,7 @@ CHECKS = [
     "source queue DLQ alarm",
     "alarms",
     "audit schedule",
+    "audit inventory",
     "last audit",
     "processor timeout",
 ]
@@ -312,6 +313,38 @@ def test_a_disabled_rule_and_a_stopped_pipe_stop_delivery_as_reported(stack: Loc
     assert len(engine.put_s3_event(bucket, "doctor/a.png")) == 1
     assert len(engine.pump_pipes()) == 1
     engine.wait_for_running("ProcessorStateMachine")
+
+
+def test_an_inventory_the_audit_cannot_read_is_a_warning_naming_what_differs(
+    stack: LocalStack,
+) -> None:
+    s3 = stack.client("s3")
+    bucket = _bucket(stack)
+    (configuration,) = s3.list_bucket_inventory_configurations(Bucket=bucket)[
+        "InventoryConfigurationList"
+    ]
+    # GIVEN the stack's inventory changed by hand: current versions only, as Parquet
+    changed = {**configuration, "IncludedObjectVersions": "Current"}
+    changed["Destination"] = {"S3BucketDestination": {
+        **configuration["Destination"]["S3BucketDestination"], "Format": "Parquet"}}  # fmt: skip
+    s3.put_bucket_inventory_configuration(
+        Bucket=bucket, Id=configuration["Id"], InventoryConfiguration=changed
+    )
+    try:
+        # WHEN the doctor examines the stack
+        (finding,) = [f for f in ops.examine(stack) if f.check == "audit inventory"]
+    finally:
+        s3.put_bucket_inventory_configuration(
+            Bucket=bucket, Id=configuration["Id"], InventoryConfiguration=configuration
+        )
+    # THEN it warns, naming each field the audit cannot read, and how to put it back
+    assert finding.status == ops.WARN
+    assert "IncludedObjectVersions is 'Current', not 'All'" in finding.detail
+    assert "Destination Format is 'Parquet', not 'CSV'" in finding.detail
+    assert "aws s3api put-bucket-inventory-configuration --bucket " + bucket in finding.detail
+    # AND once put back, it passes again
+    (finding,) = [f for f in ops.examine(stack) if f.check == "audit inventory"]
+    assert finding.status == ops.PASS, finding.detail
 
 
 def test_a_batch_queue_hidden_shorter_than_a_batch_runs_fails() -> None:

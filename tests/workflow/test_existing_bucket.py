@@ -9,6 +9,8 @@ through ``LocalEngine.put_s3_event``. An event is lost by not delivering it.
 from __future__ import annotations
 
 import io
+import json
+import shlex
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -19,7 +21,9 @@ import pytest
 from moto.core.utils import utcnow
 from moto.s3.models import s3_backends
 
+from onceflow import ops
 from onceflow.local.engine import ACCOUNT_ID, LocalEngine
+from onceflow.local.wiring import LocalStack
 from tests.helpers import (
     AUDIT,
     MACHINE,
@@ -195,6 +199,48 @@ def test_exactly_once_under_the_prefix_none_outside_and_the_lost_event_recovered
     # THEN there is nothing left to do
     assert again["missing_resubmitted"] == 0 and again["ok"] == len(UNDER) + 1
     assert effects_by_object(existing) == Counter(dict.fromkeys([*UNDER, LOST], 1))
+
+
+def test_the_inventory_the_doctor_asks_for_is_the_one_the_audit_reads(
+    versioned: LocalEngine,
+) -> None:
+    # GIVEN the user's bucket, notifications on, AuditInventory at its default (auto)
+    turn_on_eventbridge(versioned)
+    # WHEN the doctor examines the stack before the user added an inventory
+    (finding,) = [f for f in ops.examine(LocalStack(versioned)) if f.check == "audit inventory"]
+    # THEN it warns that the audit lists the bucket, and gives the command that adds it
+    assert finding.status == ops.WARN and "lists s3://customer-uploads" in finding.detail
+    command = finding.detail[finding.detail.index("aws s3api ") :]
+    argv = shlex.split(command)
+    assert argv[:3] == ["aws", "s3api", "put-bucket-inventory-configuration"]
+    options = dict(zip(argv[3::2], argv[4::2], strict=True))
+    # WHEN the user runs it (the same call, with the command's arguments)
+    versioned.client("s3").put_bucket_inventory_configuration(
+        Bucket=options["--bucket"], Id=options["--id"],
+        InventoryConfiguration=json.loads(options["--inventory-configuration"]),
+    )  # fmt: skip
+    # THEN the doctor passes it
+    (finding,) = [f for f in ops.examine(LocalStack(versioned)) if f.check == "audit inventory"]
+    assert finding.status == ops.PASS, finding.detail
+    # WHEN uploads arrive under and outside the filter, one under it with its event lost
+    for key in [*UNDER, LOST, *OUTSIDE]:
+        version = put(versioned, key)
+        if key != LOST:
+            versioned.put_s3_event(BUCKET, key, version)
+    versioned.wait_for_running(MACHINE)
+    age_uploads(versioned)
+    # AND S3 delivers the day's report of the user's bucket, then the audit runs
+    versioned.deliver_inventory(BUCKET)
+    report = run_audit(versioned).output
+    # THEN the audit read the report, which listed only the keys under KeyPrefix, and
+    # resubmitted the lost upload alone
+    assert report["source"] == "inventory", report["source_reason"]
+    assert report["scanned"] == len(UNDER) + 1
+    assert report["ok"] == len(UNDER) and report["missing_resubmitted"] == 1
+    (resubmitted,) = report["resubmitted_sample"]
+    assert resubmitted.startswith(f"s3://{BUCKET}/{LOST}#")
+    assert effects_by_object(versioned) == Counter(dict.fromkeys([*UNDER, LOST], 1))
+    assert dlq_messages(versioned) == []
 
 
 @pytest.mark.parametrize("key", ["other/a.png", "incoming/a.txt", "incoming.png"])

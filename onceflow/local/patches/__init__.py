@@ -30,7 +30,13 @@ import botocore
 import moto
 
 from onceflow.local.patches import fidelity, hooks
-from onceflow.local.patches.fidelity import distributed_map, eval_jsonata, executions, integrations
+from onceflow.local.patches.fidelity import (
+    distributed_map,
+    eval_jsonata,
+    executions,
+    integrations,
+    s3_inventory,
+)
 from onceflow.local.patches.hooks import Clock, EngineState, dynamodb_error, sqs_error
 from onceflow.local.patches.registry import LOG, Installed, Patch, install_all
 
@@ -95,6 +101,7 @@ def _patches() -> tuple[Patch, ...]:
         *distributed_map.PATCHES,
         *integrations.PATCHES,
         *executions.PATCHES,
+        *s3_inventory.PATCHES,
         *limits.PATCHES,
         *iam.PATCHES,  # last: a state's work runs as its machine's role, inside the limits
     )

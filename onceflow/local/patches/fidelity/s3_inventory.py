@@ -1,0 +1,101 @@
+"""An S3 Inventory configuration reads back as it was put.
+
+GetBucketInventoryConfiguration and ListBucketInventoryConfigurations answer a
+configuration with its IncludedObjectVersions (All or Current) and its OptionalFields
+(a list of field names), as PutBucketInventoryConfiguration took it (S3 API reference,
+InventoryConfiguration). moto dropped IncludedObjectVersions (every one read "All") and
+kept OptionalFields as its XML parser left them ({"Field": [...]}), which its listing
+answered as ["Field"]: a local `onceflow doctor` could not tell an inventory the audit
+reads from one it cannot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moto.core.responses import ActionResult
+from moto.s3 import models as s3_models
+from moto.s3 import responses as s3_responses
+
+from onceflow.local.patches.registry import Installer, Patch, gone, takes
+
+_Backend = s3_models.S3Backend
+_Response = s3_responses.S3Response
+
+
+def _fields(given: Any) -> list[str]:
+    """OptionalFields as moto's parser leaves them: {"Field": name or [names]}, or a list."""
+    fields = given.get("Field", []) if isinstance(given, dict) else given or []
+    return [fields] if isinstance(fields, str) else list(fields)
+
+
+def _answer(config: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = {
+        "Destination": config.destination,
+        "IsEnabled": str(config.is_enabled).lower() == "true",
+        "Id": config.id,
+        "IncludedObjectVersions": getattr(config, "included_versions", "All"),
+        "Schedule": config.schedule,
+    }
+    if config.filters:
+        answer["Filter"] = config.filters
+    if _fields(config.optional_fields):
+        answer["OptionalFields"] = _fields(config.optional_fields)
+    return answer
+
+
+def _install(installer: Installer) -> None:
+    put = _Backend.put_bucket_inventory_configuration
+
+    def put_bucket_inventory_configuration(self: Any, bucket_name: str, configuration: Any) -> None:
+        put(self, bucket_name, configuration)
+        stored = self.get_bucket(bucket_name).inventory_configs[configuration["Id"]]
+        stored.included_versions = configuration.get("IncludedObjectVersions", "All")
+
+    def get_bucket_inventory_configuration(self: Any) -> Any:
+        config = self.backend.get_bucket_inventory_configuration(
+            bucket_name=self.bucket_name, id=self.querystring["id"][0]
+        )
+        self.data["Action"] = "GetBucketInventoryConfiguration"
+        answer = {"InventoryConfiguration": _answer(config)}
+        return self.serialized(ActionResult(answer))
+
+    def list_bucket_inventory_configurations(self: Any) -> Any:
+        configs = self.backend.list_bucket_inventory_configurations(bucket_name=self.bucket_name)
+        self.data["Action"] = "ListBucketInventoryConfigurations"
+        listed = {"InventoryConfigurationList": [_answer(c) for c in configs], "IsTruncated": False}
+        return self.serialized(ActionResult(listed))
+
+    for owner, replacement in (
+        (_Backend, put_bucket_inventory_configuration),
+        (_Response, get_bucket_inventory_configuration),
+        (_Response, list_bucket_inventory_configurations),
+    ):
+        installer.replace(owner, replacement.__name__, replacement)
+
+
+def _fits() -> list[str]:
+    return [
+        *gone(_Response, "get_bucket_inventory_configuration"),
+        *gone(_Response, "list_bucket_inventory_configurations"),
+        *takes(_Backend.put_bucket_inventory_configuration, "self", "bucket_name"),
+        *takes(_Backend.get_bucket_inventory_configuration, "self", "bucket_name", "id"),
+        *takes(_Backend.list_bucket_inventory_configurations, "self", "bucket_name"),
+        *gone(s3_models, "FakeBucketInventoryConfiguration"),
+    ]
+
+
+PATCHES = (
+    Patch(
+        name="S3 Inventory configurations read back as put",
+        kind="fidelity",
+        why="GetBucketInventoryConfiguration and ListBucketInventoryConfigurations answer the "
+        "IncludedObjectVersions and OptionalFields a configuration was put with (S3 API "
+        "reference, InventoryConfiguration). moto answered every one as All, and its listing "
+        "answered OptionalFields as ['Field'].",
+        test="tests/upstream/test_stock_moto.py::"
+        "test_an_inventory_configuration_reads_back_as_it_was_put",
+        install=_install,
+        fits=_fits,
+    ),
+)
