@@ -153,8 +153,11 @@ def test_without_the_users_step_s3_sends_nothing_and_the_audit_finds_it(
     report = run_audit(existing).output
     assert report["missing_resubmitted"] == 1 and report["scanned"] == 1
     assert effects_by_object(existing) == Counter({"incoming/early.png": 1})
-    # (by listing the user's bucket: AuditInventory auto configures no inventory on it)
-    assert (report["source"], report["source_reason"]) == ("listing", "AuditInventory is off")
+    # (by listing the user's bucket: the inventory the audit would read is not added yet)
+    assert (report["source"], report["source_reason"]) == (
+        "listing",
+        "no complete inventory report yet",
+    )
 
 
 def test_exactly_once_under_the_prefix_none_outside_and_the_lost_event_recovered(
