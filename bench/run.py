@@ -290,7 +290,7 @@ class Write:
     images: tuple[Any, Any, Any] | None = None
 
 
-# An execution ARN as the local engine writes it (STANDARD's form, whatever the type).
+# A STANDARD execution's ARN, as the engine gives it (an EXPRESS one is already AWS's form).
 _EXECUTION_ARN = re.compile(
     r"arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:execution:[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+"
 )
@@ -503,7 +503,10 @@ class DynamoDBMeter:
 
 
 def _express_arn(arn: str) -> str:
-    """The ARN an EXPRESS execution carries in its logs (longer than a STANDARD one)."""
+    """The ARN an EXPRESS execution carries in its logs (longer than a STANDARD one); the
+    engine gives an EXPRESS execution that form already."""
+    if ":express:" in arn:
+        return arn
     return arn.replace(":execution:", ":express:") + ":" + "0" * 8 + "-0000-0000-0000-" + "0" * 12
 
 

@@ -202,7 +202,7 @@ def find_deployed(target: Stack, query: str, scan: int = 1000) -> Record:
     ids = {arn: by_name[name] for name, arn in machines.items()}
 
     def load(arn: str) -> Record:
-        machine_arn = arn.rpartition(":")[0].replace(":execution:", ":stateMachine:", 1)
+        machine_arn = records.arn_parts(arn)[0]
         return _deployed_record(sfn, arn, ids.get(machine_arn))
 
     try:
@@ -233,7 +233,7 @@ def find_deployed(target: Stack, query: str, scan: int = 1000) -> Record:
         raise RecordError(
             f"no execution named {query!r} among the newest {scan} of each state machine"
         )
-    raise records.AmbiguousError(query, [arn.rpartition(":")[2] for arn in candidates])
+    raise records.AmbiguousError(query, [records.arn_parts(arn)[1] for arn in candidates])
 
 
 def definition(record: Record, target: Stack | None = None) -> dict[str, Any]:

@@ -171,10 +171,16 @@ class ExecutionSource(Protocol):
         ...
 
 
+def arn_parts(execution_arn: str) -> tuple[str, str]:
+    """(state machine ARN, execution name) of an execution's ARN, in either form:
+    arn:aws:states:REGION:ACCOUNT:execution:MACHINE:NAME (STANDARD) or
+    ...:express:MACHINE:NAME:ID (EXPRESS, as AWS gives it)."""
+    parts = execution_arn.split(":")
+    return ":".join([*parts[:5], "stateMachine", parts[6]]), parts[7]
+
+
 def _state_machine_arn(execution_arn: str) -> str:
-    # arn:aws:states:REGION:ACCOUNT:execution:MACHINE:NAME
-    head, _, _name = execution_arn.rpartition(":")
-    return head.replace(":execution:", ":stateMachine:", 1)
+    return arn_parts(execution_arn)[0]
 
 
 def describe(
@@ -327,7 +333,7 @@ def find(query: str, folder: Path | None = None) -> Record:
     """The record of an execution named by its name, its ARN, or a unique name prefix."""
     folder = folder or directory()
     if query.startswith("arn:"):
-        name = query.rpartition(":")[2]
+        name = arn_parts(query)[1]
         stem = _UNSAFE.sub("_", name)
         for _, path in _files(folder):
             if path.name.startswith(stem):

@@ -65,6 +65,22 @@ def test_describe_execution_answers_input_details_and_the_redrive_fields(
     assert "redriveStatusReason" not in failed
 
 
+def test_an_express_execution_has_awss_arn(run: Run, engine: LocalEngine) -> None:
+    """Recorded: test_express_async.snapshot.json, TestExpressAsync::test_base: an EXPRESS
+    execution's ARN, and its context object's Execution.Id, read
+    arn:<partition>:states:<region>:<account>:express:<machine>:<name>:<id>."""
+    result = run({"P": {"Type": "Pass", "Output": "{% $states.context.Execution %}", "End": True}},
+                 kind="EXPRESS")  # fmt: skip
+    parts = result.arn.split(":")
+    assert parts[5] == "express" and len(parts) == 9
+    assert parts[6] == result.arn.split(":")[6] and parts[7] == result.output["Name"]
+    assert re.fullmatch(r"[0-9a-f-]{36}", parts[8])
+    assert result.output["Id"] == result.arn
+    # (a STANDARD execution keeps arn:...:execution:<machine>:<name>)
+    standard = run({"P": {"Type": "Pass", "End": True}})
+    assert standard.arn.split(":")[5] == "execution" and len(standard.arn.split(":")) == 8
+
+
 def test_describe_execution_refuses_an_express_execution(run: Run, engine: LocalEngine) -> None:
     """Recorded: test_sfn_api_express.snapshot.json,
     TestSfnApiExpress::test_start_async_describe_history_execution: DescribeExecution

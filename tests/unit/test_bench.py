@@ -674,9 +674,10 @@ def test_as_shipped_the_s3_modes_audit_reads_the_inventory_the_default_configure
     metered = bench.Metered(processor=1, audit=9, baseline=1)
     # THEN every mode's stack configures the daily Inventory on its own bucket
     assert all(d.audit_inventory for d in deployments.values())
-    # AND an existing bucket, or AuditInventory none, leaves the audit listing
+    # AND on an existing bucket the audit reads the Inventory its owner adds (the stack
+    # grants the delivery; until then it lists), while AuditInventory none lists
     existing = {"ExistingBucketName": "customer-uploads"}
-    assert not pricing.read_deployment(template, existing).audit_inventory
+    assert pricing.read_deployment(template, existing).audit_inventory
     assert not pricing.read_deployment(template, {"AuditInventory": "none"}).audit_inventory
 
     def rows(with_inventory: bool) -> dict[str, dict[str, Any]]:

@@ -31,6 +31,7 @@ INGRESS_DLQ = f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/onceflow-IngressDea
 SOURCE = f"arn:aws:sqs:{REGION}:{ACCOUNT}:onceflow-SourceQueue-x"
 SOURCE_URL = f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/onceflow-SourceQueue-x"
 RULE, PIPE, SCHEDULE = "onceflow-ObjectCreatedRule-x", "SourcePipe-x", "AuditSchedule-x"
+AUDIT_FUNCTION = "onceflow-AuditFunction-x"
 ALARMS = ["onceflow-DeadLetterQueueAlarm-x", "onceflow-AuditFailedAlarm-x"]
 PATTERN = json.dumps(
     {
@@ -46,6 +47,7 @@ OUTPUTS = {
     "AuditStateMachineArn": AUDIT,
     "ProcessorFunctionArn": FUNCTION,
     "IngressDeadLetterQueueUrl": INGRESS_DLQ,
+    "OutputBucketName": "onceflow-outputbucket-abc",
 }
 PARAMETERS = {
     "ExistingBucketName": "",
@@ -63,7 +65,24 @@ RESOURCES = [
     ("DeadLetterQueueAlarm", ALARMS[0], "AWS::CloudWatch::Alarm"),
     ("AuditFailedAlarm", ALARMS[1], "AWS::CloudWatch::Alarm"),
     ("AuditStateMachineSchedule", SCHEDULE, "AWS::Scheduler::Schedule"),
+    ("AuditFunction", AUDIT_FUNCTION, "AWS::Lambda::Function"),
 ]
+# The S3 Inventory the audit reads, as ListBucketInventoryConfigurations answers it.
+INVENTORY = {
+    "Id": "onceflow-audit",
+    "IsEnabled": True,
+    "Destination": {
+        "S3BucketDestination": {
+            "AccountId": ACCOUNT,
+            "Bucket": "arn:aws:s3:::onceflow-outputbucket-abc",
+            "Format": "CSV",
+            "Prefix": "inventory",
+        }
+    },
+    "IncludedObjectVersions": "All",
+    "OptionalFields": ["Size", "LastModifiedDate", "ETag"],
+    "Schedule": {"Frequency": "Daily"},
+}
 DEFINITION = {
     "QueryLanguage": "JSONata",
     "StartAt": "Process",
@@ -215,6 +234,7 @@ def healthy_calls(
     versioning: dict[str, Any] | None = None,
     subscriptions: list[dict[str, Any]] | None = None,
     skip: tuple[str, ...] = (),
+    inventories: list[dict[str, Any]] | None = None,
 ) -> None:
     """The calls of a healthy stack's examination, each with its exact request."""
     aws.on(
@@ -363,6 +383,23 @@ def healthy_calls(
         {"Name": SCHEDULE},
     )
     aws.on(
+        "lambda",
+        "get_function_configuration",
+        {"FunctionName": AUDIT_FUNCTION, "Environment": {"Variables": {
+            "AUDIT_INVENTORY_PREFIX": f"inventory/{BUCKET}/onceflow-audit/",
+            "AUDIT_INVENTORY_MAX_AGE_HOURS": "48"}}},
+        {"FunctionName": AUDIT_FUNCTION},
+    )  # fmt: skip
+    aws.on(
+        "s3",
+        "list_bucket_inventory_configurations",
+        {
+            "InventoryConfigurationList": [INVENTORY] if inventories is None else inventories,
+            "IsTruncated": False,
+        },
+        {"Bucket": BUCKET},
+    )
+    aws.on(
         "stepfunctions",
         "list_executions",
         {
@@ -406,6 +443,7 @@ def test_a_healthy_deployed_stack_passes_with_exactly_these_calls(aws: Aws) -> N
         ("PASS", "source queue DLQ alarm"),
         ("PASS", "alarms"),
         ("PASS", "audit schedule"),
+        ("PASS", "audit inventory"),
         ("PASS", "last audit"),
         ("PASS", "processor timeout"),
     ]
@@ -460,6 +498,27 @@ def test_an_existing_bucket_never_versioned_is_a_warning_with_its_guarantee(aws:
     assert "Status=Enabled" in warned.detail
 
 
+def test_an_existing_bucket_without_the_audits_inventory_is_a_warning_with_the_command(
+    aws: Aws,
+) -> None:
+    # GIVEN a stack over a bucket of the user's, whose owner has not added the inventory
+    # the audit reads (AuditInventory auto)
+    stack_calls(aws, {"ExistingBucketName": BUCKET})
+    healthy_calls(aws, inventories=[])
+    # WHEN the doctor examines it
+    findings = {f.check: f for f in ops.examine(ops.DeployedTarget(STACK, REGION))}
+    # THEN it warns that the audit lists the bucket, with the command that adds the inventory
+    aws.verify()
+    finding = findings["audit inventory"]
+    assert finding.status == ops.WARN and "you add it" in finding.detail
+    command = finding.detail[finding.detail.index("aws s3api ") :]
+    wanted = INVENTORY
+    assert command == (
+        f"aws s3api put-bucket-inventory-configuration --bucket {BUCKET} --id onceflow-audit "
+        f"--inventory-configuration '{json.dumps(wanted, separators=(',', ':'))}'"
+    )
+
+
 def test_a_read_refused_is_one_fail_and_the_other_checks_still_run(aws: Aws) -> None:
     # GIVEN credentials without events:DescribeRule
     stack_calls(aws)
@@ -472,7 +531,7 @@ def test_a_read_refused_is_one_fail_and_the_other_checks_still_run(aws: Aws) -> 
     (failed,) = [f for f in findings if f.status != ops.PASS]
     assert (failed.status, failed.check) == (ops.FAIL, "rules")
     assert failed.detail.startswith("could not be read: AccessDeniedException")
-    assert len(findings) == 12  # one line each, the rule's a FAIL
+    assert len(findings) == 13  # one line each, the rule's a FAIL
 
 
 def test_the_command_prints_one_line_a_finding_and_exits_1_on_a_fail(aws: Aws) -> None:
@@ -486,7 +545,7 @@ def test_the_command_prints_one_line_a_finding_and_exits_1_on_a_fail(aws: Aws) -
     # THEN it printed a line per finding, the FAIL with its fix, and exited 1
     aws.verify()
     lines = out.getvalue().splitlines()
-    assert len(lines) == 12 and code == 1
+    assert len(lines) == 13 and code == 1
     assert lines[1].startswith("FAIL bucket versioning: Suspended on s3://onceflow-ingestbucket")
     assert lines[1].endswith("--versioning-configuration Status=Enabled")
     assert all(line.startswith("PASS ") for line in lines[:1] + lines[2:])

@@ -120,6 +120,17 @@ def test_an_inventory_configuration_reads_back_as_it_was_put(sfn: Any) -> None:
     assert (listed["IncludedObjectVersions"], listed["OptionalFields"]) == ("All", ["Field"])
 
 
+@reproduces("EXPRESS execution ARNs")
+def test_an_express_execution_has_the_standard_arn(sfn: Any) -> None:
+    # AWS: arn:aws:states:<region>:<account>:express:<machine>:<name>:<id>.
+    machine = sfn.create_state_machine(
+        name="fast", definition=json.dumps({"StartAt": "P", "States": PASS}), roleArn=ROLE,
+        type="EXPRESS",
+    )["stateMachineArn"]  # fmt: skip
+    arn = sfn.start_execution(stateMachineArn=machine, name="run")["executionArn"]
+    assert arn == "arn:aws:states:us-east-1:123456789012:execution:fast:run"
+
+
 @reproduces("state names unique in the whole definition", "Step Functions error names")
 def test_a_state_name_used_twice_is_accepted(sfn: Any) -> None:
     # AWS: InvalidDefinition (DUPLICATE_STATE_NAME) for the branch's "A", and a refused

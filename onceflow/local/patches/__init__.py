@@ -34,6 +34,7 @@ from onceflow.local.patches.fidelity import (
     distributed_map,
     eval_jsonata,
     executions,
+    express_arn,
     integrations,
     s3_inventory,
 )
@@ -101,6 +102,7 @@ def _patches() -> tuple[Patch, ...]:
         *distributed_map.PATCHES,
         *integrations.PATCHES,
         *executions.PATCHES,
+        *express_arn.PATCHES,
         *s3_inventory.PATCHES,
         *limits.PATCHES,
         *iam.PATCHES,  # last: a state's work runs as its machine's role, inside the limits
