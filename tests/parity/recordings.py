@@ -16,6 +16,7 @@ import ast
 import io
 import itertools
 import json
+import os
 import re
 import subprocess
 import tarfile
@@ -24,7 +25,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from onceflow.local.provisioning import ACCOUNT_ID, REGION
 
@@ -74,6 +75,7 @@ class Case:
     functions: dict[str, str] = field(default_factory=dict)  # name -> handler source
     setup: list[dict[str, Any]] = field(default_factory=list)  # calls made before the run
     names: list[str] = field(default_factory=list)  # generated names LocalStack masked
+    masks: list[str] = field(default_factory=list)  # texts its RegexTransformers masked
 
 
 @dataclass
@@ -160,6 +162,12 @@ class _Recorder:
         self.names: list[str] = []
         self.definition: Any = None
         self.kind = "STANDARD"
+        # LocalStack's RegexTransformer(value, replacement): both texts mean one masked value.
+        self.masks: list[str] = []
+
+    def regex_transformer(self, value: Any, replacement: Any = "", *_: Any, **__: Any) -> Any:
+        self.masks += [str(v) for v in (value, replacement) if isinstance(v, str) and v]
+        return _Anything()
 
     def call(self, service: str, operation: str, params: dict[str, Any]) -> Any:
         if service == "stepfunctions":
@@ -246,33 +254,34 @@ def _short_uid() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def _template_class(name: str, constants: dict[str, Path]) -> type:
-    attributes: dict[str, Any] = {k: str(v) for k, v in constants.items()}
-    attributes["load_sfn_template"] = staticmethod(lambda path: load_json5(Path(path).read_text()))
-    return type(name, (), attributes)
+class _TemplateLoader:
+    @staticmethod
+    def load_sfn_template(file_path: str) -> Any:
+        return load_json5(Path(file_path).read_text())
 
 
 # ---- reading the suite -------------------------------------------------------------
 
 
 def template_classes(root: Path) -> dict[str, type]:
-    """Each template class of the suite (ScenariosTemplate ...), its constants as paths."""
-    found: dict[str, dict[str, Path]] = {}
+    """Each template class of the suite (ScenariosTemplate ...): its module run with its
+    imports replaced (constants are paths and literals; load_sfn_template reads JSON5)."""
+    found: dict[str, type] = {}
     for module in (root / "templates").rglob("*.py"):
         tree = ast.parse(module.read_text())
+        tree.body = [n for n in tree.body if not isinstance(n, ast.Import | ast.ImportFrom)]
+        namespace: dict[str, Any] = {
+            "os": os,
+            "Final": Final,
+            "TemplateLoader": _TemplateLoader,
+            "__file__": str(module),
+        }
         for node in tree.body:
-            if not isinstance(node, ast.ClassDef):
-                continue
-            for item in node.body:
-                value = getattr(item, "value", None)
-                targets = getattr(item, "targets", None) or [getattr(item, "target", None)]
-                if not isinstance(value, ast.Call) or not targets:
-                    continue
-                parts = [a.value for a in value.args if isinstance(a, ast.Constant)]
-                target = targets[0]
-                if parts and isinstance(target, ast.Name) and isinstance(parts[-1], str):
-                    found.setdefault(node.name, {})[target.id] = module.parent / parts[-1]
-    return {name: _template_class(name, constants) for name, constants in found.items()}
+            _try(node, namespace)
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and isinstance(namespace.get(node.name), type):
+                found[node.name] = namespace[node.name]
+    return found
 
 
 def _namespace(
@@ -402,6 +411,9 @@ def prepare(
         return f"no parametrize combination gives the id [{param}]"
     recorder = _Recorder(root)
     namespace = _namespace(tree, root, classes, recorder)
+    namespace["RegexTransformer"] = recorder.regex_transformer
+    if "Thread(" in ast.unparse(function):
+        return "another party (a thread of the test) acts on the running execution"
     for argument in function.args.args:
         name = argument.arg
         if name == "aws_client":
@@ -505,6 +517,7 @@ def discover(root: Path, name_filter: str = "") -> tuple[list[Case], list[Skip]]
                     functions=recorder.functions,
                     setup=recorder.setup,
                     names=recorder.names,
+                    masks=recorder.masks,
                 )
             )
     return cases, skips
