@@ -1,4 +1,4 @@
-"""Read AWS recordings from LocalStack's Step Functions suite: what each test ran, and what AWS said.
+"""Read AWS recordings from LocalStack's Step Functions suite: what each test ran, what AWS said.
 
 Each `*.snapshot.json` under tests/aws/services/stepfunctions/v2/ of
 github.com/localstack/localstack keeps, per test, what real AWS answered; the test is marked
@@ -22,7 +22,7 @@ import subprocess
 import tarfile
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -76,6 +76,7 @@ class Case:
     setup: list[dict[str, Any]] = field(default_factory=list)  # calls made before the run
     names: list[str] = field(default_factory=list)  # generated names LocalStack masked
     masks: list[str] = field(default_factory=list)  # texts its RegexTransformers masked
+    expected: str = ""  # in a fixed selection: the verdict it had when selected
 
 
 @dataclass
@@ -467,8 +468,9 @@ def _functions(tree: ast.Module) -> dict[str, tuple[ast.FunctionDef, ast.ClassDe
     return found
 
 
-def discover(root: Path, name_filter: str = "") -> tuple[list[Case], list[Skip]]:
-    """Every recording under root/v2 whose id holds name_filter: replayable, or why not."""
+def discover(root: Path, filters: Sequence[str] = ()) -> tuple[list[Case], list[Skip]]:
+    """Every recording under root/v2 whose id holds one of filters (or all, with none):
+    replayable, or why not."""
     classes = template_classes(root)
     cases: list[Case] = []
     skips: list[Skip] = []
@@ -482,7 +484,7 @@ def discover(root: Path, name_filter: str = "") -> tuple[list[Case], list[Skip]]
         tree = ast.parse(module.read_text()) if module.exists() else ast.Module([], [])
         functions = _functions(tree)
         for key, entry in json.loads(snapshot_file.read_text()).items():
-            if name_filter and name_filter not in key:
+            if filters and not any(f in key for f in filters):
                 continue
             name, _, param = key.split(".py::", 1)[-1].partition("[")
             found = functions.get(name)

@@ -41,8 +41,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROLE = "arn:aws:iam::123456789012:role/replay"
-
 from onceflow.local import provisioning
 from onceflow.local.engine import LocalEngine
 from onceflow.local.lambdas import FunctionSpec
@@ -439,7 +437,12 @@ def _report(outcomes: list[Outcome], skips: list[Skip], scope_only: bool, verbos
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--filter", default="", help="replay only recordings whose id holds this")
+    parser.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        help="replay only recordings whose id holds this (repeat for several)",
+    )
     parser.add_argument(
         "--source",
         type=Path,
@@ -459,17 +462,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cases:
         cases, skips = load_cases(args.cases), []
-        cases = [c for c in cases if args.filter in c.key]
+        cases = [c for c in cases if not args.filter or any(f in c.key for f in args.filter)]
     else:
         for root in suite_root(args.source):
             cases, skips = discover(root, args.filter)
+    outcomes = replay_all(cases)
     if args.export:
+        # Each case keeps the verdict it had when selected: a test holds it there.
+        for case, outcome in zip(cases, outcomes, strict=True):
+            case.expected = outcome.kind or outcome.verdict
         args.export.write_text(
             json.dumps([asdict(c) for c in cases], indent=1, sort_keys=True) + "\n"
         )
         print(f"wrote {len(cases)} cases to {args.export}")
-        return 0
-    outcomes = replay_all(cases)
     print(_report(outcomes, skips, args.scope, args.skipped))
     return 0
 
