@@ -73,6 +73,7 @@ class Case:
     # Parallel state were sorted and their ids zeroed (they interleave differently each run).
     unordered_parallel: bool = False
     functions: dict[str, str] = field(default_factory=dict)  # name -> handler source
+    timeouts: dict[str, int] = field(default_factory=dict)  # name -> the function's Timeout
     setup: list[dict[str, Any]] = field(default_factory=list)  # calls made before the run
     names: list[str] = field(default_factory=list)  # generated names LocalStack masked
     masks: list[str] = field(default_factory=list)  # texts its RegexTransformers masked
@@ -159,6 +160,7 @@ class _Recorder:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.functions: dict[str, str] = {}
+        self.timeouts: dict[str, int] = {}
         self.setup: list[dict[str, Any]] = []
         self.names: list[str] = []
         self.definition: Any = None
@@ -195,8 +197,12 @@ class _Recorder:
         return _Anything()
 
     # LocalStack's fixtures, as the suite calls them.
-    def create_lambda_function(self, *, func_name: str, handler_file: str, **_: Any) -> Any:
+    def create_lambda_function(
+        self, *, func_name: str, handler_file: str, timeout: int | None = None, **_: Any
+    ) -> Any:
         self.functions[func_name] = Path(handler_file).read_text()
+        # localstack.utils.testutil.create_lambda_function: LAMBDA_TIMEOUT_SEC (30) by default.
+        self.timeouts[func_name] = int(timeout or 30)
         self.names.append(func_name)
         function_arn = f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{func_name}"
         return {"CreateFunctionResponse": {"FunctionArn": function_arn, "FunctionName": func_name}}
@@ -517,6 +523,7 @@ def discover(root: Path, filters: Sequence[str] = ()) -> tuple[list[Case], list[
                     kind=ran.kind,
                     unordered_parallel="SfnNoneRecursiveParallelTransformer" in source,
                     functions=recorder.functions,
+                    timeouts=recorder.timeouts,
                     setup=recorder.setup,
                     names=recorder.names,
                     masks=recorder.masks,

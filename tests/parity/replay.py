@@ -295,7 +295,7 @@ class Replayer:
         self._count = 0
         self.folder = Path(tempfile.mkdtemp(prefix="replay-functions-"))
 
-    def create_function(self, name: str, source: str) -> None:
+    def create_function(self, name: str, source: str, timeout: int = 30) -> None:
         """A Lambda function running the recorded test's handler file, in-process."""
         engine = self.engine
         folder = self.folder / name
@@ -313,9 +313,9 @@ class Replayer:
             Role=provisioning.execution_role(engine),
             Handler="handler_module.handler",
             Code={"ZipFile": _EMPTY_ZIP},
-            Timeout=3,
+            Timeout=timeout,
         )["FunctionArn"]
-        spec = FunctionSpec(name, name, arn, folder, "handler_module.handler", 3.0, 128, {})
+        spec = FunctionSpec(name, name, arn, folder, "handler_module.handler", timeout, 128, {})
         engine.runtime.register(spec)
         engine.runtime.overrides[name] = module.handler
         engine.state.invokers[name] = engine.runtime.moto_invoker(name)
@@ -323,7 +323,7 @@ class Replayer:
     def replay(self, case: Case) -> Outcome:
         sfn = self.engine.client("stepfunctions")
         for name, source in case.functions.items():
-            self.create_function(name, source)
+            self.create_function(name, source, case.timeouts.get(name, 30))
         for call in case.setup:
             client = self.engine.client(call["service"])
             getattr(client, call["operation"])(**call["params"])
