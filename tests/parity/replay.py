@@ -1,0 +1,487 @@
+"""Replay Step Functions behaviour recorded on AWS on the local engine, and say what differs.
+
+The recordings are LocalStack's Step Functions suite (github.com/localstack/localstack,
+tests/aws/services/stepfunctions/): each `*.snapshot.json` keeps, per test, what real AWS
+answered (the test is marked `@markers.aws.validated` and listed in the `.validation.json`
+beside it). For each recording whose execution history was kept, this module finds the
+definition the test ran (the template it loads, resolved by reading the test's source),
+takes the input from the recorded ExecutionStarted event, runs both on onceflow's
+LocalEngine, normalises both histories the way LocalStack's snapshot transformers do
+(ARNs, names, ids and timestamps become placeholders; JSON text becomes values) and
+compares them event by event.
+
+Each difference is classed by the direction it errs:
+- kinder: AWS failed (or raised an error) where the local run did not;
+- harsher: the local run failed (or raised an error, or refused the definition) where
+  AWS did not;
+- value: both took the same outcome, but a value or a text differs.
+
+A recording counts as "in scope" when its definition uses only what onceflow's own state
+machines use (query language, state types, fields, Task resources), read from the
+engine's provisioned state machines.
+
+    .venv/bin/python -m tests.parity.replay [--filter X] [--scope] [--source DIR_OR_GIT_DIR]
+    .venv/bin/python -m tests.parity.replay --filter base/ --export tests/parity/recorded.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+import zipfile
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from onceflow.local import provisioning
+from onceflow.local.engine import LocalEngine
+from onceflow.local.lambdas import FunctionSpec
+from onceflow.local.provisioning import REGION
+from tests.parity.recordings import Case, Skip, discover, suite_root
+
+MIRROR = Path("/work/.mirror/localstack+localstack/repo")
+ROLE = "arn:aws:iam::123456789012:role/replay"
+
+
+@dataclass
+class Outcome:
+    key: str
+    snapshot: str
+    verdict: str  # same | differs
+    kind: str = ""  # kinder | harsher | value (differs only)
+    diff: list[str] = field(default_factory=list)
+    in_scope: bool = True
+    outside: list[str] = field(default_factory=list)  # features onceflow does not use
+
+    @property
+    def directory(self) -> str:
+        return self.snapshot.split("/")[1]
+
+
+def _zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("README", "the replay runs this function in-process")
+    return buffer.getvalue()
+
+
+_EMPTY_ZIP = _zip()
+
+# ---- normalising ---------------------------------------------------------------
+
+_ARN = re.compile(r"arn:(?:aws|<partition>)[^\s\"',}\]]*")
+_PLACEHOLDER = re.compile(r"<[A-Za-z][A-Za-z0-9_:\-]*>")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})?")
+# What LocalStack's transformers write for a value that varies (a whole string).
+_LITERALS = {"date": "<x>", "snf_role_arn": "<arn>", "<arn>": "<arn>", REGION: "<x>"}
+_HTTP_DATE = re.compile(r"[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT")
+# Values that differ on every run or machine: the trace of a handler's exception (its file
+# paths), the HTTP headers and request ids of an integration's response.
+_VARYING = {"stackTrace", "AllHttpHeaders", "HttpHeaders", "RequestId"}
+_DROPPED = {"timestamp", "roleArn", "ResponseMetadata"}
+
+
+def _text(value: str, names: Iterable[str]) -> str:
+    value = _ARN.sub("<arn>", value)
+    for name in sorted(names, key=len, reverse=True):
+        if len(name) > 2:
+            value = value.replace(name, "<x>")
+    value = _PLACEHOLDER.sub("<x>", value)
+    value = _UUID.sub("<x>", value)
+    value = _TIME.sub("<x>", value)
+    value = _HTTP_DATE.sub("<x>", value)
+    return _LITERALS.get(value, value)
+
+
+def normalise(value: Any, names: Iterable[str] = ()) -> Any:
+    """A history or value with run-specific text replaced, JSON text read as values."""
+    names = tuple(names)
+    if isinstance(value, dict):
+        return {
+            k: "<x>" if k in _VARYING else normalise(v, names)
+            for k, v in value.items()
+            if k not in _DROPPED
+        }
+    if isinstance(value, list):
+        return [normalise(v, names) for v in value]
+    if isinstance(value, str):
+        stripped = value.strip()
+        if stripped[:1] in "{[":
+            try:
+                return normalise(json.loads(value), names)
+            except ValueError:
+                pass
+        return _text(value, names)
+    return value
+
+
+def unorder_parallel(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """LocalStack's SfnNoneRecursiveParallelTransformer, as it runs (its sublist is spliced
+    in again at ParallelStateExited, so the ParallelStateSucceeded before it is dropped)."""
+    events = [dict(e) for e in events]
+    start, sublist, inside = 0, [], False
+    for index, event in enumerate(list(events)):
+        kind = event.get("type")
+        if kind in {
+            "ParallelStateSucceeded",
+            "ParallelStateAborted",
+            "ParallelStateExited",
+            "ParallelStateFailed",
+        }:
+            events[start:index] = sorted(
+                sublist, key=lambda e: json.dumps(e, sort_keys=True, default=str)
+            )
+            inside = False
+        elif kind == "ParallelStateStarted":
+            inside, sublist, start = True, [], index + 1
+        elif inside:
+            event["id"], event["previousEventId"] = [0], 0
+            sublist.append(event)
+    return events
+
+
+def _resort(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs of zeroed-id events (unorder_parallel's) sorted again, after normalising."""
+    out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+    for event in [*events, {"id": None}]:
+        if event.get("id") == [0]:
+            run.append(event)
+            continue
+        out.extend(sorted(run, key=lambda e: json.dumps(e, sort_keys=True)))
+        run = []
+        if event.get("id") is not None:
+            out.append(event)
+    return out
+
+
+# ---- comparing -----------------------------------------------------------------
+
+_END = {"ExecutionSucceeded": "SUCCEEDED", "ExecutionFailed": "FAILED"}
+
+
+def _status(events: list[dict[str, Any]]) -> str:
+    last = events[-1]["type"] if events else ""
+    return _END.get(last, last.removeprefix("Execution").upper() or "NONE")
+
+
+def _errors(events: list[dict[str, Any]]) -> Counter[str]:
+    found: Counter[str] = Counter()
+    for event in events:
+        for key, details in event.items():
+            if key.endswith("EventDetails") and isinstance(details, dict) and "error" in details:
+                found[str(details["error"])] += 1
+    return found
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def _diff(recorded: Any, local: Any, path: str, out: list[str]) -> None:
+    if isinstance(recorded, dict) and isinstance(local, dict):
+        for key in sorted(set(recorded) | set(local)):
+            if key not in local:
+                out.append(f"{path}.{key}: AWS {_short(recorded[key])}, local missing")
+            elif key not in recorded:
+                out.append(f"{path}.{key}: AWS missing, local {_short(local[key])}")
+            else:
+                _diff(recorded[key], local[key], f"{path}.{key}", out)
+    elif recorded != local:
+        out.append(f"{path}: AWS {_short(recorded)}, local {_short(local)}")
+
+
+def compare(recorded: list[dict[str, Any]], local: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    """('' when the same, else kinder/harsher/value) and the differences, compact."""
+    diff: list[str] = []
+    rec_types = [e["type"] for e in recorded]
+    loc_types = [e["type"] for e in local]
+    if rec_types != loc_types:
+        first = next(
+            (i for i, (a, b) in enumerate(zip(rec_types, loc_types, strict=False)) if a != b),
+            min(len(rec_types), len(loc_types)),
+        )
+        diff.append(
+            f"events from #{first + 1}: AWS {rec_types[first : first + 4]}, "
+            f"local {loc_types[first : first + 4]}"
+        )
+        # Compare the common prefix too: it often shows why.
+        for index in range(first):
+            _diff(recorded[index], local[index], f"#{index + 1}", diff)
+    else:
+        for index, (a, b) in enumerate(zip(recorded, local, strict=True)):
+            _diff(a, b, f"#{index + 1} {a['type']}", diff)
+    if not diff:
+        return "", []
+    aws_status, local_status = _status(recorded), _status(local)
+    aws_errors, local_errors = _errors(recorded), _errors(local)
+    if aws_status != "SUCCEEDED" and local_status == "SUCCEEDED":
+        kind = "kinder"
+    elif aws_status == "SUCCEEDED" and local_status != "SUCCEEDED":
+        kind = "harsher"
+    elif aws_errors and not local_errors:
+        kind = "kinder"
+    elif local_errors and not aws_errors:
+        kind = "harsher"
+    elif set(aws_errors) - set(local_errors) and not set(local_errors) - set(aws_errors):
+        kind = "kinder"  # AWS raised an error the local run never did
+    else:
+        kind = "value"
+    return kind, diff
+
+
+# ---- scope: what onceflow's own state machines use -------------------------------
+
+
+def features(definition: dict[str, Any], query_language: str | None = None) -> set[str]:
+    """A definition's features: query language, state types and fields, Task resources."""
+    found: set[str] = set()
+    language = definition.get("QueryLanguage", query_language or "JSONPath")
+    for state in definition.get("States", {}).values():
+        kind = state.get("Type", "?")
+        state_language = state.get("QueryLanguage", language)
+        found.add(f"QueryLanguage:{state_language}")
+        found.update(f"{kind}.{name}" for name in state)
+        if kind == "Task":
+            found.add("Resource:" + re.sub(r"\$\{[^}]*\}", "", str(state.get("Resource", "")))[:60])
+        if kind == "Map":
+            processor = state.get("ItemProcessor") or state.get("Iterator") or {}
+            mode = processor.get("ProcessorConfig", {}).get("Mode", "INLINE")
+            found.add(f"Map.Mode:{mode}")
+            found |= features(processor, state_language)
+        for branch in state.get("Branches", []):
+            found |= features(branch, state_language)
+    return found
+
+
+# Fields every state may carry whatever it does.
+_STRUCTURAL = ("End", "Next", "Comment", "Type", "QueryLanguage")
+
+
+def onceflow_features(engine: LocalEngine) -> set[str]:
+    """What onceflow's state machines use (every one in the template, conditional or not)."""
+    used: set[str] = set()
+    for logical_id, resource in engine.stack.template["Resources"].items():
+        if resource["Type"] == "AWS::Serverless::StateMachine":
+            text, _ = engine.state_machine_definition(logical_id)
+            used |= features(json.loads(text))
+    kinds = {f.split(".")[0] for f in used if "." in f and ":" not in f.split(".")[0]}
+    return used | {f"{kind}.{name}" for kind in kinds for name in _STRUCTURAL}
+
+
+def _local_resource(resource: str) -> str:
+    return resource
+
+
+# ---- replaying -----------------------------------------------------------------
+
+
+class Replayer:
+    """Replays cases on one engine."""
+
+    def __init__(self, engine: LocalEngine) -> None:
+        self.engine = engine
+        self.used = onceflow_features(engine)
+        self._count = 0
+        self.folder = Path(tempfile.mkdtemp(prefix="replay-functions-"))
+
+    def create_function(self, name: str, source: str, timeout: int = 30) -> None:
+        """A Lambda function running the recorded test's handler file, in-process."""
+        engine = self.engine
+        folder = self.folder / name
+        folder.mkdir(parents=True)
+        (folder / "handler_module.py").write_text(source)
+        spec_file = importlib.util.spec_from_file_location(
+            f"replay_{name}", folder / "handler_module.py"
+        )
+        assert spec_file is not None and spec_file.loader is not None
+        module = importlib.util.module_from_spec(spec_file)
+        spec_file.loader.exec_module(module)
+        arn = engine.client("lambda").create_function(
+            FunctionName=name,
+            Runtime="python3.12",
+            Role=provisioning.execution_role(engine),
+            Handler="handler_module.handler",
+            Code={"ZipFile": _EMPTY_ZIP},
+            Timeout=timeout,
+        )["FunctionArn"]
+        spec = FunctionSpec(name, name, arn, folder, "handler_module.handler", timeout, 128, {})
+        engine.runtime.register(spec)
+        engine.runtime.overrides[name] = module.handler
+        engine.state.invokers[name] = engine.runtime.moto_invoker(name)
+
+    def replay(self, case: Case) -> Outcome:
+        sfn = self.engine.client("stepfunctions")
+        for name, source in case.functions.items():
+            self.create_function(name, source, case.timeouts.get(name, 30))
+        for call in case.setup:
+            client = self.engine.client(call["service"])
+            getattr(client, call["operation"])(**call["params"])
+        self._count += 1
+        machine_name = f"replay-{self._count}"
+        outside = sorted(features(case.definition) - self.used)
+        outcome = Outcome(case.key, case.snapshot, "same", in_scope=not outside, outside=outside)
+        try:
+            arn = sfn.create_state_machine(
+                name=machine_name,
+                definition=json.dumps(case.definition),
+                roleArn=ROLE,
+                type="EXPRESS" if case.kind == "EXPRESS" else "STANDARD",
+            )["stateMachineArn"]
+        except Exception as exc:  # the engine refused what AWS ran: that is the finding
+            outcome.verdict, outcome.kind = "differs", "harsher"
+            outcome.diff = [f"local refused the definition: {str(exc)[:160]}"]
+            return outcome
+        input_value = case.input
+        result = self.engine.execute(arn, input_value, timeout=15)
+        local = result.events
+        names = (result.name, machine_name, *case.names, *case.masks)
+        recorded = normalise(case.recorded, case.masks)
+        if case.unordered_parallel:
+            local = unorder_parallel(local)
+            recorded = _resort(recorded)
+        kind, diff = compare(recorded, _resort(normalise(local, names)))
+        if kind:
+            outcome.verdict, outcome.kind, outcome.diff = "differs", kind, diff
+        return outcome
+
+
+def replay_all(cases: list[Case]) -> list[Outcome]:
+    with LocalEngine(function_log=io.StringIO(), time_scale=0.0) as engine:
+        replayer = Replayer(engine)
+        outcomes = []
+        for case in cases:
+            try:
+                outcomes.append(replayer.replay(case))
+            except Exception as exc:  # one broken replay is reported, not the end of the run
+                outcomes.append(
+                    Outcome(
+                        case.key,
+                        case.snapshot,
+                        "differs",
+                        "harsher",
+                        [f"replay raised {exc!r}"[:200]],
+                    )
+                )
+        return outcomes
+
+
+# ---- the command line ----------------------------------------------------------
+
+
+def _report(outcomes: list[Outcome], skips: list[Skip], scope_only: bool, verbose: bool) -> str:
+    lines: list[str] = []
+    for skip in skips if verbose else []:
+        lines.append(f"skipped  {skip.key.split('::', 1)[-1]} ({skip.snapshot}): {skip.reason}")
+    shown = [o for o in outcomes if o.in_scope or not scope_only]
+    for outcome in shown:
+        name = outcome.key.split("::", 1)[-1]
+        scope = "" if outcome.in_scope else f" [outside onceflow: {', '.join(outcome.outside[:3])}]"
+        if outcome.verdict == "same":
+            lines.append(f"same     {outcome.snapshot} {name}{scope}")
+        else:
+            lines.append(f"differs  {outcome.kind:7} {outcome.snapshot} {name}{scope}")
+            lines.extend(f"           {d}" for d in outcome.diff[:4])
+    table: dict[str, Counter[str]] = {}
+    for outcome in outcomes:
+        for group in (outcome.directory, "TOTAL"):
+            row = table.setdefault(group, Counter())
+            row["replayed"] += 1
+            row[outcome.verdict] += 1
+            if outcome.kind:
+                row[outcome.kind] += 1
+            if outcome.in_scope:
+                row["scope"] += 1
+                row["scope " + outcome.verdict] += 1
+                if outcome.kind:
+                    row["scope " + outcome.kind] += 1
+    for skip in skips:
+        table.setdefault(skip.snapshot.split("/")[1], Counter())["skipped"] += 1
+        table.setdefault("TOTAL", Counter())["skipped"] += 1
+    columns = ("replayed", "same", "differs", "kinder", "harsher", "value", "skipped")
+    scoped = (
+        "scope",
+        "scope same",
+        "scope differs",
+        "scope kinder",
+        "scope harsher",
+        "scope value",
+    )
+    lines.append("")
+    lines.append(
+        f"{'directory':22}"
+        + "".join(f"{c:>9}" for c in columns)
+        + " | in onceflow's features: "
+        + " ".join(c.removeprefix("scope ") for c in scoped)
+    )
+    for group in sorted(table, key=lambda g: (g == "TOTAL", g)):
+        row = table[group]
+        lines.append(
+            f"{group:22}"
+            + "".join(f"{row[c]:>9}" for c in columns)
+            + " | "
+            + " ".join(f"{row[c]:>5}" for c in scoped)
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        help="replay only recordings whose id holds this (repeat for several)",
+    )
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=Path(os.environ.get("SFN_RECORDINGS", MIRROR)),
+        help="a localstack checkout, or its bare git dir",
+    )
+    parser.add_argument(
+        "--scope", action="store_true", help="show only recordings in onceflow's features"
+    )
+    parser.add_argument(
+        "--skipped", action="store_true", help="list the skipped recordings and why"
+    )
+    parser.add_argument(
+        "--export", type=Path, help="write the replayable cases as JSON (for a fixed selection)"
+    )
+    parser.add_argument("--cases", type=Path, help="replay the cases of an --export file instead")
+    args = parser.parse_args(argv)
+    if args.cases:
+        cases, skips = load_cases(args.cases), []
+        cases = [c for c in cases if not args.filter or any(f in c.key for f in args.filter)]
+    else:
+        for root in suite_root(args.source):
+            cases, skips = discover(root, args.filter)
+    outcomes = replay_all(cases)
+    if args.export:
+        # Each case keeps the verdict it had when selected: a test holds it there.
+        for case, outcome in zip(cases, outcomes, strict=True):
+            case.expected = outcome.kind or outcome.verdict
+        args.export.write_text(
+            json.dumps([asdict(c) for c in cases], indent=1, sort_keys=True) + "\n"
+        )
+        print(f"wrote {len(cases)} cases to {args.export}")
+    print(_report(outcomes, skips, args.scope, args.skipped))
+    return 0
+
+
+def load_cases(path: Path) -> list[Case]:
+    return [Case(**c) for c in json.loads(path.read_text())]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
