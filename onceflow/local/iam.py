@@ -46,11 +46,11 @@ class Decision(Enum):
 
 # ---- policy evaluation ---------------------------------------------------------
 #
-# Not moto's evaluator (moto.iam.access_control.IAMPolicyStatement), which reads the
-# policy language otherwise than IAM where this app would meet it: an Allow whose
-# Condition fails counts as a Deny, "." and "?" are regular-expression syntax, actions
-# compare case-sensitively, NotResource is ignored (tests/upstream/test_stock_moto.py
-# shows each). IAM's rules ("Policy evaluation logic", within one account) are short.
+# Not moto's evaluator (moto.iam.access_control.IAMPolicyStatement): it reads "." and
+# "?" as regular-expression syntax, compares actions case-sensitively, ignores
+# NotResource, and lets a Condition on a key it has no value for hold
+# (tests/unit/test_iam.py::test_motos_own_evaluator_reads_the_policy_language_otherwise_than_iam).
+# IAM's own rules ("Policy evaluation logic", within one account) are short.
 
 
 @functools.lru_cache(maxsize=4096)
@@ -408,14 +408,11 @@ def denied_response(call: Call, message: str) -> Response:
         headers = {"x-amz-request-id": request_id, "Content-Type": "application/xml"}
         if call.head:  # a HEAD answer has no body: the SDK sees 403 Forbidden
             return 403, headers, b""
-        return (
-            403,
-            headers,
-            (
-                '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
-                f"<Message>{escape(message)}</Message><RequestId>{request_id}</RequestId></Error>"
-            ),
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+            f"<Message>{escape(message)}</Message><RequestId>{request_id}</RequestId></Error>"
         )
+        return 403, headers, body
     headers = {"x-amzn-RequestId": request_id, "x-amzn-ErrorType": "AccessDeniedException"}
     if call.service == "lambda":
         headers["Content-Type"] = "application/json"
