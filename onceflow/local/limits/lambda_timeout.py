@@ -120,10 +120,8 @@ class TimedInvoke:
             self._record(TimedInvocation(name, request_id, LAMBDA_TIMEOUT_ERROR,
                                          spec.timeout * 1000, True))  # fmt: skip
             self._log(f"{request_id} {message}")
-            return {
-                "errorMessage": message,
-                "errorType": LAMBDA_TIMEOUT_ERROR,
-            }, LAMBDA_TIMEOUT_ERROR
+            answer = {"errorMessage": message, "errorType": LAMBDA_TIMEOUT_ERROR}
+            return answer, LAMBDA_TIMEOUT_ERROR
         payload, error_type, raised = outcome["result"]
         if raised is not None:
             raise raised

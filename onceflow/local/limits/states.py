@@ -143,25 +143,14 @@ def _assign(self: Any, env: Any) -> None:
 # Events after which moto goes on to call a service or a function: once an execution
 # has ended, raising at one of them keeps the call from happening (each is added
 # inside the task's own error handling).
-_BEFORE_A_CALL: Final = frozenset(
-    {
-        Event.TaskScheduled,
-        Event.TaskStarted,
-        Event.TaskSubmitted,
-        Event.LambdaFunctionScheduled,
-        Event.LambdaFunctionStarted,
-        Event.ActivityScheduled,
-        Event.ActivityStarted,
-    }
-)
-_TERMINAL: Final = frozenset(
-    {
-        Event.ExecutionSucceeded,
-        Event.ExecutionFailed,
-        Event.ExecutionAborted,
-        Event.ExecutionTimedOut,
-    }
-)
+_BEFORE_A_CALL: Final = frozenset({
+    Event.TaskScheduled, Event.TaskStarted, Event.TaskSubmitted, Event.LambdaFunctionScheduled,
+    Event.LambdaFunctionStarted, Event.ActivityScheduled, Event.ActivityStarted,
+})  # fmt: skip
+_TERMINAL: Final = frozenset({
+    Event.ExecutionSucceeded, Event.ExecutionFailed, Event.ExecutionAborted,
+    Event.ExecutionTimedOut,
+})  # fmt: skip
 _RECORD = "_onceflow_limits"
 
 
