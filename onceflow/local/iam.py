@@ -1,20 +1,13 @@
 """IAM on the local engine: each call a function or a state machine makes is checked
 against the policies template.yaml gives its role, and refused as AWS refuses it.
 
-On AWS a function runs as its execution role and a state machine's task
-integrations as the state machine's role; SAM builds each role from the
-resource's ``Policies``. moto checks nothing of the kind, so an app that lacks a
-grant runs green locally and fails deployed. Here every request that reaches
-moto while an identity is set is mapped to the IAM action(s) and resource ARN(s)
-AWS authorises it against (the Service Authorization Reference) and evaluated
-against that identity's statements: an explicit Deny wins, then an Allow, else
-the request is implicitly denied. A denied request never reaches moto; the
-caller gets the service's own AccessDenied response.
-
-Who is calling is a context variable: set around each in-process handler call
-(to the function's role) and around each task state's work (to the state
-machine's role). Calls without one (the engine itself, tests, the CLI) stand for
-the operator's admin credentials and are not checked.
+moto checks nothing of the kind, so an app that lacks a grant would run green locally
+and fail deployed. A request made while an identity is set (around each handler call,
+and each task state's work) is mapped to the IAM action(s) and resource ARN(s) AWS
+authorises it against (Service Authorization Reference) and evaluated against that
+role's statements; a denied request never reaches moto and gets the service's own
+AccessDenied. Calls without an identity (the engine, tests, the CLI) stand for the
+operator's admin credentials and are not checked.
 """
 
 from __future__ import annotations
@@ -32,8 +25,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
+from xml.sax.saxutils import escape
 
 from onceflow.local.lambdas import InProcessRuntime
 from onceflow.local.patches import hooks
@@ -52,15 +46,11 @@ class Decision(Enum):
 
 # ---- policy evaluation ---------------------------------------------------------
 #
-# moto ships an evaluator (moto.iam.access_control.IAMPolicyStatement), but it
-# reads the policy language differently from IAM in ways this app would hit:
-# an Allow statement whose Condition does not hold counts as a Deny, "." and
-# "?" in a pattern are regular-expression syntax (so "table/x.y" matched
-# "table/xzy", and "?" is not IAM's one-character wildcard), actions compare
-# case-sensitively where IAM ignores their case, and a NotResource statement
-# matches every resource. The rules IAM documents (policy evaluation logic,
-# "Determining whether a request is allowed or denied within an account") are
-# short enough to follow here exactly.
+# Not moto's evaluator (moto.iam.access_control.IAMPolicyStatement): it reads "." and
+# "?" as regular-expression syntax, compares actions case-sensitively, ignores
+# NotResource, and lets a Condition on a key it has no value for hold
+# (tests/unit/test_iam.py::test_motos_own_evaluator_reads_the_policy_language_otherwise_than_iam).
+# IAM's own rules ("Policy evaluation logic", within one account) are short.
 
 
 @functools.lru_cache(maxsize=4096)
@@ -70,51 +60,34 @@ def _pattern(text: str, case_sensitive: bool) -> re.Pattern[str]:
     return re.compile(regex, re.DOTALL if case_sensitive else re.DOTALL | re.IGNORECASE)
 
 
-def _as_list(value: Any) -> list[str]:
-    if value is None:
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
-
-
-def _any_match(patterns: Any, value: str, *, case_sensitive: bool) -> bool:
-    return any(_pattern(p, case_sensitive).fullmatch(value) for p in _as_list(patterns))
+def _matches(statement: Mapping[str, Any], key: str, value: str) -> bool | None:
+    """Whether statement's key (or NotKey) covers value; None when it has neither."""
+    for name, wanted in ((key, True), (f"Not{key}", False)):
+        if name in statement:
+            patterns = statement[name] if isinstance(statement[name], list) else [statement[name]]
+            found = any(_pattern(str(p), key == "Resource").fullmatch(value) for p in patterns)
+            return found is wanted
+    return None
 
 
 def statement_matches(statement: Mapping[str, Any], action: str, resource: str) -> bool:
-    """Whether one identity-policy statement applies to (action, resource)."""
+    """Whether one identity-policy statement applies to (action, resource).
+
+    A statement with a Condition never applies: its keys describe the request's
+    context, which the engine does not model (harsher than AWS for an Allow, kinder
+    for a Deny; this template's roles have none). A statement must name its resources.
+    """
     if "Condition" in statement:
-        # Condition keys (aws:SecureTransport, aws:SourceArn, s3:prefix ...)
-        # describe the request's context, which the local engine does not
-        # model. Such a statement is treated as not matching: its Allow grants
-        # nothing and its Deny refuses nothing. Stricter than AWS for an Allow,
-        # more lenient for a Deny; this template's roles have no conditions.
         return False
-    if "Action" in statement:
-        if not _any_match(statement["Action"], action, case_sensitive=False):
-            return False
-    elif "NotAction" in statement:
-        if _any_match(statement["NotAction"], action, case_sensitive=False):
-            return False
-    else:
-        return False
-    if "Resource" in statement:
-        return _any_match(statement["Resource"], resource, case_sensitive=True)
-    if "NotResource" in statement:
-        return not _any_match(statement["NotResource"], resource, case_sensitive=True)
-    return False  # an identity policy statement must name its resources
+    return bool(_matches(statement, "Action", action) and _matches(statement, "Resource", resource))
 
 
 def evaluate(statements: Iterable[Mapping[str, Any]], action: str, resource: str) -> Decision:
     """IAM's decision for one identity's statements: explicit Deny, then Allow, else deny."""
-    allowed = False
-    for statement in statements:
-        if not statement_matches(statement, action, resource):
-            continue
-        if statement.get("Effect") == "Deny":
-            return Decision.EXPLICIT_DENY
-        if statement.get("Effect") == "Allow":
-            allowed = True
-    return Decision.ALLOWED if allowed else Decision.IMPLICIT_DENY
+    effects = {s.get("Effect") for s in statements if statement_matches(s, action, resource)}
+    if "Deny" in effects:
+        return Decision.EXPLICIT_DENY
+    return Decision.ALLOWED if "Allow" in effects else Decision.IMPLICIT_DENY
 
 
 # ---- identities ----------------------------------------------------------------
@@ -136,9 +109,6 @@ class Principal:
         """The assumed-role ARN AWS names in an AccessDenied message."""
         return f"arn:aws:sts::{self.account_id}:assumed-role/{self.role_name}/{self.session}"
 
-    def decide(self, action: str, resource: str) -> Decision:
-        return evaluate(self.statements, action, resource)
-
 
 IDENTITY: ContextVar[Principal | None] = ContextVar("onceflow_iam_identity", default=None)
 
@@ -154,12 +124,8 @@ def acting_as(principal: Principal | None) -> Iterator[None]:
 
 
 def as_operator(client: Any) -> Any:
-    """client, its calls made with the operator's (admin) credentials wherever they run.
-
-    The engine's own clients serve the engine, the CLI and tests; a test that
-    looks at the ledger from inside a handler it injected is the operator
-    looking, not the function.
-    """
+    """client, its calls made with the operator's (admin) credentials wherever they run
+    (a test looking at the ledger from inside a handler is the operator, not the function)."""
     make_api_call = client._make_api_call
 
     def unchecked(operation_name: str, api_params: Any) -> Any:
@@ -173,9 +139,6 @@ def as_operator(client: Any) -> Any:
 # Which IAM action each request needs (Service Authorization Reference), and the AWS
 # managed policies SAM attaches to every function role: data, apart from the evaluator.
 DATA: Final = json.loads((Path(__file__).parent / "iam_actions.json").read_text())
-_S3_OBJECT: Final[dict[str, str]] = DATA["s3_object"]
-_S3_BUCKET: Final[dict[str, str]] = DATA["s3_bucket"]
-_S3_PLAIN_PARAMETERS: Final = frozenset(DATA["s3_plain_parameters"])
 
 
 def _document_statements(document: Any, where: str) -> list[dict[str, Any]]:
@@ -189,77 +152,56 @@ def _document_statements(document: Any, where: str) -> list[dict[str, Any]]:
     return [dict(s) for s in statements]
 
 
-def _policy_template(stack: Stack, item: Any, where: str) -> list[dict[str, Any]] | None:
-    """The statements of a SAM policy template (``S3ReadPolicy: {BucketName: ...}``), as SAM's
-    own translator expands it; None when the item is not one (a managed policy's name).
-
-    SAM tells a policy template by a map of one key that names one of its templates
-    (samtranslator/model/function_policies.py); its statements come from SAM's
-    policy_templates.json through the same PolicyTemplatesProcessor ``sam build`` and
-    the Transform use, never from a copy, so a new SAM release brings its templates here.
-    """
-    if not isinstance(item, Mapping) or len(item) != 1:
-        return None
-    [(name, values)] = item.items()
-    # Imported here: only a template that uses one pays for loading SAM's translator.
-    from samtranslator.policy_template_processor.exceptions import (
-        InsufficientParameterValues,
-        InvalidParameterValues,
-    )
-    from samtranslator.policy_template_processor.processor import PolicyTemplatesProcessor
-
-    processor = PolicyTemplatesProcessor(
-        PolicyTemplatesProcessor.get_default_policy_templates_json()
-    )
-    if not processor.has(name):
-        raise TemplateError(
-            f"{where}: {name} is not one of SAM's policy templates (aws-sam-translator's "
-            "policy_templates.json); check its spelling, or write the statements inline"
-        )
-    try:
-        document = processor.convert(name, values if values is not None else {})
-    except (InsufficientParameterValues, InvalidParameterValues, ValueError) as exc:
-        raise TemplateError(f"{where}: policy template {name}: {exc}") from exc
-    # The expansion holds Fn::Sub over AWS::Partition, AWS::Region and the like.
-    return _document_statements(stack.resolve(document), f"{where} ({name})")
-
-
 def _sam_policies(stack: Stack, policies: Any, where: str) -> list[dict[str, Any]]:
-    """The statements of a SAM ``Policies`` value (resolved): inline documents and SAM's
-    policy templates.
-
-    SAM also takes managed policy names or ARNs. Their statements live outside the
-    template, so the local engine refuses them rather than guess.
-    """
-    items = policies if isinstance(policies, list) else [policies]
+    """The statements of a resolved SAM ``Policies`` value: inline documents, and SAM's
+    policy templates (``S3ReadPolicy: {BucketName: ...}``) expanded by SAM's own
+    PolicyTemplatesProcessor, as ``sam build`` and the Transform expand them
+    (samtranslator/model/function_policies.py), never from a copy. Managed policy
+    names or ARNs are refused: their statements are not in the template."""
     statements: list[dict[str, Any]] = []
-    for item in items:
+    for item in policies if isinstance(policies, list) else [policies]:
         if isinstance(item, Mapping) and "Statement" in item:
             statements += _document_statements(item, where)
             continue
-        expanded = _policy_template(stack, item, where)
-        if expanded is None:
+        if not isinstance(item, Mapping) or len(item) != 1:
             raise TemplateError(
                 f"{where}: policy {item!r} is a managed policy; the local engine enforces "
                 "inline policy documents and SAM policy templates only"
             )
-        statements += expanded
+        [(name, values)] = item.items()
+        # Imported here: only a template that uses one pays for loading SAM's translator.
+        from samtranslator.policy_template_processor import exceptions
+        from samtranslator.policy_template_processor.processor import PolicyTemplatesProcessor
+
+        processor = PolicyTemplatesProcessor(
+            PolicyTemplatesProcessor.get_default_policy_templates_json()
+        )
+        if not processor.has(name):
+            raise TemplateError(
+                f"{where}: {name} is not one of SAM's policy templates (aws-sam-translator's "
+                "policy_templates.json); check its spelling, or write the statements inline"
+            )
+        refused = (exceptions.InsufficientParameterValues, exceptions.InvalidParameterValues)
+        try:
+            document = processor.convert(name, values if values is not None else {})
+        except (*refused, ValueError) as exc:
+            raise TemplateError(f"{where}: policy template {name}: {exc}") from exc
+        # The expansion holds Fn::Sub over AWS::Partition, AWS::Region and the like.
+        statements += _document_statements(stack.resolve(document), f"{where} ({name})")
     return statements
 
 
 def _role_statements(stack: Stack, logical_id: str, raw_role: Any) -> list[dict[str, Any]]:
     """The statements of an AWS::IAM::Role of the template named by a ``Role`` property."""
-    role_id = None
-    if isinstance(raw_role, Mapping) and "Fn::GetAtt" in raw_role:
-        target = raw_role["Fn::GetAtt"]
-        role_id = (target if isinstance(target, list) else str(target).split("."))[0]
-    resources = stack.template["Resources"]
-    if role_id is None or resources.get(role_id, {}).get("Type") != "AWS::IAM::Role":
+    target = raw_role.get("Fn::GetAtt") if isinstance(raw_role, Mapping) else None
+    role_id = (target if isinstance(target, list) else str(target).split("."))[0]
+    role = stack.template["Resources"].get(role_id, {}) if target else {}
+    if role.get("Type") != "AWS::IAM::Role":
         raise TemplateError(
             f"{logical_id}: Role must be !GetAtt of an AWS::IAM::Role in the template "
             "for the local engine to know its policies"
         )
-    props = resources[role_id].get("Properties", {})
+    props = role.get("Properties", {})
     if props.get("ManagedPolicyArns") or props.get("PermissionsBoundary"):
         raise TemplateError(f"{role_id}: managed policies are not enforced by the local engine")
     statements: list[dict[str, Any]] = []
@@ -271,8 +213,7 @@ def _role_statements(stack: Stack, logical_id: str, raw_role: Any) -> list[dict[
 # ---- requests -> IAM actions ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(NamedTuple):
     """One action on one resource that a request needs allowed."""
 
     action: str
@@ -293,36 +234,28 @@ class Call:
 
 
 _HOST = re.compile(r"^(?P<service>[a-z0-9-]+)\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?::\d+)?$")
-_S3_HOST = re.compile(
-    r"^(?:(?P<bucket>.+)\.)?s3(?:[.-](?P<region>[a-z0-9-]+))?\.amazonaws\.com(?::\d+)?$"
-)
+_S3_HOST = re.compile(r"^(?:(?P<bucket>.+)\.)?s3(?:[.-][a-z0-9-]+)?\.amazonaws\.com(?::\d+)?$")
+_LAMBDA_PATH = re.compile(r"^/\d{4}-\d\d-\d\d/functions/(?P<name>[^/]+)(?P<rest>/.*)?$")
 
 
 def describe_call(request: Any, account_id: str) -> Call | None:
     """The IAM actions and resources a botocore request needs; None for a non-AWS URL."""
     parts = urlsplit(request.url)
     host = parts.netloc.lower()
-    s3 = _S3_HOST.match(host)
-    if s3 is not None:
+    if (s3 := _S3_HOST.match(host)) is not None:
         return _s3_call(request, parts, s3.group("bucket"))
-    match = _HOST.match(host)
-    if match is None:
+    if (match := _HOST.match(host)) is None:
         if host.split(":", 1)[0].endswith(".amazonaws.com"):  # a global endpoint (IAM, STS ...)
             return Call(host.split(".", 1)[0], request.method, (), unmapped=host)
         return None
     service, region = match.group("service"), match.group("region")
     if service == "lambda":
         return _lambda_call(request, parts, region, account_id)
-    target = _header(request, "X-Amz-Target")
-    body = _json_body(request)
-    operation = target.rsplit(".", 1)[-1] if target else ""
-    mapper = _JSON_SERVICES.get(service)
-    if mapper is None or not operation:
+    operation = _header(request, "X-Amz-Target").rsplit(".", 1)[-1]
+    pairs = _json_checks(service, operation, _json_body(request), region, account_id)
+    if not operation or pairs is None:
         return Call(service, operation or request.method, (), unmapped=f"{service} {operation}")
-    resources = mapper(operation, body, region, account_id)
-    if resources is None:
-        return Call(service, operation, (), unmapped=f"{service} {operation}")
-    return Call(service, operation, tuple(Check(a, r) for a, r in resources))
+    return Call(service, operation, tuple(Check(*pair) for pair in pairs))
 
 
 def _header(request: Any, name: str) -> str:
@@ -331,144 +264,74 @@ def _header(request: Any, name: str) -> str:
 
 
 def _json_body(request: Any) -> dict[str, Any]:
-    body = request.body
-    if body is None or body == b"" or body == "":
-        return {}
-    if hasattr(body, "read"):
-        return {}  # a stream: no JSON API sends one
     try:
-        parsed = json.loads(body)
-    except ValueError:
+        parsed = json.loads(request.body or b"{}")
+    except (TypeError, ValueError):  # a stream (no JSON API sends one), or not JSON
         return {}
     return parsed if isinstance(parsed, dict) else {}
 
 
-Pairs = list[tuple[str, str]] | None
+def _arn(name: Any, prefix: str) -> str:
+    return str(name) if str(name).startswith("arn:") else f"{prefix}{name}"
 
 
-def _table_arn(name: str, region: str, account_id: str) -> str:
-    if name.startswith("arn:"):
-        return name
-    return f"arn:aws:dynamodb:{region}:{account_id}:table/{name}"
-
-
-def _dynamodb(operation: str, body: dict[str, Any], region: str, account_id: str) -> Pairs:
-    if operation in DATA["dynamodb_table_operations"]:
-        return [
-            (f"dynamodb:{operation}", _table_arn(str(body.get("TableName")), region, account_id))
-        ]
-    if operation in ("Query", "Scan"):
-        arn = _table_arn(str(body.get("TableName")), region, account_id)
-        if body.get("IndexName"):
-            arn += f"/index/{body['IndexName']}"  # IAM authorises an index query on the index
-        return [(f"dynamodb:{operation}", arn)]
-    if operation in ("BatchGetItem", "BatchWriteItem"):
-        return [
-            (f"dynamodb:{operation}", _table_arn(str(t), region, account_id))
-            for t in body.get("RequestItems", {})
-        ]
-    if operation in ("TransactWriteItems", "TransactGetItems"):
-        pairs = []
-        for item in body.get("TransactItems", []):
-            for kind, spec in item.items():
-                action = DATA["dynamodb_transact_actions"].get(kind)
-                if action is None:
-                    return None
-                pairs.append(
-                    (f"dynamodb:{action}", _table_arn(str(spec["TableName"]), region, account_id))
-                )
-        return pairs
-    if operation == "ListTables":
-        return [("dynamodb:ListTables", "*")]
-    return None
-
-
-def _queue_arn(url: str, region: str, account_id: str) -> str:
-    parts = urlsplit(url)
-    path = [p for p in parts.path.split("/") if p]
-    match = _HOST.match(parts.netloc.lower())
-    queue_region = match.group("region") if match else region
-    if len(path) >= 2:
-        return f"arn:aws:sqs:{queue_region}:{path[-2]}:{path[-1]}"
-    return f"arn:aws:sqs:{queue_region}:{account_id}:{path[-1] if path else url}"
-
-
-def _sqs(operation: str, body: dict[str, Any], region: str, account_id: str) -> Pairs:
-    if operation in DATA["sqs_actions"]:
-        arn = _queue_arn(str(body.get("QueueUrl", "")), region, account_id)
-        return [(f"sqs:{DATA['sqs_actions'][operation]}", arn)]
-    if operation in ("GetQueueUrl", "CreateQueue"):
+def _json_checks(
+    service: str, operation: str, body: dict[str, Any], region: str, account_id: str
+) -> list[tuple[str, str]] | None:
+    """What a request of a JSON protocol (X-Amz-Target) needs; None if not known here."""
+    action, ddb = f"{service}:{operation}", service == "dynamodb"
+    table = f"arn:aws:dynamodb:{region}:{account_id}:table/"
+    if action in DATA["on_any_resource"]:
+        return [(action, "*")]
+    if ddb and operation in DATA["dynamodb_table_operations"]:
+        # IAM authorises a query or a scan of an index on the index.
+        index = f"/index/{body['IndexName']}" if body.get("IndexName") else ""
+        return [(action, _arn(body.get("TableName"), table) + index)]
+    if ddb and operation in ("BatchGetItem", "BatchWriteItem"):
+        return [(action, _arn(t, table)) for t in body.get("RequestItems", {})]
+    if ddb and operation in ("TransactWriteItems", "TransactGetItems"):
+        kinds = [(k, spec) for item in body.get("TransactItems", []) for k, spec in item.items()]
+        actions = DATA["dynamodb_transact_actions"]
+        if all(kind in actions for kind, _ in kinds):
+            return [(f"dynamodb:{actions[k]}", _arn(s.get("TableName"), table)) for k, s in kinds]
+    if service == "sqs" and operation in ("GetQueueUrl", "CreateQueue"):
         owner = str(body.get("QueueOwnerAWSAccountId") or account_id)
-        return [(f"sqs:{operation}", f"arn:aws:sqs:{region}:{owner}:{body.get('QueueName')}")]
-    if operation == "ListQueues":
-        return [("sqs:ListQueues", "*")]
+        return [(action, f"arn:aws:sqs:{region}:{owner}:{body.get('QueueName')}")]
+    if service == "sqs" and operation in DATA["sqs_actions"]:
+        queue_url = str(body.get("QueueUrl", ""))
+        url = urlsplit(queue_url)
+        path = [p for p in url.path.split("/") if p]
+        if (host := _HOST.match(url.netloc.lower())) is not None:
+            region = host.group("region")
+        owner, name = path[-2:] if len(path) > 1 else (account_id, path[-1] if path else queue_url)
+        return [(f"sqs:{DATA['sqs_actions'][operation]}", f"arn:aws:sqs:{region}:{owner}:{name}")]
+    if service == "states" and operation in DATA["states_resource_parameter"]:
+        return [(action, str(body.get(DATA["states_resource_parameter"][operation])))]
+    if action == "events:PutEvents":
+        buses = {str(e.get("EventBusName") or "default") for e in body.get("Entries", [])}
+        bus = f"arn:aws:events:{region}:{account_id}:event-bus/"
+        return [(action, _arn(name, bus)) for name in sorted(buses)]
     return None
-
-
-def _states(operation: str, body: dict[str, Any], region: str, account_id: str) -> Pairs:
-    if operation in DATA["states_by_machine"]:
-        return [(f"states:{operation}", str(body.get("stateMachineArn")))]
-    if operation in DATA["states_by_execution"]:
-        return [(f"states:{operation}", str(body.get("executionArn")))]
-    if operation in DATA["states_any"]:
-        return [(f"states:{operation}", "*")]
-    return None
-
-
-def _events(operation: str, body: dict[str, Any], region: str, account_id: str) -> Pairs:
-    if operation != "PutEvents":
-        return None
-    buses = {str(e.get("EventBusName") or "default") for e in body.get("Entries", [])}
-    return [
-        (
-            "events:PutEvents",
-            bus
-            if bus.startswith("arn:")
-            else f"arn:aws:events:{region}:{account_id}:event-bus/{bus}",
-        )
-        for bus in sorted(buses)
-    ]
-
-
-_JSON_SERVICES: dict[str, Callable[[str, dict[str, Any], str, str], Pairs]] = {
-    "dynamodb": _dynamodb,
-    "sqs": _sqs,
-    "states": _states,
-    "events": _events,
-}
-
-_LAMBDA_PATH = re.compile(
-    r"^/(?P<version>\d{4}-\d\d-\d\d)/functions/(?P<name>[^/]+)(?P<rest>/.*)?$"
-)
-
-
-def _function_arn(name: str, qualifier: str | None, region: str, account_id: str) -> str:
-    # FunctionName may be a name, a partial ARN (ACCOUNT:function:NAME) or an ARN,
-    # each with an optional :QUALIFIER (Lambda API reference, Invoke).
-    if name.startswith("arn:"):
-        arn = name
-    elif ":function:" in name:
-        arn = f"arn:aws:lambda:{region}:{name}"
-    elif ":" in name:
-        base, _, version = name.partition(":")
-        arn = f"arn:aws:lambda:{region}:{account_id}:function:{base}:{version}"
-    else:
-        arn = f"arn:aws:lambda:{region}:{account_id}:function:{name}"
-    if qualifier and arn.count(":") == 6:
-        arn += f":{qualifier}"
-    return arn
 
 
 def _lambda_call(request: Any, parts: Any, region: str, account_id: str) -> Call:
     match = _LAMBDA_PATH.match(parts.path)
-    if match is None:
+    rest = (match.group("rest") or "").rstrip("/") if match else ""
+    operation = DATA["lambda_operations"].get(f"{request.method} {rest}") if match else None
+    if match is None or operation is None:
         return Call("lambda", request.method, (), unmapped=f"lambda {request.method} {parts.path}")
+    # FunctionName: a name, a partial ARN (ACCOUNT:function:NAME) or an ARN, each with an
+    # optional :QUALIFIER, or a Qualifier parameter (Lambda API reference, Invoke).
+    name = unquote(match.group("name"))
+    if name.startswith("arn:"):
+        arn = name
+    elif ":function:" in name:
+        arn = f"arn:aws:lambda:{region}:{name}"
+    else:
+        arn = f"arn:aws:lambda:{region}:{account_id}:function:{name}"
     qualifier = parse_qs(parts.query).get("Qualifier", [None])[0]
-    arn = _function_arn(unquote(match.group("name")), qualifier, region, account_id)
-    rest = (match.group("rest") or "").rstrip("/")
-    operation = DATA["lambda_operations"].get(f"{request.method} {rest}")
-    if operation is None:
-        return Call("lambda", request.method, (), unmapped=f"lambda {request.method} {parts.path}")
+    if qualifier and arn.count(":") == 6:
+        arn += f":{qualifier}"
     return Call("lambda", operation, (Check(f"lambda:{operation}", arn),))
 
 
@@ -477,43 +340,34 @@ def _s3_call(request: Any, parts: Any, host_bucket: str | None) -> Call:
     if host_bucket:
         bucket, key = host_bucket, unquote(path)
     else:
-        raw_bucket, _, raw_key = path.partition("/")
-        bucket, key = unquote(raw_bucket), unquote(raw_key)
+        bucket, key = (unquote(p) for p in path.partition("/")[::2])
     query = parse_qs(parts.query, keep_blank_values=True)
-    version = query.get("versionId", [None])[0]
-    subresources = sorted(k for k in query if k not in _S3_PLAIN_PARAMETERS)
+    subresources = sorted(k for k in query if k not in DATA["s3_plain_parameters"])
+    method, head = request.method, request.method == "HEAD"
     if "uploadId" in query:
         subresources = ["uploadId"]
-    method = request.method
     if len(subresources) > 1 or not bucket:
         return Call("s3", method, (), unmapped=f"s3 {method} ?{parts.query}")
     sub = subresources[0] if subresources else ""
-    bucket_arn = f"arn:aws:s3:::{bucket}"
-    if not key:
-        if (method, sub) == ("POST", "delete"):
-            return _s3_delete_objects(request, bucket)
-        action = _S3_BUCKET.get(f"{method} {sub}")
-        if action is None:
-            return Call("s3", method, (), unmapped=f"s3 {method} bucket ?{sub}")
-        return Call("s3", action, (Check(f"s3:{action}", bucket_arn),), head=method == "HEAD")
-    action = _S3_OBJECT.get(f"{method} {sub}")
+    if not key and (method, sub) == ("POST", "delete"):
+        return _s3_delete_objects(request, bucket)
+    action = DATA["s3_object" if key else "s3_bucket"].get(f"{method} {sub}")
     if action is None:
-        return Call("s3", method, (), unmapped=f"s3 {method} object ?{sub}")
-    if version is not None:
+        kind = "object" if key else "bucket"
+        return Call("s3", method, (), unmapped=f"s3 {method} {kind} ?{sub}")
+    if not key:
+        return Call("s3", action, (Check(f"s3:{action}", f"arn:aws:s3:::{bucket}"),), head=head)
+    if "versionId" in query:
         action = DATA["s3_versioned"].get(action, action)
-    checks = [Check(f"s3:{action}", f"{bucket_arn}/{key}")]
+    checks = [Check(f"s3:{action}", f"arn:aws:s3:::{bucket}/{key}")]
     source = _header(request, "x-amz-copy-source")
     if source and method == "PUT":  # CopyObject, UploadPartCopy: the source is read too
         source_path, _, source_query = unquote(source).lstrip("/").partition("?")
         read = "GetObjectVersion" if "versionId=" in source_query else "GetObject"
         checks.append(Check(f"s3:{read}", f"arn:aws:s3:::{source_path}"))
-    reads_object = action in ("GetObject", "GetObjectVersion")
+    reads = action in ("GetObject", "GetObjectVersion")
     return Call(
-        "s3",
-        action,
-        tuple(checks),
-        missing_key_bucket=bucket if reads_object else None,
-        head=method == "HEAD",
+        "s3", action, tuple(checks), missing_key_bucket=bucket if reads else None, head=head
     )
 
 
@@ -521,15 +375,13 @@ def _s3_delete_objects(request: Any, bucket: str) -> Call:
     body = request.body
     if hasattr(body, "read") or not body:
         return Call("s3", "DeleteObjects", (), unmapped="s3 DeleteObjects without a body")
-    root = ET.fromstring(body)  # noqa: S314 - the request the caller itself serialised
     checks = []
-    for obj in root.iter():
-        if not obj.tag.endswith("Object"):
-            continue
-        key = next((c.text for c in obj if c.tag.endswith("Key")), None)
-        version = next((c.text for c in obj if c.tag.endswith("VersionId")), None)
-        action = "DeleteObjectVersion" if version else "DeleteObject"
-        checks.append(Check(f"s3:{action}", f"arn:aws:s3:::{bucket}/{key}"))
+    for obj in ET.fromstring(body).iter():  # noqa: S314 - the request the caller serialised
+        if obj.tag.endswith("Object"):
+            key = next((c.text for c in obj if c.tag.endswith("Key")), None)
+            version = any(c.tag.endswith("VersionId") and c.text for c in obj)
+            action = "DeleteObjectVersion" if version else "DeleteObject"
+            checks.append(Check(f"s3:{action}", f"arn:aws:s3:::{bucket}/{key}"))
     return Call("s3", "DeleteObjects", tuple(checks))
 
 
@@ -558,50 +410,22 @@ def denied_response(call: Call, message: str) -> Response:
             return 403, headers, b""
         body = (
             '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
-            f"<Message>{_xml_text(message)}</Message><RequestId>{request_id}</RequestId>"
-            "</Error>"
+            f"<Message>{escape(message)}</Message><RequestId>{request_id}</RequestId></Error>"
         )
         return 403, headers, body
+    headers = {"x-amzn-RequestId": request_id, "x-amzn-ErrorType": "AccessDeniedException"}
     if call.service == "lambda":
-        headers = {
-            "x-amzn-ErrorType": "AccessDeniedException",
-            "x-amzn-RequestId": request_id,
-            "Content-Type": "application/json",
-        }
+        headers["Content-Type"] = "application/json"
         return 403, headers, json.dumps({"Type": "User", "Message": message})
-    headers = {
-        "x-amzn-RequestId": request_id,
-        "Content-Type": "application/x-amz-json-1.0",
-        "x-amzn-ErrorType": "AccessDeniedException",
-    }
+    headers["Content-Type"] = "application/x-amz-json-1.0"
     status = 400  # DynamoDB, Step Functions and EventBridge answer AccessDeniedException with 400
     if call.service == "sqs":
-        # SQS's JSON protocol keeps its query-protocol code in this header
-        # (SQS developer guide, "Interpreting Amazon SQS JSON API responses"):
-        # the SDK reports AccessDenied, with the 403 of the query protocol.
+        # SQS's JSON protocol keeps its query-protocol code in this header (SQS developer
+        # guide, "Interpreting Amazon SQS JSON API responses"): AccessDenied, 403.
         headers["x-amzn-query-error"] = "AccessDenied;Sender"
         status = 403
-    body = json.dumps(
-        {"__type": "com.amazon.coral.service#AccessDeniedException", "message": message}
-    )
-    return status, headers, body
-
-
-def _xml_text(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-_MISSING_OBJECT_CODES = (b"<Code>NoSuchKey</Code>", b"<Code>NoSuchVersion</Code>")
-
-
-def _is_missing_object(response: Response, head: bool) -> bool:
-    status, _, body = response
-    if status != 404:
-        return False
-    if head:
-        return True  # HEAD has no body to tell a missing key from a missing bucket
-    data = body.encode() if isinstance(body, str) else bytes(body or b"")
-    return any(code in data for code in _MISSING_OBJECT_CODES)
+    error = {"__type": "com.amazon.coral.service#AccessDeniedException", "message": message}
+    return status, headers, json.dumps(error)
 
 
 def check_request(
@@ -612,30 +436,29 @@ def check_request(
     if call is None:
         return send()
     if call.unmapped is not None:
-        # Refused rather than let through: an action no policy was checked for
-        # is exactly what would fail deployed. Map it above to let it in.
-        message = (
+        # Refused rather than let through: an action no policy was checked for is
+        # exactly what would fail deployed. Map it above to let it in.
+        return denied_response(call, (
             f"User: {principal.caller_arn} made a request ({call.unmapped}) the local engine "
             "cannot map to an IAM action; onceflow/local/iam.py must learn it first"
-        )
-        return denied_response(call, message)
+        ))  # fmt: skip
     for check in call.checks:
-        decision = principal.decide(check.action, check.resource)
+        decision = evaluate(principal.statements, *check)
         if decision is not Decision.ALLOWED:
             return denied_response(call, denial_message(principal, check, decision))
     response = send()
-    # S3 tells a caller an object is missing (404) only if it may list the
-    # bucket; to any other it answers 403 AccessDenied (S3 API reference,
-    # GetObject and HeadObject, "Permissions"). For a missing version the same
-    # rule is applied (not verified).
-    if (
-        call.missing_key_bucket is not None
-        and response is not None
-        and _is_missing_object(response, call.head)
-    ):
-        listing = Check("s3:ListBucket", f"arn:aws:s3:::{call.missing_key_bucket}")
-        if principal.decide(listing.action, listing.resource) is not Decision.ALLOWED:
-            return denied_response(call, "Access Denied")
+    # S3 tells a caller an object is missing (404) only if it may list the bucket; to
+    # any other it answers 403 AccessDenied (S3 API reference, GetObject and HeadObject,
+    # "Permissions"). For a missing version the same rule is applied (not verified).
+    if call.missing_key_bucket is None or response is None or response[0] != 404:
+        return response
+    body = response[2].encode() if isinstance(response[2], str) else bytes(response[2] or b"")
+    missing = (
+        call.head or b"<Code>NoSuchKey</Code>" in body or b"<Code>NoSuchVersion</Code>" in body
+    )
+    listing = Check("s3:ListBucket", f"arn:aws:s3:::{call.missing_key_bucket}")
+    if missing and evaluate(principal.statements, *listing) is not Decision.ALLOWED:
+        return denied_response(call, "Access Denied")
     return response
 
 
@@ -711,23 +534,17 @@ class AccessControl:
     by_machine: dict[str, Principal] = field(default_factory=dict)
     _physical: dict[str, str] = field(default_factory=dict)  # logical id -> name or ARN
     _runtime: Any = None
-    _started: bool = False
 
     def start(self, runtime: InProcessRuntime) -> None:
-        """Resolve every role (the resources exist by now) and enforce them.
-
-        Each handler runs as its function's role: runtime.load() hands out the
-        handler wrapped, so the identity is set on whichever thread calls it
-        (the runtime may run a handler on a thread of its own, to time it out).
-        """
-        if self._started:
+        """Resolve every role (the resources exist by now) and enforce them. Each handler
+        runs as its function's role: runtime.load() hands it out wrapped, so the identity
+        is set on whichever thread calls it (a thread of its own, to time it out)."""
+        if self._runtime is not None:
             return
+        kinds = ("AWS::Serverless::Function", "AWS::Serverless::StateMachine")
         for stack in (self.stack, *self.hosts):
             for logical_id, resource in stack.template["Resources"].items():
-                kind = resource["Type"]
-                if kind not in ("AWS::Serverless::Function", "AWS::Serverless::StateMachine"):
-                    continue
-                if not stack.resource_enabled(logical_id):
+                if resource["Type"] not in kinds or not stack.resource_enabled(logical_id):
                     continue
                 if logical_id in self._physical:
                     raise TemplateError(
@@ -739,19 +556,16 @@ class AccessControl:
         load = runtime.load
         runtime.load = lambda spec: self.as_function(spec.name, load(spec))  # type: ignore[method-assign]
         self._runtime = runtime
-        with _CONTROLS_LOCK:  # the patches are in place (patches.install(), PATCHES below)
+        with _CONTROLS_LOCK:  # the patches are in place (patches.install(), PATCHES above)
             _CONTROLS.append(self)
-        self._started = True
 
     def stop(self) -> None:
-        if self._runtime is not None:
-            vars(self._runtime).pop("load", None)
-            self._runtime = None
-        if not self._started:
+        if self._runtime is None:
             return
+        vars(self._runtime).pop("load", None)
+        self._runtime = None
         with _CONTROLS_LOCK:
             _CONTROLS.remove(self)
-        self._started = False
 
     def as_function(self, name: str, handler: Handler) -> Handler:
         """handler, run as the role of the function named name."""
@@ -766,40 +580,30 @@ class AccessControl:
 
     def _principal(self, stack: Stack, logical_id: str, resource: Mapping[str, Any]) -> Principal:
         raw = resource.get("Properties", {})
-        if resource["Type"] == "AWS::Serverless::Function":
+        function = resource["Type"] == "AWS::Serverless::Function"
+        if "Role" in raw:
+            statements = _role_statements(stack, logical_id, raw["Role"])
+        elif function:  # SAM's basic execution policy, X-Ray's with Tracing, then Policies
             props = stack.function_properties(logical_id)
-            if "Role" in raw:
-                statements = _role_statements(stack, logical_id, raw["Role"])
-            else:
-                statements = [copy.deepcopy(DATA["lambda_basic_execution"])]
-                if props.get("Tracing") == "Active":
-                    statements.append(copy.deepcopy(DATA["xray_write_only"]))
-                statements += _sam_policies(stack, props.get("Policies", []), logical_id)
-            kind, session = "function", stack.refs[logical_id]
+            statements = [copy.deepcopy(DATA["lambda_basic_execution"])]
+            if props.get("Tracing") == "Active":
+                statements.append(copy.deepcopy(DATA["xray_write_only"]))
+            statements += _sam_policies(stack, props.get("Policies", []), logical_id)
         else:
-            if "Role" in raw:
-                statements = _role_statements(stack, logical_id, raw["Role"])
-            else:
-                statements = _sam_policies(
-                    stack, stack.resolve(raw.get("Policies", [])), logical_id
-                )
-            kind, session = "state machine", uuid.uuid4().hex[:32]
+            statements = _sam_policies(stack, stack.resolve(raw.get("Policies", [])), logical_id)
         return Principal(
             logical_id=logical_id,
-            kind=kind,
+            kind="function" if function else "state machine",
             role_name=f"{stack.stack_name}-{logical_id}Role"[:64],
-            session=session,
+            session=stack.refs[logical_id] if function else uuid.uuid4().hex[:32],
             account_id=stack.account_id,
             statements=tuple(statements),
         )
 
     def _set(self, principal: Principal) -> None:
         self.principals[principal.logical_id] = principal
-        physical = self._physical[principal.logical_id]
-        if principal.kind == "function":
-            self.by_function[physical] = principal
-        else:
-            self.by_machine[physical] = principal
+        by_kind = self.by_function if principal.kind == "function" else self.by_machine
+        by_kind[self._physical[principal.logical_id]] = principal
 
     def statements(self, logical_id: str) -> list[dict[str, Any]]:
         """A copy of the resolved statements the role of logical_id has now."""

@@ -122,6 +122,49 @@ def test_a_statement_with_a_condition_neither_allows_nor_denies() -> None:
     assert iam.evaluate(denying, "s3:GetObject", "arn:aws:s3:::b/k") is iam.Decision.ALLOWED
 
 
+def test_motos_own_evaluator_reads_the_policy_language_otherwise_than_iam() -> None:
+    # Why iam.py evaluates policies itself rather than with moto's IAMPolicyStatement
+    # (moto 5.2.5). When a moto release reads these as IAM does ("Policy evaluation
+    # logic"; "IAM JSON policy elements": Action, NotResource, Condition), this test
+    # fails: iam.evaluate can then give way to moto's.
+    from moto.iam.access_control import IAMPolicyStatement, PermissionResult
+
+    def moto(statement: dict[str, Any], action: str, resource: str) -> PermissionResult:
+        return IAMPolicyStatement(statement).is_action_permitted(action, resource)
+
+    index = f"{TABLE_ARN}/index/Open.Work"
+    secret = "arn:aws:sqs:us-east-1:1:secret"
+    insecure = {"Bool": {"aws:SecureTransport": "false"}}
+    # GIVEN statements IAM reads one way  WHEN moto evaluates them  THEN it reads another:
+    # "." is a regular expression's any character (IAM: literal) ...
+    assert moto(allow("dynamodb:Query", index), "dynamodb:Query", index.replace(".", "X")) is (
+        PermissionResult.PERMITTED
+    )
+    # ... "?" is not one character (IAM: it is) ...
+    v1 = "arn:aws:s3:::bucket/v1/a.png"
+    assert moto(allow("s3:GetObject", "arn:aws:s3:::bucket/v?/*"), "s3:GetObject", v1) is (
+        PermissionResult.NEUTRAL
+    )
+    # ... an action's case counts (IAM: it does not) ...
+    assert moto(allow("S3:getobject", "*"), "s3:GetObject", v1) is PermissionResult.NEUTRAL
+    # ... NotResource is ignored: the excluded resource is allowed ...
+    not_secret = {"Effect": "Allow", "Action": "sqs:*", "NotResource": secret}
+    assert moto(not_secret, "sqs:ReceiveMessage", secret) is PermissionResult.PERMITTED
+    # ... and a Condition on a key it has no value for holds (IAM: a key absent from the
+    # request context does not match, so the Allow does not apply)
+    conditional = allow("s3:GetObject", "*", Condition=insecure)
+    assert moto(conditional, "s3:GetObject", v1) is PermissionResult.PERMITTED
+    # while iam.evaluate reads each as IAM does
+    assert iam.evaluate(
+        [allow("dynamodb:Query", index)], "dynamodb:Query", index.replace(".", "X")
+    ) is (iam.Decision.IMPLICIT_DENY)
+    assert iam.evaluate(
+        [allow("s3:GetObject", "arn:aws:s3:::bucket/v?/*")], "s3:GetObject", v1
+    ) is (iam.Decision.ALLOWED)
+    assert iam.evaluate([not_secret], "sqs:ReceiveMessage", secret) is iam.Decision.IMPLICIT_DENY
+    assert iam.evaluate([conditional], "s3:GetObject", v1) is iam.Decision.IMPLICIT_DENY
+
+
 # ---- requests -> actions ------------------------------------------------------------
 
 

@@ -47,6 +47,28 @@ def test_control_characters_count_as_their_escapes() -> None:
     assert limits.states.json_bytes("\x01\n") == len('"\\u0001\\n"')
 
 
+def test_stock_motos_own_size_checks_differ_from_aws() -> None:
+    # Why the Step Functions and SQS size patches exist (moto 5.2.5): moto counts a
+    # state's data as ASCII-escaped JSON and refuses exactly 262,144 bytes; it counts
+    # an SQS body in characters. AWS: "256 KiB of data as a UTF-8 encoded string"
+    # (Step Functions service quotas); SQS counts bytes (SendMessage API reference).
+    # When a moto release counts as AWS does, this test fails: drop the patch then.
+    from types import SimpleNamespace
+
+    from moto.sqs.models import SQSBackend
+    from moto.stepfunctions.parser.quotas import is_within_size_quota
+
+    accented = {"t": "é" * 100_000}  # 200,014 bytes of UTF-8
+    at_the_limit = {"t": "x" * (262_144 - 8)}  # 262,144 bytes
+    assert not is_within_size_quota(accented) and not is_within_size_quota(at_the_limit)
+    assert limits.states.within_state_quota(accented)
+    assert limits.states.within_state_quota(at_the_limit)
+    queue = SimpleNamespace(fifo_queue=False, maximum_message_size=262_144, attributes={})
+    body = "é" * 200_000  # 400,000 bytes: SQS refuses it
+    SQSBackend._validate_message(None, queue, body, 0)  # type: ignore[arg-type]
+    assert limits.sqs.sqs_message_size(body, None) == 400_000
+
+
 @pytest.mark.parametrize(
     ("number", "problem"),
     [

@@ -1,10 +1,14 @@
-"""Sizes the limits of several services count in: UTF-8 text and binary values."""
+"""What the limits of several services share: UTF-8 and binary sizes, and a patch
+that replaces moto attributes."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from typing import Any
+
+from onceflow.local.patches.registry import Installer, Patch, gone
 
 
 def utf8(text: Any) -> int:
@@ -19,3 +23,25 @@ def binary_size(value: Any) -> int:
         return len(base64.b64decode(str(value), validate=False))
     except (binascii.Error, ValueError):
         return len(str(value))
+
+
+def limit(
+    name: str,
+    why: str,
+    test: str,
+    original: dict[Any, Any],
+    *targets: tuple[Any, str, Any],
+    fits: Callable[[], list[str]] = list,
+) -> Patch:
+    """A limit patch that replaces targets (owner, attribute, replacement), keeping what
+    each replaced in original[replacement] to delegate to; its fits check names what
+    moto lost, and what fits adds."""
+
+    def install(installer: Installer) -> None:
+        for owner, attribute, value in targets:
+            original[value] = installer.replace(owner, attribute, value)
+
+    def moved() -> list[str]:
+        return [*(p for owner, attribute, _ in targets for p in gone(owner, attribute)), *fits()]
+
+    return Patch(name=name, kind="limit", why=why, test=test, install=install, fits=moved)

@@ -8,55 +8,43 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 from moto.events import models as events_models
-from moto.events.exceptions import ValidationException as EventsValidationException
+from moto.events.exceptions import ValidationException
 
-from onceflow.local.limits.common import utf8
-from onceflow.local.patches.registry import Installer, Patch, takes
+from onceflow.local.limits.common import limit, utf8
+from onceflow.local.patches.registry import takes
 
 # API reference, PutEvents: "the total entry size must be less than 1MB".
 EVENTBRIDGE_ENTRIES_LIMIT: Final = 1024 * 1024
 EVENTBRIDGE_TOO_LARGE: Final = "Total size of the entries in the request is over the limit."
-_ORIGINAL: dict[str, Any] = {}
-
-
-def _install(installer: Installer) -> None:
-    backend = events_models.EventsBackend
-    _ORIGINAL["put_events"] = installer.replace(backend, "put_events", _put_events)
+_ORIGINAL: dict[Any, Any] = {}
 
 
 def put_events_entry_size(entry: Mapping[str, Any]) -> int:
     """EventBridge's "Calculating PutEvents event entry size": Time 14 bytes if
     given; Source, DetailType, Detail and each of Resources in UTF-8 bytes."""
-    size = 14 if entry.get("Time") is not None else 0
-    for name in ("Source", "DetailType", "Detail"):
-        if entry.get(name) is not None:
-            size += utf8(entry[name])
-    return size + sum(utf8(r) for r in entry.get("Resources") or [] if r is not None)
+    texts = [entry.get(name) for name in ("Source", "DetailType", "Detail")]
+    texts += entry.get("Resources") or []
+    return (14 if entry.get("Time") is not None else 0) + sum(
+        utf8(t) for t in texts if t is not None
+    )
 
 
 def _put_events(self: Any, events: list[dict[str, Any]]) -> Any:
     if sum(put_events_entry_size(e) for e in events) >= EVENTBRIDGE_ENTRIES_LIMIT:
-        raise EventsValidationException(EVENTBRIDGE_TOO_LARGE)
-    return _ORIGINAL["put_events"](self, events)
+        raise ValidationException(EVENTBRIDGE_TOO_LARGE)
+    return _ORIGINAL[_put_events](self, events)
 
 
 def sized_custom_events(put_custom_event: Callable[..., list[str]]) -> Callable[..., list[str]]:
-    """The engine's PutEvents of one custom event, refused as PutEvents refuses it.
-
-    The Detail is sized as the compact JSON text a client sends for the object.
-    """
+    """The engine's PutEvents of one custom event, refused as PutEvents refuses it
+    (the Detail sized as the compact JSON text a client sends for the object)."""
 
     def checked(source: str, detail_type: str, detail: Any) -> list[str]:
-        entry = {
-            "Source": source,
-            "DetailType": detail_type,
-            "Detail": json.dumps(detail, ensure_ascii=False, separators=(",", ":")),
-        }
+        text = json.dumps(detail, ensure_ascii=False, separators=(",", ":"))
+        entry = {"Source": source, "DetailType": detail_type, "Detail": text}
         if put_events_entry_size(entry) >= EVENTBRIDGE_ENTRIES_LIMIT:
-            response: Any = {
-                "Error": {"Code": "ValidationException", "Message": EVENTBRIDGE_TOO_LARGE},
-                "ResponseMetadata": {"HTTPStatusCode": 400},
-            }
+            error = {"Code": "ValidationException", "Message": EVENTBRIDGE_TOO_LARGE}
+            response: Any = {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
             raise ClientError(response, "PutEvents")
         return put_custom_event(source, detail_type, detail)
 
@@ -64,13 +52,13 @@ def sized_custom_events(put_custom_event: Callable[..., list[str]]) -> Callable[
 
 
 PATCHES = (
-    Patch(
-        name="EventBridge entries",
-        kind="limit",
-        why="PutEvents refuses entries of 1 MB or more in all, sized as 'Calculating "
+    limit(
+        "EventBridge entries",
+        "PutEvents refuses entries of 1 MB or more in all, sized as 'Calculating "
         "PutEvents event entry size' says, with ValidationException (PutEvents API reference).",
-        test="tests/unit/test_limits.py::test_a_put_events_entry_is_sized_as_eventbridge_documents",
-        install=_install,
+        "tests/unit/test_limits.py::test_a_put_events_entry_is_sized_as_eventbridge_documents",
+        _ORIGINAL,
+        (events_models.EventsBackend, "put_events", _put_events),
         fits=lambda: takes(events_models.EventsBackend.put_events, "self", "events"),
     ),
 )

@@ -3,7 +3,6 @@ events per STANDARD execution, five minutes per EXPRESS one."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import threading
 import time
@@ -11,45 +10,35 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from moto.core.exceptions import AWSError
-from moto.stepfunctions.parser.api import (
-    ExecutionFailedEventDetails,
-    ExecutionStatus,
-    ExecutionTimedOutEventDetails,
-    HistoryEventType,
-    StateMachineType,
-)
+from moto.stepfunctions.parser.api import ExecutionStatus, StateMachineType
+from moto.stepfunctions.parser.api import HistoryEventType as Event
 from moto.stepfunctions.parser.asl.component import eval_component
 from moto.stepfunctions.parser.asl.component.common.assign import assign_decl
-from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
-    FailureEvent,
-    FailureEventException,
-)
+from moto.stepfunctions.parser.asl.component.common.error_name import failure_event
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
     StatesErrorName,
 )
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
-    StatesErrorNameType,
+    StatesErrorNameType as Errors,
 )
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.program import program as sfn_program
 from moto.stepfunctions.parser.asl.component.state import state as sfn_state
-from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
-    state_task_lambda as sfn_task_lambda,
-)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_lambda
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service,
 )
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.asl.eval import environment as sfn_environment
 from moto.stepfunctions.parser.asl.eval.event import event_manager as sfn_event_manager
-from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.backend import execution as sfn_execution
 from moto.stepfunctions.parser.backend import execution_worker
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
+from onceflow.local.limits.common import limit
 from onceflow.local.patches import hooks
-from onceflow.local.patches.registry import Installer, Patch, gone, takes
+from onceflow.local.patches.registry import takes
 
 # Docs: "Step Functions service quotas"; "Error handling in Step Functions",
 # States.DataLimitExceeded; "Avoid reaching the history quota".
@@ -58,90 +47,20 @@ VARIABLES_SIZE_LIMIT: Final = 10 * 1024 * 1024  # all variables of an execution 
 HISTORY_EVENT_LIMIT: Final = 25_000
 HISTORY_LIMIT_CAUSE: Final = "The execution reached the maximum number of history events (25000)."
 EXPRESS_DURATION_LIMIT: Final = 300.0  # seconds
-_ORIGINAL: dict[str, Any] = {}
+_ORIGINAL: dict[Any, Any] = {}  # replacement: what it replaced
 
 
-def _install_sizes(installer: Installer) -> None:
-    for module in (sfn_state, sfn_task_lambda, state_task_service):
-        installer.replace(module, "is_within_size_quota", within_state_quota)
-    _ORIGINAL["before_task"] = installer.replace(
-        state_task_service.StateTaskService, "_before_eval_execution", _before_task
-    )
-    _ORIGINAL["lambda_parameters"] = installer.replace(
-        sfn_task_lambda.StateTaskLambda, "_eval_parameters", _lambda_parameters
-    )
-    _ORIGINAL["assign"] = installer.replace(assign_decl.AssignDecl, "_eval_body", _assign)
-
-
-def _sizes_fit() -> list[str]:
-    return [
-        *[f"{m.__name__}.is_within_size_quota is gone" for m in (sfn_state, sfn_task_lambda,
-          state_task_service) if "is_within_size_quota" not in vars(m)],
-        *takes(state_task_service.StateTaskService._before_eval_execution, "self", "env",
-               "resource_runtime_part", "raw_parameters", "state_credentials"),
-        *gone(sfn_task_lambda.StateTaskLambda, "_eval_parameters"),
-        *gone(assign_decl.AssignDecl, "_eval_body"),
-    ]  # fmt: skip
-
-
-def _install_history(installer: Installer) -> None:
-    _ORIGINAL["add_event"] = installer.replace(
-        sfn_event_manager.EventManager, "add_event", _add_event
-    )
-    _ORIGINAL["environment"] = installer.replace(
-        execution_worker.ExecutionWorker, "_get_evaluation_environment", _evaluation_environment
-    )
-    _ORIGINAL["set_error"] = installer.replace(sfn_environment.Environment, "set_error", _set_error)
-    _ORIGINAL["set_timed_out"] = installer.replace(
-        sfn_environment.Environment, "set_timed_out", _set_timed_out
-    )
-    _ORIGINAL["program_eval"] = installer.replace(sfn_program.Program, "eval", _program_eval)
-    _ORIGINAL["wait"] = installer.replace(
-        wait_function.WaitFunction, "_wait_interval", _wait_interval
-    )
-    _ORIGINAL["retrier"] = installer.replace(retrier_decl.RetrierDecl, "_eval_body", _retrier)
-    installer.replace(retrier_decl, "time", _RetryTime(retrier_decl.time))  # type: ignore[attr-defined]
-    _ORIGINAL["reflect"] = installer.replace(
-        sfn_execution.BaseExecutionWorkerCommunication,
-        "_reflect_execution_status",
-        _reflect_execution_status,
-    )
-
-
-def _history_fits() -> list[str]:
-    return [
-        *takes(sfn_event_manager.EventManager.add_event, "self", "context", "event_type",
-               "event_details", "timestamp", "update_source_event_id"),
-        *gone(execution_worker.ExecutionWorker, "_get_evaluation_environment"),
-        *gone(sfn_environment.Environment, "set_error", "set_timed_out"),
-        *gone(sfn_program.Program, "eval"),
-        *gone(wait_function.WaitFunction, "_wait_interval"),
-        *gone(retrier_decl.RetrierDecl, "_eval_body"),
-        *gone(sfn_execution.BaseExecutionWorkerCommunication, "_reflect_execution_status"),
-        *([] if hasattr(retrier_decl, "time") else ["moto's retrier no longer imports time"]),
-    ]  # fmt: skip
-
-
-# ---------------------------------------------------------------------------
-# Step Functions: 256 KiB of UTF-8 JSON text per state input, output and Assign
-# ---------------------------------------------------------------------------
-
-
-def _json_default(value: Any) -> Any:
-    # What moto's encoder does with what JSON cannot hold (timestamps from SDK calls).
-    if isinstance(value, datetime.date | datetime.datetime):
-        return value.isoformat()
-    return str(value)
+# ---- 256 KiB of UTF-8 JSON text per state input, output, task parameters and Assign
 
 
 def json_bytes(value: Any) -> int:
     """Bytes of the value as Step Functions holds it: compact JSON text in UTF-8.
 
-    moto counts ASCII-escaped JSON: "é" is six bytes there, two on AWS. A lone
-    surrogate is escaped in JSON text (as JavaScript's JSON.stringify does), so it
-    counts as its six characters instead of breaking the encoding.
+    moto counts ASCII-escaped JSON ("é" six bytes, two on AWS). A lone surrogate is
+    escaped (as JavaScript's JSON.stringify does): its six characters count. What JSON
+    cannot hold (an SDK call's timestamp) counts as its text, as moto encodes it.
     """
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return len(text.encode("utf-8", "backslashreplace"))
 
 
@@ -150,16 +69,18 @@ def within_state_quota(value: Any) -> bool:
     return json_bytes(value) <= STATE_SIZE_LIMIT
 
 
-def _data_limit(env: Any, event_type: HistoryEventType, cause: str, **details: Any) -> Exception:
-    error = StatesErrorNameType.StatesStatesDataLimitExceeded
-    if event_type == HistoryEventType.LambdaFunctionFailed:
+def _data_limit(env: Any, event_type: Event, cause: str, **details: Any) -> Exception:
+    error = Errors.StatesStatesDataLimitExceeded
+    if event_type == Event.LambdaFunctionFailed:
         key = "lambdaFunctionFailedEventDetails"
     else:
         key = "taskFailedEventDetails" if details else "executionFailedEventDetails"
-    # EventDetails and its members are TypedDicts: plain dicts.
     event_details: Any = {key: {"error": error.to_name(), "cause": cause, **details}}
-    failure = FailureEvent(env, StatesErrorName(typ=error), event_type, event_details)
-    return FailureEventException(failure_event=failure)
+    failure = failure_event.FailureEvent(env, StatesErrorName(typ=error), event_type, event_details)
+    return failure_event.FailureEventException(failure_event=failure)
+
+
+_TOO_LARGE: Final = "the maximum number of bytes service limit."
 
 
 def _before_task(
@@ -168,32 +89,27 @@ def _before_task(
     """AWS: States.DataLimitExceeded when, after Parameters (Arguments) processing,
     the input of a state is larger than the quota; the task is not scheduled."""
     if not within_state_quota(raw_parameters):
+        resource = self._get_sfn_resource()
         raise _data_limit(
             env,
-            HistoryEventType.TaskFailed,
-            f"The state/task '{self._get_sfn_resource()}' has an input with a size exceeding "
-            "the maximum number of bytes service limit.",
-            resource=self._get_sfn_resource(),
+            Event.TaskFailed,
+            f"The state/task '{resource}' has an input with a size exceeding {_TOO_LARGE}",
+            resource=resource,
             resourceType=self._get_sfn_resource_type(),
         )
-    _ORIGINAL["before_task"](self, env, resource_runtime_part, raw_parameters, state_credentials)
+    _ORIGINAL[_before_task](self, env, resource_runtime_part, raw_parameters, state_credentials)
 
 
 def _lambda_parameters(self: Any, env: Any) -> Any:
-    parameters = _ORIGINAL["lambda_parameters"](self, env)
+    parameters = _ORIGINAL[_lambda_parameters](self, env)
     if not within_state_quota(parameters.get("Payload")):
         raise _data_limit(
             env,
-            HistoryEventType.LambdaFunctionFailed,
+            Event.LambdaFunctionFailed,
             f"The state/task '{self.resource.resource_arn}' has an input with a size "
-            "exceeding the maximum number of bytes service limit.",
+            f"exceeding {_TOO_LARGE}",
         )
     return parameters
-
-
-def _state_name(env: Any) -> str:
-    state = env.states.context_object.context_object_data.get("State") or {}
-    return str(state.get("Name", ""))
 
 
 def _assign(self: Any, env: Any) -> None:
@@ -204,44 +120,37 @@ def _assign(self: Any, env: Any) -> None:
     for binding in self.declaration_bindings:
         binding.eval(env=env)
         declarations.update(env.stack.pop())
-    if json_bytes(declarations) > STATE_SIZE_LIMIT:
-        raise _data_limit(
-            env,
-            HistoryEventType.TaskFailed,
-            f"The state/task '{_state_name(env)}' assigned variables with a size exceeding "
-            "the maximum number of bytes service limit.",
-        )
     store = env.variable_store
-    every = {**store._outer_scope, **store._inner_scope, **declarations}
-    if json_bytes(every) > VARIABLES_SIZE_LIMIT:
-        raise _data_limit(
-            env,
-            HistoryEventType.TaskFailed,
-            f"The state/task '{_state_name(env)}' assigned variables that bring the "
-            "execution's variables over the maximum number of bytes service limit.",
-        )
+    if json_bytes(declarations) > STATE_SIZE_LIMIT:
+        what = "variables with a size exceeding"
+    elif (
+        json_bytes({**store._outer_scope, **store._inner_scope, **declarations})
+        > VARIABLES_SIZE_LIMIT
+    ):
+        what = "variables that bring the execution's variables over"
+    else:
+        what = ""
+    if what:
+        state = env.states.context_object.context_object_data.get("State") or {}
+        cause = f"The state/task '{state.get('Name', '')}' assigned {what} {_TOO_LARGE}"
+        raise _data_limit(env, Event.TaskFailed, cause)
     for identifier, value in declarations.items():
         store.set(variable_identifier=identifier, variable_value=value)
 
 
-# ---------------------------------------------------------------------------
-# Step Functions: 25,000 history events (STANDARD), five minutes (EXPRESS)
-# ---------------------------------------------------------------------------
+# ---- 25,000 history events (STANDARD), five minutes (EXPRESS) ---------------------
 
-# Events after which moto goes on to call a service or a function: once an
-# execution has ended, raising at one of them keeps the call from happening
-# (each is added inside the task's own error handling).
-_BEFORE_A_CALL: Final = frozenset(
-    {
-        HistoryEventType.TaskScheduled,
-        HistoryEventType.TaskStarted,
-        HistoryEventType.TaskSubmitted,
-        HistoryEventType.LambdaFunctionScheduled,
-        HistoryEventType.LambdaFunctionStarted,
-        HistoryEventType.ActivityScheduled,
-        HistoryEventType.ActivityStarted,
-    }
-)
+# Events after which moto goes on to call a service or a function: once an execution
+# has ended, raising at one of them keeps the call from happening (each is added
+# inside the task's own error handling).
+_BEFORE_A_CALL: Final = frozenset({
+    Event.TaskScheduled, Event.TaskStarted, Event.TaskSubmitted, Event.LambdaFunctionScheduled,
+    Event.LambdaFunctionStarted, Event.ActivityScheduled, Event.ActivityStarted,
+})  # fmt: skip
+_TERMINAL: Final = frozenset({
+    Event.ExecutionSucceeded, Event.ExecutionFailed, Event.ExecutionAborted,
+    Event.ExecutionTimedOut,
+})  # fmt: skip
 _RECORD = "_onceflow_limits"
 
 
@@ -264,39 +173,43 @@ class ExecutionLimits:
         engine = hooks.for_env(env)  # its engine's clock (a clock of its own if none)
         self.clock = engine.clock if engine is not None else hooks.Clock()
 
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started + self.virtual
-
     def remaining(self) -> float:
-        return EXPRESS_DURATION_LIMIT - self.elapsed()
+        return EXPRESS_DURATION_LIMIT - (time.monotonic() - self.started + self.virtual)
+
+    def sleep(self, seconds: float, sleep: Callable[[float], None]) -> None:
+        """A Wait or a retry's backoff, on the engine's clock: not slept once the
+        execution has ended; an EXPRESS execution ends at its five minutes.
+
+        Sleeps in branches that run side by side (Parallel, Map) add up here where on
+        AWS they overlap: below time scale 1 such an EXPRESS execution reaches its five
+        minutes early. (The processor's one Parallel has one branch.)
+        """
+        if self.closed:
+            return
+        if not self.express:
+            sleep(seconds)
+            return
+        left = max(self.remaining(), 0.0)
+        sleep(min(seconds, left))
+        self.advance(min(seconds, left))
+        if seconds >= left:
+            self.close_express()
 
     def advance(self, seconds: float) -> None:
-        """A sleep of `seconds` on the engine's clock took seconds * scale in real time.
-
-        Sleeps in branches that run side by side (Parallel, Map) add up here where
-        on AWS they overlap: below time scale 1 such an EXPRESS execution reaches
-        its five minutes early. (The processor's one Parallel has one branch.)
-        """
+        """A sleep of seconds on the engine's clock took seconds * scale in real time."""
         self.virtual += seconds * (1.0 - self.clock.scale)
 
     def last_event_id(self) -> int:
         return int(self.root.event_manager._event_id_gen._next_id) - 1
 
-    def _close(
-        self, event_type: HistoryEventType, details: EventDetails, end: Callable[[], None]
-    ) -> None:
+    def _close(self, reason: str, event_type: Event, details: Any, end: Callable[[], None]) -> None:
         with self.lock:
             if self.closed:
                 return
-            self.closing = threading.get_ident()
+            self.closing, self.reason = threading.get_ident(), reason
             try:
                 context = sfn_event_manager.EventHistoryContext(self.last_event_id())
-                _ORIGINAL["add_event"](
-                    self.root.event_manager,
-                    context=context,
-                    event_type=event_type,
-                    event_details=details,
-                )
+                _ORIGINAL[_add_event](self.root.event_manager, context, event_type, details)
                 end()
                 self.closed = True
             finally:
@@ -305,29 +218,15 @@ class ExecutionLimits:
     def close_history(self) -> None:
         """AWS: the 25,000th event, unless it is ExecutionSucceeded, is an
         ExecutionFailed with States.Runtime, and the execution ends there."""
-        failure = ExecutionFailedEventDetails(  # type: ignore[typeddict-item]
-            error=StatesErrorNameType.StatesRuntime.to_name(), cause=HISTORY_LIMIT_CAUSE
-        )
-        self.reason = "history"
-        self._close(
-            HistoryEventType.ExecutionFailed,
-            EventDetails(executionFailedEventDetails=failure),  # type: ignore[typeddict-item]
-            lambda: self.root.set_error(failure),
-        )
+        failure: Any = {"error": Errors.StatesRuntime.to_name(), "cause": HISTORY_LIMIT_CAUSE}
+        details = {"executionFailedEventDetails": failure}
+        self._close("history", Event.ExecutionFailed, details, lambda: self.root.set_error(failure))
 
     def close_express(self) -> None:
         """AWS: an EXPRESS execution that runs for more than five minutes fails with
         a States.Timeout error (and counts in ExecutionsTimedOut)."""
-        self.reason = "express"
-        self._close(
-            HistoryEventType.ExecutionTimedOut,
-            EventDetails(  # type: ignore[typeddict-item]
-                executionTimedOutEventDetails=ExecutionTimedOutEventDetails(  # type: ignore[typeddict-item]
-                    error=StatesErrorNameType.StatesTimeout.to_name()
-                )
-            ),
-            self.root.set_timed_out,
-        )
+        details = {"executionTimedOutEventDetails": {"error": Errors.StatesTimeout.to_name()}}
+        self._close("express", Event.ExecutionTimedOut, details, self.root.set_timed_out)
 
 
 def execution_limits(env: Any) -> ExecutionLimits | None:
@@ -335,91 +234,70 @@ def execution_limits(env: Any) -> ExecutionLimits | None:
     return vars(manager).get(_RECORD) if manager is not None else None  # type: ignore[no-any-return]
 
 
-def _workflow_type(details: Any) -> str:
-    """The machine's type as created. moto runs every execution as STANDARD
-    (its StateMachine.sm_type is always "STANDARD"); the type asked for is kept
-    in StateMachine.type."""
-    machine = details.state_machine_details
-    aws = details.aws_execution_details
+def _evaluation_environment(self: Any) -> Any:
+    env = _ORIGINAL[_evaluation_environment](self)
+    # moto runs every execution as STANDARD (StateMachine.sm_type); the type asked
+    # for is kept in StateMachine.type.
+    machine = self._evaluation_details.state_machine_details
+    aws = self._evaluation_details.aws_execution_details
     try:
         backend = stepfunctions_parser_backends[aws.account][aws.region]
-        return str(backend.describe_state_machine(machine.arn).type)
+        kind = backend.describe_state_machine(machine.arn).type
     except (AWSError, KeyError):
-        return str(machine.typ)
-
-
-def _evaluation_environment(self: Any) -> Any:
-    env = _ORIGINAL["environment"](self)
-    express = _workflow_type(self._evaluation_details) == StateMachineType.EXPRESS
-    vars(env.event_manager)[_RECORD] = ExecutionLimits(env, express)
+        kind = machine.typ
+    vars(env.event_manager)[_RECORD] = ExecutionLimits(env, str(kind) == StateMachineType.EXPRESS)
     return env
-
-
-_TERMINAL: Final = frozenset(
-    {
-        HistoryEventType.ExecutionSucceeded,
-        HistoryEventType.ExecutionFailed,
-        HistoryEventType.ExecutionAborted,
-        HistoryEventType.ExecutionTimedOut,
-    }
-)
 
 
 def _add_event(
     self: Any,
     context: Any,
-    event_type: HistoryEventType,
+    event_type: Event,
     event_details: Any = None,
     timestamp: Any = None,
     update_source_event_id: bool = True,
 ) -> int:
+    args = (self, context, event_type, event_details, timestamp, update_source_event_id)
     record: ExecutionLimits | None = vars(self).get(_RECORD)
     if record is None:
-        return _ORIGINAL["add_event"](  # type: ignore[no-any-return]
-            self, context, event_type, event_details, timestamp, update_source_event_id
-        )
+        return _ORIGINAL[_add_event](*args)  # type: ignore[no-any-return]
     with record.lock:
+        if record.closed:
+            pass
+        elif record.express:
+            if record.remaining() <= 0 and event_type not in _TERMINAL:
+                record.close_express()
+        elif (
+            self._event_id_gen._next_id >= HISTORY_EVENT_LIMIT
+            and event_type != Event.ExecutionSucceeded
+        ):
+            record.close_history()
         if not record.closed:
-            if record.express:
-                if record.remaining() <= 0 and event_type not in _TERMINAL:
-                    record.close_express()
-            elif (
-                self._event_id_gen._next_id >= HISTORY_EVENT_LIMIT
-                and event_type != HistoryEventType.ExecutionSucceeded
-            ):
-                record.close_history()
-        if not record.closed:
-            return _ORIGINAL["add_event"](  # type: ignore[no-any-return]
-                self, context, event_type, event_details, timestamp, update_source_event_id
-            )
+            return _ORIGINAL[_add_event](*args)  # type: ignore[no-any-return]
     if event_type in _BEFORE_A_CALL:
         raise ExecutionEnded(f"the execution has ended ({record.reason}); {event_type} not added")
     return record.last_event_id()
 
 
-def _set_error(self: Any, error: Any) -> None:
-    # Once the execution has ended at a limit, that end stands: the errors its
-    # states raise on the way out do not replace it.
-    record = execution_limits(self)
-    if record is not None and record.closed and record.closing != threading.get_ident():
-        return
-    _ORIGINAL["set_error"](self, error)
+def _unless_ended() -> Callable[..., None]:
+    """Environment.set_error or set_timed_out, except once the execution has ended at a
+    limit: that end stands; the errors its states raise on the way out do not replace it."""
 
+    def method(self: Any, *args: Any, **kwargs: Any) -> None:
+        record = execution_limits(self)
+        if record is None or not record.closed or record.closing == threading.get_ident():
+            _ORIGINAL[method](self, *args, **kwargs)
 
-def _set_timed_out(self: Any) -> None:
-    record = execution_limits(self)
-    if record is not None and record.closed and record.closing != threading.get_ident():
-        return
-    _ORIGINAL["set_timed_out"](self)
+    return method
 
 
 def _program_eval(self: Any, env: Any) -> None:
-    """moto's Program.eval (the states run on a worker thread, joined with the
-    machine's TimeoutSeconds), joined also with an EXPRESS execution's five
-    minutes on the engine's clock."""
+    """moto's Program.eval (the states run on a worker thread, joined with the machine's
+    TimeoutSeconds), joined also with an EXPRESS execution's five minutes on the
+    engine's clock."""
     record = execution_limits(env)
     if record is None or not record.express or env.is_frame():
-        _ORIGINAL["program_eval"](self, env)
+        _ORIGINAL[_program_eval](self, env)
         return
     timeout = self.timeout_seconds.timeout_seconds if self.timeout_seconds else None
     env.next_state_name = self.start_at.start_at_name
@@ -430,13 +308,11 @@ def _program_eval(self: Any, env: Any) -> None:
     worker.start()
     started = time.monotonic()
     while worker.is_alive():
-        left = record.remaining()
-        if left <= 0:
+        if (left := record.remaining()) <= 0:
             record.close_express()
             return
         if timeout is not None:
-            own = timeout - (time.monotonic() - started)
-            if own <= 0:
+            if (own := timeout - (time.monotonic() - started)) <= 0:
                 env.set_timed_out()
                 return
             left = min(left, own)
@@ -446,17 +322,10 @@ def _program_eval(self: Any, env: Any) -> None:
 
 def _wait_interval(self: Any, env: Any, wait_seconds: Any) -> None:
     record = execution_limits(env)
-    if record is None or not record.express:
-        _ORIGINAL["wait"](self, env, wait_seconds)
-        return
-    left = record.remaining()
-    if wait_seconds < left:
-        _ORIGINAL["wait"](self, env, wait_seconds)
-        record.advance(wait_seconds)
-        return
-    _ORIGINAL["wait"](self, env, max(left, 0.0))
-    record.advance(max(left, 0.0))
-    record.close_express()
+    if record is None:
+        _ORIGINAL[_wait_interval](self, env, wait_seconds)
+    else:
+        record.sleep(wait_seconds, lambda seconds: _ORIGINAL[_wait_interval](self, env, seconds))
 
 
 _RETRYING = threading.local()
@@ -465,69 +334,70 @@ _RETRYING = threading.local()
 def _retrier(self: Any, env: Any) -> None:
     _RETRYING.env = env
     try:
-        _ORIGINAL["retrier"](self, env)
+        _ORIGINAL[_retrier](self, env)
     finally:
         _RETRYING.env = None
 
 
 class _RetryTime:
-    """Stands in for moto's retrier's `time`: a retry's backoff counts on the
-    execution's clock, stops at an EXPRESS execution's five minutes, and is not
-    slept at all once the execution has ended."""
-
-    def __init__(self, previous: Any) -> None:
-        self.previous = previous
+    """Stands in for moto's retrier's `time` (the one in place at install, in _ORIGINAL):
+    a retry's backoff is slept as a Wait is."""
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.previous, name)
+        return getattr(_ORIGINAL.get(self, time), name)
 
     def sleep(self, seconds: float) -> None:
         record = execution_limits(getattr(_RETRYING, "env", None))
         if record is None:
-            self.previous.sleep(seconds)
-            return
-        if record.closed:
-            return
-        if record.express and seconds >= record.remaining():
-            left = max(record.remaining(), 0.0)
-            self.previous.sleep(left)
-            record.advance(left)
-            record.close_express()
-            return
-        self.previous.sleep(seconds)
-        if record.express:
-            record.advance(seconds)
+            _ORIGINAL[self].sleep(seconds)
+        else:
+            record.sleep(seconds, _ORIGINAL[self].sleep)
 
 
 def _reflect_execution_status(self: Any) -> None:
-    _ORIGINAL["reflect"](self)
-    execution = self.execution
-    record = execution_limits(execution.exec_worker.env)
+    _ORIGINAL[_reflect_execution_status](self)
+    record = execution_limits(self.execution.exec_worker.env)
     if record is not None and record.reason == "express":
-        execution.exec_status = ExecutionStatus.TIMED_OUT
-        execution.error = StatesErrorNameType.StatesTimeout.to_name()
+        self.execution.exec_status = ExecutionStatus.TIMED_OUT
+        self.execution.error = Errors.StatesTimeout.to_name()
 
 
+_task = state_task_service.StateTaskService
 _DOCS = "docs/local-engine.md (AWS limits on the local engine)"
 PATCHES = (
-    Patch(
-        name="Step Functions sizes",
-        kind="limit",
-        why="256 KiB of UTF-8 JSON per state input, output, task parameters and Assign, "
+    limit(
+        "Step Functions sizes",
+        "256 KiB of UTF-8 JSON per state input, output, task parameters and Assign, "
         "States.DataLimitExceeded over it (Step Functions service quotas); moto counts "
         "ASCII-escaped JSON. " + _DOCS,
-        test="tests/workflow/test_limits.py",
-        install=_install_sizes,
-        fits=_sizes_fit,
+        "tests/workflow/test_limits.py",
+        _ORIGINAL,
+        *((m, "is_within_size_quota", within_state_quota)
+          for m in (sfn_state, state_task_lambda, state_task_service)),
+        (_task, "_before_eval_execution", _before_task),
+        (state_task_lambda.StateTaskLambda, "_eval_parameters", _lambda_parameters),
+        (assign_decl.AssignDecl, "_eval_body", _assign),
+        fits=lambda: takes(_task._before_eval_execution, "self", "env",
+                           "resource_runtime_part", "raw_parameters", "state_credentials"),
     ),
-    Patch(
-        name="Step Functions history and duration",
-        kind="limit",
-        why="A STANDARD execution fails at 25,000 history events; an EXPRESS one times "
+    limit(
+        "Step Functions history and duration",
+        "A STANDARD execution fails at 25,000 history events; an EXPRESS one times "
         "out at five minutes, Wait and Retry backoff included (Step Functions service "
         "quotas); moto has neither. " + _DOCS,
-        test="tests/workflow/test_limits.py",
-        install=_install_history,
-        fits=_history_fits,
+        "tests/workflow/test_limits.py",
+        _ORIGINAL,
+        (sfn_event_manager.EventManager, "add_event", _add_event),
+        (execution_worker.ExecutionWorker, "_get_evaluation_environment", _evaluation_environment),
+        (sfn_environment.Environment, "set_error", _unless_ended()),
+        (sfn_environment.Environment, "set_timed_out", _unless_ended()),
+        (sfn_program.Program, "eval", _program_eval),
+        (wait_function.WaitFunction, "_wait_interval", _wait_interval),
+        (retrier_decl.RetrierDecl, "_eval_body", _retrier),
+        (retrier_decl, "time", _RetryTime()),
+        (sfn_execution.BaseExecutionWorkerCommunication, "_reflect_execution_status",
+         _reflect_execution_status),
+        fits=lambda: takes(sfn_event_manager.EventManager.add_event, "self", "context",
+                           "event_type", "event_details", "timestamp", "update_source_event_id"),
     ),
-)
+)  # fmt: skip
