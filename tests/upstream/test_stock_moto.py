@@ -59,8 +59,7 @@ def _machine(sfn: Any, definition: dict[str, Any], name: str = "m") -> str:
 
 
 @reproduces(
-    "JSONata by jsonata 2.0.6",
-    "JSONata expressions as Step Functions evaluates them",
+    "JSONata as Step Functions evaluates it",
     "evaluation failures in the history",
     "string literals decoded as JSON",
 )
@@ -141,7 +140,7 @@ _MISSING_OBJECT = {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:s3:getO
                    "Parameters": {"Bucket": "missing", "Key": "k"}, "End": True}  # fmt: skip
 
 
-@reproduces("a failed Parallel branch aborts its state", "aws-sdk errors named for the service")
+@reproduces("a failed Parallel branch aborts its state", "integration errors as AWS names them")
 def test_a_failed_sdk_task_is_named_s3_and_its_branch_not_aborted(run: Run) -> None:
     # AWS: S3.NoSuchBucketException; in a Parallel branch, TaskFailed then TaskStateAborted.
     alone = run({"StartAt": "T", "States": {"T": _MISSING_OBJECT}})
@@ -153,7 +152,7 @@ def test_a_failed_sdk_task_is_named_s3_and_its_branch_not_aborted(run: Run) -> N
     assert kinds[kinds.index("TaskFailed") + 1] == "ParallelStateFailed"
 
 
-@reproduces("a missing function named with $LATEST")
+@reproduces("integration errors as AWS names them")
 def test_a_missing_function_is_named_without_latest(run: Run) -> None:
     # AWS: "Function not found: arn:aws:lambda:...:function:nope:$LATEST (Service: AWSLambda; ...".
     task = {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke",
@@ -184,14 +183,14 @@ def test_a_put_item_task_result_has_no_sdk_metadata(run: Run) -> None:
     assert json.loads(run(_put({"pk": {"S": "a"}}))["output"]) == {}
 
 
-@reproduces("DynamoDB validation errors as a dynamodb task meets them")
+@reproduces("integration errors as AWS names them")
 def test_a_put_item_refused_in_validation_is_a_validation_exception(run: Run) -> None:
     # AWS: DynamoDB.AmazonDynamoDBException, "One or more parameter values were invalid: ...".
     _table()
     assert run(_put({"other": {"S": "a"}}))["error"] == "DynamoDB.ValidationException"
 
 
-@reproduces("SQS errors with the SDK's details")
+@reproduces("integration errors as AWS names them")
 def test_send_message_without_a_body_is_a_runtime_error(run: Run) -> None:
     # AWS: SQS.AmazonSQSException naming the service, status, error code and request id.
     queue = boto3.client("sqs", region_name="us-east-1").create_queue(QueueName="q")["QueueUrl"]
@@ -213,21 +212,21 @@ def test_an_output_holding_the_context_objects_execution_cannot_be_described(sfn
         _described_at_its_end(sfn, arn)
 
 
-@reproduces("DescribeExecution's inputDetails and redrive fields")
+@reproduces("executions as the Step Functions API answers for them")
 def test_describe_execution_has_no_input_details_nor_redrive_fields(run: Run) -> None:
     # AWS: inputDetails {"included": true}, redriveCount 0, redriveStatus NOT_REDRIVABLE.
     described = run({"StartAt": "P", "States": PASS})
     assert {"inputDetails", "redriveCount", "redriveStatus"}.isdisjoint(described)
 
 
-@reproduces("EXPRESS executions are not described")
+@reproduces("executions as the Step Functions API answers for them")
 def test_an_express_execution_is_described(run: Run) -> None:
     # AWS: InvalidArn, "Invalid Arn: 'Resource type not valid in this context: express'"
     # (test_sfn_api_express.snapshot.json, test_start_async_describe_history_execution).
     assert run({"StartAt": "P", "States": PASS}, kind="EXPRESS")["status"] == "SUCCEEDED"
 
 
-@reproduces("EXPRESS executions are not listed nor their history read")
+@reproduces("executions as the Step Functions API answers for them")
 def test_an_express_execution_is_listed_and_its_history_read(run: Run, sfn: Any) -> None:
     # AWS: GetExecutionHistory answers InvalidArn, "Invalid Arn: 'Resource type not valid
     # in this context: express'"; ListExecutions of an EXPRESS state machine answers
