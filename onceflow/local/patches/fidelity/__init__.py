@@ -78,11 +78,9 @@ def uses(code: Any, *texts: str) -> list[str]:
     return [f"{where} no longer says {text!r}" for text in texts if text not in source]
 
 
-# --------------------------------------------------------------------------
 # JSONata: moto leaves its evaluator unset (it expects a JVM). jsonata 2.0.6 in
 # node evaluates every expression, with Step Functions' own functions
 # (onceflow/local/jsonata_node.py).
-# --------------------------------------------------------------------------
 
 
 def eval_jsonata(expression: str, bindings: dict[str, Any] | None = None) -> Any:
@@ -320,10 +318,8 @@ def _jsonata_fits() -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------
 # Evaluation failures in the history: moto wrote EvaluationFailed for Task,
 # Parallel and Map states only, and decorated the cause twice.
-# --------------------------------------------------------------------------
 
 _DECORATION = "An error occurred while executing the state '"
 _original_from_error = ExecutionState._from_error
@@ -402,11 +398,9 @@ def _evaluation_failures_fit() -> list[str]:
     return moved + uses(EventManager.__init__, "_history_event_list")
 
 
-# --------------------------------------------------------------------------
 # Parallel: a branch's error, States.* too, reaches Retry and Catch (moto's
 # CustomErrorName refused names starting "States." and crashed the Parallel);
 # the state a branch failed in is aborted.
-# --------------------------------------------------------------------------
 
 
 def _branch_error_name(error_name: str | None) -> Any:
@@ -436,9 +430,7 @@ def _branch_routine(self: Any) -> None:
         self._branch_worker_comm.on_terminated(env=env)
 
 
-# --------------------------------------------------------------------------
 # StartExecution refuses an input over 256 KiB of UTF-8; moto took any size.
-# --------------------------------------------------------------------------
 
 EXECUTION_INPUT_LIMIT = 262144
 _original_start_execution = _Backend.start_execution
@@ -460,10 +452,8 @@ def _limited_start(original: Any) -> Any:
     return start_execution
 
 
-# --------------------------------------------------------------------------
 # moto's backends are not thread-safe: two concurrent conditional PutItems on
 # one key could both win. DynamoDB, S3 and SQS requests are served one at a time.
-# --------------------------------------------------------------------------
 
 BACKEND_LOCK = threading.RLock()
 _SERIALISED_SERVICE = re.compile(r"^(?:[^/]*\.)?(dynamodb|sqs|s3)[.-]")
@@ -476,46 +466,31 @@ def _serialised(request: Any, answer: Callable[[], Any]) -> Any:
         return answer()
 
 
-# --------------------------------------------------------------------------
 # ListObjectVersions with a KeyMarker and no VersionIdMarker: moto skipped the
 # keys before the marker and then the first version after it, whatever it was.
-# --------------------------------------------------------------------------
 
 
 def _from_key_marker(original: Any) -> Any:
     """Resumes as moto's own (key, version) marker does: from the last version at or
-    before the marker."""
+    before the marker (moto calls its backend with keywords)."""
 
-    def list_object_versions(
-        self: Any,
-        bucket_name: str,
-        delimiter: str | None = None,
-        key_marker: str | None = None,
-        max_keys: int | None = 1000,
-        prefix: str = "",
-        version_id_marker: str | None = None,
-    ) -> Any:
-        if key_marker is not None and not version_id_marker:
+    def list_object_versions(self: Any, bucket_name: str, **kwargs: Any) -> Any:
+        marker = kwargs.get("key_marker")
+        if marker is not None and not kwargs.get("version_id_marker"):
             bucket = self.get_bucket(bucket_name)
-            names = sorted({name for name, _ in bucket.keys.iterlists() if name <= key_marker})
-            key_marker = names[-1] if names else None
-            if key_marker is not None:  # moto lists a key's versions newest first, stably
-                versions = sorted(
-                    bucket.keys.getlist(key_marker),
-                    key=lambda v: -unix_time_millis(v.last_modified),
-                )
-                version_id_marker = versions[-1].version_id
-        return original(
-            self, bucket_name, delimiter, key_marker, max_keys, prefix, version_id_marker
-        )
+            names = sorted({name for name, _ in bucket.keys.iterlists() if name <= marker})
+            kwargs["key_marker"] = names[-1] if names else None
+            if names:  # moto lists a key's versions newest first, in a stable sort
+                versions = bucket.keys.getlist(names[-1])
+                last = sorted(versions, key=lambda v: -unix_time_millis(v.last_modified))[-1]
+                kwargs["version_id_marker"] = last.version_id
+        return original(self, bucket_name, **kwargs)
 
     return list_object_versions
 
 
-# --------------------------------------------------------------------------
 # Definitions: state names unique in the whole machine; a refused request
 # named by its error; each parse with its own scopes; strings decoded as JSON.
-# --------------------------------------------------------------------------
 
 
 def states_of(
@@ -632,10 +607,8 @@ def _string_literals_fit() -> list[str]:
     return moved + uses(variable_store.VariableStore, "_declaration_tracing")
 
 
-# --------------------------------------------------------------------------
 # A Map state whose input is not an array names the value as JSON (moto printed
 # its Python type: "<class 'int'>").
-# --------------------------------------------------------------------------
 
 _NOT_AN_ARRAY = "Map state input must be an array but was: "
 _original_map_execution = state_map.StateMap._eval_execution
@@ -659,11 +632,11 @@ def _map_execution(self: Any, env: Any) -> None:
         raise
 
 
+_Fidelity = functools.partial(Patch, kind="fidelity")
 _TESTS = "tests/unit/test_patches.py::"
 PATCHES = (
-    Patch(
+    _Fidelity(
         name="JSONata as Step Functions evaluates it",
-        kind="fidelity",
         why="Step Functions evaluates JSONata with the JavaScript jsonata library 2.0.6, plus "
         "its own $partition, $range, $hash, $random (with a seed), $uuid and $parse, without "
         "$eval ('Transforming data with JSONata in Step Functions'); each expression compiled "
@@ -677,9 +650,8 @@ PATCHES = (
         install=_install_jsonata,
         fits=_jsonata_fits,
     ),
-    Patch(
+    _Fidelity(
         name="evaluation failures in the history",
-        kind="fidelity",
         why="A state whose JSONata expression throws leaves an EvaluationFailed event "
         "naming the error and the state (AWS Step Functions API reference, HistoryEvent: "
         "evaluationFailedEventDetails; for Pass and Choice states in particular not "
@@ -689,9 +661,8 @@ PATCHES = (
         install=_install_evaluation_failures,
         fits=_evaluation_failures_fit,
     ),
-    Patch(
+    _Fidelity(
         name="Parallel branch errors",
-        kind="fidelity",
         why="A Parallel state fails with the error its failed branch failed with, States.* "
         "errors included, and its Retry and Catch see that name ('Parallel workflow "
         "state'). moto refused names starting with 'States.' and crashed the Parallel.",
@@ -699,9 +670,8 @@ PATCHES = (
         install=lambda i: i.replace(branches_decl, "CustomErrorName", _branch_error_name),
         fits=lambda: uses(branches_decl, "CustomErrorName(error_name=exit_error_name)"),
     ),
-    Patch(
+    _Fidelity(
         name="execution input limit",
-        kind="fidelity",
         why="StartExecution refuses an input over 256 KiB in UTF-8 with a "
         "ValidationException (Step Functions quotas, 'Maximum input or output size for a "
         "task, state, or execution'); moto took any size.",
@@ -713,9 +683,8 @@ PATCHES = (
             _original_start_execution, "self", "state_machine_arn", "name", "execution_input"
         ),
     ),
-    Patch(
+    _Fidelity(
         name="atomic single-item writes",
-        kind="fidelity",
         why="A conditional write to one DynamoDB item is atomic: of two concurrent "
         "conditional PutItems on a key, exactly one succeeds ('Condition expressions', "
         "DynamoDB developer guide); SQS and S3 calls are likewise each one step. moto's "
@@ -724,9 +693,8 @@ PATCHES = (
         install=lambda i: i.replace(hooks.Stages, "serialise", staticmethod(_serialised)),
         fits=stubber_fits,
     ),
-    Patch(
+    _Fidelity(
         name="ListObjectVersions from a KeyMarker",
-        kind="fidelity",
         why="With a KeyMarker and no VersionIdMarker, ListObjectVersions lists the versions "
         "of the keys after the marker (Amazon S3 API reference, ListObjectVersions: "
         "'key-marker: Specifies the key to start with'; whether the marker's own key is "
@@ -738,20 +706,12 @@ PATCHES = (
             "list_object_versions",
             _from_key_marker(s3_models.S3Backend.list_object_versions),
         ),
-        fits=lambda: takes(
-            s3_models.S3Backend.list_object_versions,
-            "self",
-            "bucket_name",
-            "delimiter",
-            "key_marker",
-            "max_keys",
-            "prefix",
-            "version_id_marker",
+        fits=lambda: uses(
+            s3_models.S3Backend.list_object_versions, "key_marker: ", "version_id_marker: "
         ),
     ),
-    Patch(
+    _Fidelity(
         name="state names unique in the whole definition",
-        kind="fidelity",
         why="CreateStateMachine refuses a definition that uses a state name twice, in "
         "Parallel branches and Map processors too, with InvalidDefinition "
         "'DUPLICATE_STATE_NAME' (Amazon States Language: 'state names MUST be unique "
@@ -763,9 +723,8 @@ PATCHES = (
         ),
         fits=_unique_state_names_fit,
     ),
-    Patch(
+    _Fidelity(
         name="each definition parsed on its own",
-        kind="fidelity",
         why="CreateStateMachine judges each definition alone (API reference: "
         "InvalidDefinition for the invalid one). moto kept the query language of the scope "
         "being parsed in a list shared by every parse: after a definition refused mid-scope, "
@@ -775,9 +734,8 @@ PATCHES = (
         install=lambda i: i.replace(_Preprocessor, "visit", _own_scopes(_Preprocessor.visit)),
         fits=lambda: uses(_Preprocessor, "_query_language_per_scope: list[QueryLanguage] = []"),
     ),
-    Patch(
+    _Fidelity(
         name="string literals decoded as JSON",
-        kind="fidelity",
         why='A string in a definition is JSON text: an Assign literal holding \\" or \\\\ '
         "holds \" or \\ (recorded: LocalStack's test_assign_base snapshot, "
         "BASE_CONSTANT_LITERALS, literals stored as the JSON holds them). moto kept an Assign "
@@ -787,9 +745,8 @@ PATCHES = (
         install=_install_string_literals,
         fits=_string_literals_fit,
     ),
-    Patch(
+    _Fidelity(
         name="a Map's non-array input named as JSON",
-        kind="fidelity",
         why="A Map state whose input is not an array fails with States.QueryEvaluationError, "
         "'Map state input must be an array but was: 1' (the value as JSON; recorded: "
         "LocalStack's test_base_scenarios snapshot, test_map_state_items_input_types). moto "
@@ -798,9 +755,8 @@ PATCHES = (
         install=lambda i: i.replace(state_map.StateMap, "_eval_execution", _map_execution),
         fits=lambda: uses(state_map.StateMap, _NOT_AN_ARRAY + "{type(input_items)}"),
     ),
-    Patch(
+    _Fidelity(
         name="a failed Parallel branch aborts its state",
-        kind="fidelity",
         why="When a Parallel branch fails, the state it failed in is aborted: TaskFailed is "
         "followed by TaskStateAborted (recorded: LocalStack's test_error_output snapshot, "
         "test_parallel_catch_error). moto wrote no such event.",
@@ -812,9 +768,8 @@ PATCHES = (
             "on_terminated",
         ),
     ),
-    Patch(
+    _Fidelity(
         name="Step Functions error names",
-        kind="fidelity",
         why="Step Functions answers a refused request with its error's name, such as "
         "InvalidDefinition or InvalidExecutionInput (AWS Step Functions API reference, "
         "CreateStateMachine and StartExecution, Errors). moto's parser raised them with an "
