@@ -73,7 +73,7 @@ def test_jsonata_is_not_evaluated(run: Run) -> None:
     assert "'NoneType' object is not callable" in result["cause"]
 
 
-@reproduces("Parallel branch errors")
+@reproduces("a failed Parallel branch as AWS records it")
 def test_a_parallel_branch_failing_with_a_states_error_is_not_caught(run: Run) -> None:
     # AWS: the Parallel state fails with States.Timeout and its Catch takes it.
     branch = {"StartAt": "F", "States": {"F": {"Type": "Fail", "Error": "States.Timeout"}}}
@@ -104,7 +104,7 @@ def test_list_object_versions_after_a_key_marker_lists_the_marker_key(sfn: Any) 
     assert [v["Key"] for v in listed] == ["a", "b", "b", "c", "c"]
 
 
-@reproduces("state names unique in the whole definition", "Step Functions error names")
+@reproduces("definitions judged as CreateStateMachine judges them")
 def test_a_state_name_used_twice_is_accepted(sfn: Any) -> None:
     # AWS: InvalidDefinition (DUPLICATE_STATE_NAME) for the branch's "A", and a refused
     # definition's error is named InvalidDefinition; moto names none.
@@ -117,7 +117,7 @@ def test_a_state_name_used_twice_is_accepted(sfn: Any) -> None:
     assert refused.value.response["Error"]["Code"] == ""
 
 
-@reproduces("each definition parsed on its own")
+@reproduces("definitions judged as CreateStateMachine judges them")
 def test_a_refused_jsonata_definition_makes_the_next_jsonpath_one_refused(sfn: Any) -> None:
     # AWS: each definition is judged alone; the second one is valid JSONPath.
     states = {"P": {"Type": "Pass", "ResultPath": "$.x", "End": True}}
@@ -140,7 +140,7 @@ _MISSING_OBJECT = {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:s3:getO
                    "Parameters": {"Bucket": "missing", "Key": "k"}, "End": True}  # fmt: skip
 
 
-@reproduces("a failed Parallel branch aborts its state", "integration errors as AWS names them")
+@reproduces("a failed Parallel branch as AWS records it", "integration errors as AWS names them")
 def test_a_failed_sdk_task_is_named_s3_and_its_branch_not_aborted(run: Run) -> None:
     # AWS: S3.NoSuchBucketException; in a Parallel branch, TaskFailed then TaskStateAborted.
     alone = run({"StartAt": "T", "States": {"T": _MISSING_OBJECT}})

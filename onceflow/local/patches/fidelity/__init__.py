@@ -127,13 +127,8 @@ def _frozen(paths: dict[str, Any]) -> StatesPaths:
 
 @functools.lru_cache(maxsize=4096)
 def _references(expression: str) -> tuple[frozenset[str], StatesPaths | None]:
-    """(variables an expression may read, the parts of $states it reads or None for all).
-
-    A superset is harmless; a name is left out only when it is not in the text.
-    A $states path that goes on other than by plain steps (a predicate, a quoted
-    name) gets the whole value where its plain steps end; JSONata's parent
-    operator (%) gets all of $states.
-    """
+    """(variables an expression may read: a superset, the parts of $states it reads: the
+    whole value where its plain steps end, all of it with JSONata's parent operator %)."""
     names: set[str] = set()
     paths: dict[str, Any] | None = None if "%" in expression else {}
     for match in _VARIABLE.finditer(expression):
@@ -430,6 +425,11 @@ def _branch_routine(self: Any) -> None:
         self._branch_worker_comm.on_terminated(env=env)
 
 
+def _install_parallel(installer: Installer) -> None:
+    installer.replace(branches_decl, "CustomErrorName", _branch_error_name)
+    installer.replace(branch_worker.BranchWorker, "_thread_routine", _branch_routine)
+
+
 # StartExecution refuses an input over 256 KiB of UTF-8; moto took any size.
 
 EXECUTION_INPUT_LIMIT = 262144
@@ -531,13 +531,6 @@ def _validated(original: Any) -> Any:
     return staticmethod(_validate_definition)
 
 
-def _unique_state_names_fit() -> list[str]:
-    moved = uses(_Backend.create_state_machine, "_validate_definition(definition=definition)")
-    if not isinstance(vars(_Backend).get("_validate_definition"), staticmethod):
-        moved.append("StepFunctionsParserBackend._validate_definition is no staticmethod")
-    return moved
-
-
 def _named_error_init(original: Any) -> Any:
     def __init__(
         self: Any, message: str, exception_type: str | None = None, status: int | None = None
@@ -555,8 +548,19 @@ def _named_error_init(original: Any) -> Any:
     return __init__
 
 
-def _named_errors_fit() -> list[str]:
+def _install_definitions(installer: Installer) -> None:
+    validate = _validated(_Backend._validate_definition)
+    installer.replace(_Backend, "_validate_definition", validate)
+    installer.replace(_Preprocessor, "visit", _own_scopes(_Preprocessor.visit))
+    installer.replace(AWSError, "__init__", _named_error_init(AWSError.__init__))
+
+
+def _definitions_fit() -> list[str]:
     moved = takes(AWSError.__init__, "self", "message", "exception_type", "status")
+    moved += uses(_Backend.create_state_machine, "_validate_definition(definition=definition)")
+    moved += uses(_Preprocessor, "_query_language_per_scope: list[QueryLanguage] = []")
+    if not isinstance(vars(_Backend).get("_validate_definition"), staticmethod):
+        moved.append("StepFunctionsParserBackend._validate_definition is no staticmethod")
     if not issubclass(InvalidDefinition, AWSError) or InvalidDefinition.code != "InvalidDefinition":
         moved.append("moto's parser InvalidDefinition no longer declares its code")
     return moved
@@ -580,10 +584,6 @@ def json_string_literal(parser_rule_context: Any) -> str | None:
     return str(text)
 
 
-def _assign_string_literal(self: Any, ctx: Any) -> Any:
-    return AssignTemplateValueTerminalLit(value=json_string_literal(ctx.string_literal()))
-
-
 def _assigned_variables(self: Any) -> dict[str, str]:
     """An exit event's assignedVariables, each value as JSON text (moto quoted a
     string without escaping it)."""
@@ -597,7 +597,11 @@ def _install_string_literals(installer: Installer) -> None:
     installer.replace(variable_store.VariableStore, "get_assigned_variables", _assigned_variables)
     installer.replace(asl_preprocessor, "from_string_literal", json_string_literal)
     installer.replace(
-        _Preprocessor, "visitAssign_template_value_terminal_string_literal", _assign_string_literal
+        _Preprocessor,
+        "visitAssign_template_value_terminal_string_literal",
+        lambda _, ctx: AssignTemplateValueTerminalLit(
+            value=json_string_literal(ctx.string_literal())
+        ),
     )
 
 
@@ -662,13 +666,20 @@ PATCHES = (
         fits=_evaluation_failures_fit,
     ),
     _Fidelity(
-        name="Parallel branch errors",
+        name="a failed Parallel branch as AWS records it",
         why="A Parallel state fails with the error its failed branch failed with, States.* "
-        "errors included, and its Retry and Catch see that name ('Parallel workflow "
-        "state'). moto refused names starting with 'States.' and crashed the Parallel.",
+        "errors included, which its Retry and Catch see ('Parallel workflow state'; moto "
+        "refused names starting with 'States.' and crashed the Parallel); the state the "
+        "branch failed in is aborted, TaskFailed followed by TaskStateAborted (recorded: "
+        "LocalStack's test_error_output snapshot, test_parallel_catch_error; moto wrote none).",
         test=_TESTS + "test_a_parallel_branch_failing_with_a_states_error_reaches_the_catch",
-        install=lambda i: i.replace(branches_decl, "CustomErrorName", _branch_error_name),
-        fits=lambda: uses(branches_decl, "CustomErrorName(error_name=exit_error_name)"),
+        install=_install_parallel,
+        fits=lambda: [
+            *uses(branches_decl, "CustomErrorName(error_name=exit_error_name)"),
+            *uses(
+                branch_worker.BranchWorker._thread_routine, "self._program.eval(", "on_terminated"
+            ),
+        ],
     ),
     _Fidelity(
         name="execution input limit",
@@ -711,28 +722,19 @@ PATCHES = (
         ),
     ),
     _Fidelity(
-        name="state names unique in the whole definition",
-        why="CreateStateMachine refuses a definition that uses a state name twice, in "
-        "Parallel branches and Map processors too, with InvalidDefinition "
-        "'DUPLICATE_STATE_NAME' (Amazon States Language: 'state names MUST be unique "
-        "within the scope of the whole state machine'; the error as CloudFormation "
-        "reports it, cfn-lint issue 3616). moto took such a definition.",
+        name="definitions judged as CreateStateMachine judges them",
+        why="CreateStateMachine refuses a definition that uses a state name twice, in Parallel "
+        "branches and Map processors too, with InvalidDefinition 'DUPLICATE_STATE_NAME' "
+        "(Amazon States Language: 'state names MUST be unique within the scope of the whole "
+        "state machine'; the error as CloudFormation reports it, cfn-lint issue 3616; moto "
+        "took it); it judges each definition alone (moto kept the query language of the "
+        "scope it parsed in one list for every parse: after a definition refused mid-scope, "
+        "valid JSONPath ones were refused too); a refused request is answered with its "
+        "error's name, InvalidDefinition, InvalidExecutionInput (API reference, Errors; "
+        "moto's parser gave an empty name).",
         test=_TESTS + "test_a_state_name_used_twice_is_an_invalid_definition",
-        install=lambda i: i.replace(
-            _Backend, "_validate_definition", _validated(_Backend._validate_definition)
-        ),
-        fits=_unique_state_names_fit,
-    ),
-    _Fidelity(
-        name="each definition parsed on its own",
-        why="CreateStateMachine judges each definition alone (API reference: "
-        "InvalidDefinition for the invalid one). moto kept the query language of the scope "
-        "being parsed in a list shared by every parse: after a definition refused mid-scope, "
-        "later JSONPath definitions were refused too.",
-        test="tests/parity/test_definitions.py::"
-        "test_a_refused_definition_leaves_the_next_one_as_it_is",
-        install=lambda i: i.replace(_Preprocessor, "visit", _own_scopes(_Preprocessor.visit)),
-        fits=lambda: uses(_Preprocessor, "_query_language_per_scope: list[QueryLanguage] = []"),
+        install=_install_definitions,
+        fits=_definitions_fit,
     ),
     _Fidelity(
         name="string literals decoded as JSON",
@@ -754,28 +756,5 @@ PATCHES = (
         test="tests/parity/test_errors.py::test_a_map_whose_input_is_not_an_array_names_the_value",
         install=lambda i: i.replace(state_map.StateMap, "_eval_execution", _map_execution),
         fits=lambda: uses(state_map.StateMap, _NOT_AN_ARRAY + "{type(input_items)}"),
-    ),
-    _Fidelity(
-        name="a failed Parallel branch aborts its state",
-        why="When a Parallel branch fails, the state it failed in is aborted: TaskFailed is "
-        "followed by TaskStateAborted (recorded: LocalStack's test_error_output snapshot, "
-        "test_parallel_catch_error). moto wrote no such event.",
-        test="tests/parity/test_errors.py::test_a_failed_parallel_branch_aborts_its_failed_state",
-        install=lambda i: i.replace(branch_worker.BranchWorker, "_thread_routine", _branch_routine),
-        fits=lambda: uses(
-            branch_worker.BranchWorker._thread_routine,
-            "self._program.eval(self.env)",
-            "on_terminated",
-        ),
-    ),
-    _Fidelity(
-        name="Step Functions error names",
-        why="Step Functions answers a refused request with its error's name, such as "
-        "InvalidDefinition or InvalidExecutionInput (AWS Step Functions API reference, "
-        "CreateStateMachine and StartExecution, Errors). moto's parser raised them with an "
-        "empty name, so a caller could not tell them apart.",
-        test=_TESTS + "test_a_state_name_used_twice_is_an_invalid_definition",
-        install=lambda i: i.replace(AWSError, "__init__", _named_error_init(AWSError.__init__)),
-        fits=_named_errors_fit,
     ),
 )

@@ -1,11 +1,5 @@
-"""An execution as Step Functions shows it: its context object, DescribeExecution,
-and the calls AWS refuses for an EXPRESS execution.
-
-Recorded in LocalStack's suite (github.com/localstack/localstack,
-tests/aws/services/stepfunctions/v2/): context_object/test_context_object
-(test_variable), test_sfn_api (test_describe_execution), base/test_base
-(test_state_fail), test_sfn_api_express (test_start_async_describe_history_execution).
-"""
+"""An execution as Step Functions shows it: its context object, DescribeExecution and
+the calls refused for EXPRESS (recorded in LocalStack's Step Functions suite)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The optimised Lambda, DynamoDB and SQS integrations answer, and fail, as AWS recorded.
-
-On AWS a request-response task's result is the Java SDK's response: the service's
-fields plus SdkHttpMetadata and SdkResponseMetadata (lambda:invoke also
-ExecutedVersion), 600 to 900 bytes a task that the 256 KiB limits count.
-Recorded in LocalStack's suite (github.com/localstack/localstack,
-tests/aws/services/stepfunctions/v2/services/): test_lambda_task_service,
-test_dynamodb_task_service and test_sqs_task_service snapshots.
-"""
+"""The optimised Lambda, DynamoDB and SQS integrations answer, and fail, as AWS recorded
+(LocalStack's suite, tests/aws/services/stepfunctions/v2/services/): a request-response
+result is the Java SDK's response, 600 to 900 bytes a task more than moto's."""
 
 from __future__ import annotations
 
