@@ -15,7 +15,6 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from types import MappingProxyType
 from typing import Any
 
 from moto.core.exceptions import AWSError
@@ -121,10 +120,6 @@ _NOT_STEPS = frozenset({"true", "false", "null", "and", "or", "in", "function"})
 StatesPaths = Mapping[str, "StatesPaths | None"]
 
 
-def _frozen(paths: dict[str, Any]) -> StatesPaths:
-    return MappingProxyType({k: None if v is None else _frozen(v) for k, v in paths.items()})
-
-
 @functools.lru_cache(maxsize=4096)
 def _references(expression: str) -> tuple[frozenset[str], StatesPaths | None]:
     """(variables an expression may read: a superset, the parts of $states it reads: the
@@ -152,7 +147,7 @@ def _references(expression: str) -> tuple[frozenset[str], StatesPaths | None]:
                 node[step] = None
             else:
                 node = node.setdefault(step, {})
-    return frozenset(names), (None if paths is None else _frozen(paths))
+    return frozenset(names), paths  # cached: read, never changed
 
 
 def _pick(value: Mapping[str, Any], paths: StatesPaths) -> dict[str, Any]:

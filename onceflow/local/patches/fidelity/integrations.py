@@ -13,11 +13,7 @@ import zlib
 from typing import Any
 
 from botocore.exceptions import ClientError
-from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
-    CustomErrorName,
-)
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
-    FailureEvent,
     FailureEventException,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
@@ -173,25 +169,15 @@ def _dynamodb_from_error(self: Any, env: Any, ex: Exception) -> Any:
 
 
 def _sqs_from_error(self: Any, env: Any, ex: Exception) -> Any:
-    """An error SQS answered (an IAM denial too) is SQS.AmazonSQSException with the Java
-    SDK's summary; SQS.SdkClientException is for a request that got no answer."""
+    """SQS's answer (an IAM denial too) in the Java SDK's words (moto: the message alone)."""
     failure_event = _original_sqs_from_error(self, env, ex)
-    every: Any = failure_event.event_details or {}
-    details = every.get("taskFailedEventDetails")
-    if isinstance(ex, ClientError) and details is not None:
-        error = ex.response.get("Error", {})
-        metadata = ex.response.get("ResponseMetadata", {})
-        details["error"] = SQS_SERVICE_ERROR
-        details["cause"] = (
+    if isinstance(ex, ClientError):
+        error, metadata = ex.response.get("Error", {}), ex.response.get("ResponseMetadata", {})
+        details: Any = failure_event.event_details
+        details["taskFailedEventDetails"]["cause"] = (
             f"{error.get('Message', '')} (Service: AmazonSQS; Status Code: "
             f"{metadata.get('HTTPStatusCode', 400)}; Error Code: {error.get('Code', '')}; "
             f"Request ID: {metadata.get('RequestId') or uuid.uuid4()}; Proxy: null)"
-        )
-        failure_event = FailureEvent(
-            env=env,
-            error_name=CustomErrorName(SQS_SERVICE_ERROR),
-            event_type=failure_event.event_type,
-            event_details=failure_event.event_details,
         )
     return failure_event
 
@@ -202,6 +188,8 @@ def _install_errors(installer: Installer) -> None:
     installer.replace(_DynamoDB, "_error_cause_from_client_error", staticmethod(_dynamodb_error))
     installer.replace(_DynamoDB, "_from_error", _dynamodb_from_error)
     installer.replace(_Sqs, "_from_error", _sqs_from_error)
+    # An error SQS answered; SQS.SdkClientException is for a request that got no answer.
+    installer.replace(state_task_service_sqs, "_ERROR_NAME_CLIENT", SQS_SERVICE_ERROR)
 
 
 def _errors_fit() -> list[str]:
@@ -210,6 +198,7 @@ def _errors_fit() -> list[str]:
         *gone(state_task_service_aws_sdk, "_SERVICE_ERROR_NAMES"),
         *gone(_DynamoDB, "_error_cause_from_client_error", "_from_error"),
         *gone(_Sqs, "_from_error"),
+        *gone(state_task_service_sqs, "_ERROR_NAME_CLIENT"),
     ]
 
 
