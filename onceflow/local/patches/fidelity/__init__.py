@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import itertools
 import json
 import re
 import threading
@@ -127,37 +128,30 @@ def _references(expression: str) -> tuple[frozenset[str], StatesPaths | None]:
     names: set[str] = set()
     paths: dict[str, Any] | None = None if "%" in expression else {}
     for match in _VARIABLE.finditer(expression):
-        name, chain = match.group(1), match.group(2)
-        names.add(name)
+        names.add(name := match.group(1))
         if name != "states" or paths is None:
             continue
-        steps = chain.split(".")[1:]
-        for n, step in enumerate(steps):
-            if step in _NOT_STEPS:
-                steps = steps[:n]
-                break
+        steps = [*itertools.takewhile(lambda s: s not in _NOT_STEPS, match.group(2).split(".")[1:])]
         if not steps:
             paths = None  # all of $states
             continue
         node = paths
-        for n, step in enumerate(steps):
-            if step in node and node[step] is None:
+        for step in steps[:-1]:
+            if node.get(step, {}) is None:
                 break  # the whole value is bound already
-            if n == len(steps) - 1:
-                node[step] = None
-            else:
-                node = node.setdefault(step, {})
+            node = node.setdefault(step, {})
+        else:
+            node[steps[-1]] = None
     return frozenset(names), paths  # cached: read, never changed
 
 
 def _pick(value: Mapping[str, Any], paths: StatesPaths) -> dict[str, Any]:
     """The parts of value the paths name (a value that is not an object: whole)."""
-    picked = {}
-    for step, deeper in paths.items():
-        if step in value:
-            part = value[step]
-            picked[step] = part if deeper is None or type(part) is not dict else _pick(part, deeper)
-    return picked
+    return {
+        step: _pick(value[step], deeper) if deeper and type(value[step]) is dict else value[step]
+        for step, deeper in paths.items()
+        if step in value
+    }
 
 
 def _bindings(expression: str, env: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
     state_task_service_sqs,
 )
 
-from onceflow.local.patches.registry import Installer, Patch, gone
+from onceflow.local.patches.registry import Installer, Patch, gone, takes
 
 _Service = state_task_service.StateTaskService
 _Lambda = state_task_service_lambda.StateTaskServiceLambda
@@ -59,10 +59,6 @@ def _with_metadata(output: dict[str, Any], request_id: str, **headers: str) -> d
     }
 
 
-def _length(value: Any) -> str:
-    return str(len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()))
-
-
 def _lambda_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
     name = str(parameters.get("FunctionName", ""))
     qualifier = parameters.get("Qualifier") or (
@@ -90,7 +86,8 @@ def _dynamodb_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict
 
 
 def _sqs_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
-    headers = {"connection": "keep-alive", "Content-Length": _length(output),
+    body = json.dumps(output, separators=(",", ":"), ensure_ascii=False).encode()
+    headers = {"connection": "keep-alive", "Content-Length": str(len(body)),
                "Content-Type": JSON_1_0}  # fmt: skip
     return _with_metadata(output, str(uuid.uuid4()), **headers)
 
@@ -98,28 +95,20 @@ def _sqs_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[str,
 _RESULTS = ((_Lambda, _lambda_result), (_DynamoDB, _dynamodb_result), (_Sqs, _sqs_result))
 
 
-def _after_eval_execution(
-    self: Any,
-    env: Any,
-    resource_runtime_part: Any,
-    normalised_parameters: Any,
-    state_credentials: Any,
-) -> None:
+def _after_eval_execution(self: Any, env: Any, **kwargs: Any) -> None:  # moto passes keywords
     output = env.stack[-1] if env.stack else None
     # Only a request-response task answers with the SDK's response; a callback's
     # or a .sync's result is what the worker or the job returned.
     if isinstance(output, dict) and self.resource.condition is None:
         for kind, result in _RESULTS:
             if isinstance(self, kind):
-                whole = result(output, dict(normalised_parameters or {}))
+                whole = result(output, dict(kwargs.get("normalised_parameters") or {}))
                 env.stack[-1] = dict(sorted(whole.items()))
                 break
-    _original_after(self, env, resource_runtime_part, normalised_parameters, state_credentials)
+    _original_after(self, env=env, **kwargs)
 
 
-# --------------------------------------------------------------------------
 # Errors, as each integration names and words them.
-# --------------------------------------------------------------------------
 
 
 def _lambda_error(client_error: Any) -> tuple[str, str]:
@@ -214,7 +203,9 @@ PATCHES: tuple[Patch, ...] = (
         "bare service response, about 1 KiB a task smaller than AWS.",
         test=_TESTS + "test_an_invoke_result_carries_the_executed_version_and_the_sdk_metadata",
         install=lambda i: i.replace(_Service, "_after_eval_execution", _after_eval_execution),
-        fits=lambda: gone(_Service, "_after_eval_execution"),
+        fits=lambda: takes(
+            _original_after, "self", "env", "resource_runtime_part", "normalised_parameters"
+        ),
     ),
     Patch(
         name="integration errors as AWS names them",
