@@ -61,16 +61,29 @@ def _machine(sfn: Any, definition: dict[str, Any], name: str = "m") -> str:
 @reproduces(
     "JSONata as Step Functions evaluates it",
     "evaluation failures in the history",
-    "string literals decoded as JSON",
 )
 def test_jsonata_is_not_evaluated(run: Run) -> None:
     # AWS: Output "{% 1 + 2 %}" gives 3. moto leaves its JSONata hook unset (it expects
-    # a JVM), so every JSONata state fails; the patches that refine JSONata's
-    # evaluation (failures, string literals) can only be shown once this one is fixed.
+    # a JVM), so every JSONata state fails; the patch that refines JSONata's
+    # evaluation failures can only be shown once this one is fixed.
     states = {"P": {"Type": "Pass", "Output": "{% 1 + 2 %}", "End": True}}
     result = run({"QueryLanguage": "JSONata", "StartAt": "P", "States": states})
     assert (result["status"], result["error"]) == ("FAILED", "States.Runtime")
     assert "'NoneType' object is not callable" in result["cause"]
+
+
+@reproduces("string literals decoded as JSON")
+def test_an_assigned_string_literal_keeps_its_json_escape(sfn: Any) -> None:
+    # A definition is JSON (RFC 8259: "a\/b" is a/b), assignedVariables {"v": "\"a/b\""}; the
+    # escape in Assign on AWS is not verified (LocalStack's BASE_CONSTANT_LITERALS has none).
+    states = {"A": {"Type": "Pass", "Assign": {"v": "a/b"}, "End": True}}
+    definition = json.dumps({"StartAt": "A", "States": states}).replace("a/b", "a\\/b")
+    machine = sfn.create_state_machine(name="escaped", definition=definition, roleArn=ROLE)
+    arn = sfn.start_execution(stateMachineArn=machine["stateMachineArn"])["executionArn"]
+    _described_at_its_end(sfn, arn)
+    events = sfn.get_execution_history(executionArn=arn)["events"]
+    [exited] = [e["stateExitedEventDetails"] for e in events if e["type"] == "PassStateExited"]
+    assert exited["assignedVariables"] == {"v": '"a\\/b"'}
 
 
 @reproduces("a failed Parallel branch as AWS records it")
