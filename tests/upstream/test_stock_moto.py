@@ -59,22 +59,34 @@ def _machine(sfn: Any, definition: dict[str, Any], name: str = "m") -> str:
 
 
 @reproduces(
-    "JSONata by jsonata 2.0.6",
-    "JSONata expressions as Step Functions evaluates them",
+    "JSONata as Step Functions evaluates it",
     "evaluation failures in the history",
-    "string literals decoded as JSON",
 )
 def test_jsonata_is_not_evaluated(run: Run) -> None:
     # AWS: Output "{% 1 + 2 %}" gives 3. moto leaves its JSONata hook unset (it expects
-    # a JVM), so every JSONata state fails; the patches that refine JSONata's
-    # evaluation (failures, string literals) can only be shown once this one is fixed.
+    # a JVM), so every JSONata state fails; the patch that refines JSONata's
+    # evaluation failures can only be shown once this one is fixed.
     states = {"P": {"Type": "Pass", "Output": "{% 1 + 2 %}", "End": True}}
     result = run({"QueryLanguage": "JSONata", "StartAt": "P", "States": states})
     assert (result["status"], result["error"]) == ("FAILED", "States.Runtime")
     assert "'NoneType' object is not callable" in result["cause"]
 
 
-@reproduces("Parallel branch errors")
+@reproduces("string literals decoded as JSON")
+def test_an_assigned_string_literal_keeps_its_json_escape(sfn: Any) -> None:
+    # A definition is JSON (RFC 8259: "a\/b" is a/b), assignedVariables {"v": "\"a/b\""}; the
+    # escape in Assign on AWS is not verified (LocalStack's BASE_CONSTANT_LITERALS has none).
+    states = {"A": {"Type": "Pass", "Assign": {"v": "a/b"}, "End": True}}
+    definition = json.dumps({"StartAt": "A", "States": states}).replace("a/b", "a\\/b")
+    machine = sfn.create_state_machine(name="escaped", definition=definition, roleArn=ROLE)
+    arn = sfn.start_execution(stateMachineArn=machine["stateMachineArn"])["executionArn"]
+    _described_at_its_end(sfn, arn)
+    events = sfn.get_execution_history(executionArn=arn)["events"]
+    [exited] = [e["stateExitedEventDetails"] for e in events if e["type"] == "PassStateExited"]
+    assert exited["assignedVariables"] == {"v": '"a\\/b"'}
+
+
+@reproduces("a failed Parallel branch as AWS records it")
 def test_a_parallel_branch_failing_with_a_states_error_is_not_caught(run: Run) -> None:
     # AWS: the Parallel state fails with States.Timeout and its Catch takes it.
     branch = {"StartAt": "F", "States": {"F": {"Type": "Fail", "Error": "States.Timeout"}}}
@@ -131,7 +143,7 @@ def test_an_express_execution_has_the_standard_arn(sfn: Any) -> None:
     assert arn == "arn:aws:states:us-east-1:123456789012:execution:fast:run"
 
 
-@reproduces("state names unique in the whole definition", "Step Functions error names")
+@reproduces("definitions judged as CreateStateMachine judges them")
 def test_a_state_name_used_twice_is_accepted(sfn: Any) -> None:
     # AWS: InvalidDefinition (DUPLICATE_STATE_NAME) for the branch's "A", and a refused
     # definition's error is named InvalidDefinition; moto names none.
@@ -144,7 +156,7 @@ def test_a_state_name_used_twice_is_accepted(sfn: Any) -> None:
     assert refused.value.response["Error"]["Code"] == ""
 
 
-@reproduces("each definition parsed on its own")
+@reproduces("definitions judged as CreateStateMachine judges them")
 def test_a_refused_jsonata_definition_makes_the_next_jsonpath_one_refused(sfn: Any) -> None:
     # AWS: each definition is judged alone; the second one is valid JSONPath.
     states = {"P": {"Type": "Pass", "ResultPath": "$.x", "End": True}}
@@ -167,7 +179,7 @@ _MISSING_OBJECT = {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:s3:getO
                    "Parameters": {"Bucket": "missing", "Key": "k"}, "End": True}  # fmt: skip
 
 
-@reproduces("a failed Parallel branch aborts its state", "aws-sdk errors named for the service")
+@reproduces("a failed Parallel branch as AWS records it", "integration errors as AWS names them")
 def test_a_failed_sdk_task_is_named_s3_and_its_branch_not_aborted(run: Run) -> None:
     # AWS: S3.NoSuchBucketException; in a Parallel branch, TaskFailed then TaskStateAborted.
     alone = run({"StartAt": "T", "States": {"T": _MISSING_OBJECT}})
@@ -179,7 +191,7 @@ def test_a_failed_sdk_task_is_named_s3_and_its_branch_not_aborted(run: Run) -> N
     assert kinds[kinds.index("TaskFailed") + 1] == "ParallelStateFailed"
 
 
-@reproduces("a missing function named with $LATEST")
+@reproduces("integration errors as AWS names them")
 def test_a_missing_function_is_named_without_latest(run: Run) -> None:
     # AWS: "Function not found: arn:aws:lambda:...:function:nope:$LATEST (Service: AWSLambda; ...".
     task = {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke",
@@ -210,14 +222,14 @@ def test_a_put_item_task_result_has_no_sdk_metadata(run: Run) -> None:
     assert json.loads(run(_put({"pk": {"S": "a"}}))["output"]) == {}
 
 
-@reproduces("DynamoDB validation errors as a dynamodb task meets them")
+@reproduces("integration errors as AWS names them")
 def test_a_put_item_refused_in_validation_is_a_validation_exception(run: Run) -> None:
     # AWS: DynamoDB.AmazonDynamoDBException, "One or more parameter values were invalid: ...".
     _table()
     assert run(_put({"other": {"S": "a"}}))["error"] == "DynamoDB.ValidationException"
 
 
-@reproduces("SQS errors with the SDK's details")
+@reproduces("integration errors as AWS names them")
 def test_send_message_without_a_body_is_a_runtime_error(run: Run) -> None:
     # AWS: SQS.AmazonSQSException naming the service, status, error code and request id.
     queue = boto3.client("sqs", region_name="us-east-1").create_queue(QueueName="q")["QueueUrl"]
@@ -239,21 +251,21 @@ def test_an_output_holding_the_context_objects_execution_cannot_be_described(sfn
         _described_at_its_end(sfn, arn)
 
 
-@reproduces("DescribeExecution's inputDetails and redrive fields")
+@reproduces("executions as the Step Functions API answers for them")
 def test_describe_execution_has_no_input_details_nor_redrive_fields(run: Run) -> None:
     # AWS: inputDetails {"included": true}, redriveCount 0, redriveStatus NOT_REDRIVABLE.
     described = run({"StartAt": "P", "States": PASS})
     assert {"inputDetails", "redriveCount", "redriveStatus"}.isdisjoint(described)
 
 
-@reproduces("EXPRESS executions are not described")
+@reproduces("executions as the Step Functions API answers for them")
 def test_an_express_execution_is_described(run: Run) -> None:
     # AWS: InvalidArn, "Invalid Arn: 'Resource type not valid in this context: express'"
     # (test_sfn_api_express.snapshot.json, test_start_async_describe_history_execution).
     assert run({"StartAt": "P", "States": PASS}, kind="EXPRESS")["status"] == "SUCCEEDED"
 
 
-@reproduces("EXPRESS executions are not listed nor their history read")
+@reproduces("executions as the Step Functions API answers for them")
 def test_an_express_execution_is_listed_and_its_history_read(run: Run, sfn: Any) -> None:
     # AWS: GetExecutionHistory answers InvalidArn, "Invalid Arn: 'Resource type not valid
     # in this context: express'"; ListExecutions of an EXPRESS state machine answers
