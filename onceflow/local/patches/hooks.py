@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import json
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,14 +77,12 @@ class RecordedRequest:
 class RequestLog:
     """What the local services were asked, for effect counting and cost models."""
 
-    enabled: bool = True
     requests: list[RecordedRequest] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, request: RecordedRequest) -> None:
-        if self.enabled:
-            with self._lock:
-                self.requests.append(request)
+        with self._lock:
+            self.requests.append(request)
 
     def snapshot(self) -> list[RecordedRequest]:
         with self._lock:
@@ -271,35 +270,23 @@ def _install_clock(installer: Installer) -> None:
 
 
 def _clock_fits() -> list[str]:
-    import inspect
-
-    problems = []
+    problems = takes(retrier_decl.RetrierDecl._eval_body, "self", "env")
+    problems += [p for state_class in _STATE_CLASSES for p in gone(state_class, "_eval_execution")]
     if "time.sleep(interval_seconds)" not in inspect.getsource(retrier_decl):
         problems.append("moto's retrier no longer sleeps through time.sleep")
-    if "program_state_event.wait" not in inspect.getsource(
-        wait_function.WaitFunction._wait_interval
-    ):
+    if "program_state_event.wait" not in inspect.getsource(wait_function.WaitFunction):
         problems.append("moto's Wait no longer waits on program_state_event")
-    if list(inspect.signature(retrier_decl.RetrierDecl._eval_body).parameters) != ["self", "env"]:
-        problems.append("moto's RetrierDecl._eval_body no longer takes (self, env)")
-    for state_class in _STATE_CLASSES:
-        if "_eval_execution" not in vars(state_class):
-            problems.append(f"{state_class.__name__}._eval_execution is gone")
     return problems
 
 
 # --------------------------------------------------------------------------
-# Requests. A call an engine's client makes (its own, a handler's, a state's
-# through moto's Step Functions parser: each made from a botocore session that
-# takes botocore's BUILTIN_HANDLERS, where the registry puts these) meets the
-# request-level concerns in the order of botocore's own events for one call
-# (https://docs.aws.amazon.com/botocore/latest/topics/events.html):
-#   before-call        IAM (iam.py): a denied call is answered there, never sent;
-#   before-send        moto's BotocoreStubber, each attempt: an injected fault
-#                      answers in moto's place, else moto answers, one request at
-#                      a time (Stages.serialise, the fidelity patch);
-#   response-received  the request log: what each attempt was answered;
-#   after-call         IAM: a missing S3 object hidden from a caller who may not list.
+# Requests: each concern on the botocore event that fits it, met in botocore's
+# order for one call (https://docs.aws.amazon.com/botocore/latest/topics/events.html):
+#   before-call        IAM (iam.py): a denied call is answered, never sent;
+#   before-send        moto's handler, each attempt: an injected fault answers in
+#                      moto's place, else moto, under Stages.serialise;
+#   response-received  the request log: each attempt's answer;
+#   after-call.s3      IAM: a missing object hidden from who may not list.
 # --------------------------------------------------------------------------
 
 ENGINE_SERVICES = ("dynamodb", "sqs", "s3")  # whose requests are logged and may be faulted
@@ -343,13 +330,8 @@ def answered(model: Any, url: str, response: tuple[int, Any, Any]) -> tuple[AWSR
 
 
 def _faulted(original: Any) -> Any:
-    """moto's before-send handler, an engine's injected faults answering in its place.
-
-    No public hook can hold this: botocore calls every before-send handler and
-    moto's answers whatever an earlier one returned, so a fault there would still
-    reach moto (the write done, the caller told it failed); before-call answers
-    once for a whole call, where AWS answers (and the SDK retries) each attempt.
-    The same holds for the lock around moto's work (Stages.serialise)."""
+    """moto's before-send handler, an engine's injected faults answering in its place
+    (no event can: docs/local-engine.md, "The request-level concerns")."""
 
     def stub(stubber: Any, event_name: str, request: Any, **kwargs: Any) -> Any:
         _, service, operation = event_name.split(".", 2)
@@ -397,15 +379,6 @@ def _log_fits() -> list[str]:
     ]
 
 
-@contextmanager
-def _as_no_role(env: Any) -> Iterator[None]:
-    yield
-
-
-def _pass(request: Any, answer: Callable[[], Any]) -> Any:
-    return answer()
-
-
 class Stages:
     """Slots other patches fill where no public hook can hold their concern.
 
@@ -415,8 +388,13 @@ class Stages:
     machine's role (onceflow/local/iam.py).
     """
 
-    serialise = staticmethod(_pass)
-    machine_role = staticmethod(_as_no_role)
+    @staticmethod
+    def serialise(request: Any, answer: Callable[[], Any]) -> Any:
+        return answer()
+
+    @staticmethod
+    def machine_role(env: Any) -> AbstractContextManager[None]:
+        return nullcontext()
 
 
 def _install_faults(installer: Installer) -> None:
@@ -425,8 +403,7 @@ def _install_faults(installer: Installer) -> None:
 
 
 def stubber_fits() -> list[str]:
-    stub = botocore_stubber.BotocoreStubber
-    return takes(stub.__call__, "self", "event_name", "request") + gone(stub, "__call__")
+    return takes(botocore_stubber.BotocoreStubber.__call__, "self", "event_name", "request")
 
 
 # --------------------------------------------------------------------------
@@ -482,8 +459,6 @@ def _install_signals(installer: Installer) -> None:
 
 
 def _signals_fits() -> list[str]:
-    import inspect
-
     logic = inspect.getsource(execution_worker.ExecutionWorker._execution_logic)
     if "self._execution_communication.terminated()" not in logic:
         return ["moto's execution worker no longer ends with terminated()"]
