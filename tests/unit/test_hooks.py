@@ -9,6 +9,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from botocore.handlers import BUILTIN_HANDLERS
@@ -29,12 +30,7 @@ def state() -> Iterator[patches.EngineState]:
     patches.install(state)
     try:
         with mock_aws(), hooks.working_for(state):
-            client("dynamodb").create_table(
-                TableName=TABLE,
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                BillingMode="PAY_PER_REQUEST",
-            )
+            create_ledger(client("dynamodb"))
             state.requests.clear()
             yield state
     finally:
@@ -48,6 +44,15 @@ def client(service: str, attempts: int = 1) -> Any:
     )
     config = Config(retries={"mode": "standard", "total_max_attempts": attempts})
     return session.client(service, config=config)  # type: ignore[call-overload]
+
+
+def create_ledger(ledger: Any) -> None:
+    ledger.create_table(
+        TableName=TABLE,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
 
 
 def put(ledger: Any, pk: str) -> Any:
@@ -158,3 +163,27 @@ def test_the_handlers_are_registered_while_an_engine_runs_and_only_then() -> Non
         patches.uninstall(state)
     # and when they are taken away, botocore's list is as it was
     assert before == BUILTIN_HANDLERS
+
+
+def test_an_answer_on_before_send_still_reaches_stock_moto() -> None:
+    # GIVEN stock moto (no engine patches) and a before-send handler ahead of moto's,
+    # answering a PutItem with a throttle, as a fault on the public event would
+    from moto.core.botocore_stubber import MockRawResponse
+
+    def throttle(request: Any, **_: Any) -> Any:
+        status, headers, body = patches.dynamodb_error("ThrottlingException", "injected")
+        return AWSResponse(request.url, status, headers, MockRawResponse(body))
+
+    with mock_aws():
+        ledger = client("dynamodb")
+        create_ledger(ledger)
+        ledger.meta.events.register_first("before-send.dynamodb.PutItem", throttle)
+        # WHEN the PutItem is made
+        with pytest.raises(ClientError) as throttled:
+            put(ledger, "a")
+        # THEN the caller hears the throttle, and yet moto wrote the item: botocore calls
+        # every before-send handler, and moto's answers whatever an earlier one returned.
+        # This is why faults replace moto's handler instead (docs/local-engine.md); if
+        # this fails, moto honours an earlier answer and the replacement can go.
+        assert throttled.value.response["Error"]["Code"] == "ThrottlingException"
+        assert ledger.scan(TableName=TABLE)["Count"] == 1
