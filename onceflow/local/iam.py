@@ -657,7 +657,6 @@ def _machine_principal(arn: str) -> Principal | None:
 
 
 _SENT = "onceflow_iam_request"  # the request context's view of what a checked call sends
-_REQUEST_FIELDS = ("url", "method", "headers", "body")  # of botocore's request dict
 
 
 def _refused(model: Any, params: Any, context: Any, **_: Any) -> Any:
@@ -666,7 +665,7 @@ def _refused(model: Any, params: Any, context: Any, **_: Any) -> Any:
     principal = IDENTITY.get()
     if principal is None:  # the engine, a test, the CLI: the operator's credentials
         return None
-    request = context[_SENT] = SimpleNamespace(**{k: params[k] for k in _REQUEST_FIELDS})
+    request = context[_SENT] = SimpleNamespace(**params)  # botocore's url, method, headers, body
     refused = check_request(principal, request, lambda: None)
     return None if refused is None else hooks.answered(model, request.url, refused)
 
