@@ -187,3 +187,23 @@ def test_an_answer_on_before_send_still_reaches_stock_moto() -> None:
         # this fails, moto honours an earlier answer and the replacement can go.
         assert throttled.value.response["Error"]["Code"] == "ThrottlingException"
         assert ledger.scan(TableName=TABLE)["Count"] == 1
+
+
+def test_a_default_session_kept_from_one_engine_to_the_next_logs_each_call_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN boto3's default session made while one engine runs, and kept after it (an
+    # outer mock_aws: an engine's own would not reset the default session)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    with mock_aws():
+        for name in ("first", "second"):
+            state = patches.EngineState(name=name)
+            patches.install(state)
+            try:
+                # WHEN a client of that session makes a call for each engine in turn
+                with hooks.working_for(state):
+                    boto3.client("sqs", region_name="us-east-1").list_queues()
+                # THEN each engine logs it once: the handlers are on that session once
+                assert logged(state) == [("sqs", "ListQueues", 200)]
+            finally:
+                patches.uninstall(state)

@@ -161,8 +161,11 @@ class Installer:
         while self.registered:
             event, handler, session = self.registered.pop()
             BUILTIN_HANDLERS.remove((event, handler))
-            if session is not None:
-                session.events.unregister(event, handler)
+            # and from a default session made since, which took them from BUILTIN_HANDLERS:
+            # kept, it would have them twice once they are registered again
+            for made in (session, boto3.DEFAULT_SESSION):
+                if made is not None:
+                    made.events.unregister(event, handler)
         left: list[str] = []
         while self.done:
             owner, name, before_raw, ours = self.done.pop()
