@@ -295,24 +295,19 @@ _OBJECT = "onceflow_object"  # the request context's (bucket, key), for the log
 
 def dynamodb_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
     """A DynamoDB error response (JSON protocol), e.g. ProvisionedThroughputExceededException."""
-    body = json.dumps({"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": message})
-    headers = {
-        "x-amzn-ErrorType": code,
-        "x-amzn-RequestId": str(uuid.uuid4()),  # as every DynamoDB response has
-        "Content-Type": "application/x-amz-json-1.0",
-    }
-    return 400, headers, body
+    kind = f"com.amazonaws.dynamodb.v20120810#{code}"
+    return _json_error(kind, message, "x-amzn-ErrorType", code)
 
 
 def sqs_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
     """An SQS error response (JSON protocol), e.g. KmsAccessDenied on SendMessage."""
-    body = json.dumps({"__type": f"com.amazonaws.sqs#{code}", "message": message})
-    headers = {
-        "x-amzn-query-error": f"{code};Sender",
-        "x-amzn-RequestId": str(uuid.uuid4()),
-        "Content-Type": "application/x-amz-json-1.0",
-    }
-    return 400, headers, body
+    return _json_error(f"com.amazonaws.sqs#{code}", message, "x-amzn-query-error", f"{code};Sender")
+
+
+def _json_error(kind: str, message: str, *header: str) -> tuple[int, dict[str, str], str]:
+    headers = {header[0]: header[1], "Content-Type": "application/x-amz-json-1.0"}
+    headers["x-amzn-RequestId"] = str(uuid.uuid4())  # as every such response has
+    return 400, headers, json.dumps({"__type": kind, "message": message})
 
 
 def _http(url: str, response: tuple[int, Any, Any]) -> AWSResponse:
