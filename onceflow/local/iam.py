@@ -25,13 +25,16 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 from xml.sax.saxutils import escape
 
+from botocore.client import BaseClient
+
 from onceflow.local.lambdas import InProcessRuntime
 from onceflow.local.patches import hooks
-from onceflow.local.patches.registry import Installer, Patch
+from onceflow.local.patches.registry import Installer, Patch, emits
 from onceflow.local.template import Stack, TemplateError
 
 Response = tuple[int, dict[str, str], Any]
@@ -476,12 +479,33 @@ def _machine_principal(arn: str) -> Principal | None:
     return None
 
 
-def _checked(request: Any, answer: Callable[[], Any]) -> Any:
-    """The request stage (hooks.REQUEST_STAGES): a call made with an identity is checked."""
+_SENT = "onceflow_iam_request"  # the request context's view of what a checked call sends
+
+
+def _refused(model: Any, params: Any, context: Any, **_: Any) -> Any:
+    """before-call: a call made with an identity is checked before botocore sends it; a
+    denied one is answered there, in the service's place, and never sent."""
     principal = IDENTITY.get()
     if principal is None:  # the engine, a test, the CLI: the operator's credentials
-        return answer()
-    return check_request(principal, request, answer)
+        return None
+    request = context[_SENT] = SimpleNamespace(**params)  # botocore's url, method, headers, body
+    refused = check_request(principal, request, lambda: None)
+    return None if refused is None else hooks.answered(model, request.url, refused)
+
+
+def _hidden(http_response: Any, parsed: Any, model: Any, context: Any, **_: Any) -> None:
+    """after-call.s3: the answer to a checked call as check_request gives it (a missing
+    object is hidden from a caller who may not list the bucket)."""
+    principal, request = IDENTITY.get(), context.get(_SENT)
+    if principal is None or request is None or http_response.status_code != 404:
+        return
+    sent = (404, http_response.headers, http_response.content)
+    response = check_request(principal, request, lambda: sent)
+    if response is not sent and response is not None:
+        http, parsed_again = hooks.answered(model, request.url, response)
+        http_response.status_code = http.status_code
+        parsed.clear()
+        parsed.update(parsed_again)
 
 
 @contextmanager
@@ -495,16 +519,18 @@ def _as_its_machine(env: Any) -> Iterator[None]:
 
 
 def _install(installer: Installer) -> None:
-    installer.replace(hooks.Stages, "iam", staticmethod(_checked))
+    installer.register("before-call", _refused)
+    installer.register("after-call.s3", _hidden)
     installer.replace(hooks.Stages, "machine_role", staticmethod(_as_its_machine))
 
 
 def _fits() -> list[str]:
     from moto.stepfunctions.parser.asl.eval import states
 
+    moved = emits(getattr(BaseClient, "_make_api_call"), "before-call", "after-call")  # noqa: B009
     if "StateMachine" not in states.ContextObjectData.__annotations__:
-        return ["moto's context object no longer names its StateMachine"]
-    return []
+        moved.append("moto's context object no longer names its StateMachine")
+    return moved
 
 
 PATCHES = (

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import json
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
+from botocore import client, endpoint
+from botocore.awsrequest import AWSResponse
+from botocore.endpoint import convert_to_response_dict
+from botocore.parsers import create_parser
 from moto.awslambda import models as lambda_models
 from moto.core import botocore_stubber
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
@@ -39,7 +42,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.backend import execution_worker
 
-from onceflow.local.patches.registry import Installer, Patch, gone, takes
+from onceflow.local.patches.registry import Installer, Patch, emits, gone, takes
 
 # --------------------------------------------------------------------------
 # One engine's state, and which engine a call is for
@@ -74,14 +77,12 @@ class RecordedRequest:
 class RequestLog:
     """What the local services were asked, for effect counting and cost models."""
 
-    enabled: bool = True
     requests: list[RecordedRequest] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, request: RecordedRequest) -> None:
-        if self.enabled:
-            with self._lock:
-                self.requests.append(request)
+        with self._lock:
+            self.requests.append(request)
 
     def snapshot(self) -> list[RecordedRequest]:
         with self._lock:
@@ -269,168 +270,135 @@ def _install_clock(installer: Installer) -> None:
 
 
 def _clock_fits() -> list[str]:
-    import inspect
-
-    problems = []
+    problems = takes(retrier_decl.RetrierDecl._eval_body, "self", "env")
+    problems += [p for state_class in _STATE_CLASSES for p in gone(state_class, "_eval_execution")]
     if "time.sleep(interval_seconds)" not in inspect.getsource(retrier_decl):
         problems.append("moto's retrier no longer sleeps through time.sleep")
-    if "program_state_event.wait" not in inspect.getsource(
-        wait_function.WaitFunction._wait_interval
-    ):
+    if "program_state_event.wait" not in inspect.getsource(wait_function.WaitFunction):
         problems.append("moto's Wait no longer waits on program_state_event")
-    if list(inspect.signature(retrier_decl.RetrierDecl._eval_body).parameters) != ["self", "env"]:
-        problems.append("moto's RetrierDecl._eval_body no longer takes (self, env)")
-    for state_class in _STATE_CLASSES:
-        if "_eval_execution" not in vars(state_class):
-            problems.append(f"{state_class.__name__}._eval_execution is gone")
     return problems
 
 
 # --------------------------------------------------------------------------
-# The request log and injected faults: every request into the DynamoDB, S3 and
-# SQS backends is recorded in its engine's log, after its engine's faults had
-# their chance to answer instead.
+# Requests: each concern on the botocore event that fits it, met in botocore's
+# order for one call (https://docs.aws.amazon.com/botocore/latest/topics/events.html):
+#   before-call        IAM (iam.py): a denied call is answered, never sent;
+#   before-send        moto's handler, each attempt: an injected fault answers in
+#                      moto's place, else moto, under Stages.serialise;
+#   response-received  the request log: each attempt's answer;
+#   after-call.s3      IAM: a missing object hidden from who may not list.
 # --------------------------------------------------------------------------
 
-LOGGED_SERVICE = re.compile(r"^(?:[^/]*\.)?(dynamodb|sqs|s3)[.-]")
-
-
-def describe(request: Any, service: str) -> tuple[str, str, str]:
-    """(operation, bucket, key) of a request, as far as reports need them."""
-    headers = request.headers
-    target = headers.get("X-Amz-Target") or headers.get("x-amz-target")
-    if target:
-        if isinstance(target, bytes):
-            target = target.decode()
-        return target.rsplit(".", 1)[-1], "", ""
-    if service != "s3":
-        return "Unknown", "", ""
-    parts = urlsplit(request.url)
-    host_bucket = parts.netloc.split(".s3", 1)[0] if ".s3" in parts.netloc else ""
-    path = parts.path.lstrip("/")
-    if host_bucket:
-        bucket, key = host_bucket, path
-    else:
-        bucket, _, key = path.partition("/")
-    query = parts.query
-    method = request.method
-    if not key:
-        operation = {"GET": "ListObjects", "PUT": "CreateBucket"}.get(method, method)
-    elif method == "PUT" and not query:
-        operation = "PutObject"
-    elif method == "GET" and not query.startswith(("tagging", "acl", "uploads")):
-        operation = "GetObject"
-    else:
-        operation = f"{method}?{query.split('=', 1)[0]}"
-    return operation, bucket, unquote(key)
+ENGINE_SERVICES = ("dynamodb", "sqs", "s3")  # whose requests are logged and may be faulted
+_OBJECT = "onceflow_object"  # the request context's (bucket, key), for the log
 
 
 def dynamodb_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
     """A DynamoDB error response (JSON protocol), e.g. ProvisionedThroughputExceededException."""
-    body = json.dumps({"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": message})
-    headers = {
-        "x-amzn-ErrorType": code,
-        "x-amzn-RequestId": str(uuid.uuid4()),  # as every DynamoDB response has
-        "Content-Type": "application/x-amz-json-1.0",
-    }
-    return 400, headers, body
+    kind = f"com.amazonaws.dynamodb.v20120810#{code}"
+    return _json_error(kind, message, "x-amzn-ErrorType", code)
 
 
 def sqs_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
     """An SQS error response (JSON protocol), e.g. KmsAccessDenied on SendMessage."""
-    body = json.dumps({"__type": f"com.amazonaws.sqs#{code}", "message": message})
-    headers = {
-        "x-amzn-query-error": f"{code};Sender",
-        "x-amzn-RequestId": str(uuid.uuid4()),
-        "Content-Type": "application/x-amz-json-1.0",
-    }
-    return 400, headers, body
+    return _json_error(f"com.amazonaws.sqs#{code}", message, "x-amzn-query-error", f"{code};Sender")
 
 
-def _injected(
-    state: EngineState, service: str, request: Any
-) -> tuple[int, dict[str, str], str] | None:
-    if not state.faults:
-        return None
-    operation, _, _ = describe(request, service)
-    body = request.body
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body or "")
-    for injector in list(state.faults):
-        response = injector(service, operation, text)
-        if response is not None:
-            return response
-    return None
+def _json_error(kind: str, message: str, *header: str) -> tuple[int, dict[str, str], str]:
+    headers = {header[0]: header[1], "Content-Type": "application/x-amz-json-1.0"}
+    headers["x-amzn-RequestId"] = str(uuid.uuid4())  # as every such response has
+    return 400, headers, json.dumps({"__type": kind, "message": message})
 
 
-def _faults_and_log(request: Any, answer: Callable[[], Any]) -> Any:
-    match = LOGGED_SERVICE.match(urlsplit(request.url).netloc)
-    state = current() if match is not None else None
-    if match is None or state is None:
-        return answer()
-    service = match.group(1)
-    response = _injected(state, service, request) or answer()
-    if response is not None:
-        operation, bucket, key = describe(request, service)
-        state.requests.add(RecordedRequest(service, operation, response[0], bucket, key))
-    return response
+def _http(url: str, response: tuple[int, Any, Any]) -> AWSResponse:
+    status, headers, body = response  # as moto's BotocoreStubber builds its answers
+    return AWSResponse(url, status, headers, botocore_stubber.MockRawResponse(body))
 
 
-def _pass(request: Any, answer: Callable[[], Any]) -> Any:
-    return answer()
+def answered(model: Any, url: str, response: tuple[int, Any, Any]) -> tuple[AWSResponse, Any]:
+    """(http response, parsed) for a before-call handler to return: the service's
+    answer as botocore would have parsed it had it been sent (botocore's own
+    Stubber answers a call there, in the service's place)."""
+    http = _http(url, response)
+    parser = create_parser(model.service_model.resolved_protocol)
+    return http, parser.parse(convert_to_response_dict(http, model), model.output_shape)
 
 
-@contextmanager
-def _as_no_role(env: Any) -> Iterator[None]:
-    yield
+def _faulted(original: Any) -> Any:
+    """moto's before-send handler, an engine's injected faults answering in its place
+    (no event can: docs/local-engine.md, "The request-level concerns")."""
+
+    def stub(stubber: Any, event_name: str, request: Any, **kwargs: Any) -> Any:
+        _, service, operation = event_name.split(".", 2)
+        state = current() if stubber.enabled and service in ENGINE_SERVICES else None
+        if state is not None and state.faults:
+            body = request.body
+            text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body or "")
+            for injector in list(state.faults):
+                fault = injector(service, operation, text)
+                if fault is not None:
+                    return _http(request.url, fault)
+        answer = functools.partial(original, stubber, event_name, request, **kwargs)
+        return Stages.serialise(request, answer)
+
+    return stub
+
+
+def _logged(event_name: str, response_dict: Any, context: Any, **kwargs: Any) -> None:
+    """response-received.{dynamodb,sqs,s3}: each attempt's answer, a fault's or moto's,
+    in the log of the engine whose work the call is (none sent: nothing logged)."""
+    state = current()
+    if state is not None and response_dict is not None:
+        _, service, operation = event_name.split(".", 2)
+        bucket, key = context.get(_OBJECT, ("", ""))
+        state.requests.add(
+            RecordedRequest(service, operation, response_dict["status_code"], bucket, key)
+        )
+
+
+def _object(params: Any, context: Any, **_: Any) -> None:
+    """before-parameter-build.s3: the bucket and key a call names, for the log."""
+    context[_OBJECT] = (params.get("Bucket", ""), params.get("Key", ""))
+
+
+def _install_log(installer: Installer) -> None:
+    installer.register("before-parameter-build.s3", _object)
+    for service in ENGINE_SERVICES:
+        installer.register(f"response-received.{service}", _logged)
+
+
+def _log_fits() -> list[str]:
+    return [
+        *emits(getattr(client.BaseClient, "_emit_api_params"), "before-parameter-build"),  # noqa: B009
+        *emits(getattr(endpoint.Endpoint, "_get_response"), "response-received"),  # noqa: B009
+    ]
 
 
 class Stages:
-    """The request-level concerns around moto's answer to one request, in ORDER
-    (outermost first), each ``stage(request, answer)`` calling ``answer()`` to go on:
+    """Slots other patches fill where no public hook can hold their concern.
 
-    - ``iam``: a call made as a role is checked; a denied one never reaches moto
-      (onceflow/local/iam.py puts it in place);
-    - ``serialise``: DynamoDB, S3 and SQS requests are served one at a time (the
-      fidelity patch "atomic single-item writes");
-    - ``faults_and_log``: an injected fault answers instead of moto; what was
-      answered goes to the engine's request log.
-
-    botocore's own ``before-send`` event cannot hold them: botocore calls every
-    handler of it and moto's handler answers whatever an earlier one returned, so
-    no handler there can answer in moto's place or hold a lock around its work.
-    They live in one replacement of moto's process_request instead, the order
-    this list, each stage a slot the registry fills and empties.
-
-    ``machine_role`` is the IAM slot of a state's work: each task, Map and Parallel
-    state (already wrapped to work for its engine) runs as its machine's role.
+    ``serialise(request, answer)``: around moto's answer to each request (the
+    fidelity patch "atomic single-item writes": DynamoDB, S3 and SQS one at a
+    time); ``machine_role(env)``: around a state's work, which runs as its
+    machine's role (onceflow/local/iam.py).
     """
 
-    machine_role = staticmethod(_as_no_role)
-    iam = staticmethod(_pass)
-    serialise = staticmethod(_pass)
-    faults_and_log = staticmethod(_faults_and_log)
-
-
-ORDER = ("iam", "serialise", "faults_and_log")
-
-
-def _through_stages(original: Any) -> Any:
-    def process_request(stubber: Any, request: Any) -> Any:
-        answer = functools.partial(original, stubber, request)
-        for name in reversed(ORDER):
-            answer = functools.partial(getattr(Stages, name), request, answer)
+    @staticmethod
+    def serialise(request: Any, answer: Callable[[], Any]) -> Any:
         return answer()
 
-    return process_request
+    @staticmethod
+    def machine_role(env: Any) -> AbstractContextManager[None]:
+        return nullcontext()
 
 
-def _install_stages(installer: Installer) -> None:
+def _install_faults(installer: Installer) -> None:
     stubber = botocore_stubber.BotocoreStubber
-    installer.replace(stubber, "process_request", _through_stages(stubber.process_request))
+    installer.replace(stubber, "__call__", _faulted(stubber.__call__))
 
 
 def stubber_fits() -> list[str]:
-    return takes(botocore_stubber.BotocoreStubber.process_request, "self", "request")
+    return takes(botocore_stubber.BotocoreStubber.__call__, "self", "event_name", "request")
 
 
 # --------------------------------------------------------------------------
@@ -486,8 +454,6 @@ def _install_signals(installer: Installer) -> None:
 
 
 def _signals_fits() -> list[str]:
-    import inspect
-
     logic = inspect.getsource(execution_worker.ExecutionWorker._execution_logic)
     if "self._execution_communication.terminated()" not in logic:
         return ["moto's execution worker no longer ends with terminated()"]
@@ -505,13 +471,22 @@ PATCHES = (
         fits=_clock_fits,
     ),
     Patch(
-        name="request stages",
+        name="request log",
         kind="hook",
-        why="One place for the request-level concerns (Stages, in ORDER: IAM, one request "
-        "at a time, faults, then the request log behind the effect counts and the "
-        "bench's bill).",
-        test="tests/unit/test_patch_layer.py::test_two_engines_keep_their_own_clock_log_and_faults",
-        install=_install_stages,
+        why="Each attempt's answer to a DynamoDB, S3 or SQS call goes to its engine's log "
+        "(effect counts, the bench's bill), on botocore's public response-received event.",
+        test="tests/unit/test_hooks.py::test_each_concern_meets_a_call_in_botocores_order",
+        install=_install_log,
+        fits=_log_fits,
+    ),
+    Patch(
+        name="injected faults",
+        kind="hook",
+        why="An engine's fault injectors answer a DynamoDB, S3 or SQS request in moto's "
+        "place, each attempt; no public hook can (moto's before-send handler answers "
+        "whatever an earlier one returned), so moto's handler is replaced.",
+        test="tests/unit/test_hooks.py::test_each_concern_meets_a_call_in_botocores_order",
+        install=_install_faults,
         fits=stubber_fits,
     ),
     Patch(

@@ -27,6 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import boto3
+from botocore.handlers import BUILTIN_HANDLERS
+
 # hook: the engine's instruments; fidelity: moto made to do what AWS does; limit:
 # AWS's quotas (onceflow/local/limits/); iam: the template's roles
 # (onceflow/local/iam.py); meter: the bench's DynamoDB meter; speedup: moto faster.
@@ -82,6 +85,12 @@ def takes(function: Any, *parameters: str) -> list[str]:
     return [f"{function.__qualname__} now takes ({now}), not ({was})"]
 
 
+def emits(function: Any, *events: str) -> list[str]:
+    """botocore events a hook is registered on that function no longer emits."""
+    source = inspect.getsource(function)
+    return [f"{function.__qualname__} no longer emits {e}" for e in events if f"{e}." not in source]
+
+
 @dataclass(frozen=True)
 class Patch:
     """One change to moto or botocore.
@@ -122,9 +131,21 @@ _ABSENT = object()
 
 @dataclass
 class Installer:
-    """Puts replacements in place and remembers what was there, to undo it."""
+    """Puts replacements in place and registers botocore event handlers, and
+    remembers what was there, to undo it."""
 
     done: list[tuple[Any, str, Any, Any]] = field(default_factory=list)
+    registered: list[tuple[str, Any, Any]] = field(default_factory=list)
+
+    def register(self, event: str, handler: Callable[..., Any]) -> None:
+        """handler on botocore's event, after the handlers already there, for every
+        session made from now on (botocore's BUILTIN_HANDLERS, where moto registers
+        its BotocoreStubber) and for boto3's default session if one exists."""
+        BUILTIN_HANDLERS.append((event, handler))
+        session = boto3.DEFAULT_SESSION
+        if session is not None:
+            session.events.register(event, handler)
+        self.registered.append((event, handler, session))
 
     def replace(self, owner: Any, name: str, value: Any) -> Any:
         """owner.name = value; returns what owner.name gave before (to delegate to)."""
@@ -137,6 +158,14 @@ class Installer:
     def undo(self) -> list[str]:
         """Put back what was there, newest first; returns what could not be (something
         replaced it again after us and is still there)."""
+        while self.registered:
+            event, handler, session = self.registered.pop()
+            BUILTIN_HANDLERS.remove((event, handler))
+            # and from a default session made since, which took them from BUILTIN_HANDLERS:
+            # kept, it would have them twice once they are registered again
+            for made in (session, boto3.DEFAULT_SESSION):
+                if made is not None:
+                    made.events.unregister(event, handler)
         left: list[str] = []
         while self.done:
             owner, name, before_raw, ours = self.done.pop()
