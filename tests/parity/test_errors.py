@@ -168,6 +168,33 @@ def test_an_undefined_result_names_the_field_once(
     }
 
 
+@pytest.mark.parametrize("kind", ["Pass", "Task"])
+def test_an_evaluation_failure_is_linked_to_what_its_states_entry_follows(
+    run: Run, kind: str
+) -> None:
+    """Recorded: ASSIGN_REFERENCES, TestAssignReferenceVariables::test_undefined_reference
+    [BASE_UNDEFINED_OUTPUT_MULTIPLE_STATES]: the second state entered (#6) after the first's
+    exit (#5), its EvaluationFailed (#7) after #5 too, not after its entry; and
+    [BASE_UNDEFINED_ARGUMENTS]: a first state's EvaluationFailed after event 0, as its entry."""
+    failing: dict[str, Any] = (
+        {"Type": "Pass", "Output": "{% $doesNotExist %}", "End": True}
+        if kind == "Pass"
+        else {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke",
+              "Arguments": {"FunctionName": "{% $doesNotExist %}"}, "End": True}
+    )  # fmt: skip
+    result = run({"State0": {"Type": "Pass", "Next": "State1"}, "State1": failing})
+    by_type = {e["type"]: e for e in result.events}
+    entered, failed = by_type[f"{kind}StateEntered"], by_type["EvaluationFailed"]
+    exited = by_type["PassStateExited"]
+    assert entered["previousEventId"] == exited["id"]
+    assert failed["id"] == entered["id"] + 1
+    assert failed["previousEventId"] == exited["id"]
+    assert by_type["ExecutionFailed"]["previousEventId"] == failed["id"]
+    # AND a first state's failure follows event 0, as its entry does
+    first = run({"State0": failing})
+    assert [e["previousEventId"] for e in first.events[1:3]] == [0, 0]
+
+
 def test_an_expression_that_throws_names_the_field_and_the_error(run: Run) -> None:
     """Recorded: intrinsic_functions/test_math_operations_jsonata.snapshot.json,
     TestMathOperationsJSONata::test_math_random_seeded: "The JSONata expression

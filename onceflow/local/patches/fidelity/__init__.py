@@ -368,7 +368,33 @@ def _execution_details(self: Any) -> Any:
     return details
 
 
+def _evaluation_failed_after_the_entry(original: Any) -> Any:
+    """AWS links an EvaluationFailed event to what the state's entry links to (its
+    previousEventId is the StateEntered event's), not to the entry itself: recorded in
+    LocalStack's test_assign_reference_variables (test_undefined_reference: entered #6
+    after #5, EvaluationFailed #7 after #5) and test_base_scenarios snapshots. A Wait
+    whose timestamp is invalid links to its entry (test_wait_timestamp_jsonata)."""
+
+    def add_event(self: Any, context: Any, event_type: Any, *args: Any, **kwargs: Any) -> int:
+        event_id: int = original(self, context, event_type, *args, **kwargs)
+        if event_type == HistoryEventType.EvaluationFailed:
+            with self._mutex:
+                events = self._history_event_list
+                failed = next(e for e in reversed(events) if e["id"] == event_id)
+                entry = next(
+                    (e for e in reversed(events) if e["id"] == failed["previousEventId"]), None
+                )
+                kind = str(entry["type"]) if entry else ""
+                if entry and kind.endswith("StateEntered") and kind != "WaitStateEntered":
+                    failed["previousEventId"] = entry["previousEventId"]
+        return event_id
+
+    return add_event
+
+
 def _install_evaluation_failures(installer: Installer) -> None:
+    add_event = _evaluation_failed_after_the_entry(EventManager.add_event)
+    installer.replace(EventManager, "add_event", add_event)
     installer.replace(ExecutionState, "_from_error", _from_error)
     failure = FailureEventException
     installer.replace(failure, "get_evaluation_failed_event_details", _evaluation_details)
@@ -379,7 +405,8 @@ def _install_evaluation_failures(installer: Installer) -> None:
 
 def _evaluation_failures_fit() -> list[str]:
     moved = gone(FailureEventException, "get_evaluation_failed_event_details")
-    return moved + uses(EventManager.__init__, "_history_event_list")
+    moved += gone(EventManager, "add_event") + takes(EventManager.add_event, "self", "context")
+    return moved + uses(EventManager.__init__, "_history_event_list", "_mutex")
 
 
 # Parallel: a branch's error, States.* too, reaches Retry and Catch (moto's
@@ -648,8 +675,10 @@ PATCHES = (
         why="A state whose JSONata expression throws leaves an EvaluationFailed event "
         "naming the error and the state (AWS Step Functions API reference, HistoryEvent: "
         "evaluationFailedEventDetails; for Pass and Choice states in particular not "
-        "verified). moto wrote it for Task, Parallel and Map states only, so a caught "
-        "error inside a Parallel branch had no name.",
+        "verified), linked to what the state's entry links to (previousEventId; recorded: "
+        "LocalStack's test_assign_reference_variables and test_base_scenarios snapshots). "
+        "moto wrote it for Task, Parallel and Map states only, so a caught error inside a "
+        "Parallel branch had no name, and linked it to the entry.",
         test=_TESTS + "test_a_pass_state_whose_expression_fails_records_the_evaluation_failure",
         install=_install_evaluation_failures,
         fits=_evaluation_failures_fit,
