@@ -15,9 +15,6 @@ from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader import (
     item_reader_decl,
 )
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import (
-    resource_eval_s3,
-)
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
     distributed_iteration_component as distributed,
 )
@@ -249,19 +246,17 @@ def test_threshold_arithmetic(
 
 
 def test_the_patches_are_undone_when_the_engine_stops() -> None:
-    s3_eval = resource_eval_s3.ResourceEvalS3
+    reader = item_reader_decl.ItemReader
     component = distributed.DistributedIterationComponent
-    before = (vars(s3_eval)["_handle_list_objects_v2"], vars(component)["_map_run"])
+    before = (vars(reader)["_eval_body"], vars(component)["_map_run"])
     with LocalEngine(function_log=io.StringIO(), time_scale=0.0):
-        assert vars(s3_eval)["_handle_list_objects_v2"].__func__ is (
-            distributed_map._list_all_objects
-        )
+        assert vars(reader)["_eval_body"] is not before[0]
         assert vars(component)["_map_run"] is not before[1]
         current = patches.installed()
         assert current is not None
         assert {p.name for p in distributed_map.PATCHES} <= {p.name for p in current.patches}
     assert patches.installed() is None
-    assert (vars(s3_eval)["_handle_list_objects_v2"], vars(component)["_map_run"]) == before
+    assert (vars(reader)["_eval_body"], vars(component)["_map_run"]) == before
 
 
 def test_express_children_run(engine: LocalEngine) -> None:
