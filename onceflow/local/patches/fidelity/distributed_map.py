@@ -23,6 +23,7 @@ import itertools
 import json
 import re
 import threading
+import types
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
@@ -53,33 +54,20 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.re
     reader_config_decl,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
-    distributed_iteration_component as distributed,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
+    distributed_iteration_component,
     iteration_component,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor import (
-    distributed_item_processor as distributed_processor,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor import (
-    distributed_item_processor_worker as distributed_worker,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor import (
-    inline_item_processor_worker as inline_worker,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor import (
+    distributed_item_processor,
+    distributed_item_processor_worker,
+    inline_item_processor_worker,
     map_run_record,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.credentials import (
     StateCredentials,
 )
+from moto.stepfunctions.parser.asl.eval import program_state
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
-from moto.stepfunctions.parser.asl.eval.program_state import (
-    ProgramEnded,
-    ProgramError,
-    ProgramStopped,
-    ProgramTimedOut,
-)
 from moto.stepfunctions.parser.asl.eval.states import ItemData, MapData
 from moto.stepfunctions.parser.asl.parse import asl_parser, preprocessor
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
@@ -88,12 +76,13 @@ from onceflow.local.patches.fidelity import states_of
 from onceflow.local.patches.registry import Installer, Patch, gone, takes
 
 _DOCS = "https://docs.aws.amazon.com/step-functions/latest/dg/"
-_ITEM_READER_PAGE = _DOCS + "input-output-itemreader.html"
+_COMPONENT = distributed_iteration_component.DistributedIterationComponent
+_WORKER = distributed_item_processor_worker.DistributedItemProcessorWorker
 MapRun = Callable[[Any, Any, Any], None]  # DistributedIterationComponent._map_run
 
 
 def _lacks(code: Any, *needed: str) -> list[str]:
-    """What of the moto source a patch relies on is no longer in code's source."""
+    """What a patch relies on (each a piece of code's source) that moto's code no longer has."""
     source = inspect.getsource(code)
     return [f"{code.__qualname__} no longer has {text!r}" for text in needed if text not in source]
 
@@ -103,30 +92,24 @@ def _errors_gone(*names: str) -> list[str]:
 
 
 def map_run_failure(env: Any, error: str, cause: str) -> FailureEventException:
-    """The Map state failing as its Map Run failed (a MapRunFailed event) with error,
-    a StatesErrorNameType member's name."""
+    """The Map state failing as its Map Run failed (a MapRunFailed event); error names
+    a StatesErrorNameType member."""
     error_name = StatesErrorName(typ=StatesErrorNameType[error])
     details = MapRunFailedEventDetails(error=error_name.error_name, cause=cause)
+    event = EventDetails(mapRunFailedEventDetails=details)  # type: ignore[typeddict-item]
     return FailureEventException(
-        failure_event=FailureEvent(
-            env=env,
-            error_name=error_name,
-            event_type=HistoryEventType.MapRunFailed,
-            event_details=EventDetails(mapRunFailedEventDetails=details),  # type: ignore[typeddict-item]
-        )
+        FailureEvent(env, error_name, HistoryEventType.MapRunFailed, event)
     )
 
 
-# --------------------------------------------------------------------------
-# Definitions rewritten before moto's parser reads them; fields set aside.
-# --------------------------------------------------------------------------
+# Definitions rewritten before moto's parser reads them, and fields set aside.
 
 Rewrite = Callable[[dict[str, Any], str], bool]  # (a Map state, its query language): changed?
 
 
 def _rewriting(rewrite: Rewrite) -> Callable[[Installer], None]:
-    """Installs AmazonStateLanguageParser.parse rewriting every Map state (nested ones
-    too) first; text that is not a JSON object goes to moto's parser as it is."""
+    """An install of AmazonStateLanguageParser.parse rewriting every Map state (nested
+    ones too) first; text that is not a JSON object goes to moto's parser as it is."""
 
     def install(installer: Installer) -> None:
         parser = asl_parser.AmazonStateLanguageParser
@@ -138,8 +121,9 @@ def _rewriting(rewrite: Rewrite) -> Callable[[Installer], None]:
             except ValueError:
                 return original(definition)
             if isinstance(document, dict):
-                language = document.get("QueryLanguage", "JSONPath")
-                maps = [s for _, s, _, _ in states_of(document, language) if _is_map(s)]
+                language: str = document.get("QueryLanguage", "JSONPath")
+                maps = [s for _, s, _, _ in states_of(document, language)
+                        if isinstance(s, dict) and s.get("Type") == "Map"]  # fmt: skip
                 if any([rewrite(s, s.get("QueryLanguage", language)) for s in maps]):
                     definition = json.dumps(document, ensure_ascii=False)
             return original(definition)
@@ -149,10 +133,6 @@ def _rewriting(rewrite: Rewrite) -> Callable[[Installer], None]:
     return install
 
 
-def _is_map(state: Any) -> bool:
-    return isinstance(state, dict) and state.get("Type") == "Map"
-
-
 def _parse_fits() -> list[str]:
     parse = inspect.getattr_static(asl_parser.AmazonStateLanguageParser, "parse", None)
     if not isinstance(parse, staticmethod):
@@ -160,17 +140,20 @@ def _parse_fits() -> list[str]:
     return takes(parse.__func__, "definition")
 
 
-_ASIDE = "onceflow-aside:"  # the Comment's start; then base64 JSON: no escaping to go wrong
+_ASIDE = "onceflow-aside:"  # a Comment that starts so holds base64 JSON (nothing to escape)
 
 
-def _distributed_processor(state: dict[str, Any]) -> dict[str, Any] | None:
+def _processor(state: dict[str, Any]) -> dict[str, Any] | None:
+    """A Distributed Map's ItemProcessor (None: not a Distributed Map)."""
     processor = state.get("ItemProcessor", state.get("Iterator"))
     config = processor.get("ProcessorConfig") if isinstance(processor, dict) else None
-    distributed_mode = isinstance(config, dict) and config.get("Mode") == "DISTRIBUTED"
-    return processor if distributed_mode else None  # type: ignore[return-value]
+    distributed = isinstance(config, dict) and config.get("Mode") == "DISTRIBUTED"
+    return processor if distributed else None  # type: ignore[return-value]
 
 
-def _held(comment: Any) -> dict[str, Any]:
+def _aside(comment: Any) -> dict[str, Any]:
+    """What the rewrites set aside in a Comment (an ItemProcessor's, or moto's Comment)."""
+    comment = getattr(comment, "comment", comment)
     if not isinstance(comment, str) or not comment.startswith(_ASIDE):
         return {}
     held: dict[str, Any] = json.loads(base64.b64decode(comment[len(_ASIDE) :]))
@@ -178,22 +161,16 @@ def _held(comment: Any) -> dict[str, Any]:
 
 
 def _set_aside(processor: dict[str, Any], field: str, value: Any) -> None:
-    """Keep value as the Map's field, beside what another rewrite set aside."""
-    held = {**_held(processor.get("Comment")), field: value}
+    held = {**_aside(processor.get("Comment")), field: value}
     processor["Comment"] = _ASIDE + base64.b64encode(json.dumps(held).encode()).decode()
 
 
-def _aside_of(component: Any) -> dict[str, Any]:
-    """What the rewrites set aside for the Map whose iteration component this is."""
-    return _held(getattr(getattr(component, "_comment", None), "comment", None))
-
-
 def _moving_aside(field: str, valid: Callable[[Any], bool]) -> Rewrite:
-    """Moves a JSONata Distributed Map's field aside when AWS would take it. Otherwise
-    (not valid, an Inline Map, JSONPath) it stays and moto's parser refuses it."""
+    """Moves a JSONata Distributed Map's field aside when AWS takes it; otherwise (not
+    valid, an Inline Map, JSONPath) it stays and moto's parser refuses it."""
 
     def rewrite(state: dict[str, Any], language: str) -> bool:
-        processor = _distributed_processor(state)
+        processor = _processor(state)
         if language != "JSONata" or processor is None or not valid(state.get(field)):
             return False
         _set_aside(processor, field, state.pop(field))
@@ -203,8 +180,9 @@ def _moving_aside(field: str, valid: Callable[[Any], bool]) -> Rewrite:
 
 
 def _aside_fits() -> list[str]:
-    init = iteration_component.IterationComponent.__init__
-    return _parse_fits() + _lacks(init, "self._comment = comment")
+    return _parse_fits() + _lacks(
+        iteration_component.IterationComponent.__init__, "self._comment = comment"
+    )
 
 
 def _is_jsonata(value: Any) -> bool:
@@ -212,8 +190,7 @@ def _is_jsonata(value: Any) -> bool:
 
 
 def _evaluated(env: Any, value: Any) -> Any:
-    """A field's value, each {% %} string in it evaluated as moto evaluates a JSONata
-    field (against the Map's input and variables)."""
+    """A field's value, each {% %} string in it evaluated as moto evaluates a JSONata field."""
     if _is_jsonata(value):
         string_expression.StringJSONata(expression=value[2:-2].strip()).eval(env=env)
         return env.stack.pop()
@@ -225,24 +202,33 @@ def _evaluated(env: Any, value: Any) -> Any:
 
 
 def _json_text(value: Any) -> str:
-    """JSON as Step Functions counts and writes a payload (UTF-8, no spaces)."""
+    """JSON as Step Functions sizes and writes a payload (UTF-8, no spaces)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-# --------------------------------------------------------------------------
-# ItemReaders: an S3 listing, an S3 Inventory manifest.
-# --------------------------------------------------------------------------
+# ItemReaders: 1. an S3 listing; 5. an S3 Inventory manifest.
 
 Read = Callable[[Any, Any, Any, int], list[Any]]  # (env, S3 client, Arguments, MaxItems): items
 
 
-def _reading(reads: Callable[[Any], bool], read: Read) -> Callable[[Installer], None]:
-    """Installs ItemReader._eval_body reading the readers ``reads`` picks with ``read``
-    (ReaderConfig and Arguments evaluated as moto evaluates them); others as before."""
+def _reading(
+    action: str, config_rewrite: Callable[[dict[str, Any]], bool], reads: Callable[[Any], bool],
+    read: Read,
+) -> Callable[[Installer], None]:  # fmt: skip
+    """An install of: config_rewrite of the ReaderConfig of each ItemReader whose Resource
+    ends in action; ItemReader._eval_body reading with read the readers reads picks (the
+    ReaderConfig and Arguments evaluated as moto does), others as before."""
+
+    def rewrite(state: dict[str, Any], language: str) -> bool:
+        reader = state.get("ItemReader")
+        if not isinstance(reader, dict) or not str(reader.get("Resource")).endswith(action):
+            return False
+        config = reader.get("ReaderConfig")
+        return isinstance(config, dict) and config_rewrite(config)
 
     def install(installer: Installer) -> None:
-        reader_class = item_reader_decl.ItemReader
-        original = reader_class._eval_body
+        _rewriting(rewrite)(installer)
+        original = item_reader_decl.ItemReader._eval_body
 
         def _eval_body(reader: Any, env: Any) -> None:
             if not reads(reader):
@@ -264,7 +250,7 @@ def _reading(reads: Callable[[Any], bool], read: Read) -> Callable[[Installer], 
             )
             env.stack.append(read(env, client, arguments, max_items))
 
-        installer.replace(reader_class, "_eval_body", _eval_body)
+        installer.replace(item_reader_decl.ItemReader, "_eval_body", _eval_body)
 
     return install
 
@@ -280,25 +266,8 @@ def _reader_fits() -> list[str]:
     ]
 
 
-def _reader_rewrite(action: str, config_rewrite: Callable[[dict[str, Any]], bool]) -> Rewrite:
-    """A rewrite of the ReaderConfig of an ItemReader whose Resource ends in :s3:<action>."""
-
-    def rewrite(state: dict[str, Any], language: str) -> bool:
-        reader = state.get("ItemReader")
-        if not isinstance(reader, dict) or not str(reader.get("Resource")).endswith(action):
-            return False
-        config = reader.get("ReaderConfig")
-        return isinstance(config, dict) and config_rewrite(config)
-
-    return rewrite
-
-
-# 1. s3:listObjectsV2: every page, MaxItems applied, each item in AWS's shape.
-
-
 def _listing_config(config: dict[str, Any]) -> bool:
-    """The InputType moto's parser insists on: a listing has none on AWS, and this one
-    is never used (the listing's items are not read from a file)."""
+    """The InputType moto's parser insists on (a listing has none on AWS; never used)."""
     if "InputType" in config:
         return False
     config["InputType"] = "JSON"
@@ -306,8 +275,8 @@ def _listing_config(config: dict[str, Any]) -> bool:
 
 
 def aws_listed_item(listed: dict[str, Any]) -> dict[str, Any]:
-    """A ListObjectsV2 entry as the ItemReader page's example gives it to a child (boto's
-    has ETag, a datetime and ChecksumAlgorithm, which moto passed on)."""
+    """A ListObjectsV2 entry as the ItemReader page's example item (boto's has ETag, a
+    datetime and ChecksumAlgorithm, which moto passed on)."""
     return {
         "Etag": listed["ETag"],
         "Key": listed["Key"],
@@ -324,32 +293,24 @@ def _listed(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
 
 
 def _lists_objects(reader: Any) -> bool:
+    resource = reader.resource
     return isinstance(reader.resource_eval, resource_eval_s3.ResourceEvalS3) and (
-        reader.resource.api_action == "listObjectsV2"
+        resource.api_action == "listObjectsV2"
     )
 
 
-def _install_listing(installer: Installer) -> None:
-    _rewriting(_reader_rewrite(":s3:listObjectsV2", _listing_config))(installer)
-    _reading(_lists_objects, _listed)(installer)
-
-
-# 5. s3:getObject of an S3 Inventory manifest: every CSV data file it lists.
-
 _MANIFEST_MARK = "onceflow-s3-inventory-manifest"  # the CSVHeaders that mark the reader
-# Besides the form, a manifest reader's ReaderConfig may hold only a limit here;
-# CSVDelimiter and CSVHeaderLocation (which AWS also takes) are not reproduced.
+# The form and a limit; CSVDelimiter and CSVHeaderLocation (AWS takes them) are refused.
 _MANIFEST_CONFIG = frozenset({"InputType", "ManifestType", "MaxItems", "MaxItemsPath"})
 
 
 class ManifestError(Exception):
-    """An S3 Inventory manifest, or a data file it lists, that cannot be read as AWS reads it."""
+    """An S3 Inventory manifest that does not say what AWS reads."""
 
 
 def _manifest_config(config: dict[str, Any]) -> bool:
-    """``"InputType": "MANIFEST"`` or ``"ManifestType": "S3_INVENTORY"`` without InputType
-    ("you must not also specify InputType") as a CSV reader marked by its given header.
-    Both, or a field not reproduced, stay and moto's parser refuses them."""
+    """InputType MANIFEST or ManifestType S3_INVENTORY (not both: "you must not also
+    specify InputType") as a CSV reader with the mark as its given header."""
     if not set(config) <= _MANIFEST_CONFIG:
         return False
     legacy = config.get("InputType") == "MANIFEST" and "ManifestType" not in config
@@ -367,62 +328,39 @@ def _reads_manifest(reader: Any) -> bool:
 
 
 def read_inventory_manifest(s3: Any, arguments: Any, max_items: int) -> list[dict[str, str]]:
-    """An S3 Inventory's items as the ItemReader page describes them: the manifest
-    (GetObject with the reader's Arguments) names the data bucket (destinationBucket,
-    an ARN), the columns (fileSchema) and the data files (files[].key, gzip CSV with no
-    header row); each row is an item of strings named by the columns, in file then row
-    order, up to max_items. Only a CSV inventory can be read."""
-    if not isinstance(arguments, dict):
-        raise ManifestError(f"the reader's Arguments are not an object: {arguments!r}")
-    try:
-        manifest = json.loads(s3.get_object(**arguments)["Body"].read())
-    except ValueError as exc:
-        raise ManifestError(f"the manifest is not JSON: {exc}") from exc
-    if not isinstance(manifest, dict):
-        raise ManifestError("the manifest is not a JSON object")
-    if manifest.get("fileFormat") != "CSV":
-        raise ManifestError(
-            f"the inventory's fileFormat is {manifest.get('fileFormat')!r}: "
-            "Step Functions reads only a CSV S3 Inventory"
-        )
-    schema, files, arn = (manifest.get(k) for k in ("fileSchema", "files", "destinationBucket"))
-    bucket = arn.split(":::", 1)[1] if isinstance(arn, str) and ":::" in arn else ""
-    if not isinstance(schema, str) or not isinstance(files, list) or not bucket:
-        raise ManifestError("the manifest has no fileSchema, files list or destinationBucket ARN")
-    columns = [column.strip() for column in schema.split(",")]
+    """The items of the S3 Inventory whose manifest.json the reader's Arguments name: each
+    row of each data file (gzip CSV, no header row) in the manifest's destinationBucket, a
+    dict of strings by the fileSchema's columns, in file then row order, up to max_items.
+    A manifest or file not in that form raises (KeyError, ValueError, ...)."""
+    manifest = json.loads(s3.get_object(**arguments)["Body"].read())
+    if manifest["fileFormat"] != "CSV":
+        raise ManifestError(f"the fileFormat is {manifest['fileFormat']!r}, not CSV")
+    bucket = manifest["destinationBucket"].split(":::", 1)[1]  # arn:aws:s3:::name
+    columns = [column.strip() for column in manifest["fileSchema"].split(",")]
 
     def rows() -> Iterator[list[str]]:
-        for entry in files:
-            key = entry.get("key") if isinstance(entry, dict) else None
-            if not isinstance(key, str):
-                raise ManifestError(f"a manifest file entry has no key: {entry!r}")
-            body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-            try:
-                text = gzip.decompress(body).decode("utf-8")
-            except (OSError, EOFError, UnicodeDecodeError) as exc:
-                raise ManifestError(f"s3://{bucket}/{key} is not gzip UTF-8 CSV: {exc}") from exc
-            for row in csv.reader(io.StringIO(text, newline="")):
-                if row and len(row) != len(columns):
-                    raise ManifestError(
-                        f"s3://{bucket}/{key}: a row has {len(row)} fields, "
-                        f"the fileSchema {len(columns)}"
-                    )
-                if row:
-                    yield row
+        for entry in manifest["files"]:
+            body = s3.get_object(Bucket=bucket, Key=entry["key"])["Body"].read()
+            text = gzip.decompress(body).decode("utf-8")
+            for row in filter(None, csv.reader(io.StringIO(text, newline=""))):
+                if len(row) != len(columns):
+                    raise ManifestError(f"{entry['key']}: a row of {len(row)} fields")
+                yield row
 
     return [dict(zip(columns, row, strict=True)) for row in itertools.islice(rows(), max_items)]
+
+
+# What a manifest or data file not in the form AWS reads raises, reading it as above.
+_UNREADABLE = (ManifestError, ClientError, BotoCoreError, ValueError, LookupError, TypeError,
+               AttributeError, OSError, EOFError)  # fmt: skip
 
 
 def _inventory(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
     try:
         return read_inventory_manifest(client, arguments, max_items)
-    except (ManifestError, ClientError, BotoCoreError) as exc:
-        raise map_run_failure(env, "StatesItemReaderFailed", str(exc)) from exc
-
-
-def _install_manifest(installer: Installer) -> None:
-    _rewriting(_reader_rewrite(":s3:getObject", _manifest_config))(installer)
-    _reading(_reads_manifest, _inventory)(installer)
+    except _UNREADABLE as exc:
+        cause = f"{type(exc).__name__}: {exc}"
+        raise map_run_failure(env, "StatesItemReaderFailed", cause) from exc
 
 
 def _manifest_fits() -> list[str]:
@@ -433,10 +371,7 @@ def _manifest_fits() -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------
-# 2. Tolerated failures: children failed or timed out beyond ToleratedFailureCount
-# or ToleratedFailurePercentage (default: none) fail the Map.
-# --------------------------------------------------------------------------
+# 2. Tolerated failures; 3. EXPRESS children.
 
 EXCEEDED_CAUSE = "The specified tolerated failure threshold was exceeded"
 EXCEEDED_ERROR = "States.ExceedToleratedFailureThreshold"
@@ -444,25 +379,23 @@ _THRESHOLDS = ("ToleratedFailureCount", "ToleratedFailurePercentage")
 
 
 def _tolerance_rewrite(state: dict[str, Any], language: str) -> bool:
-    """An integer percentage as a decimal (moto's grammar reads only a decimal), and
-    which thresholds the Map declares (by field or *Path), set aside."""
+    """An integer percentage as a decimal (moto's grammar reads only a decimal); which
+    thresholds a Distributed Map declares (or their *Path), set aside."""
     changed = type(state.get(_THRESHOLDS[1])) is int
     if changed:
         state[_THRESHOLDS[1]] = float(state[_THRESHOLDS[1]])
-    processor = _distributed_processor(state)
+    processor = _processor(state)
     declared = [name for name in _THRESHOLDS if name in state or name + "Path" in state]
     if processor is not None and declared:
         _set_aside(processor, "Tolerated", declared)
-        changed = True
-    return changed
+    return changed or (processor is not None and bool(declared))
 
 
 def threshold_exceeded(
     failed: int, total: int, count: int, percentage: float, declared: tuple[bool, bool]
 ) -> bool:
-    """Whether failed of total children exceed the Map's thresholds: with neither
-    declared, any failure does (the default is 0); with one, that one decides; with
-    both, exceeding either does."""
+    """Whether failed of total children exceed the thresholds: with neither declared, any
+    failure does (the default is 0); with one, that one decides; with both, either."""
     count_declared, percentage_declared = declared
     if not (count_declared or percentage_declared):
         return failed > 0
@@ -475,7 +408,7 @@ def _tolerating(original: MapRun) -> MapRun:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
         original(component, env, eval_input)
         counter = eval_input.map_run_record.item_counter
-        declared = _aside_of(component).get("Tolerated", [])
+        declared = _aside(component._comment).get("Tolerated", [])
         if threshold_exceeded(
             counter.failed.get() + counter.timed_out.get(),
             len(env.stack[-1]),
@@ -490,7 +423,7 @@ def _tolerating(original: MapRun) -> MapRun:
 
 
 def _count_expression(visitor: Any, ctx: Any) -> Any:
-    """Preprocessor.visitTolerated_failure_count_string_jsonata: moto built a percentage."""
+    """Preprocessor.visitTolerated_failure_count_string_jsonata (moto built a percentage)."""
     return tolerated_failure.ToleratedFailureCountStringJSONata(
         string_jsonata=visitor.visitString_jsonata(ctx=ctx.string_jsonata())
     )
@@ -498,26 +431,19 @@ def _count_expression(visitor: Any, ctx: Any) -> Any:
 
 def _install_tolerance(installer: Installer) -> None:
     _rewriting(_tolerance_rewrite)(installer)
-    component = distributed.DistributedIterationComponent
-    installer.replace(component, "_map_run", _tolerating(component._map_run))
+    installer.replace(_COMPONENT, "_map_run", _tolerating(_COMPONENT._map_run))
     visitor = "visitTolerated_failure_count_string_jsonata"
     installer.replace(preprocessor.Preprocessor, visitor, _count_expression)
 
 
 def _tolerance_fits() -> list[str]:
-    component = distributed.DistributedIterationComponent
     return [
         *_aside_fits(),
-        *_lacks(component._map_run, "env.stack.append(outputs)"),
-        *_lacks(component._eval_body, "except FailureEventException"),
+        *_lacks(_COMPONENT._map_run, "env.stack.append(outputs)"),
+        *_lacks(_COMPONENT._eval_body, "except FailureEventException"),
         *gone(preprocessor.Preprocessor, "visitTolerated_failure_count_string_jsonata"),
         *_errors_gone("StatesExceedToleratedFailureThreshold"),
     ]
-
-
-# --------------------------------------------------------------------------
-# 3. ProcessorConfig.ExecutionType EXPRESS: children run as moto runs STANDARD ones.
-# --------------------------------------------------------------------------
 
 
 def _express_as_standard(state: dict[str, Any], language: str) -> bool:
@@ -529,28 +455,20 @@ def _express_as_standard(state: dict[str, Any], language: str) -> bool:
     return True
 
 
-# --------------------------------------------------------------------------
-# 4. ItemBatcher: the items (each through ItemSelector first) in batches, one
-# child per batch, each child's input {"BatchInput"?, "Items"}.
-# --------------------------------------------------------------------------
+# 4. ItemBatcher: items (each through ItemSelector first) in batches, one child each.
 
-_BATCHER_PAGE = _DOCS + "input-output-itembatcher.html"
-_FIELDS_PAGE = _DOCS + "input-output-fields-dist-map.html"
 MAX_BATCH_BYTES = 256 * 1024  # MaxInputBytesPerBatch's default and its largest value
 _BATCH_LIMITS = {"MaxItemsPerBatch": None, "MaxInputBytesPerBatch": MAX_BATCH_BYTES}
 
 
 def _batcher_is_valid(batcher: Any) -> bool:
-    """An ItemBatcher AWS takes in a JSONata Map: MaxItemsPerBatch and/or
-    MaxInputBytesPerBatch (a positive integer, the bytes at most 256 KiB, or an
-    expression) and an optional BatchInput object or expression."""
+    """MaxItemsPerBatch and/or MaxInputBytesPerBatch (a positive integer, the bytes at most
+    256 KiB, or an expression) and an optional BatchInput object or expression."""
     if not isinstance(batcher, dict) or not set(batcher) <= {*_BATCH_LIMITS, "BatchInput"}:
         return False
     for field, most in _BATCH_LIMITS.items():
         value = batcher.get(field, 1)
-        if _is_jsonata(value):
-            continue
-        if type(value) is not int or not 1 <= value <= (most or value):
+        if not _is_jsonata(value) and (type(value) is not int or not 1 <= value <= (most or value)):
             return False
     batch_input = batcher.get("BatchInput", {})
     return bool(_BATCH_LIMITS.keys() & batcher) and (
@@ -561,27 +479,25 @@ def _batcher_is_valid(batcher: Any) -> bool:
 def batch_items(
     items: list[Any], max_items: int | None, max_bytes: int, batch_input: dict[str, Any] | None
 ) -> list[dict[str, Any]]:
-    """Items in order, in batches of at most max_items whose child input (BatchInput
-    only when given) is at most max_bytes of UTF-8 JSON; an item too large for any
-    batch goes alone in its own."""
+    """Items in order, in batches of at most max_items whose child input (BatchInput only
+    when given) is at most max_bytes of JSON; an item too large for any goes alone."""
     head: dict[str, Any] = {} if batch_input is None else {"BatchInput": batch_input}
     empty = len(_json_text({**head, "Items": []}).encode())
     groups: list[list[Any]] = []
     size = empty
     for item in items:
         added = len(_json_text(item).encode())
-        current = groups[-1] if groups else None
-        full = current is None or (max_items is not None and len(current) >= max_items)
-        if full or size + added + 1 > max_bytes:  # 1: the comma before it
+        full = not groups or (max_items is not None and len(groups[-1]) >= max_items)
+        if full or size + 1 + added > max_bytes:  # 1: the comma before it
             groups.append([item])
             size = empty + added
         else:
-            current.append(item)  # type: ignore[union-attr]
-            size += added + 1
+            groups[-1].append(item)
+            size += 1 + added
     return [{**copy.deepcopy(head), "Items": group} for group in groups]
 
 
-def _positive_int(env: Any, batcher: dict[str, Any], field: str) -> int | None:
+def _batch_size(env: Any, batcher: dict[str, Any], field: str) -> int | None:
     if field not in batcher:
         return None
     value = _evaluated(env, batcher[field])
@@ -593,19 +509,17 @@ def _positive_int(env: Any, batcher: dict[str, Any], field: str) -> int | None:
     return value
 
 
-def _selected_each(env: Any, selector: Any, items: list[Any], map_input: Any) -> list[Any]:
-    """ItemSelector applied to each item as moto's worker applies it to a child's
-    (the Map's input as $states.input, the item as $states.context.Map.Item)."""
+def _selected_each(env: Any, selector: Any, items: list[Any]) -> list[Any]:
+    """ItemSelector applied to each item by moto's worker's own step (the Map's input, on
+    env's stack, as $states.input; the item as $states.context.Map.Item)."""
+    selecting = types.SimpleNamespace(_parameters=None, _item_selector=selector, _env=env)
     frame = env.open_inner_frame()
     try:
         selected = []
         for index, item in enumerate(items):
-            frame.states.context_object.context_object_data["Map"] = MapData(
-                Item=ItemData(Index=index, Value=item)
-            )
-            frame.states.reset(input_value=map_input)
-            frame.stack.append(map_input)
-            selector.eval(frame)
+            context = frame.states.context_object.context_object_data
+            context["Map"] = MapData(Item=ItemData(Index=index, Value=item))
+            inline_item_processor_worker.InlineItemProcessorWorker._eval_input(selecting, frame)  # type: ignore[arg-type]
             selected.append(frame.stack.pop())
         return selected
     finally:
@@ -614,25 +528,23 @@ def _selected_each(env: Any, selector: Any, items: list[Any], map_input: Any) ->
 
 def _batching(original: MapRun) -> MapRun:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
-        """Items through ItemSelector, then in batches (the ItemBatcher's fields evaluated
-        once for the Map Run), then the children, which select nothing again."""
-        batcher = _aside_of(component).get("ItemBatcher")
+        """Items selected, then batched (the ItemBatcher evaluated once for the Map Run),
+        then the children, which select nothing again."""
+        batcher = _aside(component._comment).get("ItemBatcher")
         if batcher is None:
             original(component, env, eval_input)
             return
         items = env.stack.pop()
         if eval_input.item_selector is not None:
-            items = _selected_each(env, eval_input.item_selector, items, env.stack[-1])
+            items = _selected_each(env, eval_input.item_selector, items)
             eval_input = copy.copy(eval_input)
             eval_input.item_selector = None
-        batch_input = None
-        if "BatchInput" in batcher:
-            batch_input = _evaluated(env, batcher["BatchInput"])
-            if not isinstance(batch_input, dict):
-                cause = f"BatchInput must be an object, was {batch_input!r}"
-                raise map_run_failure(env, "StatesQueryEvaluationError", cause)
-        max_bytes = _positive_int(env, batcher, "MaxInputBytesPerBatch") or MAX_BATCH_BYTES
-        max_items = _positive_int(env, batcher, "MaxItemsPerBatch")
+        batch_input = _evaluated(env, batcher["BatchInput"]) if "BatchInput" in batcher else None
+        if batch_input is not None and not isinstance(batch_input, dict):
+            cause = f"BatchInput must be an object, was {batch_input!r}"
+            raise map_run_failure(env, "StatesQueryEvaluationError", cause)
+        max_bytes = _batch_size(env, batcher, "MaxInputBytesPerBatch") or MAX_BATCH_BYTES
+        max_items = _batch_size(env, batcher, "MaxItemsPerBatch")
         batches = batch_items(items, max_items, min(max_bytes, MAX_BATCH_BYTES), batch_input)
         env.stack.append(batches)
         original(component, env, eval_input)
@@ -642,30 +554,23 @@ def _batching(original: MapRun) -> MapRun:
 
 def _install_batcher(installer: Installer) -> None:
     _rewriting(_moving_aside("ItemBatcher", _batcher_is_valid))(installer)
-    component = distributed.DistributedIterationComponent
-    installer.replace(component, "_map_run", _batching(component._map_run))
+    installer.replace(_COMPONENT, "_map_run", _batching(_COMPONENT._map_run))
 
 
 def _batcher_fits() -> list[str]:
-    run = distributed.DistributedIterationComponent._map_run
-    selects = inline_worker.InlineItemProcessorWorker._eval_input
-    creates = distributed_processor.DistributedItemProcessor._create_worker
+    selects = inline_item_processor_worker.InlineItemProcessorWorker._eval_input
+    creates = distributed_item_processor.DistributedItemProcessor._create_worker
     return [
         *_aside_fits(),
-        *_lacks(run, "input_items: list[json] = env.stack.pop()"),
-        *_lacks(selects, "self._item_selector", "self._env.stack[-1]", "states.reset"),
+        *_lacks(_COMPONENT._map_run, "input_items: list[json] = env.stack.pop()"),
+        *takes(selects, "self", "env_frame"),
+        *_lacks(selects, "self._item_selector", "self._env.stack[-1]", "output_value = env_frame"),
         *_lacks(creates, "item_selector=eval_input.item_selector"),
     ]
 
 
-# --------------------------------------------------------------------------
-# 6. ResultWriter (JSONata): the children written to S3 by status, the Map's
-# result a pointer to the manifest; WriterConfig's Transformation and OutputType.
-# --------------------------------------------------------------------------
+# 6. ResultWriter (JSONata): the children written to S3 by status with a manifest.
 
-_WRITER_PAGE = _DOCS + "input-output-resultwriter.html"
-_DESCRIBE_PAGE = "https://docs.aws.amazon.com/step-functions/latest/apireference/"
-_DESCRIBE_PAGE += "API_DescribeExecution.html"
 _WRITER_RESOURCE = re.compile(r"arn:aws[a-z-]*:states:::s3:putObject")
 # "Step Functions supports individual result files of up to 5 GB": past it, the
 # results go on in the next file. Where exactly AWS ends one is not verified.
@@ -673,15 +578,13 @@ MAX_RESULT_FILE_BYTES = 5 * 1024**3
 
 
 def _writer_is_valid(writer: Any) -> bool:
-    """A JSONata ResultWriter AWS takes: WriterConfig alone, Resource (s3:putObject)
-    with Arguments {Bucket, Prefix?} (either an expression), or all three. Not
-    verified: Prefix left out (here: no prefix), WriterConfig's fields as expressions
-    (here refused)."""
-    if not isinstance(writer, dict) or not writer:
-        return False
-    config = writer.get("WriterConfig", {})
+    """WriterConfig alone, Resource s3:putObject with Arguments {Bucket, Prefix?} (either
+    an expression), or all three. Not verified: Prefix left out (here: no prefix),
+    WriterConfig's fields as expressions (here refused)."""
+    config = writer.get("WriterConfig", {}) if isinstance(writer, dict) else None
     if not (
-        set(writer) <= {"Resource", "Arguments", "WriterConfig"}
+        writer
+        and set(writer) <= {"Resource", "Arguments", "WriterConfig"}
         and isinstance(config, dict)
         and set(config) <= {"Transformation", "OutputType"}
         and config.get("Transformation", "NONE") in ("NONE", "COMPACT", "FLATTEN")
@@ -698,27 +601,26 @@ def _writer_is_valid(writer: Any) -> bool:
     return arguments_valid and bool(_WRITER_RESOURCE.fullmatch(str(writer.get("Resource"))))
 
 
-# A child as the writer reports it: (index, status, output, its entry as
-# Transformation NONE writes it). The children of each Map Run that has a
-# ResultWriter while it runs (by its MapRunRecord), each child's input once its
-# ItemSelector ran (by its frame).
+# A child as the writer reports it: (index, status, output, its entry as Transformation
+# NONE writes it). The children of each Map Run with a ResultWriter while it runs (by its
+# MapRunRecord); each child's input once its ItemSelector ran (by its frame).
 Child = tuple[int, str, Any, dict[str, Any]]
 _CHILDREN: weakref.WeakKeyDictionary[Any, list[Child]] = weakref.WeakKeyDictionary()
 _CHILD_INPUTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
-def _outcome(program_state: Any) -> tuple[str, str | None, str | None]:
+def _outcome(state: Any) -> tuple[str, str | None, str | None]:
     """A child's status, error and cause from its program's end state."""
-    if isinstance(program_state, ProgramEnded):
+    if isinstance(state, program_state.ProgramEnded):
         return "SUCCEEDED", None, None
-    if isinstance(program_state, ProgramError):
-        details = program_state.error or {}
+    if isinstance(state, program_state.ProgramError):
+        details = state.error or {}
         return "FAILED", details.get("error"), details.get("cause")
-    if isinstance(program_state, ProgramTimedOut):
+    if isinstance(state, program_state.ProgramTimedOut):
         return "TIMED_OUT", None, None
-    if isinstance(program_state, ProgramStopped):
-        return "ABORTED", program_state.error, program_state.cause
+    if isinstance(state, program_state.ProgramStopped):
+        return "ABORTED", state.error, state.cause
     return "FAILED", "States.Runtime", None  # moto caught it outside the child's states
 
 
@@ -732,25 +634,20 @@ def _recording_input(original: Callable[[Any, Any], None]) -> Callable[[Any, Any
     return _eval_input
 
 
-def _iso_millis(moment: datetime.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
 def _recording_job(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
     def _eval_job(worker: Any, env: Any, job: Any) -> None:
-        """A child recorded, when its Map Run has a ResultWriter, with the metadata
-        DescribeExecution gives (moto kept only its output). Not verified: Input and
-        Output as JSON text rather than values, the date format, a failed child's
-        redrive fields, an EXPRESS child's ARN (here a STANDARD child's)."""
+        """The child recorded with the metadata DescribeExecution gives (moto kept only
+        its output) when its Map Run has a ResultWriter."""
         record = worker._map_run_record
         with _LOCK:
             children = _CHILDREN.get(record)
         if children is None:
             original(worker, env, job)
             return
-        start = datetime.datetime.now(datetime.UTC)
+        dates = [datetime.datetime.now(datetime.UTC)]
         original(worker, env, job)
-        stop = datetime.datetime.now(datetime.UTC)
+        dates.append(datetime.datetime.now(datetime.UTC))
+        start, stop = (d.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" for d in dates)
         status, error, cause = _outcome(env.program_state())
         with _LOCK:
             child_input = _CHILD_INPUTS.pop(env, job.job_input)
@@ -764,10 +661,10 @@ def _recording_job(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, 
             "Name": name,
             "RedriveCount": 0,
             "RedriveStatus": "REDRIVABLE_BY_MAP_RUN",
-            "StartDate": _iso_millis(start),
+            "StartDate": start,
             "StateMachineArn": machine,
             "Status": status,
-            "StopDate": _iso_millis(stop),
+            "StopDate": stop,
         }
         output = job.job_output if status == "SUCCEEDED" else None
         if status == "SUCCEEDED":
@@ -785,8 +682,8 @@ def _recording_job(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, 
 
 def transformed(children: list[Child], transformation: str) -> list[Any]:
     """Children as Transformation reports them: NONE, each child's entry; COMPACT, each
-    output; FLATTEN, each output, an array's elements in its place. A failed child is
-    always its NONE entry ("Step Functions returns its execution result unchanged")."""
+    output; FLATTEN, each output, an array's elements in its place; a failed child, its
+    entry ("Step Functions returns its execution result unchanged")."""
     reported: list[Any] = []
     for _, status, output, entry in children:
         if status != "SUCCEEDED" or transformation == "NONE":
@@ -799,8 +696,8 @@ def transformed(children: list[Child], transformation: str) -> list[Any]:
 
 
 def result_files(entries: list[Any], output_type: str, limit: int) -> list[bytes]:
-    """Entries as the bodies of one status's files: a JSON array, or JSON Lines, each
-    body at most limit bytes unless one entry alone is larger."""
+    """Entries as a status's file bodies (a JSON array, or JSON Lines), each at most limit
+    bytes unless one entry alone is larger."""
     lines = output_type != "JSON"
     empty = 0 if lines else 2  # "[]"
     groups: list[list[bytes]] = []
@@ -818,43 +715,7 @@ def result_files(entries: list[Any], output_type: str, limit: int) -> list[bytes
     return [b"[" + b",".join(group) + b"]" for group in groups]
 
 
-def _export(
-    env: Any, where: tuple[str, str], config: dict[str, Any], arn: str, children: list[Child]
-) -> dict[str, Any]:
-    """The Map Run's results written under <Prefix>/<map run id>/; the Map's result."""
-    bucket, prefix = where
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    base = prefix + arn.rsplit(":", 1)[-1] + "/"
-    manifest_key = base + "manifest.json"
-    output_type = config.get("OutputType", "JSON")
-    succeeded = [child for child in children if child[1] == "SUCCEEDED"]
-    by_status = {
-        "FAILED": [entry for _, status, _, entry in children if status != "SUCCEEDED"],
-        "PENDING": [],  # every child ran: none was left unstarted by a failing Map Run
-        "SUCCEEDED": transformed(succeeded, config.get("Transformation", "NONE")),
-    }
-    credentials = StateCredentials(role_arn=env.aws_execution_details.role_arn)
-    client: Any = boto_client_for(
-        region=env.aws_execution_details.region, service="s3", state_credentials=credentials
-    )
-    files: dict[str, list[dict[str, Any]]] = {}
-    try:
-        for status, entries in by_status.items():
-            files[status] = []
-            bodies = result_files(entries, output_type, MAX_RESULT_FILE_BYTES)
-            for number, body in enumerate(bodies):
-                key = f"{base}{status}_{number}.{output_type.lower()}"
-                client.put_object(Bucket=bucket, Key=key, Body=body)
-                files[status].append({"Key": key, "Size": len(body)})
-        manifest = {"DestinationBucket": bucket, "MapRunArn": arn, "ResultFiles": files}
-        client.put_object(Bucket=bucket, Key=manifest_key, Body=_json_text(manifest).encode())
-    except ClientError as exc:
-        raise map_run_failure(env, "StatesResultWriterFailed", str(exc)) from exc
-    return {"MapRunArn": arn, "ResultWriterDetails": {"Bucket": bucket, "Key": manifest_key}}
-
-
-def _writer_target(env: Any, writer: dict[str, Any]) -> tuple[str, str] | None:
+def _target(env: Any, writer: dict[str, Any]) -> tuple[str, str] | None:
     """The ResultWriter's Bucket and Prefix, evaluated (None: WriterConfig alone)."""
     if "Arguments" not in writer:
         return None
@@ -868,36 +729,62 @@ def _writer_target(env: Any, writer: dict[str, Any]) -> tuple[str, str] | None:
     return bucket, prefix
 
 
-def _children_of(record: Any) -> list[Child]:
-    with _LOCK:
-        return sorted(_CHILDREN.pop(record, []), key=lambda child: child[0])
+def _export(
+    env: Any, target: tuple[str, str], config: dict[str, Any], arn: str, children: list[Child]
+) -> dict[str, Any]:
+    """The results written under <Prefix>/<map run id>/; the Map's result, pointing at them."""
+    bucket, prefix = target
+    base = f"{prefix}{'/' if prefix and not prefix.endswith('/') else ''}{arn.split(':')[-1]}/"
+    output_type = config.get("OutputType", "JSON")
+    succeeded = [child for child in children if child[1] == "SUCCEEDED"]
+    by_status = {
+        "FAILED": [entry for _, status, _, entry in children if status != "SUCCEEDED"],
+        "PENDING": [],  # every child ran: none was left unstarted by a failing Map Run
+        "SUCCEEDED": transformed(succeeded, config.get("Transformation", "NONE")),
+    }
+    credentials = StateCredentials(role_arn=env.aws_execution_details.role_arn)
+    client: Any = boto_client_for(env.aws_execution_details.region, "s3", credentials)
+    files: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for status, entries in by_status.items():
+            files[status] = []
+            bodies = result_files(entries, output_type, MAX_RESULT_FILE_BYTES)
+            for number, body in enumerate(bodies):
+                key = f"{base}{status}_{number}.{output_type.lower()}"
+                client.put_object(Bucket=bucket, Key=key, Body=body)
+                files[status].append({"Key": key, "Size": len(body)})
+        manifest = {"DestinationBucket": bucket, "MapRunArn": arn, "ResultFiles": files}
+        client.put_object(Bucket=bucket, Key=base + "manifest.json", Body=_json_text(manifest))
+    except ClientError as exc:
+        raise map_run_failure(env, "StatesResultWriterFailed", str(exc)) from exc
+    return {
+        "MapRunArn": arn,
+        "ResultWriterDetails": {"Bucket": bucket, "Key": base + "manifest.json"},
+    }
 
 
 def _writing(original: MapRun) -> MapRun:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
-        """The children recorded, their results written (also when the Map Run fails on
-        its tolerated failures: "PENDING_n.json ... weren't started because the Map Run
-        failed"), the Map's result replaced as AWS replaces it."""
-        writer = _aside_of(component).get("ResultWriter")
+        """The children recorded and the Map's result replaced; the results are written
+        also when the Map Run fails on its tolerated failures ("PENDING_n.json ... weren't
+        started because the Map Run failed")."""
+        writer = _aside(component._comment).get("ResultWriter")
         if writer is None:
             original(component, env, eval_input)
             return
-        target = _writer_target(env, writer)
-        config = writer.get("WriterConfig", {})
+        target, config = _target(env, writer), writer.get("WriterConfig", {})
         record = eval_input.map_run_record
         with _LOCK:
             _CHILDREN[record] = []
         try:
             original(component, env, eval_input)
-        except BaseException as failure:
-            children = _children_of(record)  # taken also when nothing is written
-            exceeded = isinstance(failure, FailureEventException) and (
-                (failure.extract_error_cause_pair() or ("",))[0] == EXCEEDED_ERROR
-            )
-            if target is not None and exceeded:
-                _export(env, target, config, record.map_run_arn, children)
+        except FailureEventException as failure:
+            error, _ = failure.extract_error_cause_pair() or (None, None)
+            if error == EXCEEDED_ERROR and target is not None:
+                _export(env, target, config, record.map_run_arn, _children_of(record))
             raise
-        children = _children_of(record)
+        finally:
+            children = _children_of(record)
         env.stack.pop()  # the children's outputs, as moto collected them
         if target is None:  # WriterConfig alone: the results stay the state's
             env.stack.append(transformed(children, config.get("Transformation", "COMPACT")))
@@ -907,43 +794,47 @@ def _writing(original: MapRun) -> MapRun:
     return _map_run
 
 
+def _children_of(record: Any) -> list[Child]:
+    with _LOCK:
+        return sorted(_CHILDREN.pop(record, []), key=lambda child: child[0])
+
+
 def _install_writer(installer: Installer) -> None:
     _rewriting(_moving_aside("ResultWriter", _writer_is_valid))(installer)
-    worker = distributed_worker.DistributedItemProcessorWorker
-    installer.replace(worker, "_eval_input", _recording_input(worker._eval_input))
-    installer.replace(worker, "_eval_job", _recording_job(worker._eval_job))
-    component = distributed.DistributedIterationComponent
-    installer.replace(component, "_map_run", _writing(component._map_run))
+    installer.replace(_WORKER, "_eval_input", _recording_input(_WORKER._eval_input))
+    installer.replace(_WORKER, "_eval_job", _recording_job(_WORKER._eval_job))
+    installer.replace(_COMPONENT, "_map_run", _writing(_COMPONENT._map_run))
 
 
 def _writer_fits() -> list[str]:
-    worker, record = distributed_worker.DistributedItemProcessorWorker, map_run_record.MapRunRecord
     job = ("self._eval_input(env_frame=env)", "env.program_state()", "job.job_output =")
+    record = map_run_record.MapRunRecord.__init__
     return [
         *_aside_fits(),
-        *_lacks(worker._eval_job, *job),
-        *_lacks(worker.__init__, "self._map_run_record = map_run_record"),
-        *_lacks(record.__init__, "self.map_run_arn", "self.map_state_machine_arn"),
+        *_lacks(_WORKER._eval_job, *job),
+        *_lacks(_WORKER.__init__, "self._map_run_record = map_run_record"),
+        *_lacks(record, "self.map_run_arn", "self.map_state_machine_arn"),
+        *takes(boto_client_for, "region", "service", "state_credentials"),
         *_errors_gone("StatesResultWriterFailed", "StatesQueryEvaluationError"),
     ]
 
 
+_ITEM_READER = f"('ItemReader (Map)', {_DOCS}input-output-itemreader.html)"
 _TESTS = "tests/unit/test_distributed_map.py::"
 PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: listObjectsV2 items",
         kind="fidelity",
         why="An ItemReader with arn:aws:states:::s3:listObjectsV2 gives the Map one item per "
-        "object under the prefix ('ItemReader (Map)', " + _ITEM_READER_PAGE + "), each "
+        f"object under the prefix {_ITEM_READER}, each "
         '{"Etag", "Key", "LastModified" (epoch seconds), "Size", "StorageClass"} as that '
         "page's example shows; ReaderConfig.MaxItems (up to 100,000,000) stops the reading. "
-        "Reading every page is implied by MaxItems' range, not stated: not verified. Also "
-        "not verified: an empty prefix as zero items, and that no other ListObjectsV2 "
-        "field appears. moto read one page of 1,000 in boto's shape (ETag, a datetime, "
-        "ChecksumAlgorithm), refused MaxItems without an InputType, and failed an empty "
-        "prefix with States.Runtime.",
+        "Not verified: reading every page (implied by MaxItems' range), an empty prefix as "
+        "zero items, that no other ListObjectsV2 field appears. moto read one page of 1,000 "
+        "in boto's shape (ETag, a datetime, ChecksumAlgorithm), refused MaxItems without an "
+        "InputType, and failed an empty prefix with States.Runtime.",
         test=_TESTS + "test_a_listing_reads_every_page",
-        install=_install_listing,
+        install=_reading(":s3:listObjectsV2", _listing_config, _lists_objects, _listed),
         fits=_reader_fits,
     ),
     Patch(
@@ -953,14 +844,12 @@ PATCHES: tuple[Patch, ...] = (
         "share than ToleratedFailurePercentage (0-100, an integer or a decimal; either may "
         "be a JSONata expression), the Map Run fails and the Map state fails with "
         "States.ExceedToleratedFailureThreshold, which Retry and Catch see; by default "
-        "any one failure does ('Distributed Map failure threshold', "
-        + _DOCS
-        + "state-map-distributed.html#maprun-fail-threshold). "
-        "Not verified: the failure's cause text, whether a share equal to the percentage "
-        "fails (here only a larger one does), and that a threshold left out does not apply "
-        "when the other is set (here it does not). moto never failed the Map, "
-        "refused an integer percentage and read a ToleratedFailureCount expression as a "
-        "percentage.",
+        f"any one failure does ('Distributed Map failure threshold', {_DOCS}"
+        "state-map-distributed.html#maprun-fail-threshold). Not verified: the cause text, "
+        "whether a share equal to the percentage fails (here not), that a threshold left out "
+        "does not apply when the other is set (here it does not). moto never failed the "
+        "Map, refused an integer percentage and read a ToleratedFailureCount expression as "
+        "a percentage.",
         test=_TESTS + "test_failures_beyond_the_threshold_fail_the_map",
         install=_install_tolerance,
         fits=_tolerance_fits,
@@ -970,9 +859,8 @@ PATCHES: tuple[Patch, ...] = (
         kind="fidelity",
         why="A Distributed Map's ProcessorConfig may set ExecutionType EXPRESS as well as "
         "STANDARD (required in DISTRIBUTED mode; 'Using Map state in Distributed mode', "
-        + _DOCS
-        + "state-map-distributed.html). moto's grammar refused EXPRESS; the children run as "
-        "moto runs STANDARD ones (in-process, no execution records), so Express-only "
+        f"{_DOCS}state-map-distributed.html). moto's grammar refused EXPRESS; the children "
+        "run as moto runs STANDARD ones (in-process, no execution records), so Express-only "
         "limits (5 minutes, at-least-once) are not reproduced.",
         test=_TESTS + "test_express_children_run",
         install=_rewriting(_express_as_standard),
@@ -986,16 +874,16 @@ PATCHES: tuple[Patch, ...] = (
         'with BatchInput alongside ({"BatchInput": {...}, "Items": [...]}) when set; '
         "MaxItemsPerBatch and MaxInputBytesPerBatch (at most 256 KiB, which is also the "
         "default) bound each batch, either may be a JSONata expression ('ItemBatcher "
-        "(Map)', " + _BATCHER_PAGE + "). ItemSelector applies to each item before the "
-        "batching ('Map state input and output fields', " + _FIELDS_PAGE + "). The Map's "
-        "result has one element per batch. Not verified: that BatchInput's bytes count "
-        "toward MaxInputBytesPerBatch (here the whole child input does), what happens to "
-        "one item larger than MaxInputBytesPerBatch (here it goes alone in a batch), "
-        "MaxInputBytesPerBatch from an expression above 256 KiB (here capped), the "
-        "error for an expression that is not a positive integer (here "
-        "States.QueryEvaluationError), and whether tolerated failures count items or "
-        "batches (here, as before, children: batches). JSONPath's *Path fields are not "
-        "reproduced: moto still refuses them. moto's grammar refused any ItemBatcher.",
+        f"(Map)', {_DOCS}input-output-itembatcher.html). ItemSelector applies to each item "
+        "before the batching ('Map state input and output fields', "
+        f"{_DOCS}input-output-fields-dist-map.html). The Map's result has one element per "
+        "batch. Not verified: that BatchInput counts toward MaxInputBytesPerBatch (here the "
+        "whole child input does), an item larger than MaxInputBytesPerBatch (here alone in "
+        "a batch), MaxInputBytesPerBatch from an expression above 256 KiB (here capped), "
+        "the error for an expression that is not a positive integer (here "
+        "States.QueryEvaluationError), whether tolerated failures count items or batches "
+        "(here batches). JSONPath's *Path fields are not reproduced: moto still refuses "
+        "them. moto's grammar refused any ItemBatcher.",
         test=_TESTS + "test_items_go_to_children_in_batches",
         install=_install_batcher,
         fits=_batcher_fits,
@@ -1008,18 +896,15 @@ PATCHES: tuple[Patch, ...] = (
         "must not also specify InputType\") reads an S3 Inventory's manifest.json, then "
         "every data file it lists (gzip CSV, no header row) from its destinationBucket; "
         "each row is an item named by the manifest's fileSchema, every value a string; "
-        "MaxItems stops the reading; only a CSV inventory can be read ('ItemReader (Map)', "
-        + _ITEM_READER_PAGE
-        + "). A manifest or file that cannot be read fails the Map with "
-        "States.ItemReaderFailed ('Handling errors', "
-        + _DOCS
-        + "concepts-error-handling.html). Not verified: "
-        "the cause texts, the order files are read in (here the manifest's), a row whose "
-        "field count differs from the schema (here States.ItemReaderFailed). CSVDelimiter "
-        "and CSVHeaderLocation beside the manifest form are not reproduced (refused). "
-        "moto's grammar refused both forms.",
+        f"MaxItems stops the reading; only a CSV inventory can be read {_ITEM_READER}. A "
+        "manifest or file that cannot be read fails the Map with States.ItemReaderFailed "
+        f"('Handling errors', {_DOCS}concepts-error-handling.html). Not verified: the "
+        "cause texts, the order files are read in (here the manifest's), a row whose field "
+        "count differs from the schema (here States.ItemReaderFailed). CSVDelimiter and "
+        "CSVHeaderLocation beside the manifest form are refused. moto's grammar refused "
+        "both forms.",
         test=_TESTS + "test_an_inventory_manifest_is_read_file_by_file",
-        install=_install_manifest,
+        install=_reading(":s3:getObject", _manifest_config, _reads_manifest, _inventory),
         fits=_manifest_fits,
     ),
     Patch(
@@ -1035,17 +920,16 @@ PATCHES: tuple[Patch, ...] = (
         "{Bucket, Key}}; NONE (the default when exporting) keeps each child's metadata, "
         "COMPACT its output, FLATTEN spreads array outputs, a failed child is always "
         "reported as NONE; WriterConfig alone transforms the state's result ('ResultWriter "
-        "(Map)', "
-        + _WRITER_PAGE
-        + "; the metadata as DescribeExecution gives it, "
-        + _DESCRIBE_PAGE
-        + "). A write that fails fails the Map with States.ResultWriterFailed. Not "
-        "verified: Input and Output as JSON text, the date format, the redrive fields, "
-        "file names past the 5 GB split and for JSONL (here .jsonl), the order of entries "
-        "(here the items'), that results are written when the tolerated failure threshold "
-        "fails the Map Run (here they are), the default Transformation with WriterConfig "
-        "alone (here COMPACT). JSONPath's ResultWriter stays moto's (an empty manifest). "
-        "moto refused Arguments and WriterConfig and wrote only an empty manifest.",
+        f"(Map)', {_DOCS}input-output-resultwriter.html; the metadata as DescribeExecution "
+        "gives it, https://docs.aws.amazon.com/step-functions/latest/apireference/"
+        "API_DescribeExecution.html). A write that fails fails the Map with "
+        "States.ResultWriterFailed. Not verified: Input and Output as JSON text, the date "
+        "format, the redrive fields, an EXPRESS child's ARN (here a STANDARD one's), file "
+        "names past the 5 GB split and for JSONL (here .jsonl), the order of entries (here "
+        "the items'), that results are written when the tolerated failure threshold fails "
+        "the Map Run (here they are), the default Transformation with WriterConfig alone "
+        "(here COMPACT). JSONPath's ResultWriter stays moto's (an empty manifest), which "
+        "refused Arguments and WriterConfig.",
         test=_TESTS + "test_results_are_written_to_s3_by_status",
         install=_install_writer,
         fits=_writer_fits,
