@@ -76,9 +76,25 @@ from onceflow.local.patches.fidelity import states_of
 from onceflow.local.patches.registry import Installer, Patch, gone, takes
 
 _DOCS = "https://docs.aws.amazon.com/step-functions/latest/dg/"
+_PARSER = asl_parser.AmazonStateLanguageParser
+_READER = item_reader_decl.ItemReader
 _COMPONENT = distributed_iteration_component.DistributedIterationComponent
 _WORKER = distributed_item_processor_worker.DistributedItemProcessorWorker
-MapRun = Callable[[Any, Any, Any], None]  # DistributedIterationComponent._map_run
+_SELECTS = inline_item_processor_worker.InlineItemProcessorWorker._eval_input
+Install = Callable[[Installer], None]
+
+
+def _installs(*installs: Install) -> Install:
+    def install(installer: Installer) -> None:
+        for each in installs:
+            each(installer)
+
+    return install
+
+
+def _wrapping(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Install:
+    """An install of wrap(what owner.name is then: an earlier patch's, perhaps)."""
+    return lambda installer: installer.replace(owner, name, wrap(getattr(owner, name)))
 
 
 def _lacks(code: Any, *needed: str) -> list[str]:
@@ -107,14 +123,11 @@ def map_run_failure(env: Any, error: str, cause: str) -> FailureEventException:
 Rewrite = Callable[[dict[str, Any], str], bool]  # (a Map state, its query language): changed?
 
 
-def _rewriting(rewrite: Rewrite) -> Callable[[Installer], None]:
+def _rewriting(rewrite: Rewrite) -> Install:
     """An install of AmazonStateLanguageParser.parse rewriting every Map state (nested
     ones too) first; text that is not a JSON object goes to moto's parser as it is."""
 
-    def install(installer: Installer) -> None:
-        parser = asl_parser.AmazonStateLanguageParser
-        original = parser.parse
-
+    def wrap(original: Callable[[str], Any]) -> Any:
         def parse(definition: str) -> Any:
             try:
                 document = json.loads(definition)
@@ -128,16 +141,15 @@ def _rewriting(rewrite: Rewrite) -> Callable[[Installer], None]:
                     definition = json.dumps(document, ensure_ascii=False)
             return original(definition)
 
-        installer.replace(parser, "parse", staticmethod(parse))
+        return staticmethod(parse)
 
-    return install
+    return _wrapping(_PARSER, "parse", wrap)
 
 
 def _parse_fits() -> list[str]:
-    parse = inspect.getattr_static(asl_parser.AmazonStateLanguageParser, "parse", None)
-    if not isinstance(parse, staticmethod):
+    if not isinstance(inspect.getattr_static(_PARSER, "parse", None), staticmethod):
         return ["AmazonStateLanguageParser.parse is no longer a static method"]
-    return takes(parse.__func__, "definition")
+    return takes(_PARSER.parse, "definition")
 
 
 _ASIDE = "onceflow-aside:"  # a Comment that starts so holds base64 JSON (nothing to escape)
@@ -165,7 +177,7 @@ def _set_aside(processor: dict[str, Any], field: str, value: Any) -> None:
     processor["Comment"] = _ASIDE + base64.b64encode(json.dumps(held).encode()).decode()
 
 
-def _moving_aside(field: str, valid: Callable[[Any], bool]) -> Rewrite:
+def _moving_aside(field: str, valid: Callable[[Any], bool]) -> Install:
     """Moves a JSONata Distributed Map's field aside when AWS takes it; otherwise (not
     valid, an Inline Map, JSONPath) it stays and moto's parser refuses it."""
 
@@ -176,13 +188,12 @@ def _moving_aside(field: str, valid: Callable[[Any], bool]) -> Rewrite:
         _set_aside(processor, field, state.pop(field))
         return True
 
-    return rewrite
+    return _rewriting(rewrite)
 
 
 def _aside_fits() -> list[str]:
-    return _parse_fits() + _lacks(
-        iteration_component.IterationComponent.__init__, "self._comment = comment"
-    )
+    init = iteration_component.IterationComponent.__init__
+    return [*_parse_fits(), *_lacks(init, "self._comment = comment")]
 
 
 def _is_jsonata(value: Any) -> bool:
@@ -206,7 +217,7 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-# ItemReaders: 1. an S3 listing; 5. an S3 Inventory manifest.
+# ItemReaders: an S3 listing (patch 1), an S3 Inventory manifest (patch 5).
 
 Read = Callable[[Any, Any, Any, int], list[Any]]  # (env, S3 client, Arguments, MaxItems): items
 
@@ -214,7 +225,7 @@ Read = Callable[[Any, Any, Any, int], list[Any]]  # (env, S3 client, Arguments, 
 def _reading(
     action: str, config_rewrite: Callable[[dict[str, Any]], bool], reads: Callable[[Any], bool],
     read: Read,
-) -> Callable[[Installer], None]:  # fmt: skip
+) -> Install:  # fmt: skip
     """An install of: config_rewrite of the ReaderConfig of each ItemReader whose Resource
     ends in action; ItemReader._eval_body reading with read the readers reads picks (the
     ReaderConfig and Arguments evaluated as moto does), others as before."""
@@ -226,10 +237,7 @@ def _reading(
         config = reader.get("ReaderConfig")
         return isinstance(config, dict) and config_rewrite(config)
 
-    def install(installer: Installer) -> None:
-        _rewriting(rewrite)(installer)
-        original = item_reader_decl.ItemReader._eval_body
-
+    def wrap(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
         def _eval_body(reader: Any, env: Any) -> None:
             if not reads(reader):
                 original(reader, env)
@@ -250,28 +258,26 @@ def _reading(
             )
             env.stack.append(read(env, client, arguments, max_items))
 
-        installer.replace(item_reader_decl.ItemReader, "_eval_body", _eval_body)
+        return _eval_body
 
-    return install
+    return _installs(_rewriting(rewrite), _wrapping(_READER, "_eval_body", wrap))
 
 
 def _reader_fits() -> list[str]:
-    reader, s3_eval = item_reader_decl.ItemReader, resource_eval_s3.ResourceEvalS3
     return [
         *_parse_fits(),
-        *gone(reader, "_eval_body", "resource"),
-        *_lacks(reader.__init__, "self.parargs = parargs", "self.reader_config = reader_config"),
-        *takes(s3_eval._get_s3_client, "resource_runtime_part", "state_credentials"),
+        *gone(_READER, "_eval_body", "resource"),
+        *_lacks(_READER.__init__, "self.parargs = parargs", "self.reader_config = reader_config"),
+        *takes(resource_eval_s3.ResourceEvalS3._get_s3_client, "resource_runtime_part"),
         *_lacks(reader_config_decl.ReaderConfig._eval_body, "MaxItemsValue"),
     ]
 
 
 def _listing_config(config: dict[str, Any]) -> bool:
     """The InputType moto's parser insists on (a listing has none on AWS; never used)."""
-    if "InputType" in config:
-        return False
-    config["InputType"] = "JSON"
-    return True
+    changed = "InputType" not in config
+    config.setdefault("InputType", "JSON")
+    return changed
 
 
 def aws_listed_item(listed: dict[str, Any]) -> dict[str, Any]:
@@ -293,10 +299,7 @@ def _listed(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
 
 
 def _lists_objects(reader: Any) -> bool:
-    resource = reader.resource
-    return isinstance(reader.resource_eval, resource_eval_s3.ResourceEvalS3) and (
-        resource.api_action == "listObjectsV2"
-    )
+    return getattr(reader.resource, "api_action", None) == "listObjectsV2"
 
 
 _MANIFEST_MARK = "onceflow-s3-inventory-manifest"  # the CSVHeaders that mark the reader
@@ -311,11 +314,9 @@ class ManifestError(Exception):
 def _manifest_config(config: dict[str, Any]) -> bool:
     """InputType MANIFEST or ManifestType S3_INVENTORY (not both: "you must not also
     specify InputType") as a CSV reader with the mark as its given header."""
-    if not set(config) <= _MANIFEST_CONFIG:
-        return False
     legacy = config.get("InputType") == "MANIFEST" and "ManifestType" not in config
     current = config.get("ManifestType") == "S3_INVENTORY" and "InputType" not in config
-    if not (legacy or current):
+    if not set(config) <= _MANIFEST_CONFIG or not (legacy or current):
         return False
     config.pop("ManifestType", None)
     config.update(InputType="CSV", CSVHeaderLocation="GIVEN", CSVHeaders=[_MANIFEST_MARK])
@@ -363,15 +364,7 @@ def _inventory(env: Any, client: Any, arguments: Any, max_items: int) -> list[An
         raise map_run_failure(env, "StatesItemReaderFailed", cause) from exc
 
 
-def _manifest_fits() -> list[str]:
-    return [
-        *_reader_fits(),
-        *_lacks(reader_config_decl.ReaderConfig.__init__, "self.csv_headers = csv_headers"),
-        *_errors_gone("StatesItemReaderFailed"),
-    ]
-
-
-# 2. Tolerated failures; 3. EXPRESS children.
+# Tolerated failures (patch 2); EXPRESS children (patch 3).
 
 EXCEEDED_CAUSE = "The specified tolerated failure threshold was exceeded"
 EXCEEDED_ERROR = "States.ExceedToleratedFailureThreshold"
@@ -386,9 +379,10 @@ def _tolerance_rewrite(state: dict[str, Any], language: str) -> bool:
         state[_THRESHOLDS[1]] = float(state[_THRESHOLDS[1]])
     processor = _processor(state)
     declared = [name for name in _THRESHOLDS if name in state or name + "Path" in state]
-    if processor is not None and declared:
-        _set_aside(processor, "Tolerated", declared)
-    return changed or (processor is not None and bool(declared))
+    if processor is None or not declared:
+        return changed
+    _set_aside(processor, "Tolerated", declared)
+    return True
 
 
 def threshold_exceeded(
@@ -404,7 +398,7 @@ def threshold_exceeded(
     return percentage_declared and total > 0 and failed * 100 / total > percentage
 
 
-def _tolerating(original: MapRun) -> MapRun:
+def _tolerating(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
         original(component, env, eval_input)
         counter = eval_input.map_run_record.item_counter
@@ -429,23 +423,6 @@ def _count_expression(visitor: Any, ctx: Any) -> Any:
     )
 
 
-def _install_tolerance(installer: Installer) -> None:
-    _rewriting(_tolerance_rewrite)(installer)
-    installer.replace(_COMPONENT, "_map_run", _tolerating(_COMPONENT._map_run))
-    visitor = "visitTolerated_failure_count_string_jsonata"
-    installer.replace(preprocessor.Preprocessor, visitor, _count_expression)
-
-
-def _tolerance_fits() -> list[str]:
-    return [
-        *_aside_fits(),
-        *_lacks(_COMPONENT._map_run, "env.stack.append(outputs)"),
-        *_lacks(_COMPONENT._eval_body, "except FailureEventException"),
-        *gone(preprocessor.Preprocessor, "visitTolerated_failure_count_string_jsonata"),
-        *_errors_gone("StatesExceedToleratedFailureThreshold"),
-    ]
-
-
 def _express_as_standard(state: dict[str, Any], language: str) -> bool:
     processor = state.get("ItemProcessor")
     config = processor.get("ProcessorConfig") if isinstance(processor, dict) else None
@@ -455,7 +432,7 @@ def _express_as_standard(state: dict[str, Any], language: str) -> bool:
     return True
 
 
-# 4. ItemBatcher: items (each through ItemSelector first) in batches, one child each.
+# ItemBatcher (patch 4): items, each through ItemSelector first, in batches, a child each.
 
 MAX_BATCH_BYTES = 256 * 1024  # MaxInputBytesPerBatch's default and its largest value
 _BATCH_LIMITS = {"MaxItemsPerBatch": None, "MaxInputBytesPerBatch": MAX_BATCH_BYTES}
@@ -519,14 +496,14 @@ def _selected_each(env: Any, selector: Any, items: list[Any]) -> list[Any]:
         for index, item in enumerate(items):
             context = frame.states.context_object.context_object_data
             context["Map"] = MapData(Item=ItemData(Index=index, Value=item))
-            inline_item_processor_worker.InlineItemProcessorWorker._eval_input(selecting, frame)  # type: ignore[arg-type]
+            _SELECTS(selecting, frame)  # type: ignore[arg-type]
             selected.append(frame.stack.pop())
         return selected
     finally:
         env.delete_frame(frame)
 
 
-def _batching(original: MapRun) -> MapRun:
+def _batching(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
         """Items selected, then batched (the ItemBatcher evaluated once for the Map Run),
         then the children, which select nothing again."""
@@ -552,24 +529,7 @@ def _batching(original: MapRun) -> MapRun:
     return _map_run
 
 
-def _install_batcher(installer: Installer) -> None:
-    _rewriting(_moving_aside("ItemBatcher", _batcher_is_valid))(installer)
-    installer.replace(_COMPONENT, "_map_run", _batching(_COMPONENT._map_run))
-
-
-def _batcher_fits() -> list[str]:
-    selects = inline_item_processor_worker.InlineItemProcessorWorker._eval_input
-    creates = distributed_item_processor.DistributedItemProcessor._create_worker
-    return [
-        *_aside_fits(),
-        *_lacks(_COMPONENT._map_run, "input_items: list[json] = env.stack.pop()"),
-        *takes(selects, "self", "env_frame"),
-        *_lacks(selects, "self._item_selector", "self._env.stack[-1]", "output_value = env_frame"),
-        *_lacks(creates, "item_selector=eval_input.item_selector"),
-    ]
-
-
-# 6. ResultWriter (JSONata): the children written to S3 by status with a manifest.
+# ResultWriter (patch 6, JSONata): the children written to S3 by status, with a manifest.
 
 _WRITER_RESOURCE = re.compile(r"arn:aws[a-z-]*:states:::s3:putObject")
 # "Step Functions supports individual result files of up to 5 GB": past it, the
@@ -582,23 +542,23 @@ def _writer_is_valid(writer: Any) -> bool:
     an expression), or all three. Not verified: Prefix left out (here: no prefix),
     WriterConfig's fields as expressions (here refused)."""
     config = writer.get("WriterConfig", {}) if isinstance(writer, dict) else None
-    if not (
-        writer
-        and set(writer) <= {"Resource", "Arguments", "WriterConfig"}
-        and isinstance(config, dict)
-        and set(config) <= {"Transformation", "OutputType"}
-        and config.get("Transformation", "NONE") in ("NONE", "COMPACT", "FLATTEN")
-        and config.get("OutputType", "JSON") in ("JSON", "JSONL")
-    ):
-        return False
-    if "Resource" not in writer and "Arguments" not in writer:
-        return True  # WriterConfig alone
-    arguments = writer.get("Arguments")
+    arguments = writer.get("Arguments") if isinstance(writer, dict) else None
     if isinstance(arguments, dict):
         arguments_valid = "Bucket" in arguments and set(arguments) <= {"Bucket", "Prefix"}
     else:
         arguments_valid = _is_jsonata(arguments)
-    return arguments_valid and bool(_WRITER_RESOURCE.fullmatch(str(writer.get("Resource"))))
+    return bool(
+        isinstance(config, dict)
+        and writer
+        and set(writer) <= {"Resource", "Arguments", "WriterConfig"}
+        and set(config) <= {"Transformation", "OutputType"}
+        and config.get("Transformation", "NONE") in ("NONE", "COMPACT", "FLATTEN")
+        and config.get("OutputType", "JSON") in ("JSON", "JSONL")
+        and (
+            {"Resource", "Arguments"}.isdisjoint(writer)  # WriterConfig alone
+            or (arguments_valid and _WRITER_RESOURCE.fullmatch(str(writer.get("Resource"))))
+        )
+    )
 
 
 # A child as the writer reports it: (index, status, output, its entry as Transformation
@@ -608,20 +568,7 @@ Child = tuple[int, str, Any, dict[str, Any]]
 _CHILDREN: weakref.WeakKeyDictionary[Any, list[Child]] = weakref.WeakKeyDictionary()
 _CHILD_INPUTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
-
-
-def _outcome(state: Any) -> tuple[str, str | None, str | None]:
-    """A child's status, error and cause from its program's end state."""
-    if isinstance(state, program_state.ProgramEnded):
-        return "SUCCEEDED", None, None
-    if isinstance(state, program_state.ProgramError):
-        details = state.error or {}
-        return "FAILED", details.get("error"), details.get("cause")
-    if isinstance(state, program_state.ProgramTimedOut):
-        return "TIMED_OUT", None, None
-    if isinstance(state, program_state.ProgramStopped):
-        return "ABORTED", state.error, state.cause
-    return "FAILED", "States.Runtime", None  # moto caught it outside the child's states
+_SUCCEEDED = "Execution is SUCCEEDED and cannot be redriven"  # its RedriveStatusReason
 
 
 def _recording_input(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
@@ -647,33 +594,36 @@ def _recording_job(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, 
         dates = [datetime.datetime.now(datetime.UTC)]
         original(worker, env, job)
         dates.append(datetime.datetime.now(datetime.UTC))
-        start, stop = (d.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" for d in dates)
-        status, error, cause = _outcome(env.program_state())
+        start, stop = (date.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" for date in dates)
+        ended, error, cause = env.program_state(), None, None
+        if isinstance(ended, program_state.ProgramEnded):
+            status = "SUCCEEDED"
+        elif isinstance(ended, program_state.ProgramError):
+            details = ended.error or {}
+            status, error, cause = "FAILED", details.get("error"), details.get("cause")
+        elif isinstance(ended, program_state.ProgramTimedOut):
+            status = "TIMED_OUT"
+        elif isinstance(ended, program_state.ProgramStopped):
+            status, error, cause = "ABORTED", ended.error, ended.cause
+        else:  # moto caught an exception outside the child's states
+            status, error = "FAILED", "States.Runtime"
         with _LOCK:
             child_input = _CHILD_INPUTS.pop(env, job.job_input)
         name, machine = str(uuid.uuid4()), record.map_state_machine_arn
-        entry = {
-            **({} if cause is None else {"Cause": cause}),
-            **({} if error is None else {"Error": error}),
-            "ExecutionArn": machine.replace(":stateMachine:", ":execution:", 1) + ":" + name,
-            "Input": _json_text(child_input),
-            "InputDetails": {"Included": True},
-            "Name": name,
-            "RedriveCount": 0,
-            "RedriveStatus": "REDRIVABLE_BY_MAP_RUN",
-            "StartDate": start,
-            "StateMachineArn": machine,
-            "Status": status,
-            "StopDate": stop,
-        }
         output = job.job_output if status == "SUCCEEDED" else None
+        entry = {"ExecutionArn": machine.replace(":stateMachine:", ":execution:", 1) + ":" + name,
+                 "Input": _json_text(child_input), "InputDetails": {"Included": True},
+                 "Name": name, "RedriveCount": 0, "RedriveStatus": "REDRIVABLE_BY_MAP_RUN",
+                 "StartDate": start, "StateMachineArn": machine, "Status": status,
+                 "StopDate": stop, **({} if cause is None else {"Cause": cause}),
+                 **({} if error is None else {"Error": error})}  # fmt: skip
         if status == "SUCCEEDED":
-            entry.update(
-                Output=_json_text(output),
-                OutputDetails={"Included": True},
-                RedriveStatus="NOT_REDRIVABLE",
-                RedriveStatusReason="Execution is SUCCEEDED and cannot be redriven",
-            )
+            entry |= {
+                "Output": _json_text(output),
+                "OutputDetails": {"Included": True},
+                "RedriveStatus": "NOT_REDRIVABLE",
+                "RedriveStatusReason": _SUCCEEDED,
+            }
         with _LOCK:
             children.append((job.job_index, status, output, dict(sorted(entry.items()))))
 
@@ -763,7 +713,12 @@ def _export(
     }
 
 
-def _writing(original: MapRun) -> MapRun:
+def _children_of(record: Any) -> list[Child]:
+    with _LOCK:
+        return sorted(_CHILDREN.pop(record, []), key=lambda child: child[0])
+
+
+def _writing(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
         """The children recorded and the Map's result replaced; the results are written
         also when the Map Run fails on its tolerated failures ("PENDING_n.json ... weren't
@@ -792,31 +747,6 @@ def _writing(original: MapRun) -> MapRun:
             env.stack.append(_export(env, target, config, record.map_run_arn, children))
 
     return _map_run
-
-
-def _children_of(record: Any) -> list[Child]:
-    with _LOCK:
-        return sorted(_CHILDREN.pop(record, []), key=lambda child: child[0])
-
-
-def _install_writer(installer: Installer) -> None:
-    _rewriting(_moving_aside("ResultWriter", _writer_is_valid))(installer)
-    installer.replace(_WORKER, "_eval_input", _recording_input(_WORKER._eval_input))
-    installer.replace(_WORKER, "_eval_job", _recording_job(_WORKER._eval_job))
-    installer.replace(_COMPONENT, "_map_run", _writing(_COMPONENT._map_run))
-
-
-def _writer_fits() -> list[str]:
-    job = ("self._eval_input(env_frame=env)", "env.program_state()", "job.job_output =")
-    record = map_run_record.MapRunRecord.__init__
-    return [
-        *_aside_fits(),
-        *_lacks(_WORKER._eval_job, *job),
-        *_lacks(_WORKER.__init__, "self._map_run_record = map_run_record"),
-        *_lacks(record, "self.map_run_arn", "self.map_state_machine_arn"),
-        *takes(boto_client_for, "region", "service", "state_credentials"),
-        *_errors_gone("StatesResultWriterFailed", "StatesQueryEvaluationError"),
-    ]
 
 
 _ITEM_READER = f"('ItemReader (Map)', {_DOCS}input-output-itemreader.html)"
@@ -851,8 +781,22 @@ PATCHES: tuple[Patch, ...] = (
         "Map, refused an integer percentage and read a ToleratedFailureCount expression as "
         "a percentage.",
         test=_TESTS + "test_failures_beyond_the_threshold_fail_the_map",
-        install=_install_tolerance,
-        fits=_tolerance_fits,
+        install=_installs(
+            _rewriting(_tolerance_rewrite),
+            _wrapping(_COMPONENT, "_map_run", _tolerating),
+            _wrapping(
+                preprocessor.Preprocessor,
+                "visitTolerated_failure_count_string_jsonata",
+                lambda _: _count_expression,
+            ),
+        ),
+        fits=lambda: [
+            *_aside_fits(),
+            *_lacks(_COMPONENT._map_run, "env.stack.append(outputs)"),
+            *_lacks(_COMPONENT._eval_body, "except FailureEventException"),
+            *gone(preprocessor.Preprocessor, "visitTolerated_failure_count_string_jsonata"),
+            *_errors_gone("StatesExceedToleratedFailureThreshold"),
+        ],
     ),
     Patch(
         name="Distributed Map: EXPRESS children",
@@ -885,8 +829,20 @@ PATCHES: tuple[Patch, ...] = (
         "(here batches). JSONPath's *Path fields are not reproduced: moto still refuses "
         "them. moto's grammar refused any ItemBatcher.",
         test=_TESTS + "test_items_go_to_children_in_batches",
-        install=_install_batcher,
-        fits=_batcher_fits,
+        install=_installs(
+            _moving_aside("ItemBatcher", _batcher_is_valid),
+            _wrapping(_COMPONENT, "_map_run", _batching),
+        ),
+        fits=lambda: [
+            *_aside_fits(),
+            *_lacks(_COMPONENT._map_run, "env.stack.pop()"),
+            *takes(_SELECTS, "self", "env_frame"),
+            *_lacks(_SELECTS, "self._item_selector", "self._env.stack[-1]"),
+            *_lacks(
+                distributed_item_processor.DistributedItemProcessor._create_worker,
+                "item_selector=eval_input.item_selector",
+            ),
+        ],
     ),
     Patch(
         name="Distributed Map: S3 Inventory manifest reader",
@@ -905,7 +861,11 @@ PATCHES: tuple[Patch, ...] = (
         "both forms.",
         test=_TESTS + "test_an_inventory_manifest_is_read_file_by_file",
         install=_reading(":s3:getObject", _manifest_config, _reads_manifest, _inventory),
-        fits=_manifest_fits,
+        fits=lambda: [
+            *_reader_fits(),
+            *_lacks(reader_config_decl.ReaderConfig.__init__, "self.csv_headers = csv_headers"),
+            *_errors_gone("StatesItemReaderFailed"),
+        ],
     ),
     Patch(
         name="Distributed Map: ResultWriter",
@@ -931,7 +891,28 @@ PATCHES: tuple[Patch, ...] = (
         "(here COMPACT). JSONPath's ResultWriter stays moto's (an empty manifest), which "
         "refused Arguments and WriterConfig.",
         test=_TESTS + "test_results_are_written_to_s3_by_status",
-        install=_install_writer,
-        fits=_writer_fits,
+        install=_installs(
+            _moving_aside("ResultWriter", _writer_is_valid),
+            _wrapping(_WORKER, "_eval_input", _recording_input),
+            _wrapping(_WORKER, "_eval_job", _recording_job),
+            _wrapping(_COMPONENT, "_map_run", _writing),
+        ),
+        fits=lambda: [
+            *_aside_fits(),
+            *_lacks(
+                _WORKER._eval_job,
+                "self._eval_input(env_frame=env)",
+                "job.job_output =",
+                "env.program_state()",
+            ),
+            *_lacks(_WORKER.__init__, "self._map_run_record = map_run_record"),
+            *_lacks(
+                map_run_record.MapRunRecord.__init__,
+                "self.map_run_arn",
+                "self.map_state_machine_arn",
+            ),
+            *takes(boto_client_for, "region", "service", "state_credentials"),
+            *_errors_gone("StatesResultWriterFailed", "StatesQueryEvaluationError"),
+        ],
     ),
 )
