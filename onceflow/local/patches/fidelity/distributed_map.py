@@ -755,14 +755,14 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: listObjectsV2 items",
         kind="fidelity",
-        why="An ItemReader with arn:aws:states:::s3:listObjectsV2 gives the Map one item per "
-        f"object under the prefix {_ITEM_READER}, each "
-        '{"Etag", "Key", "LastModified" (epoch seconds), "Size", "StorageClass"} as that '
-        "page's example shows; ReaderConfig.MaxItems (up to 100,000,000) stops the reading. "
-        "Not verified: reading every page (implied by MaxItems' range), an empty prefix as "
-        "zero items, that no other ListObjectsV2 field appears. moto read one page of 1,000 "
-        "in boto's shape (ETag, a datetime, ChecksumAlgorithm), refused MaxItems without an "
-        "InputType, and failed an empty prefix with States.Runtime.",
+        why="An s3:listObjectsV2 ItemReader gives one item per object under the prefix, each "
+        '{"Etag", "Key", "LastModified" (epoch seconds), "Size", "StorageClass"} as the '
+        "page's example shows; ReaderConfig.MaxItems (at most 100,000,000) stops it "
+        f"{_ITEM_READER}. "
+        "Not verified: every page read (implied by MaxItems' range), an empty prefix as zero "
+        "items, no other field. moto read one page of 1,000 in boto's shape (ETag, a "
+        "datetime, ChecksumAlgorithm), refused MaxItems without InputType and failed an "
+        "empty prefix (States.Runtime).",
         test=_TESTS + "test_a_listing_reads_every_page",
         install=_reading(":s3:listObjectsV2", _listing_config, _lists_objects, _listed),
         fits=_reader_fits,
@@ -770,16 +770,15 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: tolerated failures",
         kind="fidelity",
-        why="When more children fail or time out than ToleratedFailureCount, or a larger "
-        "share than ToleratedFailurePercentage (0-100, an integer or a decimal; either may "
-        "be a JSONata expression), the Map Run fails and the Map state fails with "
-        "States.ExceedToleratedFailureThreshold, which Retry and Catch see; by default "
-        f"any one failure does ('Distributed Map failure threshold', {_DOCS}"
-        "state-map-distributed.html#maprun-fail-threshold). Not verified: the cause text, "
-        "whether a share equal to the percentage fails (here not), that a threshold left out "
-        "does not apply when the other is set (here it does not). moto never failed the "
-        "Map, refused an integer percentage and read a ToleratedFailureCount expression as "
-        "a percentage.",
+        why="Children failed or timed out beyond ToleratedFailureCount, or a share beyond "
+        "ToleratedFailurePercentage (0-100, integer or decimal; either may be a JSONata "
+        "expression), fail the Map Run and the Map with States.ExceedToleratedFailureThreshold, "
+        "which Retry and Catch see; by default any one failure does ('Distributed Map failure "
+        f"threshold', {_DOCS}state-map-distributed.html#maprun-fail-threshold). Not "
+        "verified: the cause text, a share equal to the percentage (here within), that a "
+        "threshold left out does not apply when the other is set (here it does not). moto "
+        "never failed the Map, refused an integer percentage, read a count expression as a "
+        "percentage.",
         test=_TESTS + "test_failures_beyond_the_threshold_fail_the_map",
         install=_installs(
             _rewriting(_tolerance_rewrite),
@@ -801,11 +800,11 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: EXPRESS children",
         kind="fidelity",
-        why="A Distributed Map's ProcessorConfig may set ExecutionType EXPRESS as well as "
-        "STANDARD (required in DISTRIBUTED mode; 'Using Map state in Distributed mode', "
-        f"{_DOCS}state-map-distributed.html). moto's grammar refused EXPRESS; the children "
-        "run as moto runs STANDARD ones (in-process, no execution records), so Express-only "
-        "limits (5 minutes, at-least-once) are not reproduced.",
+        why="ProcessorConfig.ExecutionType may be EXPRESS as well as STANDARD in DISTRIBUTED "
+        f"mode ('Using Map state in Distributed mode', {_DOCS}state-map-distributed.html). "
+        "moto's grammar refused EXPRESS; the children run as moto runs STANDARD ones "
+        "(in-process, no execution records): Express-only limits (5 minutes, at-least-once) "
+        "are not reproduced.",
         test=_TESTS + "test_express_children_run",
         install=_rewriting(_express_as_standard),
         fits=_parse_fits,
@@ -813,21 +812,18 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: ItemBatcher",
         kind="fidelity",
-        why="A Distributed Map's ItemBatcher hands each child a batch of items: Step "
-        'Functions "adds the items to an Items array" and passes it as the child\'s input, '
+        why='An ItemBatcher "adds the items to an Items array" passed as a child\'s input, '
         'with BatchInput alongside ({"BatchInput": {...}, "Items": [...]}) when set; '
-        "MaxItemsPerBatch and MaxInputBytesPerBatch (at most 256 KiB, which is also the "
-        "default) bound each batch, either may be a JSONata expression ('ItemBatcher "
-        f"(Map)', {_DOCS}input-output-itembatcher.html). ItemSelector applies to each item "
-        "before the batching ('Map state input and output fields', "
-        f"{_DOCS}input-output-fields-dist-map.html). The Map's result has one element per "
-        "batch. Not verified: that BatchInput counts toward MaxInputBytesPerBatch (here the "
-        "whole child input does), an item larger than MaxInputBytesPerBatch (here alone in "
-        "a batch), MaxInputBytesPerBatch from an expression above 256 KiB (here capped), "
-        "the error for an expression that is not a positive integer (here "
-        "States.QueryEvaluationError), whether tolerated failures count items or batches "
-        "(here batches). JSONPath's *Path fields are not reproduced: moto still refuses "
-        "them. moto's grammar refused any ItemBatcher.",
+        "MaxItemsPerBatch and MaxInputBytesPerBatch (at most and by default 256 KiB), either "
+        f"a JSONata expression, bound each batch ('ItemBatcher (Map)', {_DOCS}"
+        "input-output-itembatcher.html); ItemSelector applies to each item before batching "
+        f"('Map state input and output fields', {_DOCS}input-output-fields-dist-map.html); "
+        "the Map's result has one element per batch. Not verified: BatchInput counted in "
+        "MaxInputBytesPerBatch (here the whole child input is), an item larger than it (here "
+        "alone in a batch), an expression above 256 KiB (here capped) or not a positive "
+        "integer (here States.QueryEvaluationError), tolerance counting items or batches "
+        "(here batches). JSONPath's *Path fields stay refused. moto's grammar refused any "
+        "ItemBatcher.",
         test=_TESTS + "test_items_go_to_children_in_batches",
         install=_installs(
             _moving_aside("ItemBatcher", _batcher_is_valid),
@@ -847,18 +843,16 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: S3 Inventory manifest reader",
         kind="fidelity",
-        why="An ItemReader with arn:aws:states:::s3:getObject and ReaderConfig "
-        '{"InputType": "MANIFEST"} or {"ManifestType": "S3_INVENTORY"} (not both: "you '
-        "must not also specify InputType\") reads an S3 Inventory's manifest.json, then "
-        "every data file it lists (gzip CSV, no header row) from its destinationBucket; "
-        "each row is an item named by the manifest's fileSchema, every value a string; "
-        f"MaxItems stops the reading; only a CSV inventory can be read {_ITEM_READER}. A "
-        "manifest or file that cannot be read fails the Map with States.ItemReaderFailed "
-        f"('Handling errors', {_DOCS}concepts-error-handling.html). Not verified: the "
-        "cause texts, the order files are read in (here the manifest's), a row whose field "
-        "count differs from the schema (here States.ItemReaderFailed). CSVDelimiter and "
-        "CSVHeaderLocation beside the manifest form are refused. moto's grammar refused "
-        "both forms.",
+        why="An s3:getObject ItemReader with ReaderConfig InputType MANIFEST or ManifestType "
+        'S3_INVENTORY (not both: "you must not also specify InputType") reads the manifest.json, '
+        "then each data file it lists (gzip CSV, no header row) in its destinationBucket: "
+        "each row an item named by the fileSchema, every value a string; MaxItems stops it; "
+        f"only a CSV inventory can be read {_ITEM_READER}. One that cannot be read fails the "
+        f"Map with States.ItemReaderFailed ('Handling errors', {_DOCS}"
+        "concepts-error-handling.html). Not verified: the cause texts, the order of files "
+        "(here the manifest's), a row whose field count differs from the schema (here "
+        "States.ItemReaderFailed). CSVDelimiter and CSVHeaderLocation beside it are refused. "
+        "moto's grammar refused both forms.",
         test=_TESTS + "test_an_inventory_manifest_is_read_file_by_file",
         install=_reading(":s3:getObject", _manifest_config, _reads_manifest, _inventory),
         fits=lambda: [
@@ -870,26 +864,25 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: ResultWriter",
         kind="fidelity",
-        why="A JSONata Distributed Map's ResultWriter (Resource arn:aws:states:::s3:putObject, "
-        "Arguments {Bucket, Prefix}, either an expression; optional WriterConfig "
-        "{Transformation NONE|COMPACT|FLATTEN, OutputType JSON|JSONL}) writes the children "
-        "by status under <Prefix>/<map run id>/: SUCCEEDED_n, FAILED_n (failed, timed out "
-        "and aborted, each with its Error and Cause), PENDING_n and a manifest.json "
-        "{DestinationBucket, MapRunArn, ResultFiles {FAILED, PENDING, SUCCEEDED: [{Key, "
-        'Size}]}}; the Map\'s result is then {"MapRunArn", "ResultWriterDetails": '
-        "{Bucket, Key}}; NONE (the default when exporting) keeps each child's metadata, "
-        "COMPACT its output, FLATTEN spreads array outputs, a failed child is always "
-        "reported as NONE; WriterConfig alone transforms the state's result ('ResultWriter "
-        f"(Map)', {_DOCS}input-output-resultwriter.html; the metadata as DescribeExecution "
-        "gives it, https://docs.aws.amazon.com/step-functions/latest/apireference/"
-        "API_DescribeExecution.html). A write that fails fails the Map with "
+        why="A JSONata ResultWriter (Resource arn:aws:states:::s3:putObject, Arguments "
+        "{Bucket, Prefix}, either an expression; WriterConfig {Transformation "
+        "NONE|COMPACT|FLATTEN, OutputType JSON|JSONL}) writes the children by status under "
+        "<Prefix>/<map run id>/: SUCCEEDED_n, FAILED_n (failed, timed out and aborted, with "
+        "Error and Cause), PENDING_n, and manifest.json {DestinationBucket, MapRunArn, "
+        "ResultFiles {FAILED, PENDING, SUCCEEDED: [{Key, Size}]}}; the Map's result is "
+        '{"MapRunArn", "ResultWriterDetails": {Bucket, Key}}. NONE (the default then) keeps '
+        "each child's metadata, COMPACT its output, FLATTEN spreads array outputs, a failed "
+        "child is always as NONE; WriterConfig alone transforms the state's result "
+        f"('ResultWriter (Map)', {_DOCS}input-output-resultwriter.html; the metadata as "
+        "DescribeExecution gives it, https://docs.aws.amazon.com/step-functions/latest/"
+        "apireference/API_DescribeExecution.html). A failed write fails the Map with "
         "States.ResultWriterFailed. Not verified: Input and Output as JSON text, the date "
         "format, the redrive fields, an EXPRESS child's ARN (here a STANDARD one's), file "
         "names past the 5 GB split and for JSONL (here .jsonl), the order of entries (here "
-        "the items'), that results are written when the tolerated failure threshold fails "
-        "the Map Run (here they are), the default Transformation with WriterConfig alone "
-        "(here COMPACT). JSONPath's ResultWriter stays moto's (an empty manifest), which "
-        "refused Arguments and WriterConfig.",
+        "the items'), results written when tolerance fails the Map Run (here they are), the "
+        "default Transformation with WriterConfig alone (here COMPACT). JSONPath's "
+        "ResultWriter stays moto's (an empty manifest; moto refused Arguments and "
+        "WriterConfig).",
         test=_TESTS + "test_results_are_written_to_s3_by_status",
         install=_installs(
             _moving_aside("ResultWriter", _writer_is_valid),
