@@ -31,15 +31,10 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from moto.stepfunctions.parser.api import HistoryEventType, MapRunFailedEventDetails
-from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
-    FailureEvent,
-    FailureEventException,
-)
-from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
-    StatesErrorName,
-)
-from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
-    StatesErrorNameType,
+from moto.stepfunctions.parser.asl.component.common.error_name import (
+    failure_event,
+    states_error_name,
+    states_error_name_type,
 )
 from moto.stepfunctions.parser.asl.component.common.string import string_expression
 from moto.stepfunctions.parser.asl.component.state.exec.state_map import tolerated_failure
@@ -81,6 +76,7 @@ _READER = item_reader_decl.ItemReader
 _COMPONENT = distributed_iteration_component.DistributedIterationComponent
 _WORKER = distributed_item_processor_worker.DistributedItemProcessorWorker
 _SELECTS = inline_item_processor_worker.InlineItemProcessorWorker._eval_input
+_ERROR_NAMES = states_error_name_type.StatesErrorNameType
 Install = Callable[[Installer], None]
 
 
@@ -104,18 +100,17 @@ def _lacks(code: Any, *needed: str) -> list[str]:
 
 
 def _errors_gone(*names: str) -> list[str]:
-    return [f"{name} is gone" for name in names if name not in StatesErrorNameType.__members__]
+    return [f"{name} is gone" for name in names if name not in _ERROR_NAMES.__members__]
 
 
-def map_run_failure(env: Any, error: str, cause: str) -> FailureEventException:
+def map_run_failure(env: Any, error: str, cause: str) -> Any:
     """The Map state failing as its Map Run failed (a MapRunFailed event); error names
     a StatesErrorNameType member."""
-    error_name = StatesErrorName(typ=StatesErrorNameType[error])
+    error_name = states_error_name.StatesErrorName(typ=_ERROR_NAMES.__members__[error])
     details = MapRunFailedEventDetails(error=error_name.error_name, cause=cause)
     event = EventDetails(mapRunFailedEventDetails=details)  # type: ignore[typeddict-item]
-    return FailureEventException(
-        FailureEvent(env, error_name, HistoryEventType.MapRunFailed, event)
-    )
+    failure = failure_event.FailureEvent(env, error_name, HistoryEventType.MapRunFailed, event)
+    return failure_event.FailureEventException(failure)
 
 
 # Definitions rewritten before moto's parser reads them, and fields set aside.
@@ -298,10 +293,6 @@ def _listed(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
     return [aws_listed_item(item) for item in itertools.islice(listed, max_items)]
 
 
-def _lists_objects(reader: Any) -> bool:
-    return getattr(reader.resource, "api_action", None) == "listObjectsV2"
-
-
 _MANIFEST_MARK = "onceflow-s3-inventory-manifest"  # the CSVHeaders that mark the reader
 # The form and a limit; CSVDelimiter and CSVHeaderLocation (AWS takes them) are refused.
 _MANIFEST_CONFIG = frozenset({"InputType", "ManifestType", "MaxItems", "MaxItemsPath"})
@@ -329,10 +320,8 @@ def _reads_manifest(reader: Any) -> bool:
 
 
 def read_inventory_manifest(s3: Any, arguments: Any, max_items: int) -> list[dict[str, str]]:
-    """The items of the S3 Inventory whose manifest.json the reader's Arguments name: each
-    row of each data file (gzip CSV, no header row) in the manifest's destinationBucket, a
-    dict of strings by the fileSchema's columns, in file then row order, up to max_items.
-    A manifest or file not in that form raises (KeyError, ValueError, ...)."""
+    """The S3 Inventory's rows, in file then row order, as the patch's why says; a manifest
+    or file not in that form raises (KeyError, ValueError, ...)."""
     manifest = json.loads(s3.get_object(**arguments)["Body"].read())
     if manifest["fileFormat"] != "CSV":
         raise ManifestError(f"the fileFormat is {manifest['fileFormat']!r}, not CSV")
@@ -388,8 +377,8 @@ def _tolerance_rewrite(state: dict[str, Any], language: str) -> bool:
 def threshold_exceeded(
     failed: int, total: int, count: int, percentage: float, declared: tuple[bool, bool]
 ) -> bool:
-    """Whether failed of total children exceed the thresholds: with neither declared, any
-    failure does (the default is 0); with one, that one decides; with both, either."""
+    """Whether failed of total children exceed the thresholds declared (count, percentage):
+    with neither, any failure does; with one, that one decides; with both, either."""
     count_declared, percentage_declared = declared
     if not (count_declared or percentage_declared):
         return failed > 0
@@ -439,8 +428,7 @@ _BATCH_LIMITS = {"MaxItemsPerBatch": None, "MaxInputBytesPerBatch": MAX_BATCH_BY
 
 
 def _batcher_is_valid(batcher: Any) -> bool:
-    """MaxItemsPerBatch and/or MaxInputBytesPerBatch (a positive integer, the bytes at most
-    256 KiB, or an expression) and an optional BatchInput object or expression."""
+    """An ItemBatcher AWS takes in JSONata (JSONPath's *Path fields are not reproduced)."""
     if not isinstance(batcher, dict) or not set(batcher) <= {*_BATCH_LIMITS, "BatchInput"}:
         return False
     for field, most in _BATCH_LIMITS.items():
@@ -538,8 +526,7 @@ MAX_RESULT_FILE_BYTES = 5 * 1024**3
 
 
 def _writer_is_valid(writer: Any) -> bool:
-    """WriterConfig alone, Resource s3:putObject with Arguments {Bucket, Prefix?} (either
-    an expression), or all three. Not verified: Prefix left out (here: no prefix),
+    """A ResultWriter AWS takes. Not verified: Prefix left out (here: no prefix),
     WriterConfig's fields as expressions (here refused)."""
     config = writer.get("WriterConfig", {}) if isinstance(writer, dict) else None
     arguments = writer.get("Arguments") if isinstance(writer, dict) else None
@@ -631,9 +618,7 @@ def _recording_job(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, 
 
 
 def transformed(children: list[Child], transformation: str) -> list[Any]:
-    """Children as Transformation reports them: NONE, each child's entry; COMPACT, each
-    output; FLATTEN, each output, an array's elements in its place; a failed child, its
-    entry ("Step Functions returns its execution result unchanged")."""
+    """Children as Transformation reports them (a failed child always as NONE)."""
     reported: list[Any] = []
     for _, status, output, entry in children:
         if status != "SUCCEEDED" or transformation == "NONE":
@@ -733,13 +718,13 @@ def _writing(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, A
             _CHILDREN[record] = []
         try:
             original(component, env, eval_input)
-        except FailureEventException as failure:
+        except failure_event.FailureEventException as failure:
             error, _ = failure.extract_error_cause_pair() or (None, None)
             if error == EXCEEDED_ERROR and target is not None:
                 _export(env, target, config, record.map_run_arn, _children_of(record))
             raise
         finally:
-            children = _children_of(record)
+            children = _children_of(record)  # taken whatever happened (none left behind)
         env.stack.pop()  # the children's outputs, as moto collected them
         if target is None:  # WriterConfig alone: the results stay the state's
             env.stack.append(transformed(children, config.get("Transformation", "COMPACT")))
@@ -764,7 +749,12 @@ PATCHES: tuple[Patch, ...] = (
         "datetime, ChecksumAlgorithm), refused MaxItems without InputType and failed an "
         "empty prefix (States.Runtime).",
         test=_TESTS + "test_a_listing_reads_every_page",
-        install=_reading(":s3:listObjectsV2", _listing_config, _lists_objects, _listed),
+        install=_reading(
+            ":s3:listObjectsV2",
+            _listing_config,
+            lambda reader: getattr(reader.resource, "api_action", None) == "listObjectsV2",
+            _listed,
+        ),
         fits=_reader_fits,
     ),
     Patch(
