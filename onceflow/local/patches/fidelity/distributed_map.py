@@ -75,7 +75,7 @@ _PARSER = asl_parser.AmazonStateLanguageParser
 _READER = item_reader_decl.ItemReader
 _COMPONENT = distributed_iteration_component.DistributedIterationComponent
 _WORKER = distributed_item_processor_worker.DistributedItemProcessorWorker
-_SELECTS = inline_item_processor_worker.InlineItemProcessorWorker._eval_input
+_INLINE_WORKER = inline_item_processor_worker.InlineItemProcessorWorker
 _ERROR_NAMES = states_error_name_type.StatesErrorNameType
 Install = Callable[[Installer], None]
 
@@ -484,7 +484,7 @@ def _selected_each(env: Any, selector: Any, items: list[Any]) -> list[Any]:
         for index, item in enumerate(items):
             context = frame.states.context_object.context_object_data
             context["Map"] = MapData(Item=ItemData(Index=index, Value=item))
-            _SELECTS(selecting, frame)  # type: ignore[arg-type]
+            _INLINE_WORKER._eval_input(selecting, frame)  # type: ignore[arg-type]
             selected.append(frame.stack.pop())
         return selected
     finally:
@@ -822,8 +822,8 @@ PATCHES: tuple[Patch, ...] = (
         fits=lambda: [
             *_aside_fits(),
             *_lacks(_COMPONENT._map_run, "env.stack.pop()"),
-            *takes(_SELECTS, "self", "env_frame"),
-            *_lacks(_SELECTS, "self._item_selector", "self._env.stack[-1]"),
+            *takes(_INLINE_WORKER._eval_input, "self", "env_frame"),
+            *_lacks(_INLINE_WORKER._eval_input, "self._item_selector", "self._env.stack[-1]"),
             *_lacks(
                 distributed_item_processor.DistributedItemProcessor._create_worker,
                 "item_selector=eval_input.item_selector",
