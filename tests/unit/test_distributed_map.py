@@ -179,6 +179,31 @@ def test_a_failure_count_is_a_count(engine: LocalEngine, count: Any) -> None:
     assert (two.status, two.error) == ("FAILED", EXCEEDED)
 
 
+def test_a_failure_count_is_a_count_in_jsonpath_too(engine: LocalEngine) -> None:
+    # The thresholds a JSONPath Map declares are noted as a JSONata Map's are.
+    child = {
+        "ProcessorConfig": PROCESSOR,
+        "StartAt": "Check",
+        "States": {
+            "Check": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$.fail", "BooleanEquals": True, "Next": "Bad"}],
+                "Default": "Good",
+            },
+            "Bad": {"Type": "Fail", "Error": "Boom"},
+            "Good": {"Type": "Pass", "End": True},
+        },
+    }
+    state = {"Type": "Map", "ItemsPath": "$.items", "ItemProcessor": child, "End": True}
+    definition = {"StartAt": "Map", "States": {"Map": {**state, "ToleratedFailureCount": 1}}}
+    arn = engine.client("stepfunctions").create_state_machine(
+        name="dmap-jsonpath-count", definition=json.dumps(definition), roleArn=ROLE
+    )["stateMachineArn"]
+    assert engine.execute(arn, _items(failing=1, total=4)).status == "SUCCEEDED"
+    failed = engine.execute(arn, _items(failing=2, total=4))
+    assert (failed.status, failed.error) == ("FAILED", EXCEEDED)
+
+
 def test_either_threshold_exceeded_fails_the_map(engine: LocalEngine) -> None:
     both = _tolerating(ToleratedFailureCount=3, ToleratedFailurePercentage=20)
     result = _run(engine, both, _items(failing=1, total=4))  # 1 <= 3, but 25% > 20%
