@@ -99,10 +99,6 @@ def _lacks(code: Any, *needed: str) -> list[str]:
     return [f"{code.__qualname__} no longer has {text!r}" for text in needed if text not in source]
 
 
-def _errors_gone(*names: str) -> list[str]:
-    return [f"{name} is gone" for name in names if name not in _ERROR_NAMES.__members__]
-
-
 def map_run_failure(env: Any, error: str, cause: str) -> Any:
     """The Map state failing as its Map Run failed (a MapRunFailed event); error names
     a StatesErrorNameType member."""
@@ -784,7 +780,7 @@ PATCHES: tuple[Patch, ...] = (
             *_lacks(_COMPONENT._map_run, "env.stack.append(outputs)"),
             *_lacks(_COMPONENT._eval_body, "except FailureEventException"),
             *gone(preprocessor.Preprocessor, "visitTolerated_failure_count_string_jsonata"),
-            *_errors_gone("StatesExceedToleratedFailureThreshold"),
+            *gone(_ERROR_NAMES, "StatesExceedToleratedFailureThreshold"),
         ],
     ),
     Patch(
@@ -848,7 +844,7 @@ PATCHES: tuple[Patch, ...] = (
         fits=lambda: [
             *_reader_fits(),
             *_lacks(reader_config_decl.ReaderConfig.__init__, "self.csv_headers = csv_headers"),
-            *_errors_gone("StatesItemReaderFailed"),
+            *gone(_ERROR_NAMES, "StatesItemReaderFailed"),
         ],
     ),
     Patch(
@@ -895,7 +891,7 @@ PATCHES: tuple[Patch, ...] = (
                 "self.map_state_machine_arn",
             ),
             *takes(boto_client_for, "region", "service", "state_credentials"),
-            *_errors_gone("StatesResultWriterFailed", "StatesQueryEvaluationError"),
+            *gone(_ERROR_NAMES, "StatesResultWriterFailed", "StatesQueryEvaluationError"),
         ],
     ),
 )
