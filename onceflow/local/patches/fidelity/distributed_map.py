@@ -217,9 +217,10 @@ def _reading(
     action: str, config_rewrite: Callable[[dict[str, Any]], bool], reads: Callable[[Any], bool],
     read: Read,
 ) -> Install:  # fmt: skip
-    """An install of: config_rewrite of the ReaderConfig of each ItemReader whose Resource
-    ends in action; ItemReader._eval_body reading with read the readers reads picks (the
-    ReaderConfig and Arguments evaluated as moto does), others as before."""
+    """An install of two replacements: each ItemReader whose Resource ends in action has its
+    ReaderConfig rewritten by config_rewrite; ItemReader._eval_body, for a reader that
+    ``reads`` picks, evaluates its ReaderConfig and Arguments as moto does and gives what
+    ``read`` reads (other readers as before)."""
 
     def rewrite(state: dict[str, Any], language: str) -> bool:
         reader = state.get("ItemReader")
