@@ -15,9 +15,6 @@ from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader import (
     item_reader_decl,
 )
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import (
-    resource_eval_s3,
-)
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
     distributed_iteration_component as distributed,
 )
@@ -182,6 +179,31 @@ def test_a_failure_count_is_a_count(engine: LocalEngine, count: Any) -> None:
     assert (two.status, two.error) == ("FAILED", EXCEEDED)
 
 
+def test_a_failure_count_is_a_count_in_jsonpath_too(engine: LocalEngine) -> None:
+    # The thresholds a JSONPath Map declares are noted as a JSONata Map's are.
+    child = {
+        "ProcessorConfig": PROCESSOR,
+        "StartAt": "Check",
+        "States": {
+            "Check": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$.fail", "BooleanEquals": True, "Next": "Bad"}],
+                "Default": "Good",
+            },
+            "Bad": {"Type": "Fail", "Error": "Boom"},
+            "Good": {"Type": "Pass", "End": True},
+        },
+    }
+    state = {"Type": "Map", "ItemsPath": "$.items", "ItemProcessor": child, "End": True}
+    definition = {"StartAt": "Map", "States": {"Map": {**state, "ToleratedFailureCount": 1}}}
+    arn = engine.client("stepfunctions").create_state_machine(
+        name="dmap-jsonpath-count", definition=json.dumps(definition), roleArn=ROLE
+    )["stateMachineArn"]
+    assert engine.execute(arn, _items(failing=1, total=4)).status == "SUCCEEDED"
+    failed = engine.execute(arn, _items(failing=2, total=4))
+    assert (failed.status, failed.error) == ("FAILED", EXCEEDED)
+
+
 def test_either_threshold_exceeded_fails_the_map(engine: LocalEngine) -> None:
     both = _tolerating(ToleratedFailureCount=3, ToleratedFailurePercentage=20)
     result = _run(engine, both, _items(failing=1, total=4))  # 1 <= 3, but 25% > 20%
@@ -249,19 +271,17 @@ def test_threshold_arithmetic(
 
 
 def test_the_patches_are_undone_when_the_engine_stops() -> None:
-    s3_eval = resource_eval_s3.ResourceEvalS3
+    reader = item_reader_decl.ItemReader
     component = distributed.DistributedIterationComponent
-    before = (vars(s3_eval)["_handle_list_objects_v2"], vars(component)["_map_run"])
+    before = (vars(reader)["_eval_body"], vars(component)["_map_run"])
     with LocalEngine(function_log=io.StringIO(), time_scale=0.0):
-        assert vars(s3_eval)["_handle_list_objects_v2"].__func__ is (
-            distributed_map._list_all_objects
-        )
+        assert vars(reader)["_eval_body"] is not before[0]
         assert vars(component)["_map_run"] is not before[1]
         current = patches.installed()
         assert current is not None
         assert {p.name for p in distributed_map.PATCHES} <= {p.name for p in current.patches}
     assert patches.installed() is None
-    assert (vars(s3_eval)["_handle_list_objects_v2"], vars(component)["_map_run"]) == before
+    assert (vars(reader)["_eval_body"], vars(component)["_map_run"]) == before
 
 
 def test_express_children_run(engine: LocalEngine) -> None:
