@@ -813,6 +813,15 @@ def _inventory_differs(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> l
         for name in ("Bucket", "Format", "Prefix")
         if (got.get(name) or "") != want[name]
     ]
+    # "If no account ID is provided, the owner is not validated before exporting data"
+    # (S3 API reference, InventoryS3BucketDestination): another account's, nothing exported.
+    if got.get("AccountId") not in (None, "", want["AccountId"]):
+        differs.append(f"Destination AccountId is {got['AccountId']!r}, not {want['AccountId']!r}")
+    # A Weekly report is older than the 2 days a Daily audit reads on 5 days of 7; a Daily
+    # one serves a Weekly audit (8 days).
+    frequency = (found.get("Schedule") or {}).get("Frequency")
+    if wanted["Schedule"]["Frequency"] == "Daily" and frequency != "Daily":
+        differs.append(f"Schedule Frequency is {frequency!r}, not 'Daily'")
     missing = [f for f in INVENTORY_FIELDS if f not in (found.get("OptionalFields") or [])]
     if missing:
         differs.append(f"OptionalFields lack {', '.join(missing)}")
@@ -875,7 +884,7 @@ def check_audit_inventory(stack: _Stack) -> Iterator[Finding]:
     yield Finding(
         PASS,
         "audit inventory",
-        f"s3://{bucket} delivers the {wanted['Schedule']['Frequency'].lower()} S3 Inventory "
+        f"s3://{bucket} delivers the {found[0]['Schedule']['Frequency'].lower()} S3 Inventory "
         f"{wanted['Id']} the audit reads",
     )
 

@@ -519,6 +519,37 @@ def test_an_existing_bucket_without_the_audits_inventory_is_a_warning_with_the_c
     )
 
 
+@pytest.mark.parametrize(
+    ("changed", "named"),
+    [
+        # S3 delivers a Weekly report once a week: the audit, which reads one no older
+        # than 2 days (AUDIT_INVENTORY_MAX_AGE_HOURS 48), would list on 5 days of 7.
+        ({"Schedule": {"Frequency": "Weekly"}}, "Schedule Frequency is 'Weekly', not 'Daily'"),
+        # "The account ID that owns the destination S3 bucket. If no account ID is
+        # provided, the owner is not validated before exporting data" (S3 API reference,
+        # InventoryS3BucketDestination): another account's ID, and S3 exports nothing.
+        (
+            {"Destination": {"S3BucketDestination": {
+                **INVENTORY["Destination"]["S3BucketDestination"],  # type: ignore[index]
+                "AccountId": "210987654321"}}},
+            f"Destination AccountId is '210987654321', not '{ACCOUNT}'",
+        ),
+    ],
+)  # fmt: skip
+def test_an_inventory_the_audit_cannot_read_in_time_is_a_warning_naming_the_field(
+    aws: Aws, changed: dict[str, Any], named: str
+) -> None:
+    # GIVEN the audit's inventory, one field changed by hand
+    stack_calls(aws)
+    healthy_calls(aws, inventories=[{**INVENTORY, **changed}])
+    # WHEN the doctor examines the stack
+    findings = {f.check: f for f in ops.examine(ops.DeployedTarget(STACK, REGION))}
+    # THEN it warns, naming that field
+    aws.verify()
+    finding = findings["audit inventory"]
+    assert finding.status == ops.WARN and named in finding.detail, finding.detail
+
+
 def test_a_read_refused_is_one_fail_and_the_other_checks_still_run(aws: Aws) -> None:
     # GIVEN credentials without events:DescribeRule
     stack_calls(aws)
