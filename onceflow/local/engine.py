@@ -24,6 +24,7 @@ from typing import Any, Final, TextIO
 import boto3
 import botocore.loaders
 import botocore.session
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from onceflow.local import executions, iam, ingress, jsonata_node, limits, patches, provisioning
@@ -277,9 +278,38 @@ class LocalEngine:
         ]
         if not configurations:
             raise EngineError(f"{bucket} has no S3 Inventory configured (AuditInventory)")
-        return inventory.deliver(
-            self.client("s3"), name, configurations[0], when or datetime.now(UTC)
+        configuration = configurations[0]
+        destination = configuration["Destination"]
+        prefix = destination["Prefix"].rstrip("/")
+        key_arn = f"{destination['BucketArn']}/{prefix + '/' if prefix else ''}{name}/"
+        refused = inventory.delivery_refused(
+            self._bucket_policy(destination["BucketArn"].rpartition(":::")[2]),
+            name,
+            str(self.stack.pseudo("AWS::AccountId")),
+            key_arn + f"{configuration['Id']}/manifest.json",
         )
+        if refused:
+            raise EngineError(refused)
+        return inventory.deliver(self.client("s3"), name, configuration, when or datetime.now(UTC))
+
+    def _bucket_policy(self, bucket: str) -> dict[str, Any] | None:
+        """A bucket's policy: the template's (AWS::S3::BucketPolicy is not put on the local
+        bucket), else one put on it by hand, else None."""
+        for logical_id, resource in self.stack.template["Resources"].items():
+            if resource.get("Type") != "AWS::S3::BucketPolicy":
+                continue
+            if not self.stack.resource_enabled(logical_id):
+                continue
+            properties = resource.get("Properties", {})
+            if self.stack.resolve(properties.get("Bucket")) == bucket:
+                return dict(self.stack.resolve(properties.get("PolicyDocument")))
+        try:
+            text = self.client("s3").get_bucket_policy(Bucket=bucket)["Policy"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "NoSuchBucketPolicy":
+                raise
+            return None
+        return dict(json.loads(text))
 
     def successful_puts(self, bucket: str) -> Counter[str]:
         """PutObjects into bucket that S3 accepted, by key: writes that took effect."""

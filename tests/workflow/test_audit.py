@@ -687,6 +687,36 @@ def test_without_a_fresh_inventory_report_the_audit_lists_the_bucket() -> None:
         assert first["missing_resubmitted"] == 1 and second["ok"] == 1
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        "the grant removed",
+        "the grant for another source bucket",
+    ],
+)
+def test_s3_delivers_no_report_the_output_buckets_policy_does_not_let_it_write(
+    change: str,
+) -> None:
+    # S3 writes an inventory report only where the destination's bucket policy lets the
+    # service principal s3.amazonaws.com PutObject for that source bucket (S3 API
+    # reference, PutBucketInventoryConfiguration: "You must create a bucket policy on the
+    # destination bucket"; S3 user guide, "Configuring Amazon S3 Inventory").
+    with audit_engine() as engine:
+        policy = engine.stack.template["Resources"]["OutputBucketPolicy"]["Properties"]
+        statements = policy["PolicyDocument"]["Statement"]
+        (grant,) = [s for s in statements if "Fn::If" in s]
+        delivery = grant["Fn::If"][1]
+        assert delivery["Sid"] == "S3InventoryDelivery"
+        # GIVEN the stack's output bucket policy changed
+        if change == "the grant removed":
+            statements.remove(grant)
+        else:
+            delivery["Condition"]["ArnLike"]["aws:SourceArn"] = "arn:aws:s3:::someone-else"
+        # THEN no report arrives, and the engine says why
+        with pytest.raises(EngineError, match="bucket policy"):
+            engine.deliver_inventory()
+
+
 def test_with_inventory_none_the_audit_lists_and_says_why() -> None:
     with audit_engine(AuditInventory="none") as engine:
         upload(engine, "a.png")
