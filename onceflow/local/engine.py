@@ -265,7 +265,8 @@ class LocalEngine:
         ExistingBucketName). S3 writes a report daily or weekly (storage-inventory.html)
         by the bucket's configurations, whoever put them; locally nothing runs on a
         schedule, so a test or the bench asks for one. Returns the manifest's key.
-        Raises EngineError when the bucket has no inventory configured.
+        Raises EngineError when the bucket has no inventory configured, or when the
+        destination's bucket policy does not let S3 write the report.
         """
         from onceflow.local import inventory
 

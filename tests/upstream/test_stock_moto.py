@@ -141,6 +141,11 @@ def test_an_express_execution_has_the_standard_arn(sfn: Any) -> None:
     )["stateMachineArn"]  # fmt: skip
     arn = sfn.start_execution(stateMachineArn=machine, name="run")["executionArn"]
     assert arn == "arn:aws:states:us-east-1:123456789012:execution:fast:run"
+    # AWS: a second EXPRESS execution of one name starts ("Starting multiple workflows with
+    # the same name results in concurrent executions": express-at-least-once-execution.html).
+    with pytest.raises(ClientError) as refused:
+        sfn.start_execution(stateMachineArn=machine, name="run", input='{"again": true}')
+    assert refused.value.response["Error"]["Code"] == "ExecutionAlreadyExists"
 
 
 @reproduces("definitions judged as CreateStateMachine judges them")
