@@ -831,6 +831,19 @@ def _inventory_differs(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> l
     return differs
 
 
+def _inventories(s3: Any, bucket: str) -> Iterator[dict[str, Any]]:
+    """Every inventory configuration of bucket: S3 lists "not more than 100 configurations
+    at a time" ("Always check the IsTruncated element": S3 API reference,
+    ListBucketInventoryConfigurations)."""
+    kwargs: dict[str, Any] = {"Bucket": bucket}
+    while True:
+        listed = s3.list_bucket_inventory_configurations(**kwargs)
+        yield from listed.get("InventoryConfigurationList") or []
+        if not listed.get("IsTruncated"):
+            return
+        kwargs["ContinuationToken"] = listed["NextContinuationToken"]
+
+
 def check_audit_inventory(stack: _Stack) -> Iterator[Finding]:
     bucket = stack.target.output("IngestBucketName")
     (function,) = [name for logical, name in stack.of_type("AWS::Lambda::Function")
@@ -853,8 +866,7 @@ def check_audit_inventory(stack: _Stack) -> Iterator[Finding]:
     wanted = inventory_configuration(
         stack, bucket, delivered_under, int(environment.get("AUDIT_INVENTORY_MAX_AGE_HOURS", 48))
     )
-    listed = stack.client("s3").list_bucket_inventory_configurations(Bucket=bucket)
-    found = [c for c in listed.get("InventoryConfigurationList") or [] if c["Id"] == wanted["Id"]]
+    found = [c for c in _inventories(stack.client("s3"), bucket) if c["Id"] == wanted["Id"]]
     put = (
         f"aws s3api put-bucket-inventory-configuration --bucket {bucket} --id {wanted['Id']} "
         f"--inventory-configuration '{json.dumps(wanted, separators=(',', ':'))}'"
