@@ -258,15 +258,22 @@ class LocalEngine:
         """(definition text, workflow type) after DefinitionSubstitutions."""
         return provisioning.state_machine_definition(self.stack, logical_id)
 
-    def deliver_inventory(self, bucket: str = "IngestBucket", when: datetime | None = None) -> str:
+    def deliver_inventory(
+        self,
+        bucket: str = "IngestBucket",
+        when: datetime | None = None,
+        configuration_id: str | None = None,
+    ) -> str:
         """Deliver a bucket's S3 Inventory report now, as S3 does on its schedule.
 
         bucket is a logical id of the template or a bucket's name (yours, with
         ExistingBucketName). S3 writes a report daily or weekly (storage-inventory.html)
         by the bucket's configurations, whoever put them; locally nothing runs on a
         schedule, so a test or the bench asks for one. Returns the manifest's key.
-        Raises EngineError when the bucket has no inventory configured, or when the
-        destination's bucket policy does not let S3 write the report.
+        S3 delivers each enabled configuration; this delivers the one named
+        (configuration_id), or the bucket's only one. Raises EngineError when there is
+        none, when several are enabled and none is named, or when the destination's
+        bucket policy does not let S3 write the report.
         """
         from onceflow.local import inventory
 
@@ -277,9 +284,15 @@ class LocalEngine:
             for c in listed.get("InventoryConfigurationList") or []
             if c.get("IsEnabled")
         ]
+        if configuration_id is not None:
+            configurations = [c for c in configurations if c["Id"] == configuration_id]
         if not configurations:
-            raise EngineError(f"{bucket} has no S3 Inventory configured (AuditInventory)")
-        configuration = configurations[0]
+            named = f" {configuration_id}" if configuration_id else ""
+            raise EngineError(f"{bucket} has no S3 Inventory{named} configured (AuditInventory)")
+        if len(configurations) > 1:
+            ids = ", ".join(sorted(c["Id"] for c in configurations))
+            raise EngineError(f"{bucket} has several S3 Inventories ({ids}): name one")
+        (configuration,) = configurations
         destination = configuration["Destination"]
         prefix = destination["Prefix"].rstrip("/")
         key_arn = f"{destination['BucketArn']}/{prefix + '/' if prefix else ''}{name}/"

@@ -717,6 +717,29 @@ def test_s3_delivers_no_report_the_output_buckets_policy_does_not_let_it_write(
             engine.deliver_inventory()
 
 
+def test_a_bucket_with_several_inventories_delivers_the_one_named() -> None:
+    # S3 delivers each enabled configuration of a bucket (up to 1,000 of them: S3 API
+    # reference, PutBucketInventoryConfiguration); the engine delivers one when asked.
+    with audit_engine() as engine:
+        s3, bucket = engine.client("s3"), engine.ref("IngestBucket")
+        (audit,) = s3.list_bucket_inventory_configurations(Bucket=bucket)[
+            "InventoryConfigurationList"
+        ]
+        # GIVEN another inventory of the bucket, listed before the audit's
+        other = {**audit, "Id": "analytics", "IncludedObjectVersions": "Current"}
+        s3.delete_bucket_inventory_configuration(Bucket=bucket, Id=audit["Id"])
+        for configuration in (other, audit):
+            s3.put_bucket_inventory_configuration(
+                Bucket=bucket, Id=configuration["Id"], InventoryConfiguration=configuration
+            )
+        # THEN asked for a report without naming one, the engine says which there are
+        with pytest.raises(EngineError, match="analytics, onceflow-audit"):
+            engine.deliver_inventory()
+        # AND delivers the one named, where S3 delivers it
+        manifest = engine.deliver_inventory(configuration_id=audit["Id"])
+        assert manifest.startswith(f"inventory/{bucket}/onceflow-audit/")
+
+
 def test_with_inventory_none_the_audit_lists_and_says_why() -> None:
     with audit_engine(AuditInventory="none") as engine:
         upload(engine, "a.png")
