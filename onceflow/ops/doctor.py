@@ -799,8 +799,11 @@ def inventory_configuration(
     return configuration
 
 
-def _inventory_differs(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> list[str]:
-    """What of the configuration found keeps the audit from reading it, by field."""
+def _inventory_differs(
+    wanted: Mapping[str, Any], found: Mapping[str, Any], key: str = ""
+) -> list[str]:
+    """What of the configuration found keeps the audit from reading it, by field; key is
+    the stack's KmsKeyArn, the only KMS key the audit's role may decrypt with."""
     got = found.get("Destination", {}).get("S3BucketDestination", {})
     want = wanted["Destination"]["S3BucketDestination"]
     differs = [
@@ -822,6 +825,15 @@ def _inventory_differs(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> l
     frequency = (found.get("Schedule") or {}).get("Frequency")
     if wanted["Schedule"]["Frequency"] == "Daily" and frequency != "Daily":
         differs.append(f"Schedule Frequency is {frequency!r}, not 'Daily'")
+    # Reports encrypted SSE-KMS (InventoryEncryption's SSEKMS KeyId) are read with
+    # kms:Decrypt on their key (S3 user guide, "Using server-side encryption with AWS KMS
+    # keys"); the template grants the audit's role KmsKeyArn alone.
+    kms = ((got.get("Encryption") or {}).get("SSEKMS") or {}).get("KeyId")
+    if kms and kms != key:
+        differs.append(
+            f"Destination Encryption is SSE-KMS with {kms}, which the audit's role may not "
+            f"decrypt with ({'KmsKeyArn is ' + key if key else 'no KmsKeyArn'})"
+        )
     missing = [f for f in INVENTORY_FIELDS if f not in (found.get("OptionalFields") or [])]
     if missing:
         differs.append(f"OptionalFields lack {', '.join(missing)}")
@@ -884,7 +896,7 @@ def check_audit_inventory(stack: _Stack) -> Iterator[Finding]:
             f"its delivery; {whose} (its first report arrives within 48 hours): {put}",
         )
         return
-    differs = _inventory_differs(wanted, found[0])
+    differs = _inventory_differs(wanted, found[0], stack.parameter("KmsKeyArn"))
     if differs:
         yield Finding(
             WARN,

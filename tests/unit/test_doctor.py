@@ -538,6 +538,14 @@ def test_an_existing_bucket_without_the_audits_inventory_is_a_warning_with_the_c
                 "AccountId": "210987654321"}}},
             f"Destination AccountId is '210987654321', not '{ACCOUNT}'",
         ),
+        # Reports encrypted with a KMS key the audit's role holds no kms:Decrypt on (it
+        # holds it on KmsKeyArn alone, and here there is none): the audit cannot read them.
+        (
+            {"Destination": {"S3BucketDestination": {
+                **INVENTORY["Destination"]["S3BucketDestination"],  # type: ignore[index]
+                "Encryption": {"SSEKMS": {"KeyId": "arn:aws:kms:us-east-1:1:key/other"}}}}},
+            "Destination Encryption is SSE-KMS with arn:aws:kms:us-east-1:1:key/other",
+        ),
     ],
 )  # fmt: skip
 def test_an_inventory_the_audit_cannot_read_in_time_is_a_warning_naming_the_field(
