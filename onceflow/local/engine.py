@@ -24,6 +24,7 @@ from typing import Any, Final, TextIO
 import boto3
 import botocore.loaders
 import botocore.session
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from onceflow.local import executions, iam, ingress, jsonata_node, limits, patches, provisioning
@@ -257,14 +258,22 @@ class LocalEngine:
         """(definition text, workflow type) after DefinitionSubstitutions."""
         return provisioning.state_machine_definition(self.stack, logical_id)
 
-    def deliver_inventory(self, bucket: str = "IngestBucket", when: datetime | None = None) -> str:
+    def deliver_inventory(
+        self,
+        bucket: str = "IngestBucket",
+        when: datetime | None = None,
+        configuration_id: str | None = None,
+    ) -> str:
         """Deliver a bucket's S3 Inventory report now, as S3 does on its schedule.
 
         bucket is a logical id of the template or a bucket's name (yours, with
         ExistingBucketName). S3 writes a report daily or weekly (storage-inventory.html)
         by the bucket's configurations, whoever put them; locally nothing runs on a
         schedule, so a test or the bench asks for one. Returns the manifest's key.
-        Raises EngineError when the bucket has no inventory configured.
+        S3 delivers each enabled configuration; this delivers the one named
+        (configuration_id), or the bucket's only one. Raises EngineError when there is
+        none, when several are enabled and none is named, or when the destination's
+        bucket policy does not let S3 write the report.
         """
         from onceflow.local import inventory
 
@@ -275,11 +284,46 @@ class LocalEngine:
             for c in listed.get("InventoryConfigurationList") or []
             if c.get("IsEnabled")
         ]
+        if configuration_id is not None:
+            configurations = [c for c in configurations if c["Id"] == configuration_id]
         if not configurations:
-            raise EngineError(f"{bucket} has no S3 Inventory configured (AuditInventory)")
-        return inventory.deliver(
-            self.client("s3"), name, configurations[0], when or datetime.now(UTC)
+            named = f" {configuration_id}" if configuration_id else ""
+            raise EngineError(f"{bucket} has no S3 Inventory{named} configured (AuditInventory)")
+        if len(configurations) > 1:
+            ids = ", ".join(sorted(c["Id"] for c in configurations))
+            raise EngineError(f"{bucket} has several S3 Inventories ({ids}): name one")
+        (configuration,) = configurations
+        destination = configuration["Destination"]
+        prefix = destination["Prefix"].rstrip("/")
+        key_arn = f"{destination['BucketArn']}/{prefix + '/' if prefix else ''}{name}/"
+        refused = inventory.delivery_refused(
+            self._bucket_policy(destination["BucketArn"].rpartition(":::")[2]),
+            name,
+            str(self.stack.pseudo("AWS::AccountId")),
+            key_arn + f"{configuration['Id']}/manifest.json",
         )
+        if refused:
+            raise EngineError(refused)
+        return inventory.deliver(self.client("s3"), name, configuration, when or datetime.now(UTC))
+
+    def _bucket_policy(self, bucket: str) -> dict[str, Any] | None:
+        """A bucket's policy: the template's (AWS::S3::BucketPolicy is not put on the local
+        bucket), else one put on it by hand, else None."""
+        for logical_id, resource in self.stack.template["Resources"].items():
+            if resource.get("Type") != "AWS::S3::BucketPolicy":
+                continue
+            if not self.stack.resource_enabled(logical_id):
+                continue
+            properties = resource.get("Properties", {})
+            if self.stack.resolve(properties.get("Bucket")) == bucket:
+                return dict(self.stack.resolve(properties.get("PolicyDocument")))
+        try:
+            text = self.client("s3").get_bucket_policy(Bucket=bucket)["Policy"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "NoSuchBucketPolicy":
+                raise
+            return None
+        return dict(json.loads(text))
 
     def successful_puts(self, bucket: str) -> Counter[str]:
         """PutObjects into bucket that S3 accepted, by key: writes that took effect."""

@@ -19,7 +19,7 @@ import io
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote_plus
@@ -204,6 +204,70 @@ def _csv_gz(rows: list[list[str]]) -> bytes:
     writer = csv.writer(text, quoting=csv.QUOTE_ALL, lineterminator="\n")
     writer.writerows(rows)
     return gzip.compress(text.getvalue().encode("utf-8"), mtime=0)
+
+
+_OPERATORS = ("ArnLike", "ArnEquals", "StringLike", "StringEquals")
+
+
+def _values(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _condition_met(condition: Mapping[str, Any], context: Mapping[str, str]) -> bool:
+    """A statement's Condition against S3's delivery context (aws:SourceArn,
+    aws:SourceAccount): ArnLike/ArnEquals/StringLike/StringEquals on those keys. Any
+    other operator or key is not modelled, and the statement then does not grant
+    (harsher than AWS where it would hold)."""
+    from onceflow.local.iam import statement_matches
+
+    for operator, keys in condition.items():
+        for key, wanted in (keys or {}).items():
+            value = context.get(key.lower())
+            if value is None or operator not in (
+                "ArnLike",
+                "ArnEquals",
+                "StringLike",
+                "StringEquals",
+            ):
+                return False
+            like = operator.endswith("Like")
+            if not any(
+                statement_matches({"Action": "x", "Resource": w}, "x", value)
+                if like
+                else w == value
+                for w in _values(wanted)
+            ):
+                return False
+    return True
+
+
+def delivery_refused(
+    policy: Mapping[str, Any] | None, source_bucket: str, account: str, key_arn: str
+) -> str | None:
+    """Why S3 would not write an inventory file of source_bucket at key_arn under the
+    destination's bucket policy, or None when it grants it: an Allow for the service
+    principal s3.amazonaws.com, s3:PutObject on the key, its Condition met for the
+    source bucket's ARN and account (S3 user guide, "Configuring Amazon S3 Inventory",
+    "Creating a destination bucket policy"; docs/local-engine.md).
+    Deny statements are not read (the stack's only one refuses insecure transport)."""
+    from onceflow.local.iam import statement_matches
+
+    context = {"aws:sourcearn": f"arn:aws:s3:::{source_bucket}", "aws:sourceaccount": account}
+    for statement in (policy or {}).get("Statement") or []:
+        principal = statement.get("Principal")
+        services = _values(principal.get("Service", [])) if isinstance(principal, dict) else []
+        granted = statement.get("Effect") == "Allow" and "s3.amazonaws.com" in services
+        bare = {k: v for k, v in statement.items() if k != "Condition"}
+        if (
+            granted
+            and statement_matches(bare, "s3:PutObject", key_arn)
+            and _condition_met(statement.get("Condition") or {}, context)
+        ):
+            return None
+    return (
+        f"the destination's bucket policy lets no s3.amazonaws.com PutObject of {key_arn} for "
+        f"s3://{source_bucket} (account {account}): S3 delivers no report"
+    )
 
 
 def as_put(configuration: dict[str, Any], account: str) -> dict[str, Any]:

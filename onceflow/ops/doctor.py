@@ -799,8 +799,11 @@ def inventory_configuration(
     return configuration
 
 
-def _inventory_differs(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> list[str]:
-    """What of the configuration found keeps the audit from reading it, by field."""
+def _inventory_differs(
+    wanted: Mapping[str, Any], found: Mapping[str, Any], key: str = ""
+) -> list[str]:
+    """What of the configuration found keeps the audit from reading it, by field; key is
+    the stack's KmsKeyArn, the only KMS key the audit's role may decrypt with."""
     got = found.get("Destination", {}).get("S3BucketDestination", {})
     want = wanted["Destination"]["S3BucketDestination"]
     differs = [
@@ -813,6 +816,24 @@ def _inventory_differs(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> l
         for name in ("Bucket", "Format", "Prefix")
         if (got.get(name) or "") != want[name]
     ]
+    # "If no account ID is provided, the owner is not validated before exporting data"
+    # (S3 API reference, InventoryS3BucketDestination): another account's, nothing exported.
+    if got.get("AccountId") not in (None, "", want["AccountId"]):
+        differs.append(f"Destination AccountId is {got['AccountId']!r}, not {want['AccountId']!r}")
+    # A Weekly report is older than the 2 days a Daily audit reads on 5 days of 7; a Daily
+    # one serves a Weekly audit (8 days).
+    frequency = (found.get("Schedule") or {}).get("Frequency")
+    if wanted["Schedule"]["Frequency"] == "Daily" and frequency != "Daily":
+        differs.append(f"Schedule Frequency is {frequency!r}, not 'Daily'")
+    # Reports encrypted SSE-KMS (InventoryEncryption's SSEKMS KeyId) are read with
+    # kms:Decrypt on their key (S3 user guide, "Using server-side encryption with AWS KMS
+    # keys"); the template grants the audit's role KmsKeyArn alone.
+    kms = ((got.get("Encryption") or {}).get("SSEKMS") or {}).get("KeyId")
+    if kms and kms != key:
+        differs.append(
+            f"Destination Encryption is SSE-KMS with {kms}, which the audit's role may not "
+            f"decrypt with ({'KmsKeyArn is ' + key if key else 'no KmsKeyArn'})"
+        )
     missing = [f for f in INVENTORY_FIELDS if f not in (found.get("OptionalFields") or [])]
     if missing:
         differs.append(f"OptionalFields lack {', '.join(missing)}")
@@ -820,6 +841,19 @@ def _inventory_differs(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> l
     if not wanted_prefix.startswith(found.get("Filter", {}).get("Prefix", "")):
         differs.append(f"its Filter leaves out keys under {wanted_prefix!r}")
     return differs
+
+
+def _inventories(s3: Any, bucket: str) -> Iterator[dict[str, Any]]:
+    """Every inventory configuration of bucket: S3 lists "not more than 100 configurations
+    at a time" ("Always check the IsTruncated element": S3 API reference,
+    ListBucketInventoryConfigurations)."""
+    kwargs: dict[str, Any] = {"Bucket": bucket}
+    while True:
+        listed = s3.list_bucket_inventory_configurations(**kwargs)
+        yield from listed.get("InventoryConfigurationList") or []
+        if not listed.get("IsTruncated"):
+            return
+        kwargs["ContinuationToken"] = listed["NextContinuationToken"]
 
 
 def check_audit_inventory(stack: _Stack) -> Iterator[Finding]:
@@ -844,8 +878,7 @@ def check_audit_inventory(stack: _Stack) -> Iterator[Finding]:
     wanted = inventory_configuration(
         stack, bucket, delivered_under, int(environment.get("AUDIT_INVENTORY_MAX_AGE_HOURS", 48))
     )
-    listed = stack.client("s3").list_bucket_inventory_configurations(Bucket=bucket)
-    found = [c for c in listed.get("InventoryConfigurationList") or [] if c["Id"] == wanted["Id"]]
+    found = [c for c in _inventories(stack.client("s3"), bucket) if c["Id"] == wanted["Id"]]
     put = (
         f"aws s3api put-bucket-inventory-configuration --bucket {bucket} --id {wanted['Id']} "
         f"--inventory-configuration '{json.dumps(wanted, separators=(',', ':'))}'"
@@ -863,7 +896,7 @@ def check_audit_inventory(stack: _Stack) -> Iterator[Finding]:
             f"its delivery; {whose} (its first report arrives within 48 hours): {put}",
         )
         return
-    differs = _inventory_differs(wanted, found[0])
+    differs = _inventory_differs(wanted, found[0], stack.parameter("KmsKeyArn"))
     if differs:
         yield Finding(
             WARN,
@@ -875,7 +908,7 @@ def check_audit_inventory(stack: _Stack) -> Iterator[Finding]:
     yield Finding(
         PASS,
         "audit inventory",
-        f"s3://{bucket} delivers the {wanted['Schedule']['Frequency'].lower()} S3 Inventory "
+        f"s3://{bucket} delivers the {found[0]['Schedule']['Frequency'].lower()} S3 Inventory "
         f"{wanted['Id']} the audit reads",
     )
 

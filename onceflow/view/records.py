@@ -176,6 +176,8 @@ def arn_parts(execution_arn: str) -> tuple[str, str]:
     arn:aws:states:REGION:ACCOUNT:execution:MACHINE:NAME (STANDARD) or
     ...:express:MACHINE:NAME:ID (EXPRESS, as AWS gives it)."""
     parts = execution_arn.split(":")
+    if len(parts) < 8 or parts[5] not in ("execution", "express"):
+        raise RecordError(f"{execution_arn} is not an execution's ARN")
     return ":".join([*parts[:5], "stateMachine", parts[6]]), parts[7]
 
 

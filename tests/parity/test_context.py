@@ -73,12 +73,36 @@ def test_an_express_execution_has_awss_arn(run: Run, engine: LocalEngine) -> Non
                  kind="EXPRESS")  # fmt: skip
     parts = result.arn.split(":")
     assert parts[5] == "express" and len(parts) == 9
-    assert parts[6] == result.arn.split(":")[6] and parts[7] == result.output["Name"]
+    assert parts[6].startswith("parity-") and parts[7] == result.output["Name"]
     assert re.fullmatch(r"[0-9a-f-]{36}", parts[8])
     assert result.output["Id"] == result.arn
     # (a STANDARD execution keeps arn:...:execution:<machine>:<name>)
     standard = run({"P": {"Type": "Pass", "End": True}})
     assert standard.arn.split(":")[5] == "execution" and len(standard.arn.split(":")) == 8
+
+
+def test_an_express_execution_name_can_be_started_again(engine: LocalEngine) -> None:
+    """AWS: an asynchronous EXPRESS workflow's "Idempotency is not automatically managed.
+    Starting multiple workflows with the same name results in concurrent executions"
+    (Step Functions developer guide, "Execution guarantees",
+    express-at-least-once-execution.html); a STANDARD one refuses the name
+    (ExecutionAlreadyExists) once its first execution has ended."""
+    sfn = engine.client("stepfunctions")
+    definition = json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
+    machines = {
+        kind: sfn.create_state_machine(
+            name=f"again-{kind.lower()}", definition=definition, roleArn=ROLE, type=kind
+        )["stateMachineArn"]
+        for kind in ("EXPRESS", "STANDARD")
+    }
+    first = engine.execute(machines["EXPRESS"], {"n": 1}, name="same")
+    second = engine.execute(machines["EXPRESS"], {"n": 2}, name="same")
+    assert (first.status, second.status) == ("SUCCEEDED", "SUCCEEDED")
+    assert first.arn != second.arn and first.arn.split(":")[6:8] == ["again-express", "same"]
+    assert engine.execute(machines["STANDARD"], {"n": 1}, name="same").status == "SUCCEEDED"
+    with pytest.raises(ClientError) as refused:
+        sfn.start_execution(stateMachineArn=machines["STANDARD"], name="same", input="{}")
+    assert refused.value.response["Error"]["Code"] == "ExecutionAlreadyExists"
 
 
 def test_describe_execution_refuses_an_express_execution(run: Run, engine: LocalEngine) -> None:

@@ -235,6 +235,7 @@ def healthy_calls(
     subscriptions: list[dict[str, Any]] | None = None,
     skip: tuple[str, ...] = (),
     inventories: list[dict[str, Any]] | None = None,
+    inventory_pages: list[list[dict[str, Any]]] | None = None,
 ) -> None:
     """The calls of a healthy stack's examination, each with its exact request."""
     aws.on(
@@ -390,15 +391,18 @@ def healthy_calls(
             "AUDIT_INVENTORY_MAX_AGE_HOURS": "48"}}},
         {"FunctionName": AUDIT_FUNCTION},
     )  # fmt: skip
-    aws.on(
-        "s3",
-        "list_bucket_inventory_configurations",
-        {
-            "InventoryConfigurationList": [INVENTORY] if inventories is None else inventories,
-            "IsTruncated": False,
-        },
-        {"Bucket": BUCKET},
-    )
+    # one page, or pages as S3 answers more than 100 configurations (IsTruncated and
+    # NextContinuationToken: S3 API reference, ListBucketInventoryConfigurations)
+    pages = inventory_pages or [[INVENTORY] if inventories is None else inventories]
+    for n, page in enumerate(pages):
+        more = {"IsTruncated": True, "NextContinuationToken": f"t{n + 1}"}
+        aws.on(
+            "s3",
+            "list_bucket_inventory_configurations",
+            {"InventoryConfigurationList": page,
+             **(more if n + 1 < len(pages) else {"IsTruncated": False})},
+            {"Bucket": BUCKET, **({"ContinuationToken": f"t{n}"} if n else {})},
+        )  # fmt: skip
     aws.on(
         "stepfunctions",
         "list_executions",
@@ -517,6 +521,57 @@ def test_an_existing_bucket_without_the_audits_inventory_is_a_warning_with_the_c
         f"aws s3api put-bucket-inventory-configuration --bucket {BUCKET} --id onceflow-audit "
         f"--inventory-configuration '{json.dumps(wanted, separators=(',', ':'))}'"
     )
+
+
+@pytest.mark.parametrize(
+    ("changed", "named"),
+    [
+        # S3 delivers a Weekly report once a week: the audit, which reads one no older
+        # than 2 days (AUDIT_INVENTORY_MAX_AGE_HOURS 48), would list on 5 days of 7.
+        ({"Schedule": {"Frequency": "Weekly"}}, "Schedule Frequency is 'Weekly', not 'Daily'"),
+        # "The account ID that owns the destination S3 bucket. If no account ID is
+        # provided, the owner is not validated before exporting data" (S3 API reference,
+        # InventoryS3BucketDestination): another account's ID, and S3 exports nothing.
+        (
+            {"Destination": {"S3BucketDestination": {
+                **INVENTORY["Destination"]["S3BucketDestination"],  # type: ignore[index]
+                "AccountId": "210987654321"}}},
+            f"Destination AccountId is '210987654321', not '{ACCOUNT}'",
+        ),
+        # Reports encrypted with a KMS key the audit's role holds no kms:Decrypt on (it
+        # holds it on KmsKeyArn alone, and here there is none): the audit cannot read them.
+        (
+            {"Destination": {"S3BucketDestination": {
+                **INVENTORY["Destination"]["S3BucketDestination"],  # type: ignore[index]
+                "Encryption": {"SSEKMS": {"KeyId": "arn:aws:kms:us-east-1:1:key/other"}}}}},
+            "Destination Encryption is SSE-KMS with arn:aws:kms:us-east-1:1:key/other",
+        ),
+    ],
+)  # fmt: skip
+def test_an_inventory_the_audit_cannot_read_in_time_is_a_warning_naming_the_field(
+    aws: Aws, changed: dict[str, Any], named: str
+) -> None:
+    # GIVEN the audit's inventory, one field changed by hand
+    stack_calls(aws)
+    healthy_calls(aws, inventories=[{**INVENTORY, **changed}])
+    # WHEN the doctor examines the stack
+    findings = {f.check: f for f in ops.examine(ops.DeployedTarget(STACK, REGION))}
+    # THEN it warns, naming that field
+    aws.verify()
+    finding = findings["audit inventory"]
+    assert finding.status == ops.WARN and named in finding.detail, finding.detail
+
+
+def test_the_audits_inventory_on_a_later_page_of_the_listing_is_found(aws: Aws) -> None:
+    # GIVEN a bucket with more inventories than one page of the listing holds
+    others = [{**INVENTORY, "Id": f"other-{n}"} for n in range(3)]
+    stack_calls(aws)
+    healthy_calls(aws, inventory_pages=[others, [INVENTORY]])
+    # WHEN the doctor examines it
+    findings = {f.check: f for f in ops.examine(ops.DeployedTarget(STACK, REGION))}
+    # THEN it read every page and found the audit's
+    aws.verify()
+    assert findings["audit inventory"].status == ops.PASS, findings["audit inventory"].detail
 
 
 def test_a_read_refused_is_one_fail_and_the_other_checks_still_run(aws: Aws) -> None:

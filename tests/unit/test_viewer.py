@@ -406,6 +406,20 @@ def test_records_round_trip_with_datetimes_and_find_by_name_arn_and_prefix(
     assert "run-alpha" in str(ambiguous.value) and "run-beta" in str(ambiguous.value)
 
 
+def test_an_express_record_is_found_by_its_arn_and_a_machine_arn_is_no_execution(
+    tmp_path: Path,
+) -> None:
+    # An EXPRESS execution's ARN is ...:express:<machine>:<name>:<id> (LocalStack's
+    # test_express_sync snapshot); a state machine's has no execution name at all.
+    data = record("fast", history(HAPPY)).data
+    data["executionArn"] = MACHINE_ARN.replace(":stateMachine:", ":express:") + ":fast:1f2e-3d4c"
+    records.write(data, tmp_path)
+    assert records.arn_parts(data["executionArn"]) == (MACHINE_ARN, "fast")
+    assert records.find(data["executionArn"], tmp_path).name == "fast"
+    with pytest.raises(RecordError, match="not an execution's ARN"):
+        records.find(MACHINE_ARN, tmp_path)
+
+
 def test_record_files_are_named_safely_and_pruned_oldest_first(tmp_path: Path) -> None:
     assert records.file_name("plain-name_1") == "plain-name_1.json"
     unsafe = records.file_name("../../etc/passwd")

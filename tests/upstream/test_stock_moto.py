@@ -130,6 +130,11 @@ def test_an_inventory_configuration_reads_back_as_it_was_put(sfn: Any) -> None:
     answer = s3.list_bucket_inventory_configurations(Bucket="listed")
     (listed,) = answer["InventoryConfigurationList"]
     assert (listed["IncludedObjectVersions"], listed["OptionalFields"]) == ("All", ["Field"])
+    # AWS: DeleteBucketInventoryConfiguration "Deletes an S3 Inventory configuration
+    # (identified by the inventory ID) from the bucket" (S3 API reference); moto has no
+    # such operation and deletes the (empty) bucket instead.
+    s3.delete_bucket_inventory_configuration(Bucket="listed", Id="i")
+    assert "listed" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
 
 
 @reproduces("EXPRESS execution ARNs")
@@ -141,6 +146,11 @@ def test_an_express_execution_has_the_standard_arn(sfn: Any) -> None:
     )["stateMachineArn"]  # fmt: skip
     arn = sfn.start_execution(stateMachineArn=machine, name="run")["executionArn"]
     assert arn == "arn:aws:states:us-east-1:123456789012:execution:fast:run"
+    # AWS: a second EXPRESS execution of one name starts ("Starting multiple workflows with
+    # the same name results in concurrent executions": express-at-least-once-execution.html).
+    with pytest.raises(ClientError) as refused:
+        sfn.start_execution(stateMachineArn=machine, name="run", input='{"again": true}')
+    assert refused.value.response["Error"]["Code"] == "ExecutionAlreadyExists"
 
 
 @reproduces("definitions judged as CreateStateMachine judges them")

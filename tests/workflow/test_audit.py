@@ -687,6 +687,59 @@ def test_without_a_fresh_inventory_report_the_audit_lists_the_bucket() -> None:
         assert first["missing_resubmitted"] == 1 and second["ok"] == 1
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        "the grant removed",
+        "the grant for another source bucket",
+    ],
+)
+def test_s3_delivers_no_report_the_output_buckets_policy_does_not_let_it_write(
+    change: str,
+) -> None:
+    # S3 writes an inventory report only where the destination's bucket policy lets the
+    # service principal s3.amazonaws.com PutObject for that source bucket (S3 API
+    # reference, PutBucketInventoryConfiguration: "You must create a bucket policy on the
+    # destination bucket"; S3 user guide, "Configuring Amazon S3 Inventory").
+    with audit_engine() as engine:
+        policy = engine.stack.template["Resources"]["OutputBucketPolicy"]["Properties"]
+        statements = policy["PolicyDocument"]["Statement"]
+        (grant,) = [s for s in statements if "Fn::If" in s]
+        delivery = grant["Fn::If"][1]
+        assert delivery["Sid"] == "S3InventoryDelivery"
+        # GIVEN the stack's output bucket policy changed
+        if change == "the grant removed":
+            statements.remove(grant)
+        else:
+            delivery["Condition"]["ArnLike"]["aws:SourceArn"] = "arn:aws:s3:::someone-else"
+        # THEN no report arrives, and the engine says why
+        with pytest.raises(EngineError, match="bucket policy"):
+            engine.deliver_inventory()
+
+
+def test_a_bucket_with_several_inventories_delivers_the_one_named() -> None:
+    # S3 delivers each enabled configuration of a bucket (up to 1,000 of them: S3 API
+    # reference, PutBucketInventoryConfiguration); the engine delivers one when asked.
+    with audit_engine() as engine:
+        s3, bucket = engine.client("s3"), engine.ref("IngestBucket")
+        (audit,) = s3.list_bucket_inventory_configurations(Bucket=bucket)[
+            "InventoryConfigurationList"
+        ]
+        # GIVEN another inventory of the bucket, listed before the audit's
+        other = {**audit, "Id": "analytics", "IncludedObjectVersions": "Current"}
+        s3.delete_bucket_inventory_configuration(Bucket=bucket, Id=audit["Id"])
+        for configuration in (other, audit):
+            s3.put_bucket_inventory_configuration(
+                Bucket=bucket, Id=configuration["Id"], InventoryConfiguration=configuration
+            )
+        # THEN asked for a report without naming one, the engine says which there are
+        with pytest.raises(EngineError, match="analytics, onceflow-audit"):
+            engine.deliver_inventory()
+        # AND delivers the one named, where S3 delivers it
+        manifest = engine.deliver_inventory(configuration_id=audit["Id"])
+        assert manifest.startswith(f"inventory/{bucket}/onceflow-audit/")
+
+
 def test_with_inventory_none_the_audit_lists_and_says_why() -> None:
     with audit_engine(AuditInventory="none") as engine:
         upload(engine, "a.png")

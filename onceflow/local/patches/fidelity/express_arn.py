@@ -24,6 +24,7 @@ from onceflow.local.patches.registry import Installer, Patch, gone, takes
 
 _Execution = execution_module.Execution
 _Backend = sfn_models.StepFunctionBackend
+_Machine = sfn_models.StateMachine
 # moto's own pattern for an execution ARN, with the express resource type beside it.
 _ARN = re.compile(
     _Backend.accepted_exec_arn_format.pattern.replace(":execution:", ":(?:execution|express):")
@@ -47,6 +48,18 @@ def _install(installer: Installer) -> None:
 
     installer.replace(_Execution, "__init__", __init__)
     installer.replace(_Backend, "accepted_exec_arn_format", _ARN)
+    names_checked = _Machine._handle_name_input_idempotency
+
+    def _handle_name_input_idempotency(self: Any, name: str, execution_input: str) -> Any:
+        # EXPRESS: "Idempotency is not automatically managed. Starting multiple workflows
+        # with the same name results in concurrent executions" (developer guide,
+        # "Execution guarantees", express-at-least-once-execution.html). moto refused the
+        # name (ExecutionAlreadyExists) or gave back the running one, as for STANDARD.
+        if str(self.type) == StateMachineType.EXPRESS:
+            return None
+        return names_checked(self, name, execution_input)
+
+    installer.replace(_Machine, "_handle_name_input_idempotency", _handle_name_input_idempotency)
 
 
 def _fits() -> list[str]:
@@ -55,6 +68,8 @@ def _fits() -> list[str]:
         *gone(_Backend, "accepted_exec_arn_format"),
         *([] if _ARN.pattern.count("express") else ["moto's execution ARN pattern moved"]),
         *takes(_Execution.__init__, "self", "name", "sm_type", "role_arn", "exec_arn"),
+        *gone(_Machine, "_handle_name_input_idempotency"),
+        *takes(_Machine._handle_name_input_idempotency, "self", "name", "execution_input"),
     ]
 
 
@@ -64,7 +79,9 @@ PATCHES = (
         kind="fidelity",
         why="An EXPRESS execution's ARN is arn:...:express:<machine>:<name>:<id> (recorded: "
         "LocalStack's test_express_async and test_express_sync snapshots). moto gave it the "
-        "STANDARD form, ...:execution:<machine>:<name>, shorter in every row that keeps it.",
+        "STANDARD form, ...:execution:<machine>:<name>, shorter in every row that keeps it, "
+        "and refused a second EXPRESS execution of one name, which AWS starts "
+        "(express-at-least-once-execution.html).",
         test="tests/parity/test_context.py::test_an_express_execution_has_awss_arn",
         install=_install,
         fits=_fits,

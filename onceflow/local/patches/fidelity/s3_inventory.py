@@ -6,7 +6,8 @@ configuration with its IncludedObjectVersions (All or Current) and its OptionalF
 InventoryConfiguration). moto dropped IncludedObjectVersions (every one read "All") and
 kept OptionalFields as its XML parser left them ({"Field": [...]}), which its listing
 answered as ["Field"]: a local `onceflow doctor` could not tell an inventory the audit
-reads from one it cannot.
+reads from one it cannot. DeleteBucketInventoryConfiguration deletes the configuration of
+that Id (S3 API reference); moto took it for DeleteBucket and deleted an empty bucket.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from moto.core.responses import ActionResult
+from moto.s3 import exceptions as s3_exceptions
 from moto.s3 import models as s3_models
 from moto.s3 import responses as s3_responses
 
@@ -66,10 +68,27 @@ def _install(installer: Installer) -> None:
         listed = {"InventoryConfigurationList": [_answer(c) for c in configs], "IsTruncated": False}
         return self.serialized(ActionResult(listed))
 
+    deletes = _Response._bucket_response_delete
+
+    def _bucket_response_delete(self: Any, bucket_name: str, querystring: Any) -> Any:
+        # DELETE /?inventory&id=Id: "Deletes an S3 Inventory configuration (identified by
+        # the inventory ID) from the bucket", answered 204 (S3 API reference,
+        # DeleteBucketInventoryConfiguration). moto had no such case and deleted the bucket.
+        if "inventory" not in querystring:
+            return deletes(self, bucket_name, querystring)
+        self.data["Action"] = "DeleteBucketInventoryConfiguration"
+        configs = self.backend.get_bucket(bucket_name).inventory_configs
+        config_id = querystring["id"][0]
+        if config_id not in configs:  # as moto's Get answers (AWS's code: not verified)
+            raise s3_exceptions.MissingInventoryConfig()
+        del configs[config_id]
+        return 204, {}, ""
+
     for owner, replacement in (
         (_Backend, put_bucket_inventory_configuration),
         (_Response, get_bucket_inventory_configuration),
         (_Response, list_bucket_inventory_configurations),
+        (_Response, _bucket_response_delete),
     ):
         installer.replace(owner, replacement.__name__, replacement)
 
@@ -82,17 +101,21 @@ def _fits() -> list[str]:
         *takes(_Backend.get_bucket_inventory_configuration, "self", "bucket_name", "id"),
         *takes(_Backend.list_bucket_inventory_configurations, "self", "bucket_name"),
         *gone(s3_models, "FakeBucketInventoryConfiguration"),
+        *gone(s3_exceptions, "MissingInventoryConfig"),
+        *gone(_Response, "_bucket_response_delete"),
+        *takes(_Response._bucket_response_delete, "self", "bucket_name", "querystring"),
     ]
 
 
 PATCHES = (
     Patch(
-        name="S3 Inventory configurations read back as put",
+        name="S3 Inventory configurations read back as put",  # and deleted alone
         kind="fidelity",
         why="GetBucketInventoryConfiguration and ListBucketInventoryConfigurations answer the "
         "IncludedObjectVersions and OptionalFields a configuration was put with (S3 API "
         "reference, InventoryConfiguration). moto answered every one as All, and its listing "
-        "answered OptionalFields as ['Field'].",
+        "answered OptionalFields as ['Field'], and DeleteBucketInventoryConfiguration deleted "
+        "the bucket.",
         test="tests/upstream/test_stock_moto.py::"
         "test_an_inventory_configuration_reads_back_as_it_was_put",
         install=_install,
