@@ -20,20 +20,14 @@ class TemplateError(Exception):
 
 
 class RulesRefused(TemplateError):
-    """Assertions of the template's Rules failed for these parameters: each failure is the
-    rule's logical id and its AssertDescription, all of them, so that one attempt shows
-    everything to change."""
+    """The template's Rules refused these parameters: every failed assertion as (the rule's
+    logical id, its AssertDescription), so that one attempt shows everything to change."""
 
     def __init__(self, failures: list[tuple[str, str]]) -> None:
         self.failures = failures
         lines = [f"rule {name}: {description}" for name, description in failures]
-        if len(lines) == 1:
-            message = lines[0]
-        else:
-            message = f"{len(lines)} rule assertions failed:\n" + "\n".join(
-                f"  {line}" for line in lines
-            )
-        super().__init__(message)
+        head = [f"{len(lines)} rule assertions failed:"] if len(lines) > 1 else []
+        super().__init__("\n  ".join(head + lines))
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -142,19 +136,14 @@ class Stack:
         unknown = set(overrides) - set(specs)
         if unknown:
             raise TemplateError(f"unknown parameters: {', '.join(sorted(unknown))}")
-        parameters = {}
         for name, spec in specs.items():
-            if name in overrides:
-                value = overrides[name]
-            elif "Default" in spec:
-                value = spec["Default"]
-            else:
+            if name not in overrides and "Default" not in spec:
                 raise TemplateError(f"parameter {name} has no default and no value")
-            parameters[name] = coerce_parameter(name, spec, value)
-        self.parameters = parameters
+        self.parameters = {
+            name: coerce_parameter(name, spec, overrides.get(name, spec.get("Default")))
+            for name, spec in specs.items()
+        }
         self.check_rules()
-
-    # ---- nested applications ------------------------------------------------
 
     def nested_application(self) -> tuple[str, Stack] | None:
         """The template's AWS::Serverless::Application whose Location is a local template (a
@@ -198,8 +187,6 @@ class Stack:
         )
         return logical_id, nested
 
-    # ---- rules --------------------------------------------------------------
-
     def check_rules(self) -> None:
         """Refuse the parameters as CloudFormation does: every assertion of every rule whose
         RuleCondition holds (no condition: always) must hold.
@@ -210,48 +197,25 @@ class Stack:
         """
         failures: list[tuple[str, str]] = []
         for name, rule in self.template.get("Rules", {}).items():
-            if "RuleCondition" in rule and not self._condition_value(rule["RuleCondition"]):
+            if "RuleCondition" in rule and not self.resolve(rule["RuleCondition"], rules=True):
                 continue
             for assertion in rule.get("Assertions", []):
-                if not self._condition_value(assertion["Assert"]):
+                if not self.resolve(assertion["Assert"], rules=True):
                     description = assertion.get("AssertDescription", "an assertion failed")
                     failures.append((name, " ".join(str(description).split())))
         if failures:
             raise RulesRefused(failures)
 
-    # ---- conditions -------------------------------------------------------
-
     def condition(self, name: str) -> bool:
         conditions = self.template.get("Conditions", {})
         if name not in conditions:
             raise TemplateError(f"unknown condition {name}")
-        return bool(self._condition_value(conditions[name]))
-
-    def _condition_value(self, node: Any) -> Any:
-        if isinstance(node, dict) and len(node) == 1:
-            ((key, arg),) = node.items()
-            if key == "Fn::Equals":
-                left, right = (self.resolve(a) for a in arg)
-                return str(left) == str(right)
-            if key == "Fn::Not":
-                return not self._condition_value(arg[0])
-            if key == "Fn::And":
-                return all(self._condition_value(a) for a in arg)
-            if key == "Fn::Or":
-                return any(self._condition_value(a) for a in arg)
-            if key == "Condition":
-                return self.condition(arg)
-            if key == "Fn::Contains":
-                values, value = (self.resolve(a) for a in arg)
-                return str(value) in [str(v) for v in values]
-        return self.resolve(node)
+        return bool(self.resolve(conditions[name]))
 
     def resource_enabled(self, logical_id: str) -> bool:
         resource = self.template["Resources"][logical_id]
         name = resource.get("Condition")
         return name is None or self.condition(name)
-
-    # ---- intrinsics -------------------------------------------------------
 
     def pseudo(self, name: str) -> str | None:
         return {
@@ -310,42 +274,53 @@ class Stack:
 
         return re.sub(r"\$\{([^}]+)\}", replace, text)
 
-    def resolve(self, node: Any) -> Any:
-        """Resolve every intrinsic in node; AWS::NoValue entries are dropped."""
+    def resolve(self, node: Any, *, rules: bool = False) -> Any:
+        """Resolve every intrinsic in node; AWS::NoValue entries are dropped. Fn::Contains
+        only in Rules (rules-section-structure.html, Rule-specific intrinsic functions)."""
         if isinstance(node, list):
-            return [v for v in (self.resolve(i) for i in node) if v is not NO_VALUE]
+            return [v for v in (self.resolve(i, rules=rules) for i in node) if v is not NO_VALUE]
         if not isinstance(node, dict):
             return node
         if len(node) == 1:
             ((key, arg),) = node.items()
-            if key == "Ref":
-                return NO_VALUE if arg == "AWS::NoValue" else self.ref(arg)
-            if key == "Fn::GetAtt":
-                logical_id, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
-                return self.get_att(logical_id, attribute)
-            if key == "Fn::Sub":
-                if isinstance(arg, list):
-                    return self._sub(arg[0], arg[1])
-                return self._sub(arg, {})
-            if key == "Fn::If":
-                name, when_true, when_false = arg
-                return self.resolve(when_true if self.condition(name) else when_false)
-            if key == "Fn::Join":
-                delimiter, items = arg
-                return str(delimiter).join(str(i) for i in self.resolve(items))
-            if key == "Fn::Select":
-                index, items = arg
-                return self.resolve(items)[int(self.resolve(index))]
-            if key == "Fn::Split":
-                delimiter, text = arg
-                return str(self.resolve(text)).split(delimiter)
-            if key == "Fn::FindInMap":
-                return self.find_in_map(*(self.resolve(a) for a in arg))
-            if key in ("Fn::Equals", "Fn::Not", "Fn::And", "Fn::Or", "Condition"):
-                return self._condition_value(node)
-            if key.startswith("Fn::"):
-                raise TemplateError(f"{key} is not supported by the local engine")
-        resolved = {k: self.resolve(v) for k, v in node.items()}
+            match key, arg:
+                case "Ref", "AWS::NoValue":
+                    return NO_VALUE
+                case "Ref", _:
+                    return self.ref(arg)
+                case "Fn::GetAtt", [logical_id, attribute]:
+                    return self.get_att(logical_id, attribute)
+                case "Fn::GetAtt", str():
+                    return self.get_att(*arg.split(".", 1))
+                case "Fn::Sub", [text, variables]:
+                    return self._sub(text, variables)
+                case "Fn::Sub", str():
+                    return self._sub(arg, {})
+                case "Fn::If", [name, when_true, when_false]:
+                    return self.resolve(when_true if self.condition(name) else when_false)
+                case "Fn::Join", [delimiter, items]:
+                    return str(delimiter).join(str(i) for i in self.resolve(items))
+                case "Fn::Select", [index, items]:
+                    return self.resolve(items)[int(self.resolve(index))]
+                case "Fn::Split", [delimiter, text]:
+                    return str(self.resolve(text)).split(delimiter)
+                case "Fn::FindInMap", [*keys]:
+                    return self.find_in_map(*(self.resolve(k) for k in keys))
+                case "Fn::Equals", [left, right]:
+                    return str(self.resolve(left)) == str(self.resolve(right))
+                case "Fn::Not", [condition]:
+                    return not self.resolve(condition, rules=rules)
+                case "Fn::And", [*conditions]:
+                    return all(self.resolve(c, rules=rules) for c in conditions)
+                case "Fn::Or", [*conditions]:
+                    return any(self.resolve(c, rules=rules) for c in conditions)
+                case "Condition", str():
+                    return self.condition(arg)
+                case "Fn::Contains", [values, value] if rules:
+                    return str(self.resolve(value)) in [str(v) for v in self.resolve(values)]
+                case str(), _ if key.startswith("Fn::"):
+                    raise TemplateError(f"{key} is not supported by the local engine")
+        resolved = {k: self.resolve(v, rules=rules) for k, v in node.items()}
         return {k: v for k, v in resolved.items() if v is not NO_VALUE}
 
     def find_in_map(self, map_name: str, top: str, second: str) -> Any:
@@ -362,8 +337,6 @@ class Stack:
         if name in self.parameters:
             return self.parameters[name]
         return str(self.find_in_map("Constants", "Values", name))
-
-    # ---- SAM --------------------------------------------------------------
 
     def function_properties(self, logical_id: str) -> dict[str, Any]:
         """A Serverless::Function's properties with Globals merged in, as SAM does."""
