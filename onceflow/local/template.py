@@ -276,7 +276,8 @@ class Stack:
 
     def resolve(self, node: Any, *, rules: bool = False) -> Any:
         """Resolve every intrinsic in node; AWS::NoValue entries are dropped. Fn::Contains
-        only in Rules (rules-section-structure.html, Rule-specific intrinsic functions)."""
+        only in Rules ("rule functions ... work only in the Rules section",
+        intrinsic-function-reference-rules.html)."""
         if isinstance(node, list):
             return [v for v in (self.resolve(i, rules=rules) for i in node) if v is not NO_VALUE]
         if not isinstance(node, dict):

@@ -186,3 +186,25 @@ def test_a_template_that_is_not_yaml_is_a_clear_error(
     # THEN it says the file is not YAML, without a traceback
     err = capsys.readouterr().err
     assert code == 2 and f"{broken} is not YAML or JSON" in err and "Traceback" not in err
+
+
+def test_rule_functions_work_in_rules_only(tmp_path: Path) -> None:
+    # GIVEN a rule asserting Fn::Not of Fn::Contains, and a condition using Fn::Contains
+    template = tmp_path / "template.yaml"
+    template.write_text(
+        "Parameters:\n  Days: {Type: String, Default: '1'}\n"
+        "Rules:\n  NotShort:\n    Assertions:\n"
+        "      - Assert: !Not [!Contains [['1', '2'], !Ref Days]]\n"
+        "        AssertDescription: Days must be above 2\n"
+        "Conditions:\n  Short: !Contains [['1', '2'], !Ref Days]\n"
+        "Resources:\n  Topic: {Type: AWS::SNS::Topic}\n",
+        encoding="utf-8",
+    )
+    # THEN the rule judges the parameters ...
+    with pytest.raises(TemplateError, match="rule NotShort: Days must be above 2"):
+        Stack.from_file(template)
+    stack = Stack.from_file(template, {"Days": "3"})
+    # ... and a condition cannot use a rule function, as CloudFormation's rule functions
+    # "work only in the Rules section" (intrinsic-function-reference-rules.html)
+    with pytest.raises(TemplateError, match="Fn::Contains is not supported"):
+        stack.condition("Short")
