@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -34,28 +35,23 @@ class _CfnLoader(yaml.SafeLoader):
     """YAML loader that turns short-form tags (!Ref, !Sub ...) into their long form."""
 
 
-def _tag_constructor(tag: str) -> Callable[[yaml.SafeLoader, yaml.Node], Any]:
-    name = "Ref" if tag == "Ref" else f"Fn::{tag}"
-
-    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-        if isinstance(node, yaml.ScalarNode):
-            value: Any = loader.construct_scalar(node)
-            if tag == "GetAtt":
-                value = str(value).split(".", 1)
-        elif isinstance(node, yaml.SequenceNode):
-            value = loader.construct_sequence(node, deep=True)
-        else:
-            value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-        return {name: value}
-
-    return construct
+def _construct(tag: str, loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+        value = str(value).split(".", 1) if tag == "GetAtt" else value
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    # !Condition X is {"Condition": X} (intrinsic-function-reference-conditions.html, Fn::And)
+    return {tag if tag in ("Ref", "Condition") else f"Fn::{tag}": value}
 
 
 for _tag in (
     "Ref", "Sub", "GetAtt", "If", "Equals", "Not", "And", "Or", "Join", "Select",
     "Split", "FindInMap", "Base64", "GetAZs", "ImportValue", "Condition", "Contains",
 ):  # fmt: skip
-    _CfnLoader.add_constructor(f"!{_tag}", _tag_constructor(_tag))
+    _CfnLoader.add_constructor(f"!{_tag}", functools.partial(_construct, _tag))
 
 
 def load_template(path: Path) -> dict[str, Any]:
@@ -105,26 +101,19 @@ class Stack:
 
     template: dict[str, Any]
     root: Path
-    parameters: dict[str, str]
-    region: str
-    account_id: str
-    stack_name: str
+    region: str = "us-east-1"
+    account_id: str = "123456789012"
+    stack_name: str = "onceflow-local"
+    parameters: dict[str, str] = field(default_factory=dict)
     # Filled by the engine as it creates resources: Ref value and attributes.
     refs: dict[str, str] = field(default_factory=dict)
     attributes: dict[str, dict[str, str]] = field(default_factory=dict)
     create: Callable[[str], None] | None = None
 
     @classmethod
-    def from_file(
-        cls,
-        path: Path,
-        overrides: Mapping[str, Any] | None = None,
-        *,
-        region: str = "us-east-1",
-        account_id: str = "123456789012",
-        stack_name: str = "onceflow-local",
-    ) -> Stack:
-        stack = cls(load_template(path), path.parent, {}, region, account_id, stack_name)
+    def from_file(cls, path: Path, overrides: Mapping[str, Any] | None = None, **at: Any) -> Stack:
+        """The template at path, bound; at: region, account_id, stack_name."""
+        stack = cls(load_template(path), path.parent, **at)
         stack.bind(overrides)
         return stack
 
@@ -158,34 +147,27 @@ class Stack:
         not verified). One nested application at most; one from the Serverless Application
         Repository, or at an S3 or HTTPS URL, is not emulated.
         """
-        applications = [
-            logical_id
-            for logical_id, resource in self.template["Resources"].items()
-            if resource.get("Type") == "AWS::Serverless::Application"
+        resources = self.template["Resources"]
+        nested = [
+            i for i, r in resources.items() if r.get("Type") == "AWS::Serverless::Application"
         ]
-        if not applications:
-            return None
-        if len(applications) > 1:
+        if len(nested) > 1:
             raise TemplateError(
-                f"{', '.join(applications)}: the local engine runs one nested application"
+                f"{', '.join(nested)}: the local engine runs one nested application"
             )
-        (logical_id,) = applications
-        location = self.template["Resources"][logical_id].get("Properties", {}).get("Location")
+        if not nested:
+            return None
+        location = resources[nested[0]].get("Properties", {}).get("Location")
         if not isinstance(location, str) or re.match(r"^[a-z][a-z0-9+.-]*://", location):
             raise TemplateError(
-                f"{logical_id}: Location {location!r} is not a local template; the local engine "
+                f"{nested[0]}: Location {location!r} is not a local template; the local engine "
                 "runs a nested application from a file path only"
             )
         path = self.root / location
-        nested = Stack(
-            load_template(path),
-            path.parent,
-            {},
-            self.region,
-            self.account_id,
-            f"{self.stack_name}-{logical_id}",
+        name = f"{self.stack_name}-{nested[0]}"
+        return nested[0], Stack(
+            load_template(path), path.parent, self.region, self.account_id, name
         )
-        return logical_id, nested
 
     def check_rules(self) -> None:
         """Refuse the parameters as CloudFormation does: every assertion of every rule whose

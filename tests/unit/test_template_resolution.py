@@ -208,3 +208,19 @@ def test_rule_functions_work_in_rules_only(tmp_path: Path) -> None:
     # "work only in the Rules section" (intrinsic-function-reference-rules.html)
     with pytest.raises(TemplateError, match="Fn::Contains is not supported"):
         stack.condition("Short")
+
+
+def test_the_short_form_condition_tag_names_a_condition(tmp_path: Path) -> None:
+    # GIVEN the documented `!And [!Equals [...], !Condition SomeOtherCondition]`
+    # (intrinsic-function-reference-conditions.html, Fn::And, YAML)
+    template = tmp_path / "template.yaml"
+    template.write_text(
+        "Parameters:\n  Env: {Type: String, Default: prod}\n"
+        "Conditions:\n  IsProd: !Equals [!Ref Env, prod]\n"
+        "  Both: !And [!Equals [!Ref Env, prod], !Condition IsProd]\n"
+        "Resources:\n  Topic: {Type: AWS::SNS::Topic}\n",
+        encoding="utf-8",
+    )
+    # THEN it reads as {"Condition": "IsProd"} and evaluates
+    assert Stack.from_file(template).condition("Both") is True
+    assert Stack.from_file(template, {"Env": "dev"}).condition("Both") is False
