@@ -20,10 +20,6 @@ from typing import Any, TextIO
 
 _IMPORT_LOCK = threading.Lock()
 
-# What Powertools' Logger leaves on the stdlib logger it configured.
-_POWERTOOLS_LOGGER_MARKS = ("init", "powertools_handler", "powertools_buffer_config",
-                            "powertools_buffer_cache")  # fmt: skip
-
 # Powertools' Logger formatter keys and Metrics set are module-level state that every
 # invocation changes. A Lambda sandbox runs one invocation at a time; here concurrent
 # invocations share them, and one changing a dict another iterates raised "dictionary
@@ -207,14 +203,13 @@ class InProcessRuntime:
                     del sys.modules[name]
             self._handlers.clear()
             # Powertools configures the service's stdlib logger once per process and marks
-            # it; a re-imported Logger() would keep an earlier engine's level. Unmark it.
+            # it ("init", "powertools_handler" ...); a re-imported Logger() would keep an
+            # earlier engine's level. Unmark it.
             for service in services:
                 std_logger = logging.getLogger(str(service))
-                for handler in list(std_logger.handlers):
-                    std_logger.removeHandler(handler)
-                for attribute in _POWERTOOLS_LOGGER_MARKS:
-                    if hasattr(std_logger, attribute):
-                        delattr(std_logger, attribute)
+                std_logger.handlers.clear()
+                for mark in [a for a in vars(std_logger) if a == "init" or "powertools" in a]:
+                    delattr(std_logger, mark)
 
     def load(self, spec: FunctionSpec) -> Callable[[Any, Any], Any]:
         with _IMPORT_LOCK:
