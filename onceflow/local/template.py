@@ -322,13 +322,15 @@ class Stack:
         return str(self.find_in_map("Constants", "Values", name))
 
     def function_properties(self, logical_id: str) -> dict[str, Any]:
-        """A Serverless::Function's properties with Globals merged in, as SAM does."""
-        resource = self.template["Resources"][logical_id]
-        merged = copy.deepcopy(self.template.get("Globals", {}).get("Function", {}))
-        for key, value in resource.get("Properties", {}).items():
-            if key == "Environment":
-                variables = merged.setdefault("Environment", {}).setdefault("Variables", {})
-                variables.update(value.get("Variables", {}))
-            else:
-                merged[key] = value
+        """A Serverless::Function's properties with Globals merged in by SAM's own code
+        (samtranslator's Globals; sam-specification-template-anatomy-globals.html)."""
+        from samtranslator.plugins.globals.globals import Globals  # in the local extra
+
+        resource = copy.deepcopy(self.template["Resources"][logical_id])
+        merged = Globals(copy.deepcopy(self.template)).merge(
+            "AWS::Serverless::Function",
+            resource.get("Properties", {}),
+            logical_id,
+            resource.get("IgnoreGlobals"),
+        )
         return dict(self.resolve(merged))

@@ -224,3 +224,32 @@ def test_the_short_form_condition_tag_names_a_condition(tmp_path: Path) -> None:
     # THEN it reads as {"Condition": "IsProd"} and evaluates
     assert Stack.from_file(template).condition("Both") is True
     assert Stack.from_file(template, {"Env": "dev"}).condition("Both") is False
+
+
+def test_globals_merge_as_sam_merges_them(tmp_path: Path) -> None:
+    # GIVEN Globals and a function overriding a primitive, a map and a list, and a function
+    # ignoring Globals (sam-specification-template-anatomy-globals.html, "Overridable
+    # properties": the resource's primitive wins, maps merge, lists are additive; IgnoreGlobals
+    # as samtranslator's Globals reads it, its page not verified)
+    template = tmp_path / "template.yaml"
+    template.write_text(
+        "Transform: AWS::Serverless-2016-10-31\n"
+        "Globals:\n  Function:\n    Timeout: 3\n    Tags: {team: a, app: x}\n"
+        "    Layers: [arn:global]\n    Environment: {Variables: {A: '1', B: '1'}}\n"
+        "Resources:\n"
+        "  F:\n    Type: AWS::Serverless::Function\n    Properties:\n      Timeout: 9\n"
+        "      Tags: {team: b}\n      Layers: [arn:local]\n"
+        "      Environment: {Variables: {B: '2'}}\n"
+        "  G:\n    Type: AWS::Serverless::Function\n    IgnoreGlobals: '*'\n"
+        "    Properties: {Timeout: 5}\n",
+        encoding="utf-8",
+    )
+    stack = Stack.from_file(template)
+    # THEN
+    assert stack.function_properties("F") == {
+        "Timeout": 9,
+        "Tags": {"team": "b", "app": "x"},
+        "Layers": ["arn:global", "arn:local"],
+        "Environment": {"Variables": {"A": "1", "B": "2"}},
+    }
+    assert stack.function_properties("G") == {"Timeout": 5}
