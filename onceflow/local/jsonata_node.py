@@ -47,7 +47,6 @@ class JsonataError(Exception):
     def __init__(self, code: str | None, message: str) -> None:
         super().__init__(f"{code}: {message}" if code else message)
         self.code = code
-        self.message = message
 
 
 class UnsupportedResult(Exception):
