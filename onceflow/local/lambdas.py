@@ -20,40 +20,21 @@ from typing import Any, TextIO
 
 _IMPORT_LOCK = threading.Lock()
 
-# What Powertools' Logger leaves on the stdlib logger it configured.
-_POWERTOOLS_LOGGER_MARKS = (
-    "init",
-    "powertools_handler",
-    "powertools_buffer_config",
-    "powertools_buffer_cache",
-)
-
-
-# Powertools keeps module-level state that every invocation of a function
-# changes: the Logger's formatter keys (appended, removed, cleared) and the
-# Metrics set (added to, serialised and cleared at the end of each
-# invocation). A Lambda sandbox runs one invocation at a time; here concurrent
-# invocations share them, and a dict changed by one while another iterated it
-# raised "dictionary changed size during iteration": in a log line, logging
-# printed "--- Logging error ---" and dropped it; in Metrics, the invocation
-# itself failed after its work was done, and was retried. One lock each makes
-# every such step whole. Concurrent invocations can still see each other's
-# keys and flush each other's metrics (see docs/operate.md, "Logs").
+# Powertools' Logger formatter keys and Metrics set are module-level state that every
+# invocation changes. A Lambda sandbox runs one invocation at a time; here concurrent
+# invocations share them, and one changing a dict another iterates raised "dictionary
+# changed size during iteration" (a log line dropped as "--- Logging error ---"; an
+# invocation failed after its work was done, and was retried). A lock each makes every
+# step whole; invocations still see each other's keys and flush each other's metrics
+# (docs/operate.md, "Logs").
 _FORMATTER_LOCK = threading.RLock()
 _METRICS_LOCK = threading.RLock()
 _FORMATTER_STEPS = ("format", "append_keys", "remove_keys", "clear_state")
 _METRICS_STEPS = (
-    "add_metric",
-    "add_dimension",
-    "add_dimensions",
-    "add_metadata",
-    "set_timestamp",
-    "set_default_dimensions",
-    "add_cold_start_metric",
-    "serialize_metric_set",
-    "flush_metrics",
-    "clear_metrics",
-)
+    "add_metric", "add_dimension", "add_dimensions", "add_metadata", "set_timestamp",
+    "set_default_dimensions", "add_cold_start_metric", "serialize_metric_set",
+    "flush_metrics", "clear_metrics",
+)  # fmt: skip
 
 
 def _guard(cls: type, names: tuple[str, ...], lock: Any) -> list[str]:
@@ -87,13 +68,10 @@ def guard_powertools() -> list[str]:
 
 
 class FunctionOutput(io.TextIOBase):
-    """Stands in for sys.stdout: a handler's prints and logs go to the function log.
-
-    In Lambda, a function's stdout is its CloudWatch log stream, never the
-    caller's terminal. Powertools Logger keeps the stream it saw at import and
-    Metrics prints EMF, so routing is by thread: while a thread runs a handler,
-    what it writes goes to ``function_log``; everything else passes through.
-    """
+    """Stands in for sys.stdout: in Lambda a function's stdout is its log stream, never the
+    caller's terminal. Powertools Logger keeps the stream it saw at import and Metrics
+    prints EMF, so routing is by thread: a thread running a handler writes to
+    ``function_log``; everything else passes through."""
 
     def __init__(self) -> None:
         self.passthrough: TextIO = sys.__stdout__ or sys.stderr
@@ -209,12 +187,9 @@ class InProcessRuntime:
         self.functions[spec.name] = spec
 
     def cold_start(self) -> None:
-        """Forget every module imported from a function's code root.
-
-        A new deployment starts new sandboxes: module-level state (settings
-        parsed once, clients, caches) must not leak from an earlier engine in
-        this process into this one.
-        """
+        """Forget every module imported from a function's code root: a new deployment starts
+        new sandboxes, so module-level state (settings, clients, caches) must not leak from
+        an earlier engine in this process into this one."""
         guard_powertools()
         roots = {str(spec.code_uri.resolve()) for spec in self.functions.values()}
         services = {
@@ -227,16 +202,14 @@ class InProcessRuntime:
                 if any(origin.startswith(root + "/") for root in roots):
                     del sys.modules[name]
             self._handlers.clear()
-            # Powertools configures the stdlib logger of the service once per
-            # process (handler, level, formatter) and marks it; a re-imported
-            # Logger() would keep an earlier engine's level. Unmark it.
+            # Powertools configures the service's stdlib logger once per process and marks
+            # it ("init", "powertools_handler" ...); a re-imported Logger() would keep an
+            # earlier engine's level. Unmark it.
             for service in services:
                 std_logger = logging.getLogger(str(service))
-                for handler in list(std_logger.handlers):
-                    std_logger.removeHandler(handler)
-                for attribute in _POWERTOOLS_LOGGER_MARKS:
-                    if hasattr(std_logger, attribute):
-                        delattr(std_logger, attribute)
+                std_logger.handlers.clear()
+                for mark in [a for a in vars(std_logger) if a == "init" or "powertools" in a]:
+                    delattr(std_logger, mark)
 
     def load(self, spec: FunctionSpec) -> Callable[[Any, Any], Any]:
         with _IMPORT_LOCK:
@@ -272,8 +245,8 @@ class InProcessRuntime:
         """The (body, errored, logs) triple moto's Lambda backend expects."""
 
         def invoke(event: Any) -> tuple[str, bool, str]:
-            # moto has decoded the request body already (a JSON string payload
-            # arrives as that string); for an empty body it passes the text "{}".
+            # moto has decoded the body (a JSON string arrives as that string); an empty
+            # body arrives as the text "{}".
             if event == "{}":
                 event = {}
             payload, error_type = self.invoke(name, event)

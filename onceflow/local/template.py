@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -20,48 +21,37 @@ class TemplateError(Exception):
 
 
 class RulesRefused(TemplateError):
-    """Assertions of the template's Rules failed for these parameters: each failure is the
-    rule's logical id and its AssertDescription, all of them, so that one attempt shows
-    everything to change."""
+    """The template's Rules refused these parameters: every failed assertion as (the rule's
+    logical id, its AssertDescription), so that one attempt shows everything to change."""
 
     def __init__(self, failures: list[tuple[str, str]]) -> None:
         self.failures = failures
         lines = [f"rule {name}: {description}" for name, description in failures]
-        if len(lines) == 1:
-            message = lines[0]
-        else:
-            message = f"{len(lines)} rule assertions failed:\n" + "\n".join(
-                f"  {line}" for line in lines
-            )
-        super().__init__(message)
+        head = [f"{len(lines)} rule assertions failed:"] if len(lines) > 1 else []
+        super().__init__("\n  ".join(head + lines))
 
 
 class _CfnLoader(yaml.SafeLoader):
     """YAML loader that turns short-form tags (!Ref, !Sub ...) into their long form."""
 
 
-def _tag_constructor(tag: str) -> Callable[[yaml.SafeLoader, yaml.Node], Any]:
-    name = "Ref" if tag == "Ref" else f"Fn::{tag}"
-
-    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-        if isinstance(node, yaml.ScalarNode):
-            value: Any = loader.construct_scalar(node)
-            if tag == "GetAtt":
-                value = str(value).split(".", 1)
-        elif isinstance(node, yaml.SequenceNode):
-            value = loader.construct_sequence(node, deep=True)
-        else:
-            value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-        return {name: value}
-
-    return construct
+def _construct(tag: str, loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+        value = str(value).split(".", 1) if tag == "GetAtt" else value
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    # !Condition X is {"Condition": X} (intrinsic-function-reference-conditions.html, Fn::And)
+    return {tag if tag in ("Ref", "Condition") else f"Fn::{tag}": value}
 
 
 for _tag in (
     "Ref", "Sub", "GetAtt", "If", "Equals", "Not", "And", "Or", "Join", "Select",
     "Split", "FindInMap", "Base64", "GetAZs", "ImportValue", "Condition", "Contains",
 ):  # fmt: skip
-    _CfnLoader.add_constructor(f"!{_tag}", _tag_constructor(_tag))
+    _CfnLoader.add_constructor(f"!{_tag}", functools.partial(_construct, _tag))
 
 
 def load_template(path: Path) -> dict[str, Any]:
@@ -111,26 +101,19 @@ class Stack:
 
     template: dict[str, Any]
     root: Path
-    parameters: dict[str, str]
-    region: str
-    account_id: str
-    stack_name: str
+    region: str = "us-east-1"
+    account_id: str = "123456789012"
+    stack_name: str = "onceflow-local"
+    parameters: dict[str, str] = field(default_factory=dict)
     # Filled by the engine as it creates resources: Ref value and attributes.
     refs: dict[str, str] = field(default_factory=dict)
     attributes: dict[str, dict[str, str]] = field(default_factory=dict)
     create: Callable[[str], None] | None = None
 
     @classmethod
-    def from_file(
-        cls,
-        path: Path,
-        overrides: Mapping[str, Any] | None = None,
-        *,
-        region: str = "us-east-1",
-        account_id: str = "123456789012",
-        stack_name: str = "onceflow-local",
-    ) -> Stack:
-        stack = cls(load_template(path), path.parent, {}, region, account_id, stack_name)
+    def from_file(cls, path: Path, overrides: Mapping[str, Any] | None = None, **at: Any) -> Stack:
+        """The template at path, bound; at: region, account_id, stack_name."""
+        stack = cls(load_template(path), path.parent, **at)
         stack.bind(overrides)
         return stack
 
@@ -142,19 +125,14 @@ class Stack:
         unknown = set(overrides) - set(specs)
         if unknown:
             raise TemplateError(f"unknown parameters: {', '.join(sorted(unknown))}")
-        parameters = {}
         for name, spec in specs.items():
-            if name in overrides:
-                value = overrides[name]
-            elif "Default" in spec:
-                value = spec["Default"]
-            else:
+            if name not in overrides and "Default" not in spec:
                 raise TemplateError(f"parameter {name} has no default and no value")
-            parameters[name] = coerce_parameter(name, spec, value)
-        self.parameters = parameters
+        self.parameters = {
+            name: coerce_parameter(name, spec, overrides.get(name, spec.get("Default")))
+            for name, spec in specs.items()
+        }
         self.check_rules()
-
-    # ---- nested applications ------------------------------------------------
 
     def nested_application(self) -> tuple[str, Stack] | None:
         """The template's AWS::Serverless::Application whose Location is a local template (a
@@ -169,36 +147,27 @@ class Stack:
         not verified). One nested application at most; one from the Serverless Application
         Repository, or at an S3 or HTTPS URL, is not emulated.
         """
-        applications = [
-            logical_id
-            for logical_id, resource in self.template["Resources"].items()
-            if resource.get("Type") == "AWS::Serverless::Application"
+        resources = self.template["Resources"]
+        nested = [
+            i for i, r in resources.items() if r.get("Type") == "AWS::Serverless::Application"
         ]
-        if not applications:
-            return None
-        if len(applications) > 1:
+        if len(nested) > 1:
             raise TemplateError(
-                f"{', '.join(applications)}: the local engine runs one nested application"
+                f"{', '.join(nested)}: the local engine runs one nested application"
             )
-        (logical_id,) = applications
-        location = self.template["Resources"][logical_id].get("Properties", {}).get("Location")
+        if not nested:
+            return None
+        location = resources[nested[0]].get("Properties", {}).get("Location")
         if not isinstance(location, str) or re.match(r"^[a-z][a-z0-9+.-]*://", location):
             raise TemplateError(
-                f"{logical_id}: Location {location!r} is not a local template; the local engine "
+                f"{nested[0]}: Location {location!r} is not a local template; the local engine "
                 "runs a nested application from a file path only"
             )
         path = self.root / location
-        nested = Stack(
-            load_template(path),
-            path.parent,
-            {},
-            self.region,
-            self.account_id,
-            f"{self.stack_name}-{logical_id}",
+        name = f"{self.stack_name}-{nested[0]}"
+        return nested[0], Stack(
+            load_template(path), path.parent, self.region, self.account_id, name
         )
-        return logical_id, nested
-
-    # ---- rules --------------------------------------------------------------
 
     def check_rules(self) -> None:
         """Refuse the parameters as CloudFormation does: every assertion of every rule whose
@@ -210,48 +179,25 @@ class Stack:
         """
         failures: list[tuple[str, str]] = []
         for name, rule in self.template.get("Rules", {}).items():
-            if "RuleCondition" in rule and not self._condition_value(rule["RuleCondition"]):
+            if "RuleCondition" in rule and not self.resolve(rule["RuleCondition"], rules=True):
                 continue
             for assertion in rule.get("Assertions", []):
-                if not self._condition_value(assertion["Assert"]):
+                if not self.resolve(assertion["Assert"], rules=True):
                     description = assertion.get("AssertDescription", "an assertion failed")
                     failures.append((name, " ".join(str(description).split())))
         if failures:
             raise RulesRefused(failures)
 
-    # ---- conditions -------------------------------------------------------
-
     def condition(self, name: str) -> bool:
         conditions = self.template.get("Conditions", {})
         if name not in conditions:
             raise TemplateError(f"unknown condition {name}")
-        return bool(self._condition_value(conditions[name]))
-
-    def _condition_value(self, node: Any) -> Any:
-        if isinstance(node, dict) and len(node) == 1:
-            ((key, arg),) = node.items()
-            if key == "Fn::Equals":
-                left, right = (self.resolve(a) for a in arg)
-                return str(left) == str(right)
-            if key == "Fn::Not":
-                return not self._condition_value(arg[0])
-            if key == "Fn::And":
-                return all(self._condition_value(a) for a in arg)
-            if key == "Fn::Or":
-                return any(self._condition_value(a) for a in arg)
-            if key == "Condition":
-                return self.condition(arg)
-            if key == "Fn::Contains":
-                values, value = (self.resolve(a) for a in arg)
-                return str(value) in [str(v) for v in values]
-        return self.resolve(node)
+        return bool(self.resolve(conditions[name]))
 
     def resource_enabled(self, logical_id: str) -> bool:
         resource = self.template["Resources"][logical_id]
         name = resource.get("Condition")
         return name is None or self.condition(name)
-
-    # ---- intrinsics -------------------------------------------------------
 
     def pseudo(self, name: str) -> str | None:
         return {
@@ -310,42 +256,54 @@ class Stack:
 
         return re.sub(r"\$\{([^}]+)\}", replace, text)
 
-    def resolve(self, node: Any) -> Any:
-        """Resolve every intrinsic in node; AWS::NoValue entries are dropped."""
+    def resolve(self, node: Any, *, rules: bool = False) -> Any:
+        """Resolve every intrinsic in node; AWS::NoValue entries are dropped. Fn::Contains
+        only in Rules ("rule functions ... work only in the Rules section",
+        intrinsic-function-reference-rules.html)."""
         if isinstance(node, list):
-            return [v for v in (self.resolve(i) for i in node) if v is not NO_VALUE]
+            return [v for v in (self.resolve(i, rules=rules) for i in node) if v is not NO_VALUE]
         if not isinstance(node, dict):
             return node
         if len(node) == 1:
             ((key, arg),) = node.items()
-            if key == "Ref":
-                return NO_VALUE if arg == "AWS::NoValue" else self.ref(arg)
-            if key == "Fn::GetAtt":
-                logical_id, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
-                return self.get_att(logical_id, attribute)
-            if key == "Fn::Sub":
-                if isinstance(arg, list):
-                    return self._sub(arg[0], arg[1])
-                return self._sub(arg, {})
-            if key == "Fn::If":
-                name, when_true, when_false = arg
-                return self.resolve(when_true if self.condition(name) else when_false)
-            if key == "Fn::Join":
-                delimiter, items = arg
-                return str(delimiter).join(str(i) for i in self.resolve(items))
-            if key == "Fn::Select":
-                index, items = arg
-                return self.resolve(items)[int(self.resolve(index))]
-            if key == "Fn::Split":
-                delimiter, text = arg
-                return str(self.resolve(text)).split(delimiter)
-            if key == "Fn::FindInMap":
-                return self.find_in_map(*(self.resolve(a) for a in arg))
-            if key in ("Fn::Equals", "Fn::Not", "Fn::And", "Fn::Or", "Condition"):
-                return self._condition_value(node)
-            if key.startswith("Fn::"):
-                raise TemplateError(f"{key} is not supported by the local engine")
-        resolved = {k: self.resolve(v) for k, v in node.items()}
+            match key, arg:
+                case "Ref", "AWS::NoValue":
+                    return NO_VALUE
+                case "Ref", _:
+                    return self.ref(arg)
+                case "Fn::GetAtt", [logical_id, attribute]:
+                    return self.get_att(logical_id, attribute)
+                case "Fn::GetAtt", str():
+                    return self.get_att(*arg.split(".", 1))
+                case "Fn::Sub", [text, variables]:
+                    return self._sub(text, variables)
+                case "Fn::Sub", str():
+                    return self._sub(arg, {})
+                case "Fn::If", [name, when_true, when_false]:
+                    return self.resolve(when_true if self.condition(name) else when_false)
+                case "Fn::Join", [delimiter, items]:
+                    return str(delimiter).join(str(i) for i in self.resolve(items))
+                case "Fn::Select", [index, items]:
+                    return self.resolve(items)[int(self.resolve(index))]
+                case "Fn::Split", [delimiter, text]:
+                    return str(self.resolve(text)).split(delimiter)
+                case "Fn::FindInMap", [*keys]:
+                    return self.find_in_map(*(self.resolve(k) for k in keys))
+                case "Fn::Equals", [left, right]:
+                    return str(self.resolve(left)) == str(self.resolve(right))
+                case "Fn::Not", [condition]:
+                    return not self.resolve(condition, rules=rules)
+                case "Fn::And", [*conditions]:
+                    return all(self.resolve(c, rules=rules) for c in conditions)
+                case "Fn::Or", [*conditions]:
+                    return any(self.resolve(c, rules=rules) for c in conditions)
+                case "Condition", str():
+                    return self.condition(arg)
+                case "Fn::Contains", [values, value] if rules:
+                    return str(self.resolve(value)) in [str(v) for v in self.resolve(values)]
+                case str(), _ if key.startswith("Fn::"):
+                    raise TemplateError(f"{key} is not supported by the local engine")
+        resolved = {k: self.resolve(v, rules=rules) for k, v in node.items()}
         return {k: v for k, v in resolved.items() if v is not NO_VALUE}
 
     def find_in_map(self, map_name: str, top: str, second: str) -> Any:
@@ -363,16 +321,16 @@ class Stack:
             return self.parameters[name]
         return str(self.find_in_map("Constants", "Values", name))
 
-    # ---- SAM --------------------------------------------------------------
-
     def function_properties(self, logical_id: str) -> dict[str, Any]:
-        """A Serverless::Function's properties with Globals merged in, as SAM does."""
-        resource = self.template["Resources"][logical_id]
-        merged = copy.deepcopy(self.template.get("Globals", {}).get("Function", {}))
-        for key, value in resource.get("Properties", {}).items():
-            if key == "Environment":
-                variables = merged.setdefault("Environment", {}).setdefault("Variables", {})
-                variables.update(value.get("Variables", {}))
-            else:
-                merged[key] = value
+        """A Serverless::Function's properties with Globals merged in by SAM's own code
+        (samtranslator's Globals; sam-specification-template-anatomy-globals.html)."""
+        from samtranslator.plugins.globals.globals import Globals  # in the local extra
+
+        resource = copy.deepcopy(self.template["Resources"][logical_id])
+        merged = Globals(copy.deepcopy(self.template)).merge(
+            "AWS::Serverless::Function",
+            resource.get("Properties", {}),
+            logical_id,
+            resource.get("IgnoreGlobals"),
+        )
         return dict(self.resolve(merged))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import logging
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +112,29 @@ def test_concurrent_invocations_sharing_powertools_metrics_neither_fail_nor_lose
                     value = blob[metric["Name"]]
                     counted += len(value) if isinstance(value, list) else int(value)
     assert counted == rounds * per_round * threads_count  # each metric flushed once
+
+
+def test_a_cold_start_forgets_the_modules_and_the_logger_an_earlier_engine_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aws_lambda_powertools import Logger
+
+    monkeypatch.syspath_prepend(str(tmp_path))  # where load() puts the code root, undone
+
+    # GIVEN a function whose module was imported, and its service's logger configured
+    (tmp_path / "probe_handler.py").write_text("def handler(event, context):\n    return 1\n")
+    service = f"onceflow-cold-start-probe-{id(tmp_path)}"
+    spec = lambdas.FunctionSpec(
+        "Probe", "probe", "arn:aws:lambda:us-east-1:123456789012:function:probe", tmp_path,
+        "probe_handler.handler", 3.0, 128, {"POWERTOOLS_SERVICE_NAME": service},
+    )  # fmt: skip
+    runtime = lambdas.InProcessRuntime()
+    runtime.register(spec)
+    assert runtime.invoke("probe", {}) == (1, None)
+    Logger(service=service, level="DEBUG")
+    assert "probe_handler" in sys.modules
+    # WHEN a new engine's cold start comes
+    runtime.cold_start()
+    # THEN the module is imported afresh and a new Logger takes its own level
+    assert "probe_handler" not in sys.modules
+    assert Logger(service=service, level="WARNING").log_level == logging.WARNING

@@ -186,3 +186,70 @@ def test_a_template_that_is_not_yaml_is_a_clear_error(
     # THEN it says the file is not YAML, without a traceback
     err = capsys.readouterr().err
     assert code == 2 and f"{broken} is not YAML or JSON" in err and "Traceback" not in err
+
+
+def test_rule_functions_work_in_rules_only(tmp_path: Path) -> None:
+    # GIVEN a rule asserting Fn::Not of Fn::Contains, and a condition using Fn::Contains
+    template = tmp_path / "template.yaml"
+    template.write_text(
+        "Parameters:\n  Days: {Type: String, Default: '1'}\n"
+        "Rules:\n  NotShort:\n    Assertions:\n"
+        "      - Assert: !Not [!Contains [['1', '2'], !Ref Days]]\n"
+        "        AssertDescription: Days must be above 2\n"
+        "Conditions:\n  Short: !Contains [['1', '2'], !Ref Days]\n"
+        "Resources:\n  Topic: {Type: AWS::SNS::Topic}\n",
+        encoding="utf-8",
+    )
+    # THEN the rule judges the parameters ...
+    with pytest.raises(TemplateError, match="rule NotShort: Days must be above 2"):
+        Stack.from_file(template)
+    stack = Stack.from_file(template, {"Days": "3"})
+    # ... and a condition cannot use a rule function, as CloudFormation's rule functions
+    # "work only in the Rules section" (intrinsic-function-reference-rules.html)
+    with pytest.raises(TemplateError, match="Fn::Contains is not supported"):
+        stack.condition("Short")
+
+
+def test_the_short_form_condition_tag_names_a_condition(tmp_path: Path) -> None:
+    # GIVEN the documented `!And [!Equals [...], !Condition SomeOtherCondition]`
+    # (intrinsic-function-reference-conditions.html, Fn::And, YAML)
+    template = tmp_path / "template.yaml"
+    template.write_text(
+        "Parameters:\n  Env: {Type: String, Default: prod}\n"
+        "Conditions:\n  IsProd: !Equals [!Ref Env, prod]\n"
+        "  Both: !And [!Equals [!Ref Env, prod], !Condition IsProd]\n"
+        "Resources:\n  Topic: {Type: AWS::SNS::Topic}\n",
+        encoding="utf-8",
+    )
+    # THEN it reads as {"Condition": "IsProd"} and evaluates
+    assert Stack.from_file(template).condition("Both") is True
+    assert Stack.from_file(template, {"Env": "dev"}).condition("Both") is False
+
+
+def test_globals_merge_as_sam_merges_them(tmp_path: Path) -> None:
+    # GIVEN Globals and a function overriding a primitive, a map and a list, and a function
+    # ignoring Globals (sam-specification-template-anatomy-globals.html, "Overridable
+    # properties": the resource's primitive wins, maps merge, lists are additive; IgnoreGlobals
+    # as samtranslator's Globals reads it, its page not verified)
+    template = tmp_path / "template.yaml"
+    template.write_text(
+        "Transform: AWS::Serverless-2016-10-31\n"
+        "Globals:\n  Function:\n    Timeout: 3\n    Tags: {team: a, app: x}\n"
+        "    Layers: [arn:global]\n    Environment: {Variables: {A: '1', B: '1'}}\n"
+        "Resources:\n"
+        "  F:\n    Type: AWS::Serverless::Function\n    Properties:\n      Timeout: 9\n"
+        "      Tags: {team: b}\n      Layers: [arn:local]\n"
+        "      Environment: {Variables: {B: '2'}}\n"
+        "  G:\n    Type: AWS::Serverless::Function\n    IgnoreGlobals: '*'\n"
+        "    Properties: {Timeout: 5}\n",
+        encoding="utf-8",
+    )
+    stack = Stack.from_file(template)
+    # THEN
+    assert stack.function_properties("F") == {
+        "Timeout": 9,
+        "Tags": {"team": "b", "app": "x"},
+        "Layers": ["arn:global", "arn:local"],
+        "Environment": {"Variables": {"A": "1", "B": "2"}},
+    }
+    assert stack.function_properties("G") == {"Timeout": 5}
