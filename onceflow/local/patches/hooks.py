@@ -42,12 +42,12 @@ from moto.stepfunctions.parser.backend import execution_worker
 from onceflow.local.patches.registry import Installer, Patch, emits, gone, takes
 
 
+@dataclass
 class Clock:
     """The time scale; 1.0 sleeps as AWS would, 0.0 never sleeps."""
 
-    def __init__(self, scale: float = 1.0) -> None:
-        self.scale = scale
-        self.slept: list[float] = []  # requested (unscaled) sleeps, for tests
+    scale: float = 1.0
+    slept: list[float] = field(default_factory=list)  # requested (unscaled) sleeps, for tests
 
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
@@ -83,7 +83,8 @@ class ExecutionSignals(dict[str, threading.Event]):
 
 # Fault injection (the chaos harness): an injector sees (service, operation, request
 # body) and may answer in the service's place with its error (status, headers, body).
-FaultInjector = Callable[[str, str, str], tuple[int, dict[str, str], str] | None]
+Response = tuple[int, dict[str, str], str]
+FaultInjector = Callable[[str, str, str], Response | None]
 InProcessInvoker = Callable[[Any], tuple[str, bool, str]]
 
 
@@ -217,14 +218,19 @@ def _install_clock(installer: Installer) -> None:
         _replacing(state_class, "_eval_execution", _for_its_machine)(installer)
 
 
+def _says(owner: Any, text: str) -> list[str]:
+    """What moved: moto's source of owner no longer holds text (a patch relies on it)."""
+    where = getattr(owner, "__qualname__", getattr(owner, "__name__", str(owner)))
+    return [] if text in inspect.getsource(owner) else [f"{where} no longer holds {text!r}"]
+
+
 def _clock_fits() -> list[str]:
-    problems = takes(retrier_decl.RetrierDecl._eval_body, "self", "env")
-    problems += [p for cls in _STATE_CLASSES for p in gone(cls, "_eval_execution")]
-    if "time.sleep(interval_seconds)" not in inspect.getsource(retrier_decl):
-        problems.append("moto's retrier no longer sleeps through time.sleep")
-    if "program_state_event.wait" not in inspect.getsource(wait_function.WaitFunction):
-        problems.append("moto's Wait no longer waits on program_state_event")
-    return problems
+    return [
+        *takes(retrier_decl.RetrierDecl._eval_body, "self", "env"),
+        *(p for state_class in _STATE_CLASSES for p in gone(state_class, "_eval_execution")),
+        *_says(retrier_decl, "time.sleep(interval_seconds)"),  # the retrier's sleep
+        *_says(wait_function.WaitFunction, "program_state_event.wait"),  # the Wait's
+    ]
 
 
 # Requests: each concern on the botocore event that fits it, met in botocore's order
@@ -239,24 +245,20 @@ ENGINE_SERVICES = ("dynamodb", "sqs", "s3")  # whose requests are logged and may
 _OBJECT = "onceflow_object"  # the request context's (bucket, key), for the log
 
 
-def dynamodb_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
-    """A DynamoDB error response (JSON protocol), e.g. ProvisionedThroughputExceededException."""
-    return _json_error(
-        f"com.amazonaws.dynamodb.v20120810#{code}", message, "x-amzn-ErrorType", code
-    )
+def _json_error(prefix: str, header: str, sender: str = "") -> Callable[[str, str], Response]:
+    """Error responses of a JSON-protocol service, as (status, headers, body)."""
+
+    def error(code: str, message: str) -> Response:
+        headers = {header: code + sender, "Content-Type": "application/x-amz-json-1.0"}
+        headers["x-amzn-RequestId"] = str(uuid.uuid4())  # as every such response has
+        return 400, headers, json.dumps({"__type": prefix + code, "message": message})
+
+    return error
 
 
-def sqs_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
-    """An SQS error response (JSON protocol), e.g. KmsAccessDenied on SendMessage."""
-    return _json_error(f"com.amazonaws.sqs#{code}", message, "x-amzn-query-error", f"{code};Sender")
-
-
-def _json_error(
-    kind: str, message: str, header: str, value: str
-) -> tuple[int, dict[str, str], str]:
-    headers = {header: value, "Content-Type": "application/x-amz-json-1.0"}
-    headers["x-amzn-RequestId"] = str(uuid.uuid4())  # as every such response has
-    return 400, headers, json.dumps({"__type": kind, "message": message})
+# e.g. ProvisionedThroughputExceededException; KmsAccessDenied on SendMessage
+dynamodb_error = _json_error("com.amazonaws.dynamodb.v20120810#", "x-amzn-ErrorType")
+sqs_error = _json_error("com.amazonaws.sqs#", "x-amzn-query-error", ";Sender")
 
 
 def _http(url: str, response: tuple[int, Any, Any]) -> AWSResponse:
@@ -366,13 +368,6 @@ def _signalling(original: Any) -> Any:
     return execution_logic
 
 
-def _signals_fits() -> list[str]:
-    logic = inspect.getsource(execution_worker.ExecutionWorker._execution_logic)
-    if "self._execution_communication.terminated()" not in logic:
-        return ["moto's execution worker no longer ends with terminated()"]
-    return []
-
-
 def _replacing(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Callable[[Installer], None]:
     return lambda installer: installer.replace(owner, name, wrap(getattr(owner, name)))
 
@@ -425,6 +420,9 @@ PATCHES = (
         why="An execution's end wakes whoever waits for it, instead of polling.",
         test="tests/unit/test_patch_layer.py::test_two_engines_keep_their_own_clock_log_and_faults",
         install=_replacing(execution_worker.ExecutionWorker, "_execution_logic", _signalling),
-        fits=_signals_fits,
+        fits=lambda: _says(
+            execution_worker.ExecutionWorker._execution_logic,
+            "_execution_communication.terminated()",
+        ),
     ),
 )
