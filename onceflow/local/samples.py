@@ -95,15 +95,11 @@ def _pipe_message(engine: LocalEngine, notification: Any) -> dict[str, Any]:
 
 
 def _adapt(engine: LocalEngine, event: Any, target: str | None) -> tuple[Any, list[str]]:
-    """A Lambda-style S3 or SQS event as the state machine would be started with it.
-
-    A classic S3 notification (Records[].s3) reaches the processor through the
-    source queue and the pipe: it becomes that message, and so the same work item
-    (the same idempotency key) as the EventBridge Object Created event of that
-    object. A Lambda-style SQS event's Records are the messages the pipe sends:
-    one per execution to the processor (the pipe's BatchSize is 1), up to
-    SqsBatchSize to the batch processor. Any other target refuses them.
-    """
+    """A Lambda-style S3 or SQS event as the state machine would be started with it: a
+    classic S3 notification reaches the processors through the source queue and the pipe
+    (so the same work item as S3's EventBridge event of that object); an SQS event's
+    Records are the pipe's messages, one per execution to the processor (BatchSize 1),
+    up to SqsBatchSize to the batch processor. Any other target refuses them."""
     s3, sqs = _records(event, "aws:s3"), _records(event, "aws:sqs")
     records = s3 if s3 is not None else sqs
     if records is None or target not in SAMPLES:
@@ -176,20 +172,20 @@ def prepare_event(
         note = "an EventBridge event: run as the message the rule sends to the source queue"
         return [_pipe_message(engine, event)], [*notes, note]
     event, notes = _adapt(engine, copy.deepcopy(event), target)
-    if not (isinstance(event, list) and len(event) == 1 and isinstance(event[0], dict)):
+    one = isinstance(event, list) and len(event) == 1 and isinstance(event[0], dict)
+    message, body = (event[0] if one else None), None
+    if message is None:
         located = _locate(event)
-        return event, notes if located is None else _prepare_object(
-            engine, located, fixtures, notes
-        )
-    try:  # an SQS message from the pipe: its object is named in the body text
-        body = json.loads(event[0].get("body", ""))
-    except (TypeError, ValueError):
-        return event, notes
-    located = _locate(body, in_message=True)
-    if located is None:
-        return event, notes
-    notes = _prepare_object(engine, located, fixtures, notes)
-    event[0]["body"] = json.dumps(body)
+    else:  # an SQS message from the pipe: its object is named in the body text
+        try:
+            body = json.loads(message.get("body", ""))
+        except (TypeError, ValueError):
+            return event, notes
+        located = _locate(body, in_message=True)
+    if located is not None:
+        notes = _prepare_object(engine, located, fixtures, notes)
+        if message is not None:
+            message["body"] = json.dumps(body)
     return event, notes
 
 

@@ -9,6 +9,7 @@ engine (a SharedEngine) and capturing its output.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import io
 import json
@@ -25,19 +26,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from onceflow.local import forwarding
 from onceflow.local.engine import LocalEngine
 from onceflow.local.errors import EngineError
-from onceflow.local.forwarding import (
-    AUTH_HEADER,
-    HOST,
-    NONCE_HEADER,
-    PROOF_HEADER,
-    ServerError,
-    answer_mac,
-    request_mac,
-    running,
-    state_file,
-)
 from onceflow.local.lambdas import FUNCTION_OUTPUT
 from onceflow.project import private_directory, project_directory, stack_label, write_private
 
@@ -101,8 +92,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        if nonce is not None:
-            self.send_header(PROOF_HEADER, answer_mac(self.server.token, nonce, status, data))
+        if nonce is not None:  # the proof that this server knows the token
+            proof = forwarding.answer_mac(self.server.token, nonce, status, data)
+            self.send_header(forwarding.PROOF_HEADER, proof)
         self.end_headers()
         self.wfile.write(data)
 
@@ -118,16 +110,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self, body: bytes) -> None:
         """Answer a request whose HMAC holds and whose nonce is new; else 403."""
-        nonce = self.headers.get(NONCE_HEADER, "")
-        expected = request_mac(self.server.token, self.command, self.path, nonce, body)
+        nonce = self.headers.get(forwarding.NONCE_HEADER, "")
+        expected = forwarding.request_mac(self.server.token, self.command, self.path, nonce, body)
         if (
             len(nonce) < 32
-            or not hmac.compare_digest(self.headers.get(AUTH_HEADER, ""), expected)
+            or not hmac.compare_digest(self.headers.get(forwarding.AUTH_HEADER, ""), expected)
             or not self.server.fresh(nonce)
         ):
-            return self._answer(
-                403, {"error": "the request is not signed with this server's token"}
-            )
+            refused = "the request is not signed with this server's token"
+            return self._answer(403, {"error": refused})
         if (self.command, self.path) == ("GET", "/health"):
             return self._answer(200, self.server.describe(), nonce)
         if (self.command, self.path) != ("POST", "/run"):
@@ -159,7 +150,7 @@ class EngineServer(ThreadingHTTPServer):
         *,
         command: Command,
     ) -> None:
-        super().__init__((HOST, port), _Handler)
+        super().__init__((forwarding.HOST, port), _Handler)
         self.engine = engine
         self.command = command  # runs one command line: the CLI's main
         self.parameters = dict(parameters)
@@ -203,13 +194,17 @@ class EngineServer(ThreadingHTTPServer):
         directory (cwd): relative paths mean what they meant where it was typed."""
         out, err = io.StringIO(), io.StringIO()
         with self._lock:
-            shared = SharedEngine(
-                self.engine, self.parameters, self.template, time.time(), self.stack
-            )
-            previous = os.getcwd()
+            started = time.time()
+            shared = SharedEngine(self.engine, self.parameters, self.template, started, self.stack)
+            previous, saved = os.getcwd(), (sys.stdout, FUNCTION_OUTPUT.passthrough)
             try:
                 os.chdir(cwd or previous)
-                with _command_stdout(out), contextlib.redirect_stderr(err):
+                # The command's stdout captured, the functions' output left where it goes:
+                # FUNCTION_OUTPUT on sys.stdout sends function threads' lines to the function
+                # log; replacing sys.stdout would send them (and any Logger imported
+                # meanwhile) to the command.
+                FUNCTION_OUTPUT.passthrough, sys.stdout = out, FUNCTION_OUTPUT
+                with contextlib.redirect_stderr(err):
                     code = self.command(argv, shared)
             except SystemExit as exc:  # argparse, or a command that exits with a message:
                 # what Python's own exit would make of it
@@ -220,6 +215,7 @@ class EngineServer(ThreadingHTTPServer):
                 err.write(traceback.format_exc())
                 code = 1
             finally:
+                sys.stdout, FUNCTION_OUTPUT.passthrough = saved
                 os.chdir(previous)
                 self.commands += 1
         self.log(f"onceflow {' '.join(argv)} -> exit {code}")
@@ -227,33 +223,18 @@ class EngineServer(ThreadingHTTPServer):
 
     def publish(self) -> Path:
         """Write the address and token where clients look for them (readable by this user only)."""
-        path = state_file(self.project)
+        path = forwarding.state_file(self.project)
         private_directory(path.parent)
         # The token lets a command run here: 0600 from the moment the file exists.
         write_private(path, json.dumps({**self.describe(), "token": self.token}))
         return path
 
     def unpublish(self) -> None:
-        path = state_file(self.project)
+        path = forwarding.state_file(self.project)
         with contextlib.suppress(FileNotFoundError):
             current = json.loads(path.read_text(encoding="utf-8"))
             if current.get("token") == self.token:
                 path.unlink()
-
-
-@contextlib.contextmanager
-def _command_stdout(out: io.StringIO) -> Iterator[None]:
-    """Capture the command's stdout, leaving the functions' output where it goes: the
-    engine's FunctionOutput router on sys.stdout sends function threads' lines to the
-    function log; replacing sys.stdout would send them (and any Logger imported
-    meanwhile) to the command."""
-    saved_stdout, saved_passthrough = sys.stdout, FUNCTION_OUTPUT.passthrough
-    FUNCTION_OUTPUT.passthrough = out
-    sys.stdout = FUNCTION_OUTPUT
-    try:
-        yield
-    finally:
-        sys.stdout, FUNCTION_OUTPUT.passthrough = saved_stdout, saved_passthrough
 
 
 def serve(
@@ -266,33 +247,23 @@ def serve(
 ) -> int:
     """`onceflow up`: start the engine and serve ``command`` (the CLI's main) until stopped."""
     try:
-        existing = running(project_directory(template))
-    except ServerError as exc:  # not onceflow up: this one publishes over the stale file
+        existing = forwarding.running(project_directory(template))
+    except forwarding.ServerError as exc:  # not onceflow up: this one publishes over the stale file
         print(f"onceflow up: {exc}", file=sys.stderr)
         existing = None
     if existing is not None:
-        pid, port_taken = existing["pid"], existing["port"]
-        print(
-            f"onceflow up: a local engine is already up (pid {pid}, port {port_taken})",
-            file=sys.stderr,
-        )
+        where = f"pid {existing['pid']}, port {existing['port']}"
+        print(f"onceflow up: a local engine is already up ({where})", file=sys.stderr)
         return 2
     with LocalEngine(
         template, parameters, time_scale=time_scale, function_log=io.StringIO()
     ) as engine:
-        console = sys.stderr  # not the command's stderr, captured while one runs
-        server = EngineServer(
-            engine,
-            parameters,
-            port,
-            log=lambda text: print(text, file=console),
-            template=template,
-            command=command,
-        )
+        console = functools.partial(print, file=sys.stderr)  # not a command's, captured
+        server = EngineServer(engine, parameters, port, console, template, command=command)
         path = server.publish()
         print(
-            f"onceflow: local engine up on http://{HOST}:{server.port} (pid {os.getpid()}); "
-            f"address in {path}. Commands use it until you stop it (Ctrl-C).",
+            f"onceflow: local engine up on http://{forwarding.HOST}:{server.port} (pid "
+            f"{os.getpid()}); address in {path}. Commands use it until you stop it (Ctrl-C).",
             file=sys.stderr,
             flush=True,
         )
