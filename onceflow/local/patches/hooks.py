@@ -116,15 +116,9 @@ def unregister(state: EngineState) -> None:
     _RUNNING[:] = [s for s in _RUNNING if s is not state]
 
 
-def _candidates() -> list[EngineState]:
-    """The engine this call is for, then the running ones, newest first."""
-    state = CURRENT.get()
-    return ([state] if state is not None else []) + _RUNNING[::-1]
-
-
 def current() -> EngineState | None:
     """The engine this call is for; with none set, the engine started last."""
-    return next(iter(_candidates()), None)
+    return CURRENT.get() or next(iter(_RUNNING[-1:]), None)  # one slice: no lock needed
 
 
 @contextmanager
@@ -342,8 +336,8 @@ def stubber_fits() -> list[str]:
 def _in_process(original: Any) -> Any:
     def invoke_lambda(function: Any, event: Any = None) -> tuple[str, bool, str]:
         name = function.function_name
-        for state in _candidates():
-            if name in state.invokers:
+        for state in (CURRENT.get(), *_RUNNING[::-1]):  # its engine's, else a running one's
+            if state is not None and name in state.invokers:
                 return state.invokers[name](event)
         return original(function, event)  # type: ignore[no-any-return]
 
