@@ -1,23 +1,15 @@
 """Commands sent to a running `onceflow up`: its address file, the signed protocol, the client.
 
-While `onceflow up` runs, `demo`, `execute`, `invoke`, `audit`, `redrive`, `inspect`
-and the viewer send their command line to it and run there, against its one
-engine (onceflow/local/server.py), so the ledger, buckets, queues and execution
-histories carry over from one command to the next. When no server is up they run
-self-contained.
+While `onceflow up` runs, the FORWARDED commands send their command line to it
+(POST /run {"argv": [...]}) and run there, on its one engine (server.py), so the
+ledger, buckets, queues and histories carry over between commands; the answer is
+the exit code, stdout and stderr. The address is in the project's
+.onceflow/server.json; a stale file (no answer) is ignored.
 
-The protocol is the command line itself: POST /run {"argv": [...]} runs
-`onceflow <argv>` inside the server and answers its exit code, stdout and
-stderr. The address is in the project's .onceflow/server.json (the project: the
-directory of the template, found upward from where a command runs); a stale file
-(no answer) is ignored.
-
-The token in that file never travels. Each request carries a fresh nonce and
-an HMAC of it (and of the method, path and body) under the token; each answer
-carries an HMAC of the nonce and the answer. A client trusts an answer only
-once it checked that proof, so another local program that took the port of a
-stale server.json learns nothing and cannot answer for the server.
-
+The token in that file never travels: each request carries a fresh nonce and an
+HMAC of it (and of the method, path and body) under the token, each answer an HMAC
+of the nonce and the answer, checked before it is trusted, so a program that took
+a stale file's port learns nothing and cannot answer for the server.
 This side imports no engine (and no moto): every command checks here first.
 """
 
@@ -50,17 +42,18 @@ class ServerError(Exception):
     """A listener on the recorded port that could not prove it is `onceflow up`."""
 
 
-def _mac(token: str, *parts: bytes) -> str:
+def _mac(token: str, *parts: str | bytes) -> str:
     """HMAC-SHA256 under the token; the first part says what is signed (request or answer)."""
-    return hmac.new(token.encode(), b"\n".join(parts), hashlib.sha256).hexdigest()
+    data = b"\n".join(p if isinstance(p, bytes) else p.encode() for p in parts)
+    return hmac.new(token.encode(), data, hashlib.sha256).hexdigest()
 
 
 def request_mac(token: str, method: str, path: str, nonce: str, body: bytes) -> str:
-    return _mac(token, b"request", method.encode(), path.encode(), nonce.encode(), body)
+    return _mac(token, "request", method, path, nonce, body)
 
 
 def answer_mac(token: str, nonce: str, status: int, body: bytes) -> str:
-    return _mac(token, b"answer", nonce.encode(), str(status).encode(), body)
+    return _mac(token, "answer", nonce, str(status), body)
 
 
 def signed_headers(token: str, method: str, path: str, nonce: str, body: bytes) -> dict[str, str]:
@@ -69,15 +62,10 @@ def signed_headers(token: str, method: str, path: str, nonce: str, body: bytes) 
 
 
 def state_file(project: Path | None = None) -> Path:
-    """Where `onceflow up` publishes its address: the project's .onceflow/server.json.
-
-    The project is the given directory, else the one of the nearest template upward
-    (ONCEFLOW_STATE_DIR moves it: tests use a temporary directory).
-    """
+    """The project's .onceflow/server.json (the project: the given directory, else the
+    nearest template's upward); ONCEFLOW_STATE_DIR moves it (tests use a temporary one)."""
     configured = os.environ.get("ONCEFLOW_STATE_DIR")
-    if configured:
-        return Path(configured) / "server.json"
-    return state_directory(project) / "server.json"
+    return (Path(configured) if configured else state_directory(project)) / "server.json"
 
 
 def _impostor(port: Any, why: str, path: Path) -> ServerError:
@@ -92,8 +80,7 @@ def _impostor(port: Any, why: str, path: Path) -> ServerError:
 def _request(state: dict[str, Any], method: str, path: str, body: Any = None) -> Any:
     """One signed request; its answer only once the answer proves the token."""
     data = b"" if body is None else json.dumps(body).encode()
-    token = str(state["token"])
-    nonce = secrets.token_hex(16)
+    token, nonce = str(state["token"]), secrets.token_hex(16)
     request = urllib.request.Request(
         f"http://{HOST}:{int(state['port'])}{path}",
         data=data if body is not None else None,
@@ -103,21 +90,16 @@ def _request(state: dict[str, Any], method: str, path: str, body: Any = None) ->
             "Content-Type": "application/json",
         },
     )
-    timeout = None if path == "/run" else 2
     try:
-        # The URL is always http://127.0.0.1:<port>, never a caller's scheme.
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            status, proof, answer = (
-                response.status,
-                response.headers.get(PROOF_HEADER),
-                response.read(),
-            )
+        # Always http://127.0.0.1:<port>, never a caller's scheme.
+        with urllib.request.urlopen(request, timeout=None if path == "/run" else 2) as response:  # noqa: S310
+            status, headers, answer = response.status, response.headers, response.read()
     except urllib.error.HTTPError as exc:
-        status, proof, answer = exc.code, exc.headers.get(PROOF_HEADER), exc.read()
+        status, headers, answer = exc.code, exc.headers, exc.read()
+    proof = headers.get(PROOF_HEADER)
     if not proof or not hmac.compare_digest(proof, answer_mac(token, nonce, status, answer)):
-        raise _impostor(
-            state["port"], f"HTTP {status} without a valid {PROOF_HEADER}", Path(state["file"])
-        )
+        why = f"HTTP {status} without a valid {PROOF_HEADER}"
+        raise _impostor(state["port"], why, Path(state["file"]))
     if status != 200:
         said = answer.decode("utf-8", "replace")
         raise ServerError(f"the local engine (onceflow up) answered HTTP {status}: {said}")
@@ -134,19 +116,15 @@ def running(project: Path | None = None) -> dict[str, Any] | None:
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
         port, token = int(state["port"]), str(state["token"])
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError):
-        return None  # a half-written or foreign file: treat as no server
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None  # no file, or a half-written or foreign one: no server
     if not 0 < port < 65536 or not token:
         return None
     try:
         health = _request({"port": port, "token": token, "file": str(path)}, "GET", "/health")
-    except ConnectionRefusedError:
-        return None  # stale: the server that wrote it is gone and nobody took its port
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, ConnectionRefusedError):
-            return None
+            return None  # stale: its server is gone and nobody took its port
         raise _impostor(port, f"{exc.reason}", path) from exc
     except (OSError, ValueError) as exc:
         raise _impostor(port, f"{type(exc).__name__}: {exc}", path) from exc
@@ -162,7 +140,7 @@ def forward(state: dict[str, Any], argv: list[str]) -> int:
     except ServerError as exc:
         print(f"onceflow: {exc}", file=sys.stderr)
         return 2
-    except (OSError, urllib.error.URLError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # URLError is an OSError
         print(
             f"onceflow: the local engine (onceflow up, port {state['port']}) did not answer "
             f"the command: {exc}",

@@ -1,15 +1,12 @@
 """Make a sample event from events/ meaningful on the local engine.
 
-The files in events/ are the ones `sam local invoke -e` takes, so they name
-the documentation placeholder bucket and a version id from a real account.
-Locally, the placeholder stands for the stack's ingest bucket, and a sample
-object is uploaded at the event's key when none is there (an image, or text
-for keys ending in .txt: the poison case). Every change is reported.
-
-The events SAM users already have (`sam local generate-event s3 put`, `sqs
-receive-message`) are Lambda's shapes, which no state machine of the stack is
-started with: they are run as the pipe would deliver them, or refused with the
-name of the sample to use.
+The files in events/ are the ones `sam local invoke -e` takes: they name the AWS
+docs' placeholder bucket and a real account's version id. Locally the placeholder
+stands for the stack's ingest bucket, and a sample object is uploaded at the event's
+key when none is there (an image, or text for keys ending .txt: the poison case).
+Lambda-shaped events (`sam local generate-event s3 put`, `sqs receive-message`),
+which no state machine of the stack is started with, run as the pipe would deliver
+them, or are refused with the sample to use. Every change is reported.
 """
 
 from __future__ import annotations
@@ -49,24 +46,25 @@ SAMPLES = {
     "AuditStateMachine": "events/audit-run.json",
 }
 
-
-def _eventbridge(event: Any) -> bool:
-    """An event as EventBridge delivers it (source, detail-type, detail)."""
-    return isinstance(event, dict) and {"source", "detail-type", "detail"} <= set(event)
+# Where an event names its object: (the dict holding the bucket, the bucket's field,
+# the dict holding key, version id and ETag, the version id's field, key URL-encoded).
+_Located = tuple[dict[str, Any], str, dict[str, Any], str, bool]
 
 
 def _records(event: Any, source: str) -> list[dict[str, Any]] | None:
     """The Records of a Lambda-style event from `source` (aws:s3, aws:sqs); else None."""
-    if not isinstance(event, dict) or not isinstance(event.get("Records"), list):
+    records = event.get("Records") if isinstance(event, dict) else None
+    if not isinstance(records, list) or not records:
         return None
-    records: list[dict[str, Any]] = event["Records"]
-    if records and all(isinstance(r, dict) and r.get("eventSource") == source for r in records):
-        return records
-    return None
+    return (
+        records
+        if all(isinstance(r, dict) and r.get("eventSource") == source for r in records)
+        else None
+    )
 
 
 def _pipe_message(engine: LocalEngine, notification: Any) -> dict[str, Any]:
-    """An S3 notification as the pipe hands it on: the body of one SQS message.
+    """An event as the pipe hands it on: the body of one SQS message.
 
     S3 sends a notification to an SQS queue as the message body (S3 User Guide,
     notification-content-structure.html), and the pipe passes the queue's messages
@@ -74,11 +72,9 @@ def _pipe_message(engine: LocalEngine, notification: Any) -> dict[str, Any]:
     """
     body = json.dumps(notification)
     now = str(int(time.time() * 1000))
-    region, account = engine.stack.region, engine.stack.account_id
-    queue = f"arn:aws:sqs:{region}:{account}:{engine.stack.stack_name}-source"
-    if "SourceQueue" in engine.stack.template["Resources"] and engine.stack.resource_enabled(
-        "SourceQueue"
-    ):
+    stack = engine.stack
+    queue = f"arn:aws:sqs:{stack.region}:{stack.account_id}:{stack.stack_name}-source"
+    if "SourceQueue" in stack.template["Resources"] and stack.resource_enabled("SourceQueue"):
         queue = engine.get_att("SourceQueue", "Arn")
     return {
         "messageId": str(uuid.uuid4()),
@@ -87,106 +83,77 @@ def _pipe_message(engine: LocalEngine, notification: Any) -> dict[str, Any]:
         "attributes": {
             "ApproximateReceiveCount": "1",
             "SentTimestamp": now,
-            "SenderId": account,
+            "SenderId": stack.account_id,
             "ApproximateFirstReceiveTimestamp": now,
         },
         "messageAttributes": {},
         "md5OfBody": hashlib.md5(body.encode(), usedforsecurity=False).hexdigest(),
         "eventSource": "aws:sqs",
         "eventSourceARN": queue,
-        "awsRegion": region,
+        "awsRegion": stack.region,
     }
 
 
-def adapt_event(engine: LocalEngine, event: Any, target: str | None) -> tuple[Any, list[str]]:
-    """A Lambda-style S3 or SQS event as the state machine would be started with it.
-
-    A classic S3 notification (Records[].s3) reaches the processor through the
-    source queue and the pipe: it becomes that message, and so the same work item
-    (the same idempotency key) as the EventBridge Object Created event of that
-    object. A Lambda-style SQS event's Records are the messages the pipe sends:
-    one per execution to the processor (the pipe's BatchSize is 1), up to
-    SqsBatchSize to the batch processor. Any other target refuses them.
-    """
-    s3 = _records(event, "aws:s3")
-    sqs = _records(event, "aws:sqs")
-    if (s3 is None and sqs is None) or target not in SAMPLES:
+def _adapt(engine: LocalEngine, event: Any, target: str | None) -> tuple[Any, list[str]]:
+    """A Lambda-style S3 or SQS event as the state machine would be started with it: a
+    classic S3 notification reaches the processors through the source queue and the pipe
+    (so the same work item as S3's EventBridge event of that object); an SQS event's
+    Records are the pipe's messages, one per execution to the processor (BatchSize 1),
+    up to SqsBatchSize to the batch processor. Any other target refuses them."""
+    s3, sqs = _records(event, "aws:s3"), _records(event, "aws:sqs")
+    records = s3 if s3 is not None else sqs
+    if records is None or target not in SAMPLES:
         return event, []
-    kind = (
-        "a classic S3 notification (Records[].s3)"
-        if s3 is not None
-        else "a Lambda-style SQS event (Records[] of messages)"
-    )
-    if target in (PROCESSOR, BATCH_PROCESSOR) and s3 is not None:
-        note = (
-            f"{kind}: run as the SQS message the pipe delivers it in "
-            "(S3 -> source queue -> pipe; events/sqs-s3-notification.json)"
-        )
-        return [_pipe_message(engine, event)], [note]
-    if target == BATCH_PROCESSOR and sqs is not None:
-        return sqs, [f"{kind}: its {len(sqs)} record(s) run as the pipe's batch of messages"]
-    if target == PROCESSOR and sqs is not None:
-        if len(sqs) == 1:
-            return sqs, [f"{kind}: its record runs as the message the pipe sends the processor"]
-        raise WrongEvent(
-            f"{kind} with {len(sqs)} records: the pipe starts {PROCESSOR} with one message "
-            "per execution; keep one record, as events/sqs-s3-notification.json does (or run "
-            f"{BATCH_PROCESSOR}, --parameter-overrides SqsSource=create SqsBatchMode=true)"
-        )
+    if s3 is not None:
+        kind = "a classic S3 notification (Records[].s3)"
+        if target in (PROCESSOR, BATCH_PROCESSOR):
+            note = "run as the SQS message the pipe delivers it in (S3 -> source queue -> pipe"
+            return [_pipe_message(engine, event)], [
+                f"{kind}: {note}; events/sqs-s3-notification.json)"
+            ]
+    else:
+        kind = "a Lambda-style SQS event (Records[] of messages)"
+        if target == BATCH_PROCESSOR:
+            return records, [
+                f"{kind}: its {len(records)} record(s) run as the pipe's batch of messages"
+            ]
+        if target == PROCESSOR and len(records) == 1:
+            return records, [f"{kind}: its record runs as the message the pipe sends the processor"]
+        if target == PROCESSOR:
+            raise WrongEvent(
+                f"{kind} with {len(records)} records: the pipe starts {PROCESSOR} with one message "
+                "per execution; keep one record, as events/sqs-s3-notification.json does (or "
+                f"run {BATCH_PROCESSOR}, --parameter-overrides SqsSource=create SqsBatchMode=true)"
+            )
     raise WrongEvent(
         f"{target} is never sent {kind}; it takes {SAMPLES[target]}. "
         f"Such an event goes to the processor: onceflow execute {PROCESSOR} -e FILE"
     )
 
 
-def _sample_body(key: str) -> bytes:
-    if key.endswith(".txt"):
-        return b"this is not an image\n"
-    out = io.BytesIO()
-    Image.new("RGB", (640, 480), (40, 120, 200)).save(out, format="PNG")
-    return out.getvalue()
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
-def _locate(event: Any) -> tuple[dict[str, Any], str, str, str, bool] | None:
-    """(holder, bucket field, key field, version field, key URL-encoded) of an event's object."""
-    if isinstance(event, list) and len(event) == 1 and isinstance(event[0], dict):
-        # An SQS message from the pipe carrying a classic S3 notification.
-        try:
-            body = json.loads(event[0].get("body", ""))
-        except (TypeError, ValueError):
-            return None
-        records = body.get("Records") if isinstance(body, dict) else None
-        first = records[0] if isinstance(records, list) and records else None
-        if isinstance(first, dict) and isinstance(first.get("s3"), dict):
-            return first["s3"], "bucket.name", "object.key", "object.versionId", True
-        return None
+def _locate(event: Any, in_message: bool = False) -> _Located | None:
+    """Where event names its object; in_message: event is a message body from the pipe,
+    which carries a classic S3 notification."""
     if not isinstance(event, dict):
+        return None
+    if in_message:
+        records = event.get("Records")
+        first = records[0] if isinstance(records, list) and records else None
+        s3 = first.get("s3") if isinstance(first, dict) else None
+        if isinstance(s3, dict):
+            return _dict(s3.get("bucket")), "name", _dict(s3.get("object")), "versionId", True
         return None
     detail = event.get("detail")
     if event.get("source") == "aws.s3" and isinstance(detail, dict):
         bucket, obj = detail.get("bucket"), detail.get("object")
         if isinstance(bucket, dict) and isinstance(obj, dict):
-            merged = {"bucket": bucket, "object": obj}
-            return merged, "bucket.name", "object.key", "object.version-id", True
-    work_item = event.get("workItem")
-    if isinstance(work_item, dict):
-        return work_item, "bucket", "key", "versionId", False
-    return None
-
-
-def _get(holder: dict[str, Any], path: str) -> Any:
-    node: Any = holder
-    for part in path.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
-def _set(holder: dict[str, Any], path: str, value: Any) -> None:
-    *parents, last = path.split(".")
-    node = holder
-    for part in parents:
-        node = node[part]
-    node[last] = value
+            return bucket, "name", obj, "version-id", True
+    item = event.get("workItem")
+    return (item, "bucket", item, "versionId", False) if isinstance(item, dict) else None
 
 
 def prepare_event(
@@ -196,36 +163,43 @@ def prepare_event(
 
     Raises WrongEvent for an event the target (a logical id) never receives.
     """
-    if target == BATCH_PROCESSOR and _eventbridge(event):
+    eventbridge = isinstance(event, dict) and {"source", "detail-type", "detail"} <= set(event)
+    if target == BATCH_PROCESSOR and eventbridge:
         # In the batch mode the rules send their events to the source queue: the event,
         # prepared as the rule would deliver it, is a message's body (docs/ingress.md,
         # S3 and custom events through the queue).
         event, notes = prepare_event(engine, event, fixtures=fixtures)
         note = "an EventBridge event: run as the message the rule sends to the source queue"
         return [_pipe_message(engine, event)], [*notes, note]
-    event, notes = adapt_event(engine, copy.deepcopy(event), target)
-    located = _locate(event)
-    if located is None:
-        return event, notes
-    holder, bucket_path, key_path, version_path, encoded = located
-    try:
-        return event, _prepare_object(
-            engine, holder, bucket_path, key_path, version_path, encoded, fixtures, notes
-        )
-    finally:
-        if isinstance(event, list):  # the notification lives in the body text: write it back
-            body = json.loads(event[0]["body"])
-            body["Records"][0]["s3"] = holder
-            event[0]["body"] = json.dumps(body)
+    event, notes = _adapt(engine, copy.deepcopy(event), target)
+    one = isinstance(event, list) and len(event) == 1 and isinstance(event[0], dict)
+    message, body = (event[0] if one else None), None
+    if message is None:
+        located = _locate(event)
+    else:  # an SQS message from the pipe: its object is named in the body text
+        try:
+            body = json.loads(message.get("body", ""))
+        except (TypeError, ValueError):
+            return event, notes
+        located = _locate(body, in_message=True)
+    if located is not None:
+        notes = _prepare_object(engine, located, fixtures, notes)
+        if message is not None:
+            message["body"] = json.dumps(body)
+    return event, notes
 
 
 def ensure_ingest_bucket(engine: LocalEngine) -> list[str]:
     """Make the stand-in for an ExistingBucketName the local stack lacks; notes on it."""
     s3 = engine.client("s3")
     ingest = engine.ingest_bucket()
-    if engine.ref("IngestBucket") == ingest or _bucket_exists(s3, ingest):
+    if engine.ref("IngestBucket") == ingest:
         return []
-    # ExistingBucketName: on AWS the bucket is the user's; the local stack has none.
+    try:
+        s3.head_bucket(Bucket=ingest)
+        return []
+    except ClientError:
+        pass  # ExistingBucketName: on AWS the bucket is the user's; the local stack has none
     s3.create_bucket(Bucket=ingest)
     # Configured as docs/existing-bucket.md asks of the user's bucket, and as the doctor checks.
     s3.put_bucket_versioning(Bucket=ingest, VersioningConfiguration={"Status": "Enabled"})
@@ -241,18 +215,14 @@ def ensure_ingest_bucket(engine: LocalEngine) -> list[str]:
 def upload_file(
     engine: LocalEngine, path: Path, key: str | None = None, target: str | None = PROCESSOR
 ) -> tuple[dict[str, Any], list[str]]:
-    """Upload a user's own file to the local stack's bucket; S3's Object Created event of it.
-
-    The event is the one S3 would send EventBridge for that upload, so the processor
-    reads the user's real content with the user's real function.
-    """
+    """Upload a user's own file to the local stack's bucket; S3's Object Created event of
+    it, as S3 would send EventBridge, so the processor reads the user's real content."""
     if target != PROCESSOR:
         raise WrongEvent(
             f"--upload runs S3's Object Created event, which {PROCESSOR} takes "
             f"(through the EventBridge rule); {target} is never sent one"
         )
-    body = path.read_bytes()
-    key = key if key is not None else path.name
+    body, key = path.read_bytes(), key if key is not None else path.name
     notes = ensure_ingest_bucket(engine)
     bucket = engine.ingest_bucket()
     try:
@@ -268,37 +238,23 @@ def upload_file(
     return engine.s3_object_created_event(bucket, key, version), notes
 
 
-def _bucket_exists(s3: Any, bucket: str) -> bool:
-    try:
-        s3.head_bucket(Bucket=bucket)
-    except ClientError:
-        return False
-    return True
-
-
 def _prepare_object(
-    engine: LocalEngine,
-    holder: dict[str, Any],
-    bucket_path: str,
-    key_path: str,
-    version_path: str,
-    encoded: bool,
-    fixtures: bool,
-    notes: list[str],
+    engine: LocalEngine, located: _Located, fixtures: bool, notes: list[str]
 ) -> list[str]:
+    holder, bucket_field, obj, version_field, encoded = located
     ingest = engine.ingest_bucket()
-    named = _get(holder, bucket_path)
-    if named in PLACEHOLDER_BUCKETS:
-        _set(holder, bucket_path, ingest)
-        notes.append(f"bucket {named} stands for the local stack's {ingest}")
-    elif isinstance(named, str) and named and named != ingest:
+    bucket = holder.get(bucket_field)
+    if bucket in PLACEHOLDER_BUCKETS:
+        notes.append(f"bucket {bucket} stands for the local stack's {ingest}")
+        holder[bucket_field] = bucket = ingest
+    elif isinstance(bucket, str) and bucket and bucket != ingest:
         notes.append(
-            f"bucket {named} is not the local stack's: the processor refuses it, as the "
+            f"bucket {bucket} is not the local stack's: the processor refuses it, as the "
             f"deployed one refuses any bucket but its own. Locally, {PLACEHOLDER_BUCKET} "
             f"(the AWS docs' placeholder) and example-bucket (sam local generate-event's) "
             f"stand for the ingest bucket {ingest}: name one of them in the event"
         )
-    bucket, key = _get(holder, bucket_path), _get(holder, key_path)
+    key = obj.get("key")
     if not fixtures or bucket != ingest or not isinstance(key, str) or not key:
         return notes
     if encoded:  # S3 event formats URL-encode the key, "+" for a space
@@ -316,39 +272,62 @@ def _prepare_object(
         return notes
     s3 = engine.client("s3")
     notes += ensure_ingest_bucket(engine)
-    version = _get(holder, version_path)
+    version = obj.get(version_field)
     try:
-        kwargs = {"Bucket": bucket, "Key": key}
-        if isinstance(version, str):
-            kwargs["VersionId"] = version
-        s3.head_object(**kwargs)
+        s3.head_object(
+            Bucket=bucket, Key=key, **({"VersionId": version} if isinstance(version, str) else {})
+        )
         return notes
     except ClientError:
         pass  # not there yet: upload the sample below
-    earlier = _earlier_sample(s3, bucket, key, version)
-    if earlier is not None:
+    uploaded = _earlier_sample(s3, bucket, key, version)
+    announce = uploaded is None
+    if uploaded is not None:
         # On `onceflow up` the same file run again is the same upload delivered again.
         notes.append(
-            f"version id {version} is {earlier['VersionId']}, the version the sample "
+            f"version id {version} is {uploaded['VersionId']}, the version the sample "
             "uploaded earlier for it"
         )
-        _name_upload(holder, version_path, version, earlier, notes, announce=False)
-        return notes
-    metadata = {SAMPLE_OF: version} if isinstance(version, str) and _is_metadata(version) else {}
-    try:
-        uploaded = s3.put_object(Bucket=bucket, Key=key, Body=_sample_body(key), Metadata=metadata)
-    except ClientError as exc:
-        notes.append(f"no sample object uploaded: S3 refused the key ({exc})")
-        return notes
-    kind = "text (not an image)" if key.endswith(".txt") else "image"
-    notes.append(f"uploaded a sample {kind} to s3://{bucket}/{key}")
-    _name_upload(holder, version_path, version, uploaded, notes, announce=True)
+    else:
+        metadata = {SAMPLE_OF: version} if _is_metadata(version) else {}
+        text = key.endswith(".txt")
+        try:
+            uploaded = s3.put_object(
+                Bucket=bucket, Key=key, Body=_sample_body(text), Metadata=metadata
+            )
+        except ClientError as exc:
+            notes.append(f"no sample object uploaded: S3 refused the key ({exc})")
+            return notes
+        kind = "text (not an image)" if text else "image"
+        notes.append(f"uploaded a sample {kind} to s3://{bucket}/{key}")
+    # Point the event at the upload: its version id, and its ETag.
+    new_version = uploaded.get("VersionId")
+    if isinstance(version, str) and new_version:
+        obj[version_field] = new_version
+        if announce:
+            notes.append(f"version id {version} is now {new_version}, the one S3 gave the upload")
+    # An upload without a real version id is read only while it still holds the
+    # ETag its event names (anything else counts as superseded): name the sample's.
+    etag = str(uploaded.get("ETag", "")).strip('"')
+    for field in ("etag", "eTag"):
+        if isinstance(obj.get(field), str) and etag:
+            if announce:
+                notes.append(f"etag {obj[field]} is now {etag}, the one S3 gave the upload")
+            obj[field] = etag
     return notes
 
 
-def _is_metadata(value: str) -> bool:
+def _sample_body(text: bool) -> bytes:
+    if text:
+        return b"this is not an image\n"
+    out = io.BytesIO()
+    Image.new("RGB", (640, 480), (40, 120, 200)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _is_metadata(value: Any) -> bool:
     """Whether S3 keeps the value as user metadata as it is (printable ASCII)."""
-    return value.isascii() and value.isprintable() and len(value) <= 1024
+    return isinstance(value, str) and value.isascii() and value.isprintable() and len(value) <= 1024
 
 
 def _earlier_sample(s3: Any, bucket: str, key: str, version: Any) -> dict[str, Any] | None:
@@ -357,40 +336,12 @@ def _earlier_sample(s3: Any, bucket: str, key: str, version: Any) -> dict[str, A
     The event's version id is a real account's, never the local bucket's: the upload
     keeps it in its metadata, so that the same event file names the same upload again.
     """
-    if not isinstance(version, str) or not _is_metadata(version):
+    if not _is_metadata(version):
         return None
-    listed = s3.list_object_versions(Bucket=bucket, Prefix=key)
-    for candidate in listed.get("Versions", []):
+    for candidate in s3.list_object_versions(Bucket=bucket, Prefix=key).get("Versions", []):
         if candidate.get("Key") != key:
             continue
         head = s3.head_object(Bucket=bucket, Key=key, VersionId=candidate["VersionId"])
         if head.get("Metadata", {}).get(SAMPLE_OF) == version:
             return {"VersionId": candidate["VersionId"], "ETag": head.get("ETag", "")}
     return None
-
-
-def _name_upload(
-    holder: dict[str, Any],
-    version_path: str,
-    version: Any,
-    uploaded: dict[str, Any],
-    notes: list[str],
-    *,
-    announce: bool,
-) -> None:
-    """Point the event at the upload: its version id, and its ETag."""
-    new_version = uploaded.get("VersionId")
-    if isinstance(version, str) and new_version:
-        _set(holder, version_path, new_version)
-        if announce:
-            notes.append(f"version id {version} is now {new_version}, the one S3 gave the upload")
-    # An upload without a real version id is read only while it still holds the
-    # ETag its event names (anything else counts as superseded): name the sample's.
-    parent_path = version_path.rpartition(".")[0]
-    parent = _get(holder, parent_path) if parent_path else holder
-    etag = str(uploaded.get("ETag", "")).strip('"')
-    for field in ("etag", "eTag"):
-        if isinstance(parent, dict) and isinstance(parent.get(field), str) and etag:
-            if announce:
-                notes.append(f"etag {parent[field]} is now {etag}, the one S3 gave the upload")
-            parent[field] = etag

@@ -1,16 +1,15 @@
 """`onceflow up`: one local engine that outlives a command.
 
-The server holds a LocalEngine (the same engine, template and patches) and
-listens on 127.0.0.1 for the commands forwarded to it (onceflow/local/forwarding.py:
-the address file, the signed protocol, the client). It runs each one with the
-command line it was given (``command``: the CLI's main, passed in by `onceflow up`;
-this module does not import the CLI), one at a time, handing the command the
-engine to run on (a SharedEngine) and capturing its output.
+It holds a LocalEngine and runs, one at a time, the command lines forwarded to it
+(forwarding.py: the address file, the signed protocol, the client) with ``command``
+(the CLI's main, passed in: this module does not import the CLI), handing each the
+engine (a SharedEngine) and capturing its output.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import io
 import json
@@ -27,24 +26,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from onceflow.local import forwarding
 from onceflow.local.engine import LocalEngine
 from onceflow.local.errors import EngineError
-from onceflow.local.forwarding import (
-    AUTH_HEADER,
-    HOST,
-    NONCE_HEADER,
-    PROOF_HEADER,
-    ServerError,
-    answer_mac,
-    request_mac,
-    running,
-    state_file,
-)
 from onceflow.local.lambdas import FUNCTION_OUTPUT
 from onceflow.project import private_directory, project_directory, stack_label, write_private
 
-# Nonces a server remembers to refuse a replayed request (a few per command).
-_REMEMBERED_NONCES = 10_000
+_REMEMBERED_NONCES = 10_000  # to refuse a replayed request (a few per command)
 
 
 @dataclass(frozen=True)
@@ -104,59 +92,46 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        if nonce is not None:
-            self.send_header(PROOF_HEADER, answer_mac(self.server.token, nonce, status, data))
+        if nonce is not None:  # the proof that this server knows the token
+            proof = forwarding.answer_mac(self.server.token, nonce, status, data)
+            self.send_header(forwarding.PROOF_HEADER, proof)
         self.end_headers()
         self.wfile.write(data)
 
-    def _authorised(self, body: bytes) -> str | None:
-        """The request's nonce when its HMAC holds and the nonce is new; else answer 403."""
-        nonce = self.headers.get(NONCE_HEADER, "")
-        expected = request_mac(self.server.token, self.command, self.path, nonce, body)
-        if (
-            len(nonce) < 32
-            or not hmac.compare_digest(self.headers.get(AUTH_HEADER, ""), expected)
-            or not self.server.fresh(nonce)
-        ):
-            self._answer(403, {"error": "the request is not signed with this server's token"})
-            return None
-        return nonce
-
     def do_GET(self) -> None:
-        nonce = self._authorised(b"")
-        if nonce is None:
-            return
-        if self.path == "/health":
-            self._answer(200, self.server.describe(), nonce)
-        else:
-            self._answer(404, {"error": f"no {self.path}"}, nonce)
+        self._handle(b"")
 
     def do_POST(self) -> None:
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if not 0 <= length <= 1 << 20:
+        length = self.headers.get("Content-Length", "0")
+        if not length.isdecimal() or int(length) > 1 << 20:
             self._answer(400, {"error": "bad Content-Length"})
-            return
-        body = self.rfile.read(length)
-        nonce = self._authorised(body)
-        if nonce is None:
-            return
-        if self.path != "/run":
-            self._answer(404, {"error": f"no {self.path}"}, nonce)
-            return
+        else:
+            self._handle(self.rfile.read(int(length)))
+
+    def _handle(self, body: bytes) -> None:
+        """Answer a request whose HMAC holds and whose nonce is new; else 403."""
+        nonce = self.headers.get(forwarding.NONCE_HEADER, "")
+        expected = forwarding.request_mac(self.server.token, self.command, self.path, nonce, body)
+        if (
+            len(nonce) < 32
+            or not hmac.compare_digest(self.headers.get(forwarding.AUTH_HEADER, ""), expected)
+            or not self.server.fresh(nonce)
+        ):
+            refused = "the request is not signed with this server's token"
+            return self._answer(403, {"error": refused})
+        if (self.command, self.path) == ("GET", "/health"):
+            return self._answer(200, self.server.describe(), nonce)
+        if (self.command, self.path) != ("POST", "/run"):
+            return self._answer(404, {"error": f"no {self.path}"}, nonce)
         try:
             request = json.loads(body or b"{}")
-            argv = request["argv"]
-            cwd = request.get("cwd")
+            argv, cwd = request["argv"], request.get("cwd")
             if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
                 raise ValueError("argv must be a list of strings")
             if cwd is not None and not Path(cwd).is_dir():
                 raise ValueError(f"no directory {cwd}")
         except (ValueError, KeyError, TypeError) as exc:
-            self._answer(400, {"error": f"bad request: {exc}"}, nonce)
-            return
+            return self._answer(400, {"error": f"bad request: {exc}"}, nonce)
         self._answer(200, self.server.run(argv, cwd), nonce)
 
 
@@ -175,7 +150,7 @@ class EngineServer(ThreadingHTTPServer):
         *,
         command: Command,
     ) -> None:
-        super().__init__((HOST, port), _Handler)
+        super().__init__((forwarding.HOST, port), _Handler)
         self.engine = engine
         self.command = command  # runs one command line: the CLI's main
         self.parameters = dict(parameters)
@@ -186,18 +161,14 @@ class EngineServer(ThreadingHTTPServer):
         self.started = time.time()
         self.stack = stack_label("up")
         self.commands = 0
-        self._lock = threading.Lock()
-        self._log = log
+        self.log: Callable[[str], None] = log or (lambda text: None)
+        self._lock = threading.Lock()  # one command at a time
         self._nonces: dict[str, None] = {}  # insertion-ordered: oldest first
         self._nonces_lock = threading.Lock()
 
     @property
     def port(self) -> int:
         return int(self.server_address[1])
-
-    def log(self, text: str) -> None:
-        if self._log is not None:
-            self._log(text)
 
     def fresh(self, nonce: str) -> bool:
         """True the first time a nonce is seen: a captured request cannot be sent again."""
@@ -219,30 +190,32 @@ class EngineServer(ThreadingHTTPServer):
         }
 
     def run(self, argv: list[str], cwd: str | None = None) -> dict[str, Any]:
-        """Run `onceflow <argv>` here, against this engine; one command at a time.
-
-        It runs in the client's directory, so relative paths (events, the
-        template) mean what they meant where the command was typed.
-        """
+        """Run `onceflow <argv>` on this engine, one command at a time, in the client's
+        directory (cwd): relative paths mean what they meant where it was typed."""
         out, err = io.StringIO(), io.StringIO()
         with self._lock:
-            shared = SharedEngine(
-                self.engine, self.parameters, self.template, time.time(), self.stack
-            )
-            previous = os.getcwd()
+            started = time.time()
+            shared = SharedEngine(self.engine, self.parameters, self.template, started, self.stack)
+            previous, saved = os.getcwd(), (sys.stdout, FUNCTION_OUTPUT.passthrough)
             try:
                 os.chdir(cwd or previous)
-                with _command_stdout(out), contextlib.redirect_stderr(err):
+                # The command's stdout captured, the functions' output left where it goes:
+                # FUNCTION_OUTPUT on sys.stdout sends function threads' lines to the function
+                # log; replacing sys.stdout would send them (and any Logger imported
+                # meanwhile) to the command.
+                FUNCTION_OUTPUT.passthrough, sys.stdout = out, FUNCTION_OUTPUT
+                with contextlib.redirect_stderr(err):
                     code = self.command(argv, shared)
-            except SystemExit as exc:  # argparse, or a command that exits with a message
-                # What Python's own exit would make of it.
-                code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
-                if not isinstance(exc.code, int) and exc.code is not None:
+            except SystemExit as exc:  # argparse, or a command that exits with a message:
+                # what Python's own exit would make of it
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+                if code and not isinstance(exc.code, int):
                     err.write(f"{exc.code}\n")
             except Exception:  # reported to the client, as the command would print it alone
                 err.write(traceback.format_exc())
                 code = 1
             finally:
+                sys.stdout, FUNCTION_OUTPUT.passthrough = saved
                 os.chdir(previous)
                 self.commands += 1
         self.log(f"onceflow {' '.join(argv)} -> exit {code}")
@@ -250,35 +223,18 @@ class EngineServer(ThreadingHTTPServer):
 
     def publish(self) -> Path:
         """Write the address and token where clients look for them (readable by this user only)."""
-        path = state_file(self.project)
+        path = forwarding.state_file(self.project)
         private_directory(path.parent)
         # The token lets a command run here: 0600 from the moment the file exists.
         write_private(path, json.dumps({**self.describe(), "token": self.token}))
         return path
 
     def unpublish(self) -> None:
-        path = state_file(self.project)
+        path = forwarding.state_file(self.project)
         with contextlib.suppress(FileNotFoundError):
             current = json.loads(path.read_text(encoding="utf-8"))
             if current.get("token") == self.token:
                 path.unlink()
-
-
-@contextlib.contextmanager
-def _command_stdout(out: io.StringIO) -> Iterator[None]:
-    """Capture the command's stdout, leaving the functions' output where it goes.
-
-    The engine has put its FunctionOutput router on sys.stdout (function
-    threads write to the function log); replacing sys.stdout would send the
-    functions' lines, and any Logger imported meanwhile, to the command.
-    """
-    saved_stdout, saved_passthrough = sys.stdout, FUNCTION_OUTPUT.passthrough
-    FUNCTION_OUTPUT.passthrough = out
-    sys.stdout = FUNCTION_OUTPUT
-    try:
-        yield
-    finally:
-        sys.stdout, FUNCTION_OUTPUT.passthrough = saved_stdout, saved_passthrough
 
 
 def serve(
@@ -286,54 +242,35 @@ def serve(
     parameters: dict[str, str],
     port: int,
     time_scale: float,
-    ready: Callable[[EngineServer], None] | None = None,
     *,
     command: Command,
 ) -> int:
-    """`onceflow up`: start the engine and serve ``command`` (the CLI's main) until
-    interrupted."""
+    """`onceflow up`: start the engine and serve ``command`` (the CLI's main) until stopped."""
     try:
-        existing = running(project_directory(template))
-    except ServerError as exc:
-        # Not a onceflow server: this one publishes a new address over the stale file.
+        existing = forwarding.running(project_directory(template))
+    except forwarding.ServerError as exc:  # not onceflow up: this one publishes over the stale file
         print(f"onceflow up: {exc}", file=sys.stderr)
         existing = None
     if existing is not None:
-        print(
-            f"onceflow up: a local engine is already up (pid {existing['pid']}, "
-            f"port {existing['port']})",
-            file=sys.stderr,
-        )
+        where = f"pid {existing['pid']}, port {existing['port']}"
+        print(f"onceflow up: a local engine is already up ({where})", file=sys.stderr)
         return 2
     with LocalEngine(
         template, parameters, time_scale=time_scale, function_log=io.StringIO()
     ) as engine:
-        console = sys.stderr  # not the command's stderr, captured while one runs
-        server = EngineServer(
-            engine,
-            parameters,
-            port,
-            log=lambda text: print(text, file=console),
-            template=template,
-            command=command,
-        )
+        console = functools.partial(print, file=sys.stderr)  # not a command's, captured
+        server = EngineServer(engine, parameters, port, console, template, command=command)
         path = server.publish()
         print(
-            f"onceflow: local engine up on http://{HOST}:{server.port} (pid {os.getpid()}); "
-            f"address in {path}. Commands use it until you stop it (Ctrl-C).",
+            f"onceflow: local engine up on http://{forwarding.HOST}:{server.port} (pid "
+            f"{os.getpid()}); address in {path}. Commands use it until you stop it (Ctrl-C).",
             file=sys.stderr,
             flush=True,
         )
-        if ready is not None:
-            ready(server)
-
-        def stop(signum: int, frame: Any) -> None:
-            raise KeyboardInterrupt
-
-        # Ctrl-C, and `kill` (SIGTERM), stop it cleanly; a shell that started it
-        # in the background may have left SIGINT ignored.
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
+        # Ctrl-C, and `kill` (SIGTERM), stop it cleanly (KeyboardInterrupt); a shell that
+        # started it in the background may have left SIGINT ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
             server.serve_forever(poll_interval=0.2)
         except KeyboardInterrupt:

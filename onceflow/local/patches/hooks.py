@@ -1,10 +1,9 @@
-"""The engine's own instruments inside moto: its clock, its request log and
-faults, handlers run in-process, and a signal when an execution ends.
+"""The engine's own instruments inside moto: its clock, request log and faults,
+handlers run in-process, and a signal when an execution ends.
 
-All of it belongs to one engine (an ``EngineState``): two engines in one
-process keep their own clock, log, faults, functions and executions. A call is
-the engine's whose work it is: the engine's clients set it, a handler the engine
-runs sets it, and a state of an execution finds it by its state machine.
+Each belongs to one engine (an ``EngineState``), so two engines in one process keep
+their own. A call is the engine's whose work it is: its clients and the handlers it
+runs set it; a state of an execution finds it by its state machine.
 """
 
 from __future__ import annotations
@@ -32,9 +31,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map import state_m
 from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import state_parallel
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
     state_task_activitiy,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
-    state_task_lambda as sfn_task_lambda,
+    state_task_lambda,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service,
@@ -44,17 +41,13 @@ from moto.stepfunctions.parser.backend import execution_worker
 
 from onceflow.local.patches.registry import Installer, Patch, emits, gone, takes
 
-# --------------------------------------------------------------------------
-# One engine's state, and which engine a call is for
-# --------------------------------------------------------------------------
 
-
+@dataclass
 class Clock:
     """The time scale; 1.0 sleeps as AWS would, 0.0 never sleeps."""
 
-    def __init__(self, scale: float = 1.0) -> None:
-        self.scale = scale
-        self.slept: list[float] = []  # requested (unscaled) sleeps, for tests
+    scale: float = 1.0
+    slept: list[float] = field(default_factory=list)  # requested (unscaled) sleeps, for tests
 
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
@@ -73,49 +66,25 @@ class RecordedRequest:
     key: str = ""
 
 
-@dataclass
-class RequestLog:
-    """What the local services were asked, for effect counting and cost models."""
-
-    requests: list[RecordedRequest] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self.requests.append(request)
+class RequestLog(list[RecordedRequest]):
+    """What the local services were asked (effect counts, cost models); append,
+    clear and copy are each one atomic list operation."""
 
     def snapshot(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self.requests)
-
-    def clear(self) -> None:
-        with self._lock:
-            self.requests.clear()
+        return list(self)
 
 
-class ExecutionSignals:
+class ExecutionSignals(dict[str, threading.Event]):
     """One threading.Event per execution ARN, set when its worker ends."""
 
-    def __init__(self) -> None:
-        self._events: dict[str, threading.Event] = {}
-        self._lock = threading.Lock()
-
     def event(self, arn: str) -> threading.Event:
-        with self._lock:
-            return self._events.setdefault(arn, threading.Event())
-
-    def finished(self, arn: str) -> None:
-        self.event(arn).set()
-
-    def clear(self) -> None:
-        with self._lock:
-            self._events.clear()
+        return self.setdefault(arn, threading.Event())  # dict.setdefault is atomic
 
 
-# Fault injection (the chaos harness): each injector sees (service, operation,
-# request body) and may answer in the service's place, with an error response
-# (status, headers, body) as the service would send it.
-FaultInjector = Callable[[str, str, str], tuple[int, dict[str, str], str] | None]
+# Fault injection (the chaos harness): an injector sees (service, operation, request
+# body) and may answer in the service's place with its error (status, headers, body).
+Response = tuple[int, dict[str, str], str]
+FaultInjector = Callable[[str, str, str], Response | None]
 InProcessInvoker = Callable[[Any], tuple[str, bool, str]]
 
 
@@ -135,28 +104,21 @@ class EngineState:
 CURRENT: contextvars.ContextVar[EngineState | None] = contextvars.ContextVar(
     "onceflow_engine", default=None
 )
-_RUNNING: list[EngineState] = []
-_RUNNING_LOCK = threading.Lock()
+_RUNNING: list[EngineState] = []  # changed only under patches' lock (install/uninstall)
 
 
 def register(state: EngineState) -> None:
-    with _RUNNING_LOCK:
-        if not any(s is state for s in _RUNNING):
-            _RUNNING.append(state)
+    if not any(s is state for s in _RUNNING):
+        _RUNNING.append(state)
 
 
 def unregister(state: EngineState) -> None:
-    with _RUNNING_LOCK:
-        _RUNNING[:] = [s for s in _RUNNING if s is not state]
+    _RUNNING[:] = [s for s in _RUNNING if s is not state]
 
 
 def current() -> EngineState | None:
     """The engine this call is for; with none set, the engine started last."""
-    state = CURRENT.get()
-    if state is not None:
-        return state
-    with _RUNNING_LOCK:
-        return _RUNNING[-1] if _RUNNING else None
+    return CURRENT.get() or next(iter(_RUNNING[-1:]), None)  # one slice: no lock needed
 
 
 @contextmanager
@@ -183,20 +145,11 @@ def on_behalf_of(state: EngineState, client: Any) -> Any:
     return client
 
 
-def machine_name(arn: str) -> str:
-    """The state machine's name in a state machine, execution or map run ARN."""
-    parts = arn.split(":")
-    return parts[6].split("/", 1)[0] if len(parts) > 6 else ""
-
-
 def for_machine(arn: str) -> EngineState | None:
-    """The running engine whose state machine (or execution of it) arn names."""
-    name = machine_name(arn)
-    with _RUNNING_LOCK:
-        for state in reversed(_RUNNING):
-            if name in state.machines:
-                return state
-    return None
+    """The running engine whose state machine (or execution or map run of it) arn names."""
+    parts = arn.split(":")
+    name = parts[6].split("/", 1)[0] if len(parts) > 6 else ""
+    return next((s for s in _RUNNING[::-1] if name in s.machines), None)
 
 
 def for_env(env: Any) -> EngineState | None:
@@ -208,10 +161,7 @@ def for_env(env: Any) -> EngineState | None:
     return for_machine(str(arn)) or current()
 
 
-# --------------------------------------------------------------------------
-# Time scale: Retry backoff and Wait states sleep on their engine's clock, the
-# ASL untouched.
-# --------------------------------------------------------------------------
+# Time scale: Retry backoff and Wait states sleep on their engine's clock, the ASL untouched.
 
 
 class _ScaledTimeModule:
@@ -230,14 +180,13 @@ def _scaled_wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
     state = for_env(env)
     clock = state.clock if state is not None else Clock()
     clock.slept.append(wait_seconds)
-    scaled = wait_seconds * clock.scale
-    if scaled > 0:
-        env.program_state_event.wait(scaled)
+    if wait_seconds * clock.scale > 0:
+        env.program_state_event.wait(wait_seconds * clock.scale)
 
 
 def _for_its_machine(original: Any) -> Any:
-    """A state's work (and a retrier's wait) as the work of its execution's engine:
-    a task runs on a thread of its own, and Map and Parallel branches on theirs."""
+    """A state's work (and a retrier's wait) as its execution's engine's: a task runs on
+    a thread of its own, and Map and Parallel branches on theirs."""
 
     def evaluate(component: Any, env: Any, *args: Any, **kwargs: Any) -> Any:
         with working_for(for_env(env)), Stages.machine_role(env):
@@ -248,7 +197,7 @@ def _for_its_machine(original: Any) -> Any:
 
 _STATE_CLASSES = (
     state_task_service.StateTaskService,
-    sfn_task_lambda.StateTaskLambda,
+    state_task_lambda.StateTaskLambda,
     state_task_activitiy.StateTaskActivity,
     state_map.StateMap,
     state_parallel.StateParallel,
@@ -258,56 +207,52 @@ _STATE_CLASSES = (
 def _install_clock(installer: Installer) -> None:
     installer.replace(retrier_decl, "time", _ScaledTimeModule())
     installer.replace(wait_function.WaitFunction, "_wait_interval", _scaled_wait_interval)
-    installer.replace(
-        retrier_decl.RetrierDecl,
-        "_eval_body",
-        _for_its_machine(retrier_decl.RetrierDecl._eval_body),
-    )
+    _replacing(retrier_decl.RetrierDecl, "_eval_body", _for_its_machine)(installer)
     for state_class in _STATE_CLASSES:
-        installer.replace(
-            state_class, "_eval_execution", _for_its_machine(state_class._eval_execution)
-        )
+        _replacing(state_class, "_eval_execution", _for_its_machine)(installer)
+
+
+def _says(owner: Any, text: str) -> list[str]:
+    """What moved: moto's source of owner no longer holds text (a patch relies on it)."""
+    where = getattr(owner, "__qualname__", getattr(owner, "__name__", str(owner)))
+    return [] if text in inspect.getsource(owner) else [f"{where} no longer holds {text!r}"]
 
 
 def _clock_fits() -> list[str]:
-    problems = takes(retrier_decl.RetrierDecl._eval_body, "self", "env")
-    problems += [p for state_class in _STATE_CLASSES for p in gone(state_class, "_eval_execution")]
-    if "time.sleep(interval_seconds)" not in inspect.getsource(retrier_decl):
-        problems.append("moto's retrier no longer sleeps through time.sleep")
-    if "program_state_event.wait" not in inspect.getsource(wait_function.WaitFunction):
-        problems.append("moto's Wait no longer waits on program_state_event")
-    return problems
+    return [
+        *takes(retrier_decl.RetrierDecl._eval_body, "self", "env"),
+        *(p for state_class in _STATE_CLASSES for p in gone(state_class, "_eval_execution")),
+        *_says(retrier_decl, "time.sleep(interval_seconds)"),  # the retrier's sleep
+        *_says(wait_function.WaitFunction, "program_state_event.wait"),  # the Wait's
+    ]
 
 
-# --------------------------------------------------------------------------
-# Requests: each concern on the botocore event that fits it, met in botocore's
-# order for one call (https://docs.aws.amazon.com/botocore/latest/topics/events.html):
+# Requests: each concern on the botocore event that fits it, met in botocore's order
+# for one call (https://docs.aws.amazon.com/botocore/latest/topics/events.html):
 #   before-call        IAM (iam.py): a denied call is answered, never sent;
 #   before-send        moto's handler, each attempt: an injected fault answers in
 #                      moto's place, else moto, under Stages.serialise;
 #   response-received  the request log: each attempt's answer;
 #   after-call.s3      IAM: a missing object hidden from who may not list.
-# --------------------------------------------------------------------------
 
 ENGINE_SERVICES = ("dynamodb", "sqs", "s3")  # whose requests are logged and may be faulted
 _OBJECT = "onceflow_object"  # the request context's (bucket, key), for the log
 
 
-def dynamodb_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
-    """A DynamoDB error response (JSON protocol), e.g. ProvisionedThroughputExceededException."""
-    kind = f"com.amazonaws.dynamodb.v20120810#{code}"
-    return _json_error(kind, message, "x-amzn-ErrorType", code)
+def _json_error(prefix: str, header: str, sender: str = "") -> Callable[[str, str], Response]:
+    """Error responses of a JSON-protocol service, as (status, headers, body)."""
+
+    def error(code: str, message: str) -> Response:
+        headers = {header: code + sender, "Content-Type": "application/x-amz-json-1.0"}
+        headers["x-amzn-RequestId"] = str(uuid.uuid4())  # as every such response has
+        return 400, headers, json.dumps({"__type": prefix + code, "message": message})
+
+    return error
 
 
-def sqs_error(code: str, message: str) -> tuple[int, dict[str, str], str]:
-    """An SQS error response (JSON protocol), e.g. KmsAccessDenied on SendMessage."""
-    return _json_error(f"com.amazonaws.sqs#{code}", message, "x-amzn-query-error", f"{code};Sender")
-
-
-def _json_error(kind: str, message: str, *header: str) -> tuple[int, dict[str, str], str]:
-    headers = {header[0]: header[1], "Content-Type": "application/x-amz-json-1.0"}
-    headers["x-amzn-RequestId"] = str(uuid.uuid4())  # as every such response has
-    return 400, headers, json.dumps({"__type": kind, "message": message})
+# e.g. ProvisionedThroughputExceededException; KmsAccessDenied on SendMessage
+dynamodb_error = _json_error("com.amazonaws.dynamodb.v20120810#", "x-amzn-ErrorType")
+sqs_error = _json_error("com.amazonaws.sqs#", "x-amzn-query-error", ";Sender")
 
 
 def _http(url: str, response: tuple[int, Any, Any]) -> AWSResponse:
@@ -316,9 +261,8 @@ def _http(url: str, response: tuple[int, Any, Any]) -> AWSResponse:
 
 
 def answered(model: Any, url: str, response: tuple[int, Any, Any]) -> tuple[AWSResponse, Any]:
-    """(http response, parsed) for a before-call handler to return: the service's
-    answer as botocore would have parsed it had it been sent (botocore's own
-    Stubber answers a call there, in the service's place)."""
+    """(http response, parsed) for a before-call handler to return: the service's answer
+    as botocore would have parsed it (botocore's own Stubber answers a call there)."""
     http = _http(url, response)
     parser = create_parser(model.service_model.resolved_protocol)
     return http, parser.parse(convert_to_response_dict(http, model), model.output_shape)
@@ -351,7 +295,7 @@ def _logged(event_name: str, response_dict: Any, context: Any, **kwargs: Any) ->
     if state is not None and response_dict is not None:
         _, service, operation = event_name.split(".", 2)
         bucket, key = context.get(_OBJECT, ("", ""))
-        state.requests.add(
+        state.requests.append(
             RecordedRequest(service, operation, response_dict["status_code"], bucket, key)
         )
 
@@ -367,21 +311,11 @@ def _install_log(installer: Installer) -> None:
         installer.register(f"response-received.{service}", _logged)
 
 
-def _log_fits() -> list[str]:
-    return [
-        *emits(getattr(client.BaseClient, "_emit_api_params"), "before-parameter-build"),  # noqa: B009
-        *emits(getattr(endpoint.Endpoint, "_get_response"), "response-received"),  # noqa: B009
-    ]
-
-
 class Stages:
-    """Slots other patches fill where no public hook can hold their concern.
-
-    ``serialise(request, answer)``: around moto's answer to each request (the
-    fidelity patch "atomic single-item writes": DynamoDB, S3 and SQS one at a
-    time); ``machine_role(env)``: around a state's work, which runs as its
-    machine's role (onceflow/local/iam.py).
-    """
+    """Slots other patches fill where no public hook can hold their concern:
+    ``serialise`` around moto's answer to each request (the fidelity patch "atomic
+    single-item writes"); ``machine_role`` around a state's work, run as its
+    machine's role (onceflow/local/iam.py)."""
 
     @staticmethod
     def serialise(request: Any, answer: Callable[[], Any]) -> Any:
@@ -392,46 +326,26 @@ class Stages:
         return nullcontext()
 
 
-def _install_faults(installer: Installer) -> None:
-    stubber = botocore_stubber.BotocoreStubber
-    installer.replace(stubber, "__call__", _faulted(stubber.__call__))
-
-
 def stubber_fits() -> list[str]:
     return takes(botocore_stubber.BotocoreStubber.__call__, "self", "event_name", "request")
 
 
-# --------------------------------------------------------------------------
-# Lambda: run the template's handler in-process instead of in Docker.
-# --------------------------------------------------------------------------
+# Lambda: the template's handler runs in-process instead of in Docker.
 
 
 def _in_process(original: Any) -> Any:
     def invoke_lambda(function: Any, event: Any = None) -> tuple[str, bool, str]:
         name = function.function_name
-        state = current()
-        invoker = state.invokers.get(name) if state is not None else None
-        if invoker is None:
-            with _RUNNING_LOCK:
-                found = [s.invokers[name] for s in reversed(_RUNNING) if name in s.invokers]
-            invoker = found[0] if found else None
-        if invoker is None:
-            return original(function, event)  # type: ignore[no-any-return]
-        return invoker(event)
+        for state in (CURRENT.get(), *_RUNNING[::-1]):  # its engine's, else a running one's
+            if state is not None and name in state.invokers:
+                return state.invokers[name](event)
+        return original(function, event)  # type: ignore[no-any-return]
 
     return invoke_lambda
 
 
-def _install_lambda(installer: Installer) -> None:
-    function = lambda_models.LambdaFunction
-    installer.replace(function, "_invoke_lambda", _in_process(function._invoke_lambda))
-
-
-# --------------------------------------------------------------------------
-# Finished executions signal their end, so a caller waiting for one wakes at
-# once instead of polling DescribeExecution (which was half of each
-# execution's wall time locally).
-# --------------------------------------------------------------------------
+# A finished execution wakes whoever waits for it instead of polling DescribeExecution
+# (which was half of each execution's wall time locally).
 
 
 def _signalling(original: Any) -> Any:
@@ -443,23 +357,16 @@ def _signalling(original: Any) -> Any:
                 original(worker)
         finally:
             if state is not None:
-                state.finished.finished(arn)
+                state.finished.event(arn).set()
 
     return execution_logic
 
 
-def _install_signals(installer: Installer) -> None:
-    worker = execution_worker.ExecutionWorker
-    installer.replace(worker, "_execution_logic", _signalling(worker._execution_logic))
+def _replacing(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Callable[[Installer], None]:
+    return lambda installer: installer.replace(owner, name, wrap(getattr(owner, name)))
 
 
-def _signals_fits() -> list[str]:
-    logic = inspect.getsource(execution_worker.ExecutionWorker._execution_logic)
-    if "self._execution_communication.terminated()" not in logic:
-        return ["moto's execution worker no longer ends with terminated()"]
-    return []
-
-
+_HOOKS_TEST = "tests/unit/test_hooks.py::test_each_concern_meets_a_call_in_botocores_order"
 PATCHES = (
     Patch(
         name="time scale",
@@ -475,9 +382,12 @@ PATCHES = (
         kind="hook",
         why="Each attempt's answer to a DynamoDB, S3 or SQS call goes to its engine's log "
         "(effect counts, the bench's bill), on botocore's public response-received event.",
-        test="tests/unit/test_hooks.py::test_each_concern_meets_a_call_in_botocores_order",
+        test=_HOOKS_TEST,
         install=_install_log,
-        fits=_log_fits,
+        fits=lambda: [
+            *emits(getattr(client.BaseClient, "_emit_api_params"), "before-parameter-build"),  # noqa: B009
+            *emits(getattr(endpoint.Endpoint, "_get_response"), "response-received"),  # noqa: B009
+        ],
     ),
     Patch(
         name="injected faults",
@@ -485,8 +395,8 @@ PATCHES = (
         why="An engine's fault injectors answer a DynamoDB, S3 or SQS request in moto's "
         "place, each attempt; no public hook can (moto's before-send handler answers "
         "whatever an earlier one returned), so moto's handler is replaced.",
-        test="tests/unit/test_hooks.py::test_each_concern_meets_a_call_in_botocores_order",
-        install=_install_faults,
+        test=_HOOKS_TEST,
+        install=_replacing(botocore_stubber.BotocoreStubber, "__call__", _faulted),
         fits=stubber_fits,
     ),
     Patch(
@@ -495,7 +405,7 @@ PATCHES = (
         why="Lambda runs the template's handler (CodeUri + Handler); the engine runs it "
         "in-process instead of in Docker.",
         test="tests/workflow/test_processor.py",
-        install=_install_lambda,
+        install=_replacing(lambda_models.LambdaFunction, "_invoke_lambda", _in_process),
         fits=lambda: gone(lambda_models.LambdaFunction, "_invoke_lambda"),
     ),
     Patch(
@@ -503,7 +413,10 @@ PATCHES = (
         kind="hook",
         why="An execution's end wakes whoever waits for it, instead of polling.",
         test="tests/unit/test_patch_layer.py::test_two_engines_keep_their_own_clock_log_and_faults",
-        install=_install_signals,
-        fits=_signals_fits,
+        install=_replacing(execution_worker.ExecutionWorker, "_execution_logic", _signalling),
+        fits=lambda: _says(
+            execution_worker.ExecutionWorker._execution_logic,
+            "_execution_communication.terminated()",
+        ),
     ),
 )
