@@ -1,20 +1,9 @@
-"""Every change the local engine makes to moto and botocore, by kind.
-
-- ``hooks``: the engine's instruments (clock, request log and faults, handlers
-  in-process, execution end signals), its state kept per engine;
-- ``fidelity``: moto made to do what AWS does, each naming the AWS behaviour
-  (``fidelity.distributed_map``: the Distributed Map's, apart;
-  ``fidelity.integrations``: the Lambda, DynamoDB and SQS tasks' results;
-  ``fidelity.executions``: the context object and DescribeExecution);
-- ``speedups``: moto made faster, each pinned to the source it relies on and
-  left out (one warning line) when that source changed;
-- ``registry``: what a patch is (its name, kind, reason, test, fits check, pins)
-  and how patches are put in place and taken away; AWS's quotas
-  (onceflow/local/limits/) and IAM (onceflow/local/iam.py) are patches of it too.
-
-``install(state)`` puts them in place when the first engine starts (refusing a
-moto or botocore other than the pinned one unless every patch fits it) and
-``uninstall(state)`` takes every one away when the last engine stops.
+"""Every change the local engine makes to moto and botocore: ``hooks`` (the engine's
+instruments, state per engine), ``fidelity`` (moto made to do what AWS does),
+``speedups`` (moto made faster, pinned), ``registry`` (what a patch is, how patches go
+in and out); AWS's quotas (onceflow/local/limits/) and IAM (onceflow/local/iam.py)
+are patches too. The first engine's ``install`` puts them in place, the last one's
+``uninstall`` takes them away.
 """
 
 from __future__ import annotations
@@ -44,8 +33,7 @@ from onceflow.local.patches.registry import LOG, Installed, Patch, install_all
 __all__ = ["Clock", "EngineState", "dynamodb_error", "eval_jsonata", "install", "sqs_error",
            "uninstall"]  # fmt: skip
 
-# The versions every patch was made against: requirements/dev.txt's pins (the
-# lock file `make setup` installs), else the package's own requirement.
+# The lock file `make setup` installs: the versions every patch was made against.
 _LOCK_FILE = Path(__file__).resolve().parents[3] / "requirements" / "dev.txt"
 
 
@@ -64,8 +52,7 @@ def pinned() -> dict[str, str]:
 
 
 def check_versions(patches: tuple[Patch, ...]) -> None:
-    """Stop with one line when moto or botocore is not the pinned version and some
-    patch's fits check names what moved; another version whose every check passes runs."""
+    """Stop with one line if moto or botocore is not the pinned version and a fits check fails."""
     pins, installed = pinned(), {"moto": moto.__version__, "botocore": botocore.__version__}
     other = [f"{n} {v} (pinned {pins[n]})" for n, v in installed.items() if pins.get(n, v) != v]
     moved = [f"{p.name}: {m}" for p in patches for m in p.moved()] if other else []
@@ -78,8 +65,7 @@ def check_versions(patches: tuple[Patch, ...]) -> None:
 
 
 def _speedups() -> tuple[Patch, ...]:
-    """The speed-ups, or none if moto moved so far that their module cannot load
-    (it looks moto's code up as it loads): never the fidelity patches with them."""
+    """The speed-ups, or none (one warning) if moto moved so far their module cannot load."""
     try:
         speedups = importlib.import_module("onceflow.local.patches.speedups")
     except Exception as exc:  # reported: the engine runs, slower, as moto alone runs
@@ -90,9 +76,8 @@ def _speedups() -> tuple[Patch, ...]:
 
 @functools.cache
 def _patches() -> tuple[Patch, ...]:
-    """Every patch, in the order they go in: each later one wraps what the earlier
-    ones put in place (the limits' retrier time wraps the clock's, say). Built on
-    first use: limits and iam.py import this package for the registry."""
+    """Every patch, in order: each wraps what earlier ones put in place (the limits'
+    retrier time wraps the clock's). Built on first use: limits and iam import this."""
     from onceflow.local import iam, limits
 
     return (
