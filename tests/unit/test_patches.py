@@ -868,58 +868,6 @@ def test_a_url_table_is_built_once_and_follows_the_settings(
     assert len(built) == 2
 
 
-@pytest.mark.usefixtures("installed")
-def test_the_interpreter_copies_json_values_as_deepcopy_does() -> None:
-    import copy
-    import datetime
-    from collections import OrderedDict
-
-    from moto.stepfunctions.parser.asl.component.state.exec import execute_state
-
-    assert isinstance(execute_state.copy, speedups._JsonCopyModule)
-    assert execute_state.copy.copy is copy.copy  # the rest of the module is the real one
-    when = datetime.datetime(2026, 11, 22, tzinfo=datetime.UTC)
-    value = {
-        "a": [1, 2.5, "x", None, True, {"b": []}],
-        "when": when,
-        "ordered": OrderedDict(k=[1]),
-        "pair": (1, [2]),
-        7: "an int key",
-    }
-    copied = execute_state.copy.deepcopy(value)
-    assert copied == copy.deepcopy(value) == value
-    assert copied["a"] is not value["a"] and copied["a"][5] is not value["a"][5]
-    assert copied["ordered"] is not value["ordered"]  # not JSON: copy.deepcopy's copy
-    assert type(copied["ordered"]) is OrderedDict
-    assert copied["pair"][1] is not value["pair"][1]
-    copied["a"][5]["b"].append("changed")
-    assert value["a"][5]["b"] == []
-
-    shared = [1]
-    with_memo = execute_state.copy.deepcopy({"x": shared, "y": shared}, {})
-    assert with_memo["x"] is with_memo["y"]  # given a memo, it is copy.deepcopy
-    without = execute_state.copy.deepcopy({"x": shared, "y": shared})
-    assert without == {"x": [1], "y": [1]} and without["x"] is not shared
-
-
-@pytest.mark.usefixtures("installed")
-def test_a_running_program_state_is_copied_as_deepcopy_copies_it() -> None:
-    import copy
-
-    from moto.stepfunctions.parser.asl.eval.program_state import ProgramError, ProgramRunning
-
-    running = ProgramRunning()
-    running.next_state_name = "Claim"
-    copied = speedups._json_deepcopy(running)
-    assert type(copied) is ProgramRunning and copied is not running
-    assert vars(copied) == vars(copy.deepcopy(running)) == vars(running)
-    copied.next_state_name = "MarkComplete"
-    assert running.next_state_name == "Claim"
-    error = ProgramError(error={"error": "States.TaskFailed", "cause": "boom"})
-    copied_error = speedups._json_deepcopy(error)  # not flat: copy.deepcopy's copy
-    assert copied_error.error == error.error and copied_error.error is not error.error
-
-
 _INPUT = {
     "detail": {"object": {"key": "a/b.png", "size": 3, "version-id": "v1"}, "bucket": "in"},
     "Records": [{"eventName": "ObjectCreated:Put", "s3": {"object": {"key": "r.png"}}}, {}],

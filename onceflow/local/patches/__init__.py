@@ -43,25 +43,20 @@ def pinned() -> dict[str, str]:
         lines = _LOCK_FILE.read_text().splitlines()
     else:  # installed from the wheel: pyproject's [local] requirement
         lines = [r.split(";")[0] for r in metadata.requires("onceflow") or []]
-    found: dict[str, str] = {}
-    for line in lines:
-        match = re.match(r"^(moto|botocore)(?:\[[^]]*\])?==([^\s;#]+)", line.strip())
-        if match is not None:
-            found.setdefault(match.group(1), match.group(2))
-    return found
+    pins = re.findall(r"^\s*(moto|botocore)(?:\[[^]]*\])?==([^\s;#]+)", "\n".join(lines), re.M)
+    return dict(reversed(pins))  # the first pin of each
 
 
 def check_versions(patches: tuple[Patch, ...]) -> None:
     """Stop with one line if moto or botocore is not the pinned version and a fits check fails."""
     pins, installed = pinned(), {"moto": moto.__version__, "botocore": botocore.__version__}
-    other = [f"{n} {v} (pinned {pins[n]})" for n, v in installed.items() if pins.get(n, v) != v]
-    moved = [f"{p.name}: {m}" for p in patches for m in p.moved()] if other else []
+    other = ", ".join(
+        f"{n} {v} (pinned {pins[n]})" for n, v in installed.items() if pins.get(n, v) != v
+    )
+    moved = "; ".join(f"{p.name}: {m}" for p in patches for m in p.moved()) if other else ""
     if moved:
-        raise RuntimeError(
-            f"onceflow: the local engine does not fit {', '.join(other)}: "
-            + "; ".join(moved)
-            + " (install the pinned versions: make setup)"
-        )
+        raise RuntimeError(f"onceflow: the local engine does not fit {other}: {moved} "
+                           "(install the pinned versions: make setup)")  # fmt: skip
 
 
 def _speedups() -> tuple[Patch, ...]:
@@ -80,24 +75,15 @@ def _patches() -> tuple[Patch, ...]:
     retrier time wraps the clock's). Built on first use: limits and iam import this."""
     from onceflow.local import iam, limits
 
-    return (
-        *_speedups(),
-        *hooks.PATCHES,
-        *fidelity.PATCHES,
-        *distributed_map.PATCHES,
-        *integrations.PATCHES,
-        *executions.PATCHES,
-        *express_arn.PATCHES,
-        *s3_inventory.PATCHES,
-        *limits.PATCHES,
-        *iam.PATCHES,  # last: a state's work runs as its machine's role, inside the limits
-    )
+    # iam last: a state's work runs as its machine's role, inside the limits
+    kinds = (hooks, fidelity, distributed_map, integrations, executions, express_arn, s3_inventory)
+    return (*_speedups(), *(p for kind in (*kinds, limits, iam) for p in kind.PATCHES))
 
 
 def __getattr__(name: str) -> tuple[Patch, ...]:
-    if name == "PATCHES":
-        return _patches()
-    raise AttributeError(name)
+    if name != "PATCHES":
+        raise AttributeError(name)
+    return _patches()
 
 
 def _all() -> tuple[Patch, ...]:

@@ -109,16 +109,14 @@ _ABSENT = object()
 
 @dataclass
 class Installer:
-    """Puts replacements in place and registers botocore event handlers, and
-    remembers what was there, to undo it."""
+    """Puts replacements and botocore event handlers in place, remembering what to undo."""
 
     done: list[tuple[Any, str, Any, Any]] = field(default_factory=list)
     registered: list[tuple[str, Any, Any]] = field(default_factory=list)
 
     def register(self, event: str, handler: Callable[..., Any]) -> None:
-        """handler on botocore's event, after the handlers already there, for every
-        session made from now on (botocore's BUILTIN_HANDLERS, where moto registers
-        its BotocoreStubber) and for boto3's default session if one exists."""
+        """handler on botocore's event after those there, for every session made from now
+        on (BUILTIN_HANDLERS, where moto registers its stubber) and boto3's default one."""
         BUILTIN_HANDLERS.append((event, handler))
         session = boto3.DEFAULT_SESSION
         if session is not None:
@@ -134,8 +132,7 @@ class Installer:
         return before
 
     def undo(self) -> list[str]:
-        """Put back what was there, newest first; returns what could not be (something
-        replaced it again after us and is still there)."""
+        """Put back what was there, newest first; returns what was replaced again since."""
         while self.registered:
             event, handler, session = self.registered.pop()
             BUILTIN_HANDLERS.remove((event, handler))
@@ -148,7 +145,7 @@ class Installer:
         while self.done:
             owner, name, before_raw, ours = self.done.pop()
             if vars(owner).get(name, _ABSENT) is not ours:
-                left.append(f"{getattr(owner, '__name__', owner)!s}.{name}")
+                left.append(f"{_name(owner)}.{name}")
                 continue
             if before_raw is _ABSENT:
                 delattr(owner, name)

@@ -37,30 +37,18 @@ from moto.s3 import models as s3_models
 from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.asl.component import component as asl_component
 from moto.stepfunctions.parser.asl.component import eval_component
-from moto.stepfunctions.parser.asl.component.common.path import result_path
 from moto.stepfunctions.parser.asl.component.common.retry import max_attempts_decl
-from moto.stepfunctions.parser.asl.component.common.string import string_expression
-from moto.stepfunctions.parser.asl.component.state.exec import execute_state
-from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import (
-    state_parallel,
-)
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
-    state_task_service,
     state_task_service_factory,  # noqa: F401 - imports every integration module
 )
-from moto.stepfunctions.parser.asl.eval import environment as eval_environment
-from moto.stepfunctions.parser.asl.eval import program_state
-from moto.stepfunctions.parser.asl.eval import states as eval_states
-from moto.stepfunctions.parser.asl.eval.event import event_manager
 from moto.stepfunctions.parser.asl.utils import boto_client as moto_boto_client
 from moto.stepfunctions.parser.backend import execution_worker
 
 from onceflow.local.patches.registry import Installer, Patch, lacks
 
-# One parse per definition: moto re-parsed the ASL with ANTLR for every execution
-# (about 50 ms). One program serves every execution of a definition, as moto shares
-# one between a Map's iterations: an evaluation's values live in its Environment
-# (a component's in env.heap under its heap_key), none in the components.
+# One parse per definition. One program serves every execution of it, as moto shares one
+# between a Map's iterations: an evaluation's values live in its Environment (a
+# component's in env.heap under its heap_key), none in the components.
 _original_entrypoint = execution_worker.ExecutionWorker._get_evaluation_entrypoint
 _PARSED: dict[str, Any] = {}
 _PARSED_LOCK = threading.Lock()
@@ -96,10 +84,9 @@ def _cached_entrypoint(self: Any) -> Any:
     return program
 
 
-# A definition validated once: moto parsed it with ANTLR at every CreateStateMachine
-# (a third of an engine's start). The verdict depends on the text alone: an accepted
-# text is not parsed again, a refused one is every time, by whichever validator is
-# in place (the fidelity check of unique state names wraps moto's).
+# A definition validated once (a third of an engine's start). The verdict depends on the
+# text alone: an accepted one is not parsed again, a refused one is every time, by
+# whichever validator is in place (the fidelity check of unique state names wraps moto's).
 _original_validate_definition = sfn_parser_models.StepFunctionsParserBackend._validate_definition
 _VALIDATED: set[str] = set()
 
@@ -120,9 +107,8 @@ def _install_validation(installer: Installer) -> None:
     installer.replace(backend, "_validate_definition", staticmethod(remembering))
 
 
-# One client per service: moto's task integrations built a boto3 client per call.
-# Clients are thread-safe once built; each is built under a lock (boto3's default
-# session is not), and moto picks its endpoint (stubber or server) as it builds it.
+# One client per service. Clients are thread-safe once built, under a lock (boto3's
+# default session is not); moto picks the endpoint (stubber or server) as it builds one.
 _original_boto_client_for = moto_boto_client.boto_client_for
 _CLIENTS: dict[tuple[str, str, bool], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
@@ -149,8 +135,6 @@ def _install_clients(installer: Installer) -> None:
             installer.replace(module, "boto_client_for", _cached_boto_client_for)
 
 
-# Response methods listed once: moto ran inspect.getmembers on a response class per
-# request, to check the action exists.
 _original_method_names_from_class = moto_core_utils.method_names_from_class
 
 
@@ -159,8 +143,7 @@ def _cached_method_names(clazz: type) -> frozenset[str]:
     return frozenset(_original_method_names_from_class(clazz))
 
 
-# URL tables built once: moto rebuilt a backend's table per request (for S3 after
-# reloading its urls module). It depends on the backend's class and two settings.
+# URL tables built once: a table depends on the backend's class and two settings only.
 _URL_SETTINGS = ("MOTO_S3_CUSTOM_ENDPOINTS", "MOTO_ENABLE_ISO_REGIONS")
 _original_urls: Callable[[Any], dict[str, Any]] = vars(base_backend.BaseBackend)["urls"].fget
 _URLS: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -174,16 +157,8 @@ def _cached_urls(self: Any) -> dict[str, Any]:
     return dict(urls)
 
 
-def _urls_fit() -> list[str]:
-    found = lacks(vars(s3_models.S3Backend)["_url_module"].fget, "reload(")
-    found += lacks(moto_settings.get_s3_custom_endpoints, _URL_SETTINGS[0])
-    found += lacks(moto_settings.enable_iso_regions, _URL_SETTINGS[1])
-    return found + _keeps(base_backend.BaseBackend, "urls", property)
-
-
-# ConditionExpressions lexed once: moto's DynamoDB lexed each anew (some forty regex
-# matches for the ledger's). Tokens depend on the text alone and are read only (the
-# pin covers the whole parser); each parse gets its own queue of them.
+# ConditionExpressions lexed once: tokens depend on the text alone and are read only
+# (the pin covers the whole parser); each parse gets its own queue of them.
 _CONDITION_PARSER: Any = ddb_comparisons.ConditionExpressionParser
 _original_lex_condition = _CONDITION_PARSER._lex_condition_expression
 _CONDITION_TOKENS: dict[str, tuple[Any, ...]] = {}
@@ -202,12 +177,11 @@ def _cached_lex_condition(self: Any) -> collections.deque[Any]:
     return collections.deque(tokens)  # the parse pops its queue empty
 
 
-# Plain UpdateExpression trees copied directly: moto's validator deep-copied the parsed
-# expression per UpdateItem. A plain tree (nodes holding only type, children, parent;
-# leaves text or numbers; each node reached once, from its parent) is rebuilt here,
-# anything else goes to copy.deepcopy.
+# Plain UpdateExpression trees copied directly: a tree of nodes holding only type,
+# children and parent, leaves text or numbers, each node reached once from its parent,
+# is rebuilt here; anything else goes to copy.deepcopy.
 _AST_NODE_KEYS = frozenset({"type", "children", "parent"})
-_AST_LEAVES = frozenset({str, int})
+_AST_LEAVES, _LISTS = frozenset({str, int}), frozenset({list, type(None)})
 _NO_PARENT = object()  # a node without the attribute
 _AST_NODE: Any = vars(ddb_ast_nodes)["Node"]
 
@@ -221,25 +195,20 @@ def _copy_plain_tree(root: Any) -> Any:
 
     def copy_node(node: Any, parent: Any) -> Any:
         state = vars(node)
-        if state.keys() != _AST_NODE_KEYS or id(node) in seen:
+        children = state.get("children")
+        if state.keys() != _AST_NODE_KEYS or id(node) in seen or type(children) not in _LISTS:
             raise _NotPlain
         seen.add(id(node))
         new = object.__new__(type(node))
-        children = state["children"]
         copied: list[Any] | None = None if children is None else []
         new.__dict__.update(type=state["type"], children=copied, parent=parent)
-        if children is not None:
-            if type(children) is not list:
+        for child in children or ():
+            if isinstance(child, _AST_NODE) and vars(child).get("parent", _NO_PARENT) is node:
+                copied.append(copy_node(child, new))  # type: ignore[union-attr]
+            elif type(child) in _AST_LEAVES:
+                copied.append(child)  # type: ignore[union-attr]
+            else:
                 raise _NotPlain
-            for child in children:
-                if isinstance(child, _AST_NODE):
-                    if vars(child).get("parent", _NO_PARENT) is not node:
-                        raise _NotPlain
-                    copied.append(copy_node(child, new))  # type: ignore[union-attr]
-                elif type(child) in _AST_LEAVES:
-                    copied.append(child)  # type: ignore[union-attr]
-                else:
-                    raise _NotPlain
         return new
 
     return copy_node(root, None)
@@ -254,69 +223,9 @@ def _validator_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
     return copy.deepcopy(value, memo)
 
 
-# JSON values copied directly: moto's interpreter deep-copied every state's input,
-# result, stack and program state. Plain dicts, lists, text and numbers are copied
-# here, anything else (and any copy given a memo) by copy.deepcopy. The one
-# difference: an object appearing twice is copied twice (JSON shares nothing).
-_JSON_ATOMS = frozenset({str, int, float, bool, type(None)})
-_FLAT_PROGRAM_STATES = frozenset({program_state.ProgramRunning, program_state.ProgramEnded})
-_JSON_COPY_MODULES = (execute_state, eval_states, eval_environment, event_manager,
-                      state_task_service, state_parallel, result_path,
-                      string_expression)  # fmt: skip
-
-
-def _copy_json(value: Any) -> Any:
-    kind = type(value)
-    if kind in _JSON_ATOMS:
-        return value
-    if kind is dict:
-        return {
-            (k if type(k) in _JSON_ATOMS else copy.deepcopy(k)): _copy_json(v)
-            for k, v in value.items()
-        }
-    if kind is list:
-        return [_copy_json(v) for v in value]
-    if kind in _FLAT_PROGRAM_STATES and all(type(v) in _JSON_ATOMS for v in vars(value).values()):
-        clone = object.__new__(kind)  # what deepcopy makes of an object holding only text
-        vars(clone).update(vars(value))
-        return clone
-    return copy.deepcopy(value)
-
-
-def _json_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
-    return copy.deepcopy(value, memo) if memo is not None else _copy_json(value)
-
-
-class _JsonCopyModule:
-    """The copy module as the interpreter's modules see it, deepcopy as above."""
-
-    deepcopy = staticmethod(_json_deepcopy)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(copy, name)
-
-
-def _install_json_copies(installer: Installer) -> None:
-    for module in _JSON_COPY_MODULES:
-        installer.replace(module, "copy", _JsonCopyModule())
-
-
-def _json_copies_fit() -> list[str]:
-    return [
-        problem
-        for module in _JSON_COPY_MODULES
-        for problem in [
-            *lacks(module, "copy.deepcopy("),
-            *_keeps(module, "copy", copy, _JsonCopyModule),
-        ]
-    ]
-
-
-# Local requests not signed: nobody checks the SigV4 signature while moto answers
-# (it reads the access key only) and it cost a twelfth of an execution. Such a
-# request gets a header of the same form, a dummy signature; requests to AWS,
-# presigned URLs, S3 (whose signer frames the body) and under moto's IAM auth are
-# signed as ever.
+# Local requests not signed: moto reads only the access key. Such a request gets a
+# header of the same form with a dummy signature; requests to AWS, presigned URLs, S3
+# (whose signer frames the body) and under moto's IAM auth are signed as ever.
 _original_sign = botocore.signers.RequestSigner.sign
 
 
@@ -343,21 +252,17 @@ def _sign_unless_local(
     return None
 
 
-# User agent sanitised once: botocore re-sanitised each part, character by character.
 _original_sanitize = botocore.useragent.sanitize_user_agent_string_component
 _cached_sanitize = functools.lru_cache(maxsize=1024)(_original_sanitize)
 
-# Object versions listed under their prefix: moto deep-copied and sorted every version
-# in the bucket per call, then dropped the keys outside the prefix (the audit lists
-# 1,000 keys of a 100,000-key bucket). It is given only the keys under the prefix
-# (and the marker's, where it resumes); a marker without a version id stays moto's
-# (what it skips depends on every key).
+# Object versions listed under their prefix: moto is given only the keys under it (and
+# the marker's, where it resumes); a marker without a version id stays moto's (what it
+# skips depends on every key).
 _ORIGINAL_LIST_OBJECT_VERSIONS = s3_models.S3Backend.list_object_versions
 
 
 class _Narrowed:
-    """The S3 backend as list_object_versions uses it (get_bucket only), a bucket's
-    keys narrowed to those keep() takes."""
+    """The S3 backend as list_object_versions uses it (get_bucket), keys narrowed by keep."""
 
     def __init__(self, backend: Any, keep: Callable[[str], bool]) -> None:
         self._backend, self._keep = backend, keep
@@ -390,12 +295,12 @@ def _prefixed_list_object_versions(
 
 def _prefixed_versions_fit() -> list[str]:
     body = inspect.getsource(_ORIGINAL_LIST_OBJECT_VERSIONS)
-    found = []
-    if set(re.findall(r"\bself\.(\w+)", body)) != {"get_bucket"}:
-        found.append("moto's list_object_versions uses more of its backend than get_bucket")
-    if set(re.findall(r"\bbucket\.(\w+)", body)) != {"keys"}:
-        found.append("moto's list_object_versions reads more of the bucket than its keys")
-    return found
+    used = {name: set(re.findall(rf"\b{name}\.(\w+)", body)) for name in ("self", "bucket")}
+    if used == {"self": {"get_bucket"}, "bucket": {"keys"}}:
+        return []
+    return [
+        f"moto's list_object_versions now uses more than self.get_bucket and bucket.keys: {used}"
+    ]
 
 
 def _speedup(
@@ -407,7 +312,7 @@ def _speedup(
     sha256: str,
     fits: Callable[[], list[str]] = list,
 ) -> Patch:
-    """A speed-up; install may be (owner, name, value): owner.name replaced by value."""
+    """A speed-up; install may be (owner, name, value): owner.name = value."""
     if isinstance(install, tuple):
         owner, attribute, value = install
         install = functools.partial(_replace, owner, attribute, value)
@@ -487,7 +392,12 @@ PATCHES = (
             moto_settings.enable_iso_regions,
         ],
         "c215c5ba4b2c67495d68fdf28e0883399f844257bed0c500355ca46ec7b329c6",
-        _urls_fit,
+        lambda: [
+            *lacks(vars(s3_models.S3Backend)["_url_module"].fget, "reload("),
+            *lacks(moto_settings.get_s3_custom_endpoints, _URL_SETTINGS[0]),
+            *lacks(moto_settings.enable_iso_regions, _URL_SETTINGS[1]),
+            *_keeps(base_backend.BaseBackend, "urls", property),
+        ],
     ),
     _speedup(
         "ConditionExpressions lexed once",
@@ -508,15 +418,6 @@ PATCHES = (
             *lacks(_DDB_VALIDATOR, "deepcopy(expression)"),
             *_keeps(ddb_validators, "deepcopy", copy.deepcopy, _validator_deepcopy),
         ],
-    ),
-    _speedup(
-        "JSON values copied directly",
-        "moto's interpreter deep-copied every state's input, result and stack.",
-        "test_the_interpreter_copies_json_values_as_deepcopy_does",
-        _install_json_copies,
-        lambda: [*_JSON_COPY_MODULES, program_state],
-        "60597bf814f63d13c216798ca659929ddc625a51c11a518fc7f335ee4a466ab0",
-        _json_copies_fit,
     ),
     _speedup(
         "local requests not signed",
