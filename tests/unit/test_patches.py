@@ -485,17 +485,6 @@ def test_a_definition_is_validated_once_and_a_refused_one_every_time(
     assert sfn.describe_state_machine(stateMachineArn=arn["stateMachineArn"])["definition"] == valid
 
 
-def test_moto_lists_a_response_class_once(engine: LocalEngine) -> None:
-    from moto.core import responses
-    from moto.dynamodb.responses import DynamoHandler
-
-    assert responses.method_names_from_class is speedups._cached_method_names
-    names = speedups._cached_method_names(DynamoHandler)
-    assert "put_item" in names and "update_item" in names
-    assert speedups._cached_method_names(DynamoHandler) is names
-    engine.client("dynamodb").list_tables()  # a request still dispatches
-
-
 def test_null_stays_null_and_undefined_stays_undefined(engine: LocalEngine) -> None:
     """JSON null is a value in JSONata: bound as null, not dropped as undefined."""
     definition = {

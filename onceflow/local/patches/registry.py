@@ -42,11 +42,11 @@ def gone(owner: Any, *names: str) -> list[str]:
 
 def takes(function: Any, *parameters: str) -> list[str]:
     """A function a patch delegates to, if its leading parameters are no longer these."""
-    found = list(inspect.signature(function).parameters)[: len(parameters)]
-    if found == list(parameters):
-        return []
+    found = tuple(inspect.signature(function).parameters)[: len(parameters)]
     now, was = ", ".join(found), ", ".join(parameters)
-    return [f"{function.__qualname__} now takes ({now}), not ({was})"]
+    return (
+        [] if found == parameters else [f"{function.__qualname__} now takes ({now}), not ({was})"]
+    )
 
 
 def emits(function: Any, *events: str) -> list[str]:

@@ -22,13 +22,10 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-import botocore
 import botocore.signers
 import botocore.useragent
 from moto import settings as moto_settings
 from moto.core import base_backend
-from moto.core import responses as moto_responses
-from moto.core import utils as moto_core_utils
 from moto.core.models import botocore_stubber as moto_botocore_stubber
 from moto.dynamodb import comparisons as ddb_comparisons
 from moto.dynamodb.parsing import ast_nodes as ddb_ast_nodes
@@ -133,14 +130,6 @@ def _install_clients(installer: Installer) -> None:
     for module in list(sys.modules.values()):  # every integration module imports it
         if vars(module).get("boto_client_for") is _original_boto_client_for:
             installer.replace(module, "boto_client_for", _cached_boto_client_for)
-
-
-_original_method_names_from_class = moto_core_utils.method_names_from_class
-
-
-@functools.cache
-def _cached_method_names(clazz: type) -> frozenset[str]:
-    return frozenset(_original_method_names_from_class(clazz))
 
 
 # URL tables built once: a table depends on the backend's class and two settings only.
@@ -368,17 +357,6 @@ PATCHES = (
         lambda: [_original_boto_client_for],
         "1f44dc2ac8aa2179df62365a6e5ea377f1770ea828a0f107440a2554f1b4edb8",
         _clients_fit,
-    ),
-    _speedup(
-        "response methods listed once",
-        "moto listed a response class's methods with inspect.getmembers per request.",
-        "test_moto_lists_a_response_class_once",
-        (moto_responses, "method_names_from_class", _cached_method_names),
-        lambda: [moto_responses.BaseResponse.call_action, _original_method_names_from_class],
-        "978da82a1b0736457971073d9e26af258cd927fd4d0a16689c723781076a7c3c",
-        lambda: lacks(
-            moto_responses.BaseResponse.call_action, "method_names_from_class(self.__class__)"
-        ),
     ),
     _speedup(
         "URL tables built once",
