@@ -1,20 +1,9 @@
-"""Every change the local engine makes to moto and botocore, by kind.
-
-- ``hooks``: the engine's instruments (clock, request log and faults, handlers
-  in-process, execution end signals), its state kept per engine;
-- ``fidelity``: moto made to do what AWS does, each naming the AWS behaviour
-  (``fidelity.distributed_map``: the Distributed Map's, apart;
-  ``fidelity.integrations``: the Lambda, DynamoDB and SQS tasks' results;
-  ``fidelity.executions``: the context object and DescribeExecution);
-- ``speedups``: moto made faster, each pinned to the source it relies on and
-  left out (one warning line) when that source changed;
-- ``registry``: what a patch is (its name, kind, reason, test, fits check, pins)
-  and how patches are put in place and taken away; AWS's quotas
-  (onceflow/local/limits/) and IAM (onceflow/local/iam.py) are patches of it too.
-
-``install(state)`` puts them in place when the first engine starts (refusing a
-moto or botocore other than the pinned one unless every patch fits it) and
-``uninstall(state)`` takes every one away when the last engine stops.
+"""Every change the local engine makes to moto and botocore: ``hooks`` (the engine's
+instruments, state per engine), ``fidelity`` (moto made to do what AWS does),
+``speedups`` (moto made faster, pinned), ``registry`` (what a patch is, how patches go
+in and out); AWS's quotas (onceflow/local/limits/) and IAM (onceflow/local/iam.py)
+are patches too. The first engine's ``install`` puts them in place, the last one's
+``uninstall`` takes them away.
 """
 
 from __future__ import annotations
@@ -44,8 +33,7 @@ from onceflow.local.patches.registry import LOG, Installed, Patch, install_all
 __all__ = ["Clock", "EngineState", "dynamodb_error", "eval_jsonata", "install", "sqs_error",
            "uninstall"]  # fmt: skip
 
-# The versions every patch was made against: requirements/dev.txt's pins (the
-# lock file `make setup` installs), else the package's own requirement.
+# The lock file `make setup` installs: the versions every patch was made against.
 _LOCK_FILE = Path(__file__).resolve().parents[3] / "requirements" / "dev.txt"
 
 
@@ -55,31 +43,24 @@ def pinned() -> dict[str, str]:
         lines = _LOCK_FILE.read_text().splitlines()
     else:  # installed from the wheel: pyproject's [local] requirement
         lines = [r.split(";")[0] for r in metadata.requires("onceflow") or []]
-    found: dict[str, str] = {}
-    for line in lines:
-        match = re.match(r"^(moto|botocore)(?:\[[^]]*\])?==([^\s;#]+)", line.strip())
-        if match is not None:
-            found.setdefault(match.group(1), match.group(2))
-    return found
+    pins = re.findall(r"^\s*(moto|botocore)(?:\[[^]]*\])?==([^\s;#]+)", "\n".join(lines), re.M)
+    return dict(reversed(pins))  # the first pin of each
 
 
 def check_versions(patches: tuple[Patch, ...]) -> None:
-    """Stop with one line when moto or botocore is not the pinned version and some
-    patch's fits check names what moved; another version whose every check passes runs."""
+    """Stop with one line if moto or botocore is not the pinned version and a fits check fails."""
     pins, installed = pinned(), {"moto": moto.__version__, "botocore": botocore.__version__}
-    other = [f"{n} {v} (pinned {pins[n]})" for n, v in installed.items() if pins.get(n, v) != v]
-    moved = [f"{p.name}: {m}" for p in patches for m in p.moved()] if other else []
+    other = ", ".join(
+        f"{n} {v} (pinned {pins[n]})" for n, v in installed.items() if pins.get(n, v) != v
+    )
+    moved = "; ".join(f"{p.name}: {m}" for p in patches for m in p.moved()) if other else ""
     if moved:
-        raise RuntimeError(
-            f"onceflow: the local engine does not fit {', '.join(other)}: "
-            + "; ".join(moved)
-            + " (install the pinned versions: make setup)"
-        )
+        raise RuntimeError(f"onceflow: the local engine does not fit {other}: {moved} "
+                           "(install the pinned versions: make setup)")  # fmt: skip
 
 
 def _speedups() -> tuple[Patch, ...]:
-    """The speed-ups, or none if moto moved so far that their module cannot load
-    (it looks moto's code up as it loads): never the fidelity patches with them."""
+    """The speed-ups, or none (one warning) if moto moved so far their module cannot load."""
     try:
         speedups = importlib.import_module("onceflow.local.patches.speedups")
     except Exception as exc:  # reported: the engine runs, slower, as moto alone runs
@@ -90,29 +71,19 @@ def _speedups() -> tuple[Patch, ...]:
 
 @functools.cache
 def _patches() -> tuple[Patch, ...]:
-    """Every patch, in the order they go in: each later one wraps what the earlier
-    ones put in place (the limits' retrier time wraps the clock's, say). Built on
-    first use: limits and iam.py import this package for the registry."""
+    """Every patch, in order: each wraps what earlier ones put in place (the limits'
+    retrier time wraps the clock's). Built on first use: limits and iam import this."""
     from onceflow.local import iam, limits
 
-    return (
-        *_speedups(),
-        *hooks.PATCHES,
-        *fidelity.PATCHES,
-        *distributed_map.PATCHES,
-        *integrations.PATCHES,
-        *executions.PATCHES,
-        *express_arn.PATCHES,
-        *s3_inventory.PATCHES,
-        *limits.PATCHES,
-        *iam.PATCHES,  # last: a state's work runs as its machine's role, inside the limits
-    )
+    # iam last: a state's work runs as its machine's role, inside the limits
+    kinds = (hooks, fidelity, distributed_map, integrations, executions, express_arn, s3_inventory)
+    return (*_speedups(), *(p for kind in (*kinds, limits, iam) for p in kind.PATCHES))
 
 
 def __getattr__(name: str) -> tuple[Patch, ...]:
-    if name == "PATCHES":
-        return _patches()
-    raise AttributeError(name)
+    if name != "PATCHES":
+        raise AttributeError(name)
+    return _patches()
 
 
 def _all() -> tuple[Patch, ...]:

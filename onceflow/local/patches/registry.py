@@ -1,19 +1,9 @@
 """What a patch is, and how patches are installed and taken away again.
 
-Three kinds, in three modules:
-
-- ``hooks``: the engine's own instruments (its clock, its request log and
-  injected faults, handlers run in-process, a signal when an execution ends).
-  The engine cannot run without them.
-- ``fidelity``: each makes moto do what AWS does where moto does otherwise,
-  names that AWS behaviour and the test that holds the engine to it. The
-  engine cannot be trusted without them.
-- ``speedups``: each makes moto do the same thing faster. Each is pinned to
-  the sha256 of the moto (or botocore) source it follows or relies on.
-
-A hook or a fidelity patch that no longer fits the installed moto stops the
-engine with the reason. A speed-up whose pin or checks do not match is left
-out with one warning line and the engine runs without it, as moto alone runs.
+A hook (the engine's instruments) or a fidelity patch (moto made to do what AWS
+does) that no longer fits the installed moto stops the engine with the reason. A
+speed-up (moto made faster) is pinned to the sha256 of the source it relies on;
+when that or its fits check does not match, it is left out with one warning line.
 """
 
 from __future__ import annotations
@@ -30,59 +20,33 @@ from typing import Any, Literal
 import boto3
 from botocore.handlers import BUILTIN_HANDLERS
 
-# hook: the engine's instruments; fidelity: moto made to do what AWS does; limit:
-# AWS's quotas (onceflow/local/limits/); iam: the template's roles
-# (onceflow/local/iam.py); meter: the bench's DynamoDB meter; speedup: moto faster.
+# limit: AWS's quotas (onceflow/local/limits/); iam: the template's roles
+# (onceflow/local/iam.py); meter: the bench's DynamoDB meter.
 Kind = Literal["hook", "fidelity", "limit", "iam", "meter", "speedup"]
 
-# Set to 1 to make every speed-up's pin mismatch on purpose, as a moto upgrade
-# that changed all of them would (`make test-without-speedups`).
+# 1: every speed-up's pin mismatches, as after a moto upgrade (`make test-without-speedups`).
 BREAK_PINS_ENV = "ONCEFLOW_BREAK_SPEEDUP_PINS"
-
 
 LOG = logging.getLogger("onceflow.local.patches")
 _WARNED: set[str] = set()
 
 
-@dataclass(frozen=True)
-class Pin:
-    """moto code a speed-up follows step by step or relies on in detail, with the
-    sha256 of its source when the speed-up was checked against it."""
-
-    what: str
-    sources: Callable[[], Sequence[Any]]
-    sha256: str
-
-    def actual(self) -> str:
-        return source_sha256(self.sources())
-
-    def matches(self) -> bool:
-        if os.environ.get(BREAK_PINS_ENV) == "1":
-            return False
-        return self.actual() == self.sha256
-
-
-def source_sha256(sources: Sequence[Any]) -> str:
-    return hashlib.sha256(b"".join(inspect.getsource(x).encode() for x in sources)).hexdigest()
-
-
-def _fits_always() -> list[str]:
-    return []
+def _name(owner: Any) -> str:
+    return str(getattr(owner, "__qualname__", getattr(owner, "__name__", owner)))
 
 
 def gone(owner: Any, *names: str) -> list[str]:
     """What a patch replaces on owner that owner no longer defines itself (moved or renamed)."""
-    where = getattr(owner, "__qualname__", getattr(owner, "__name__", str(owner)))
-    return [f"{where}.{name} is gone" for name in names if name not in vars(owner)]
+    return [f"{_name(owner)}.{name} is gone" for name in names if name not in vars(owner)]
 
 
 def takes(function: Any, *parameters: str) -> list[str]:
     """A function a patch delegates to, if its leading parameters are no longer these."""
-    found = list(inspect.signature(function).parameters)[: len(parameters)]
-    if found == list(parameters):
-        return []
+    found = tuple(inspect.signature(function).parameters)[: len(parameters)]
     now, was = ", ".join(found), ", ".join(parameters)
-    return [f"{function.__qualname__} now takes ({now}), not ({was})"]
+    return (
+        [] if found == parameters else [f"{function.__qualname__} now takes ({now}), not ({was})"]
+    )
 
 
 def emits(function: Any, *events: str) -> list[str]:
@@ -91,14 +55,20 @@ def emits(function: Any, *events: str) -> list[str]:
     return [f"{function.__qualname__} no longer emits {e}" for e in events if f"{e}." not in source]
 
 
+def lacks(function: Any, *texts: str) -> list[str]:
+    """Text a patch relies on that the source of function (or class, or module) no longer has."""
+    source = inspect.getsource(function)
+    return [f"{_name(function)} no longer has {t!r}" for t in texts if t not in source]
+
+
 @dataclass(frozen=True)
 class Patch:
     """One change to moto or botocore.
 
-    ``why`` is, for a fidelity patch, the AWS behaviour it reproduces (with the
-    AWS page that says so); for a speed-up, what it saves; for a hook, what the
-    engine needs it for. ``test`` names the test that holds it to that.
-    ``fits`` lists what moto no longer has that the patch needs (empty: fits).
+    ``why``: for a fidelity patch the AWS behaviour it reproduces (and the page that
+    says so), for a speed-up what it saves, for a hook what the engine needs it for;
+    ``test`` holds it to that. ``fits`` lists what moto no longer has that it needs.
+    A speed-up's ``pinned`` sources had this ``sha256`` when it was checked against them.
     """
 
     name: str
@@ -106,24 +76,32 @@ class Patch:
     why: str
     test: str
     install: Callable[[Installer], None]
-    fits: Callable[[], list[str]] = _fits_always
-    pins: tuple[Pin, ...] = ()
+    fits: Callable[[], list[str]] = list
+    pinned: Callable[[], Sequence[Any]] | None = None
+    sha256: str = ""
 
     def moved(self) -> list[str]:
-        """What moto no longer has that the patch needs (its fits check, without pins)."""
+        """What the fits check finds moved (a check that fails is a problem too)."""
         try:
             return list(self.fits())
-        except Exception as exc:  # moto moved so far the check itself fails: a problem too
+        except Exception as exc:  # moto moved so far the check itself fails
             return [f"its check failed ({type(exc).__name__}: {exc})"]
 
+    def pinned_sha256(self) -> str:
+        sources = self.pinned() if self.pinned else ()
+        return hashlib.sha256(b"".join(inspect.getsource(x).encode() for x in sources)).hexdigest()
+
     def problems(self) -> list[str]:
-        """What moved, and each pin whose source changed."""
+        """What moved, and the pinned source if it changed."""
         found = self.moved()
+        if self.pinned is None:
+            return found
         try:
-            changed = [pin.what for pin in self.pins if not pin.matches()]
-        except Exception as exc:  # the pinned source is gone: a problem too
+            same = os.environ.get(BREAK_PINS_ENV) != "1" and self.pinned_sha256() == self.sha256
+        except Exception as exc:  # the pinned source is gone
             return [*found, f"its pin's check failed ({type(exc).__name__}: {exc})"]
-        return found + [f"{what} changed: re-check the patch that follows it" for what in changed]
+        changed = f"{self.name} changed: re-check the patch that follows it"
+        return found if same else [*found, changed]
 
 
 _ABSENT = object()
@@ -131,16 +109,14 @@ _ABSENT = object()
 
 @dataclass
 class Installer:
-    """Puts replacements in place and registers botocore event handlers, and
-    remembers what was there, to undo it."""
+    """Puts replacements and botocore event handlers in place, remembering what to undo."""
 
     done: list[tuple[Any, str, Any, Any]] = field(default_factory=list)
     registered: list[tuple[str, Any, Any]] = field(default_factory=list)
 
     def register(self, event: str, handler: Callable[..., Any]) -> None:
-        """handler on botocore's event, after the handlers already there, for every
-        session made from now on (botocore's BUILTIN_HANDLERS, where moto registers
-        its BotocoreStubber) and for boto3's default session if one exists."""
+        """handler on botocore's event after those there, for every session made from now
+        on (BUILTIN_HANDLERS, where moto registers its stubber) and boto3's default one."""
         BUILTIN_HANDLERS.append((event, handler))
         session = boto3.DEFAULT_SESSION
         if session is not None:
@@ -156,8 +132,7 @@ class Installer:
         return before
 
     def undo(self) -> list[str]:
-        """Put back what was there, newest first; returns what could not be (something
-        replaced it again after us and is still there)."""
+        """Put back what was there, newest first; returns what was replaced again since."""
         while self.registered:
             event, handler, session = self.registered.pop()
             BUILTIN_HANDLERS.remove((event, handler))
@@ -170,7 +145,7 @@ class Installer:
         while self.done:
             owner, name, before_raw, ours = self.done.pop()
             if vars(owner).get(name, _ABSENT) is not ours:
-                left.append(f"{getattr(owner, '__name__', owner)!s}.{name}")
+                left.append(f"{_name(owner)}.{name}")
                 continue
             if before_raw is _ABSENT:
                 delattr(owner, name)
@@ -194,33 +169,21 @@ _LOCK = threading.RLock()
 def install_all(patches: Sequence[Patch]) -> Installed:
     """Install patches in order: hooks and fidelity patches must fit, speed-ups may not."""
     with _LOCK:
-        required = [
-            f"{p.name}: {problem}"
-            for p in patches
-            if p.kind != "speedup"
-            for problem in p.problems()
-        ]
+        found = {p.name: p.problems() for p in patches}
+        required = [f"{p.name}: {m}" for p in patches if p.kind != "speedup" for m in found[p.name]]
         if required:
             raise RuntimeError(
                 "onceflow's engine patches no longer fit this moto (a hook or a fidelity "
                 "patch; the engine would not behave as AWS does): " + "; ".join(required)
             )
-        installer = Installer()
-        installed: list[Patch] = []
-        skipped: dict[str, list[str]] = {}
+        installed = Installed([], {name: f for name, f in found.items() if f}, Installer())
         for patch in patches:
-            if patch.kind == "speedup":
-                problems = patch.problems()
-                if problems:
-                    skipped[patch.name] = problems
-                    if patch.name not in _WARNED:  # one line per speed-up and process
-                        _WARNED.add(patch.name)
-                        LOG.warning(
-                            "onceflow: speed-up '%s' left out (%s); moto's own code runs instead",
-                            patch.name,
-                            problems[0],
-                        )
-                    continue
-            patch.install(installer)
-            installed.append(patch)
-        return Installed(installed, skipped, installer)
+            if patch.name not in installed.skipped:
+                patch.install(installed.installer)
+                installed.patches.append(patch)
+            elif patch.name not in _WARNED:  # one line per speed-up and process
+                _WARNED.add(patch.name)
+                problem = installed.skipped[patch.name][0]
+                LOG.warning("onceflow: speed-up '%s' left out (%s); moto's own code runs instead",
+                            patch.name, problem)  # fmt: skip
+        return installed
