@@ -44,40 +44,31 @@ __all__ = [
     "execution_name",
 ]
 
-# What exists when the first engine has started (moto's and botocore's models,
-# the clients, the handlers: over half a million objects) lives as long as the
-# engines. Frozen, the garbage collector stops scanning it again and again: a
-# full collection took about a second, a tenth of the CPU of a 200-execution
-# run. Unfrozen when the last engine stops; until then, the little garbage
-# among it waits. A heap someone else froze is left as it is.
-_HEAP = {"engines": 0, "frozen_by_us": False}
+# While any engine runs: what exists when the first has started (moto's and botocore's
+# models, the clients, the handlers: over half a million objects) is frozen, so the garbage
+# collector stops scanning it (a full collection took about a second, a tenth of the CPU of
+# a 200-execution run); a heap someone else froze is left as it is. And deep input must fail
+# where Step Functions' JSONata fails (node's stack: about 2,200 to 4,400 levels, by
+# expression), never first in the Python that carries it there (moto copies and walks every
+# value recursively, two or three frames a level; Python's default of 1,000 frames ended
+# executions at about 450 levels).
+RECURSION_LIMIT: Final = 20_000
+_HEAP = {"engines": 0, "frozen_by_us": False, "recursion_before": 0}
 _HEAP_LOCK = threading.Lock()
 
 
-# Deep input must fail where Step Functions' JSONata fails (node's stack: about
-# 2,200 to 4,400 levels, by expression), never first in the Python that carries
-# it there (moto copies and walks every value recursively, two or three frames a
-# level; Python's default of 1,000 frames ended executions at about 450 levels).
-RECURSION_LIMIT: Final = 20_000
-_RECURSION = {"before": 0}
-
-
-def _freeze_heap() -> None:
+def _freeze_heap(engines: int) -> None:
+    """One engine more (engines=1) or fewer (-1)."""
     with _HEAP_LOCK:
-        if _HEAP["engines"] == 0:
-            _RECURSION["before"] = sys.getrecursionlimit()
-            sys.setrecursionlimit(max(RECURSION_LIMIT, _RECURSION["before"]))
+        if engines > 0 and _HEAP["engines"] == 0:
+            _HEAP["recursion_before"] = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(RECURSION_LIMIT, sys.getrecursionlimit()))
             if gc.get_freeze_count() == 0:
                 gc.freeze()
                 _HEAP["frozen_by_us"] = True
-        _HEAP["engines"] += 1
-
-
-def _unfreeze_heap() -> None:
-    with _HEAP_LOCK:
-        _HEAP["engines"] -= 1
-        if _HEAP["engines"] == 0:
-            sys.setrecursionlimit(_RECURSION["before"])
+        _HEAP["engines"] += engines
+        if engines < 0 and _HEAP["engines"] == 0:
+            sys.setrecursionlimit(int(_HEAP["recursion_before"]))
             if _HEAP["frozen_by_us"]:
                 gc.unfreeze()
                 _HEAP["frozen_by_us"] = False
@@ -129,7 +120,9 @@ class LocalEngine:
         self.runtime.around = lambda: patches.hooks.working_for(self.state)
         self.function_log = function_log
         self.function_log_level = function_log_level
-        self.not_emulated: list[str] = []
+        # What monitoring.materialize makes in moto when first read: (service, operation,
+        # request, the logical id whose Ref becomes the answer's SubscriptionArn).
+        self.unmade: list[tuple[str, str, dict[str, Any], str]] = []
         self.rules: dict[str, dict[str, Any]] = {}
         self.pipes: dict[str, dict[str, Any]] = {}
         self._creating: set[str] = set()
@@ -181,7 +174,7 @@ class LocalEngine:
         except Exception:
             self.stop()
             raise
-        _freeze_heap()
+        _freeze_heap(1)
         self._froze_heap = True
 
     def stop(self) -> None:
@@ -189,7 +182,7 @@ class LocalEngine:
         limits.uninstall(self)
         patches.uninstall(self.state)  # after the limits, which were installed over them
         if self._froze_heap:
-            _unfreeze_heap()
+            _freeze_heap(-1)
             self._froze_heap = False
         self.state.finished.clear()
         self.state.invokers.clear()

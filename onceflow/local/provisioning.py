@@ -28,16 +28,10 @@ ACCOUNT_ID = "123456789012"
 # Resources whose behaviour the local engine does not need (policies, logs):
 # they resolve to a name so that references to them still work.
 _NOT_EMULATED = {
-    "AWS::S3::BucketPolicy",
-    "AWS::SQS::QueuePolicy",
-    "AWS::Logs::LogGroup",
-    "AWS::IAM::Role",
-    "AWS::IAM::Policy",
-    "AWS::CloudWatch::Dashboard",
-    "AWS::Logs::MetricFilter",
+    "AWS::S3::BucketPolicy", "AWS::SQS::QueuePolicy", "AWS::Logs::LogGroup", "AWS::IAM::Role",
+    "AWS::IAM::Policy", "AWS::CloudWatch::Dashboard", "AWS::Logs::MetricFilter",
     "AWS::SNS::TopicPolicy",
-}
-
+}  # fmt: skip
 Creator = Callable[["LocalEngine", str, dict[str, Any]], None]
 
 
@@ -66,13 +60,11 @@ def create(engine: LocalEngine, logical_id: str) -> None:
         if not stack.resource_enabled(logical_id):
             stack.refs[logical_id] = ""
             return
-        creator = CREATORS.get(kind)
-        if creator is not None:
-            creator(engine, logical_id, resource)
+        if kind in CREATORS:
+            CREATORS[kind](engine, logical_id, resource)
         elif kind in monitoring.CREATORS:
             monitoring.create(engine, logical_id, resource)  # an alarm, its topic, a subscription
         elif kind in _NOT_EMULATED:
-            engine.not_emulated.append(logical_id)
             name = stack.physical_name(logical_id)
             _created(engine, logical_id, name, Arn=f"arn:aws:local:{REGION}:{ACCOUNT_ID}:{name}")
         else:
@@ -103,12 +95,11 @@ def creating_in(engine: LocalEngine, stack: Stack) -> Iterator[None]:
 
 
 def _application(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-    """The nested onceflow of a parent template: its stack bound to the parameters the
-    parent passes, then its resources created, as CloudFormation creates a nested stack
-    once the resources its parameters reference exist. The application's Ref is the
-    nested stack's ID and its attributes are Outputs.<name> (AWS::CloudFormation::Stack,
-    return values: serverless-sam-template-nested-applications.html deploys it as one).
-    """
+    """The nested onceflow of a parent template, bound to the parameters the parent passes
+    and created once the resources they reference exist, as CloudFormation creates a nested
+    stack. Its Ref is the nested stack's ID, its attributes Outputs.<name>
+    (AWS::CloudFormation::Stack return values; serverless-sam-template-nested-applications.html
+    deploys it as one)."""
     nested_of = engine._nested
     if nested_of is None or nested_of[0] != logical_id or engine.stack is not engine.parent:
         raise TemplateError(f"{logical_id}: only the parent template's application is run")
@@ -145,10 +136,6 @@ def _bucket(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> N
     )
 
 
-def _whole_numbers(properties: dict[str, Any]) -> dict[str, int]:
-    return {key: int(value) for key, value in properties.items()}
-
-
 def _table(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
     props = engine.stack.resolve(resource.get("Properties", {}))
     name = _named(engine, logical_id, props, "TableName", 255)
@@ -159,15 +146,9 @@ def _table(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> No
         "BillingMode": props.get("BillingMode", "PROVISIONED"),
     }
     # CloudFormation takes a String parameter where an Integer goes; the API does not.
-    if "WarmThroughput" in props:
-        kwargs["WarmThroughput"] = _whole_numbers(props["WarmThroughput"])
-    if props.get("GlobalSecondaryIndexes"):
-        kwargs["GlobalSecondaryIndexes"] = [
-            {**index, "WarmThroughput": _whole_numbers(index["WarmThroughput"])}
-            if "WarmThroughput" in index
-            else index
-            for index in props["GlobalSecondaryIndexes"]
-        ]
+    for key in ("WarmThroughput", "GlobalSecondaryIndexes"):
+        if props.get(key):
+            kwargs[key] = monitoring.numbers(props[key])
     dynamodb = engine.client("dynamodb")
     description = dynamodb.create_table(**kwargs)["TableDescription"]
     ttl = props.get("TimeToLiveSpecification")
@@ -177,11 +158,8 @@ def _table(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> No
 
 
 _QUEUE_ATTRIBUTES = (
-    "MessageRetentionPeriod",
-    "VisibilityTimeout",
-    "DelaySeconds",
-    "MaximumMessageSize",
-)
+    "MessageRetentionPeriod", "VisibilityTimeout", "DelaySeconds", "MaximumMessageSize",
+)  # fmt: skip
 
 
 def _queue(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
@@ -279,20 +257,15 @@ def _state_machine(engine: LocalEngine, logical_id: str, resource: dict[str, Any
     monitoring.create_schedules(engine, logical_id, arn, role)  # its ScheduleV2 events
 
 
-def _ingress(kind: str) -> Creator:
+def _ingress(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
     """An EventBridge rule or a pipe: kept by the engine, which delivers as AWS does
     (ingress.py); moto's rules cannot start a state machine."""
-
-    def create_one(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-        props = engine.stack.resolve(resource.get("Properties", {}))
-        name = _named(engine, logical_id, props, "Name", 64)
-        (engine.rules if kind == "rule" else engine.pipes)[logical_id] = {"name": name, **props}
-        service = "events" if kind == "rule" else "pipes"
-        _created(
-            engine, logical_id, name, Arn=f"arn:aws:{service}:{REGION}:{ACCOUNT_ID}:{kind}/{name}"
-        )
-
-    return create_one
+    props = engine.stack.resolve(resource.get("Properties", {}))
+    name = _named(engine, logical_id, props, "Name", 64)
+    rule = resource["Type"] == "AWS::Events::Rule"
+    (engine.rules if rule else engine.pipes)[logical_id] = {"name": name, **props}
+    arn = f"{REGION}:{ACCOUNT_ID}:rule/{name}" if rule else f"{REGION}:{ACCOUNT_ID}:pipe/{name}"
+    _created(engine, logical_id, name, Arn=f"arn:aws:{'events' if rule else 'pipes'}:{arn}")
 
 
 CREATORS: dict[str, Creator] = {
@@ -301,7 +274,7 @@ CREATORS: dict[str, Creator] = {
     "AWS::SQS::Queue": _queue,
     "AWS::Serverless::Function": _function,
     "AWS::Serverless::StateMachine": _state_machine,
-    "AWS::Events::Rule": _ingress("rule"),
-    "AWS::Pipes::Pipe": _ingress("pipe"),
+    "AWS::Events::Rule": _ingress,
+    "AWS::Pipes::Pipe": _ingress,
     "AWS::Serverless::Application": _application,
 }
