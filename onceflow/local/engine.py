@@ -34,15 +34,9 @@ from onceflow.local.provisioning import ACCOUNT_ID, DEFAULT_TEMPLATE, PROJECT_RO
 from onceflow.local.template import Stack
 
 __all__ = [
-    "ACCOUNT_ID",
-    "DEFAULT_TEMPLATE",
-    "PROJECT_ROOT",
-    "REGION",
-    "EngineError",
-    "ExecutionResult",
-    "LocalEngine",
-    "execution_name",
-]
+    "ACCOUNT_ID", "DEFAULT_TEMPLATE", "PROJECT_ROOT", "REGION", "EngineError", "ExecutionResult",
+    "LocalEngine", "execution_name",
+]  # fmt: skip
 
 # While any engine runs: what exists when the first has started (moto's and botocore's
 # models, the clients, the handlers: over half a million objects) is frozen, so the garbage
@@ -79,17 +73,9 @@ def _freeze_heap(engines: int) -> None:
 _LOADER = botocore.loaders.create_loader()
 
 
-def _botocore_session() -> botocore.session.Session:
-    session = botocore.session.get_session()
-    session.register_component("data_loader", _LOADER)
-    return session
-
-
 class LocalEngine:
     """Creates the template's resources in moto and runs executions and invocations.
-
-    Use as a context manager; everything lives in memory and is gone at exit.
-    """
+    Use as a context manager; everything lives in memory and is gone at exit."""
 
     def __init__(
         self,
@@ -203,27 +189,21 @@ class LocalEngine:
             os.environ[key] = value
 
     def client(self, service: str) -> Any:
-        """A boto3 client shared by every thread.
-
-        Clients are thread-safe; sessions are not, so each client is made
-        under a lock. Making one costs about 0.1 s of CPU (botocore loads and
-        parses the service model), which a client per thread paid again for
-        every new thread.
-        """
-        client = self._clients.get(service)
-        if client is None:
-            with self._clients_lock:
-                client = self._clients.get(service)
-                if client is None:
-                    session = boto3.session.Session(
-                        botocore_session=_botocore_session(), region_name=REGION
-                    )
-                    client = session.client(service)  # type: ignore[call-overload]
-                    # The operator's: unchecked by IAM even from inside a handler.
-                    client = iam.as_operator(client)
-                    client = patches.hooks.on_behalf_of(self.state, client)
-                    self._clients[service] = client
-        return client
+        """A boto3 client shared by every thread (clients are thread-safe, sessions are not:
+        each is made under a lock). Making one costs about 0.1 s of CPU (botocore parses the
+        service model), which a client per thread paid again for every new thread."""
+        if service in self._clients:
+            return self._clients[service]
+        with self._clients_lock:
+            if service not in self._clients:
+                core = botocore.session.get_session()
+                core.register_component("data_loader", _LOADER)
+                session = boto3.session.Session(botocore_session=core, region_name=REGION)
+                client = session.client(service)  # type: ignore[call-overload]
+                # The operator's: unchecked by IAM even from inside a handler.
+                client = iam.as_operator(client)
+                self._clients[service] = patches.hooks.on_behalf_of(self.state, client)
+            return self._clients[service]
 
     # ---- resources (provisioning.py creates them) -------------------------------
 
@@ -251,14 +231,10 @@ class LocalEngine:
         return provisioning.state_machine_definition(self.stack, logical_id)
 
     def deliver_inventory(self, bucket: str = "IngestBucket", when: datetime | None = None) -> str:
-        """Deliver a bucket's S3 Inventory report now, as S3 does on its schedule.
-
-        bucket is a logical id of the template or a bucket's name (yours, with
-        ExistingBucketName). S3 writes a report daily or weekly (storage-inventory.html)
-        by the bucket's configurations, whoever put them; locally nothing runs on a
-        schedule, so a test or the bench asks for one. Returns the manifest's key.
-        Raises EngineError when the bucket has no inventory configured.
-        """
+        """Deliver a bucket's (a logical id, or a name) S3 Inventory report now; its manifest's
+        key. S3 writes one daily or weekly by the bucket's configurations, whoever put them
+        (storage-inventory.html); locally nothing runs on a schedule, so a test asks for one.
+        EngineError when the bucket has no inventory configured."""
         from onceflow.local import inventory
 
         name = self.ref(bucket) if bucket in self.stack.template["Resources"] else bucket
@@ -276,13 +252,11 @@ class LocalEngine:
 
     def successful_puts(self, bucket: str) -> Counter[str]:
         """PutObjects into bucket that S3 accepted, by key: writes that took effect."""
+        requests = self.state.requests.snapshot()
         return Counter(
             r.key
-            for r in self.state.requests.snapshot()
-            if r.service == "s3"
-            and r.operation == "PutObject"
-            and r.bucket == bucket
-            and r.status == 200
+            for r in requests
+            if (r.service, r.operation, r.bucket, r.status) == ("s3", "PutObject", bucket, 200)
         )
 
     # ---- functions -----------------------------------------------------------
@@ -320,31 +294,25 @@ class LocalEngine:
     def state_machine_arn(self, logical_id_or_arn: str) -> str:
         if logical_id_or_arn.startswith("arn:"):
             return logical_id_or_arn
-        resource = self.stack.template["Resources"].get(logical_id_or_arn)
-        if resource is None or resource["Type"] != "AWS::Serverless::StateMachine":
-            machines = ", ".join(self._machine_ids())
+        resources = self.stack.template["Resources"].items()
+        machines = [lid for lid, r in resources if r["Type"] == "AWS::Serverless::StateMachine"]
+        if logical_id_or_arn not in machines:
             raise EngineError(
-                f"no state machine {logical_id_or_arn!r}; the template has {machines}"
+                f"no state machine {logical_id_or_arn!r}; the template has {', '.join(machines)}"
             )
         return self.ref(logical_id_or_arn)
-
-    def _machine_ids(self) -> list[str]:
-        resources = self.stack.template["Resources"].items()
-        return [lid for lid, r in resources if r["Type"] == "AWS::Serverless::StateMachine"]
 
     def state_machines(self) -> dict[str, str]:
         """ARN -> logical id of the template's state machines that exist (one whose
         Condition is false, such as BatchProcessorStateMachine by default, has no ARN)."""
-        return {self.ref(lid): lid for lid in self._machine_ids() if self.stack.refs.get(lid)}
+        resources = self.stack.template["Resources"].items()
+        machines = [lid for lid, r in resources if r["Type"] == "AWS::Serverless::StateMachine"]
+        return {self.ref(lid): lid for lid in machines if self.stack.refs.get(lid)}
 
     def start_execution(
-        self,
-        state_machine: str,
-        execution_input: Any,
-        name: str | None = None,
-        *,
+        self, state_machine: str, execution_input: Any, name: str | None = None, *,
         name_prefix: str | None = None,
-    ) -> str:
+    ) -> str:  # fmt: skip
         """Start an execution; its ARN (executions.start says how)."""
         return executions.start(self, state_machine, execution_input, name, name_prefix)
 
@@ -352,12 +320,9 @@ class LocalEngine:
         return executions.wait(self, execution_arn, timeout)
 
     def execute(
-        self,
-        state_machine: str,
-        execution_input: Any,
-        name: str | None = None,
+        self, state_machine: str, execution_input: Any, name: str | None = None,
         timeout: float = 120.0,
-    ) -> ExecutionResult:
+    ) -> ExecutionResult:  # fmt: skip
         return self.wait(self.start_execution(state_machine, execution_input, name), timeout)
 
     def wait_for_running(
@@ -369,8 +334,7 @@ class LocalEngine:
     def list_executions(
         self, state_machine: str, status: str | None = None
     ) -> list[dict[str, Any]]:
-        """A state machine's executions, newest first, from the engine's own record (AWS
-        refuses ListExecutions for an EXPRESS machine): executions.listed."""
+        """A state machine's executions, newest first (executions.listed)."""
         return executions.listed(self.state_machine_arn(state_machine), status)
 
     def run_out_of_time(self, execution_arn: str) -> None:
