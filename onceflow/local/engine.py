@@ -15,7 +15,7 @@ import sys
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -309,27 +309,21 @@ class LocalEngine:
         machines = [lid for lid, r in resources if r["Type"] == "AWS::Serverless::StateMachine"]
         return {self.ref(lid): lid for lid in machines if self.stack.refs.get(lid)}
 
-    def start_execution(
-        self, state_machine: str, execution_input: Any, name: str | None = None, *,
-        name_prefix: str | None = None,
-    ) -> str:  # fmt: skip
-        """Start an execution; its ARN (executions.start says how)."""
-        return executions.start(self, state_machine, execution_input, name, name_prefix)
-
-    def wait(self, execution_arn: str, timeout: float = 120.0) -> ExecutionResult:
-        return executions.wait(self, execution_arn, timeout)
+    # Each of these is its module's function, called with this engine.
+    start_execution = executions.start
+    wait = executions.wait
+    wait_for_running = executions.wait_for_running
+    put_event = ingress.put_event
+    put_custom_event = ingress.put_custom_event
+    put_s3_event = ingress.put_s3_event
+    s3_object_created_event = ingress.s3_object_created_event
+    pump_pipes = ingress.pump_pipes
 
     def execute(
         self, state_machine: str, execution_input: Any, name: str | None = None,
         timeout: float = 120.0,
     ) -> ExecutionResult:  # fmt: skip
         return self.wait(self.start_execution(state_machine, execution_input, name), timeout)
-
-    def wait_for_running(
-        self, state_machine: str, timeout: float = 600.0, ignore: Collection[str] = ()
-    ) -> list[str]:
-        """Wait until no execution of the state machine is RUNNING; the ARNs waited for."""
-        return executions.wait_for_running(self, state_machine, timeout, ignore)
 
     def list_executions(
         self, state_machine: str, status: str | None = None
@@ -340,25 +334,3 @@ class LocalEngine:
     def run_out_of_time(self, execution_arn: str) -> None:
         """End a running EXPRESS execution at its five minutes (executions.run_out_of_time)."""
         executions.run_out_of_time(execution_arn)
-
-    # ---- ingress: EventBridge rules and the SQS pipe (ingress.py) ------------
-
-    def put_event(self, event: Mapping[str, Any]) -> list[str]:
-        """Deliver one event as the default bus does; the executions started."""
-        return ingress.put_event(self, event)
-
-    def put_custom_event(self, source: str, detail_type: str, detail: Any) -> list[str]:
-        return ingress.put_custom_event(self, source, detail_type, detail)
-
-    def put_s3_event(self, bucket: str, key: str, version_id: str | None = None) -> list[str]:
-        """S3's Object Created event of one upload, if the bucket sends events to EventBridge."""
-        return ingress.put_s3_event(self, bucket, key, version_id)
-
-    def s3_object_created_event(
-        self, bucket: str, key: str, version_id: str | None = None
-    ) -> dict[str, Any]:
-        return ingress.s3_object_created_event(self, bucket, key, version_id)
-
-    def pump_pipes(self, limit: int | None = None) -> list[str]:
-        """Run every pipe until its source queue is empty (or limit executions started)."""
-        return ingress.pump_pipes(self, limit)

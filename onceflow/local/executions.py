@@ -86,6 +86,7 @@ def start(
     state_machine: str,
     execution_input: Any,
     name: str | None = None,
+    *,
     name_prefix: str | None = None,
 ) -> str:
     """Start an execution; its ARN. Named by the caller, else from name_prefix (else the

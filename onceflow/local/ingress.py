@@ -85,7 +85,9 @@ def sends_to_eventbridge(bucket: str) -> bool:
     return configuration is not None and configuration.event_bridge is not None
 
 
-def put_s3_event(engine: LocalEngine, bucket: str, key: str, version_id: str | None) -> list[str]:
+def put_s3_event(
+    engine: LocalEngine, bucket: str, key: str, version_id: str | None = None
+) -> list[str]:
     """S3's Object Created event of one upload, delivered as the default bus does.
 
     S3 sends events to EventBridge only while the bucket's EventBridge notifications are on
@@ -102,7 +104,7 @@ def put_s3_event(engine: LocalEngine, bucket: str, key: str, version_id: str | N
 
 
 def s3_object_created_event(
-    engine: LocalEngine, bucket: str, key: str, version_id: str | None
+    engine: LocalEngine, bucket: str, key: str, version_id: str | None = None
 ) -> dict[str, Any]:
     """The EventBridge event S3 sends for one upload (put_s3_event describes its fields)."""
     versioned = {"VersionId": version_id} if version_id else {}

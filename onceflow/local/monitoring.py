@@ -60,21 +60,11 @@ def materialize(engine: LocalEngine) -> None:
                 engine.stack.refs[ref] = str(answer["SubscriptionArn"])
 
 
-# Each type: the property that names it (if the template gives one) and the name's limit.
-CREATORS: dict[str, tuple[str, int]] = {
-    "AWS::SNS::Topic": ("TopicName", 256),
-    "AWS::SNS::Subscription": ("", 256),
-    "AWS::CloudWatch::Alarm": ("AlarmName", 255),
-}
-
-
-def create(engine: LocalEngine, logical_id: str, resource: Mapping[str, Any]) -> None:
+def create(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     """Name one resource of a type in CREATORS now (its Ref and GetAtt resolve), from its
     resolved properties; materialize() makes it."""
-    kind, stack = resource["Type"], engine.stack
-    name_property, limit = CREATORS[kind]
-    props = stack.resolve(resource.get("Properties", {}))
-    name = str(props.get(name_property) or stack.physical_name(logical_id, limit))
+    stack = engine.stack
+    kind = stack.template["Resources"][logical_id]["Type"]
     stack.refs[logical_id] = name
     if kind == "AWS::SNS::Topic":
         arn = f"arn:aws:sns:{stack.region}:{stack.account_id}:{name}"
@@ -89,6 +79,14 @@ def create(engine: LocalEngine, logical_id: str, resource: Mapping[str, Any]) ->
         arn = f"arn:aws:cloudwatch:{stack.region}:{stack.account_id}:alarm:{name}"
         stack.attributes[logical_id] = {"Arn": arn}
         _later(engine, "cloudwatch", "put_metric_alarm", {**numbers(props), "AlarmName": name})
+
+
+# Each type: the property that names it (if the template gives one), the name's limit.
+CREATORS = {
+    "AWS::SNS::Topic": ("TopicName", 256, create),
+    "AWS::SNS::Subscription": ("", 256, create),
+    "AWS::CloudWatch::Alarm": ("AlarmName", 255, create),
+}
 
 
 def schedule_events(

@@ -32,13 +32,8 @@ _NOT_EMULATED = {
     "AWS::IAM::Policy", "AWS::CloudWatch::Dashboard", "AWS::Logs::MetricFilter",
     "AWS::SNS::TopicPolicy",
 }  # fmt: skip
-Creator = Callable[["LocalEngine", str, dict[str, Any]], None]
-
-
-def _named(
-    engine: LocalEngine, logical_id: str, props: dict[str, Any], key: str, limit: int
-) -> str:
-    return str(props.get(key) or engine.stack.physical_name(logical_id, limit))
+# A creator makes one resource from its name and resolved properties (Globals merged in).
+Creator = Callable[["LocalEngine", str, str, dict[str, Any]], None]
 
 
 def _created(engine: LocalEngine, logical_id: str, ref: str, **attributes: str) -> None:
@@ -61,9 +56,13 @@ def create(engine: LocalEngine, logical_id: str) -> None:
             stack.refs[logical_id] = ""
             return
         if kind in CREATORS:
-            CREATORS[kind](engine, logical_id, resource)
-        elif kind in monitoring.CREATORS:
-            monitoring.create(engine, logical_id, resource)  # an alarm, its topic, a subscription
+            name_property, limit, creator = CREATORS[kind]
+            if kind == "AWS::Serverless::Function":
+                props = stack.function_properties(logical_id)
+            else:
+                props = stack.resolve(resource.get("Properties", {}))
+            name = str(props.get(name_property) or stack.physical_name(logical_id, limit))
+            creator(engine, logical_id, name, props)
         elif kind in _NOT_EMULATED:
             name = stack.physical_name(logical_id)
             _created(engine, logical_id, name, Arn=f"arn:aws:local:{REGION}:{ACCOUNT_ID}:{name}")
@@ -94,7 +93,7 @@ def creating_in(engine: LocalEngine, stack: Stack) -> Iterator[None]:
         engine.stack = current
 
 
-def _application(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
+def _application(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     """The nested onceflow of a parent template, bound to the parameters the parent passes
     and created once the resources they reference exist, as CloudFormation creates a nested
     stack. Its Ref is the nested stack's ID, its attributes Outputs.<name>
@@ -104,7 +103,7 @@ def _application(engine: LocalEngine, logical_id: str, resource: dict[str, Any])
     if nested_of is None or nested_of[0] != logical_id or engine.stack is not engine.parent:
         raise TemplateError(f"{logical_id}: only the parent template's application is run")
     nested = nested_of[1]
-    nested.bind(engine.stack.resolve(resource.get("Properties", {})).get("Parameters", {}))
+    nested.bind(props.get("Parameters", {}))
     with creating_in(engine, nested):
         for nested_id in nested.template["Resources"]:
             create(engine, nested_id)
@@ -113,9 +112,7 @@ def _application(engine: LocalEngine, logical_id: str, resource: dict[str, Any])
     _created(engine, logical_id, str(nested.pseudo("AWS::StackId")), **attributes)
 
 
-def _bucket(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-    props = engine.stack.resolve(resource.get("Properties", {}))
-    name = _named(engine, logical_id, props, "BucketName", 63)
+def _bucket(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     s3 = engine.client("s3")
     s3.create_bucket(Bucket=name)
     if props.get("VersioningConfiguration", {}).get("Status") == "Enabled":
@@ -136,9 +133,7 @@ def _bucket(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> N
     )
 
 
-def _table(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-    props = engine.stack.resolve(resource.get("Properties", {}))
-    name = _named(engine, logical_id, props, "TableName", 255)
+def _table(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     kwargs: dict[str, Any] = {
         "TableName": name,
         "KeySchema": props["KeySchema"],
@@ -162,9 +157,7 @@ _QUEUE_ATTRIBUTES = (
 )  # fmt: skip
 
 
-def _queue(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-    props = engine.stack.resolve(resource.get("Properties", {}))
-    name = _named(engine, logical_id, props, "QueueName", 80)
+def _queue(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     attributes = {key: str(props[key]) for key in _QUEUE_ATTRIBUTES if key in props}
     if "RedrivePolicy" in props:
         attributes["RedrivePolicy"] = json.dumps(props["RedrivePolicy"])
@@ -184,9 +177,7 @@ def execution_role(engine: LocalEngine) -> str:
         return str(iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust)["Role"]["Arn"])
 
 
-def _function(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-    props = engine.stack.function_properties(logical_id)
-    name = _named(engine, logical_id, props, "FunctionName", 64)
+def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     environment = {k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()}
     code = io.BytesIO()
     with zipfile.ZipFile(code, "w") as archive:
@@ -247,9 +238,9 @@ def state_machine_definition(stack: Stack, logical_id: str) -> tuple[str, str]:
     return text, str(stack.resolve(props.get("Type", "STANDARD")))
 
 
-def _state_machine(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
+def _state_machine(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     definition, workflow_type = state_machine_definition(engine.stack, logical_id)
-    name, role = engine.stack.physical_name(logical_id, 80), execution_role(engine)
+    role = execution_role(engine)
     arn = engine.client("stepfunctions").create_state_machine(
         name=name, definition=definition, roleArn=role, type=workflow_type
     )["stateMachineArn"]
@@ -257,24 +248,25 @@ def _state_machine(engine: LocalEngine, logical_id: str, resource: dict[str, Any
     monitoring.create_schedules(engine, logical_id, arn, role)  # its ScheduleV2 events
 
 
-def _ingress(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
+def _ingress(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     """An EventBridge rule or a pipe: kept by the engine, which delivers as AWS does
     (ingress.py); moto's rules cannot start a state machine."""
-    props = engine.stack.resolve(resource.get("Properties", {}))
-    name = _named(engine, logical_id, props, "Name", 64)
-    rule = resource["Type"] == "AWS::Events::Rule"
+    rule = engine.stack.template["Resources"][logical_id]["Type"] == "AWS::Events::Rule"
     (engine.rules if rule else engine.pipes)[logical_id] = {"name": name, **props}
     arn = f"{REGION}:{ACCOUNT_ID}:rule/{name}" if rule else f"{REGION}:{ACCOUNT_ID}:pipe/{name}"
     _created(engine, logical_id, name, Arn=f"arn:aws:{'events' if rule else 'pipes'}:{arn}")
 
 
-CREATORS: dict[str, Creator] = {
-    "AWS::S3::Bucket": _bucket,
-    "AWS::DynamoDB::Table": _table,
-    "AWS::SQS::Queue": _queue,
-    "AWS::Serverless::Function": _function,
-    "AWS::Serverless::StateMachine": _state_machine,
-    "AWS::Events::Rule": _ingress,
-    "AWS::Pipes::Pipe": _ingress,
-    "AWS::Serverless::Application": _application,
+# Each type: the property that names it (if the template gives one), the name's limit, its
+# creator (the state machines' names are the stack's).
+CREATORS: dict[str, tuple[str, int, Creator]] = {
+    "AWS::S3::Bucket": ("BucketName", 63, _bucket),
+    "AWS::DynamoDB::Table": ("TableName", 255, _table),
+    "AWS::SQS::Queue": ("QueueName", 80, _queue),
+    "AWS::Serverless::Function": ("FunctionName", 64, _function),
+    "AWS::Serverless::StateMachine": ("", 80, _state_machine),
+    "AWS::Events::Rule": ("Name", 64, _ingress),
+    "AWS::Pipes::Pipe": ("Name", 64, _ingress),
+    "AWS::Serverless::Application": ("", 0, _application),
+    **monitoring.CREATORS,  # an alarm, its topic, a subscription
 }
