@@ -90,16 +90,14 @@ class LocalEngine:
         self.stack = Stack.from_file(
             template, parameters, region=REGION, account_id=ACCOUNT_ID, stack_name=stack_name
         )
-        # A template that nests onceflow as an application (examples/) is the parent: the
-        # engine creates its resources too, and self.stack is the nested stack, the one
-        # every command acts on (provisioning binds its parameters).
+        # A template that nests onceflow as an application (examples/) is the parent: its
+        # resources are created too; self.stack is the nested one every command acts on.
         self.parent: Stack | None = None
         self._nested = self.stack.nested_application()
         if self._nested is not None:
             self.parent, self.stack = self.stack, self._nested[1]
         self.time_scale = time_scale
-        # This engine's clock, request log, faults, functions and executions
-        # inside the patches: another engine in this process keeps its own.
+        # This engine's clock, request log, faults, functions and executions in the patches.
         self.state = patches.EngineState(name=stack_name, clock=patches.Clock(time_scale))
         self.runtime = InProcessRuntime()
         # A handler's calls are this engine's work, on whichever thread it runs.
@@ -137,12 +135,10 @@ class LocalEngine:
         self.state.requests.clear()  # a new engine is a new world: no requests of an earlier one
         jsonata_node.evaluator().warm()  # node and jsonata 2.0.6 are there, or fail now
         patches.install(self.state)  # taken away again when the last engine stops
-        # moto logs every ASL error it handles (a Catch is normal control
-        # flow here); the history and the result carry what matters.
+        # moto logs every ASL error it handles (a Catch is normal control flow here).
         logging.getLogger("moto.stepfunctions").setLevel(logging.CRITICAL)
-        # In-process, concurrent invocations share one Powertools Metrics object,
-        # so one may flush what another added and warn that its own set is empty.
-        # A Lambda sandbox runs one invocation at a time and never sees this.
+        # In-process, concurrent invocations share one Powertools Metrics object: one may
+        # flush what another added and warn that its own set is empty (never in a sandbox).
         warnings.filterwarnings("ignore", message="No application metrics to publish")
         self._set_env({"AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION})
         FUNCTION_OUTPUT.install(self.function_log or sys.stderr)
@@ -151,8 +147,7 @@ class LocalEngine:
         try:
             limits.install(self)  # AWS's quotas (history, sizes, timeouts), undone by stop()
             provisioning.create_all(self)
-            # Import every handler now (the cold start), before executions
-            # run them from several threads at once.
+            # Import every handler now, before executions run them from several threads.
             self.runtime.cold_start()
             for spec in list(self.runtime.functions.values()):
                 self.runtime.load(spec)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import re
@@ -41,24 +42,16 @@ class ExecutionResult:
     cause: str | None
     # The history is read when first asked for (it is most of what waiting for
     # an execution would cost): while the engine that ran it is still up.
-    load_events: Callable[[], list[dict[str, Any]]] | None = field(
-        default=None, repr=False, compare=False
-    )
-    _events: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    load_events: Callable[[], list[dict[str, Any]]] = field(default=list, repr=False, compare=False)
 
-    @property
+    @functools.cached_property
     def events(self) -> list[dict[str, Any]]:
-        if self._events is None:
-            self._events = self.load_events() if self.load_events is not None else []
-        return self._events
+        return self.load_events()
 
     @property
     def states_entered(self) -> list[str]:
-        return [
-            e["stateEnteredEventDetails"]["name"]
-            for e in self.events
-            if "stateEnteredEventDetails" in e
-        ]
+        entered = (e.get("stateEnteredEventDetails") for e in self.events)
+        return [details["name"] for details in entered if details]
 
     @property
     def outcome(self) -> str | None:
@@ -131,15 +124,12 @@ def wait(engine: LocalEngine, execution_arn: str, timeout: float = 120.0) -> Exe
     """Wait for an execution's end; what it ended with."""
     deadline = time.monotonic() + timeout
     finished = engine.state.finished.event(execution_arn)
-    while True:
-        # Woken by the execution's end (at once if it has ended); the
-        # timeout only bounds a missed signal.
+    while True:  # woken by its end (at once if it has ended); the timeout bounds a missed signal
         signalled = finished.wait(min(0.5, max(deadline - time.monotonic(), 0.001)))
         description = describe(engine, execution_arn)
         if description["status"] != "RUNNING":
             if not signalled and finished.wait(1.0):
-                # Ended between the wait and the read: moto sets the
-                # status before the output, error and cause.
+                # Ended between the wait and the read: moto sets the status before the rest.
                 description = describe(engine, execution_arn)
             break
         if time.monotonic() > deadline:
