@@ -1,10 +1,10 @@
 """The local engine's stack as `onceflow doctor` reads it: what ListStackResources and
 DescribeStacks would say, and the services the engine plays itself, as their APIs answer.
 
-The engine runs EventBridge's rules and the SQS pipe itself (moto's cannot start a state
-machine), so their clients here answer from the engine's own rules and pipes, and what
-changes them (DisableRule, PutTargets, StopPipe, UpdatePipe) changes what the engine does:
-a disabled rule delivers nothing, a stopped pipe reads nothing. S3 answers
+The engine keeps EventBridge's rules and the SQS pipe itself (moto's rules cannot start a
+state machine, and moto delivers every upload to them itself: tests/unit/test_ingress_moto),
+so their clients here answer from the engine's rules and pipes, and what changes them
+(DisableRule, PutTargets, StopPipe, UpdatePipe) changes what the engine does. S3 answers
 GetBucketNotificationConfiguration with the EventBridgeConfiguration moto keeps but leaves
 out. The alarms, their topic and the schedules are made in moto when it is built
 (monitoring.materialize). onceflow.ops never imports it.
