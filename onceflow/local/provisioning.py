@@ -74,20 +74,20 @@ def create(engine: LocalEngine, logical_id: str) -> None:
 
 def create_all(engine: LocalEngine) -> None:
     """Every resource of the template (a parent's first: its application creates the rest)."""
-    if engine.parent is not None:
-        with creating_in(engine, engine.parent):
-            for logical_id in engine.parent.template["Resources"]:
-                create(engine, logical_id)
-    for logical_id in engine.stack.template["Resources"]:
-        create(engine, logical_id)
+    for stack in (engine.parent, engine.stack):
+        if stack is not None:
+            with creating_in(engine, stack):
+                pass  # entering created them
 
 
 @contextmanager
 def creating_in(engine: LocalEngine, stack: Stack) -> Iterator[None]:
-    """The creators read and fill engine.stack: point it at another stack of the engine
-    (a parent template) while its resources are created."""
+    """Create every resource of a stack of the engine (a parent's, the nested one): the
+    creators read and fill engine.stack, pointed at it meanwhile and in the with-block."""
     current, engine.stack = engine.stack, stack
     try:
+        for logical_id in stack.template["Resources"]:
+            create(engine, logical_id)
         yield
     finally:
         engine.stack = current
@@ -105,8 +105,6 @@ def _application(engine: LocalEngine, logical_id: str, name: str, props: dict[st
     nested = nested_of[1]
     nested.bind(props.get("Parameters", {}))
     with creating_in(engine, nested):
-        for nested_id in nested.template["Resources"]:
-            create(engine, nested_id)
         outputs = engine.outputs()
     attributes = {f"Outputs.{k}": v for k, v in outputs.items()}
     _created(engine, logical_id, str(nested.pseudo("AWS::StackId")), **attributes)
