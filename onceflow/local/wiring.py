@@ -137,7 +137,9 @@ class LocalPipes:
         SourceParameters: Mapping[str, Any] | None = None,
         TargetParameters: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """UpdatePipe: the parameters given replace the pipe's, field by field."""
+        """UpdatePipe: each parameters group given (SqsQueueParameters, ...) replaces the
+        pipe's as one, its fields left out back to their defaults (UpdatePipe API reference:
+        "updated atomically as one and override existing values")."""
         _, pipe = self._pipe(Name, "UpdatePipe")
         pipe["RoleArn"] = RoleArn
         for key, given in (
@@ -145,7 +147,7 @@ class LocalPipes:
             ("TargetParameters", TargetParameters),
         ):
             for group, values in (given or {}).items():
-                pipe.setdefault(key, {}).setdefault(group, {}).update(copy.deepcopy(values))
+                pipe.setdefault(key, {})[group] = copy.deepcopy(values)
         return {"Name": Name}
 
 

@@ -50,3 +50,26 @@ def test_moto_leaves_eventbridge_out_of_the_bucket_notification_configuration() 
     # THEN moto leaves EventBridgeConfiguration out, where S3 answers it (S3 API reference,
     # GetBucketNotificationConfiguration): wiring.LocalBucketNotifications adds it
     assert "EventBridgeConfiguration" not in answer
+
+
+def test_update_pipe_replaces_a_parameters_group_as_one() -> None:
+    # GIVEN a pipe whose SQS source batches 10 messages for up to 10 seconds
+    from types import SimpleNamespace
+
+    from onceflow.local.wiring import LocalPipes
+
+    queue = {"BatchSize": "10", "MaximumBatchingWindowInSeconds": "10"}
+    pipe = {"name": "p", "RoleArn": "r", "SourceParameters": {"SqsQueueParameters": queue}}
+    engine = SimpleNamespace(
+        pipes={"Pipe": pipe}, stack=SimpleNamespace(attributes={"Pipe": {"Arn": "a"}})
+    )
+    pipes = LocalPipes(engine)  # type: ignore[arg-type]
+    # WHEN UpdatePipe gives only its BatchSize
+    pipes.update_pipe(
+        Name="p", RoleArn="r", SourceParameters={"SqsQueueParameters": {"BatchSize": 5}}
+    )
+    # THEN the group is replaced as one: the window not given is back to its default (UpdatePipe
+    # API reference: "The fields in these objects are updated atomically as one and override
+    # existing values ... that field will be set to its system-default value")
+    described = pipes.describe_pipe(Name="p")
+    assert described["SourceParameters"] == {"SqsQueueParameters": {"BatchSize": 5}}
