@@ -15,7 +15,7 @@ import sys
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,50 +35,35 @@ from onceflow.local.provisioning import ACCOUNT_ID, DEFAULT_TEMPLATE, PROJECT_RO
 from onceflow.local.template import Stack
 
 __all__ = [
-    "ACCOUNT_ID",
-    "DEFAULT_TEMPLATE",
-    "PROJECT_ROOT",
-    "REGION",
-    "EngineError",
-    "ExecutionResult",
-    "LocalEngine",
-    "execution_name",
-]
+    "ACCOUNT_ID", "DEFAULT_TEMPLATE", "PROJECT_ROOT", "REGION", "EngineError", "ExecutionResult",
+    "LocalEngine", "execution_name",
+]  # fmt: skip
 
-# What exists when the first engine has started (moto's and botocore's models,
-# the clients, the handlers: over half a million objects) lives as long as the
-# engines. Frozen, the garbage collector stops scanning it again and again: a
-# full collection took about a second, a tenth of the CPU of a 200-execution
-# run. Unfrozen when the last engine stops; until then, the little garbage
-# among it waits. A heap someone else froze is left as it is.
-_HEAP = {"engines": 0, "frozen_by_us": False}
+# While any engine runs: what exists when the first has started (moto's and botocore's
+# models, the clients, the handlers: over half a million objects) is frozen, so the garbage
+# collector stops scanning it (a full collection took about a second, a tenth of the CPU of
+# a 200-execution run); a heap someone else froze is left as it is. And deep input must fail
+# where Step Functions' JSONata fails (node's stack: about 2,200 to 4,400 levels, by
+# expression), never first in the Python that carries it there (moto copies and walks every
+# value recursively, two or three frames a level; Python's default of 1,000 frames ended
+# executions at about 450 levels).
+RECURSION_LIMIT: Final = 20_000
+_HEAP = {"engines": 0, "frozen_by_us": False, "recursion_before": 0}
 _HEAP_LOCK = threading.Lock()
 
 
-# Deep input must fail where Step Functions' JSONata fails (node's stack: about
-# 2,200 to 4,400 levels, by expression), never first in the Python that carries
-# it there (moto copies and walks every value recursively, two or three frames a
-# level; Python's default of 1,000 frames ended executions at about 450 levels).
-RECURSION_LIMIT: Final = 20_000
-_RECURSION = {"before": 0}
-
-
-def _freeze_heap() -> None:
+def _freeze_heap(engines: int) -> None:
+    """One engine more (engines=1) or fewer (-1)."""
     with _HEAP_LOCK:
-        if _HEAP["engines"] == 0:
-            _RECURSION["before"] = sys.getrecursionlimit()
-            sys.setrecursionlimit(max(RECURSION_LIMIT, _RECURSION["before"]))
+        if engines > 0 and _HEAP["engines"] == 0:
+            _HEAP["recursion_before"] = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(RECURSION_LIMIT, sys.getrecursionlimit()))
             if gc.get_freeze_count() == 0:
                 gc.freeze()
                 _HEAP["frozen_by_us"] = True
-        _HEAP["engines"] += 1
-
-
-def _unfreeze_heap() -> None:
-    with _HEAP_LOCK:
-        _HEAP["engines"] -= 1
-        if _HEAP["engines"] == 0:
-            sys.setrecursionlimit(_RECURSION["before"])
+        _HEAP["engines"] += engines
+        if engines < 0 and _HEAP["engines"] == 0:
+            sys.setrecursionlimit(int(_HEAP["recursion_before"]))
             if _HEAP["frozen_by_us"]:
                 gc.unfreeze()
                 _HEAP["frozen_by_us"] = False
@@ -89,17 +74,9 @@ def _unfreeze_heap() -> None:
 _LOADER = botocore.loaders.create_loader()
 
 
-def _botocore_session() -> botocore.session.Session:
-    session = botocore.session.get_session()
-    session.register_component("data_loader", _LOADER)
-    return session
-
-
 class LocalEngine:
     """Creates the template's resources in moto and runs executions and invocations.
-
-    Use as a context manager; everything lives in memory and is gone at exit.
-    """
+    Use as a context manager; everything lives in memory and is gone at exit."""
 
     def __init__(
         self,
@@ -114,23 +91,23 @@ class LocalEngine:
         self.stack = Stack.from_file(
             template, parameters, region=REGION, account_id=ACCOUNT_ID, stack_name=stack_name
         )
-        # A template that nests onceflow as an application (examples/) is the parent: the
-        # engine creates its resources too, and self.stack is the nested stack, the one
-        # every command acts on (provisioning binds its parameters).
+        # A template that nests onceflow as an application (examples/) is the parent: its
+        # resources are created too; self.stack is the nested one every command acts on.
         self.parent: Stack | None = None
         self._nested = self.stack.nested_application()
         if self._nested is not None:
             self.parent, self.stack = self.stack, self._nested[1]
         self.time_scale = time_scale
-        # This engine's clock, request log, faults, functions and executions
-        # inside the patches: another engine in this process keeps its own.
+        # This engine's clock, request log, faults, functions and executions in the patches.
         self.state = patches.EngineState(name=stack_name, clock=patches.Clock(time_scale))
         self.runtime = InProcessRuntime()
         # A handler's calls are this engine's work, on whichever thread it runs.
         self.runtime.around = lambda: patches.hooks.working_for(self.state)
         self.function_log = function_log
         self.function_log_level = function_log_level
-        self.not_emulated: list[str] = []
+        # What monitoring.materialize makes in moto when first read: (service, operation,
+        # request, the logical id whose Ref becomes the answer's SubscriptionArn).
+        self.unmade: list[tuple[str, str, dict[str, Any], str]] = []
         self.rules: dict[str, dict[str, Any]] = {}
         self.pipes: dict[str, dict[str, Any]] = {}
         self._creating: set[str] = set()
@@ -159,12 +136,10 @@ class LocalEngine:
         self.state.requests.clear()  # a new engine is a new world: no requests of an earlier one
         jsonata_node.evaluator().warm()  # node and jsonata 2.0.6 are there, or fail now
         patches.install(self.state)  # taken away again when the last engine stops
-        # moto logs every ASL error it handles (a Catch is normal control
-        # flow here); the history and the result carry what matters.
+        # moto logs every ASL error it handles (a Catch is normal control flow here).
         logging.getLogger("moto.stepfunctions").setLevel(logging.CRITICAL)
-        # In-process, concurrent invocations share one Powertools Metrics object,
-        # so one may flush what another added and warn that its own set is empty.
-        # A Lambda sandbox runs one invocation at a time and never sees this.
+        # In-process, concurrent invocations share one Powertools Metrics object: one may
+        # flush what another added and warn that its own set is empty (never in a sandbox).
         warnings.filterwarnings("ignore", message="No application metrics to publish")
         self._set_env({"AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION})
         FUNCTION_OUTPUT.install(self.function_log or sys.stderr)
@@ -173,8 +148,7 @@ class LocalEngine:
         try:
             limits.install(self)  # AWS's quotas (history, sizes, timeouts), undone by stop()
             provisioning.create_all(self)
-            # Import every handler now (the cold start), before executions
-            # run them from several threads at once.
+            # Import every handler now, before executions run them from several threads.
             self.runtime.cold_start()
             for spec in list(self.runtime.functions.values()):
                 self.runtime.load(spec)
@@ -182,7 +156,7 @@ class LocalEngine:
         except Exception:
             self.stop()
             raise
-        _freeze_heap()
+        _freeze_heap(1)
         self._froze_heap = True
 
     def stop(self) -> None:
@@ -190,7 +164,7 @@ class LocalEngine:
         limits.uninstall(self)
         patches.uninstall(self.state)  # after the limits, which were installed over them
         if self._froze_heap:
-            _unfreeze_heap()
+            _freeze_heap(-1)
             self._froze_heap = False
         self.state.finished.clear()
         self.state.invokers.clear()
@@ -211,27 +185,21 @@ class LocalEngine:
             os.environ[key] = value
 
     def client(self, service: str) -> Any:
-        """A boto3 client shared by every thread.
-
-        Clients are thread-safe; sessions are not, so each client is made
-        under a lock. Making one costs about 0.1 s of CPU (botocore loads and
-        parses the service model), which a client per thread paid again for
-        every new thread.
-        """
-        client = self._clients.get(service)
-        if client is None:
-            with self._clients_lock:
-                client = self._clients.get(service)
-                if client is None:
-                    session = boto3.session.Session(
-                        botocore_session=_botocore_session(), region_name=REGION
-                    )
-                    client = session.client(service)  # type: ignore[call-overload]
-                    # The operator's: unchecked by IAM even from inside a handler.
-                    client = iam.as_operator(client)
-                    client = patches.hooks.on_behalf_of(self.state, client)
-                    self._clients[service] = client
-        return client
+        """A boto3 client shared by every thread (clients are thread-safe, sessions are not:
+        each is made under a lock). Making one costs about 10 ms of CPU with the shared
+        loader (40 ms the first time in a process), which a client per thread paid again."""
+        if service in self._clients:
+            return self._clients[service]
+        with self._clients_lock:
+            if service not in self._clients:
+                core = botocore.session.get_session()
+                core.register_component("data_loader", _LOADER)
+                session = boto3.session.Session(botocore_session=core, region_name=REGION)
+                client = session.client(service)  # type: ignore[call-overload]
+                # The operator's: unchecked by IAM even from inside a handler.
+                client = iam.as_operator(client)
+                self._clients[service] = patches.hooks.on_behalf_of(self.state, client)
+            return self._clients[service]
 
     # ---- resources (provisioning.py creates them) -------------------------------
 
@@ -327,13 +295,11 @@ class LocalEngine:
 
     def successful_puts(self, bucket: str) -> Counter[str]:
         """PutObjects into bucket that S3 accepted, by key: writes that took effect."""
+        requests = self.state.requests.snapshot()
         return Counter(
             r.key
-            for r in self.state.requests.snapshot()
-            if r.service == "s3"
-            and r.operation == "PutObject"
-            and r.bucket == bucket
-            and r.status == 200
+            for r in requests
+            if (r.service, r.operation, r.bucket, r.status) == ("s3", "PutObject", bucket, 200)
         )
 
     # ---- functions -----------------------------------------------------------
@@ -371,81 +337,43 @@ class LocalEngine:
     def state_machine_arn(self, logical_id_or_arn: str) -> str:
         if logical_id_or_arn.startswith("arn:"):
             return logical_id_or_arn
-        resource = self.stack.template["Resources"].get(logical_id_or_arn)
-        if resource is None or resource["Type"] != "AWS::Serverless::StateMachine":
-            machines = ", ".join(self._machine_ids())
+        resources = self.stack.template["Resources"].items()
+        machines = [lid for lid, r in resources if r["Type"] == "AWS::Serverless::StateMachine"]
+        if logical_id_or_arn not in machines:
             raise EngineError(
-                f"no state machine {logical_id_or_arn!r}; the template has {machines}"
+                f"no state machine {logical_id_or_arn!r}; the template has {', '.join(machines)}"
             )
         return self.ref(logical_id_or_arn)
-
-    def _machine_ids(self) -> list[str]:
-        resources = self.stack.template["Resources"].items()
-        return [lid for lid, r in resources if r["Type"] == "AWS::Serverless::StateMachine"]
 
     def state_machines(self) -> dict[str, str]:
         """ARN -> logical id of the template's state machines that exist (one whose
         Condition is false, such as BatchProcessorStateMachine by default, has no ARN)."""
-        return {self.ref(lid): lid for lid in self._machine_ids() if self.stack.refs.get(lid)}
+        resources = self.stack.template["Resources"].items()
+        machines = [lid for lid, r in resources if r["Type"] == "AWS::Serverless::StateMachine"]
+        return {self.ref(lid): lid for lid in machines if self.stack.refs.get(lid)}
 
-    def start_execution(
-        self,
-        state_machine: str,
-        execution_input: Any,
-        name: str | None = None,
-        *,
-        name_prefix: str | None = None,
-    ) -> str:
-        """Start an execution; its ARN (executions.start says how)."""
-        return executions.start(self, state_machine, execution_input, name, name_prefix)
-
-    def wait(self, execution_arn: str, timeout: float = 120.0) -> ExecutionResult:
-        return executions.wait(self, execution_arn, timeout)
+    # Each of these is its module's function, called with this engine.
+    start_execution = executions.start
+    wait = executions.wait
+    wait_for_running = executions.wait_for_running
+    put_event = ingress.put_event
+    put_custom_event = ingress.put_custom_event
+    put_s3_event = ingress.put_s3_event
+    s3_object_created_event = ingress.s3_object_created_event
+    pump_pipes = ingress.pump_pipes
 
     def execute(
-        self,
-        state_machine: str,
-        execution_input: Any,
-        name: str | None = None,
+        self, state_machine: str, execution_input: Any, name: str | None = None,
         timeout: float = 120.0,
-    ) -> ExecutionResult:
+    ) -> ExecutionResult:  # fmt: skip
         return self.wait(self.start_execution(state_machine, execution_input, name), timeout)
-
-    def wait_for_running(
-        self, state_machine: str, timeout: float = 600.0, ignore: Collection[str] = ()
-    ) -> list[str]:
-        """Wait until no execution of the state machine is RUNNING; the ARNs waited for."""
-        return executions.wait_for_running(self, state_machine, timeout, ignore)
 
     def list_executions(
         self, state_machine: str, status: str | None = None
     ) -> list[dict[str, Any]]:
-        """A state machine's executions, newest first, from the engine's own record (AWS
-        refuses ListExecutions for an EXPRESS machine): executions.listed."""
+        """A state machine's executions, newest first (executions.listed)."""
         return executions.listed(self.state_machine_arn(state_machine), status)
 
     def run_out_of_time(self, execution_arn: str) -> None:
         """End a running EXPRESS execution at its five minutes (executions.run_out_of_time)."""
         executions.run_out_of_time(execution_arn)
-
-    # ---- ingress: EventBridge rules and the SQS pipe (ingress.py) ------------
-
-    def put_event(self, event: Mapping[str, Any]) -> list[str]:
-        """Deliver one event as the default bus does; the executions started."""
-        return ingress.put_event(self, event)
-
-    def put_custom_event(self, source: str, detail_type: str, detail: Any) -> list[str]:
-        return ingress.put_custom_event(self, source, detail_type, detail)
-
-    def put_s3_event(self, bucket: str, key: str, version_id: str | None = None) -> list[str]:
-        """S3's Object Created event of one upload, if the bucket sends events to EventBridge."""
-        return ingress.put_s3_event(self, bucket, key, version_id)
-
-    def s3_object_created_event(
-        self, bucket: str, key: str, version_id: str | None = None
-    ) -> dict[str, Any]:
-        return ingress.s3_object_created_event(self, bucket, key, version_id)
-
-    def pump_pipes(self, limit: int | None = None) -> list[str]:
-        """Run every pipe until its source queue is empty (or limit executions started)."""
-        return ingress.pump_pipes(self, limit)

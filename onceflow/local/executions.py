@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import re
@@ -10,7 +11,6 @@ import time
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from moto import settings as moto_settings
@@ -42,24 +42,16 @@ class ExecutionResult:
     cause: str | None
     # The history is read when first asked for (it is most of what waiting for
     # an execution would cost): while the engine that ran it is still up.
-    load_events: Callable[[], list[dict[str, Any]]] | None = field(
-        default=None, repr=False, compare=False
-    )
-    _events: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    load_events: Callable[[], list[dict[str, Any]]] = field(default=list, repr=False, compare=False)
 
-    @property
+    @functools.cached_property
     def events(self) -> list[dict[str, Any]]:
-        if self._events is None:
-            self._events = self.load_events() if self.load_events is not None else []
-        return self._events
+        return self.load_events()
 
     @property
     def states_entered(self) -> list[str]:
-        return [
-            e["stateEnteredEventDetails"]["name"]
-            for e in self.events
-            if "stateEnteredEventDetails" in e
-        ]
+        entered = (e.get("stateEnteredEventDetails") for e in self.events)
+        return [details["name"] for details in entered if details]
 
     @property
     def outcome(self) -> str | None:
@@ -87,18 +79,14 @@ def start(
     state_machine: str,
     execution_input: Any,
     name: str | None = None,
+    *,
     name_prefix: str | None = None,
 ) -> str:
-    """Start an execution; its ARN.
-
-    The name is the caller's, or else one of the engine's making (from
-    name_prefix, else the machine's name). With the engine's, the local
-    Step Functions backend is asked directly: through botocore and moto's
-    HTTP layer, the same start cost about a tenth of an execution's CPU.
-    Anything the backend refuses (a machine it does not know, input over
-    the limit) is asked again the usual way, so the error is the one AWS
-    gives; a caller's name, or moto checking IAM, goes the usual way too.
-    """
+    """Start an execution; its ARN. Named by the caller, else from name_prefix (else the
+    machine's name); then the backend is asked directly (through botocore and moto's HTTP
+    layer the start cost about a tenth of an execution's CPU). What the backend refuses (an
+    unknown machine, input over the limit), a caller's name or moto checking IAM goes the
+    usual way, so the error is the one AWS gives."""
     arn = engine.state_machine_arn(state_machine)
     # What EventBridge and Pipes send and Step Functions counts (256 KiB "as a
     # UTF-8 encoded string"): compact JSON, an "é" two bytes, not "\u00e9".
@@ -120,22 +108,14 @@ def start(
 
 
 def describe(engine: LocalEngine, execution_arn: str) -> dict[str, Any]:
-    """DescribeExecution's answer, read from the local Step Functions backend.
-
-    The engine asking its own in-process service through botocore and
-    moto's HTTP layer cost about 1.6 ms of CPU per execution, a
-    twentieth of one. The answer is the backend's own description (input
-    and output as JSON text, as AWS gives them). An ARN the backend does
-    not know goes the usual way, for the usual error.
-    """
+    """DescribeExecution's answer (name, status, input and output as JSON text, error,
+    cause), read from the backend: through botocore and moto's HTTP layer it cost about
+    1.6 ms of CPU per execution. An ARN it does not know goes the usual way, for AWS's error."""
     try:
-        execution = _backend().describe_execution(execution_arn)
-    except AWSError:  # not found, a bad ARN: the client call raises it as AWS would
+        described = _backend().describe_execution(execution_arn).to_describe_output()
+    except AWSError:
         return dict(engine.client("stepfunctions").describe_execution(executionArn=execution_arn))
-    # The parser backend keeps its own Execution objects (they describe themselves).
-    described = execution.to_describe_output()
-    status = described["status"]
-    described = {**described, "status": status.value if isinstance(status, Enum) else str(status)}
+    described["status"] = str(getattr(described["status"], "value", described["status"]))
     keys = ("name", "status", "input", "output", "error", "cause")
     return {key: described[key] for key in keys if described.get(key) is not None}
 
@@ -144,15 +124,12 @@ def wait(engine: LocalEngine, execution_arn: str, timeout: float = 120.0) -> Exe
     """Wait for an execution's end; what it ended with."""
     deadline = time.monotonic() + timeout
     finished = engine.state.finished.event(execution_arn)
-    while True:
-        # Woken by the execution's end (at once if it has ended); the
-        # timeout only bounds a missed signal.
+    while True:  # woken by its end (at once if it has ended); the timeout bounds a missed signal
         signalled = finished.wait(min(0.5, max(deadline - time.monotonic(), 0.001)))
         description = describe(engine, execution_arn)
         if description["status"] != "RUNNING":
             if not signalled and finished.wait(1.0):
-                # Ended between the wait and the read: moto sets the
-                # status before the output, error and cause.
+                # Ended between the wait and the read: moto sets the status before the rest.
                 description = describe(engine, execution_arn)
             break
         if time.monotonic() > deadline:
@@ -178,9 +155,8 @@ def wait(engine: LocalEngine, execution_arn: str, timeout: float = 120.0) -> Exe
 
 def history(execution_arn: str) -> list[dict[str, Any]]:
     """An execution's history events as GetExecutionHistory gives them (types as text,
-    timestamps as datetimes), read from the engine's own record: AWS refuses
-    GetExecutionHistory for an EXPRESS execution (InvalidArn), whose history is in its
-    state machine's log group there."""
+    timestamps as datetimes), from the backend: AWS refuses GetExecutionHistory for an
+    EXPRESS execution (InvalidArn), whose history is in its machine's log group there."""
     events = _backend().get_execution_history(execution_arn)["events"]
     # Enum types become their text, as they would on the wire.
     found: list[dict[str, Any]] = json.loads(json.dumps(list(events), default=str))
@@ -197,34 +173,29 @@ def _aware(moment: datetime.datetime) -> datetime.datetime:
 
 
 def listed(state_machine_arn: str, status: str | None = None) -> list[dict[str, Any]]:
-    """A state machine's executions (executionArn, name, status, startDate, stopDate once
-    ended; newest first),
-    as ListExecutions gives a STANDARD machine's, from the engine's own record: AWS
-    refuses ListExecutions for an EXPRESS machine (StateMachineTypeNotSupported)."""
-    machine = _backend().describe_state_machine(state_machine_arn)
-    found = []
-    for execution in machine.executions:
-        state = getattr(execution.status, "value", execution.status)
-        if status is None or state == status:
-            found.append(
-                {
-                    "executionArn": execution.execution_arn,
-                    "name": execution.name,
-                    "status": str(state),
-                    "startDate": _aware(execution.start_date),
-                    "stateMachineArn": state_machine_arn,
-                }
-            )
-            if execution.stop_date is not None:
-                found[-1]["stopDate"] = _aware(execution.stop_date)
+    """A state machine's executions, newest first, as ListExecutions gives a STANDARD
+    machine's, from moto's record: AWS refuses ListExecutions for an EXPRESS machine
+    (StateMachineTypeNotSupported), and so does the engine's patched API (the backend's
+    list_executions pages by 100)."""
+    found = [
+        {
+            "executionArn": e.execution_arn,
+            "name": e.name,
+            "status": str(getattr(e.status, "value", e.status)),
+            "startDate": _aware(e.start_date),
+            "stateMachineArn": state_machine_arn,
+            **({"stopDate": _aware(e.stop_date)} if e.stop_date is not None else {}),
+        }
+        for e in _backend().describe_state_machine(state_machine_arn).executions
+    ]
+    found = [e for e in found if status is None or e["status"] == status]
     return sorted(found, key=lambda e: e["startDate"], reverse=True)
 
 
 def run_out_of_time(execution_arn: str) -> None:
-    """Spend a running EXPRESS execution's five minutes on its clock, as a call that
-    ran that long would: its next history event ends it in ExecutionTimedOut
-    (States.Timeout), as AWS ends an EXPRESS execution at five minutes. For chaos:
-    an EXPRESS execution cannot be stopped (StopExecution is STANDARD only)."""
+    """Spend a running EXPRESS execution's five minutes on its clock: its next history
+    event ends it in ExecutionTimedOut (States.Timeout), as AWS ends one at five minutes.
+    For chaos: StopExecution is STANDARD only."""
     execution = _backend().describe_execution(execution_arn)
     record = limits.execution_limits(execution.exec_worker.env)
     if record is None or not record.express:
@@ -235,10 +206,8 @@ def run_out_of_time(execution_arn: str) -> None:
 def wait_for_running(
     engine: LocalEngine, state_machine: str, timeout: float = 600.0, ignore: Collection[str] = ()
 ) -> list[str]:
-    """Wait until no execution of the state machine is RUNNING (those another one started).
-
-    Executions in ``ignore`` are not waited for. Returns the ARNs waited for.
-    """
+    """Wait until no execution of the state machine but those in ignore is RUNNING (those
+    another one started); the ARNs waited for."""
     arn = engine.state_machine_arn(state_machine)
     deadline = time.monotonic() + timeout
     waited: list[str] = []

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 _PIPE_FAILURE_LIMIT = 100
 
 
+def rule_arn(name: str) -> str:
+    return f"arn:aws:events:{REGION}:{ACCOUNT_ID}:rule/{name}"
+
+
 def _envelope(detail_type: str, source: str, when: str, detail: Any, **more: Any) -> dict[str, Any]:
     """An event as the default bus delivers it."""
     return {
@@ -42,34 +46,27 @@ def _envelope(detail_type: str, source: str, when: str, detail: Any, **more: Any
 
 
 def put_event(engine: LocalEngine, event: Mapping[str, Any]) -> list[str]:
-    """Deliver one event as the default bus does: to every matching rule's targets.
+    """Deliver one event as the default bus does, to every matching enabled rule's targets;
+    the ARNs of the executions started.
 
-    A target that cannot be started (a deleted state machine, an input
-    over 256 KiB) sends the event to the rule's dead-letter queue with
-    EventBridge's own attributes, after the rule's retries, as AWS does.
-    An SQS target (the batch mode's source queue) receives the event as a
-    message; pump_pipes() then runs it. Returns the ARNs of the executions started.
+    An SQS target (the batch mode's source queue) gets the event itself as the message body
+    (no InputPath or transformer here); pump_pipes() then runs it. A target that cannot be
+    started (a deleted state machine, an input over 256 KiB) sends the event to the rule's
+    dead-letter queue with EventBridge's own attributes, after the rule's retries, as AWS does.
     """
     started: list[str] = []
     for rule in engine.rules.values():
-        if rule.get("State", "ENABLED") != "ENABLED":
-            continue
         pattern = EventPattern.load(json.dumps(rule.get("EventPattern", {})))
-        if not pattern.matches_event(dict(event)):  # type: ignore[arg-type]
+        if rule.get("State", "ENABLED") != "ENABLED" or not pattern.matches_event(dict(event)):  # type: ignore[arg-type]
             continue
         for target in rule.get("Targets", []):
+            arn = str(target["Arn"])
             try:
-                if str(target["Arn"]).startswith("arn:aws:sqs:"):
-                    # An SQS target gets the event itself as the message body (no
-                    # InputPath or transformer here); the pipe reading the queue runs it.
-                    engine.client("sqs").send_message(
-                        QueueUrl=_queue_url(engine, str(target["Arn"])),
-                        MessageBody=json.dumps(event, ensure_ascii=False),
-                    )
+                if arn.startswith("arn:aws:sqs:"):
+                    body = json.dumps(event, ensure_ascii=False)
+                    engine.client("sqs").send_message(QueueUrl=_url(engine, arn), MessageBody=body)
                 else:
-                    started.append(
-                        executions.start(engine, target["Arn"], event, name_prefix="events")
-                    )
+                    started.append(executions.start(engine, arn, event, name_prefix="events"))
             except ClientError as exc:
                 _dead_letter(engine, rule, target, event, exc)
     return started
@@ -81,35 +78,38 @@ def put_custom_event(engine: LocalEngine, source: str, detail_type: str, detail:
     return put_event(engine, _envelope(detail_type, source, when, detail))
 
 
-def put_s3_event(engine: LocalEngine, bucket: str, key: str, version_id: str | None) -> list[str]:
+def sends_to_eventbridge(bucket: str) -> bool:
+    """Whether the bucket's EventBridge notifications are on (moto keeps the setting but
+    leaves it out of GetBucketNotificationConfiguration)."""
+    configuration = s3_backends[ACCOUNT_ID]["aws"].buckets[bucket].notification_configuration
+    return configuration is not None and configuration.event_bridge is not None
+
+
+def put_s3_event(
+    engine: LocalEngine, bucket: str, key: str, version_id: str | None = None
+) -> list[str]:
     """S3's Object Created event of one upload, delivered as the default bus does.
 
-    S3 sends its events to EventBridge only while the bucket's EventBridge
-    notifications are on (PutBucketNotificationConfiguration with an
-    EventBridgeConfiguration: S3 User Guide, enable-event-notifications-eventbridge.html);
-    otherwise nothing is sent and nothing starts, as on AWS. For a bucket the
-    stack does not own (ExistingBucketName) that is the user's one step. The
-    event has the fields of S3's (S3 User Guide, EventBridge event message
-    structure), the key URL-encoded with "+" for a space (docs/ingress.md,
-    Object keys: not verified against a live account), and a sequencer derived
-    from the upload, so a second call for one upload is a duplicate delivery.
-    A test loses an event by not calling this. Returns the executions started.
+    S3 sends events to EventBridge only while the bucket's EventBridge notifications are on
+    (S3 User Guide, enable-event-notifications-eventbridge.html); otherwise nothing starts, as
+    on AWS (for an ExistingBucketName bucket that is the user's one step). The event has the
+    fields of S3's (S3 User Guide, EventBridge event message structure), the key URL-encoded
+    with "+" for a space (docs/ingress.md, Object keys: not verified against a live account),
+    and a sequencer derived from the upload, so a second call for one upload is a duplicate
+    delivery. A test loses an event by not calling this. Returns the executions started.
     """
-    # moto keeps the setting but leaves it out of GetBucketNotificationConfiguration.
-    configuration = s3_backends[ACCOUNT_ID]["aws"].buckets[bucket].notification_configuration
-    if configuration is None or configuration.event_bridge is None:
+    if not sends_to_eventbridge(bucket):
         return []
     return put_event(engine, s3_object_created_event(engine, bucket, key, version_id))
 
 
 def s3_object_created_event(
-    engine: LocalEngine, bucket: str, key: str, version_id: str | None
+    engine: LocalEngine, bucket: str, key: str, version_id: str | None = None
 ) -> dict[str, Any]:
     """The EventBridge event S3 sends for one upload (put_s3_event describes its fields)."""
     versioned = {"VersionId": version_id} if version_id else {}
     head = engine.client("s3").head_object(Bucket=bucket, Key=key, **versioned)
-    etag = str(head["ETag"]).strip('"')
-    version = head.get("VersionId")
+    etag, version = str(head["ETag"]).strip('"'), head.get("VersionId")
     upload = f"{bucket}/{key}#{version or etag + head['LastModified'].isoformat()}"
     obj: dict[str, Any] = {
         "key": quote_plus(key, safe="/"),
@@ -139,14 +139,14 @@ def _dead_letter(
         raise EngineError(f"rule {rule['name']}: target failed and has no DLQ") from exc
     error = exc.response.get("Error", {})
     attributes = {
-        "RULE_ARN": f"arn:aws:events:{REGION}:{ACCOUNT_ID}:rule/{rule['name']}",
+        "RULE_ARN": rule_arn(rule["name"]),
         "TARGET_ARN": str(target["Arn"]),
         "ERROR_CODE": str(error.get("Code", "Unknown")),
         "ERROR_MESSAGE": str(error.get("Message", ""))[:256],
         "RETRY_ATTEMPTS": str(target.get("RetryPolicy", {}).get("MaximumRetryAttempts", 185)),
     }
     engine.client("sqs").send_message(
-        QueueUrl=_queue_url(engine, dead_letter),
+        QueueUrl=_url(engine, dead_letter),
         MessageBody=json.dumps(event),
         MessageAttributes={
             k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()
@@ -154,9 +154,64 @@ def _dead_letter(
     )
 
 
-def _queue_url(engine: LocalEngine, arn: str) -> str:
-    name = arn.rsplit(":", 1)[-1]
+def _url(engine: LocalEngine, queue_arn: str) -> str:
+    name = queue_arn.rsplit(":", 1)[-1]
     return str(engine.client("sqs").get_queue_url(QueueName=name)["QueueUrl"])
+
+
+def pump_pipes(engine: LocalEngine, limit: int | None = None) -> list[str]:
+    """Run every running pipe until its source queue is empty (or limit executions started);
+    the ARNs of the executions started.
+
+    As EventBridge Pipes does for SQS: receive a batch, start the target with the batch as a
+    JSON array, even for one message (eb-pipes-batching-concurrency.html). The target's
+    InvocationType decides the rest; AWS's default is REQUEST_RESPONSE (AWS::Pipes::Pipe
+    PipeTargetStateMachineParameters). FIRE_AND_FORGET (StartExecution): the messages are
+    deleted once the start was accepted. REQUEST_RESPONSE (StartSyncExecution, EXPRESS only):
+    the pipe waits for the execution's end and deletes what it reports done (sync_failures).
+    A failed start keeps the batch (after the queue's maxReceiveCount its redrive policy moves
+    it to the DLQ). Kept messages become visible again when this pass over the queue ends: on
+    AWS they reappear after the visibility timeout, so the next pump_pipes() is their next
+    delivery (and counts toward maxReceiveCount).
+    """
+    sqs = engine.client("sqs")
+    started: list[str] = []
+    for pipe in engine.pipes.values():
+        if pipe.get("DesiredState", "RUNNING") != "RUNNING":
+            continue  # a stopped pipe polls nothing (StopPipe; AWS::Pipes::Pipe DesiredState)
+        source, url = str(pipe["Source"]), _url(engine, str(pipe["Source"]))
+        queue = pipe.get("SourceParameters", {}).get("SqsQueueParameters", {})
+        batch_size = min(int(queue.get("BatchSize", 10)), 10)
+        parameters = pipe.get("TargetParameters", {}).get("StepFunctionStateMachineParameters", {})
+        synchronous = parameters.get("InvocationType", "REQUEST_RESPONSE") == "REQUEST_RESPONSE"
+        if synchronous:
+            _check_sync_target(engine, pipe)
+        kept: list[dict[str, Any]] = []  # visible again once the queue is drained
+        failures = 0
+        while (limit is None or len(started) < limit) and failures < _PIPE_FAILURE_LIMIT:
+            messages = sqs.receive_message(
+                QueueUrl=url,
+                MaxNumberOfMessages=batch_size,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            if not messages:
+                break
+            records = [_pipe_record(m, source) for m in messages]
+            try:
+                arn = executions.start(engine, str(pipe["Target"]), records, name_prefix="pipe")
+            except ClientError:
+                # A queue without a redrive policy would retry forever; the pipe would too,
+                # but a local run has to end. The next receive retries them.
+                failures += 1
+                _visible_again(sqs, url, messages)
+                continue
+            started.append(arn)
+            retried = sync_failures(engine, arn, messages) if synchronous else set()
+            kept += [m for m in messages if m["MessageId"] in retried]
+            kept += _delete_batch(sqs, url, [m for m in messages if m["MessageId"] not in retried])
+        _visible_again(sqs, url, kept)
+    return started
 
 
 def _visible_again(sqs: Any, url: str, messages: list[dict[str, Any]]) -> None:
@@ -166,79 +221,14 @@ def _visible_again(sqs: Any, url: str, messages: list[dict[str, Any]]) -> None:
         )
 
 
-def pump_pipes(engine: LocalEngine, limit: int | None = None) -> list[str]:
-    """Run every pipe until its source queue is empty (or limit executions started).
-
-    As EventBridge Pipes does for SQS: receive a batch, start the target
-    with the batch as a JSON array, even for one message
-    (eb-pipes-batching-concurrency.html). The target's InvocationType
-    decides the rest; AWS's default is REQUEST_RESPONSE (AWS::Pipes::Pipe
-    PipeTargetStateMachineParameters).
-
-    FIRE_AND_FORGET (StartExecution): the messages are deleted once the
-    start was accepted. A failed start leaves them in the queue (visible
-    again at once); after the queue's maxReceiveCount its redrive policy
-    moves them to its DLQ.
-
-    REQUEST_RESPONSE (StartSyncExecution, EXPRESS only): the pipe waits for
-    the execution's end and deletes what it reports done (sync_failures):
-    a failed or timed-out execution keeps the whole batch; its output's
-    batchItemFailures keeps the messages it names. Kept messages become
-    visible again when this pass over the queue ends: on AWS they reappear
-    after the queue's visibility timeout, so the next pump_pipes() is their
-    next delivery (and counts toward maxReceiveCount).
-    Returns the ARNs of the executions started.
-    """
-    sqs = engine.client("sqs")
-    started: list[str] = []
-    for pipe in engine.pipes.values():
-        if pipe.get("DesiredState", "RUNNING") != "RUNNING":
-            continue  # a stopped pipe polls nothing (StopPipe; AWS::Pipes::Pipe DesiredState)
-        url = _queue_url(engine, str(pipe["Source"]))
-        source = pipe.get("SourceParameters", {}).get("SqsQueueParameters", {})
-        batch_size = int(source.get("BatchSize", 10))
-        synchronous = _invocation_type(pipe) == "REQUEST_RESPONSE"
-        if synchronous:
-            _check_sync_target(engine, pipe)
-        kept: list[dict[str, Any]] = []  # visible again once the queue is drained
-        failures = 0
-        while (limit is None or len(started) < limit) and failures < _PIPE_FAILURE_LIMIT:
-            messages = sqs.receive_message(
-                QueueUrl=url,
-                MaxNumberOfMessages=min(batch_size, 10),
-                MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            ).get("Messages", [])
-            if not messages:
-                break
-            records = [_pipe_record(m, str(pipe["Source"])) for m in messages]
-            try:
-                arn = executions.start(engine, str(pipe["Target"]), records, name_prefix="pipe")
-            except ClientError:
-                # A queue without a redrive policy would retry forever;
-                # the pipe would too, but a local run has to end.
-                failures += 1
-                _visible_again(sqs, url, messages)  # the next receive retries them
-                continue
-            started.append(arn)
-            retried = sync_failures(engine, arn, messages) if synchronous else set()
-            kept += [m for m in messages if m["MessageId"] in retried]
-            settled = [m for m in messages if m["MessageId"] not in retried]
-            kept += _delete_batch(sqs, url, settled)
-        _visible_again(sqs, url, kept)
-    return started
-
-
 def _delete_batch(sqs: Any, url: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Delete a batch's settled messages in one DeleteMessageBatch; those it could not.
 
-    The Pipes page says only that EventBridge "deletes its messages from the
-    queue" once the target has processed the batch (eb-pipes-sqs.html), the
-    words of Lambda's SQS page for its event source mapping (with-sqs.html).
-    Which call either makes is not verified; one DeleteMessageBatch per batch
-    (at most 10 entries, SQS's limit) is assumed for both, here and in the
-    bench. A message whose delete fails stays in the queue and comes back,
-    as it would on AWS after its visibility timeout: a duplicate, not a loss.
+    Pipes "deletes its messages from the queue" once the target has processed the batch
+    (eb-pipes-sqs.html), the words of Lambda's SQS page (with-sqs.html); which call either
+    makes is not verified: one DeleteMessageBatch per batch is assumed, here and in the
+    bench. A message whose delete fails comes back, as on AWS after its visibility timeout:
+    a duplicate, not a loss.
     """
     if not messages:
         return []
@@ -247,21 +237,15 @@ def _delete_batch(sqs: Any, url: str, messages: list[dict[str, Any]]) -> list[di
     return [messages[int(failed["Id"])] for failed in response.get("Failed", [])]
 
 
-def _invocation_type(pipe: Mapping[str, Any]) -> str:
-    """FIRE_AND_FORGET or REQUEST_RESPONSE (AWS's default when the template names none)."""
-    parameters = pipe.get("TargetParameters", {}).get("StepFunctionStateMachineParameters", {})
-    return str(parameters.get("InvocationType", "REQUEST_RESPONSE"))
-
-
 def _check_sync_target(engine: LocalEngine, pipe: Mapping[str, Any]) -> None:
     """REQUEST_RESPONSE is not supported for STANDARD workflows (PipeTargetStateMachine-
     Parameters); AWS stops such a pipe (eb-pipes-error-troubleshooting.html)."""
     arn = engine.state_machine_arn(str(pipe["Target"]))
-    described = engine.client("stepfunctions").describe_state_machine(stateMachineArn=arn)
-    if described.get("type") != "EXPRESS":
+    kind = engine.client("stepfunctions").describe_state_machine(stateMachineArn=arn).get("type")
+    if kind != "EXPRESS":
         raise EngineError(
             f"pipe {pipe['name']}: REQUEST_RESPONSE needs an EXPRESS state machine, "
-            f"{arn} is {described.get('type')}; AWS stops such a pipe"
+            f"{arn} is {kind}; AWS stops such a pipe"
         )
 
 
@@ -270,44 +254,40 @@ def sync_failures(
 ) -> set[str]:
     """The messageIds a synchronously invoked target leaves in the queue.
 
-    As EventBridge Pipes reads a Step Functions target's answer for an SQS
-    source (eb-pipes-sqs.html, eb-pipes-batching-concurrency.html):
-    - an execution that did not succeed (FAILED, TIMED_OUT: a customer
-      invocation error, eb-pipes-error-troubleshooting.html) keeps every message;
-    - an output that is empty or null, or whose batchItemFailures is empty
-      or null, is complete success: none is kept;
-    - an itemIdentifier that is null, empty or not a string, or an entry
-      without one (a bad key name), fails the whole batch;
-    - otherwise the messages named are kept. An itemIdentifier that names
-      no message of the batch fails the whole batch here as well, as
-      Lambda's event source mapping does; for Pipes that is not verified.
+    As EventBridge Pipes reads a Step Functions target's answer for an SQS source
+    (eb-pipes-sqs.html, eb-pipes-batching-concurrency.html):
+    - an execution that did not succeed (FAILED, TIMED_OUT: a customer invocation error,
+      eb-pipes-error-troubleshooting.html) keeps every message;
+    - an output that is empty or null, or whose batchItemFailures is empty or null, is
+      complete success: none is kept;
+    - an itemIdentifier that is null, empty or not a string, or an entry without one (a bad
+      key name), fails the whole batch;
+    - otherwise the messages named are kept. An itemIdentifier that names no message of the
+      batch fails the whole batch here as well, as Lambda's event source mapping does; for
+      Pipes that is not verified.
     """
     everything = {str(m["MessageId"]) for m in messages}
     result = executions.wait(engine, execution_arn, timeout=limits.EXPRESS_DURATION_LIMIT + 60)
+    output = result.output
     if result.status != "SUCCEEDED":
         return everything
-    output = result.output
     if output is None or output == {} or output == "":
         return set()
-    if not isinstance(output, dict):
-        return everything  # not the payload a partial failure is read from
-    failures = output.get("batchItemFailures")
+    failures = output.get("batchItemFailures") if isinstance(output, dict) else ()
     if failures is None or failures == []:
         return set()
     if not isinstance(failures, list):
-        return everything
-    named: set[str] = set()
-    for entry in failures:
-        identifier = entry.get("itemIdentifier") if isinstance(entry, dict) else None
-        if not isinstance(identifier, str) or identifier not in everything:
-            return everything
-        named.add(identifier)
-    return named
+        return everything  # not the payload a partial failure is read from
+    named = [entry.get("itemIdentifier") if isinstance(entry, dict) else None for entry in failures]
+    return (
+        {str(i) for i in named}
+        if all(isinstance(i, str) and i in everything for i in named)
+        else everything
+    )
 
 
 def _pipe_record(message: dict[str, Any], source_arn: str) -> dict[str, Any]:
     """One SQS message as EventBridge Pipes hands it to a target."""
-    attributes = message.get("MessageAttributes", {})
     return {
         "messageId": message["MessageId"],
         "receiptHandle": message["ReceiptHandle"],
@@ -315,7 +295,7 @@ def _pipe_record(message: dict[str, Any], source_arn: str) -> dict[str, Any]:
         "attributes": message.get("Attributes", {}),
         "messageAttributes": {
             name: {"stringValue": value.get("StringValue"), "dataType": value["DataType"]}
-            for name, value in attributes.items()
+            for name, value in message.get("MessageAttributes", {}).items()
         },
         "md5OfBody": message.get("MD5OfBody", ""),
         "eventSource": "aws:sqs",

@@ -1,196 +1,127 @@
 """The stack's alarms, their topic and its subscriptions, and the audit's schedule, in moto.
 
-Nothing runs them locally (no alarm fires, no schedule starts an audit): they exist so
-that what reads them on AWS reads them here alike, `onceflow doctor` first. When the
-engine starts, each gets its name and ARN (what Ref and GetAtt give: a topic's Ref is its
-ARN, an alarm's its name) and its properties are resolved; it is made in moto by
-``materialize(engine)``, which what reads them calls first (``wiring.LocalStack``). An
-engine that nobody asks about its alarms so saves a client per service, about 0.1 s of
-CPU each (botocore parses the service's model), at every start.
-
-Each is made as CloudFormation and SAM make it: an alarm by PutMetricAlarm
-(AWS::CloudWatch::Alarm's properties are PutMetricAlarm's), a topic by CreateTopic, a
-subscription by Subscribe, and a state machine's ScheduleV2 event by CreateSchedule: SAM
-generates an AWS::Scheduler::Schedule for it (SAM developer guide, "ScheduleV2"), its
-logical id the machine's followed by the event's (as the template's comment on OmitName
-says). moto confirms every subscription at once, an email one too; on AWS that one stays
-"PendingConfirmation" until its owner confirms it (not reproduced here).
+Nothing runs them locally (no alarm fires, no schedule starts an audit): they exist so that
+what reads them on AWS (`onceflow doctor` first) reads them here alike. At the engine's start
+each gets its name and ARN (a topic's Ref is its ARN, an alarm's its name); ``materialize``
+makes them in moto when first read (``wiring.LocalStack``): about 40 ms of CPU, a tenth of a
+warm engine start (measured on this template), that an engine nobody asks saves. Each is
+made as CloudFormation and SAM make it:
+PutMetricAlarm (AWS::CloudWatch::Alarm's properties are its), CreateTopic, Subscribe, and
+CreateSchedule for a state machine's ScheduleV2 event (SAM generates an
+AWS::Scheduler::Schedule whose logical id is the machine's followed by the event's: SAM
+developer guide, "ScheduleV2"). moto confirms every subscription at once, an email one too;
+on AWS that one stays "PendingConfirmation" until its owner confirms it (not reproduced).
 """
 
 from __future__ import annotations
 
 import threading
-import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from onceflow.local.engine import LocalEngine
-    from onceflow.local.template import Stack
 
-# PutMetricAlarm's whole-number and decimal fields: a Ref to a String parameter gives text.
-_WHOLE = ("EvaluationPeriods", "DatapointsToAlarm", "Period")
-# The schedule's fields CreateSchedule takes as AWS::Scheduler::Schedule names them.
+# Fields a Ref to a String parameter gives as text where the API takes a number.
+_WHOLE = {"EvaluationPeriods", "DatapointsToAlarm", "Period", "MaximumEventAgeInSeconds"}
+_WHOLE |= {"MaximumRetryAttempts", "BatchSize", "MaximumBatchingWindowInSeconds"}
+_WHOLE |= {"ReadUnitsPerSecond", "WriteUnitsPerSecond"}
 _SCHEDULE_FIELDS = (
-    "Description",
-    "ScheduleExpression",
-    "ScheduleExpressionTimezone",
-    "StartDate",
-    "EndDate",
-    "GroupName",
-    "KmsKeyArn",
-)
-
-Making = Callable[["LocalEngine"], None]
-# What each engine has still to make, in the order its resources were created.
-_PENDING: weakref.WeakKeyDictionary[LocalEngine, list[Making]] = weakref.WeakKeyDictionary()
+    "Description", "ScheduleExpression", "ScheduleExpressionTimezone", "StartDate", "EndDate",
+    "GroupName", "KmsKeyArn",
+)  # fmt: skip
 _LOCK = threading.Lock()
 
 
-def _later(engine: LocalEngine, making: Making) -> None:
+def numbers(value: Any) -> Any:
+    """value with every field of _WHOLE a whole number and Threshold a decimal, at any depth."""
+    if isinstance(value, list):
+        return [numbers(v) for v in value]
+    if not isinstance(value, Mapping):
+        return value
+    convert = {**dict.fromkeys(_WHOLE, int), "Threshold": float}
+    return {k: convert[k](v) if k in convert else numbers(v) for k, v in value.items()}
+
+
+def _later(
+    engine: LocalEngine, service: str, operation: str, request: dict[str, Any], ref: str = ""
+) -> None:
+    """ref: the logical id whose Ref the answer's SubscriptionArn becomes."""
     with _LOCK:
-        _PENDING.setdefault(engine, []).append(making)
+        engine.unmade.append((service, operation, request, ref))
 
 
 def materialize(engine: LocalEngine) -> None:
     """Make in moto what the engine named at its start and has not made yet (once)."""
     with _LOCK:
-        pending = _PENDING.pop(engine, [])
-        for making in pending:
-            making(engine)
+        unmade, engine.unmade = engine.unmade, []
+        for service, operation, request, ref in unmade:
+            answer = getattr(engine.client(service), operation)(**request)
+            if ref:  # a subscription's ARN is the service's: its name stood in for it
+                engine.stack.refs[ref] = str(answer["SubscriptionArn"])
 
 
-def _topic(stack: Stack, logical_id: str, name: str, properties: Mapping[str, Any]) -> Making:
-    arn = f"arn:aws:sns:{stack.region}:{stack.account_id}:{name}"
-    stack.refs[logical_id] = arn
-    stack.attributes[logical_id] = {"TopicArn": arn, "TopicName": name}
-    attributes = {
-        key: str(properties[key]) for key in ("DisplayName", "KmsMasterKeyId") if key in properties
-    }
-
-    def make(engine: LocalEngine) -> None:
-        engine.client("sns").create_topic(Name=name, Attributes=attributes)
-
-    return make
-
-
-def _subscription(
-    stack: Stack, logical_id: str, name: str, properties: Mapping[str, Any]
-) -> Making:
-    # Its ARN is the service's to choose: the name stands in for the Ref until it is made.
+def create(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
+    """Name one resource of a type in CREATORS now (its Ref and GetAtt resolve), from its
+    resolved properties; materialize() makes it."""
+    stack = engine.stack
+    kind = stack.template["Resources"][logical_id]["Type"]
     stack.refs[logical_id] = name
-
-    def make(engine: LocalEngine) -> None:
-        answer = engine.client("sns").subscribe(
-            TopicArn=str(properties["TopicArn"]),
-            Protocol=str(properties["Protocol"]),
-            Endpoint=str(properties["Endpoint"]),
-            ReturnSubscriptionArn=True,
-        )
-        stack.refs[logical_id] = str(answer["SubscriptionArn"])
-
-    return make
-
-
-def _alarm_request(properties: Mapping[str, Any]) -> dict[str, Any]:
-    request = dict(properties)
-    for key in _WHOLE:
-        if key in request:
-            request[key] = int(request[key])
-    if "Threshold" in request:
-        request["Threshold"] = float(request["Threshold"])
-    metrics = []
-    for query in request.get("Metrics", []):
-        query = dict(query)
-        if "Period" in query:
-            query["Period"] = int(query["Period"])
-        if "MetricStat" in query:
-            stat = query["MetricStat"]
-            query["MetricStat"] = {**stat, "Period": int(stat["Period"])}
-        metrics.append(query)
-    if metrics:
-        request["Metrics"] = metrics
-    return request
+    if kind == "AWS::SNS::Topic":
+        arn = f"arn:aws:sns:{stack.region}:{stack.account_id}:{name}"
+        stack.refs[logical_id] = arn
+        stack.attributes[logical_id] = {"TopicArn": arn, "TopicName": name}
+        attributes = {k: str(props[k]) for k in ("DisplayName", "KmsMasterKeyId") if k in props}
+        _later(engine, "sns", "create_topic", {"Name": name, "Attributes": attributes})
+    elif kind == "AWS::SNS::Subscription":
+        request = {k: str(props[k]) for k in ("TopicArn", "Protocol", "Endpoint")}
+        _later(engine, "sns", "subscribe", {**request, "ReturnSubscriptionArn": True}, logical_id)
+    else:
+        arn = f"arn:aws:cloudwatch:{stack.region}:{stack.account_id}:alarm:{name}"
+        stack.attributes[logical_id] = {"Arn": arn}
+        _later(engine, "cloudwatch", "put_metric_alarm", {**numbers(props), "AlarmName": name})
 
 
-def _alarm(stack: Stack, logical_id: str, name: str, properties: Mapping[str, Any]) -> Making:
-    stack.refs[logical_id] = name
-    stack.attributes[logical_id] = {
-        "Arn": f"arn:aws:cloudwatch:{stack.region}:{stack.account_id}:alarm:{name}"
-    }
-    request = {**_alarm_request(properties), "AlarmName": name}
-
-    def make(engine: LocalEngine) -> None:
-        engine.client("cloudwatch").put_metric_alarm(**request)
-
-    return make
-
-
-Named = Callable[["Stack", str, str, Mapping[str, Any]], Making]
-# Each type: the property that names it, if the template gives one, and how it is named.
-CREATORS: dict[str, tuple[str, int, Named]] = {
-    "AWS::SNS::Topic": ("TopicName", 256, _topic),
-    "AWS::SNS::Subscription": ("", 256, _subscription),
-    "AWS::CloudWatch::Alarm": ("AlarmName", 255, _alarm),
+# Each type: the property that names it (if the template gives one), the name's limit.
+CREATORS = {
+    "AWS::SNS::Topic": ("TopicName", 256, create),
+    "AWS::SNS::Subscription": ("", 256, create),
+    "AWS::CloudWatch::Alarm": ("AlarmName", 255, create),
 }
 
 
-def create(engine: LocalEngine, logical_id: str, resource: Mapping[str, Any]) -> None:
-    """Name one resource of a type in CREATORS now (its Ref and GetAtt resolve), from its
-    resolved properties; materialize() makes it."""
-    name_property, limit, named = CREATORS[resource["Type"]]
-    stack = engine.stack
-    properties = stack.resolve(resource.get("Properties", {}))
-    given = properties.get(name_property) if name_property else None
-    name = str(given or stack.physical_name(logical_id, limit))
-    _later(engine, named(stack, logical_id, name, properties))
-
-
-def schedule_events(engine: LocalEngine, state_machine: str) -> Iterator[tuple[str, str]]:
-    """(logical id, schedule name) of each ScheduleV2 event of a state machine, as SAM
-    generates them: the name the event gives, else one of the stack's making (OmitName)."""
+def schedule_events(
+    engine: LocalEngine, state_machine: str
+) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(logical id, schedule name, resolved properties) of each ScheduleV2 event of a state
+    machine, as SAM generates them: the name the event gives, else the stack's (OmitName)."""
     resource = engine.stack.template["Resources"][state_machine]
     for event, spec in resource.get("Properties", {}).get("Events", {}).items():
-        if spec.get("Type") != "ScheduleV2":
-            continue
-        logical_id = f"{state_machine}{event}"
-        name = spec.get("Properties", {}).get("Name")
-        yield (
-            logical_id,
-            str(engine.stack.resolve(name) if name else engine.stack.physical_name(logical_id, 64)),
-        )
+        if spec.get("Type") == "ScheduleV2":
+            logical_id = f"{state_machine}{event}"
+            props = engine.stack.resolve(spec.get("Properties", {}))
+            name = props.get("Name") or engine.stack.physical_name(logical_id, 64)
+            yield logical_id, str(name), props
 
 
 def create_schedules(engine: LocalEngine, state_machine: str, arn: str, role: str) -> None:
     """Name each ScheduleV2 event of the state machine now; materialize() makes it, with
     CreateSchedule targeting the machine."""
-    stack = engine.stack
-    events = stack.template["Resources"][state_machine].get("Properties", {}).get("Events", {})
-    for logical_id, name in schedule_events(engine, state_machine):
-        properties = stack.resolve(events[logical_id[len(state_machine) :]].get("Properties", {}))
-        target: dict[str, Any] = {
-            "Arn": arn,
-            "RoleArn": str(properties.get("RoleArn") or role),
-        }
-        if "Input" in properties:
-            target["Input"] = str(properties["Input"])
-        if "RetryPolicy" in properties:
-            target["RetryPolicy"] = {
-                key: int(value) for key, value in properties["RetryPolicy"].items()
-            }
-        if "DeadLetterConfig" in properties:
-            target["DeadLetterConfig"] = {"Arn": str(properties["DeadLetterConfig"]["Arn"])}
-        request = {key: properties[key] for key in _SCHEDULE_FIELDS if key in properties}
+    for logical_id, name, props in schedule_events(engine, state_machine):
+        target: dict[str, Any] = {"Arn": arn, "RoleArn": str(props.get("RoleArn") or role)}
+        if "Input" in props:
+            target["Input"] = str(props["Input"])
+        if "RetryPolicy" in props:
+            target["RetryPolicy"] = numbers(props["RetryPolicy"])
+        if "DeadLetterConfig" in props:
+            target["DeadLetterConfig"] = {"Arn": str(props["DeadLetterConfig"]["Arn"])}
+        request = {key: props[key] for key in _SCHEDULE_FIELDS if key in props}
         request.update(
             Name=name,
-            State=str(properties.get("State", "ENABLED")),
+            State=str(props.get("State", "ENABLED")),
             # SAM's default when the event sets none (not verified that it is OFF).
-            FlexibleTimeWindow=properties.get("FlexibleTimeWindow") or {"Mode": "OFF"},
+            FlexibleTimeWindow=props.get("FlexibleTimeWindow") or {"Mode": "OFF"},
             Target=target,
         )
-        stack.refs[logical_id] = name
-
-        def make(engine: LocalEngine, request: dict[str, Any] = request) -> None:
-            engine.client("scheduler").create_schedule(**request)
-
-        _later(engine, make)
+        engine.stack.refs[logical_id] = name
+        _later(engine, "scheduler", "create_schedule", request)

@@ -28,23 +28,12 @@ ACCOUNT_ID = "123456789012"
 # Resources whose behaviour the local engine does not need (policies, logs):
 # they resolve to a name so that references to them still work.
 _NOT_EMULATED = {
-    "AWS::S3::BucketPolicy",
-    "AWS::SQS::QueuePolicy",
-    "AWS::Logs::LogGroup",
-    "AWS::IAM::Role",
-    "AWS::IAM::Policy",
-    "AWS::CloudWatch::Dashboard",
-    "AWS::Logs::MetricFilter",
+    "AWS::S3::BucketPolicy", "AWS::SQS::QueuePolicy", "AWS::Logs::LogGroup", "AWS::IAM::Role",
+    "AWS::IAM::Policy", "AWS::CloudWatch::Dashboard", "AWS::Logs::MetricFilter",
     "AWS::SNS::TopicPolicy",
-}
-
-Creator = Callable[["LocalEngine", str, dict[str, Any]], None]
-
-
-def _named(
-    engine: LocalEngine, logical_id: str, props: dict[str, Any], key: str, limit: int
-) -> str:
-    return str(props.get(key) or engine.stack.physical_name(logical_id, limit))
+}  # fmt: skip
+# A creator makes one resource from its name and resolved properties (Globals merged in).
+Creator = Callable[["LocalEngine", str, str, dict[str, Any]], None]
 
 
 def _created(engine: LocalEngine, logical_id: str, ref: str, **attributes: str) -> None:
@@ -66,13 +55,15 @@ def create(engine: LocalEngine, logical_id: str) -> None:
         if not stack.resource_enabled(logical_id):
             stack.refs[logical_id] = ""
             return
-        creator = CREATORS.get(kind)
-        if creator is not None:
-            creator(engine, logical_id, resource)
-        elif kind in monitoring.CREATORS:
-            monitoring.create(engine, logical_id, resource)  # an alarm, its topic, a subscription
+        if kind in CREATORS:
+            name_property, limit, creator = CREATORS[kind]
+            if kind == "AWS::Serverless::Function":
+                props = stack.function_properties(logical_id)
+            else:
+                props = stack.resolve(resource.get("Properties", {}))
+            name = str(props.get(name_property) or stack.physical_name(logical_id, limit))
+            creator(engine, logical_id, name, props)
         elif kind in _NOT_EMULATED:
-            engine.not_emulated.append(logical_id)
             name = stack.physical_name(logical_id)
             _created(engine, logical_id, name, Arn=f"arn:aws:local:{REGION}:{ACCOUNT_ID}:{name}")
         else:
@@ -83,48 +74,43 @@ def create(engine: LocalEngine, logical_id: str) -> None:
 
 def create_all(engine: LocalEngine) -> None:
     """Every resource of the template (a parent's first: its application creates the rest)."""
-    if engine.parent is not None:
-        with creating_in(engine, engine.parent):
-            for logical_id in engine.parent.template["Resources"]:
-                create(engine, logical_id)
-    for logical_id in engine.stack.template["Resources"]:
-        create(engine, logical_id)
+    for stack in (engine.parent, engine.stack):
+        if stack is not None:
+            with creating_in(engine, stack):
+                pass  # entering created them
 
 
 @contextmanager
 def creating_in(engine: LocalEngine, stack: Stack) -> Iterator[None]:
-    """The creators read and fill engine.stack: point it at another stack of the engine
-    (a parent template) while its resources are created."""
+    """Create every resource of a stack of the engine (a parent's, the nested one): the
+    creators read and fill engine.stack, pointed at it meanwhile and in the with-block."""
     current, engine.stack = engine.stack, stack
     try:
+        for logical_id in stack.template["Resources"]:
+            create(engine, logical_id)
         yield
     finally:
         engine.stack = current
 
 
-def _application(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-    """The nested onceflow of a parent template: its stack bound to the parameters the
-    parent passes, then its resources created, as CloudFormation creates a nested stack
-    once the resources its parameters reference exist. The application's Ref is the
-    nested stack's ID and its attributes are Outputs.<name> (AWS::CloudFormation::Stack,
-    return values: serverless-sam-template-nested-applications.html deploys it as one).
-    """
+def _application(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
+    """The nested onceflow of a parent template, bound to the parameters the parent passes
+    and created once the resources they reference exist, as CloudFormation creates a nested
+    stack. Its Ref is the nested stack's ID, its attributes Outputs.<name>
+    (AWS::CloudFormation::Stack return values; serverless-sam-template-nested-applications.html
+    deploys it as one)."""
     nested_of = engine._nested
     if nested_of is None or nested_of[0] != logical_id or engine.stack is not engine.parent:
         raise TemplateError(f"{logical_id}: only the parent template's application is run")
     nested = nested_of[1]
-    nested.bind(engine.stack.resolve(resource.get("Properties", {})).get("Parameters", {}))
+    nested.bind(props.get("Parameters", {}))
     with creating_in(engine, nested):
-        for nested_id in nested.template["Resources"]:
-            create(engine, nested_id)
         outputs = engine.outputs()
     attributes = {f"Outputs.{k}": v for k, v in outputs.items()}
     _created(engine, logical_id, str(nested.pseudo("AWS::StackId")), **attributes)
 
 
-def _bucket(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-    props = engine.stack.resolve(resource.get("Properties", {}))
-    name = _named(engine, logical_id, props, "BucketName", 63)
+def _bucket(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     s3 = engine.client("s3")
     s3.create_bucket(Bucket=name)
     if props.get("VersioningConfiguration", {}).get("Status") == "Enabled":
@@ -145,13 +131,7 @@ def _bucket(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> N
     )
 
 
-def _whole_numbers(properties: dict[str, Any]) -> dict[str, int]:
-    return {key: int(value) for key, value in properties.items()}
-
-
-def _table(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-    props = engine.stack.resolve(resource.get("Properties", {}))
-    name = _named(engine, logical_id, props, "TableName", 255)
+def _table(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     kwargs: dict[str, Any] = {
         "TableName": name,
         "KeySchema": props["KeySchema"],
@@ -159,15 +139,9 @@ def _table(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> No
         "BillingMode": props.get("BillingMode", "PROVISIONED"),
     }
     # CloudFormation takes a String parameter where an Integer goes; the API does not.
-    if "WarmThroughput" in props:
-        kwargs["WarmThroughput"] = _whole_numbers(props["WarmThroughput"])
-    if props.get("GlobalSecondaryIndexes"):
-        kwargs["GlobalSecondaryIndexes"] = [
-            {**index, "WarmThroughput": _whole_numbers(index["WarmThroughput"])}
-            if "WarmThroughput" in index
-            else index
-            for index in props["GlobalSecondaryIndexes"]
-        ]
+    for key in ("WarmThroughput", "GlobalSecondaryIndexes"):
+        if props.get(key):
+            kwargs[key] = monitoring.numbers(props[key])
     dynamodb = engine.client("dynamodb")
     description = dynamodb.create_table(**kwargs)["TableDescription"]
     ttl = props.get("TimeToLiveSpecification")
@@ -177,16 +151,11 @@ def _table(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> No
 
 
 _QUEUE_ATTRIBUTES = (
-    "MessageRetentionPeriod",
-    "VisibilityTimeout",
-    "DelaySeconds",
-    "MaximumMessageSize",
-)
+    "MessageRetentionPeriod", "VisibilityTimeout", "DelaySeconds", "MaximumMessageSize",
+)  # fmt: skip
 
 
-def _queue(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-    props = engine.stack.resolve(resource.get("Properties", {}))
-    name = _named(engine, logical_id, props, "QueueName", 80)
+def _queue(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     attributes = {key: str(props[key]) for key in _QUEUE_ATTRIBUTES if key in props}
     if "RedrivePolicy" in props:
         attributes["RedrivePolicy"] = json.dumps(props["RedrivePolicy"])
@@ -206,9 +175,7 @@ def execution_role(engine: LocalEngine) -> str:
         return str(iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust)["Role"]["Arn"])
 
 
-def _function(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-    props = engine.stack.function_properties(logical_id)
-    name = _named(engine, logical_id, props, "FunctionName", 64)
+def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     environment = {k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()}
     code = io.BytesIO()
     with zipfile.ZipFile(code, "w") as archive:
@@ -269,9 +236,9 @@ def state_machine_definition(stack: Stack, logical_id: str) -> tuple[str, str]:
     return text, str(stack.resolve(props.get("Type", "STANDARD")))
 
 
-def _state_machine(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
+def _state_machine(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     definition, workflow_type = state_machine_definition(engine.stack, logical_id)
-    name, role = engine.stack.physical_name(logical_id, 80), execution_role(engine)
+    role = execution_role(engine)
     arn = engine.client("stepfunctions").create_state_machine(
         name=name, definition=definition, roleArn=role, type=workflow_type
     )["stateMachineArn"]
@@ -279,29 +246,25 @@ def _state_machine(engine: LocalEngine, logical_id: str, resource: dict[str, Any
     monitoring.create_schedules(engine, logical_id, arn, role)  # its ScheduleV2 events
 
 
-def _ingress(kind: str) -> Creator:
+def _ingress(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     """An EventBridge rule or a pipe: kept by the engine, which delivers as AWS does
     (ingress.py); moto's rules cannot start a state machine."""
-
-    def create_one(engine: LocalEngine, logical_id: str, resource: dict[str, Any]) -> None:
-        props = engine.stack.resolve(resource.get("Properties", {}))
-        name = _named(engine, logical_id, props, "Name", 64)
-        (engine.rules if kind == "rule" else engine.pipes)[logical_id] = {"name": name, **props}
-        service = "events" if kind == "rule" else "pipes"
-        _created(
-            engine, logical_id, name, Arn=f"arn:aws:{service}:{REGION}:{ACCOUNT_ID}:{kind}/{name}"
-        )
-
-    return create_one
+    rule = engine.stack.template["Resources"][logical_id]["Type"] == "AWS::Events::Rule"
+    (engine.rules if rule else engine.pipes)[logical_id] = {"name": name, **props}
+    arn = f"{REGION}:{ACCOUNT_ID}:rule/{name}" if rule else f"{REGION}:{ACCOUNT_ID}:pipe/{name}"
+    _created(engine, logical_id, name, Arn=f"arn:aws:{'events' if rule else 'pipes'}:{arn}")
 
 
-CREATORS: dict[str, Creator] = {
-    "AWS::S3::Bucket": _bucket,
-    "AWS::DynamoDB::Table": _table,
-    "AWS::SQS::Queue": _queue,
-    "AWS::Serverless::Function": _function,
-    "AWS::Serverless::StateMachine": _state_machine,
-    "AWS::Events::Rule": _ingress("rule"),
-    "AWS::Pipes::Pipe": _ingress("pipe"),
-    "AWS::Serverless::Application": _application,
+# Each type: the property that names it (if the template gives one), the name's limit, its
+# creator (the state machines' names are the stack's).
+CREATORS: dict[str, tuple[str, int, Creator]] = {
+    "AWS::S3::Bucket": ("BucketName", 63, _bucket),
+    "AWS::DynamoDB::Table": ("TableName", 255, _table),
+    "AWS::SQS::Queue": ("QueueName", 80, _queue),
+    "AWS::Serverless::Function": ("FunctionName", 64, _function),
+    "AWS::Serverless::StateMachine": ("", 80, _state_machine),
+    "AWS::Events::Rule": ("Name", 64, _ingress),
+    "AWS::Pipes::Pipe": ("Name", 64, _ingress),
+    "AWS::Serverless::Application": ("", 0, _application),
+    **monitoring.CREATORS,  # an alarm, its topic, a subscription
 }

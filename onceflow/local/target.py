@@ -32,14 +32,12 @@ class LocalTarget:
         return self._outputs[name]
 
     def wait_for_running(self, state_machine_arn: str) -> None:
-        """Wait for the executions an operation caused (the audit's resubmissions), so that
-        the command that ran it sees their effects."""
+        """Wait for the executions an operation caused (the audit's resubmissions)."""
         self.engine.wait_for_running(state_machine_arn)
 
     def express_record(self, execution_arn: str) -> dict[str, Any] | None:
-        """The engine's own record of an execution, its history events included
-        (DescribeExecution and GetExecutionHistory refuse an EXPRESS one, as AWS does;
-        on AWS its log group holds what this gives)."""
+        """An execution's record with its history events, which DescribeExecution and
+        GetExecutionHistory refuse for an EXPRESS one, as AWS does (its log group has them)."""
         from onceflow.local import executions
 
         record = executions.describe(self.engine, execution_arn)

@@ -1,14 +1,13 @@
 """The local engine's stack as `onceflow doctor` reads it: what ListStackResources and
 DescribeStacks would say, and the services the engine plays itself, as their APIs answer.
 
-The engine runs EventBridge's rules and the SQS pipe itself (moto's cannot start a state
-machine), so their clients here answer from the engine's own rules and pipes, and what
-changes them (DisableRule, PutTargets, StopPipe, UpdatePipe) changes what the engine does:
-a disabled rule delivers nothing, a stopped pipe reads nothing. S3 answers
+The engine keeps EventBridge's rules and the SQS pipe itself (moto's rules cannot start a
+state machine, and moto delivers every upload to them itself: tests/unit/test_ingress_moto),
+so their clients here answer from the engine's rules and pipes, and what changes them
+(DisableRule, PutTargets, StopPipe, UpdatePipe) changes what the engine does. S3 answers
 GetBucketNotificationConfiguration with the EventBridgeConfiguration moto keeps but leaves
 out. The alarms, their topic and the schedules are made in moto when it is built
-(monitoring.materialize). The caller builds it from its engine; onceflow.ops never
-imports it.
+(monitoring.materialize). onceflow.ops never imports it.
 """
 
 from __future__ import annotations
@@ -19,8 +18,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
+from moto.events.models import EventPattern as Pattern
 
-from onceflow.local import monitoring
+from onceflow.local import ingress, monitoring
 from onceflow.local.target import LocalTarget
 
 if TYPE_CHECKING:
@@ -34,8 +34,15 @@ _DEPLOYED_TYPES = {
 }
 
 
-def _not_found(operation: str, message: str) -> ClientError:
-    return ClientError(
+def _named(
+    kept: Mapping[str, dict[str, Any]], name: str, operation: str, missing: str
+) -> tuple[str, dict[str, Any]]:
+    """The rule or pipe of that name, or the ResourceNotFoundException AWS answers."""
+    for logical_id, item in kept.items():
+        if item["name"] == name:
+            return logical_id, item
+    message = missing.format(name)
+    raise ClientError(
         {"Error": {"Code": "ResourceNotFoundException", "Message": message}}, operation
     )
 
@@ -47,17 +54,14 @@ class LocalRules:
         self.engine = engine
 
     def _rule(self, name: str, operation: str) -> dict[str, Any]:
-        for rule in self.engine.rules.values():
-            if rule["name"] == name:
-                return rule
-        raise _not_found(operation, f"Rule {name} does not exist on EventBus default.")
+        missing = "Rule {} does not exist on EventBus default."
+        return _named(self.engine.rules, name, operation, missing)[1]
 
     def describe_rule(self, Name: str, EventBusName: str = "default") -> dict[str, Any]:
         rule = self._rule(Name, "DescribeRule")
         return {
             "Name": Name,
-            "Arn": f"arn:aws:events:{self.engine.stack.region}:{self.engine.stack.account_id}"
-            f":rule/{Name}",
+            "Arn": ingress.rule_arn(Name),
             "EventPattern": json.dumps(rule.get("EventPattern", {})),
             "State": rule.get("State", "ENABLED"),
             "Description": rule.get("Description", ""),
@@ -65,12 +69,9 @@ class LocalRules:
         }
 
     def list_targets_by_rule(self, Rule: str, EventBusName: str = "default") -> dict[str, Any]:
-        targets = copy.deepcopy(self._rule(Rule, "ListTargetsByRule").get("Targets", []))
-        for target in targets:  # a Ref to a String parameter is text; AWS answers numbers
-            policy = target.get("RetryPolicy")
-            if policy:
-                target["RetryPolicy"] = {key: int(value) for key, value in policy.items()}
-        return {"Targets": targets}
+        # A Ref to a String parameter is text; AWS answers numbers (RetryPolicy).
+        targets = self._rule(Rule, "ListTargetsByRule").get("Targets", [])
+        return {"Targets": monitoring.numbers(targets)}
 
     def enable_rule(self, Name: str, EventBusName: str = "default") -> dict[str, Any]:
         self._rule(Name, "EnableRule")["State"] = "ENABLED"
@@ -81,10 +82,7 @@ class LocalRules:
         return {}
 
     def put_targets(
-        self,
-        Rule: str,
-        Targets: list[dict[str, Any]],
-        EventBusName: str = "default",
+        self, Rule: str, Targets: list[dict[str, Any]], EventBusName: str = "default"
     ) -> dict[str, Any]:
         """Add or replace targets by Id, as PutTargets does."""
         rule = self._rule(Rule, "PutTargets")
@@ -94,10 +92,7 @@ class LocalRules:
         return {"FailedEntryCount": 0, "FailedEntries": []}
 
     def test_event_pattern(self, EventPattern: str, Event: str) -> dict[str, Any]:
-        """Matched as the engine delivers (moto's matcher; moto's own TestEventPattern
-        is not implemented)."""
-        from moto.events.models import EventPattern as Pattern
-
+        """Matched as the engine delivers (moto's own TestEventPattern is not implemented)."""
         return {"Result": bool(Pattern.load(EventPattern).matches_event(json.loads(Event)))}
 
 
@@ -109,31 +104,20 @@ class LocalPipes:
         self.engine = engine
 
     def _pipe(self, name: str, operation: str) -> tuple[str, dict[str, Any]]:
-        for logical_id, pipe in self.engine.pipes.items():
-            if pipe["name"] == name:
-                return logical_id, pipe
-        raise _not_found(operation, f"Pipe {name} does not exist.")
+        return _named(self.engine.pipes, name, operation, "Pipe {} does not exist.")
 
     def describe_pipe(self, Name: str) -> dict[str, Any]:
         logical_id, pipe = self._pipe(Name, "DescribePipe")
+        keys = ("Description", "RoleArn", "Source", "Target", "TargetParameters")
         state = str(pipe.get("DesiredState", "RUNNING"))
-        answer: dict[str, Any] = {
-            key: copy.deepcopy(pipe[key])
-            for key in ("Description", "RoleArn", "Source", "Target", "TargetParameters")
-            if key in pipe
-        }
-        source = copy.deepcopy(pipe.get("SourceParameters", {}))
-        queue = source.get("SqsQueueParameters", {})
-        for key in ("BatchSize", "MaximumBatchingWindowInSeconds"):
-            if key in queue:
-                queue[key] = int(queue[key])
         return {
-            **answer,
+            **{key: copy.deepcopy(pipe[key]) for key in keys if key in pipe},
             "Name": Name,
             "Arn": self.engine.stack.attributes[logical_id]["Arn"],
             "DesiredState": state,
             "CurrentState": state,
-            "SourceParameters": source,
+            # BatchSize and MaximumBatchingWindowInSeconds: numbers, as AWS answers them
+            "SourceParameters": monitoring.numbers(pipe.get("SourceParameters", {})),
         }
 
     def _set_state(self, name: str, state: str, operation: str) -> dict[str, Any]:
@@ -153,7 +137,9 @@ class LocalPipes:
         SourceParameters: Mapping[str, Any] | None = None,
         TargetParameters: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """UpdatePipe: the parameters given replace the pipe's, field by field."""
+        """UpdatePipe: each parameters group given (SqsQueueParameters, ...) replaces the
+        pipe's as one, its fields left out back to their defaults (UpdatePipe API reference:
+        "updated atomically as one and override existing values")."""
         _, pipe = self._pipe(Name, "UpdatePipe")
         pipe["RoleArn"] = RoleArn
         for key, given in (
@@ -161,7 +147,7 @@ class LocalPipes:
             ("TargetParameters", TargetParameters),
         ):
             for group, values in (given or {}).items():
-                pipe.setdefault(key, {}).setdefault(group, {}).update(copy.deepcopy(values))
+                pipe.setdefault(key, {})[group] = copy.deepcopy(values)
         return {"Name": Name}
 
 
@@ -177,12 +163,8 @@ class LocalBucketNotifications:
         return getattr(self.s3, name)
 
     def get_bucket_notification_configuration(self, Bucket: str) -> dict[str, Any]:
-        from moto.s3.models import s3_backends
-
         answer = dict(self.s3.get_bucket_notification_configuration(Bucket=Bucket))
-        bucket = s3_backends[self.engine.stack.account_id]["aws"].buckets[Bucket]
-        configuration = bucket.notification_configuration
-        if configuration is not None and configuration.event_bridge is not None:
+        if ingress.sends_to_eventbridge(Bucket):
             answer["EventBridgeConfiguration"] = {}
         return answer
 
@@ -216,20 +198,12 @@ class LocalStack(LocalTarget):
             if not physical_id:
                 continue  # its Condition is false: not created
             kind = str(resource["Type"])
-            found.append(
-                {
-                    "LogicalResourceId": logical_id,
-                    "PhysicalResourceId": physical_id,
-                    "ResourceType": _DEPLOYED_TYPES.get(kind, kind),
-                }
-            )
+            rows = [(logical_id, physical_id, _DEPLOYED_TYPES.get(kind, kind))]
             if kind == "AWS::Serverless::StateMachine":
-                found += [
-                    {
-                        "LogicalResourceId": schedule,
-                        "PhysicalResourceId": name,
-                        "ResourceType": "AWS::Scheduler::Schedule",
-                    }
-                    for schedule, name in monitoring.schedule_events(self.engine, logical_id)
+                rows += [
+                    (schedule, name, "AWS::Scheduler::Schedule")
+                    for schedule, name, _ in monitoring.schedule_events(self.engine, logical_id)
                 ]
+            keys = ("LogicalResourceId", "PhysicalResourceId", "ResourceType")
+            found += [dict(zip(keys, row, strict=True)) for row in rows]
         return found
