@@ -401,11 +401,14 @@ def check_sqs_source(stack: _Stack) -> Iterator[Finding]:
 
 def _pipe_batching(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
     name = pipe["Name"]
-    size, _, invocation = _pipe_settings(pipe)
+    size, window, invocation = _pipe_settings(pipe)
     batch_mode = stack.parameter("SqsBatchMode") == "true"
+    # UpdatePipe replaces the SqsQueueParameters group as one, a field left out reset to
+    # its default (UpdatePipe API reference): the fix names the window it keeps.
     update = (
         f"aws pipes update-pipe --name {name} --role-arn {pipe.get('RoleArn')} "
-        '--source-parameters \'{"SqsQueueParameters": {"BatchSize": %d}}\''
+        '--source-parameters \'{"SqsQueueParameters": {"BatchSize": %d, '
+        f'"MaximumBatchingWindowInSeconds": {window}}}}}\''
     )
     problems: list[str] = []
     if batch_mode:

@@ -10,6 +10,8 @@ healthy again for the next.
 from __future__ import annotations
 
 import io
+import json
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -375,6 +377,36 @@ def test_a_batch_queue_hidden_shorter_than_a_batch_runs_fails() -> None:
         (warned,) = [f for f in findings if f.status == ops.WARN]
         assert warned.check == "source queue"
         assert "MaxAttempts 3 can need 22 (7 a attempt" in warned.detail
+
+
+def test_the_batch_size_fix_keeps_the_batching_window() -> None:
+    # GIVEN a stack in the SQS batch mode, its pipe batching 10 messages in a 10 s window
+    parameters = {**HEALTHY, "SqsBatchMode": "true", "ProcessorTimeoutSeconds": "30"}
+    with LocalEngine(
+        parameters=parameters, function_log=io.StringIO(), stack_name="batch-window"
+    ) as engine:
+        stack = LocalStack(engine)
+        pipes, name = stack.client("pipes"), _pipe(stack)
+        role = pipes.describe_pipe(Name=name)["RoleArn"]
+        # WHEN someone raises the batch size by hand (the window kept)
+        queue = {"BatchSize": 50, "MaximumBatchingWindowInSeconds": 10}
+        pipes.update_pipe(Name=name, RoleArn=role, SourceParameters={"SqsQueueParameters": queue})
+        (failed,) = [f for f in ops.examine(stack) if f.check == "pipe batching"]
+        assert failed.status == ops.FAIL
+        # AND runs the command the doctor prints
+        argv = shlex.split(failed.detail[failed.detail.index("aws pipes update-pipe") :])
+        options = dict(zip(argv[3::2], argv[4::2], strict=True))
+        pipes.update_pipe(
+            Name=options["--name"], RoleArn=options["--role-arn"],
+            SourceParameters=json.loads(options["--source-parameters"]),
+        )  # fmt: skip
+        # THEN the batch size is back, and the window with it: UpdatePipe replaces the
+        # SqsQueueParameters group as one, resetting a field left out to its default
+        # (UpdatePipe API reference), so the command names both
+        described = pipes.describe_pipe(Name=name)["SourceParameters"]["SqsQueueParameters"]
+        assert (described["BatchSize"], described["MaximumBatchingWindowInSeconds"]) == (10, 10)
+        (fixed,) = [f for f in ops.examine(stack) if f.check == "pipe batching"]
+        assert fixed.status == ops.PASS, fixed.detail
 
 
 def test_an_existing_source_queue_without_an_alarm_on_its_dlq_fails() -> None:
