@@ -861,8 +861,16 @@ def _inventories(s3: Any, bucket: str) -> Iterator[dict[str, Any]]:
 
 def check_audit_inventory(stack: _Stack) -> Iterator[Finding]:
     bucket = stack.target.output("IngestBucketName")
-    (function,) = [name for logical, name in stack.of_type("AWS::Lambda::Function")
-                   if logical == "AuditFunction"]  # fmt: skip
+    functions = [n for lid, n in stack.of_type("AWS::Lambda::Function") if lid == "AuditFunction"]
+    if not functions:
+        yield Finding(
+            FAIL,
+            "audit inventory",
+            "the stack has no AuditFunction: no audit can run (a stack made by another "
+            "version of onceflow?); redeploy the stack",
+        )
+        return
+    (function,) = functions
     environment = (
         stack.client("lambda")
         .get_function_configuration(FunctionName=function)

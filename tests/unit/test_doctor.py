@@ -9,6 +9,7 @@ import contextlib
 import datetime
 import io
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ from botocore.stub import Stubber
 
 from onceflow import ops
 from onceflow.cli import main
+from onceflow.ops import doctor
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 STACK = "onceflow"
@@ -572,6 +574,21 @@ def test_the_audits_inventory_on_a_later_page_of_the_listing_is_found(aws: Aws) 
     # THEN it read every page and found the audit's
     aws.verify()
     assert findings["audit inventory"].status == ops.PASS, findings["audit inventory"].detail
+
+
+def test_a_stack_without_the_audit_function_is_one_fail_not_a_crash(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a stack whose resources hold no AuditFunction (another version's, say)
+    monkeypatch.setattr(sys.modules[__name__], "RESOURCES", RESOURCES[:-1])
+    stack_calls(aws)
+    # WHEN only the inventory check runs on it
+    target = ops.DeployedTarget(STACK, REGION)
+    stack = doctor._Stack(target, target.parameters(), target.resources())
+    (finding,) = doctor.check_audit_inventory(stack)
+    # THEN it is one FAIL that says what is missing
+    assert (finding.status, finding.check) == (ops.FAIL, "audit inventory")
+    assert "no AuditFunction" in finding.detail
 
 
 def test_a_read_refused_is_one_fail_and_the_other_checks_still_run(aws: Aws) -> None:
