@@ -1376,9 +1376,9 @@ def test_a_failure_cause_names_the_event_its_state_was_entered_at(engine: LocalE
     names the state's StateEntered event, also when events followed it (test_base_scenarios,
     test_catch_states_runtime: 'RaiseRuntime' entered at #2, failed after #5)."""
     # GIVEN a Map whose OutputPath finds nothing once its iteration ran
-    definition = {"StartAt": "Map", "States": {"Map": {
-        "Type": "Map", "ItemsPath": "$.items", "OutputPath": "$.no.such", "End": True,
-        "ItemProcessor": {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}}}}  # fmt: skip
+    processor = {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}
+    definition = {"StartAt": "Map", "States": {"Map": {"Type": "Map", "ItemsPath": "$.items",
+        "OutputPath": "$.no.such", "ItemProcessor": processor, "End": True}}}  # fmt: skip
     # WHEN it runs
     result: Any = _run(engine, definition, {"items": [1]})
     # THEN the cause names the MapStateEntered event, not the last one before the failure
@@ -1395,8 +1395,8 @@ def test_a_map_iteration_failing_with_a_states_error_fails_the_map_with_it(
     test_map_catch_error[MAP_CATCH_ERROR_OUTPUT_WITH_RETRY]: an iteration's
     States.QueryEvaluationError fails the Map and the execution with it."""
     # GIVEN a Map whose iteration's expression throws, with a Catch
-    processor = {"StartAt": "P",
-                 "States": {"P": {"Type": "Pass", "Output": "{% $error('boom') %}", "End": True}}}  # fmt: skip
+    boom = {"Type": "Pass", "Output": "{% $error('boom') %}", "End": True}
+    processor = {"StartAt": "P", "States": {"P": boom}}
     definition = {"QueryLanguage": "JSONata", "StartAt": "Map", "States": {
         "Map": {"Type": "Map", "Items": "{% $states.input.items %}", "ItemProcessor": processor,
                 "Catch": [{"ErrorEquals": ["States.QueryEvaluationError"],
