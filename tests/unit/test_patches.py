@@ -1339,3 +1339,96 @@ def test_a_state_name_used_twice_is_an_invalid_definition(engine: LocalEngine) -
     processor["StartAt"] = "ItemDone"
     processor["States"] = {"ItemDone": {"Type": "Succeed"}}
     sfn.create_state_machine(name="once", definition=json.dumps(definition), roleArn=role)
+
+
+# ---- history events linked as AWS links them --------------------------------------
+
+
+def _by_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == kind]
+
+
+def test_a_distributed_maps_exit_follows_its_map_run_start(engine: LocalEngine) -> None:
+    """Recorded on AWS since November 2024 (LocalStack's test_base_scenarios snapshot,
+    test_map_state_nested_config_distributed: MapRunStarted #6, MapRunSucceeded #7 after
+    #6, MapStateSucceeded #8 after #7, MapStateExited #9 after #6)."""
+    # GIVEN a Distributed Map of two items
+    processor = {"ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
+                 "StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}  # fmt: skip
+    definition = {"QueryLanguage": "JSONata", "StartAt": "Map", "States": {"Map": {
+        "Type": "Map", "Items": [1, 2], "ItemProcessor": processor, "End": True}}}  # fmt: skip
+    # WHEN it runs
+    result: Any = _run(engine, definition, {})
+    # THEN its success follows the Map Run's, its exit the Map Run's start
+    assert result.status == "SUCCEEDED"
+    [started] = _by_type(result.events, "MapRunStarted")
+    [run_succeeded] = _by_type(result.events, "MapRunSucceeded")
+    [succeeded] = _by_type(result.events, "MapStateSucceeded")
+    [exited] = _by_type(result.events, "MapStateExited")
+    assert run_succeeded["previousEventId"] == started["id"]
+    assert succeeded["previousEventId"] == run_succeeded["id"]
+    assert exited["previousEventId"] == started["id"]
+    assert _by_type(result.events, "ExecutionSucceeded")[0]["previousEventId"] == exited["id"]
+
+
+def test_a_failure_cause_names_the_event_its_state_was_entered_at(engine: LocalEngine) -> None:
+    """Recorded on AWS: every "entered at the event id #N" of LocalStack's snapshots (109)
+    names the state's StateEntered event, also when events followed it (test_base_scenarios,
+    test_catch_states_runtime: 'RaiseRuntime' entered at #2, failed after #5)."""
+    # GIVEN a Map whose OutputPath finds nothing once its iteration ran
+    processor = {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}
+    definition = {"StartAt": "Map", "States": {"Map": {"Type": "Map", "ItemsPath": "$.items",
+        "OutputPath": "$.no.such", "ItemProcessor": processor, "End": True}}}  # fmt: skip
+    # WHEN it runs
+    result: Any = _run(engine, definition, {"items": [1]})
+    # THEN the cause names the MapStateEntered event, not the last one before the failure
+    [entered] = _by_type(result.events, "MapStateEntered")
+    assert (result.status, result.error) == ("FAILED", "States.Runtime")
+    assert f"'Map' (entered at the event id #{entered['id']})." in result.cause
+    assert entered["id"] == 2 and len(result.events) > 4
+
+
+def test_a_map_iteration_failing_with_a_states_error_fails_the_map_with_it(
+    engine: LocalEngine,
+) -> None:
+    """Recorded on AWS: LocalStack's test_error_output snapshot,
+    test_map_catch_error[MAP_CATCH_ERROR_OUTPUT_WITH_RETRY]: an iteration's
+    States.QueryEvaluationError fails the Map and the execution with it."""
+    # GIVEN a Map whose iteration's expression throws, with a Catch
+    boom = {"Type": "Pass", "Output": "{% $error('boom') %}", "End": True}
+    processor = {"StartAt": "P", "States": {"P": boom}}
+    definition = {"QueryLanguage": "JSONata", "StartAt": "Map", "States": {
+        "Map": {"Type": "Map", "Items": "{% $states.input.items %}", "ItemProcessor": processor,
+                "Catch": [{"ErrorEquals": ["States.QueryEvaluationError"],
+                           "Output": "{% $states.errorOutput %}", "Next": "Caught"}], "End": True},
+        "Caught": {"Type": "Succeed"}}}  # fmt: skip
+    # WHEN it runs, THEN its Catch takes the iteration's error
+    caught: Any = _run(engine, definition, {"items": [1]})
+    assert caught.status == "SUCCEEDED"
+    assert caught.output["Error"] == "States.QueryEvaluationError"
+    assert "'P' (entered at the event id #5)" in caught.output["Cause"]
+    assert "boom" in caught.output["Cause"]
+
+
+def test_a_retried_parallel_follows_the_failure_not_the_abort(engine: LocalEngine) -> None:
+    """Recorded on AWS: a branch's TaskStateAborted is followed by nothing (LocalStack's
+    test_error_output snapshot, PARALLEL_CATCH_ERROR_OUTPUT_WITH_RETRY: the retry's
+    ParallelStateStarted #9 follows TaskFailed #7, not TaskStateAborted #8;
+    test_callback, SQS_PARALLEL_WAIT_FOR_TASK_TOKEN: ParallelStateFailed #10 follows #8,
+    TaskStateAborted #9 follows #8)."""
+    # GIVEN a retried Parallel whose branch's Task fails
+    task = {"Type": "Task", "Resource": "arn:aws:states:::sqs:sendMessage", "End": True,
+            "Arguments": {"QueueUrl": "q", "MessageBody": "{% $error('boom') %}"}}  # fmt: skip
+    definition = {"QueryLanguage": "JSONata", "StartAt": "Par", "States": {"Par": {
+        "Type": "Parallel", "Branches": [{"StartAt": "T", "States": {"T": task}}],
+        "Retry": [{"ErrorEquals": ["States.ALL"], "MaxAttempts": 1}], "End": True}}}  # fmt: skip
+    # WHEN it runs
+    result: Any = _run(engine, definition, {})
+    # THEN what comes after each abort follows what the abort follows
+    by_id = {e["id"]: e for e in result.events}
+    aborts = _by_type(result.events, "TaskStateAborted")
+    assert len(aborts) == 2
+    for abort in aborts:
+        after = by_id[abort["id"] + 1]
+        assert after["type"] in ("ParallelStateStarted", "ParallelStateFailed")
+        assert after["previousEventId"] == abort["previousEventId"]

@@ -86,7 +86,7 @@ def test_an_assigned_string_literal_keeps_its_json_escape(sfn: Any) -> None:
     assert exited["assignedVariables"] == {"v": '"a\\/b"'}
 
 
-@reproduces("a failed Parallel branch as AWS records it")
+@reproduces("a failed Parallel branch or Map iteration as AWS records it")
 def test_a_parallel_branch_failing_with_a_states_error_is_not_caught(run: Run) -> None:
     # AWS: the Parallel state fails with States.Timeout and its Catch takes it.
     branch = {"StartAt": "F", "States": {"F": {"Type": "Fail", "Error": "States.Timeout"}}}
@@ -94,6 +94,42 @@ def test_a_parallel_branch_failing_with_a_states_error_is_not_caught(run: Run) -
                 "Catch": [{"ErrorEquals": ["States.Timeout"], "Next": "Caught"}]}  # fmt: skip
     result = run({"StartAt": "Par", "States": {"Par": parallel, "Caught": PASS["P"]}})
     assert (result["status"], result["error"]) == ("FAILED", "States.Runtime")
+
+
+@reproduces("a failed Parallel branch or Map iteration as AWS records it")
+def test_a_map_iteration_failing_with_a_states_error_fails_with_another(run: Run) -> None:
+    # AWS: the Map fails with the iteration's States.Runtime and its cause (the path).
+    processor = {
+        "StartAt": "P",
+        "States": {"P": {"Type": "Pass", "InputPath": "$.no", "End": True}},
+    }
+    states = {"M": {"Type": "Map", "ItemsPath": "$.v", "ItemProcessor": processor, "End": True}}
+    result = run({"StartAt": "M", "States": states}, {"v": [{}]})
+    assert result["cause"].endswith(
+        "MUST NOT begin with the prefix 'States.', got 'States.Runtime'."
+    )
+
+
+@reproduces("history events linked as AWS links them")
+def test_a_distributed_maps_exit_follows_its_map_run_success(run: Run) -> None:
+    # AWS (recorded since November 2024): MapStateExited follows MapRunStarted, #4.
+    processor = {"ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
+                 "StartAt": "P", "States": PASS}  # fmt: skip
+    states = {"M": {"Type": "Map", "ItemsPath": "$.v", "ItemProcessor": processor, "End": True}}
+    events = run({"StartAt": "M", "States": states}, {"v": [1]})["events"]
+    kinds = [(e["type"], e["previousEventId"]) for e in events[3:7]]
+    assert kinds == [("MapRunStarted", 3), ("MapRunSucceeded", 4), ("MapStateSucceeded", 5),
+                     ("MapStateExited", 5)]  # fmt: skip
+
+
+@reproduces("history events linked as AWS links them")
+def test_a_failure_cause_names_the_last_event_not_the_states_entry(run: Run) -> None:
+    # AWS: "(entered at the event id #2)", the MapStateEntered event.
+    processor = {"StartAt": "P", "States": PASS}
+    states = {"M": {"Type": "Map", "ItemsPath": "$.v", "OutputPath": "$.no", "End": True,
+                    "ItemProcessor": processor}}  # fmt: skip
+    result = run({"StartAt": "M", "States": states}, {"v": [1]})
+    assert "'M' (entered at the event id #7)." in result["cause"]
 
 
 @reproduces("execution input limit")
@@ -189,7 +225,10 @@ _MISSING_OBJECT = {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:s3:getO
                    "Parameters": {"Bucket": "missing", "Key": "k"}, "End": True}  # fmt: skip
 
 
-@reproduces("a failed Parallel branch as AWS records it", "integration errors as AWS names them")
+@reproduces(
+    "a failed Parallel branch or Map iteration as AWS records it",
+    "integration errors as AWS names them",
+)
 def test_a_failed_sdk_task_is_named_s3_and_its_branch_not_aborted(run: Run) -> None:
     # AWS: S3.NoSuchBucketException; in a Parallel branch, TaskFailed then TaskStateAborted.
     alone = run({"StartAt": "T", "States": {"T": _MISSING_OBJECT}})

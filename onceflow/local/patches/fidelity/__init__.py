@@ -48,6 +48,9 @@ from moto.stepfunctions.parser.asl.component.common.string import string_express
 from moto.stepfunctions.parser.asl.component.intrinsic import jsonata as intrinsic_jsonata
 from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
 from moto.stepfunctions.parser.asl.component.state.exec.state_map import state_map
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
+    iteration_worker,
+)
 from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import (
     branch_worker,
     branches_decl,
@@ -368,33 +371,50 @@ def _execution_details(self: Any) -> Any:
     return details
 
 
-def _evaluation_failed_after_the_entry(original: Any) -> Any:
-    """AWS links an EvaluationFailed event to what the state's entry links to (its
-    previousEventId is the StateEntered event's), not to the entry itself: recorded in
-    LocalStack's test_assign_reference_variables (test_undefined_reference: entered #6
-    after #5, EvaluationFailed #7 after #5) and test_base_scenarios snapshots. A Wait
-    whose timestamp is invalid links to its entry (test_wait_timestamp_jsonata)."""
+_ENTERED = "_onceflow_entered_event_id"  # on an EventHistoryContext: its state's entry
+
+
+def _linked_as_recorded(original: Any) -> Any:
+    """EvaluationFailed follows what its state's entry follows (a Wait's: its entry);
+    MapStateExited follows MapRunStarted (the patch's why has the recordings)."""
 
     def add_event(self: Any, context: Any, event_type: Any, *args: Any, **kwargs: Any) -> int:
         event_id: int = original(self, context, event_type, *args, **kwargs)
-        if event_type == HistoryEventType.EvaluationFailed:
+        if event_type.endswith("StateEntered"):  # a str Enum: str() would give its name
+            setattr(context, _ENTERED, event_id)
+        elif event_type in (HistoryEventType.EvaluationFailed, HistoryEventType.MapStateSucceeded):
             with self._mutex:
                 events = self._history_event_list
-                failed = next(e for e in reversed(events) if e["id"] == event_id)
-                entry = next(
-                    (e for e in reversed(events) if e["id"] == failed["previousEventId"]), None
+                added = next(e for e in reversed(events) if e["id"] == event_id)
+                linked = next(
+                    (e for e in reversed(events) if e["id"] == added["previousEventId"]), None
                 )
-                kind = str(entry["type"]) if entry else ""
-                if entry and kind.endswith("StateEntered") and kind != "WaitStateEntered":
-                    failed["previousEventId"] = entry["previousEventId"]
+                kind = linked["type"] if linked else ""
+                if kind == HistoryEventType.MapRunSucceeded:  # MapStateExited follows its start
+                    context.source_event_id = linked["previousEventId"]  # type: ignore[index]
+                elif kind.endswith("StateEntered") and kind != "WaitStateEntered":
+                    added["previousEventId"] = linked["previousEventId"]  # type: ignore[index]
         return event_id
 
     return add_event
 
 
+def _entered_at(original: Any) -> Any:
+    """A failure's cause names the event its state was entered at (moto: the last one)."""
+
+    def __init__(self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, env, *args, **kwargs)
+        self.source_event_id = getattr(env.event_history_context, _ENTERED, self.source_event_id)
+
+    return __init__
+
+
+def _install_links(installer: Installer) -> None:
+    installer.replace(EventManager, "add_event", _linked_as_recorded(EventManager.add_event))
+    installer.replace(FailureEvent, "__init__", _entered_at(FailureEvent.__init__))
+
+
 def _install_evaluation_failures(installer: Installer) -> None:
-    add_event = _evaluation_failed_after_the_entry(EventManager.add_event)
-    installer.replace(EventManager, "add_event", add_event)
     installer.replace(ExecutionState, "_from_error", _from_error)
     failure = FailureEventException
     installer.replace(failure, "get_evaluation_failed_event_details", _evaluation_details)
@@ -404,9 +424,13 @@ def _install_evaluation_failures(installer: Installer) -> None:
 
 
 def _evaluation_failures_fit() -> list[str]:
-    moved = gone(FailureEventException, "get_evaluation_failed_event_details")
-    moved += gone(EventManager, "add_event") + takes(EventManager.add_event, "self", "context")
-    return moved + uses(EventManager.__init__, "_history_event_list", "_mutex")
+    return gone(FailureEventException, "get_evaluation_failed_event_details")
+
+
+def _links_fit() -> list[str]:
+    moved = gone(EventManager, "add_event") + takes(EventManager.add_event, "self", "context")
+    moved += uses(EventManager.__init__, "_history_event_list", "_mutex")
+    return moved + uses(FailureEvent, "self.source_event_id = env.event_history_context.")
 
 
 # Parallel: a branch's error, States.* too, reaches Retry and Catch (moto's
@@ -435,14 +459,16 @@ def _branch_routine(self: Any) -> None:
             state_data = env.states.context_object.context_object_data.get("State") or {}
             state = self._program.states.states.get(state_data.get("Name"))
             entered = str(getattr(getattr(state, "state_entered_event_type", None), "value", ""))
-            if (aborted := _ABORTED.get(entered)) is not None:
-                env.event_manager.add_event(context=env.event_history_context, event_type=aborted)
+            if (aborted := _ABORTED.get(entered)) is not None:  # no event follows it
+                context, manager = env.event_history_context, env.event_manager
+                manager.add_event(context, aborted, update_source_event_id=False)
     finally:  # the Parallel waits for every branch to report
         self._branch_worker_comm.on_terminated(env=env)
 
 
 def _install_parallel(installer: Installer) -> None:
     installer.replace(branches_decl, "CustomErrorName", _branch_error_name)
+    installer.replace(iteration_worker, "CustomErrorName", _branch_error_name)
     installer.replace(branch_worker.BranchWorker, "_thread_routine", _branch_routine)
 
 
@@ -675,25 +701,39 @@ PATCHES = (
         why="A state whose JSONata expression throws leaves an EvaluationFailed event "
         "naming the error and the state (AWS Step Functions API reference, HistoryEvent: "
         "evaluationFailedEventDetails; for Pass and Choice states in particular not "
-        "verified), linked to what the state's entry links to (previousEventId; recorded: "
-        "LocalStack's test_assign_reference_variables and test_base_scenarios snapshots). "
-        "moto wrote it for Task, Parallel and Map states only, so a caught error inside a "
-        "Parallel branch had no name, and linked it to the entry.",
+        "verified). moto wrote it for Task, Parallel and Map states only, so a caught error "
+        "inside a Parallel branch had no name.",
         test=_TESTS + "test_a_pass_state_whose_expression_fails_records_the_evaluation_failure",
         install=_install_evaluation_failures,
         fits=_evaluation_failures_fit,
     ),
     _Fidelity(
-        name="a failed Parallel branch as AWS records it",
-        why="A Parallel state fails with the error its failed branch failed with, States.* "
-        "errors included, which its Retry and Catch see ('Parallel workflow state'; moto "
-        "refused names starting with 'States.' and crashed the Parallel); the state the "
-        "branch failed in is aborted, TaskFailed followed by TaskStateAborted (recorded: "
-        "LocalStack's test_error_output snapshot, test_parallel_catch_error; moto wrote none).",
+        name="history events linked as AWS links them",
+        why="Each event names the one it follows (previousEventId): EvaluationFailed what "
+        "its state's entry follows; after a Map Run, MapStateSucceeded follows MapRunSucceeded "
+        "and MapStateExited MapRunStarted (recorded: LocalStack's test_assign_reference_"
+        "variables and test_base_scenarios snapshots, test_map_state_nested_config_"
+        "distributed; recordings before November 2024 follow MapRunSucceeded). A cause's "
+        "'entered at the event id #n' names the state's entry (recorded: all 109 in those "
+        "snapshots, test_catch_states_runtime). moto linked EvaluationFailed to the entry, "
+        "MapStateExited to MapRunSucceeded, and named the event before the failure.",
+        test=_TESTS + "test_a_failure_cause_names_the_event_its_state_was_entered_at",
+        install=_install_links,
+        fits=_links_fit,
+    ),
+    _Fidelity(
+        name="a failed Parallel branch or Map iteration as AWS records it",
+        why="A Parallel or Map state fails with the error its failed branch or iteration "
+        "failed with, States.* errors included, which its Retry and Catch see ('Parallel "
+        "workflow state'; recorded: LocalStack's test_error_output snapshot, test_map_catch_"
+        "error; moto refused names starting with 'States.' and failed with States.Runtime); "
+        "the state the branch failed in is aborted, TaskFailed followed by TaskStateAborted, "
+        "which no event follows (recorded: test_parallel_catch_error; moto wrote none).",
         test=_TESTS + "test_a_parallel_branch_failing_with_a_states_error_reaches_the_catch",
         install=_install_parallel,
         fits=lambda: [
             *uses(branches_decl, "CustomErrorName(error_name=exit_error_name)"),
+            *uses(iteration_worker, "CustomErrorName(error_name=error_name)"),
             *uses(
                 branch_worker.BranchWorker._thread_routine, "self._program.eval(", "on_terminated"
             ),
