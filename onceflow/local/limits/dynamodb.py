@@ -113,30 +113,25 @@ def _member_problems(action: str, params: Mapping[str, Any]) -> Iterator[str]:
               f"satisfy regular expression pattern: {_TABLE}"  # fmt: skip
 
 
-def _validate(action: str, params: Mapping[str, Any]) -> None:
+def _refusal(action: str, params: Mapping[str, Any]) -> str | None:
     if problems := list(_member_problems(action, params)):
-        s = "s" if len(problems) > 1 else ""
-        raise MockValidationException(
-            f"{len(problems)} validation error{s} detected: " + "; ".join(problems)
-        )
-    for number in _numbers_in(params):
-        if (problem := number_problem(number)) is not None:
-            raise MockValidationException(problem)
+        many = "s" if len(problems) > 1 else ""
+        return f"{len(problems)} validation error{many} detected: " + "; ".join(problems)
+    return next(filter(None, map(number_problem, _numbers_in(params))), None)
 
 
 def _checked_dynamodb_call(self: Any) -> Any:
     """DynamoDB validates a request before anything else: its members, then every number
     of every AttributeValue (moto checked only the top level of PutItem, through a float).
     A refusal is answered as moto answers an action's, with a request id."""
-    try:
-        _validate(self._get_action(), getattr(self, "params", None) or {})
-    except MockValidationException as refused:
-        headers = {**dict(refused.get_headers() or []), "status": refused.code}
-        status, headers, body = self._transform_response(
-            self.response_headers, (refused.description, headers)
-        )
-        return (status, *self._enrich_response(headers, body))
-    return _ORIGINAL[_checked_dynamodb_call](self)
+    if (problem := _refusal(self._get_action(), getattr(self, "params", None) or {})) is None:
+        return _ORIGINAL[_checked_dynamodb_call](self)
+    refused = MockValidationException(problem)
+    headers = {**dict(refused.get_headers() or []), "status": refused.code}
+    status, headers, body = self._transform_response(
+        self.response_headers, (refused.description, headers)
+    )
+    return (status, *self._enrich_response(headers, body))
 
 
 PATCHES = (

@@ -126,8 +126,7 @@ def _sdk_parameters(self: Any, parameters: dict[str, Any], *args: Any, **kwargs:
 def _sdk_response(self: Any, response: Any, *args: Any, **kwargs: Any) -> None:
     """A streamed member (S3's Body) answers as its text (moto: the stream's repr)."""
     if isinstance(response, dict):
-        for name, value in response.items():
-            response[name] = self._from_boto_response_value(value)
+        response.update({k: self._from_boto_response_value(v) for k, v in response.items()})
 
 
 def _install_results(installer: Installer) -> None:
