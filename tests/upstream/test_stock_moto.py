@@ -219,7 +219,7 @@ def _table() -> None:
     )  # fmt: skip
 
 
-def _put(item: dict[str, Any]) -> dict[str, Any]:
+def _put(item: dict[str, Any] | None) -> dict[str, Any]:
     return {"StartAt": "T", "States": {"T": {
         "Type": "Task", "Resource": "arn:aws:states:::dynamodb:putItem",
         "Parameters": {"TableName": "t", "Item": item}, "End": True}}}  # fmt: skip
@@ -259,6 +259,16 @@ def test_an_sdk_put_object_of_a_json_body_fails(run: Run) -> None:
     result = run({"StartAt": "T", "States": {"T": task}})
     assert result["error"] == "States.Runtime"
     assert result["cause"].endswith("'dict' object has no attribute 'read'")
+
+
+@reproduces("integration errors as AWS names them")
+def test_a_put_item_of_a_null_item_fails_in_pythons_words(run: Run) -> None:
+    # AWS: "1 validation error detected: Value null at 'item' failed to satisfy constraint:
+    # Member must not be null (Service: AmazonDynamoDBv2; ..." (the SDK leaves the null out).
+    _table()
+    result = run(_put(None))
+    assert result["error"] == "DynamoDB.AmazonDynamoDBException"
+    assert result["cause"] == "'NoneType' object has no attribute 'items'"
 
 
 @reproduces("integration errors as AWS names them")
