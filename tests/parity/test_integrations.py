@@ -185,6 +185,77 @@ def test_dynamodb_results_carry_the_sdk_metadata_and_no_consumed_capacity(
     assert update.output["Attributes"] == {"s": {"S": "HelloWorldUpdated"}}
 
 
+def _sdk(resource: str, **arguments: Any) -> dict[str, Any]:
+    return {"Type": "Task", "Resource": f"arn:aws:states:::aws-sdk:{resource}",
+            "Arguments": arguments, "End": True}  # fmt: skip
+
+
+def test_an_sdk_update_item_answers_without_consumed_capacity(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Recorded: test_aws_sdk_task_service.snapshot.json,
+    TestTaskServiceAwsSdk::test_dynamodb_put_update_get_item: aws-sdk:dynamodb:updateItem
+    with ReturnValues UPDATED_NEW answers Attributes alone (no ConsumedCapacity)."""
+    table = engine.ref("LedgerTable")
+    update = _sdk("dynamodb:updateItem", TableName=table, Key={"pk": {"S": "u1"}},
+                  UpdateExpression="SET s = :s", ReturnValues="UPDATED_NEW",
+                  ExpressionAttributeValues={":s": {"S": "HelloWorldUpdated"}})  # fmt: skip
+    result = run({"Update": update})
+    assert sorted(result.output) == ["Attributes"]
+    assert result.output["Attributes"]["s"] == {"S": "HelloWorldUpdated"}
+
+
+NULL_MEMBER = (
+    "1 validation error detected: Value null at '{}' failed to satisfy constraint: "
+    "Member must not be null"
+)
+
+
+@pytest.mark.parametrize(
+    ("action", "member"),
+    [("putItem", "Item"), ("getItem", "Key"), ("deleteItem", "Key"), ("updateItem", "Key")],
+)
+def test_a_null_member_dynamodb_requires_is_refused_in_dynamodb_words(
+    run: Run, engine: LocalEngine, action: str, member: str
+) -> None:
+    """Recorded: error_handling/test_task_service_dynamodb.snapshot.json and
+    error_handling/test_aws_sdk.snapshot.json, test_invalid_param and
+    test_dynamodb_invalid_param: a putItem whose Item is null fails with
+    DynamoDB.AmazonDynamoDBException (optimised) or DynamoDb.DynamoDbException (aws-sdk),
+    "1 validation error detected: Value null at 'item' failed to satisfy constraint:
+    Member must not be null (Service: ...". The other actions' Key is the same rule
+    (not recorded: DynamoDB's API reference marks Key required)."""
+    words = NULL_MEMBER.format(member.lower())
+    arguments = {"TableName": engine.ref("LedgerTable"), member: None}
+    optimised = run({"Task": _dynamodb(engine, action, **{member: None})})
+    assert optimised.error == "DynamoDB.AmazonDynamoDBException"
+    assert (optimised.cause or "").startswith(
+        f"{words} (Service: AmazonDynamoDBv2; Status Code: 400; Error Code: ValidationException;"
+    )
+    sdk = run({"Task": _sdk(f"dynamodb:{action}", **arguments)})
+    assert sdk.error == "DynamoDb.DynamoDbException"
+    assert (sdk.cause or "").startswith(f"{words} (Service: DynamoDb, Status Code: 400, ")
+
+
+def test_a_table_name_dynamodb_cannot_hold_is_refused_in_validation(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Recorded: error_handling/test_task_service_dynamodb.snapshot.json,
+    TestTaskServiceDynamoDB::test_put_item_invalid_table_name: a TableName "/..." fails
+    with DynamoDB.AmazonDynamoDBException, "1 validation error detected: Value '/...' at
+    'tableName' failed to satisfy constraint: Member must satisfy regular expression
+    pattern: [a-zA-Z0-9_.-]+ (Service: AmazonDynamoDBv2; ..."."""
+    task = _dynamodb(engine, "putItem", Item={"pk": {"S": "p"}}) | {}
+    task["Arguments"]["TableName"] = "/no_such_table"
+    result = run({"Put": task})
+    assert result.error == "DynamoDB.AmazonDynamoDBException"
+    assert (result.cause or "").startswith(
+        "1 validation error detected: Value '/no_such_table' at 'tableName' failed to satisfy "
+        "constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9_.-]+ "
+        "(Service: AmazonDynamoDBv2; Status Code: 400; Error Code: ValidationException;"
+    )
+
+
 # ---- sqs -------------------------------------------------------------------------
 
 
@@ -281,3 +352,45 @@ def test_send_message_without_a_body_is_an_amazon_sqs_exception(
         "The request must contain the parameter MessageBody. (Service: AmazonSQS; "
         "Status Code: 400; Error Code: MissingParameter; Request ID: "
     )
+
+
+@pytest.mark.parametrize(
+    ("body", "stored"),
+    [("text data", '"text data"'), ({"Dict": "Value"}, '{"Dict":"Value"}'), (False, "false")],
+)
+def test_an_sdk_put_object_stores_the_body_as_json_text(
+    run: Run, engine: LocalEngine, body: Any, stored: str
+) -> None:
+    """Recorded: test_aws_sdk_task_service.snapshot.json,
+    TestTaskServiceAwsSdk::test_s3_put_object[str|dict|bool]: every Body succeeds, its
+    JSON text stored (the str's ETag is the MD5 of '"text data"')."""
+    bucket = engine.ref("IngestBucket")
+    result = run({"Put": _sdk("s3:putObject", Bucket=bucket, Key="k", Body=body)})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    s3 = engine.client("s3")
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read().decode() == stored
+
+
+def test_an_sdk_get_object_answers_the_body_as_text(run: Run, engine: LocalEngine) -> None:
+    """Recorded: test_aws_sdk_task_service.snapshot.json,
+    TestTaskServiceAwsSdk::test_s3_get_object[str|binary]: Body is the object's text."""
+    bucket = engine.ref("IngestBucket")
+    engine.client("s3").put_object(Bucket=bucket, Key="g", Body=b"binary data")
+    result = run({"Get": _sdk("s3:getObject", Bucket=bucket, Key="g")})
+    assert result.output["Body"] == "binary data"
+
+
+@pytest.mark.parametrize("action", ["sendTaskSuccess", "sendTaskFailure"])
+def test_an_sdk_task_outcome_of_no_such_token_is_an_invalid_token_exception(
+    run: Run, action: str
+) -> None:
+    """Recorded: test_aws_sdk_task_service.snapshot.json,
+    TestTaskServiceAwsSdk::test_sfn_send_task_outcome_with_no_such_token: the TaskFailed
+    is Sfn.InvalidTokenException, resource sendTaskSuccess, resourceType aws-sdk:sfn."""
+    arguments = {"TaskToken": "NoSuchTaskToken"}
+    if action == "sendTaskSuccess":
+        arguments["Output"] = "ParameterOutput"
+    result = run({"Send": _sdk(f"sfn:{action}", **arguments)})
+    [failed] = events_of(result, "TaskFailed")
+    assert (failed["error"], failed["resource"]) == ("Sfn.InvalidTokenException", action)
+    assert failed["resourceType"] == "aws-sdk:sfn"

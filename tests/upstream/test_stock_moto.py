@@ -258,7 +258,7 @@ def _table() -> None:
     )  # fmt: skip
 
 
-def _put(item: dict[str, Any]) -> dict[str, Any]:
+def _put(item: dict[str, Any] | None) -> dict[str, Any]:
     return {"StartAt": "T", "States": {"T": {
         "Type": "Task", "Resource": "arn:aws:states:::dynamodb:putItem",
         "Parameters": {"TableName": "t", "Item": item}, "End": True}}}  # fmt: skip
@@ -276,6 +276,38 @@ def test_a_put_item_refused_in_validation_is_a_validation_exception(run: Run) ->
     # AWS: DynamoDB.AmazonDynamoDBException, "One or more parameter values were invalid: ...".
     _table()
     assert run(_put({"other": {"S": "a"}}))["error"] == "DynamoDB.ValidationException"
+
+
+@reproduces("integration results with the SDK's metadata")
+def test_an_update_item_answers_consumed_capacity_unasked(sfn: Any) -> None:
+    # AWS: ConsumedCapacity only with ReturnConsumedCapacity TOTAL or INDEXES.
+    _table()
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    answer = dynamodb.update_item(TableName="t", Key={"pk": {"S": "a"}},
+                                  UpdateExpression="SET v = :v",
+                                  ExpressionAttributeValues={":v": {"S": "x"}})  # fmt: skip
+    assert answer["ConsumedCapacity"] == {"TableName": "t", "CapacityUnits": 0.5}
+
+
+@reproduces("integration results with the SDK's metadata")
+def test_an_sdk_put_object_of_a_json_body_fails(run: Run) -> None:
+    # AWS: a Body given as JSON is stored as its JSON text, '{"a":1}'.
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="bkt")
+    task = {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:s3:putObject",
+            "Parameters": {"Bucket": "bkt", "Key": "k", "Body": {"a": 1}}, "End": True}  # fmt: skip
+    result = run({"StartAt": "T", "States": {"T": task}})
+    assert result["error"] == "States.Runtime"
+    assert result["cause"].endswith("'dict' object has no attribute 'read'")
+
+
+@reproduces("integration errors as AWS names them")
+def test_a_put_item_of_a_null_item_fails_in_pythons_words(run: Run) -> None:
+    # AWS: "1 validation error detected: Value null at 'item' failed to satisfy constraint:
+    # Member must not be null (Service: AmazonDynamoDBv2; ..." (the SDK leaves the null out).
+    _table()
+    result = run(_put(None))
+    assert result["error"] == "DynamoDB.AmazonDynamoDBException"
+    assert result["cause"] == "'NoneType' object has no attribute 'items'"
 
 
 @reproduces("integration errors as AWS names them")

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import decimal
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+from moto.core.responses import BaseResponse
+from moto.core.utils import get_service_model
 from moto.dynamodb import responses as dynamodb_responses
 from moto.dynamodb.exceptions import ItemSizeTooLarge, MockValidationException
 from moto.dynamodb.models import dynamo_type
 
 from onceflow.local.limits.common import binary_size, limit, utf8
-from onceflow.local.patches.registry import takes
+from onceflow.local.patches.registry import gone, takes
 
 # Docs: "DynamoDB item sizes and formats"; "Supported data types".
 DYNAMODB_ITEM_LIMIT: Final = 400 * 1024
@@ -23,6 +26,7 @@ _NUMBER_UNDERFLOW: Final = (
     "Number underflow. Attempting to store a number with magnitude smaller than supported range"
 )
 _NUMBER_DIGITS: Final = "Attempting to store more than 38 significant digits in a Number"
+_TABLE: Final = "[a-zA-Z0-9_.-]+"  # a table's name; an ARN names it too
 _ORIGINAL: dict[Any, Any] = {}
 
 
@@ -95,25 +99,56 @@ def _numbers_in(value: Any) -> Iterator[str]:
             yield from _numbers_in(member)
 
 
+def _member_problems(action: str, params: Mapping[str, Any]) -> Iterator[str]:
+    """DynamoDB's words for a member the operation requires left null (or out) and a table
+    name it cannot hold; moto met a KeyError or looked the table up."""
+    operation = get_service_model("dynamodb").operation_model(action)
+    for member in operation.input_shape.required_members:
+        if params.get(member) is None:
+            yield f"Value null at '{member[:1].lower()}{member[1:]}' failed to satisfy " \
+                  "constraint: Member must not be null"  # fmt: skip
+    table = params.get("TableName")
+    if isinstance(table, str) and not table.startswith("arn:") and not re.fullmatch(_TABLE, table):
+        yield f"Value '{table}' at 'tableName' failed to satisfy constraint: Member must " \
+              f"satisfy regular expression pattern: {_TABLE}"  # fmt: skip
+
+
+def _refusal(action: str, params: Mapping[str, Any]) -> str | None:
+    if problems := list(_member_problems(action, params)):
+        many = "s" if len(problems) > 1 else ""
+        return f"{len(problems)} validation error{many} detected: " + "; ".join(problems)
+    return next(filter(None, map(number_problem, _numbers_in(params))), None)
+
+
 def _checked_dynamodb_call(self: Any) -> Any:
-    """DynamoDB validates every number of every AttributeValue in a request before
-    anything else; moto checked only the top level of PutItem, through a float."""
-    for number in _numbers_in(getattr(self, "params", None) or {}):
-        if (problem := number_problem(number)) is not None:
-            raise MockValidationException(problem)
-    return _ORIGINAL[_checked_dynamodb_call](self)
+    """DynamoDB validates a request before anything else: its members, then every number
+    of every AttributeValue (moto checked only the top level of PutItem, through a float).
+    A refusal is answered as moto answers an action's, with a request id."""
+    if (problem := _refusal(self._get_action(), getattr(self, "params", None) or {})) is None:
+        return _ORIGINAL[_checked_dynamodb_call](self)
+    refused = MockValidationException(problem)
+    headers = {**dict(refused.get_headers() or []), "status": refused.code}
+    status, headers, body = self._transform_response(
+        self.response_headers, (refused.description, headers)
+    )
+    return (status, *self._enrich_response(headers, body))
 
 
 PATCHES = (
     limit(
-        "DynamoDB items and numbers",
-        "An item over 400 KB by AWS's formula, or a number of more than 38 digits or "
-        "out of range anywhere in a request, is refused with DynamoDB's ValidationException "
-        "(DynamoDB item sizes and formats; Supported data types).",
+        "DynamoDB items, numbers and requests",
+        "An item over 400 KB by AWS's formula, a number of more than 38 digits or out of "
+        "range anywhere in a request, a required member left null or a table name outside "
+        "[a-zA-Z0-9_.-]+ is refused with DynamoDB's ValidationException in its words "
+        "(DynamoDB item sizes and formats; Supported data types; LocalStack's recorded "
+        "test_task_service_dynamodb test_invalid_param, test_put_item_invalid_table_name).",
         "tests/workflow/test_limits.py",
         _ORIGINAL,
         (dynamo_type.LimitedSizeDict, "__setitem__", _limited_setitem),
         (dynamodb_responses.DynamoHandler, "call_action", _checked_dynamodb_call),
-        fits=lambda: takes(dynamodb_responses.DynamoHandler.call_action, "self"),
+        fits=lambda: [
+            *takes(dynamodb_responses.DynamoHandler.call_action, "self"),
+            *gone(BaseResponse, "_transform_response", "_enrich_response"),
+        ],
     ),
 )

@@ -13,6 +13,8 @@ import zlib
 from typing import Any
 
 from botocore.exceptions import ClientError
+from moto.core.utils import get_service_model
+from moto.dynamodb.responses import DynamoHandler, include_consumed_capacity
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEventException,
 )
@@ -30,11 +32,13 @@ _Service = state_task_service.StateTaskService
 _Lambda = state_task_service_lambda.StateTaskServiceLambda
 _DynamoDB = state_task_service_dynamodb.StateTaskServiceDynamoDB
 _Sqs = state_task_service_sqs.StateTaskServiceSqs
+_AwsSdk = state_task_service_aws_sdk.StateTaskServiceAwsSdk
 _original_after = _Service._after_eval_execution
 _original_lambda_error = _Lambda._error_cause_from_client_error
 _original_dynamodb_error = _DynamoDB._error_cause_from_client_error
 _original_dynamodb_from_error = _DynamoDB._from_error
 _original_sqs_from_error = _Sqs._from_error
+_original_update_item: Any = DynamoHandler.update_item
 
 JSON_1_0 = "application/x-amz-json-1.0"
 
@@ -76,8 +80,6 @@ def _lambda_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[s
 
 
 def _dynamodb_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
-    if parameters.get("ReturnConsumedCapacity", "NONE") == "NONE":  # AWS leaves it out
-        output = {k: v for k, v in output.items() if k != "ConsumedCapacity"}
     body = json.dumps(output, separators=(",", ":"), ensure_ascii=False).encode()
     headers = {"Connection": "keep-alive", "Content-Length": str(len(body)),
                "Content-Type": JSON_1_0, "Server": "Server",
@@ -93,6 +95,60 @@ def _sqs_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[str,
 
 
 _RESULTS = ((_Lambda, _lambda_result), (_DynamoDB, _dynamodb_result), (_Sqs, _sqs_result))
+
+
+@include_consumed_capacity()
+def _update_item(self: Any) -> Any:
+    """ConsumedCapacity only when the request asks for it (moto: always, 0.5 units)."""
+    result = _original_update_item(self)
+    result.result.pop("ConsumedCapacity", None)
+    return result
+
+
+def _without_nulls(self: Any, parameters: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+    """The SDK Step Functions calls with sends no member that is null: the service then
+    says it is missing (moto's unvalidated botocore failed on it, in Python's words)."""
+    for name in [name for name, value in parameters.items() if value is None]:
+        del parameters[name]
+
+
+def _sdk_parameters(self: Any, parameters: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+    """An aws-sdk task's members as the API names them in any case (TaskToken: taskToken),
+    a blob or string given as JSON sent as its JSON text (S3's Body: {"a":1})."""
+    _without_nulls(self, parameters)
+    action = self.resource.api_action
+    operation = get_service_model(self._get_boto_service_name()).operation_model(
+        action[:1].upper() + action[1:]
+    )
+    self._to_boto_request(parameters, operation.input_shape)
+
+
+def _sdk_response(self: Any, response: Any, *args: Any, **kwargs: Any) -> None:
+    """A streamed member (S3's Body) answers as its text (moto: the stream's repr)."""
+    if isinstance(response, dict):
+        response.update({k: self._from_boto_response_value(v) for k, v in response.items()})
+
+
+def _install_results(installer: Installer) -> None:
+    installer.replace(_Service, "_after_eval_execution", _after_eval_execution)
+    installer.replace(DynamoHandler, "update_item", _update_item)
+    installer.replace(_AwsSdk, "_normalise_parameters", _sdk_parameters)
+    installer.replace(_AwsSdk, "_normalise_response", _sdk_response)
+
+
+def _defines(owner: Any, name: str, ours: Any) -> list[str]:
+    """moto's class now defines what we add where it inherited the base's no-op."""
+    return [] if vars(owner).get(name, ours) is ours else [f"{owner.__name__}.{name} is moto's"]
+
+
+def _results_fit() -> list[str]:
+    return [
+        *takes(_original_after, "self", "env", "resource_runtime_part", "normalised_parameters"),
+        *gone(DynamoHandler, "update_item"),
+        *gone(_Service, "_to_boto_request", "_from_boto_response_value"),
+        *_defines(_AwsSdk, "_normalise_parameters", _sdk_parameters),
+        *_defines(_AwsSdk, "_normalise_response", _sdk_response),
+    ]
 
 
 def _after_eval_execution(self: Any, env: Any, **kwargs: Any) -> None:  # moto passes keywords
@@ -138,22 +194,10 @@ def _dynamodb_error(client_error: Any) -> tuple[str, str]:
 
 
 def _dynamodb_from_error(self: Any, env: Any, ex: Exception) -> Any:
-    """A request without a member DynamoDB requires is refused in validation (moto's
-    handler met a KeyError: "'Item'"). A failure of the state's own expressions stays
-    States.QueryEvaluationError, as for every other state."""
+    """A failure of the state's own expressions stays States.QueryEvaluationError, as for
+    every other state (moto: DynamoDB.AmazonDynamoDBException)."""
     if isinstance(ex, FailureEventException):
         return ex.failure_event
-    if isinstance(ex, KeyError) and ex.args and isinstance(ex.args[0], str):
-        member = ex.args[0][:1].lower() + ex.args[0][1:]
-        message = (
-            f"1 validation error detected: Value null at '{member}' failed to satisfy "
-            "constraint: Member must not be null"
-        )
-        response: Any = {
-            "Error": {"Code": "ValidationException", "Message": message},
-            "ResponseMetadata": {"HTTPStatusCode": 400, "RequestId": _dynamodb_request_id()},
-        }
-        ex = ClientError(response, self._get_boto_service_action())
     return _original_dynamodb_from_error(self, env, ex)
 
 
@@ -176,6 +220,7 @@ def _install_errors(installer: Installer) -> None:
     installer.replace(state_task_service_aws_sdk, "_SERVICE_ERROR_NAMES", SDK_ERROR_NAMES)
     installer.replace(_DynamoDB, "_error_cause_from_client_error", staticmethod(_dynamodb_error))
     installer.replace(_DynamoDB, "_from_error", _dynamodb_from_error)
+    installer.replace(_DynamoDB, "_normalise_parameters", _without_nulls)
     installer.replace(_Sqs, "_from_error", _sqs_from_error)
     # An error SQS answered; SQS.SdkClientException is for a request that got no answer.
     installer.replace(state_task_service_sqs, "_ERROR_NAME_CLIENT", SQS_SERVICE_ERROR)
@@ -186,6 +231,7 @@ def _errors_fit() -> list[str]:
         *gone(_Lambda, "_error_cause_from_client_error"),
         *gone(state_task_service_aws_sdk, "_SERVICE_ERROR_NAMES"),
         *gone(_DynamoDB, "_error_cause_from_client_error", "_from_error"),
+        *_defines(_DynamoDB, "_normalise_parameters", _without_nulls),
         *gone(_Sqs, "_from_error"),
         *gone(state_task_service_sqs, "_ERROR_NAME_CLIENT"),
     ]
@@ -200,12 +246,15 @@ PATCHES: tuple[Patch, ...] = (
         "and SdkResponseMetadata (lambda:invoke also ExecutedVersion), and DynamoDB without "
         "ConsumedCapacity unless asked (recorded: LocalStack's test_lambda_task_service, "
         "test_dynamodb_task_service and test_sqs_task_service snapshots). moto answered the "
-        "bare service response, about 1 KiB a task smaller than AWS.",
+        "bare service response, about 1 KiB a task smaller than AWS, and UpdateItem always "
+        "with ConsumedCapacity (test_aws_sdk_task_service, test_dynamodb_put_update_get_item). "
+        "An aws-sdk task sends a blob given as JSON as its JSON text and names members in any "
+        "case (test_s3_put_object: a dict Body is stored; moto failed; "
+        "test_sfn_send_task_outcome_with_no_such_token: Sfn.InvalidTokenException; moto: "
+        "KeyError), and answers a streamed Body as text (test_s3_get_object; moto: a repr).",
         test=_TESTS + "test_an_invoke_result_carries_the_executed_version_and_the_sdk_metadata",
-        install=lambda i: i.replace(_Service, "_after_eval_execution", _after_eval_execution),
-        fits=lambda: takes(
-            _original_after, "self", "env", "resource_runtime_part", "normalised_parameters"
-        ),
+        install=_install_results,
+        fits=_results_fit,
     ),
     Patch(
         name="integration errors as AWS names them",
@@ -218,7 +267,8 @@ PATCHES: tuple[Patch, ...] = (
         "DynamoDB refuses in validation is DynamoDB.AmazonDynamoDBException with DynamoDB's "
         "words, '1 validation error detected: Value null at 'item' ...' "
         "(test_task_service_dynamodb, test_invalid_param; moto: DynamoDB.ValidationException "
-        "or Python's KeyError text); SQS's refusal is SQS.AmazonSQSException, its cause "
+        "or Python's text: a null member reached botocore, which Step Functions' SDK leaves "
+        "out); SQS's refusal is SQS.AmazonSQSException, its cause "
         "naming the service, status, error code and request id (test_task_service_sqs, "
         "test_send_message_empty_body; moto: SdkClientException and SQS's message alone).",
         test=_TESTS + "test_a_missing_function_is_named_with_latest",
