@@ -559,7 +559,7 @@ def _wait_for_outcomes(target: Target, report: RedriveReport, wait: bool | None)
         if item.execution_arn and item.action == "resubmitted":
             ended = _ended(target, item.execution_arn)
             if ended is None:
-                item.outcome = "EXPRESS: see the processor's logs (onceflow executions)"
+                item.outcome = "EXPRESS: see the processor's log group"
                 continue
             item.outcome = ended["status"] + (f" ({ended['error']})" if ended.get("error") else "")
 

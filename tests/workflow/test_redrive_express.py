@@ -126,3 +126,30 @@ def test_redrive_undelivered_on_an_express_processor_says_where_its_failures_are
     assert "StateMachineTypeNotSupported" in message
     assert message.startswith("the processor is EXPRESS: its executions are not listed")
     assert "log group" in message
+
+
+class _LogsOnly(LocalTarget):
+    """The local stack read as a deployed one is: no record of an EXPRESS execution but its
+    log group, which onceflow does not read (DeployedTarget.express_record)."""
+
+    def express_record(self, execution_arn: str) -> dict[str, Any] | None:
+        return None
+
+
+def test_a_redrive_waiting_for_an_express_outcome_points_to_the_logs() -> None:
+    parameters = TYPES["EXPRESS"]
+    with LocalEngine(parameters=parameters, function_log=io.StringIO(), time_scale=0.0) as local:
+        # GIVEN a dead-lettered object, its processor since fixed
+        pk = dead_letter(local, "express-wait.png")
+        # WHEN it is redriven and the outcome waited for (--wait), as on a deployed stack
+        report = ops.redrive(_LogsOnly(local), wait=True)
+        local.wait_for_running(MACHINE)
+        # THEN the run ends (DescribeExecution refuses the EXPRESS execution: InvalidArn),
+        # the outcome says where to look, and the work was done once
+        (item,) = report.messages
+        assert item.action == "resubmitted" and ":express:" in str(item.execution_arn)
+        assert item.outcome == "EXPRESS: see the processor's log group"
+        assert dlq_messages(local) == []
+        row = ledger_row(local, pk)
+        assert row is not None and row["status"] == "PROCESSED"
+        assert output_effects(local) == 1
