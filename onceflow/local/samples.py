@@ -186,6 +186,9 @@ def prepare_event(
         notes = _prepare_object(engine, located, fixtures, notes)
         if message is not None:
             message["body"] = json.dumps(body)
+            # SQS's MD5OfBody: of the body's UTF-8 bytes (API_ReceiveMessage.html).
+            digest = hashlib.md5(message["body"].encode("utf-8"), usedforsecurity=False)
+            message["md5OfBody"] = digest.hexdigest()
     return event, notes
 
 

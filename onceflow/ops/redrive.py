@@ -143,6 +143,22 @@ def open_status(status: str, key: str) -> str:
     return f"{status}#{digest[0]}"
 
 
+def execution_name(arn: str) -> str:
+    """The name in an execution ARN of either form: ...:execution:<machine>:<name>
+    (STANDARD) or ...:express:<machine>:<name>:<id> (EXPRESS: LocalStack's recording
+    test_sfn_api_express.snapshot.json); the audit's service/logic/audit.py reads it alike."""
+    parts = arn.split(":")
+    return parts[7] if len(parts) >= 8 and parts[0] == "arn" else parts[-1]
+
+
+def _claimed_as(item: Mapping[str, Any], name: str) -> str | None:
+    """The claim (an execution ARN) of the row that an execution of this name made, if any."""
+    for claim in item.get("claims", {}).get("L", []):
+        if execution_name(str(claim.get("S", ""))) == name:
+            return str(claim["S"])
+    return None
+
+
 def _second_chance(target: Target, key: str, message_id: str) -> str:
     """Reset a dead-lettered row so that Reclaim takes it: attempts 0, recorded in the row.
 
@@ -153,7 +169,10 @@ def _second_chance(target: Target, key: str, message_id: str) -> str:
     can trim ``claims`` to the newest KEPT_CLAIMS (``claims_dropped`` counts the
     rest) without losing a claim appended meanwhile. Returns "reset", "absent"
     (no row: Claim will create one), the status of a row that must not be reset
-    (PROCESSED, or PROCESSING under a live lock), or "changing" when it kept changing.
+    (PROCESSED, or PROCESSING under a live lock), "changing" when it kept changing, or
+    "claimed <ARN>" when this message's redrive execution (redrive_name) claimed the row
+    already: an earlier redrive started it and stopped before deleting the message. Under
+    EXPRESS that claim is the only record (DescribeExecution serves no EXPRESS execution).
     """
     dynamodb = target.client("dynamodb")
     table = target.output("LedgerTableName")
@@ -163,6 +182,9 @@ def _second_chance(target: Target, key: str, message_id: str) -> str:
         )
         if item is None:
             return "absent"
+        earlier = _claimed_as(item, redrive_name(message_id))
+        if earlier is not None:
+            return f"claimed {earlier}"
         status = str(item["status"]["S"])
         now = int(time.time())
         # A PROCESSING row whose lock expired is held by no execution (it died, or ended
@@ -238,7 +260,16 @@ def _undo_second_chance(target: Target, key: str, message_id: str) -> None:
             raise  # the row changed hands meanwhile: it is no longer ours to restore
 
 
+def redrive_name(message_id: str) -> str:
+    """The name redrive starts a DLQ message's execution under, the same on every run."""
+    return f"redrive-{message_id}"[:80]
+
+
 def _execution_exists(sfn: Any, arn: str) -> bool:
+    """Whether a STANDARD execution of this ARN exists. An EXPRESS one is never found:
+    DescribeExecution does not serve them (InvalidArn), and an EXPRESS machine's
+    executions have ARNs of another form (...:express:<machine>:<name>:<id>), which no
+    caller can build before the start; the ledger's claims stand in (_second_chance)."""
     try:
         sfn.describe_execution(executionArn=arn)
     except ClientError as exc:
@@ -526,8 +557,23 @@ def _wait_for_outcomes(target: Target, report: RedriveReport, wait: bool | None)
         return
     for item in report.messages:
         if item.execution_arn and item.action == "resubmitted":
-            ended = wait_for_execution(target, item.execution_arn)
+            ended = _ended(target, item.execution_arn)
+            if ended is None:
+                item.outcome = "EXPRESS: see the processor's log group"
+                continue
             item.outcome = ended["status"] + (f" ({ended['error']})" if ended.get("error") else "")
+
+
+def _ended(target: Target, arn: str) -> dict[str, Any] | None:
+    """How an execution ended: DescribeExecution's answer, or for an EXPRESS one (which
+    DescribeExecution refuses: InvalidArn, recorded in LocalStack's test_sfn_api_express
+    snapshot) the record the target keeps of it, None when it keeps none (a deployed
+    stack: the processor's log group has it)."""
+    parts = arn.split(":")
+    if len(parts) < 8 or parts[5] != "express":
+        return wait_for_execution(target, arn)
+    target.wait_for_running(":".join([*parts[:5], "stateMachine", parts[6]]))
+    return target.express_record(arn)
 
 
 # The DLQ attribute EXHAUSTED_RETRY_CONDITION of an event the processor could not read.
@@ -601,7 +647,15 @@ def _listed(pages: Any) -> Iterator[dict[str, Any]]:
         for page in pages:
             yield from page["executions"]
     except ClientError as exc:
-        # EXPRESS state machines have no ListExecutions: their failures are in the logs only.
+        if error_code(exc) == "StateMachineTypeNotSupported":
+            # ListExecutions serves no EXPRESS machine (recorded in LocalStack's
+            # test_sfn_api_express snapshot): its failures are in its log group only.
+            raise OpsError(
+                "the processor is EXPRESS: its executions are not listed "
+                f"({error_code(exc)}), so --undelivered finds none. Work with a ledger row "
+                "that could not be dead-lettered is dead-lettered by the audit's sweep; "
+                "DeadLetterFailed executions are named in the processor's log group"
+            ) from exc
         raise OpsError(f"cannot list the processor's failed executions: {exc}") from exc
 
 
@@ -726,7 +780,7 @@ def _redrive_one(
             "its work was redriven earlier in this run (this is how that ended); "
             "left in the DLQ for a later run",
         )
-    name = f"redrive-{message_id}"[:80]
+    name = redrive_name(message_id)
     arn = f"{processor.replace(':stateMachine:', ':execution:')}:{name}"
     memory.remember(key, [origin, arn], execution_input)
     if dry_run:
@@ -742,6 +796,14 @@ def _redrive_one(
         )
     if key:
         state = _second_chance(target, key, message_id)
+        if state.startswith("claimed "):
+            # As above, found by the claim its execution made (the EXPRESS case).
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            earlier = state.removeprefix("claimed ")
+            return Redriven(
+                message_id, key, "resubmitted", "an earlier redrive had started it",
+                execution_arn=earlier,
+            )  # fmt: skip
         if state == "PROCESSED":
             sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
             return Redriven(message_id, key, "deleted", "already processed; the message was stale")

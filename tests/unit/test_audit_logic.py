@@ -463,13 +463,13 @@ class _Starts:
     def __init__(self) -> None:
         self.names: list[str] = []
 
-    def start(self, name: str, execution_input: Any) -> bool:
+    def start(self, name: str, execution_input: Any, claims: Any = ()) -> bool:
         self.names.append(name)
         return True
 
 
 class _EmptyLedger:
-    def batch_get(self, keys: Any) -> dict[str, LedgerRow]:
+    def batch_get(self, keys: Any, with_claims: bool = False) -> dict[str, LedgerRow]:
         return {}
 
     def content_rows(self, ref: str, etag: str) -> list[LedgerRow]:

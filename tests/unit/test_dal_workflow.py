@@ -78,6 +78,26 @@ def test_a_name_that_ran_before_is_not_started_again() -> None:
         stub.assert_no_pending_responses()
 
 
+def test_a_name_the_rows_claims_hold_is_not_started_again() -> None:
+    sfn = _client("stepfunctions")
+    processor = Processor(PROCESSOR, sfn)
+    machine = "arn:aws:states:us-east-1:123456789012:express:onceflow-processor"
+    with Stubber(sfn) as stub:
+        # GIVEN a row an EXPRESS execution of the name claimed (EXPRESS runs a repeated name
+        # again: express-at-least-once-execution.html), and one of another name
+        claims = [f"{machine}:audit-0-xyz:7f1c", f"{machine}:audit-1-abc:5e2a"]
+        stub.add_response(
+            "start_execution",
+            {"executionArn": EXECUTION, "startDate": "2026-01-01T00:00:00Z"},
+            {"stateMachineArn": PROCESSOR, "name": "audit-2-def", "input": COMPACT_ITEM},
+        )
+        # WHEN the audit starts the name, THEN no StartExecution is sent: the name ran
+        assert processor.start("audit-1-abc", ITEM, claims) is False
+        # AND a name the claims do not hold is started
+        assert processor.start("audit-2-def", ITEM, claims) is True
+        stub.assert_no_pending_responses()
+
+
 @pytest.mark.parametrize(
     ("code", "status", "error"),
     [

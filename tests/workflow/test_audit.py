@@ -589,11 +589,11 @@ def test_a_throttled_resubmission_after_a_release_is_not_lost(audited: LocalEngi
 
         original_start = workflow.Processor.start
 
-        def start(self: Any, name: str, execution_input: Any) -> bool:
+        def start(self: Any, name: str, execution_input: Any, claims: Any = ()) -> bool:
             if event.get("action") == "locks" and throttled["left"]:
                 throttled["left"] -= 1
                 raise TransientError("injected: StartExecution throttled")
-            return original_start(self, name, execution_input)
+            return original_start(self, name, execution_input, claims)
 
         workflow.Processor.start = start  # type: ignore[method-assign]
         try:

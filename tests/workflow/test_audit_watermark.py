@@ -150,7 +150,7 @@ def test_a_resubmission_that_fails_to_start_leaves_the_watermark() -> None:
 
             original = workflow.Processor.start
 
-            def start(self: Any, name: str, execution_input: Any) -> bool:
+            def start(self: Any, name: str, execution_input: Any, claims: Any = ()) -> bool:
                 raise TransientError("injected: StartExecution throttled past the SDK's retries")
 
             workflow.Processor.start = start  # type: ignore[method-assign]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import json
 from collections.abc import Iterator
@@ -317,6 +318,20 @@ def test_a_direct_work_item_keys_on_strings_only(engine: LocalEngine) -> None:
 def _run_as_the_cli_does(engine: LocalEngine, event: Any) -> Any:
     prepared, _ = prepare_event(engine, event, target=MACHINE)
     return engine.execute(MACHINE, prepared)
+
+
+def test_a_prepared_messages_md5_of_body_is_its_new_bodys(engine: LocalEngine) -> None:
+    # GIVEN the sample SQS message of an S3 notification, and a classic notification
+    for event in (load_event("sqs-s3-notification.json"), sam_events.generate("s3", "put")):
+        # WHEN it is prepared for this stack (its bucket and version change in the body)
+        prepared, _ = prepare_event(engine, copy.deepcopy(event), target=MACHINE)
+        (message,) = prepared
+        assert engine.ref("IngestBucket") in message["body"]
+        # THEN md5OfBody is the MD5 of the body it now has, in UTF-8, as SQS computes it
+        # (API_ReceiveMessage.html: MD5OfBody, "An MD5 digest of the non-URL-encoded
+        # message body string")
+        digest = hashlib.md5(message["body"].encode("utf-8"), usedforsecurity=False)
+        assert message["md5OfBody"] == digest.hexdigest()
 
 
 def test_sams_s3_put_event_is_the_same_work_item_as_the_eventbridge_event(

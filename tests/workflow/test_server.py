@@ -387,6 +387,22 @@ def test_the_server_answers_only_a_request_authenticated_with_its_token(
     assert refused.value.code == 403
 
 
+def test_a_non_ascii_auth_header_is_refused_not_a_crash(up: server.EngineServer) -> None:
+    # GIVEN a request whose auth header holds non-ASCII characters (HTTP carries them as
+    # ISO-8859-1 bytes; hmac.compare_digest refuses a non-ASCII str with TypeError)
+    url = f"http://127.0.0.1:{up.port}/health"
+    for forged in ("\u00e9" * 64, "\u00f0\u009f\u0098\u0080" * 16):
+        headers = {forwarding.NONCE_HEADER: "a" * 32, forwarding.AUTH_HEADER: forged}
+        # WHEN it is sent, THEN it is refused with 403, as any request not signed with the token
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5)
+        assert refused.value.code == 403
+    # AND the server still answers a signed request
+    signed = forwarding.signed_headers(up.token, "GET", "/health", "s" * 32, b"")
+    with urllib.request.urlopen(urllib.request.Request(url, headers=signed), timeout=5) as ok:
+        assert ok.status == 200
+
+
 def test_a_replayed_request_is_refused(up: server.EngineServer) -> None:
     # GIVEN a request correctly signed once
     headers = forwarding.signed_headers(up.token, "GET", "/health", "r" * 32, b"")

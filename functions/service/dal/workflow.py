@@ -6,7 +6,7 @@ import codecs
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -15,6 +15,7 @@ from botocore.config import Config
 
 from service.dal.aws import EXECUTION_ALREADY_EXISTS, aws_call, error_code
 from service.errors import PermanentError
+from service.logic.audit import claimed_under
 
 # StartExecution is throttled per account (a token bucket); a page resubmits
 # up to 1000 keys, so let the SDK back off and retry rather than fail the page.
@@ -54,7 +55,12 @@ class StartRefused(PermanentError):
 
 
 class Processor:
-    """Starts processor executions; a second start under one name is a no-op."""
+    """Starts processor executions; a second start under one name is a no-op.
+
+    STANDARD refuses a name that ran (ExecutionAlreadyExists); EXPRESS does not, it runs
+    the name again (express-at-least-once-execution.html): the ledger's claims, which
+    the caller hands in, are what shows that a name ran under either type.
+    """
 
     def __init__(self, state_machine_arn: str, client: Any | None = None) -> None:
         self.arn = state_machine_arn
@@ -63,15 +69,18 @@ class Processor:
         )
         self._started: OrderedDict[str, None] = OrderedDict()  # names, newest last
 
-    def start(self, name: str, execution_input: Any) -> bool:
+    def start(self, name: str, execution_input: Any, claims: Iterable[str] = ()) -> bool:
         """True when this call started the execution, False when the name already ran.
 
+        ``claims``: the row's claims (the executions that took it). A name among them
+        ran and is not started again: an EXPRESS processor would run it a second time,
+        costing a start and an attempt, and the audit would count the key twice.
         Raises StartRefused when Step Functions refuses the input itself.
         Step Functions answers a second start of a name that is still running,
         with the same input, as if it were the first (same ARN): so the names
         this sandbox started are remembered too.
         """
-        if name in self._started:
+        if name in self._started or claimed_under(name, claims):
             return False
         with aws_call(f"starting {name}", expected=_ALREADY_STARTED | _INPUT_REFUSED) as call:
             self._sfn.start_execution(

@@ -302,11 +302,24 @@ def execution_name(arn: str) -> str:
     return parts[7] if len(parts) >= 8 and parts[0] == "arn" else parts[-1]
 
 
+def claimed_under(name: str, claims: Iterable[str]) -> bool:
+    """Whether an execution of this name claimed the row (its claims, execution ARNs in
+    either form): the name ran, and whatever it did stands. Under EXPRESS this is the only
+    record of it (no DescribeExecution, and StartExecution starts the name again); a start
+    of the name that never claimed the row (it ended a Duplicate, or has not reached Claim
+    yet) is not in it, and a second one is refused by the ledger, not here."""
+    return any(execution_name(claim) == name for claim in claims)
+
+
 def resubmission_name(kind: str, audit_id: str, idempotency_key_: str) -> str:
     """A deterministic execution name: a retried page starts nothing twice.
 
-    Step Functions refuses a second execution of one name (ExecutionAlreadyExists),
-    so the same audit resubmitting the same key again is a no-op.
+    A STANDARD processor refuses a second execution of one name (ExecutionAlreadyExists:
+    StartExecution "is idempotent for STANDARD workflows", API_StartExecution.html); an
+    EXPRESS one runs it again ("Starting multiple workflows with the same name results in
+    concurrent executions", express-at-least-once-execution.html). So the audit also
+    reads the row's claims before it starts a name (claimed_under): under either type
+    the same audit resubmitting the same key again is a no-op.
     """
     digest = hashlib.sha256(f"{audit_id}\n{idempotency_key_}".encode()).hexdigest()[:32]
     prefix = _NAME_UNSAFE.sub("-", f"{kind}-{audit_id}")[:40]

@@ -392,7 +392,8 @@ def audit_batch(
     versions = {
         obj: idempotency_key(bucket, obj) for obj in judged if obj.version_id != NULL_VERSION
     }
-    rows = clients.ledger.batch_get(versions.values())
+    # With their claims (the same read units: DynamoDB counts the item, not the projection).
+    rows = clients.ledger.batch_get(versions.values(), with_claims=True)
     counts = add_counts()
     resubmitted: list[str] = []
     for obj in objects:
@@ -411,7 +412,9 @@ def audit_batch(
             name = resubmission_name("audit", run.audit_id, key)
             try:
                 # False: this audit started the name before (a retried batch): it counts.
-                clients.processor.start(name, object_work_item(bucket, obj, key))
+                clients.processor.start(
+                    name, object_work_item(bucket, obj, key), _claims(obj, row, clients)
+                )
             except (TransientError, PermanentError) as exc:
                 # Counted apart, not as resubmitted: the next audit finds the object again.
                 counts["resubmit_errors"] += 1
@@ -423,6 +426,15 @@ def audit_batch(
     if counts["resubmit_deferred"]:
         logger.warning("resubmissions deferred", extra={"deferred": counts["resubmit_deferred"]})
     return Tally(counts, sample([], resubmitted))
+
+
+def _claims(obj: ListedObject, row: LedgerRow | None, clients: Clients) -> tuple[str, ...]:
+    """The claims of the row a resubmission is for: read with a version's row; the
+    ObjectContent index does not keep them, so an unversioned upload's row is read again."""
+    if row is None or obj.version_id != NULL_VERSION:
+        return row.claims if row is not None else ()
+    current = clients.ledger.current(row.pk)
+    return current.claims if current is not None else ()
 
 
 def _unversioned_row(
@@ -616,7 +628,7 @@ def _resubmit(row: LedgerRow, sweep: _Sweep) -> bool:
         return False
     name = resubmission_name("audit", sweep.run.audit_id, row.pk)
     try:
-        started = clients.processor.start(name, execution_input)
+        started = clients.processor.start(name, execution_input, row.claims)
     except StartRefused as refused:
         counts["resubmit_refused"] += 1
         logger.error(
