@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import inspect
 import json
 import threading
 import time
@@ -39,7 +38,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.backend import execution_worker
 
-from onceflow.local.patches.registry import Installer, Patch, emits, gone, takes
+from onceflow.local.patches.registry import Installer, Patch, emits, gone, lacks, takes
 
 
 @dataclass
@@ -104,21 +103,13 @@ class EngineState:
 CURRENT: contextvars.ContextVar[EngineState | None] = contextvars.ContextVar(
     "onceflow_engine", default=None
 )
-_RUNNING: list[EngineState] = []  # changed only under patches' lock (install/uninstall)
-
-
-def register(state: EngineState) -> None:
-    if not any(s is state for s in _RUNNING):
-        _RUNNING.append(state)
-
-
-def unregister(state: EngineState) -> None:
-    _RUNNING[:] = [s for s in _RUNNING if s is not state]
+# The running engines, oldest first: changed only under patches' lock (install/uninstall).
+RUNNING: list[EngineState] = []
 
 
 def current() -> EngineState | None:
     """The engine this call is for; with none set, the engine started last."""
-    return CURRENT.get() or next(iter(_RUNNING[-1:]), None)  # one slice: no lock needed
+    return CURRENT.get() or next(iter(RUNNING[-1:]), None)  # one slice: no lock needed
 
 
 @contextmanager
@@ -149,7 +140,7 @@ def for_machine(arn: str) -> EngineState | None:
     """The running engine whose state machine (or execution or map run of it) arn names."""
     parts = arn.split(":")
     name = parts[6].split("/", 1)[0] if len(parts) > 6 else ""
-    return next((s for s in _RUNNING[::-1] if name in s.machines), None)
+    return next((s for s in RUNNING[::-1] if name in s.machines), None)
 
 
 def for_env(env: Any) -> EngineState | None:
@@ -212,18 +203,12 @@ def _install_clock(installer: Installer) -> None:
         _replacing(state_class, "_eval_execution", _for_its_machine)(installer)
 
 
-def _says(owner: Any, text: str) -> list[str]:
-    """What moved: moto's source of owner no longer holds text (a patch relies on it)."""
-    where = getattr(owner, "__qualname__", getattr(owner, "__name__", str(owner)))
-    return [] if text in inspect.getsource(owner) else [f"{where} no longer holds {text!r}"]
-
-
 def _clock_fits() -> list[str]:
     return [
         *takes(retrier_decl.RetrierDecl._eval_body, "self", "env"),
         *(p for state_class in _STATE_CLASSES for p in gone(state_class, "_eval_execution")),
-        *_says(retrier_decl, "time.sleep(interval_seconds)"),  # the retrier's sleep
-        *_says(wait_function.WaitFunction, "program_state_event.wait"),  # the Wait's
+        *lacks(retrier_decl, "time.sleep(interval_seconds)"),  # the retrier's sleep
+        *lacks(wait_function.WaitFunction, "program_state_event.wait"),  # the Wait's
     ]
 
 
@@ -336,7 +321,7 @@ def stubber_fits() -> list[str]:
 def _in_process(original: Any) -> Any:
     def invoke_lambda(function: Any, event: Any = None) -> tuple[str, bool, str]:
         name = function.function_name
-        for state in (CURRENT.get(), *_RUNNING[::-1]):  # its engine's, else a running one's
+        for state in (CURRENT.get(), *RUNNING[::-1]):  # its engine's, else a running one's
             if state is not None and name in state.invokers:
                 return state.invokers[name](event)
         return original(function, event)  # type: ignore[no-any-return]
@@ -414,7 +399,7 @@ PATCHES = (
         why="An execution's end wakes whoever waits for it, instead of polling.",
         test="tests/unit/test_patch_layer.py::test_two_engines_keep_their_own_clock_log_and_faults",
         install=_replacing(execution_worker.ExecutionWorker, "_execution_logic", _signalling),
-        fits=lambda: _says(
+        fits=lambda: lacks(
             execution_worker.ExecutionWorker._execution_logic,
             "_execution_communication.terminated()",
         ),
