@@ -71,8 +71,8 @@ def _speedups() -> tuple[Patch, ...]:
 
 @functools.cache
 def _patches() -> tuple[Patch, ...]:
-    """Every patch, in order: each wraps what earlier ones put in place (the limits'
-    retrier time wraps the clock's). Built on first use: limits and iam import this."""
+    """Every patch, in order: each wraps what earlier ones put in place, or fills the
+    hooks' Stages. Built on first use: limits and iam import this."""
     from onceflow.local import iam, limits
 
     # iam last: a state's work runs as its machine's role, inside the limits

@@ -112,14 +112,23 @@ def current() -> EngineState | None:
     return CURRENT.get() or next(iter(RUNNING[-1:]), None)  # one slice: no lock needed
 
 
+# The execution frame (moto's Environment) whose state's work this thread does.
+_ENV: contextvars.ContextVar[Any] = contextvars.ContextVar("onceflow_env", default=None)
+
+
 @contextmanager
-def working_for(state: EngineState | None) -> Iterator[None]:
-    """Make the calls of this thread (and its context) the work of state's engine."""
-    token = CURRENT.set(state)
+def setting(var: contextvars.ContextVar[Any], value: Any) -> Iterator[None]:
+    """var is value for this thread (and its context) meanwhile."""
+    token = var.set(value)
     try:
         yield
     finally:
-        CURRENT.reset(token)
+        var.reset(token)
+
+
+def working_for(state: EngineState | None) -> AbstractContextManager[None]:
+    """Make the calls of this thread (and its context) the work of state's engine."""
+    return setting(CURRENT, state)
 
 
 def on_behalf_of(state: EngineState, client: Any) -> Any:
@@ -164,15 +173,19 @@ class _ScaledTimeModule:
     @staticmethod
     def sleep(seconds: float) -> None:
         state = current()
-        (state.clock if state is not None else Clock()).sleep(seconds)
+        Stages.pause(_ENV.get(), seconds, (state.clock if state is not None else Clock()).sleep)
 
 
 def _scaled_wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
     state = for_env(env)
     clock = state.clock if state is not None else Clock()
-    clock.slept.append(wait_seconds)
-    if wait_seconds * clock.scale > 0:
-        env.program_state_event.wait(wait_seconds * clock.scale)
+
+    def wait(seconds: float) -> None:
+        clock.slept.append(seconds)
+        if seconds * clock.scale > 0:
+            env.program_state_event.wait(seconds * clock.scale)
+
+    Stages.pause(env, wait_seconds, wait)
 
 
 def _for_its_machine(original: Any) -> Any:
@@ -180,7 +193,7 @@ def _for_its_machine(original: Any) -> Any:
     a thread of its own, and Map and Parallel branches on theirs."""
 
     def evaluate(component: Any, env: Any, *args: Any, **kwargs: Any) -> Any:
-        with working_for(for_env(env)), Stages.machine_role(env):
+        with working_for(for_env(env)), setting(_ENV, env), Stages.machine_role(env):
             return original(component, env, *args, **kwargs)
 
     return evaluate
@@ -300,7 +313,8 @@ class Stages:
     """Slots other patches fill where no public hook can hold their concern:
     ``serialise`` around moto's answer to each request (the fidelity patch "atomic
     single-item writes"); ``machine_role`` around a state's work, run as its
-    machine's role (onceflow/local/iam.py)."""
+    machine's role (onceflow/local/iam.py); ``pause``, a Wait or a retry's backoff
+    of an execution (env), slept with sleep on its engine's clock (limits/states.py)."""
 
     @staticmethod
     def serialise(request: Any, answer: Callable[[], Any]) -> Any:
@@ -309,6 +323,10 @@ class Stages:
     @staticmethod
     def machine_role(env: Any) -> AbstractContextManager[None]:
         return nullcontext()
+
+    @staticmethod
+    def pause(env: Any, seconds: float, sleep: Callable[[float], None]) -> None:
+        sleep(seconds)
 
 
 def stubber_fits() -> list[str]:
