@@ -48,10 +48,10 @@ class Clock:
     scale: float = 1.0
     slept: list[float] = field(default_factory=list)  # requested (unscaled) sleeps, for tests
 
-    def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float, sleep: Callable[[float], Any] = time.sleep) -> None:
         self.slept.append(seconds)
         if seconds > 0 and self.scale > 0:
-            time.sleep(seconds * self.scale)
+            sleep(seconds * self.scale)
 
 
 @dataclass(frozen=True)
@@ -179,13 +179,9 @@ class _ScaledTimeModule:
 def _scaled_wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
     state = for_env(env)
     clock = state.clock if state is not None else Clock()
-
-    def wait(seconds: float) -> None:
-        clock.slept.append(seconds)
-        if seconds * clock.scale > 0:
-            env.program_state_event.wait(seconds * clock.scale)
-
-    Stages.pause(env, wait_seconds, wait)
+    Stages.pause(
+        env, wait_seconds, functools.partial(clock.sleep, sleep=env.program_state_event.wait)
+    )
 
 
 def _for_its_machine(original: Any) -> Any:
