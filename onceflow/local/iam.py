@@ -114,19 +114,6 @@ def acting_as(principal: Principal | None) -> AbstractContextManager[None]:
     return hooks.setting(IDENTITY, principal)
 
 
-def as_operator(client: Any) -> Any:
-    """client, its calls made with the operator's (admin) credentials wherever they run
-    (a test looking at the ledger from inside a handler is the operator, not the function)."""
-    make_api_call = client._make_api_call
-
-    def unchecked(operation_name: str, api_params: Any) -> Any:
-        with acting_as(None):
-            return make_api_call(operation_name, api_params)
-
-    client._make_api_call = unchecked
-    return client
-
-
 # Which IAM action each request needs (Service Authorization Reference), and the AWS
 # managed policies SAM attaches to every function role: data, apart from the evaluator.
 DATA: Final = json.loads((Path(__file__).parent / "iam_actions.json").read_text())

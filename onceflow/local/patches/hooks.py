@@ -131,14 +131,17 @@ def working_for(state: EngineState | None) -> AbstractContextManager[None]:
     return setting(CURRENT, state)
 
 
-def on_behalf_of(state: EngineState, client: Any) -> Any:
-    """client, its calls the work of state's engine wherever they are made."""
+def on_behalf_of(
+    state: EngineState, client: Any, also: Callable[[], AbstractContextManager[None]]
+) -> Any:
+    """client, its calls the work of state's engine wherever they are made, each within
+    also() (the identity they are made as)."""
     make_api_call = client._make_api_call
 
     def engine_call(operation_name: str, api_params: Any) -> Any:
         if operation_name == "CreateStateMachine":  # its executions' calls are this engine's
             state.machines.add(str(api_params.get("name", "")))
-        with working_for(state):
+        with working_for(state), also():
             return make_api_call(operation_name, api_params)
 
     client._make_api_call = engine_call
