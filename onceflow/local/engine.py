@@ -7,6 +7,7 @@ provisioning (creating the resources), executions (start, wait, describe) and in
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import logging
@@ -196,9 +197,10 @@ class LocalEngine:
                 core.register_component("data_loader", _LOADER)
                 session = boto3.session.Session(botocore_session=core, region_name=REGION)
                 client = session.client(service)  # type: ignore[call-overload]
-                # The operator's: unchecked by IAM even from inside a handler.
-                client = iam.as_operator(client)
-                self._clients[service] = patches.hooks.on_behalf_of(self.state, client)
+                # The operator's: unchecked by IAM wherever its calls are made (a test
+                # reading the ledger from inside a handler is the operator, not the function).
+                operator = functools.partial(iam.acting_as, None)
+                self._clients[service] = patches.hooks.on_behalf_of(self.state, client, operator)
             return self._clients[service]
 
     # ---- resources (provisioning.py creates them) -------------------------------
@@ -232,17 +234,9 @@ class LocalEngine:
         when: datetime | None = None,
         configuration_id: str | None = None,
     ) -> str:
-        """Deliver a bucket's S3 Inventory report now, as S3 does on its schedule.
-
-        bucket is a logical id of the template or a bucket's name (yours, with
-        ExistingBucketName). S3 writes a report daily or weekly (storage-inventory.html)
-        by the bucket's configurations, whoever put them; locally nothing runs on a
-        schedule, so a test or the bench asks for one. Returns the manifest's key.
-        S3 delivers each enabled configuration; this delivers the one named
-        (configuration_id), or the bucket's only one. Raises EngineError when there is
-        none, when several are enabled and none is named, or when the destination's
-        bucket policy does not let S3 write the report.
-        """
+        """Deliver a bucket's S3 Inventory report now, as S3 does on its schedule; the
+        manifest's key. bucket: a logical id or a bucket's name. docs/local-engine.md
+        ("S3 Inventory reports") says which configuration, and when EngineError instead."""
         from onceflow.local import inventory
 
         name = self.ref(bucket) if bucket in self.stack.template["Resources"] else bucket
@@ -334,12 +328,14 @@ class LocalEngine:
 
     # ---- executions (executions.py) ------------------------------------------
 
+    def _machines(self) -> list[str]:
+        resources = self.stack.template["Resources"].items()
+        return [lid for lid, r in resources if r["Type"] == "AWS::Serverless::StateMachine"]
+
     def state_machine_arn(self, logical_id_or_arn: str) -> str:
         if logical_id_or_arn.startswith("arn:"):
             return logical_id_or_arn
-        resources = self.stack.template["Resources"].items()
-        machines = [lid for lid, r in resources if r["Type"] == "AWS::Serverless::StateMachine"]
-        if logical_id_or_arn not in machines:
+        if logical_id_or_arn not in (machines := self._machines()):
             raise EngineError(
                 f"no state machine {logical_id_or_arn!r}; the template has {', '.join(machines)}"
             )
@@ -348,9 +344,7 @@ class LocalEngine:
     def state_machines(self) -> dict[str, str]:
         """ARN -> logical id of the template's state machines that exist (one whose
         Condition is false, such as BatchProcessorStateMachine by default, has no ARN)."""
-        resources = self.stack.template["Resources"].items()
-        machines = [lid for lid, r in resources if r["Type"] == "AWS::Serverless::StateMachine"]
-        return {self.ref(lid): lid for lid in machines if self.stack.refs.get(lid)}
+        return {self.ref(lid): lid for lid in self._machines() if self.stack.refs.get(lid)}
 
     # Each of these is its module's function, called with this engine.
     start_execution = executions.start

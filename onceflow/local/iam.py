@@ -1,13 +1,6 @@
 """IAM on the local engine: each call a function or a state machine makes is checked
-against the policies template.yaml gives its role, and refused as AWS refuses it.
-
-moto checks nothing of the kind, so an app that lacks a grant would run green locally
-and fail deployed. A request made while an identity is set (around each handler call,
-and each task state's work) is mapped to the IAM action(s) and resource ARN(s) AWS
-authorises it against (Service Authorization Reference) and evaluated against that
-role's statements; a denied request never reaches moto and gets the service's own
-AccessDenied. Calls without an identity (the engine, tests, the CLI) stand for the
-operator's admin credentials and are not checked.
+against the policies template.yaml gives its role, and refused as AWS refuses it (moto
+checks nothing of the kind). docs/local-engine.md ("IAM is enforced") says how.
 """
 
 from __future__ import annotations
@@ -20,7 +13,7 @@ import threading
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -116,27 +109,9 @@ class Principal:
 IDENTITY: ContextVar[Principal | None] = ContextVar("onceflow_iam_identity", default=None)
 
 
-@contextmanager
-def acting_as(principal: Principal | None) -> Iterator[None]:
+def acting_as(principal: Principal | None) -> AbstractContextManager[None]:
     """Make the calls of this thread (and its context) as principal."""
-    token = IDENTITY.set(principal)
-    try:
-        yield
-    finally:
-        IDENTITY.reset(token)
-
-
-def as_operator(client: Any) -> Any:
-    """client, its calls made with the operator's (admin) credentials wherever they run
-    (a test looking at the ledger from inside a handler is the operator, not the function)."""
-    make_api_call = client._make_api_call
-
-    def unchecked(operation_name: str, api_params: Any) -> Any:
-        with acting_as(None):
-            return make_api_call(operation_name, api_params)
-
-    client._make_api_call = unchecked
-    return client
+    return hooks.setting(IDENTITY, principal)
 
 
 # Which IAM action each request needs (Service Authorization Reference), and the AWS
@@ -472,11 +447,7 @@ _CONTROLS_LOCK = threading.Lock()
 
 
 def _machine_principal(arn: str) -> Principal | None:
-    for control in reversed(_CONTROLS):
-        principal = control.by_machine.get(arn)
-        if principal is not None:
-            return principal
-    return None
+    return next((c.by_machine[arn] for c in reversed(_CONTROLS) if arn in c.by_machine), None)
 
 
 _SENT = "onceflow_iam_request"  # the request context's view of what a checked call sends

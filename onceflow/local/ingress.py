@@ -74,6 +74,7 @@ def put_event(engine: LocalEngine, event: Mapping[str, Any]) -> list[str]:
 
 def put_custom_event(engine: LocalEngine, source: str, detail_type: str, detail: Any) -> list[str]:
     """PutEvents: EventBridge wraps the entry in its envelope, then delivers it."""
+    limits.eventbridge.check_custom_event(source, detail_type, detail)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return put_event(engine, _envelope(detail_type, source, when, detail))
 

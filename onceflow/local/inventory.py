@@ -1,12 +1,6 @@
-"""An S3 Inventory report delivered as S3 delivers a CSV one, on demand.
-
-S3 writes an inventory on its own schedule (daily or weekly); moto writes none.
-``deliver`` lists the source bucket now and writes, into the destination bucket,
-what S3 writes for one CSV report of one ``InventoryConfigurations`` entry, so
-that what reads an inventory (a Distributed Map's manifest reader, the audit)
-can be run against the real layout. docs/local-engine.md ("S3 Inventory reports")
-gives the layout, the rows, the AWS pages the comments below cite ([LOC], [INV],
-[CFG], [CFN], [SFN]) and what is not verified.
+"""An S3 Inventory report delivered as S3 delivers a CSV one, on demand (moto writes none).
+docs/local-engine.md ("S3 Inventory reports") gives the layout, the rows, the AWS pages
+the comments below cite ([LOC], [INV], [CFG], [CFN], [SFN]) and what is not verified.
 """
 
 from __future__ import annotations

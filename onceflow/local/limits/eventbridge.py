@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
@@ -35,20 +35,15 @@ def _put_events(self: Any, events: list[dict[str, Any]]) -> Any:
     return _ORIGINAL[_put_events](self, events)
 
 
-def sized_custom_events(put_custom_event: Callable[..., list[str]]) -> Callable[..., list[str]]:
-    """The engine's PutEvents of one custom event, refused as PutEvents refuses it
-    (the Detail sized as the compact JSON text a client sends for the object)."""
-
-    def checked(source: str, detail_type: str, detail: Any) -> list[str]:
-        text = json.dumps(detail, ensure_ascii=False, separators=(",", ":"))
-        entry = {"Source": source, "DetailType": detail_type, "Detail": text}
-        if put_events_entry_size(entry) >= EVENTBRIDGE_ENTRIES_LIMIT:
-            error = {"Code": "ValidationException", "Message": EVENTBRIDGE_TOO_LARGE}
-            response: Any = {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
-            raise ClientError(response, "PutEvents")
-        return put_custom_event(source, detail_type, detail)
-
-    return checked
+def check_custom_event(source: str, detail_type: str, detail: Any) -> None:
+    """The engine's PutEvents of one custom event (ingress.put_custom_event), refused as
+    PutEvents refuses it (the Detail sized as the compact JSON text a client sends)."""
+    text = json.dumps(detail, ensure_ascii=False, separators=(",", ":"))
+    entry = {"Source": source, "DetailType": detail_type, "Detail": text}
+    if put_events_entry_size(entry) >= EVENTBRIDGE_ENTRIES_LIMIT:
+        error = {"Code": "ValidationException", "Message": EVENTBRIDGE_TOO_LARGE}
+        response: Any = {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
+        raise ClientError(response, "PutEvents")
 
 
 PATCHES = (

@@ -21,14 +21,12 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
     StatesErrorNameType as Errors,
 )
-from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.program import program as sfn_program
 from moto.stepfunctions.parser.asl.component.state import state as sfn_state
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_lambda
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service,
 )
-from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.asl.eval import environment as sfn_environment
 from moto.stepfunctions.parser.asl.eval.event import event_manager as sfn_event_manager
 from moto.stepfunctions.parser.backend import execution as sfn_execution
@@ -320,38 +318,13 @@ def _program_eval(self: Any, env: Any) -> None:
         worker.join(min(left, 1.0))
 
 
-def _wait_interval(self: Any, env: Any, wait_seconds: Any) -> None:
+def _pause(env: Any, seconds: float, sleep: Callable[[float], None]) -> None:
+    """A Wait or a retry's backoff (hooks.Stages.pause), on the execution's limits."""
     record = execution_limits(env)
     if record is None:
-        _ORIGINAL[_wait_interval](self, env, wait_seconds)
+        sleep(seconds)
     else:
-        record.sleep(wait_seconds, lambda seconds: _ORIGINAL[_wait_interval](self, env, seconds))
-
-
-_RETRYING = threading.local()
-
-
-def _retrier(self: Any, env: Any) -> None:
-    _RETRYING.env = env
-    try:
-        _ORIGINAL[_retrier](self, env)
-    finally:
-        _RETRYING.env = None
-
-
-class _RetryTime:
-    """Stands in for moto's retrier's `time` (the one in place at install, in _ORIGINAL):
-    a retry's backoff is slept as a Wait is."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(_ORIGINAL.get(self, time), name)
-
-    def sleep(self, seconds: float) -> None:
-        record = execution_limits(getattr(_RETRYING, "env", None))
-        if record is None:
-            _ORIGINAL[self].sleep(seconds)
-        else:
-            record.sleep(seconds, _ORIGINAL[self].sleep)
+        record.sleep(seconds, sleep)
 
 
 def _reflect_execution_status(self: Any) -> None:
@@ -392,9 +365,7 @@ PATCHES = (
         (sfn_environment.Environment, "set_error", _unless_ended()),
         (sfn_environment.Environment, "set_timed_out", _unless_ended()),
         (sfn_program.Program, "eval", _program_eval),
-        (wait_function.WaitFunction, "_wait_interval", _wait_interval),
-        (retrier_decl.RetrierDecl, "_eval_body", _retrier),
-        (retrier_decl, "time", _RetryTime()),
+        (hooks.Stages, "pause", staticmethod(_pause)),
         (sfn_execution.BaseExecutionWorkerCommunication, "_reflect_execution_status",
          _reflect_execution_status),
         fits=lambda: takes(sfn_event_manager.EventManager.add_event, "self", "context",

@@ -71,8 +71,8 @@ def _speedups() -> tuple[Patch, ...]:
 
 @functools.cache
 def _patches() -> tuple[Patch, ...]:
-    """Every patch, in order: each wraps what earlier ones put in place (the limits'
-    retrier time wraps the clock's). Built on first use: limits and iam import this."""
+    """Every patch, in order: each wraps what earlier ones put in place, or fills the
+    hooks' Stages. Built on first use: limits and iam import this."""
     from onceflow.local import iam, limits
 
     # iam last: a state's work runs as its machine's role, inside the limits
@@ -91,7 +91,6 @@ def _all() -> tuple[Patch, ...]:
 
 
 _LOCK = threading.Lock()
-_ENGINES: list[EngineState] = []
 _INSTALLED: list[Installed] = []
 
 
@@ -107,20 +106,18 @@ def install(state: EngineState) -> Installed:
         if not _INSTALLED:
             check_versions(_all())
             _INSTALLED.append(install_all(_all()))
-        if not any(s is state for s in _ENGINES):
-            _ENGINES.append(state)
-            hooks.register(state)
+        if not any(s is state for s in hooks.RUNNING):
+            hooks.RUNNING.append(state)
         return _INSTALLED[0]
 
 
 def uninstall(state: EngineState) -> None:
     """The engine has stopped; the last one takes every patch away."""
     with _LOCK:
-        if not any(s is state for s in _ENGINES):
+        if not any(s is state for s in hooks.RUNNING):
             return
-        _ENGINES[:] = [s for s in _ENGINES if s is not state]
-        hooks.unregister(state)
-        if not _ENGINES and _INSTALLED:
+        hooks.RUNNING[:] = [s for s in hooks.RUNNING if s is not state]
+        if not hooks.RUNNING and _INSTALLED:
             left = _INSTALLED.pop().installer.undo()
             if left:
                 LOG.warning("onceflow: replaced again after the engine's patches: %s", left)

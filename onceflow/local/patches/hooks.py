@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import inspect
 import json
 import threading
 import time
@@ -39,7 +38,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.backend import execution_worker
 
-from onceflow.local.patches.registry import Installer, Patch, emits, gone, takes
+from onceflow.local.patches.registry import Installer, Patch, emits, gone, lacks, takes
 
 
 @dataclass
@@ -49,10 +48,10 @@ class Clock:
     scale: float = 1.0
     slept: list[float] = field(default_factory=list)  # requested (unscaled) sleeps, for tests
 
-    def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float, sleep: Callable[[float], Any] = time.sleep) -> None:
         self.slept.append(seconds)
         if seconds > 0 and self.scale > 0:
-            time.sleep(seconds * self.scale)
+            sleep(seconds * self.scale)
 
 
 @dataclass(frozen=True)
@@ -104,41 +103,45 @@ class EngineState:
 CURRENT: contextvars.ContextVar[EngineState | None] = contextvars.ContextVar(
     "onceflow_engine", default=None
 )
-_RUNNING: list[EngineState] = []  # changed only under patches' lock (install/uninstall)
-
-
-def register(state: EngineState) -> None:
-    if not any(s is state for s in _RUNNING):
-        _RUNNING.append(state)
-
-
-def unregister(state: EngineState) -> None:
-    _RUNNING[:] = [s for s in _RUNNING if s is not state]
+# The running engines, oldest first: changed only under patches' lock (install/uninstall).
+RUNNING: list[EngineState] = []
 
 
 def current() -> EngineState | None:
     """The engine this call is for; with none set, the engine started last."""
-    return CURRENT.get() or next(iter(_RUNNING[-1:]), None)  # one slice: no lock needed
+    return CURRENT.get() or next(iter(RUNNING[-1:]), None)  # one slice: no lock needed
+
+
+# The execution frame (moto's Environment) whose state's work this thread does.
+_ENV: contextvars.ContextVar[Any] = contextvars.ContextVar("onceflow_env", default=None)
 
 
 @contextmanager
-def working_for(state: EngineState | None) -> Iterator[None]:
-    """Make the calls of this thread (and its context) the work of state's engine."""
-    token = CURRENT.set(state)
+def setting(var: contextvars.ContextVar[Any], value: Any) -> Iterator[None]:
+    """var is value for this thread (and its context) meanwhile."""
+    token = var.set(value)
     try:
         yield
     finally:
-        CURRENT.reset(token)
+        var.reset(token)
 
 
-def on_behalf_of(state: EngineState, client: Any) -> Any:
-    """client, its calls the work of state's engine wherever they are made."""
+def working_for(state: EngineState | None) -> AbstractContextManager[None]:
+    """Make the calls of this thread (and its context) the work of state's engine."""
+    return setting(CURRENT, state)
+
+
+def on_behalf_of(
+    state: EngineState, client: Any, also: Callable[[], AbstractContextManager[None]]
+) -> Any:
+    """client, its calls the work of state's engine wherever they are made, each within
+    also() (the identity they are made as)."""
     make_api_call = client._make_api_call
 
     def engine_call(operation_name: str, api_params: Any) -> Any:
         if operation_name == "CreateStateMachine":  # its executions' calls are this engine's
             state.machines.add(str(api_params.get("name", "")))
-        with working_for(state):
+        with working_for(state), also():
             return make_api_call(operation_name, api_params)
 
     client._make_api_call = engine_call
@@ -149,7 +152,7 @@ def for_machine(arn: str) -> EngineState | None:
     """The running engine whose state machine (or execution or map run of it) arn names."""
     parts = arn.split(":")
     name = parts[6].split("/", 1)[0] if len(parts) > 6 else ""
-    return next((s for s in _RUNNING[::-1] if name in s.machines), None)
+    return next((s for s in RUNNING[::-1] if name in s.machines), None)
 
 
 def for_env(env: Any) -> EngineState | None:
@@ -173,15 +176,15 @@ class _ScaledTimeModule:
     @staticmethod
     def sleep(seconds: float) -> None:
         state = current()
-        (state.clock if state is not None else Clock()).sleep(seconds)
+        Stages.pause(_ENV.get(), seconds, (state.clock if state is not None else Clock()).sleep)
 
 
 def _scaled_wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
     state = for_env(env)
     clock = state.clock if state is not None else Clock()
-    clock.slept.append(wait_seconds)
-    if wait_seconds * clock.scale > 0:
-        env.program_state_event.wait(wait_seconds * clock.scale)
+    Stages.pause(
+        env, wait_seconds, functools.partial(clock.sleep, sleep=env.program_state_event.wait)
+    )
 
 
 def _for_its_machine(original: Any) -> Any:
@@ -189,7 +192,7 @@ def _for_its_machine(original: Any) -> Any:
     a thread of its own, and Map and Parallel branches on theirs."""
 
     def evaluate(component: Any, env: Any, *args: Any, **kwargs: Any) -> Any:
-        with working_for(for_env(env)), Stages.machine_role(env):
+        with working_for(for_env(env)), setting(_ENV, env), Stages.machine_role(env):
             return original(component, env, *args, **kwargs)
 
     return evaluate
@@ -212,18 +215,12 @@ def _install_clock(installer: Installer) -> None:
         _replacing(state_class, "_eval_execution", _for_its_machine)(installer)
 
 
-def _says(owner: Any, text: str) -> list[str]:
-    """What moved: moto's source of owner no longer holds text (a patch relies on it)."""
-    where = getattr(owner, "__qualname__", getattr(owner, "__name__", str(owner)))
-    return [] if text in inspect.getsource(owner) else [f"{where} no longer holds {text!r}"]
-
-
 def _clock_fits() -> list[str]:
     return [
         *takes(retrier_decl.RetrierDecl._eval_body, "self", "env"),
         *(p for state_class in _STATE_CLASSES for p in gone(state_class, "_eval_execution")),
-        *_says(retrier_decl, "time.sleep(interval_seconds)"),  # the retrier's sleep
-        *_says(wait_function.WaitFunction, "program_state_event.wait"),  # the Wait's
+        *lacks(retrier_decl, "time.sleep(interval_seconds)"),  # the retrier's sleep
+        *lacks(wait_function.WaitFunction, "program_state_event.wait"),  # the Wait's
     ]
 
 
@@ -315,7 +312,8 @@ class Stages:
     """Slots other patches fill where no public hook can hold their concern:
     ``serialise`` around moto's answer to each request (the fidelity patch "atomic
     single-item writes"); ``machine_role`` around a state's work, run as its
-    machine's role (onceflow/local/iam.py)."""
+    machine's role (onceflow/local/iam.py); ``pause``, a Wait or a retry's backoff
+    of an execution (env), slept with sleep on its engine's clock (limits/states.py)."""
 
     @staticmethod
     def serialise(request: Any, answer: Callable[[], Any]) -> Any:
@@ -324,6 +322,10 @@ class Stages:
     @staticmethod
     def machine_role(env: Any) -> AbstractContextManager[None]:
         return nullcontext()
+
+    @staticmethod
+    def pause(env: Any, seconds: float, sleep: Callable[[float], None]) -> None:
+        sleep(seconds)
 
 
 def stubber_fits() -> list[str]:
@@ -336,7 +338,7 @@ def stubber_fits() -> list[str]:
 def _in_process(original: Any) -> Any:
     def invoke_lambda(function: Any, event: Any = None) -> tuple[str, bool, str]:
         name = function.function_name
-        for state in (CURRENT.get(), *_RUNNING[::-1]):  # its engine's, else a running one's
+        for state in (CURRENT.get(), *RUNNING[::-1]):  # its engine's, else a running one's
             if state is not None and name in state.invokers:
                 return state.invokers[name](event)
         return original(function, event)  # type: ignore[no-any-return]
@@ -414,7 +416,7 @@ PATCHES = (
         why="An execution's end wakes whoever waits for it, instead of polling.",
         test="tests/unit/test_patch_layer.py::test_two_engines_keep_their_own_clock_log_and_faults",
         install=_replacing(execution_worker.ExecutionWorker, "_execution_logic", _signalling),
-        fits=lambda: _says(
+        fits=lambda: lacks(
             execution_worker.ExecutionWorker._execution_logic,
             "_execution_communication.terminated()",
         ),
