@@ -385,7 +385,7 @@ def _evaluation_failed_after_the_entry(original: Any) -> Any:
                     (e for e in reversed(events) if e["id"] == failed["previousEventId"]), None
                 )
                 kind = str(entry["type"]) if entry else ""
-                if entry and kind.endswith("StateEntered") and kind != "WaitStateEntered":
+                if entry and kind.endswith("StateEntered") and "WaitState" not in kind:
                     failed["previousEventId"] = entry["previousEventId"]
         return event_id
 

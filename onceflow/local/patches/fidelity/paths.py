@@ -1,0 +1,107 @@
+"""State fields AWS cannot use: the state fails where, and in the words, AWS records.
+
+Recordings: LocalStack's test_base_scenarios snapshot (github.com/localstack/localstack,
+tests/aws/services/stepfunctions/v2/scenarios/, validated on AWS).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
+    StatesErrorName,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+    StatesErrorNameType,
+)
+from moto.stepfunctions.parser.asl.component.common.timeouts.heartbeat import (
+    HeartbeatSecondsPath,
+)
+from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import TimeoutSecondsPath
+from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function import timestamp
+from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+
+from onceflow.local.patches.registry import Installer, Patch, gone, lacks
+
+_TESTS = "tests/unit/test_field_errors.py::"
+
+
+# A JSONata Timestamp that is not ISO-8601: moto failed the execution with States.Runtime
+# and no EvaluationFailed, its cause naming the expression ("... == 2016-...").
+
+
+def _timestamp_failure(self: Any, env: Any, timestamp_str: str) -> FailureEvent:
+    error = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
+    cause = (
+        "The Timestamp field cannot be parsed as an ISO-8601 extended offset date-time "
+        f"format string: {timestamp_str}"
+    )
+    details = EvaluationFailedEventDetails(
+        error=error.error_name, cause=cause, location="Timestamp"
+    )
+    return FailureEvent(
+        env=env,
+        error_name=error,
+        event_type=HistoryEventType.EvaluationFailed,
+        event_details=EventDetails(evaluationFailedEventDetails=details),  # type: ignore[typeddict-item]
+    )
+
+
+# TimeoutSecondsPath and HeartbeatSecondsPath are read when the state is entered: one that
+# finds nothing ends the execution there (moto read them in the task's attempt, so a Catch
+# took the States.Runtime error and an undecorated ExecutionFailed came first).
+
+_SECONDS_PATHS = (TimeoutSecondsPath, HeartbeatSecondsPath)
+
+
+def _seconds_read_first(original: Any) -> Any:
+    @functools.wraps(original)
+    def _eval_state(self: Any, env: Any) -> None:
+        for field in (self.timeout, self.heartbeat):
+            if isinstance(field, _SECONDS_PATHS):
+                field.eval(env=env)
+                env.stack.pop()
+        original(self, env)
+
+    return _eval_state
+
+
+def _install(installer: Installer) -> None:
+    installer.replace(timestamp.Timestamp, "_create_failure_event", _timestamp_failure)
+    read_first = _seconds_read_first(ExecutionState._eval_state)
+    installer.replace(ExecutionState, "_eval_state", read_first)
+
+
+def _fits() -> list[str]:
+    return [
+        *gone(timestamp.Timestamp, "_create_failure_event", "_get_wait_seconds"),
+        *lacks(timestamp.Timestamp._get_wait_seconds, "self._create_failure_event(env,"),
+        *gone(ExecutionState, "_eval_state"),
+        *lacks(ExecutionState.__init__, "self.timeout: Timeout", "self.heartbeat:"),
+    ]
+
+
+PATCHES = (
+    Patch(
+        name="state fields AWS cannot use fail as AWS records",
+        kind="fidelity",
+        why="A JSONata Wait Timestamp that is not an ISO-8601 date-time fails the state "
+        "with States.QueryEvaluationError, one EvaluationFailed (location Timestamp) and "
+        '"The Timestamp field cannot be parsed as an ISO-8601 extended offset date-time '
+        'format string: <value>" (recorded: test_wait_timestamp_jsonata[NO_T, NO_Z, '
+        "INVALID_DATE, INVALID_TIME, INVALID_ISO]); a TimeoutSecondsPath or "
+        "HeartbeatSecondsPath that finds nothing ends the execution at the Task's entry, "
+        "one ExecutionFailed with States.Runtime (recorded: test_invalid_jsonpath[ST."
+        "INVALID_JSONPATH_IN_TIMEOUTSECONDSPATH, _HEARTBEATSECONDSPATH]), which no Catch "
+        "on States.ALL takes ('Handling errors in Step Functions workflows'; with a Catch "
+        "not recorded). moto failed the Wait with States.Runtime and no EvaluationFailed, "
+        "and read the seconds in the task's attempt, where a Catch took it.",
+        test=_TESTS + "test_a_jsonata_wait_timestamp_that_is_not_iso_8601_is_an_evaluation_failure",
+        install=_install,
+        fits=_fits,
+    ),
+)

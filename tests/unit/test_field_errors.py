@@ -1,0 +1,106 @@
+"""A state field whose value AWS cannot use fails where, and in the words, AWS records.
+
+SCENARIOS: github.com/localstack/localstack,
+tests/aws/services/stepfunctions/v2/scenarios/test_base_scenarios.snapshot.json (each
+test validated on AWS).
+"""
+
+from __future__ import annotations
+
+import json
+from itertools import count
+from typing import Any
+
+import pytest
+
+from onceflow.local.engine import ExecutionResult, LocalEngine
+
+ROLE = "arn:aws:iam::123456789012:role/fields"
+_NAMES = count()
+
+
+def _run(engine: LocalEngine, states: dict[str, Any], execution_input: Any,
+         language: str = "JSONPath") -> ExecutionResult:  # fmt: skip
+    definition = {"QueryLanguage": language, "StartAt": next(iter(states)), "States": states}
+    arn = engine.client("stepfunctions").create_state_machine(
+        name=f"fields-{next(_NAMES)}", definition=json.dumps(definition), roleArn=ROLE
+    )["stateMachineArn"]
+    return engine.execute(arn, execution_input)
+
+
+def _details(result: ExecutionResult, kind: str) -> list[dict[str, Any]]:
+    return [
+        value
+        for event in result.events
+        if event["type"] == kind
+        for key, value in event.items()
+        if key.endswith("EventDetails")
+    ]
+
+
+def _decorated(state: str, entered: int, cause: str) -> str:
+    return f"An error occurred while executing the state '{state}' (entered at the event id #{entered}). {cause}"  # noqa: E501
+
+
+@pytest.mark.parametrize(
+    "timestamp",
+    [
+        "2016-12-05 21:29:29Z",  # NO_T
+        "2016-12-05T21:29:29",  # NO_Z
+        "2016-13-05T21:29:29Z",  # INVALID_DATE
+        "2016-12-05T25:29:29Z",  # INVALID_TIME
+        "05-12-2016T21:29:29Z",  # INVALID_ISO
+    ],
+)
+def test_a_jsonata_wait_timestamp_that_is_not_iso_8601_is_an_evaluation_failure(
+    engine: LocalEngine, timestamp: str
+) -> None:
+    """Recorded: SCENARIOS, TestBaseScenarios::test_wait_timestamp_jsonata[NO_T|NO_Z|
+    INVALID_DATE|INVALID_TIME|INVALID_ISO]: EvaluationFailed (location Timestamp) after the
+    entry, then ExecutionFailed, both States.QueryEvaluationError with the same cause."""
+    wait = {"Type": "Wait", "Timestamp": "{% $states.input.TimestampValue %}", "End": True}
+    result = _run(engine, {"WaitState": wait}, {"TimestampValue": timestamp}, "JSONata")
+    cause = _decorated(
+        "WaitState",
+        2,
+        "The Timestamp field cannot be parsed as an ISO-8601 extended offset date-time "
+        f"format string: {timestamp}",
+    )
+    assert result.event_types()[1:] == ["WaitStateEntered", "EvaluationFailed", "ExecutionFailed"]
+    assert _details(result, "EvaluationFailed") == [
+        {
+            "error": "States.QueryEvaluationError",
+            "cause": cause,
+            "location": "Timestamp",
+            "state": "WaitState",
+        }
+    ]
+    assert (result.error, result.cause) == ("States.QueryEvaluationError", cause)
+    assert result.events[2]["previousEventId"] == 2
+
+
+@pytest.mark.parametrize("field", ["TimeoutSecondsPath", "HeartbeatSecondsPath"])
+def test_a_seconds_path_that_finds_nothing_fails_the_execution_at_the_state(
+    engine: LocalEngine, field: str
+) -> None:
+    """Recorded: SCENARIOS, TestBaseScenarios::test_invalid_jsonpath[ST.INVALID_JSONPATH_IN_
+    TIMEOUTSECONDSPATH|HEARTBEATSECONDSPATH]: TaskStateEntered, then one ExecutionFailed
+    (States.Runtime, "Invalid path ..."); no task is scheduled. A Catch on States.ALL
+    does not take a States.Runtime error ('Handling errors in Step Functions workflows')."""
+    resource = "arn:aws:states:::aws-sdk:s3:listBuckets"
+    task = {
+        "Type": "Task",
+        field: "$.NoSuchTimeoutSecondsPath",
+        "Resource": resource + (".waitForTaskToken" if field.startswith("Heart") else ""),
+        "Parameters": {},
+        "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Caught"}],
+        "End": True,
+    }
+    states = {"task": task, "Caught": {"Type": "Succeed"}}
+    result = _run(engine, states, {"int-literal": 0})
+    path = "Invalid path '$.NoSuchTimeoutSecondsPath' : No results for path: "
+    assert result.event_types() == ["ExecutionStarted", "TaskStateEntered", "ExecutionFailed"]
+    assert (result.error, result.cause) == (
+        "States.Runtime",
+        _decorated("task", 2, path + "$['NoSuchTimeoutSecondsPath']"),
+    )
