@@ -104,3 +104,30 @@ def test_a_seconds_path_that_finds_nothing_fails_the_execution_at_the_state(
         "States.Runtime",
         _decorated("task", 2, path + "$['NoSuchTimeoutSecondsPath']"),
     )
+
+
+@pytest.mark.parametrize(
+    ("states", "cause"),
+    [
+        (
+            {"fail": {"Type": "Fail", "ErrorPath": "$.ErrorX"}},
+            "The JSONPath '$.ErrorX' specified for the field 'ErrorPath' could not be found "
+            """in the input '{"int-literal":0}'""",
+        ),
+        (
+            {"pass": {"Type": "Pass", "Parameters": {"value.$": "$.nothing"}, "End": True}},
+            "The JSONPath '$.nothing' specified for the field 'value.$' could not be found "
+            """in the input '{"int-literal":0}'""",
+        ),
+    ],
+)
+def test_a_path_that_finds_nothing_names_the_input_as_compact_json(
+    engine: LocalEngine, states: dict[str, Any], cause: str
+) -> None:
+    """Recorded: SCENARIOS, TestBaseScenarios::test_invalid_jsonpath[INVALID_JSONPATH_IN_
+    ERRORPATH|STRING_EXPR_JSONPATH] (the input masked there); AWS writes it without spaces,
+    as a console shows: "... could not be found in the input '{"flagged":false}'" (AWS
+    Step Functions workshop, 000047.awsstudygroup.com, 'Check the workflow')."""
+    result = _run(engine, states, {"int-literal": 0})
+    name = next(iter(states))
+    assert (result.error, result.cause) == ("States.Runtime", _decorated(name, 2, cause))

@@ -17,13 +17,16 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
     StatesErrorNameType,
 )
+from moto.stepfunctions.parser.asl.component.common.string import string_expression
 from moto.stepfunctions.parser.asl.component.common.timeouts.heartbeat import (
     HeartbeatSecondsPath,
 )
 from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import TimeoutSecondsPath
+from moto.stepfunctions.parser.asl.component.state import state
 from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import timestamp
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+from moto.stepfunctions.parser.asl.utils import encoding, json_path
 
 from onceflow.local.patches.registry import Installer, Patch, gone, lacks
 
@@ -70,7 +73,18 @@ def _seconds_read_first(original: Any) -> Any:
     return _eval_state
 
 
+# "... could not be found in the input '<input>'": AWS writes the input without spaces.
+
+_NAMING_THE_INPUT = (json_path, string_expression, state)  # each uses to_json_str for it
+
+
+def _compact_json(value: Any, separators: tuple[str, str] | None = None) -> str:
+    return encoding.to_json_str(value, separators or (",", ":"))
+
+
 def _install(installer: Installer) -> None:
+    for module in _NAMING_THE_INPUT:
+        installer.replace(module, "to_json_str", _compact_json)
     installer.replace(timestamp.Timestamp, "_create_failure_event", _timestamp_failure)
     read_first = _seconds_read_first(ExecutionState._eval_state)
     installer.replace(ExecutionState, "_eval_state", read_first)
@@ -78,6 +92,8 @@ def _install(installer: Installer) -> None:
 
 def _fits() -> list[str]:
     return [
+        *(m for module in _NAMING_THE_INPUT for m in gone(module, "to_json_str")),
+        *lacks(json_path.NoSuchJsonPathError, "could not be found in the input '{data_json_str}'"),
         *gone(timestamp.Timestamp, "_create_failure_event", "_get_wait_seconds"),
         *lacks(timestamp.Timestamp._get_wait_seconds, "self._create_failure_event(env,"),
         *gone(ExecutionState, "_eval_state"),
@@ -98,8 +114,11 @@ PATCHES = (
         "one ExecutionFailed with States.Runtime (recorded: test_invalid_jsonpath[ST."
         "INVALID_JSONPATH_IN_TIMEOUTSECONDSPATH, _HEARTBEATSECONDSPATH]), which no Catch "
         "on States.ALL takes ('Handling errors in Step Functions workflows'; with a Catch "
-        "not recorded). moto failed the Wait with States.Runtime and no EvaluationFailed, "
-        "and read the seconds in the task's attempt, where a Catch took it.",
+        "not recorded); a path that finds nothing names the input as JSON without spaces, "
+        "'... could not be found in the input '{\"flagged\":false}'' (an AWS console's, AWS "
+        "Step Functions workshop, 'Check the workflow'; masked in test_invalid_jsonpath). "
+        "moto failed the Wait with States.Runtime and no EvaluationFailed, read the seconds "
+        "in the task's attempt, where a Catch took it, and spaced the input's JSON.",
         test=_TESTS + "test_a_jsonata_wait_timestamp_that_is_not_iso_8601_is_an_evaluation_failure",
         install=_install,
         fits=_fits,
