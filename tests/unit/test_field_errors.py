@@ -131,3 +131,29 @@ def test_a_path_that_finds_nothing_names_the_input_as_compact_json(
     result = _run(engine, states, {"int-literal": 0})
     name = next(iter(states))
     assert (result.error, result.cause) == ("States.Runtime", _decorated(name, 2, cause))
+
+
+def test_a_max_items_path_that_is_not_an_integer_fails_before_the_map_run(
+    engine: LocalEngine,
+) -> None:
+    """Recorded: SCENARIOS, TestBaseScenarios::test_map_item_reader_csv_max_items_paths[1.5]:
+    MapStateStarted, then ExecutionFailed (States.Runtime, 'The MaxItemsPath field refers
+    to value "1.5" which is not a valid integer: $.MaxItems'); no Map Run starts."""
+    s3 = engine.client("s3")
+    s3.create_bucket(Bucket="items")
+    s3.put_object(Bucket="items", Key="file.csv", Body=b"a,b\n1,2\n3,4\n")
+    config = {"InputType": "CSV", "CSVHeaderLocation": "FIRST_ROW", "MaxItemsPath": "$.MaxItems"}
+    reader = {"ReaderConfig": config, "Resource": "arn:aws:states:::s3:getObject",
+              "Parameters": {"Bucket.$": "$.Bucket", "Key.$": "$.Key"}}  # fmt: skip
+    processor = {
+        "ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
+        "StartAt": "PassItem",
+        "States": {"PassItem": {"Type": "Pass", "End": True}},
+    }
+    map_state = {"Type": "Map", "MaxConcurrency": 1, "ItemReader": reader,
+                 "ItemProcessor": processor, "End": True}  # fmt: skip
+    result = _run(engine, {"MapState": map_state}, {"Bucket": "items", "Key": "file.csv",
+                                                    "MaxItems": 1.5})  # fmt: skip
+    assert result.event_types()[1:] == ["MapStateEntered", "MapStateStarted", "ExecutionFailed"]
+    cause = 'The MaxItemsPath field refers to value "1.5" which is not a valid integer: $.MaxItems'
+    assert (result.error, result.cause) == ("States.Runtime", _decorated("MapState", 2, cause))

@@ -9,8 +9,15 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
-from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent
+from moto.stepfunctions.parser.api import (
+    EvaluationFailedEventDetails,
+    ExecutionFailedEventDetails,
+    HistoryEventType,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+    FailureEvent,
+    FailureEventException,
+)
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
     StatesErrorName,
 )
@@ -24,9 +31,19 @@ from moto.stepfunctions.parser.asl.component.common.timeouts.heartbeat import (
 from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import TimeoutSecondsPath
 from moto.stepfunctions.parser.asl.component.state import state
 from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.reader_config.max_items_decl import (  # noqa: E501
+    MaxItemsPath,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor.distributed_item_processor import (  # noqa: E501
+    DistributedItemProcessor,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.iterator.distributed_iterator import (  # noqa: E501
+    DistributedIterator,
+)
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import timestamp
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.utils import encoding, json_path
+from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
 
 from onceflow.local.patches.registry import Installer, Patch, gone, lacks
 
@@ -82,7 +99,52 @@ def _compact_json(value: Any, separators: tuple[str, str] | None = None) -> str:
     return encoding.to_json_str(value, separators or (",", ":"))
 
 
+# A Distributed Map's MaxItemsPath that is not an integer fails the Map after
+# MapStateStarted, before its Map Run (moto: in the Map Run, States.ItemReaderFailed).
+
+_DISTRIBUTED = (DistributedItemProcessor, DistributedIterator)  # not their base: other
+# patches read the base's _eval_body source
+
+
+def _an_integer(value: Any) -> bool:
+    return type(value) is int or (isinstance(value, str) and value.strip().lstrip("+-").isdigit())
+
+
+def _max_items_judged_first(original: Any) -> Any:
+    @functools.wraps(original)
+    def _eval_body(self: Any, env: Any) -> None:
+        config = getattr(env.stack[-1].item_reader, "reader_config", None)
+        decl = getattr(config, "max_items_decl", None)
+        if isinstance(decl, MaxItemsPath):
+            env.stack.append(env.stack[-2])  # the Map's input, where moto's reader reads it
+            try:
+                decl.string_sampler.eval(env=env)
+            except NoSuchJsonPathError:
+                env.stack.append(0)  # moto's reader reports it, in the Map Run, as before
+            value = env.stack.pop()
+            env.stack.pop()
+        if isinstance(decl, MaxItemsPath) and not _an_integer(value):
+            text = value if isinstance(value, str) else _compact_json(value)
+            path = decl.string_sampler.literal_value
+            cause = f'The MaxItemsPath field refers to value "{text}" which is not a valid integer: {path}'  # noqa: E501
+            runtime = StatesErrorName(typ=StatesErrorNameType.StatesRuntime)
+            details = ExecutionFailedEventDetails(error=runtime.error_name, cause=cause)
+            event_details: Any = {"executionFailedEventDetails": details}
+            failure = FailureEvent(env, runtime, HistoryEventType.ExecutionFailed, event_details)
+            # The cause names the state's entry, not MapStateStarted after it.
+            started = env.event_history_context.source_event_id
+            events = env.event_manager._history_event_list
+            entered = next(e["previousEventId"] for e in events if e["id"] == started)
+            failure.source_event_id = entered  # type: ignore[misc]
+            raise FailureEventException(failure)
+        original(self, env)
+
+    return _eval_body
+
+
 def _install(installer: Installer) -> None:
+    for component in _DISTRIBUTED:
+        installer.replace(component, "_eval_body", _max_items_judged_first(component._eval_body))
     for module in _NAMING_THE_INPUT:
         installer.replace(module, "to_json_str", _compact_json)
     installer.replace(timestamp.Timestamp, "_create_failure_event", _timestamp_failure)
@@ -98,6 +160,8 @@ def _fits() -> list[str]:
         *lacks(timestamp.Timestamp._get_wait_seconds, "self._create_failure_event(env,"),
         *gone(ExecutionState, "_eval_state"),
         *lacks(ExecutionState.__init__, "self.timeout: Timeout", "self.heartbeat:"),
+        *lacks(DistributedItemProcessor._eval_body, "eval_input.item_reader"),
+        *lacks(MaxItemsPath, "self.string_sampler = string_sampler"),
     ]
 
 
@@ -114,11 +178,16 @@ PATCHES = (
         "one ExecutionFailed with States.Runtime (recorded: test_invalid_jsonpath[ST."
         "INVALID_JSONPATH_IN_TIMEOUTSECONDSPATH, _HEARTBEATSECONDSPATH]), which no Catch "
         "on States.ALL takes ('Handling errors in Step Functions workflows'; with a Catch "
-        "not recorded); a path that finds nothing names the input as JSON without spaces, "
+        "not recorded); a Distributed Map's MaxItemsPath that is not an integer fails it "
+        "after MapStateStarted, before any Map Run, with States.Runtime 'The MaxItemsPath "
+        'field refers to value "1.5" which is not a valid integer: $.MaxItems\' (recorded: '
+        "test_map_item_reader_csv_max_items_paths[1.5]); a path that finds nothing names "
+        "the input as JSON without spaces, "
         "'... could not be found in the input '{\"flagged\":false}'' (an AWS console's, AWS "
         "Step Functions workshop, 'Check the workflow'; masked in test_invalid_jsonpath). "
         "moto failed the Wait with States.Runtime and no EvaluationFailed, read the seconds "
-        "in the task's attempt, where a Catch took it, and spaced the input's JSON.",
+        "in the task's attempt, where a Catch took it, failed the Map Run with "
+        "States.ItemReaderFailed, and spaced the input's JSON.",
         test=_TESTS + "test_a_jsonata_wait_timestamp_that_is_not_iso_8601_is_an_evaluation_failure",
         install=_install,
         fits=_fits,
