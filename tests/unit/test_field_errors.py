@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from onceflow.local.engine import ExecutionResult, LocalEngine
+from tests.helpers import FUNCTION
 
 ROLE = "arn:aws:iam::123456789012:role/fields"
 _NAMES = count()
@@ -157,3 +158,24 @@ def test_a_max_items_path_that_is_not_an_integer_fails_before_the_map_run(
     assert result.event_types()[1:] == ["MapStateEntered", "MapStateStarted", "ExecutionFailed"]
     cause = 'The MaxItemsPath field refers to value "1.5" which is not a valid integer: $.MaxItems'
     assert (result.error, result.cause) == ("States.Runtime", _decorated("MapState", 2, cause))
+
+
+def test_a_cause_names_the_event_its_state_was_entered_at(engine: LocalEngine) -> None:
+    """Recorded: SCENARIOS, TestBaseScenarios::test_catch_states_runtime: an OutputPath that
+    finds nothing after the Lambda ran (events 3-5) fails the execution "... (entered at
+    the event id #2). Invalid path ..."; the Catch on States.Runtime does not take it."""
+    task = {
+        "Type": "Task",
+        "Resource": engine.get_att(FUNCTION, "Arn"),
+        "OutputPath": "$.no.such.result.path",
+        "Catch": [{"ErrorEquals": ["States.Runtime"], "Next": "CaughtRuntime"}],
+        "End": True,
+    }
+    states = {"RaiseRuntime": task, "CaughtRuntime": {"Type": "Pass", "End": True}}
+    with engine.override_function(FUNCTION, lambda event, context: {}):
+        result = _run(engine, states, {})
+    # AWS goes on "Missing property in path $['no']" (the engine: "No results for path: ...").
+    invalid = "Invalid path '$.no.such.result.path' : "
+    assert result.event_types()[-2:] == ["LambdaFunctionSucceeded", "ExecutionFailed"]
+    assert result.error == "States.Runtime"
+    assert str(result.cause).startswith(_decorated("RaiseRuntime", 2, invalid))

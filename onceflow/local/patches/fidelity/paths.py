@@ -42,6 +42,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.iter
 )
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import timestamp
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.asl.utils import encoding, json_path
 from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
 
@@ -131,18 +132,36 @@ def _max_items_judged_first(original: Any) -> Any:
             details = ExecutionFailedEventDetails(error=runtime.error_name, cause=cause)
             event_details: Any = {"executionFailedEventDetails": details}
             failure = FailureEvent(env, runtime, HistoryEventType.ExecutionFailed, event_details)
-            # The cause names the state's entry, not MapStateStarted after it.
-            started = env.event_history_context.source_event_id
-            events = env.event_manager._history_event_list
-            entered = next(e["previousEventId"] for e in events if e["id"] == started)
-            failure.source_event_id = entered  # type: ignore[misc]
             raise FailureEventException(failure)
         original(self, env)
 
     return _eval_body
 
 
+# "An error occurred while executing the state 'S' (entered at the event id #N)": N is the
+# state's entry (moto: whatever event came last, a TaskSucceeded or a MapStateStarted).
+
+_original_failure_init = FailureEvent.__init__
+
+
+def _entered_at(env: Any) -> int | None:
+    """The StateEntered event the current one follows back to (None: none found)."""
+    events = env.event_manager._history_event_list
+    event_id = env.event_history_context.source_event_id
+    while 0 < event_id <= len(events) and events[event_id - 1]["id"] == event_id:
+        if str(events[event_id - 1]["type"]).endswith("StateEntered"):
+            return int(event_id)
+        event_id = events[event_id - 1]["previousEventId"]
+    return None
+
+
+def _failure_init(self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
+    _original_failure_init(self, env, *args, **kwargs)
+    self.source_event_id = _entered_at(env) or self.source_event_id
+
+
 def _install(installer: Installer) -> None:
+    installer.replace(FailureEvent, "__init__", _failure_init)
     for component in _DISTRIBUTED:
         installer.replace(component, "_eval_body", _max_items_judged_first(component._eval_body))
     for module in _NAMING_THE_INPUT:
@@ -154,6 +173,8 @@ def _install(installer: Installer) -> None:
 
 def _fits() -> list[str]:
     return [
+        *lacks(FailureEvent, "self.source_event_id = env.event_history_context.source_event_id"),
+        *lacks(EventManager.__init__, "self._history_event_list"),
         *(m for module in _NAMING_THE_INPUT for m in gone(module, "to_json_str")),
         *lacks(json_path.NoSuchJsonPathError, "could not be found in the input '{data_json_str}'"),
         *gone(timestamp.Timestamp, "_create_failure_event", "_get_wait_seconds"),
@@ -181,13 +202,16 @@ PATCHES = (
         "not recorded); a Distributed Map's MaxItemsPath that is not an integer fails it "
         "after MapStateStarted, before any Map Run, with States.Runtime 'The MaxItemsPath "
         'field refers to value "1.5" which is not a valid integer: $.MaxItems\' (recorded: '
-        "test_map_item_reader_csv_max_items_paths[1.5]); a path that finds nothing names "
+        "test_map_item_reader_csv_max_items_paths[1.5]); a cause's '(entered at the event "
+        "id #N)' names the state's entry, after a Lambda ran too (recorded: "
+        "test_catch_states_runtime, where no Catch takes an OutputPath's States.Runtime); a path that finds nothing names "
         "the input as JSON without spaces, "
         "'... could not be found in the input '{\"flagged\":false}'' (an AWS console's, AWS "
         "Step Functions workshop, 'Check the workflow'; masked in test_invalid_jsonpath). "
         "moto failed the Wait with States.Runtime and no EvaluationFailed, read the seconds "
         "in the task's attempt, where a Catch took it, failed the Map Run with "
-        "States.ItemReaderFailed, and spaced the input's JSON.",
+        "States.ItemReaderFailed, named the last event as the entry, and spaced the input's "
+        "JSON.",
         test=_TESTS + "test_a_jsonata_wait_timestamp_that_is_not_iso_8601_is_an_evaluation_failure",
         install=_install,
         fits=_fits,
