@@ -204,8 +204,8 @@ PATCHES = (
         'field refers to value "1.5" which is not a valid integer: $.MaxItems\' (recorded: '
         "test_map_item_reader_csv_max_items_paths[1.5]); a cause's '(entered at the event "
         "id #N)' names the state's entry, after a Lambda ran too (recorded: "
-        "test_catch_states_runtime, where no Catch takes an OutputPath's States.Runtime); a path that finds nothing names "
-        "the input as JSON without spaces, "
+        "test_catch_states_runtime, where no Catch takes an OutputPath's States.Runtime); "
+        "a path that finds nothing names the input as JSON without spaces, "
         "'... could not be found in the input '{\"flagged\":false}'' (an AWS console's, AWS "
         "Step Functions workshop, 'Check the workflow'; masked in test_invalid_jsonpath). "
         "moto failed the Wait with States.Runtime and no EvaluationFailed, read the seconds "
