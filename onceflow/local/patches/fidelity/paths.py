@@ -7,6 +7,8 @@ tests/aws/services/stepfunctions/v2/scenarios/, validated on AWS).
 from __future__ import annotations
 
 import functools
+import re
+import sys
 from typing import Any
 
 from moto.stepfunctions.parser.api import (
@@ -155,9 +157,35 @@ def _entered_at(env: Any) -> int | None:
     return None
 
 
+# "Invalid path '$.a.b' : ...": moto wrote "No results for path: $['a.b']" whatever was
+# missing; AWS words it as Jayway JsonPath does: "Missing property in path $['a']" when a
+# step before the last is missing, else "No results for path: $['a']['b']".
+_DOTTED = re.compile(r"\$(?:\.[\w-]+)+")
+
+
+def _jayway(missing: NoSuchJsonPathError) -> str | None:
+    if not _DOTTED.fullmatch(missing.json_path):
+        return None
+    steps, node = missing.json_path[2:].split("."), missing.data
+    for index, step in enumerate(steps):
+        if not isinstance(node, dict):
+            return None  # Jayway words this otherwise (not reproduced)
+        if step not in node:
+            if index == len(steps) - 1:
+                return "No results for path: $" + "".join(f"['{s}']" for s in steps)
+            return "Missing property in path $" + "".join(f"['{s}']" for s in steps[: index + 1])
+        node = node[step]
+    return None
+
+
 def _failure_init(self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
     _original_failure_init(self, env, *args, **kwargs)
     self.source_event_id = _entered_at(env) or self.source_event_id
+    missing = sys.exc_info()[1]  # moto builds the event while handling what went wrong
+    details: Any = next(iter((self.event_details or {}).values()), {})
+    if isinstance(missing, NoSuchJsonPathError) and (words := _jayway(missing)):
+        moto_words = f"No results for path: $['{missing.json_path[2:]}']"
+        details["cause"] = str(details.get("cause", "")).replace(moto_words, words)
 
 
 def _install(installer: Installer) -> None:
@@ -203,15 +231,16 @@ PATCHES = (
         "after MapStateStarted, before any Map Run, with States.Runtime 'The MaxItemsPath "
         'field refers to value "1.5" which is not a valid integer: $.MaxItems\' (recorded: '
         "test_map_item_reader_csv_max_items_paths[1.5]); a cause's '(entered at the event "
-        "id #N)' names the state's entry, after a Lambda ran too (recorded: "
+        "id #N)' names the state's entry, after a Lambda ran too, and a path missing a step "
+        "before its last reads \"Missing property in path $['no']\" (recorded: "
         "test_catch_states_runtime, where no Catch takes an OutputPath's States.Runtime); "
         "a path that finds nothing names the input as JSON without spaces, "
         "'... could not be found in the input '{\"flagged\":false}'' (an AWS console's, AWS "
         "Step Functions workshop, 'Check the workflow'; masked in test_invalid_jsonpath). "
         "moto failed the Wait with States.Runtime and no EvaluationFailed, read the seconds "
         "in the task's attempt, where a Catch took it, failed the Map Run with "
-        "States.ItemReaderFailed, named the last event as the entry, and spaced the input's "
-        "JSON.",
+        'States.ItemReaderFailed, named the last event as the entry, wrote "No results for '
+        "path: $['no.such.result.path']\" and spaced the input's JSON.",
         test=_TESTS + "test_a_jsonata_wait_timestamp_that_is_not_iso_8601_is_an_evaluation_failure",
         install=_install,
         fits=_fits,
