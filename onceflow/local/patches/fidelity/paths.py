@@ -9,11 +9,9 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from typing import Any
+from typing import Any, cast
 
 from moto.stepfunctions.parser.api import (
-    EvaluationFailedEventDetails,
-    ExecutionFailedEventDetails,
     HistoryEventType,
 )
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
@@ -43,7 +41,6 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.iter
     DistributedIterator,
 )
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import timestamp
-from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.asl.utils import encoding, json_path
 from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
@@ -53,25 +50,25 @@ from onceflow.local.patches.registry import Installer, Patch, gone, lacks
 _TESTS = "tests/unit/test_field_errors.py::"
 
 
+def _failure(env: Any, error: StatesErrorNameType, cause: str, location: str = "") -> Any:
+    """A failure as moto raises it: EvaluationFailed with a location, else ExecutionFailed."""
+    name, make = StatesErrorName(typ=error), cast(Any, FailureEvent)
+    details = {"error": name.error_name, "cause": cause} | (
+        {"location": location} if location else {}
+    )
+    kind = HistoryEventType.EvaluationFailed if location else HistoryEventType.ExecutionFailed
+    field = "evaluationFailedEventDetails" if location else "executionFailedEventDetails"
+    return make(env, name, kind, {field: details})
+
+
 # A JSONata Timestamp that is not ISO-8601: moto failed the execution with States.Runtime
 # and no EvaluationFailed, its cause naming the expression ("... == 2016-...").
 
 
-def _timestamp_failure(self: Any, env: Any, timestamp_str: str) -> FailureEvent:
-    error = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
-    cause = (
-        "The Timestamp field cannot be parsed as an ISO-8601 extended offset date-time "
-        f"format string: {timestamp_str}"
-    )
-    details = EvaluationFailedEventDetails(
-        error=error.error_name, cause=cause, location="Timestamp"
-    )
-    return FailureEvent(
-        env=env,
-        error_name=error,
-        event_type=HistoryEventType.EvaluationFailed,
-        event_details=EventDetails(evaluationFailedEventDetails=details),  # type: ignore[typeddict-item]
-    )
+def _timestamp_failure(self: Any, env: Any, timestamp_str: str) -> Any:
+    cause = "The Timestamp field cannot be parsed as an ISO-8601 extended offset date-time "
+    error = StatesErrorNameType.StatesQueryEvaluationError
+    return _failure(env, error, f"{cause}format string: {timestamp_str}", "Timestamp")
 
 
 # TimeoutSecondsPath and HeartbeatSecondsPath are read when the state is entered: one that
@@ -130,10 +127,7 @@ def _max_items_judged_first(original: Any) -> Any:
             text = value if isinstance(value, str) else _compact_json(value)
             path = decl.string_sampler.literal_value
             cause = f'The MaxItemsPath field refers to value "{text}" which is not a valid integer: {path}'  # noqa: E501
-            runtime = StatesErrorName(typ=StatesErrorNameType.StatesRuntime)
-            details = ExecutionFailedEventDetails(error=runtime.error_name, cause=cause)
-            event_details: Any = {"executionFailedEventDetails": details}
-            failure = FailureEvent(env, runtime, HistoryEventType.ExecutionFailed, event_details)
+            failure = _failure(env, StatesErrorNameType.StatesRuntime, cause)
             raise FailureEventException(failure)
         original(self, env)
 
