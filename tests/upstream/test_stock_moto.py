@@ -409,3 +409,13 @@ for _name in (
     REPRODUCED[f"Distributed Map: {_name}"] = (
         "tests/upstream/test_stock_moto.py::test_a_distributed_map_field_aws_takes_is_refused"
     )
+
+
+@reproduces("state fields AWS cannot use fail as AWS records")
+def test_a_timeout_path_that_finds_nothing_is_caught(run: Run) -> None:
+    # AWS: the execution fails at the Task's entry (States.Runtime), which no Catch takes.
+    task = {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:s3:listBuckets",
+            "Parameters": {}, "TimeoutSecondsPath": "$.none", "End": True,
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Caught"}]}  # fmt: skip
+    result = run({"StartAt": "T", "States": {"T": task, "Caught": {"Type": "Succeed"}}})
+    assert result["status"] == "SUCCEEDED"

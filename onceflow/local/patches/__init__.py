@@ -25,6 +25,7 @@ from onceflow.local.patches.fidelity import (
     executions,
     express_arn,
     integrations,
+    paths,
     s3_inventory,
 )
 from onceflow.local.patches.hooks import Clock, EngineState, dynamodb_error, sqs_error
@@ -76,7 +77,8 @@ def _patches() -> tuple[Patch, ...]:
     from onceflow.local import iam, limits
 
     # iam last: a state's work runs as its machine's role, inside the limits
-    kinds = (hooks, fidelity, distributed_map, integrations, executions, express_arn, s3_inventory)
+    kinds = (hooks, fidelity, distributed_map, integrations, executions, express_arn, s3_inventory,
+             paths)  # fmt: skip
     return (*_speedups(), *(p for kind in (*kinds, limits, iam) for p in kind.PATCHES))
 
 
