@@ -404,7 +404,14 @@ def _entered_at(original: Any) -> Any:
 
     def __init__(self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
         original(self, env, *args, **kwargs)
-        self.source_event_id = getattr(env.event_history_context, _ENTERED, self.source_event_id)
+        entered = getattr(env.event_history_context, _ENTERED, None)
+        if entered is None:  # a frame of its own (a Map Run's): follow the links back
+            events, entered = env.event_manager._history_event_list, self.source_event_id
+            while 0 < entered <= len(events) and events[entered - 1]["id"] == entered:
+                if events[entered - 1]["type"].endswith("StateEntered"):
+                    break
+                entered = events[entered - 1]["previousEventId"]
+        self.source_event_id = entered if entered else self.source_event_id
 
     return __init__
 

@@ -41,7 +41,6 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.iter
     DistributedIterator,
 )
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import timestamp
-from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.asl.utils import encoding, json_path
 from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
 
@@ -134,23 +133,6 @@ def _max_items_judged_first(original: Any) -> Any:
     return _eval_body
 
 
-# "An error occurred while executing the state 'S' (entered at the event id #N)": N is the
-# state's entry (moto: whatever event came last, a TaskSucceeded or a MapStateStarted).
-
-_original_failure_init = FailureEvent.__init__
-
-
-def _entered_at(env: Any) -> int | None:
-    """The StateEntered event the current one follows back to (None: none found)."""
-    events = env.event_manager._history_event_list
-    event_id = env.event_history_context.source_event_id
-    while 0 < event_id <= len(events) and events[event_id - 1]["id"] == event_id:
-        if str(events[event_id - 1]["type"]).endswith("StateEntered"):
-            return int(event_id)
-        event_id = events[event_id - 1]["previousEventId"]
-    return None
-
-
 # "Invalid path '$.a.b' : ...": moto wrote "No results for path: $['a.b']" whatever was
 # missing; AWS words it as Jayway JsonPath does: "Missing property in path $['a']" when a
 # step before the last is missing, else "No results for path: $['a']['b']".
@@ -172,18 +154,22 @@ def _jayway(missing: NoSuchJsonPathError) -> str | None:
     return None
 
 
-def _failure_init(self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
-    _original_failure_init(self, env, *args, **kwargs)
-    self.source_event_id = _entered_at(env) or self.source_event_id
-    missing = sys.exc_info()[1]  # moto builds the event while handling what went wrong
-    details: Any = next(iter((self.event_details or {}).values()), {})
-    if isinstance(missing, NoSuchJsonPathError) and (words := _jayway(missing)):
-        moto_words = f"No results for path: $['{missing.json_path[2:]}']"
-        details["cause"] = str(details.get("cause", "")).replace(moto_words, words)
+def _jayway_worded(original: Any) -> Any:
+    """A failure built while a JSONPath found nothing words it as Jayway does."""
+
+    def __init__(self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, env, *args, **kwargs)
+        missing = sys.exc_info()[1]  # moto builds the event while handling what went wrong
+        details: Any = next(iter((self.event_details or {}).values()), {})
+        if isinstance(missing, NoSuchJsonPathError) and (words := _jayway(missing)):
+            moto_words = f"No results for path: $['{missing.json_path[2:]}']"
+            details["cause"] = str(details.get("cause", "")).replace(moto_words, words)
+
+    return __init__
 
 
 def _install(installer: Installer) -> None:
-    installer.replace(FailureEvent, "__init__", _failure_init)
+    installer.replace(FailureEvent, "__init__", _jayway_worded(FailureEvent.__init__))
     for component in _DISTRIBUTED:
         installer.replace(component, "_eval_body", _max_items_judged_first(component._eval_body))
     for module in _NAMING_THE_INPUT:
@@ -195,8 +181,6 @@ def _install(installer: Installer) -> None:
 
 def _fits() -> list[str]:
     return [
-        *lacks(FailureEvent, "self.source_event_id = env.event_history_context.source_event_id"),
-        *lacks(EventManager.__init__, "self._history_event_list"),
         *(m for module in _NAMING_THE_INPUT for m in gone(module, "to_json_str")),
         *lacks(json_path.NoSuchJsonPathError, "could not be found in the input '{data_json_str}'"),
         *gone(timestamp.Timestamp, "_create_failure_event", "_get_wait_seconds"),
@@ -224,8 +208,7 @@ PATCHES = (
         "not recorded); a Distributed Map's MaxItemsPath that is not an integer fails it "
         "after MapStateStarted, before any Map Run, with States.Runtime 'The MaxItemsPath "
         'field refers to value "1.5" which is not a valid integer: $.MaxItems\' (recorded: '
-        "test_map_item_reader_csv_max_items_paths[1.5]); a cause's '(entered at the event "
-        "id #N)' names the state's entry, after a Lambda ran too, and a path missing a step "
+        "test_map_item_reader_csv_max_items_paths[1.5]); a path missing a step "
         "before its last reads \"Missing property in path $['no']\" (recorded: "
         "test_catch_states_runtime, where no Catch takes an OutputPath's States.Runtime); "
         "a path that finds nothing names the input as JSON without spaces, "
@@ -233,7 +216,7 @@ PATCHES = (
         "Step Functions workshop, 'Check the workflow'; masked in test_invalid_jsonpath). "
         "moto failed the Wait with States.Runtime and no EvaluationFailed, read the seconds "
         "in the task's attempt, where a Catch took it, failed the Map Run with "
-        'States.ItemReaderFailed, named the last event as the entry, wrote "No results for '
+        'States.ItemReaderFailed, wrote "No results for '
         "path: $['no.such.result.path']\" and spaced the input's JSON.",
         test=_TESTS + "test_a_jsonata_wait_timestamp_that_is_not_iso_8601_is_an_evaluation_failure",
         install=_install,
