@@ -17,6 +17,7 @@ over makes the recording unreplayable rather than compared without it.
 from __future__ import annotations
 
 import ast
+import base64
 import datetime
 import io
 import itertools
@@ -333,7 +334,7 @@ def _transformer_classes(recorder: _Recorder) -> dict[str, Any]:
         "JsonStringTransformer": json_string_transformer,
         "SfnNoneRecursiveParallelTransformer": parallel,
         "KeyValueBasedTransformer": unsupported("KeyValueBasedTransformer"),
-        "GenericTransformer": unsupported("GenericTransformer"),
+        "GenericTransformer": recorder.generic_transformer,
         "SortingTransformer": unsupported("SortingTransformer"),
         "TransformerUtility": _Utility(recorder),
     }
@@ -353,6 +354,15 @@ class _Recorder:
         self.transformers: list[Spec] = snapshot.fixtures()
         self.unsupported: list[str] = []
         self.ran: _Ran | None = None
+        self.sources: dict[str, str] = {}  # the test's own functions: name -> source
+
+    def generic_transformer(self, function: Any) -> Spec:
+        """GenericTransformer(fn) of a function the test defines: its source, run again on
+        the local answers (with json and re, all such functions of the suite use)."""
+        source = self.sources.get(getattr(function, "__name__", ""))
+        if source is None:
+            return Spec("unsupported", "GenericTransformer of a function not in the test")
+        return Spec("generic", source, function.__name__)
 
     def add(self, transformer: Any, priority: int) -> None:
         if not isinstance(transformer, Spec):
@@ -363,9 +373,16 @@ class _Recorder:
             self.transformers.append(replace(transformer, priority=priority))
 
     def create_state_machine(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A state machine the test creates: the one it runs is created by the replay, any
+        other (a target of the one it runs) before the run, as the test made it."""
         name = str(params.get("name") or f"statemachine_{_short_uid()}")
         arn = f"arn:aws:states:{REGION}:{ACCOUNT_ID}:stateMachine:{name}"
-        self.machines[arn] = (params.get("definition"), str(params.get("type", "STANDARD")), name)
+        kind = str(params.get("type", "STANDARD"))
+        self.machines[arn] = (params.get("definition"), kind, name)
+        made = {"name": name, "definition": params.get("definition"), "roleArn": ROLE, "type": kind}
+        self.setup.append(
+            {"service": "stepfunctions", "operation": "create_state_machine", "params": made}
+        )
         return {"stateMachineArn": arn, "creationDate": _Anything()}
 
     def start_execution(self, params: dict[str, Any], kind: str = "") -> dict[str, Any]:
@@ -384,15 +401,19 @@ class _Recorder:
         return {"executionArn": execution_arn, "startDate": _Anything()}
 
     def call(self, service: str, operation: str, params: dict[str, Any]) -> Any:
+        if service == "stepfunctions" and operation == "start_execution":
+            return self.start_execution(params)
+        if service == "stepfunctions" and operation == "start_sync_execution":
+            return self.start_execution(params, "EXPRESS_SYNC")
+        if self.ran is not None:
+            return _Anything()  # after the run: what the test reads or changes then
         if service == "stepfunctions":
             if operation == "create_state_machine":
                 return self.create_state_machine(params)
-            if operation == "start_execution":
-                return self.start_execution(params)
-            if operation == "start_sync_execution":
-                return self.start_execution(params, "EXPRESS_SYNC")
+            if operation == "delete_state_machine":
+                self.setup.append({"service": service, "operation": operation, "params": params})
             return _Anything()
-        self.setup.append({"service": service, "operation": operation, "params": params})
+        self.setup.append({"service": service, "operation": operation, "params": _data(params)})
         arn = f"arn:aws:{service}:{REGION}:{ACCOUNT_ID}"
         if operation == "create_queue":
             name = params["QueueName"]
@@ -696,6 +717,11 @@ def prepare(
         return f"no parametrize combination gives the id [{param}]"
     recorder = _Recorder(root)
     recorder.transformers = snapshot.fixtures(recorded=recorded)
+    recorder.sources = {
+        node.name: ast.unparse(node)
+        for node in ast.walk(function)
+        if isinstance(node, ast.FunctionDef)
+    }
     namespace = _namespace(tree, root, classes, recorder)
     if "Thread(" in ast.unparse(function):
         return "another party (a thread of the test) acts on the running execution"
@@ -767,6 +793,35 @@ def _functions(tree: ast.Module) -> dict[str, tuple[ast.FunctionDef, ast.ClassDe
     return found
 
 
+def _creates(call: dict[str, Any], machine_name: str) -> bool:
+    return call["operation"] == "create_state_machine" and call["params"]["name"] == machine_name
+
+
+def _data(value: Any) -> Any:
+    """Request parameters as JSON: bytes (an object's Body) as {"bytes": base64}."""
+    if isinstance(value, bytes | bytearray):
+        return {_BYTES: base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, dict):
+        return {k: _data(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_data(v) for v in value]
+    return value
+
+
+def parameters(value: Any) -> Any:
+    """_data's parameters as the client takes them."""
+    if isinstance(value, dict):
+        if set(value) == {_BYTES}:
+            return base64.b64decode(value[_BYTES])
+        return {k: parameters(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [parameters(v) for v in value]
+    return value
+
+
+_BYTES = "__replay_bytes_base64__"
+
+
 def discover(root: Path, filters: Sequence[str] = ()) -> tuple[list[Case], list[Skip]]:
     """Every recording under root/v2 whose id holds one of filters (or all, with none):
     replayable, or why not."""
@@ -826,7 +881,7 @@ def discover(root: Path, filters: Sequence[str] = ()) -> tuple[list[Case], list[
                     execution_name=ran.execution_name,
                     functions=recorder.functions,
                     timeouts=recorder.timeouts,
-                    setup=recorder.setup,
+                    setup=[c for c in recorder.setup if not _creates(c, ran.machine_name)],
                     transformers=[t.to_json() for t in recorder.transformers],
                 )
             )

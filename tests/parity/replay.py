@@ -45,7 +45,7 @@ from typing import Any
 from onceflow.local import provisioning
 from onceflow.local.engine import LocalEngine
 from onceflow.local.lambdas import FunctionSpec
-from tests.parity.recordings import ROLE, Case, Skip, discover, suite_root
+from tests.parity.recordings import ROLE, Case, Skip, discover, parameters, suite_root
 from tests.parity.snapshot import Run, Spec, map_run_arns, transform
 
 MIRROR = Path("/work/.mirror/localstack+localstack/repo")
@@ -244,12 +244,12 @@ class Replayer:
     def create_function(
         self, engine: LocalEngine, name: str, source: str, timeout: int = 30
     ) -> None:
-        """A Lambda function running the recorded test's handler file, in-process."""
+        """A Lambda function running the recorded test's handler file, in-process, named as
+        LocalStack's create_lambda_function deploys it (handler.py, handler.handler: AWS's
+        stack traces say "/var/task/handler.py")."""
         folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.folder))
-        (folder / "handler_module.py").write_text(source)
-        spec_file = importlib.util.spec_from_file_location(
-            f"replay_{name}", folder / "handler_module.py"
-        )
+        (folder / "handler.py").write_text(source)
+        spec_file = importlib.util.spec_from_file_location(f"replay_{name}", folder / "handler.py")
         assert spec_file is not None and spec_file.loader is not None
         module = importlib.util.module_from_spec(spec_file)
         spec_file.loader.exec_module(module)
@@ -257,11 +257,11 @@ class Replayer:
             FunctionName=name,
             Runtime="python3.12",
             Role=provisioning.execution_role(engine),
-            Handler="handler_module.handler",
+            Handler="handler.handler",
             Code={"ZipFile": _EMPTY_ZIP},
             Timeout=timeout,
         )["FunctionArn"]
-        spec = FunctionSpec(name, name, arn, folder, "handler_module.handler", timeout, 128, {})
+        spec = FunctionSpec(name, name, arn, folder, "handler.handler", timeout, 128, {})
         engine.runtime.register(spec)
         engine.runtime.overrides[name] = module.handler
         engine.state.invokers[name] = engine.runtime.moto_invoker(name)
@@ -294,7 +294,7 @@ class Replayer:
             self.create_function(engine, name, source, case.timeouts.get(name, 30))
         for call in case.setup:
             client = engine.client(call["service"])
-            getattr(client, call["operation"])(**call["params"])
+            getattr(client, call["operation"])(**parameters(call["params"]))
         sfn = engine.client("stepfunctions")
         try:
             arn = sfn.create_state_machine(
@@ -329,9 +329,16 @@ def replay_all(cases: list[Case], used: set[str] | None = None) -> list[Outcome]
         try:
             outcomes.append(replayer.replay(case))
         except Exception as exc:  # one broken replay is reported, not the end of the run
+            outside = sorted(features(case.definition) - used) if used is not None else []
             outcomes.append(
                 Outcome(
-                    case.key, case.snapshot, "differs", "harsher", [f"replay raised {exc!r}"[:200]]
+                    case.key,
+                    case.snapshot,
+                    "differs",
+                    "harsher",
+                    [f"replay raised {exc!r}"[:200]],
+                    in_scope=not outside,
+                    outside=outside,
                 )
             )
     return outcomes

@@ -62,7 +62,8 @@ class Spec:
     kind: regex (a pattern, b replacement, flags) | text | jsonpath (a path, b replacement,
     reference) | key_value (a key, b replacement, reference) | match (a: a named match
     function of MATCHES, b replacement, reference) | remove_key (a key) | json_string (a key)
-    | response_metadata | parallel | execution_arn (index) | map_run_arns.
+    | response_metadata | parallel | execution_arn (index) | map_run_arns | generic (a: the
+    source of a function the test defines, b: its name).
     """
 
     kind: str
@@ -324,6 +325,11 @@ def _apply(spec: Spec, data: dict[str, Any], ctx: Context, run: Run) -> dict[str
         data = _json_strings(data, spec.a)
     elif kind == "response_metadata":
         data = _response_metadata(data)
+    elif kind == "generic":
+        # GenericTransformer(fn) with fn the test's own function (its source, a; its name, b)
+        namespace: dict[str, Any] = {"json": json, "re": re}
+        exec(compile(spec.a, "<the recording's transformer>", "exec"), namespace)
+        data = namespace[spec.b](data, ctx)
     elif kind == "parallel":
         for found in parse("$..events").find(data):
             unorder_parallel(found.value)
