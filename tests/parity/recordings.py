@@ -794,7 +794,9 @@ def _functions(tree: ast.Module) -> dict[str, tuple[ast.FunctionDef, ast.ClassDe
 
 
 def _creates(call: dict[str, Any], machine_name: str) -> bool:
-    return call["operation"] == "create_state_machine" and call["params"]["name"] == machine_name
+    return bool(
+        call["operation"] == "create_state_machine" and call["params"]["name"] == machine_name
+    )
 
 
 def _data(value: Any) -> Any:
