@@ -27,6 +27,7 @@ import re
 import subprocess
 import tarfile
 import tempfile
+import types
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -611,6 +612,8 @@ def _namespace(
                 namespace[local] = other_helper(alias.name)
             elif (node.module or "").startswith(STATES_PREFIX + ".v2"):
                 namespace[local] = _helper(root, node.module or "", alias.name, namespace)
+            elif (module := _constants(root, f"{node.module}.{alias.name}")) is not None:
+                namespace[local] = module
             else:
                 namespace[local] = anything
     # The module's own helpers and constants.
@@ -618,6 +621,22 @@ def _namespace(
         if isinstance(node, ast.FunctionDef | ast.Assign | ast.AnnAssign):
             _try(node, namespace)
     return namespace
+
+
+def _constants(root: Path, module: str) -> types.SimpleNamespace | None:
+    """A module of the suite's that holds paths and literals (lambda_functions: the handler
+    files), its imports left out; None when there is no such file."""
+    if not module.startswith(STATES_PREFIX + "."):
+        return None
+    path = root.parents[3] / (module.replace(".", "/") + ".py")
+    if not path.is_file():
+        return None
+    tree = ast.parse(path.read_text())
+    namespace: dict[str, Any] = {"os": os, "Final": Final, "__file__": str(path)}
+    for node in tree.body:
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            _try(node, namespace)
+    return types.SimpleNamespace(**{k: v for k, v in namespace.items() if k.isupper()})
 
 
 def _helper(root: Path, module: str, name: str, namespace: dict[str, Any]) -> Any:
