@@ -5,7 +5,8 @@ tests/aws/services/stepfunctions/): each `*.snapshot.json` keeps, per test, what
 answered (the test is marked `@markers.aws.validated` and listed in the `.validation.json`
 beside it). For each recording whose execution history was kept, this module finds the
 definition the test ran (the template it loads, resolved by reading the test's source),
-takes the input from the recorded ExecutionStarted event, runs both on onceflow's
+the input text it started the execution with, the resources it made first and the snapshot
+transformers it registered (recordings.py), runs them on onceflow's
 LocalEngine (a fresh engine for each recording: nothing one leaves behind is seen by the
 next), writes the local history through the snapshot transformers the recording was
 written through (`snapshot.py`: LocalStack's, with the local run's own names and ARNs),
