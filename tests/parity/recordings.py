@@ -39,6 +39,7 @@ from tests.parity import snapshot
 from tests.parity.snapshot import Spec
 
 SUITE = "tests/aws/services/stepfunctions"
+API = "localstack-core/localstack/aws/api"  # LocalStack's AWS API types and enums
 STATES_PREFIX = "tests.aws.services.stepfunctions"
 
 # Fixtures whose resources the stand-ins create on the engine.
@@ -109,8 +110,14 @@ def suite_root(source: Path) -> Iterator[Path]:
         yield source / SUITE
         return
     with tempfile.TemporaryDirectory(prefix="sfn-recordings-") as tmp:
+        paths = [SUITE]
+        found = subprocess.run(
+            ["git", f"--git-dir={source}", "cat-file", "-e", f"HEAD:{API}"], capture_output=True
+        )
+        if found.returncode == 0:  # the enums the tests pass (LogType.Tail, ...)
+            paths.append(API)
         archive = subprocess.run(
-            ["git", f"--git-dir={source}", "archive", "HEAD", SUITE],
+            ["git", f"--git-dir={source}", "archive", "HEAD", *paths],
             check=True,
             capture_output=True,
         ).stdout
@@ -614,6 +621,8 @@ def _namespace(
                 namespace[local] = _helper(root, node.module or "", alias.name, namespace)
             elif (module := _constants(root, f"{node.module}.{alias.name}")) is not None:
                 namespace[local] = module
+            elif (enum := _api_enum(root, node.module or "", alias.name)) is not None:
+                namespace[local] = enum
             else:
                 namespace[local] = anything
     # The module's own helpers and constants.
@@ -637,6 +646,29 @@ def _constants(root: Path, module: str) -> types.SimpleNamespace | None:
         if not isinstance(node, ast.Import | ast.ImportFrom):
             _try(node, namespace)
     return types.SimpleNamespace(**{k: v for k, v in namespace.items() if k.isupper()})
+
+
+def _api_enum(root: Path, module: str, name: str) -> types.SimpleNamespace | None:
+    """An enum of LocalStack's AWS API types (localstack.aws.api.lambda_.LogType: Tail =
+    "Tail", ...) with its values; None when it is not one."""
+    if not module.startswith("localstack.aws.api."):
+        return None
+    path = root.parents[3] / "localstack-core" / module.replace(".", "/") / "__init__.py"
+    if not path.is_file():
+        return None
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            values = {
+                target.id: statement.value.value
+                for statement in node.body
+                if isinstance(statement, ast.Assign)
+                and isinstance(statement.value, ast.Constant)
+                and isinstance(statement.value.value, str)
+                for target in statement.targets
+                if isinstance(target, ast.Name)
+            }
+            return types.SimpleNamespace(**values) if values else None
+    return None
 
 
 def _helper(root: Path, module: str, name: str, namespace: dict[str, Any]) -> Any:
@@ -756,6 +788,8 @@ def prepare(
             namespace[name] = recorder.create_state_machine_fixture
         elif name == "create_state_machine_iam_role":
             namespace[name] = recorder.create_state_machine_iam_role
+        elif name in ("account_id", "region_name"):  # the engine's (then transformed)
+            namespace[name] = ACCOUNT_ID if name == "account_id" else REGION
         elif name in SUPPORTED_FIXTURES:
             namespace[name] = getattr(recorder, name)
         elif name.startswith(_UNSUPPORTED) or name.endswith("_snapshot"):

@@ -310,3 +310,12 @@ def test_a_transformer_the_stand_ins_cannot_build_makes_the_recording_unreplayab
     )
     assert isinstance(prepared, str)
     assert "transformer" in prepared
+
+
+def test_an_empty_local_value_at_a_reference_transformer_shows_at_its_field() -> None:
+    """LogResult (Lambda's LogType Tail) is a reference transformer's: AWS's is written
+    <LogResult:1>; an empty local one stays empty there, not spread through the answer."""
+    observed = {"h": {"events": [{"output": json.dumps({"LogResult": "", "Other": "abc"})}]}}
+    specs = [*snapshot.fixtures(), snapshot.Spec("jsonpath", "$..LogResult", "LogResult")]
+    written = snapshot.transform(observed, specs, snapshot.Run(EXECUTION, []))
+    assert written["h"]["events"][0]["output"] == {"LogResult": "", "Other": "abc"}
