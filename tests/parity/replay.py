@@ -5,10 +5,12 @@ tests/aws/services/stepfunctions/): each `*.snapshot.json` keeps, per test, what
 answered (the test is marked `@markers.aws.validated` and listed in the `.validation.json`
 beside it). For each recording whose execution history was kept, this module finds the
 definition the test ran (the template it loads, resolved by reading the test's source),
-takes the input from the recorded ExecutionStarted event, runs both on onceflow's
-LocalEngine, normalises both histories the way LocalStack's snapshot transformers do
-(ARNs, names, ids and timestamps become placeholders; JSON text becomes values) and
-compares them event by event.
+the input text it started the execution with, the resources it made first and the snapshot
+transformers it registered (recordings.py), runs them on onceflow's
+LocalEngine (a fresh engine for each recording: nothing one leaves behind is seen by the
+next), writes the local history through the snapshot transformers the recording was
+written through (`snapshot.py`: LocalStack's, with the local run's own names and ARNs),
+and compares it with the recording, as recorded, event by event.
 
 Each difference is classed by the direction it errs:
 - kinder: AWS failed (or raised an error) where the local run did not;
@@ -34,9 +36,9 @@ import os
 import re
 import sys
 import tempfile
+import uuid
 import zipfile
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,11 +46,10 @@ from typing import Any
 from onceflow.local import provisioning
 from onceflow.local.engine import LocalEngine
 from onceflow.local.lambdas import FunctionSpec
-from onceflow.local.provisioning import REGION
-from tests.parity.recordings import Case, Skip, discover, suite_root
+from tests.parity.recordings import ROLE, Case, Skip, discover, parameters, suite_root
+from tests.parity.snapshot import Run, Spec, map_run_arns, transform
 
 MIRROR = Path("/work/.mirror/localstack+localstack/repo")
-ROLE = "arn:aws:iam::123456789012:role/replay"
 
 
 @dataclass
@@ -75,82 +76,22 @@ def _zip() -> bytes:
 
 _EMPTY_ZIP = _zip()
 
-# ---- normalising ---------------------------------------------------------------
-
-_ARN = re.compile(r"arn:(?:aws|<partition>)[^\s\"',}\]]*")
-_PLACEHOLDER = re.compile(r"<[A-Za-z][A-Za-z0-9_:\-]*>")
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})?")
-# What LocalStack's transformers write for a value that varies (a whole string).
-_LITERALS = {"date": "<x>", "snf_role_arn": "<arn>", "<arn>": "<arn>", REGION: "<x>"}
-_HTTP_DATE = re.compile(r"[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT")
-# Values that differ on every run or machine: the trace of a handler's exception (its file
-# paths), the HTTP headers and request ids of an integration's response.
-_VARYING = {"stackTrace", "AllHttpHeaders", "HttpHeaders", "RequestId"}
-_DROPPED = {"timestamp", "roleArn", "ResponseMetadata"}
-
-
-def _text(value: str, names: Iterable[str]) -> str:
-    value = _ARN.sub("<arn>", value)
-    for name in sorted(names, key=len, reverse=True):
-        if len(name) > 2:
-            value = value.replace(name, "<x>")
-    value = _PLACEHOLDER.sub("<x>", value)
-    value = _UUID.sub("<x>", value)
-    value = _TIME.sub("<x>", value)
-    value = _HTTP_DATE.sub("<x>", value)
-    return _LITERALS.get(value, value)
-
-
-def normalise(value: Any, names: Iterable[str] = ()) -> Any:
-    """A history or value with run-specific text replaced, JSON text read as values."""
-    names = tuple(names)
-    if isinstance(value, dict):
-        return {
-            k: "<x>" if k in _VARYING else normalise(v, names)
-            for k, v in value.items()
-            if k not in _DROPPED
-        }
-    if isinstance(value, list):
-        return [normalise(v, names) for v in value]
-    if isinstance(value, str):
-        stripped = value.strip()
-        if stripped[:1] in "{[":
-            try:
-                return normalise(json.loads(value), names)
-            except ValueError:
-                pass
-        return _text(value, names)
-    return value
-
-
-def unorder_parallel(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """LocalStack's SfnNoneRecursiveParallelTransformer, as it runs (its sublist is spliced
-    in again at ParallelStateExited, so the ParallelStateSucceeded before it is dropped)."""
-    events = [dict(e) for e in events]
-    start, sublist, inside = 0, [], False
-    for index, event in enumerate(list(events)):
-        kind = event.get("type")
-        if kind in {
-            "ParallelStateSucceeded",
-            "ParallelStateAborted",
-            "ParallelStateExited",
-            "ParallelStateFailed",
-        }:
-            events[start:index] = sorted(
-                sublist, key=lambda e: json.dumps(e, sort_keys=True, default=str)
-            )
-            inside = False
-        elif kind == "ParallelStateStarted":
-            inside, sublist, start = True, [], index + 1
-        elif inside:
-            event["id"], event["previousEventId"] = [0], 0
-            sublist.append(event)
-    return events
+# The engine each recording replays on: nothing of onceflow's stack (the recordings bring
+# their own resources), so a fresh one starts in a fraction of a second.
+_BARE_TEMPLATE = """\
+AWSTemplateFormatVersion: '2010-09-09'
+Transform: AWS::Serverless-2016-10-31
+Resources:
+  Unused:
+    Type: AWS::SQS::Queue
+"""
 
 
 def _resort(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Runs of zeroed-id events (unorder_parallel's) sorted again, after normalising."""
+    """Runs of zeroed-id events (SfnNoneRecursiveParallelTransformer's, ids [0]) sorted by
+    their transformed text, on both sides: LocalStack sorts them by their text before the
+    placeholders are written, so AWS's order follows AWS's raw names and the local order
+    the local ones. The events of each run are compared as a set, value for value."""
     out: list[dict[str, Any]] = []
     run: list[dict[str, Any]] = []
     for event in [*events, {"id": None}]:
@@ -162,6 +103,16 @@ def _resort(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if event.get("id") is not None:
             out.append(event)
     return out
+
+
+def written_as_recorded(
+    events: list[dict[str, Any]], specs: list[Spec], execution_arn: str
+) -> list[dict[str, Any]]:
+    """A local history as LocalStack's snapshot session would have written it."""
+    run = Run(execution_arn, map_run_arns(events))
+    observed = {"get_execution_history": {"events": events}}
+    written = transform(observed, specs, run)["get_execution_history"]["events"]
+    return list(written)
 
 
 # ---- comparing -----------------------------------------------------------------
@@ -279,31 +230,27 @@ def onceflow_features(engine: LocalEngine) -> set[str]:
     return used | {f"{kind}.{name}" for kind in kinds for name in _STRUCTURAL}
 
 
-def _local_resource(resource: str) -> str:
-    return resource
-
-
 # ---- replaying -----------------------------------------------------------------
 
 
 class Replayer:
-    """Replays cases on one engine."""
+    """Replays each case on a fresh engine; used: onceflow's features (None: not judged)."""
 
-    def __init__(self, engine: LocalEngine) -> None:
-        self.engine = engine
-        self.used = onceflow_features(engine)
-        self._count = 0
-        self.folder = Path(tempfile.mkdtemp(prefix="replay-functions-"))
+    def __init__(self, used: set[str] | None = None) -> None:
+        self.used = used
+        self.folder = Path(tempfile.mkdtemp(prefix="replay-"))
+        self.template = self.folder / "template.yaml"
+        self.template.write_text(_BARE_TEMPLATE)
 
-    def create_function(self, name: str, source: str, timeout: int = 30) -> None:
-        """A Lambda function running the recorded test's handler file, in-process."""
-        engine = self.engine
-        folder = self.folder / name
-        folder.mkdir(parents=True)
-        (folder / "handler_module.py").write_text(source)
-        spec_file = importlib.util.spec_from_file_location(
-            f"replay_{name}", folder / "handler_module.py"
-        )
+    def create_function(
+        self, engine: LocalEngine, name: str, source: str, timeout: int = 30
+    ) -> None:
+        """A Lambda function running the recorded test's handler file, in-process, named as
+        LocalStack's create_lambda_function deploys it (handler.py, handler.handler: AWS's
+        stack traces say "/var/task/handler.py")."""
+        folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.folder))
+        (folder / "handler.py").write_text(source)
+        spec_file = importlib.util.spec_from_file_location(f"replay_{name}", folder / "handler.py")
         assert spec_file is not None and spec_file.loader is not None
         module = importlib.util.module_from_spec(spec_file)
         spec_file.loader.exec_module(module)
@@ -311,29 +258,48 @@ class Replayer:
             FunctionName=name,
             Runtime="python3.12",
             Role=provisioning.execution_role(engine),
-            Handler="handler_module.handler",
+            Handler="handler.handler",
             Code={"ZipFile": _EMPTY_ZIP},
             Timeout=timeout,
         )["FunctionArn"]
-        spec = FunctionSpec(name, name, arn, folder, "handler_module.handler", timeout, 128, {})
+        spec = FunctionSpec(name, name, arn, folder, "handler.handler", timeout, 128, {})
         engine.runtime.register(spec)
         engine.runtime.overrides[name] = module.handler
         engine.state.invokers[name] = engine.runtime.moto_invoker(name)
 
     def replay(self, case: Case) -> Outcome:
-        sfn = self.engine.client("stepfunctions")
-        for name, source in case.functions.items():
-            self.create_function(name, source, case.timeouts.get(name, 30))
-        for call in case.setup:
-            client = self.engine.client(call["service"])
-            getattr(client, call["operation"])(**call["params"])
-        self._count += 1
-        machine_name = f"replay-{self._count}"
-        outside = sorted(features(case.definition) - self.used)
+        outside = sorted(features(case.definition) - self.used) if self.used is not None else []
         outcome = Outcome(case.key, case.snapshot, "same", in_scope=not outside, outside=outside)
+        local = self.local_history(case, outcome)
+        if local is None:
+            return outcome
+        recorded = case.recorded
+        if any(spec.kind == "parallel" for spec in case.specs):
+            local, recorded = _resort(local), _resort(recorded)
+        kind, diff = compare(recorded, local)
+        if kind:
+            outcome.verdict, outcome.kind, outcome.diff = "differs", kind, diff
+        return outcome
+
+    def local_history(self, case: Case, outcome: Outcome) -> list[dict[str, Any]] | None:
+        """The case run on an engine of its own (what an earlier case made or left is not
+        there), its history written as the recording was; None when the engine refused the
+        definition (outcome says so)."""
+        with LocalEngine(self.template, function_log=io.StringIO(), time_scale=0.0) as engine:
+            return self._run(engine, case, outcome)
+
+    def _run(
+        self, engine: LocalEngine, case: Case, outcome: Outcome
+    ) -> list[dict[str, Any]] | None:
+        for name, source in case.functions.items():
+            self.create_function(engine, name, source, case.timeouts.get(name, 30))
+        for call in case.setup:
+            client = engine.client(call["service"])
+            getattr(client, call["operation"])(**parameters(call["params"]))
+        sfn = engine.client("stepfunctions")
         try:
             arn = sfn.create_state_machine(
-                name=machine_name,
+                name=case.machine_name or "statemachine_replay",
                 definition=json.dumps(case.definition),
                 roleArn=ROLE,
                 type="EXPRESS" if case.kind == "EXPRESS" else "STANDARD",
@@ -341,39 +307,48 @@ class Replayer:
         except Exception as exc:  # the engine refused what AWS ran: that is the finding
             outcome.verdict, outcome.kind = "differs", "harsher"
             outcome.diff = [f"local refused the definition: {str(exc)[:160]}"]
-            return outcome
-        input_value = case.input
-        result = self.engine.execute(arn, input_value, timeout=15)
-        local = result.events
-        names = (result.name, machine_name, *case.names, *case.masks)
-        recorded = normalise(case.recorded, case.masks)
-        if case.unordered_parallel:
-            local = unorder_parallel(local)
-            recorded = _resort(recorded)
-        kind, diff = compare(recorded, _resort(normalise(local, names)))
-        if kind:
-            outcome.verdict, outcome.kind, outcome.diff = "differs", kind, diff
-        return outcome
+            return None
+        # Started as the test started it: its input text, its name or none (AWS's own).
+        start: dict[str, Any] = {"stateMachineArn": arn}
+        if case.input_text is not None:
+            start["input"] = case.input_text
+        elif case.input is not None:
+            start["input"] = json.dumps(case.input)
+        # Unnamed, AWS names an execution with a UUID (StartExecution's `name`: "If you don't
+        # provide a name for the execution, Step Functions automatically generates a UUID");
+        # the engine's API names it "None", so the replay gives the UUID itself.
+        start["name"] = case.execution_name or str(uuid.uuid4())
+        execution_arn = sfn.start_execution(**start)["executionArn"]
+        result = engine.wait(execution_arn, timeout=15)
+        return written_as_recorded(result.events, case.specs, result.arn)
 
 
-def replay_all(cases: list[Case]) -> list[Outcome]:
-    with LocalEngine(function_log=io.StringIO(), time_scale=0.0) as engine:
-        replayer = Replayer(engine)
-        outcomes = []
-        for case in cases:
-            try:
-                outcomes.append(replayer.replay(case))
-            except Exception as exc:  # one broken replay is reported, not the end of the run
-                outcomes.append(
-                    Outcome(
-                        case.key,
-                        case.snapshot,
-                        "differs",
-                        "harsher",
-                        [f"replay raised {exc!r}"[:200]],
-                    )
+def replay_all(cases: list[Case], used: set[str] | None = None) -> list[Outcome]:
+    replayer = Replayer(used)
+    outcomes = []
+    for case in cases:
+        try:
+            outcomes.append(replayer.replay(case))
+        except Exception as exc:  # one broken replay is reported, not the end of the run
+            outside = sorted(features(case.definition) - used) if used is not None else []
+            outcomes.append(
+                Outcome(
+                    case.key,
+                    case.snapshot,
+                    "differs",
+                    "harsher",
+                    [f"replay raised {exc!r}"[:200]],
+                    in_scope=not outside,
+                    outside=outside,
                 )
-        return outcomes
+            )
+    return outcomes
+
+
+def onceflow_used() -> set[str]:
+    """onceflow_features of the template, read on an engine that is stopped again."""
+    with LocalEngine(function_log=io.StringIO(), time_scale=0.0) as engine:
+        return onceflow_features(engine)
 
 
 # ---- the command line ----------------------------------------------------------
@@ -461,12 +436,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=Path, help="replay the cases of an --export file instead")
     args = parser.parse_args(argv)
     if args.cases:
-        cases, skips = load_cases(args.cases), []
+        cases, skips = load_cases(args.cases), list[Skip]()
         cases = [c for c in cases if not args.filter or any(f in c.key for f in args.filter)]
     else:
         for root in suite_root(args.source):
             cases, skips = discover(root, args.filter)
-    outcomes = replay_all(cases)
+    outcomes = replay_all(cases, onceflow_used())
     if args.export:
         # Each case keeps the verdict it had when selected: a test holds it there.
         for case, outcome in zip(cases, outcomes, strict=True):
