@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -160,13 +161,44 @@ class Invocation:
     duration_ms: float
 
 
-def error_payload(exc: BaseException, context: LambdaContext) -> dict[str, Any]:
-    """What Lambda returns for a handler that raised (the Python runtime's shape)."""
+_ENGINE = Path(__file__).resolve().parent
+# boto3 and what it needs come with the runtime; `sam build` puts the rest of a function's
+# requirements.txt in its package (functions/requirements.txt).
+_RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six")
+
+
+def _in_sandbox(filename: str, code_root: Path) -> str:
+    """Where the Lambda sandbox keeps filename: the package (CodeUri and its requirements)
+    in /var/task, Python and its boto3 in /var/lang/lib/pythonX.Y (as payloads users
+    posted from python3.12 show; not verified in AWS's docs); anything else as it is."""
+    path, paths = Path(filename).resolve(), sysconfig.get_paths()
+    lang = f"/var/lang/lib/python{sys.version_info.major}.{sys.version_info.minor}"
+    for root in (code_root, paths["purelib"], paths["platlib"], paths["stdlib"]):
+        if path.is_relative_to(root):
+            part = path.relative_to(root)
+            if root == paths["stdlib"]:
+                return f"{lang}/{part}"
+            runtime = root != code_root and part.parts[0] in _RUNTIME_PACKAGES
+            return f"{lang}/site-packages/{part}" if runtime else f"/var/task/{part}"
+    return filename
+
+
+def error_payload(exc: BaseException, context: LambdaContext, code_uri: Path) -> dict[str, Any]:
+    """What the Python runtime answers for a handler that raised (awslambdaric's
+    bootstrap.py): the frames from the handler's on (the engine's own left out, as the
+    runtime leaves out bootstrap.py's), each named where the sandbox keeps its file and
+    formatted from (file, line, name, text), so without 3.11's ^^^ marks."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    while frames and Path(frames[0].filename).resolve().is_relative_to(_ENGINE):
+        frames.pop(0)
+    root = code_uri.resolve()
     return {
         "errorMessage": str(exc),
         "errorType": type(exc).__name__,
         "requestId": context.aws_request_id,
-        "stackTrace": traceback.format_tb(exc.__traceback__),
+        "stackTrace": traceback.format_list(
+            [(_in_sandbox(f.filename, root), f.lineno or 0, f.name, f.line) for f in frames]
+        ),
     }
 
 
@@ -235,7 +267,7 @@ class InProcessRuntime:
                 payload = handler(event, context)
         except Exception as exc:  # reported to the caller as Lambda does
             error_type = type(exc).__name__
-            payload = error_payload(exc, context)
+            payload = error_payload(exc, context, spec.code_uri)
         duration = (time.perf_counter() - started) * 1000
         with self._lock:
             self.invocations.append(Invocation(name, context.aws_request_id, error_type, duration))

@@ -6,6 +6,7 @@ Recordings: github.com/localstack/localstack, tests/aws/services/stepfunctions/v
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -132,6 +133,31 @@ def test_a_missing_function_is_named_with_latest(run: Run, function_arn: str) ->
         "Error Code: ResourceNotFoundException; Request ID: "
     )
     assert (result.cause or "").endswith("; Proxy: null)")
+
+
+def _raise(event: Any, context: Any) -> None:
+    raise Exception("Some exception was raised.")
+
+
+def test_a_function_error_is_the_runtime_answer_in_each_integration_text(
+    run: Run, engine: LocalEngine, function_arn: str
+) -> None:
+    """Recorded: test_task_lambda.snapshot.json, TestTaskLambda::test_raise_exception_catch
+    (a Task whose Resource is the function's ARN): the cause is the runtime's answer as
+    it wrote it, '{"errorMessage": "Some exception was raised.", "errorType":
+    "Exception", "requestId": ..., "stackTrace": [...]}'; test_error_output.snapshot.json,
+    test_task_catch_error_output (lambda:invoke): the same members, compact. Either way
+    the stack trace holds the handler's frame alone (the runtime's own are left out)."""
+    with engine.override_function(FUNCTION, _raise):
+        legacy = run({"Invoke": {"Type": "Task", "Resource": function_arn, "End": True}})
+        service = run({"Invoke": _invoke(function_arn, {})})
+    head = ['"errorMessage"', '"Some exception was raised."', '"errorType"', '"Exception"']
+    for result, colon, comma in ((legacy, ": ", ", "), (service, ":", ",")):
+        assert result.error == "Exception"
+        expected = "{" + comma.join(colon.join(head[i : i + 2]) for i in (0, 2))
+        assert (result.cause or "").startswith(expected + comma + '"requestId"' + colon)
+        [frame] = json.loads(result.cause or "")["stackTrace"]
+        assert frame.endswith(', in _raise\n    raise Exception("Some exception was raised.")\n')
 
 
 # ---- dynamodb --------------------------------------------------------------------

@@ -8,6 +8,8 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -142,3 +144,85 @@ def test_a_cold_start_forgets_the_modules_and_the_logger_an_earlier_engine_confi
     # THEN the module is imported afresh and a new Logger takes its own level
     assert "probe_handler" not in sys.modules
     assert Logger(service=service, level="WARNING").log_level == logging.WARNING
+
+
+# LocalStack's raise_exception.py (tests/aws/services/stepfunctions/templates/errorhandling/
+# lambdafunctions/), which its recordings deploy as handler.py.
+RAISE_EXCEPTION = (
+    'def handler(event, context):\n    raise Exception("Some exception was raised.")\n'
+)
+RECORDED_TRACE = [
+    '  File "/var/task/handler.py", line 2, in handler\n'
+    '    raise Exception("Some exception was raised.")\n'
+]
+
+
+def _function(code_root: Path, source: str) -> lambdas.FunctionSpec:
+    (code_root / "handler.py").write_text(source)
+    name = f"raiser{id(code_root)}"
+    arn = f"arn:aws:lambda:us-east-1:123456789012:function:{name}"
+    return lambdas.FunctionSpec(name, name, arn, code_root, "handler.handler", 3.0, 128, {})
+
+
+def _invokers(
+    runtime: lambdas.InProcessRuntime,
+) -> list[Callable[[str, Any], tuple[Any, str | None]]]:
+    """Both ways the engine runs a handler: the runtime's own, and with the Timeout."""
+    from onceflow.local.limits.lambda_timeout import TimedInvoke
+
+    engine = SimpleNamespace(runtime=runtime, function_log=io.StringIO())
+    return [runtime.invoke, TimedInvoke(engine)]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("way", [0, 1])
+def test_a_handler_that_raises_answers_as_the_python_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: int
+) -> None:
+    """Recorded: test_error_output.snapshot.json (TestStateVariablesTemplate::
+    test_task_catch_error_output and its Map and Parallel cases) and
+    test_task_lambda.snapshot.json (TestTaskLambda::test_raise_exception): errorMessage,
+    errorType, requestId, and a stackTrace of the handler's frames only, its file under
+    /var/task, its real line."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "handler", raising=False)
+    runtime = lambdas.InProcessRuntime()
+    runtime.register(spec := _function(tmp_path, RAISE_EXCEPTION))
+    payload, error = _invokers(runtime)[way](spec.name, {})
+    assert error == "Exception"
+    assert payload == {
+        "errorMessage": "Some exception was raised.",
+        "errorType": "Exception",
+        "requestId": runtime.invocations[-1].request_id,
+        "stackTrace": RECORDED_TRACE,
+    }
+
+
+def test_library_frames_are_named_where_the_lambda_sandbox_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime keeps every frame from the handler's on (awslambdaric's bootstrap.py
+    drops only its own): a packaged dependency under /var/task, the standard library
+    and boto3 under /var/lang/lib/pythonX.Y (not verified against AWS's docs: payloads
+    users posted from python3.12 show them there), no line from the engine."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "handler", raising=False)
+    source = (
+        "import json, boto3\nfrom aws_lambda_powertools.utilities.data_classes import SQSEvent\n"
+        "def handler(event, context):\n"
+        "    if event == 'json':\n        json.loads('{')\n"
+        "    if event == 'sqs':\n        list(SQSEvent({}).records)\n"
+        "    boto3.client('no-such-service')\n"
+    )
+    runtime = lambdas.InProcessRuntime()
+    runtime.register(spec := _function(tmp_path, source))
+    lang = f"/var/lang/lib/python{sys.version_info.major}.{sys.version_info.minor}"
+    for event, library in (
+        ("json", f"{lang}/json/"),
+        ("sdk", f"{lang}/site-packages/bot"),
+        ("sqs", "/var/task/aws_lambda_powertools/"),
+    ):
+        payload, _ = runtime.invoke(spec.name, event)
+        files = [line.split('"')[1] for line in payload["stackTrace"]]
+        assert files[0] == "/var/task/handler.py", files
+        assert all(f.startswith(library) for f in files[1:]), files
+        assert files[1:], files

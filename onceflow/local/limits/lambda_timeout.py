@@ -88,7 +88,7 @@ class TimedInvoke:
                 with runtime.around(), FUNCTION_OUTPUT.running_function():
                     result = (handler(event, context), None, None)
             except Exception as exc:  # reported to the caller as Lambda does
-                result = (error_payload(exc, context), type(exc).__name__, None)
+                result = (error_payload(exc, context, spec.code_uri), type(exc).__name__, None)
             except BaseException as exc:  # handed to the caller's thread, as invoke raised it
                 result = (None, None, exc)
             with lock:

@@ -18,6 +18,10 @@ from moto.dynamodb.responses import DynamoHandler, include_consumed_capacity
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEventException,
 )
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+    lambda_eval_utils,
+    state_task_lambda,
+)
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service,
     state_task_service_aws_sdk,
@@ -35,6 +39,8 @@ _Sqs = state_task_service_sqs.StateTaskServiceSqs
 _AwsSdk = state_task_service_aws_sdk.StateTaskServiceAwsSdk
 _original_after = _Service._after_eval_execution
 _original_lambda_error = _Lambda._error_cause_from_client_error
+_LegacyLambda = state_task_lambda.StateTaskLambda
+_original_legacy_from_error = _LegacyLambda._from_error
 _original_dynamodb_error = _DynamoDB._error_cause_from_client_error
 _original_dynamodb_from_error = _DynamoDB._from_error
 _original_sqs_from_error = _Sqs._from_error
@@ -178,6 +184,15 @@ def _lambda_error(client_error: Any) -> tuple[str, str]:
     return error, cause
 
 
+def _legacy_from_error(self: Any, env: Any, ex: Exception) -> Any:
+    """A Task whose Resource is the function's ARN fails with the function's answer as the
+    runtime wrote it, ", " and ": " between members (moto: re-written compact)."""
+    if isinstance(ex, lambda_eval_utils.LambdaFunctionErrorException):
+        text = json.dumps(json.loads(ex.payload))  # the runtime's json.dumps, as it was
+        ex = lambda_eval_utils.LambdaFunctionErrorException(ex.function_error, text)
+    return _original_legacy_from_error(self, env, ex)
+
+
 # aws-sdk errors are named for the service as Step Functions spells it; moto knew
 # only DynamoDb and Sfn.
 SDK_ERROR_NAMES = {"dynamodb": "DynamoDb", "sfn": "Sfn", "s3": "S3",
@@ -217,6 +232,7 @@ def _sqs_from_error(self: Any, env: Any, ex: Exception) -> Any:
 
 def _install_errors(installer: Installer) -> None:
     installer.replace(_Lambda, "_error_cause_from_client_error", staticmethod(_lambda_error))
+    installer.replace(_LegacyLambda, "_from_error", _legacy_from_error)
     installer.replace(state_task_service_aws_sdk, "_SERVICE_ERROR_NAMES", SDK_ERROR_NAMES)
     installer.replace(_DynamoDB, "_error_cause_from_client_error", staticmethod(_dynamodb_error))
     installer.replace(_DynamoDB, "_from_error", _dynamodb_from_error)
@@ -229,6 +245,8 @@ def _install_errors(installer: Installer) -> None:
 def _errors_fit() -> list[str]:
     return [
         *gone(_Lambda, "_error_cause_from_client_error"),
+        *gone(_LegacyLambda, "_from_error"),
+        *takes(lambda_eval_utils.LambdaFunctionErrorException, "function_error", "payload"),
         *gone(state_task_service_aws_sdk, "_SERVICE_ERROR_NAMES"),
         *gone(_DynamoDB, "_error_cause_from_client_error", "_from_error"),
         *_defines(_DynamoDB, "_normalise_parameters", _without_nulls),
@@ -261,7 +279,10 @@ PATCHES: tuple[Patch, ...] = (
         kind="fidelity",
         why="Recorded in LocalStack's snapshots: a lambda:invoke task of a missing function "
         "fails with Lambda.ResourceNotFoundException, 'Function not found: ARN:$LATEST' "
-        "(test_task_service_lambda, test_no_such_function; moto left out the version); an "
+        "(test_task_service_lambda, test_no_such_function; moto left out the version); a "
+        "Task whose Resource is the function's ARN fails with the function's answer as the "
+        "runtime wrote it, '{\"errorMessage\": ...' (test_task_lambda, "
+        "test_raise_exception_catch; moto: compact, as lambda:invoke's is); an "
         "aws-sdk task's error is named for the service as Step Functions spells it, "
         "S3.NoSuchKeyException (test_aws_sdk, test_s3_no_such_key; moto: s3.); a request "
         "DynamoDB refuses in validation is DynamoDB.AmazonDynamoDBException with DynamoDB's "
