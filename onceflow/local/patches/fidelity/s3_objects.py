@@ -74,9 +74,9 @@ PATCHES = (
         why="Every new S3 object is encrypted with SSE-S3 unless told otherwise: PutObject, "
         "GetObject and HeadObject answer ServerSideEncryption AES256 (S3 User Guide, "
         "UsingServerSideEncryption.html, since January 2023); a PutObject with a checksum "
-        "answers ChecksumType FULL_OBJECT; Step Functions' aws-sdk:s3:getObject answers no checksum (recorded: "
-        "test_s3_put_object[*], test_s3_get_object[*]). moto answered no encryption, no "
-        "ChecksumType, and its Step Functions client asked for the checksum.",
+        "answers ChecksumType FULL_OBJECT; Step Functions' aws-sdk:s3:getObject answers no "
+        "checksum (recorded: test_s3_put_object[*], test_s3_get_object[*]). moto answered no "
+        "encryption, no ChecksumType, and its Step Functions client asked for the checksum.",
         test="tests/upstream/test_stock_moto.py::test_an_s3_object_is_encrypted_by_default",
         install=_install,
         fits=_fits,
