@@ -420,3 +420,25 @@ def test_an_sdk_task_outcome_of_no_such_token_is_an_invalid_token_exception(
     [failed] = events_of(result, "TaskFailed")
     assert (failed["error"], failed["resource"]) == ("Sfn.InvalidTokenException", action)
     assert failed["resourceType"] == "aws-sdk:sfn"
+
+
+def test_s3_objects_are_encrypted_by_default_and_answer_as_aws_recorded(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Recorded: test_aws_sdk_task_service.snapshot.json, TestTaskServiceAwsSdk::
+    test_s3_put_object[str]: ChecksumCRC32 "KUmHvQ==", ChecksumType FULL_OBJECT,
+    ServerSideEncryption AES256; test_s3_get_object[str]: AES256 and no checksum. S3 User
+    Guide (UsingServerSideEncryption.html): every new object is SSE-S3 since January 2023."""
+    s3 = engine.client("s3")
+    s3.create_bucket(Bucket="plain")  # no encryption configuration of its own
+    put = run({"Put": _sdk("s3:putObject", Bucket="plain", Key="k", Body="text data")})
+    assert put.status == "SUCCEEDED", (put.error, put.cause)
+    assert {k: put.output[k] for k in ("ChecksumCRC32", "ChecksumType", "ServerSideEncryption")} \
+        == {"ChecksumCRC32": "KUmHvQ==", "ChecksumType": "FULL_OBJECT",
+            "ServerSideEncryption": "AES256"}  # fmt: skip
+    got = run({"Get": _sdk("s3:getObject", Bucket="plain", Key="k")})
+    assert got.output["ServerSideEncryption"] == "AES256"
+    assert not [k for k in got.output if k.startswith("Checksum")]
+    # a handler's boto3 client reads the same encryption, and its checksum when it asks
+    assert s3.head_object(Bucket="plain", Key="k")["ServerSideEncryption"] == "AES256"
+    assert s3.get_object(Bucket="plain", Key="k", ChecksumMode="ENABLED")["ChecksumCRC32"]

@@ -6,8 +6,10 @@ tests/aws/services/stepfunctions/v2/scenarios/test_base_scenarios.snapshot.json.
 
 from __future__ import annotations
 
+import json
+
 from onceflow.local.engine import LocalEngine
-from tests.parity.conftest import Run, events_of
+from tests.parity.conftest import ROLE, Run, events_of
 
 
 def _distributed(**fields: object) -> dict[str, object]:
@@ -71,3 +73,21 @@ def test_a_tolerated_failure_count_runs_a_map_run(run: Run) -> None:
         "MapStateExited",
         "ExecutionSucceeded",
     ]
+
+
+def test_an_execution_input_written_with_spaces_enters_the_first_state_compact(
+    engine: LocalEngine,
+) -> None:
+    """Recorded: TestBaseScenarios::test_map_state_label (20 July 2024) and
+    test_map_state_result_writer (19 August 2024): the input text '["Hello", "World"]'
+    enters the Map as '["Hello","World"]'. (Recordings of February and March 2024, e.g.
+    test_map_state_legacy_config_inline, kept the text; docs/local-engine.md.)"""
+    sfn = engine.client("stepfunctions")
+    definition = {"StartAt": "MapState", "States": {"MapState": _distributed(Label="TestMap")}}
+    machine = sfn.create_state_machine(
+        name="spaced-input", definition=json.dumps(definition), roleArn=ROLE
+    )["stateMachineArn"]
+    started = sfn.start_execution(stateMachineArn=machine, name="e", input='["Hello", "World"]')
+    result = engine.wait(started["executionArn"])
+    entered = next(e for e in result.events if e["type"] == "MapStateEntered")
+    assert entered["stateEnteredEventDetails"]["input"] == '["Hello","World"]'

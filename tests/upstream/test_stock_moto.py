@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from moto.stepfunctions.parser.asl.utils import boto_client
 
 from tests.upstream.conftest import ROLE, Run
 
@@ -171,6 +172,22 @@ def test_an_inventory_configuration_reads_back_as_it_was_put(sfn: Any) -> None:
     # such operation and deletes the (empty) bucket instead.
     s3.delete_bucket_inventory_configuration(Bucket="listed", Id="i")
     assert "listed" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+
+
+@reproduces("S3 objects encrypted by default, with their checksum type")
+def test_an_s3_object_is_encrypted_by_default(sfn: Any) -> None:
+    # AWS: ServerSideEncryption AES256 on PutObject, HeadObject and GetObject; PutObject with
+    # a CRC32 answers ChecksumType FULL_OBJECT; aws-sdk:s3:getObject answers no checksum.
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="plain")
+    put = s3.put_object(Bucket="plain", Key="k", Body=b"text data", ChecksumAlgorithm="CRC32")
+    assert "ChecksumCRC32" in put
+    assert "ChecksumType" not in put and "ServerSideEncryption" not in put
+    assert "ServerSideEncryption" not in s3.head_object(Bucket="plain", Key="k")
+    # The client moto's Step Functions calls S3 with asks for the checksum (botocore's
+    # default), which GetObject then answers; stock, the task fails before (LastModified).
+    client = boto_client.boto_client_for("us-east-1", "s3")
+    assert client.meta.config.response_checksum_validation == "when_supported"
 
 
 @reproduces("EXPRESS execution ARNs")

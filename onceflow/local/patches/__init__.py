@@ -27,6 +27,7 @@ from onceflow.local.patches.fidelity import (
     integrations,
     paths,
     s3_inventory,
+    s3_objects,
 )
 from onceflow.local.patches.hooks import Clock, EngineState, dynamodb_error, sqs_error
 from onceflow.local.patches.registry import LOG, Installed, Patch, install_all
@@ -78,7 +79,7 @@ def _patches() -> tuple[Patch, ...]:
 
     # iam last: a state's work runs as its machine's role, inside the limits
     kinds = (hooks, fidelity, distributed_map, integrations, executions, express_arn, s3_inventory,
-             paths)  # fmt: skip
+             s3_objects, paths)  # fmt: skip
     return (*_speedups(), *(p for kind in (*kinds, limits, iam) for p in kind.PATCHES))
 
 
