@@ -211,6 +211,21 @@ def test_dynamodb_results_carry_the_sdk_metadata_and_no_consumed_capacity(
     assert update.output["Attributes"] == {"s": {"S": "HelloWorldUpdated"}}
 
 
+def test_a_get_item_result_names_its_request_id_header_as_dynamodb_answers_it(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Recorded: test_dynamodb_task_service.snapshot.json,
+    TestTaskServiceDynamoDB::test_base_integrations[DYNAMODB_PUT_GET_ITEM] (6 Nov 2025):
+    putItem's headers hold x-amzn-RequestId, getItem's x-amzn-requestid (lower case)."""
+    put = run({"Put": _dynamodb(engine, "putItem", Item={"pk": {"S": "g1"}})})
+    got = run({"Get": _dynamodb(engine, "getItem", Key={"pk": {"S": "g1"}})})
+    assert "x-amzn-RequestId" in put.output["SdkHttpMetadata"]["HttpHeaders"]
+    headers = got.output["SdkHttpMetadata"]["HttpHeaders"]
+    assert sorted(headers) == sorted(h.lower() if h == "x-amzn-RequestId" else h
+                                     for h in DYNAMODB_HEADERS)  # fmt: skip
+    assert list(got.output["SdkHttpMetadata"]["AllHttpHeaders"]).count("x-amzn-requestid") == 1
+
+
 def _sdk(resource: str, **arguments: Any) -> dict[str, Any]:
     return {"Type": "Task", "Resource": f"arn:aws:states:::aws-sdk:{resource}",
             "Arguments": arguments, "End": True}  # fmt: skip

@@ -53,11 +53,12 @@ def _dynamodb_request_id() -> str:
     return "".join(random.choices(string.ascii_uppercase + string.digits, k=52))
 
 
-def _with_metadata(output: dict[str, Any], request_id: str, **headers: str) -> dict[str, Any]:
+def _with_metadata(
+    output: dict[str, Any], request_id: str, id_header: str = "x-amzn-RequestId", **headers: str
+) -> dict[str, Any]:
     """output with the Java SDK's SdkHttpMetadata (every header once as a list, once
     as a value) and SdkResponseMetadata."""
-    headers = {"Date": email.utils.formatdate(usegmt=True), "x-amzn-RequestId": request_id,
-               **headers}  # fmt: skip
+    headers = {"Date": email.utils.formatdate(usegmt=True), id_header: request_id, **headers}
     return {
         **output,
         "SdkHttpMetadata": {
@@ -69,7 +70,7 @@ def _with_metadata(output: dict[str, Any], request_id: str, **headers: str) -> d
     }
 
 
-def _lambda_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+def _lambda_result(output: dict[str, Any], parameters: dict[str, Any], _: str) -> dict[str, Any]:
     name = str(parameters.get("FunctionName", ""))
     qualifier = parameters.get("Qualifier") or (
         name.split(":")[7] if name.count(":") == 7 else None
@@ -85,15 +86,18 @@ def _lambda_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[s
     return {**_with_metadata(output, str(uuid.uuid4()), **headers), "ExecutedVersion": version}
 
 
-def _dynamodb_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+def _dynamodb_result(output: dict[str, Any], _: dict[str, Any], action: str) -> dict[str, Any]:
     body = json.dumps(output, separators=(",", ":"), ensure_ascii=False).encode()
     headers = {"Connection": "keep-alive", "Content-Length": str(len(body)),
                "Content-Type": JSON_1_0, "Server": "Server",
                "x-amz-crc32": str(zlib.crc32(body))}  # fmt: skip
-    return _with_metadata(output, _dynamodb_request_id(), **headers)
+    # getItem's answer names it in lower case (recorded: test_dynamodb_task_service,
+    # DYNAMODB_PUT_GET_ITEM); putItem's, updateItem's, deleteItem's and query's do not
+    named = "x-amzn-requestid" if action == "getItem" else "x-amzn-RequestId"
+    return _with_metadata(output, _dynamodb_request_id(), named, **headers)
 
 
-def _sqs_result(output: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+def _sqs_result(output: dict[str, Any], _: dict[str, Any], __: str) -> dict[str, Any]:
     body = json.dumps(output, separators=(",", ":"), ensure_ascii=False).encode()
     headers = {"connection": "keep-alive", "Content-Length": str(len(body)),
                "Content-Type": JSON_1_0}  # fmt: skip
@@ -164,7 +168,8 @@ def _after_eval_execution(self: Any, env: Any, **kwargs: Any) -> None:  # moto p
     if isinstance(output, dict) and self.resource.condition is None:
         for kind, result in _RESULTS:
             if isinstance(self, kind):
-                whole = result(output, dict(kwargs.get("normalised_parameters") or {}))
+                parameters = dict(kwargs.get("normalised_parameters") or {})
+                whole = result(output, parameters, self.resource.api_action)
                 env.stack[-1] = dict(sorted(whole.items()))
                 break
     _original_after(self, env=env, **kwargs)
