@@ -314,3 +314,45 @@ def test_items_that_are_not_an_array_fail_once_naming_the_field(run: Run) -> Non
         "state": "MapIterateState",
     }
     assert (result.error, result.cause) == ("States.QueryEvaluationError", cause)
+
+
+# 'Handling errors in Step Functions workflows', States.Runtime: "A States.Runtime error
+# isn't retriable, and will always cause the execution to fail. A retry or catch on
+# States.ALL won't catch States.Runtime errors." Recorded: SCENARIOS,
+# TestBaseScenarios::test_catch_states_runtime (a Catch naming States.Runtime does not take
+# it); test_invalid_jsonpath[INVALID_JSONPATH_IN_STRING_EXPR_JSONPATH|_CONTEXTPATH] (the
+# error and cause; entry, then ExecutionFailed, as [ST.INVALID_JSONPATH_IN_TIMEOUTSECONDSPATH]
+# records for a Task).
+@pytest.mark.parametrize("path", ["$.no_such_jsonpath", "$$.Execution.Input.no_such_jsonpath"])
+@pytest.mark.parametrize(
+    "handler",
+    [
+        {"Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Caught"}]},
+        {"Catch": [{"ErrorEquals": ["States.Runtime"], "Next": "Caught"}]},
+        {"Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 1, "MaxAttempts": 2}]},
+        {"Retry": [{"ErrorEquals": ["States.Runtime"], "MaxAttempts": 2}]},
+    ],
+    ids=["catch-all", "catch-runtime", "retry-all", "retry-runtime"],
+)
+def test_no_retry_or_catch_takes_a_states_runtime_error(
+    run: Run, engine: LocalEngine, handler: dict[str, Any], path: str
+) -> None:
+    task = {
+        "Type": "Task",
+        "Resource": engine.get_att(FUNCTION, "Arn"),
+        "Parameters": {"value.$": path},
+        "Next": "Done",
+        **handler,
+    }
+    states = {"task": task, "Done": {"Type": "Succeed"}, "Caught": {"Type": "Succeed"}}
+    result = run(states, {"int-literal": 0}, query_language="JSONPath")
+    cause = (
+        "An error occurred while executing the state 'task' (entered at the event id #2). "
+        f"The JSONPath '{path}' specified for the field 'value.$' could not be found in the "
+        "input '"
+    )
+    assert (result.status, result.error) == ("FAILED", "States.Runtime")
+    assert result.cause and result.cause.startswith(cause), result.cause
+    if path.startswith("$."):
+        assert result.cause == cause + """{"int-literal":0}'"""
+    assert result.event_types() == ["ExecutionStarted", "TaskStateEntered", "ExecutionFailed"]
