@@ -431,3 +431,12 @@ def test_a_catch_on_states_all_takes_a_states_runtime_error(run: Run) -> None:
     result = run({"StartAt": "T", "States": {"T": task, "Caught": PASS["P"]}})
     assert result["status"] == "SUCCEEDED"
     assert result["events"][2]["taskFailedEventDetails"]["error"] == "States.Runtime"
+
+
+@reproduces("executions as the Step Functions API answers for them")
+def test_an_unnamed_execution_is_named_none(sfn: Any) -> None:
+    # AWS: StartExecution without a name names the execution by a UUID (moto: "None",
+    # and a second unnamed start is refused with ExecutionAlreadyExists).
+    machine = _machine(sfn, {"StartAt": "P", "States": PASS}, name="unnamed")
+    arn = sfn.start_execution(stateMachineArn=machine)["executionArn"]
+    assert arn.endswith(":unnamed:None")
