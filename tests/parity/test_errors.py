@@ -356,3 +356,27 @@ def test_no_retry_or_catch_takes_a_states_runtime_error(
     if path.startswith("$."):
         assert result.cause == cause + """{"int-literal":0}'"""
     assert result.event_types() == ["ExecutionStarted", "TaskStateEntered", "ExecutionFailed"]
+
+
+@pytest.mark.parametrize("error", ["States.DataLimitExceeded", "States.Timeout"])
+def test_a_fail_state_raising_a_states_error_in_a_parallel_reaches_its_catch(
+    run: Run, error: str
+) -> None:
+    """The batch's LogFailed re-raises a message's error from a Fail state in a Parallel.
+    'Fail workflow state': Error is "an error name that you can provide to perform error
+    handling using Retry or Catch"; a Parallel fails with its branch's error, States.*
+    too, which its Catch takes (recorded: states_variables/test_error_output.snapshot.json,
+    test_parallel_catch_error). A Fail state naming a States.* error: not verified on AWS
+    (moto refused the name, which became an uncatchable States.Runtime)."""
+    failed = {"Type": "Fail", "Error": "{% $states.input.code %}", "Cause": "over the limit"}
+    output = "{% $states.errorOutput %}"
+    caught = {"ErrorEquals": ["States.ALL"], "Next": "Caught", "Output": output}
+    branch = {"StartAt": "Failed", "States": {"Failed": failed}}
+    states = {
+        "LogFailed": {"Type": "Parallel", "Branches": [branch], "Catch": [caught], "Next": "Done"},
+        "Done": {"Type": "Succeed"},
+        "Caught": {"Type": "Pass", "End": True},
+    }
+    result = run(states, {"code": error})
+    assert (result.status, result.states_entered[-1]) == ("SUCCEEDED", "Caught")
+    assert result.output == {"Error": error, "Cause": "over the limit"}

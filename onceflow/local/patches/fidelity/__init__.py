@@ -59,6 +59,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import (
     branches_decl,
     state_parallel,
 )
+from moto.stepfunctions.parser.asl.component.state.fail import state_fail
 from moto.stepfunctions.parser.asl.component.state.state import CommonStateField
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store
@@ -704,7 +705,8 @@ def _runtime_matches_nothing(self: Any, env: Any) -> None:
 
 
 # A Task's States.Runtime ends the execution at the state, as a Pass state's does (moto
-# failed the attempt: a path its Parameters missed became a Lambda's "Exception").
+# failed the attempt: a path its Parameters missed became a Lambda's "Exception"). A Fail
+# state's States.* Error is that error (moto refused the name: a States.Runtime).
 _FIELD_MISSED = "_onceflow_field"  # on a NoSuchJsonPathError: the field that missed
 _original_evaluate = ExecutionState._evaluate_with_timeout
 _original_json_path = string_expression.StringJsonPath._eval_body
@@ -757,6 +759,7 @@ _ATTEMPTING = (ExecutionState, state_map.StateMap, state_parallel.StateParallel)
 def _install_runtime(installer: Installer) -> None:
     installer.replace(ErrorEqualsDecl, "_eval_body", _runtime_matches_nothing)
     installer.replace(string_expression.StringJsonPath, "_eval_body", _naming_its_field)
+    installer.replace(state_fail, "CustomErrorName", _branch_error_name)  # a States.* Error
     installer.replace(ExecutionState, "_evaluate_with_timeout", _evaluate_with_timeout)
     for state in _ATTEMPTING:
         installer.replace(state, "_eval_state", _ending_at_the_state(state._eval_state))
@@ -769,6 +772,7 @@ def _runtime_fits() -> list[str]:
         *(m for state in _ATTEMPTING for m in gone(state, "_eval_state")),
         *(m for state in _ATTEMPTING for m in uses(state._eval_state, "_evaluate_with_timeout(")),
         *uses(NoSuchJsonPathError, "self.json_path", "self.data"),
+        *uses(state_fail.StateFail._eval_state, "CustomErrorName(error_value)"),
     ]
 
 
@@ -920,7 +924,10 @@ PATCHES = (
         "[ST.INVALID_JSONPATH_IN_TIMEOUTSECONDSPATH]; for a Task's Parameters not verified). "
         "States.DataLimitExceeded stays catchable, as recorded (test_states_errors). moto's "
         "Retry and Catch took States.Runtime like any error, and a path a Lambda Task's "
-        "Parameters missed failed it as the function's error 'Exception'.",
+        "Parameters missed failed it as the function's error 'Exception'. A Fail state "
+        "raises the States.* error its Error names, which a Catch sees ('Fail workflow "
+        "state': Error, for Retry or Catch; not verified on AWS); moto refused the name "
+        "with a States.Runtime.",
         test="tests/parity/test_errors.py::test_no_retry_or_catch_takes_a_states_runtime_error",
         install=_install_runtime,
         fits=_runtime_fits,
