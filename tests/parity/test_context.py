@@ -166,3 +166,22 @@ def test_history_and_listing_refuse_an_express_execution(run: Run, engine: Local
     )["executions"]
     assert [e["executionArn"] for e in listed] == [standard.arn]
     assert sfn.get_execution_history(executionArn=standard.arn)["events"]
+
+
+@pytest.mark.parametrize("kind", ["STANDARD", "EXPRESS"])
+def test_an_unnamed_execution_is_named_by_a_uuid(engine: LocalEngine, kind: str) -> None:
+    """StartExecution API reference, name: "If you don't provide a name for the execution,
+    Step Functions automatically generates a universally unique identifier (UUID) as the
+    execution name." Two unnamed starts are two executions, not one named 'None'."""
+    sfn = engine.client("stepfunctions")
+    definition = json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
+    machine = sfn.create_state_machine(
+        name=f"unnamed-{kind.lower()}", definition=definition, roleArn=ROLE, type=kind
+    )["stateMachineArn"]
+    arns = [sfn.start_execution(stateMachineArn=machine)["executionArn"] for _ in range(2)]
+    names = [arn.split(":")[7] for arn in arns]
+    assert all(re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", n) for n in names), names
+    assert names[0] != names[1]
+    if kind == "STANDARD":
+        described = sfn.describe_execution(executionArn=arns[0])
+        assert described["name"] == names[0]

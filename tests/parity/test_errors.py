@@ -314,3 +314,69 @@ def test_items_that_are_not_an_array_fail_once_naming_the_field(run: Run) -> Non
         "state": "MapIterateState",
     }
     assert (result.error, result.cause) == ("States.QueryEvaluationError", cause)
+
+
+# 'Handling errors in Step Functions workflows', States.Runtime: "A States.Runtime error
+# isn't retriable, and will always cause the execution to fail. A retry or catch on
+# States.ALL won't catch States.Runtime errors." Recorded: SCENARIOS,
+# TestBaseScenarios::test_catch_states_runtime (a Catch naming States.Runtime does not take
+# it); test_invalid_jsonpath[INVALID_JSONPATH_IN_STRING_EXPR_JSONPATH|_CONTEXTPATH] (the
+# error and cause; entry, then ExecutionFailed, as [ST.INVALID_JSONPATH_IN_TIMEOUTSECONDSPATH]
+# records for a Task).
+@pytest.mark.parametrize("path", ["$.no_such_jsonpath", "$$.Execution.Input.no_such_jsonpath"])
+@pytest.mark.parametrize(
+    "handler",
+    [
+        {"Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Caught"}]},
+        {"Catch": [{"ErrorEquals": ["States.Runtime"], "Next": "Caught"}]},
+        {"Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 1, "MaxAttempts": 2}]},
+        {"Retry": [{"ErrorEquals": ["States.Runtime"], "MaxAttempts": 2}]},
+    ],
+    ids=["catch-all", "catch-runtime", "retry-all", "retry-runtime"],
+)
+def test_no_retry_or_catch_takes_a_states_runtime_error(
+    run: Run, engine: LocalEngine, handler: dict[str, Any], path: str
+) -> None:
+    task = {
+        "Type": "Task",
+        "Resource": engine.get_att(FUNCTION, "Arn"),
+        "Parameters": {"value.$": path},
+        "Next": "Done",
+        **handler,
+    }
+    states = {"task": task, "Done": {"Type": "Succeed"}, "Caught": {"Type": "Succeed"}}
+    result = run(states, {"int-literal": 0}, query_language="JSONPath")
+    cause = (
+        "An error occurred while executing the state 'task' (entered at the event id #2). "
+        f"The JSONPath '{path}' specified for the field 'value.$' could not be found in the "
+        "input '"
+    )
+    assert (result.status, result.error) == ("FAILED", "States.Runtime")
+    assert result.cause and result.cause.startswith(cause), result.cause
+    if path.startswith("$."):
+        assert result.cause == cause + """{"int-literal":0}'"""
+    assert result.event_types() == ["ExecutionStarted", "TaskStateEntered", "ExecutionFailed"]
+
+
+@pytest.mark.parametrize("error", ["States.DataLimitExceeded", "States.Timeout"])
+def test_a_fail_state_raising_a_states_error_in_a_parallel_reaches_its_catch(
+    run: Run, error: str
+) -> None:
+    """The batch's LogFailed re-raises a message's error from a Fail state in a Parallel.
+    'Fail workflow state': Error is "an error name that you can provide to perform error
+    handling using Retry or Catch"; a Parallel fails with its branch's error, States.*
+    too, which its Catch takes (recorded: states_variables/test_error_output.snapshot.json,
+    test_parallel_catch_error). A Fail state naming a States.* error: not verified on AWS
+    (moto refused the name, which became an uncatchable States.Runtime)."""
+    failed = {"Type": "Fail", "Error": "{% $states.input.code %}", "Cause": "over the limit"}
+    output = "{% $states.errorOutput %}"
+    caught = {"ErrorEquals": ["States.ALL"], "Next": "Caught", "Output": output}
+    branch = {"StartAt": "Failed", "States": {"Failed": failed}}
+    states = {
+        "LogFailed": {"Type": "Parallel", "Branches": [branch], "Catch": [caught], "Next": "Done"},
+        "Done": {"Type": "Succeed"},
+        "Caught": {"Type": "Pass", "End": True},
+    }
+    result = run(states, {"code": error})
+    assert (result.status, result.states_entered[-1]) == ("SUCCEEDED", "Caught")
+    assert result.output == {"Error": error, "Cause": "over the limit"}

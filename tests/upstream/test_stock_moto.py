@@ -436,3 +436,24 @@ def test_a_timeout_path_that_finds_nothing_is_caught(run: Run) -> None:
             "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Caught"}]}  # fmt: skip
     result = run({"StartAt": "T", "States": {"T": task, "Caught": {"Type": "Succeed"}}})
     assert result["status"] == "SUCCEEDED"
+
+
+@reproduces("no Retry or Catch takes States.Runtime")
+def test_a_catch_on_states_all_takes_a_states_runtime_error(run: Run) -> None:
+    # AWS: no Retry or Catch takes States.Runtime, the execution fails at the Task. moto
+    # names a context path the Parameters miss States.Runtime, and its Catch takes it.
+    task = {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:s3:listBuckets",
+            "Parameters": {"value.$": "$$.Execution.Input.no_such_jsonpath"},
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Caught"}], "End": True}  # fmt: skip
+    result = run({"StartAt": "T", "States": {"T": task, "Caught": PASS["P"]}})
+    assert result["status"] == "SUCCEEDED"
+    assert result["events"][2]["taskFailedEventDetails"]["error"] == "States.Runtime"
+
+
+@reproduces("executions as the Step Functions API answers for them")
+def test_an_unnamed_execution_is_named_none(sfn: Any) -> None:
+    # AWS: StartExecution without a name names the execution by a UUID (moto: "None",
+    # and a second unnamed start is refused with ExecutionAlreadyExists).
+    machine = _machine(sfn, {"StartAt": "P", "States": PASS}, name="unnamed")
+    arn = sfn.start_execution(stateMachineArn=machine)["executionArn"]
+    assert arn.endswith(":unnamed:None")

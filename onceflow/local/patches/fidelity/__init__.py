@@ -34,6 +34,9 @@ from moto.stepfunctions.parser.asl.component.common.assign.assign_template_value
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
     CustomErrorName,
 )
+from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import (
+    ErrorEqualsDecl,
+)
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEvent,
     FailureEventException,
@@ -54,7 +57,9 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration impo
 from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import (
     branch_worker,
     branches_decl,
+    state_parallel,
 )
+from moto.stepfunctions.parser.asl.component.state.fail import state_fail
 from moto.stepfunctions.parser.asl.component.state.state import CommonStateField
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store
@@ -63,6 +68,8 @@ from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramError
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.parse import preprocessor as asl_preprocessor
+from moto.stepfunctions.parser.asl.utils.encoding import to_json_str
+from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
 
 from onceflow.local import jsonata_node
 from onceflow.local.patches import hooks
@@ -685,6 +692,90 @@ def _map_execution(self: Any, env: Any) -> None:
         raise
 
 
+# States.Runtime: no Retry or Catch takes it (moto matched it as any error).
+_RUNTIME = StatesErrorName(typ=StatesErrorNameType.StatesRuntime)
+_original_error_equals = ErrorEqualsDecl._eval_body
+
+
+def _runtime_matches_nothing(self: Any, env: Any) -> None:
+    if env.stack and env.stack[-1] == _RUNTIME:  # ErrorName equality: by name
+        env.stack[-1] = False
+        return
+    _original_error_equals(self, env)
+
+
+# A Task's States.Runtime ends the execution at the state, as a Pass state's does (moto
+# failed the attempt: a path its Parameters missed became a Lambda's "Exception"). A Fail
+# state's States.* Error is that error (moto refused the name: a States.Runtime).
+_FIELD_MISSED = "_onceflow_field"  # on a NoSuchJsonPathError: the field that missed
+_original_evaluate = ExecutionState._evaluate_with_timeout
+_original_json_path = string_expression.StringJsonPath._eval_body
+
+
+class _StateFailed(BaseException):  # past the attempt's `except Exception` (retry, catch)
+    def __init__(self, failure: FailureEventException) -> None:
+        self.failure = failure
+
+
+def _naming_its_field(self: Any, env: Any) -> None:
+    try:
+        _original_json_path(self, env)
+    except NoSuchJsonPathError as missed:
+        setattr(missed, _FIELD_MISSED, env.next_field_name)
+        raise
+
+
+def _evaluate_with_timeout(self: Any, env: Any) -> None:
+    try:
+        _original_evaluate(self, env)
+    except NoSuchJsonPathError as missed:  # worded as moto's State words it for Pass
+        field, data = getattr(missed, _FIELD_MISSED, None), to_json_str(missed.data, (",", ":"))
+        cause = (
+            f"The JSONPath '{missed.json_path}' specified for the field '{field}' could not "
+            f"be found in the input '{data}'"
+        )
+        details = {"taskFailedEventDetails": {"error": _RUNTIME.error_name, "cause": cause}}
+        failure: Any = FailureEvent(env, _RUNTIME, HistoryEventType.TaskFailed, details)  # type: ignore[arg-type]
+        raise _StateFailed(FailureEventException(failure)) from missed
+    except FailureEventException as exc:
+        if exc.failure_event.error_name == _RUNTIME:
+            raise _StateFailed(exc) from exc
+        raise
+
+
+def _ending_at_the_state(original: Any) -> Any:
+    def _eval_state(self: Any, env: Any) -> None:
+        try:
+            original(self, env)
+        except _StateFailed as failed:
+            raise failed.failure from None
+
+    return _eval_state
+
+
+_ATTEMPTING = (ExecutionState, state_map.StateMap, state_parallel.StateParallel)
+
+
+def _install_runtime(installer: Installer) -> None:
+    installer.replace(ErrorEqualsDecl, "_eval_body", _runtime_matches_nothing)
+    installer.replace(string_expression.StringJsonPath, "_eval_body", _naming_its_field)
+    installer.replace(state_fail, "CustomErrorName", _branch_error_name)  # a States.* Error
+    installer.replace(ExecutionState, "_evaluate_with_timeout", _evaluate_with_timeout)
+    for state in _ATTEMPTING:
+        installer.replace(state, "_eval_state", _ending_at_the_state(state._eval_state))
+
+
+def _runtime_fits() -> list[str]:
+    return [
+        *uses(_original_error_equals, "error_name: ErrorName = env.stack.pop()"),
+        *gone(ExecutionState, "_evaluate_with_timeout"),
+        *(m for state in _ATTEMPTING for m in gone(state, "_eval_state")),
+        *(m for state in _ATTEMPTING for m in uses(state._eval_state, "_evaluate_with_timeout(")),
+        *uses(NoSuchJsonPathError, "self.json_path", "self.data"),
+        *uses(state_fail.StateFail._eval_state, "CustomErrorName(error_value)"),
+    ]
+
+
 _Fidelity = functools.partial(Patch, kind="fidelity")
 _TESTS = "tests/unit/test_patches.py::"
 PATCHES = (
@@ -821,5 +912,24 @@ PATCHES = (
         test="tests/parity/test_errors.py::test_a_map_whose_input_is_not_an_array_names_the_value",
         install=lambda i: i.replace(state_map.StateMap, "_eval_execution", _map_execution),
         fits=lambda: uses(state_map.StateMap, _NOT_AN_ARRAY + "{type(input_items)}"),
+    ),
+    _Fidelity(
+        name="no Retry or Catch takes States.Runtime",
+        why="'A States.Runtime error isn't retriable, and will always cause the execution to "
+        "fail. A retry or catch on States.ALL won't catch States.Runtime errors.' ('Handling "
+        "errors in Step Functions workflows'; recorded: LocalStack's test_base_scenarios "
+        "snapshot, test_catch_states_runtime, where a Catch naming States.Runtime does not "
+        "take it); in a Task it ends the execution at the state, as it does a Pass state's "
+        "(recorded: test_invalid_jsonpath[INVALID_JSONPATH_IN_STRING_EXPR_JSONPATH], "
+        "[ST.INVALID_JSONPATH_IN_TIMEOUTSECONDSPATH]; for a Task's Parameters not verified). "
+        "States.DataLimitExceeded stays catchable, as recorded (test_states_errors). moto's "
+        "Retry and Catch took States.Runtime like any error, and a path a Lambda Task's "
+        "Parameters missed failed it as the function's error 'Exception'. A Fail state "
+        "raises the States.* error its Error names, which a Catch sees ('Fail workflow "
+        "state': Error, for Retry or Catch; not verified on AWS); moto refused the name "
+        "with a States.Runtime.",
+        test="tests/parity/test_errors.py::test_no_retry_or_catch_takes_a_states_runtime_error",
+        install=_install_runtime,
+        fits=_runtime_fits,
     ),
 )

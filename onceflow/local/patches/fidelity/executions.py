@@ -4,19 +4,22 @@ the calls refused for EXPRESS (recorded in LocalStack's Step Functions suite).""
 from __future__ import annotations
 
 import datetime
+import uuid
 from typing import Any
 
 from moto.core.exceptions import AWSError
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions import responses as sfn_responses
+from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.api import StateMachineType
 from moto.stepfunctions.parser.backend import execution, execution_worker
 
 from onceflow.local.patches.fidelity import uses
-from onceflow.local.patches.registry import Installer, Patch, gone
+from onceflow.local.patches.registry import Installer, Patch, gone, takes
 
 _Worker = execution_worker.ExecutionWorker
 _Responses = sfn_responses.StepFunctionResponse
+_Backend = sfn_parser_models.StepFunctionsParserBackend
 _original_environment = _Worker._get_evaluation_environment
 
 
@@ -94,7 +97,15 @@ def _refusing_express(original: Any, listing: bool = False) -> Any:
     return call
 
 
+def _named_by_a_uuid(original: Any) -> Any:
+    def start_execution(self: Any, state_machine_arn: str, name: Any = None, *args: Any) -> Any:
+        return original(self, state_machine_arn, name or str(uuid.uuid4()), *args)
+
+    return start_execution
+
+
 def _install_api(installer: Installer) -> None:
+    installer.replace(_Backend, "start_execution", _named_by_a_uuid(_Backend.start_execution))
     describe = _with_redrive_fields(_Responses.describe_execution)
     installer.replace(_Responses, "describe_execution", _refusing_express(describe))
     for name in ("stop_execution", "get_execution_history", "list_executions"):
@@ -105,6 +116,7 @@ def _install_api(installer: Installer) -> None:
 def _api_fits() -> list[str]:
     names = ("describe_execution", "stop_execution", "get_execution_history", "list_executions")
     moved = gone(_Responses, *names, "stepfunction_backend")
+    moved += takes(_Backend.start_execution, "self", "state_machine_arn", "name")
     return moved + uses(execution.Execution.__init__, "self.state_machine = ")
 
 
@@ -134,7 +146,9 @@ PATCHES: tuple[Patch, ...] = (
         f'StateMachineTypeNotSupported "{NOT_SUPPORTED}" (recorded: LocalStack\'s '
         "test_sfn_api_express snapshot, test_start_async_describe_history_execution; on AWS "
         "the state machine's log group holds them). moto left the fields out and answered "
-        "all four, so a reader of EXPRESS executions passed locally and failed deployed.",
+        "all four, so a reader of EXPRESS executions passed locally and failed deployed. "
+        "StartExecution without a name names it by a UUID (API reference, StartExecution: "
+        "name); moto named it 'None', and refused a second unnamed start (ExecutionAlreadyExists).",
         test=_TESTS + "test_describe_execution_answers_input_details_and_the_redrive_fields",
         install=_install_api,
         fits=_api_fits,
