@@ -96,3 +96,55 @@ def test_parallel_branches_read_outer_variables(run: Run) -> None:
     assert result.output == [{}, {}, {}]
     inner = [e["assignedVariables"] for e in events_of(result, "PassStateExited")[1:]]
     assert inner == [{"innerX": "42"}] * 3
+
+
+# Recorded: assign/test_assign_reference_variables.snapshot.json,
+# test_state_assign_evaluation_order[BASE_EVALUATION_ORDER_PASS_STATE] (validated on AWS).
+_EVALUATION_ORDER = {
+    "State0": {
+        "Type": "Pass",
+        "Result": {"theQuestion": "What is the answer to life the universe and everything?"},
+        "Assign": {"question.$": "$.theQuestion", "answer": 42},
+        "Next": "State1",
+    },
+    "State1": {
+        "Type": "Pass",
+        "InputPath": "$answer",
+        "ResultPath": "$.theAnswer",
+        "OutputPath": "$answer",
+        "Assign": {"answer": "<omitted>"},
+        "End": True,
+    },
+}
+
+
+def test_an_output_path_reads_the_variable_as_the_state_found_it(run: Run) -> None:
+    """Recorded (above): State1 assigns answer "<omitted>" and its OutputPath $answer
+    outputs 42, the value it had when State1 was entered; the assignment is recorded."""
+    result = run(_EVALUATION_ORDER, query_language="JSONPath")
+    assert result.output == 42
+    assert events_of(result, "PassStateExited")[1]["assignedVariables"] == {"answer": '"<omitted>"'}
+
+
+def test_output_and_assign_read_the_variables_as_the_state_found_them(run: Run) -> None:
+    """The recording above, in JSONata (AWS's 'Passing data between states with
+    variables': Assign and Output are evaluated with the values the state was entered
+    with; the JSONata form itself not recorded): B's Output and its Assign of y read
+    x = 1, the value A assigned; C reads B's assignments."""
+    result = run(
+        {
+            "A": {"Type": "Pass", "Assign": {"x": 1}, "Next": "B"},
+            "B": {
+                "Type": "Pass",
+                "Assign": {"x": 2, "y": "{% $x %}"},
+                "Output": {"x": "{% $x %}"},
+                "Next": "C",
+            },
+            "C": {
+                "Type": "Pass",
+                "Output": {"b": "{% $states.input %}", "x": "{% $x %}", "y": "{% $y %}"},
+                "End": True,
+            },
+        }
+    )
+    assert result.output == {"b": {"x": 1}, "x": 2, "y": 1}

@@ -369,14 +369,18 @@ def test_each_expression_is_parsed_once_and_evaluated_with_bindings(
     monkeypatch.setattr(jsonata_node._Worker, "call", recording)
     definition = {
         "QueryLanguage": "JSONata",
-        "StartAt": "Double",
+        "StartAt": "Keep",
         "States": {
-            "Double": {
+            "Keep": {
                 "Type": "Pass",
                 "Assign": {"quote": "{% $states.input.text %}"},
+                "Next": "Double",
+            },
+            "Double": {
+                "Type": "Pass",
                 "Output": "{% {'n': $states.input.n * 2, 'text': $quote & '!'} %}",
                 "End": True,
-            }
+            },
         },
     }
     # GIVEN each worker has compiled the definition's expressions once
@@ -560,9 +564,9 @@ def test_plain_paths_give_what_jsonata_gives(engine: LocalEngine) -> None:
             },
             "Again": {
                 "Type": "Pass",
-                "Assign": {"fromVariable": "{% $object.c %}"},
+                "Assign": {"fromVariable": "{% $object.c %}"},  # $object undefined: fails
                 "Output": "{% {'object': $object, 'nothing': $nothing, 'mapped': $mapped, "
-                "'text': $text, 'fromVariable': $fromVariable} %}",
+                "'text': $text, 'fromVariable': $object.c} %}",
                 "End": True,
             },
         },
@@ -775,11 +779,11 @@ def test_a_plain_path_gives_what_jsonata_gives_and_refuses_what_it_refuses(
 ) -> None:
     definition = {
         "QueryLanguage": "JSONata",
-        "StartAt": "Read",
+        "StartAt": "Keep",
         "States": {
+            "Keep": {"Type": "Pass", "Assign": {"café": 1}, "Next": "Read"},
             "Read": {
                 "Type": "Pass",
-                "Assign": {"café": 1},
                 "Output": {
                     "direct": "{% $states.context.Execution %}",  # read directly
                     "jsonata": "{% ($e := $states.context.Execution; $e) %}",  # by JSONata
@@ -787,7 +791,7 @@ def test_a_plain_path_gives_what_jsonata_gives_and_refuses_what_it_refuses(
                     "unicodeSum": "{% $café + 1 %}",
                 },
                 "End": True,
-            }
+            },
         },
     }
     result = _run(engine, definition, {"a": {"true": 1}})

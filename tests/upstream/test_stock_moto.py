@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.utils import boto_client
 
 from tests.upstream.conftest import ROLE, Run
@@ -109,6 +110,24 @@ def test_a_map_iteration_failing_with_a_states_error_fails_with_another(run: Run
     assert result["cause"].endswith(
         "MUST NOT begin with the prefix 'States.', got 'States.Runtime'."
     )
+
+
+@reproduces("Assign and Output read the variables as the state found them")
+def test_an_output_path_reads_the_variable_its_own_state_assigns(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # AWS (recorded: BASE_EVALUATION_ORDER_PASS_STATE): 42, the value at the state's entry.
+    # moto reads a variable through its unset JSONata hook: here, one that reads only
+    # "($a:=1;$a:=2;$a)", moto's composition of the declarations and a variable.
+    def read_variable(expression: str) -> Any:
+        *declarations, name = expression.strip("()").split(";")
+        return json.loads(dict(d.split(":=", 1) for d in declarations)[name])
+
+    monkeypatch.setattr(moto_jsonata, "_eval_jsonata", read_variable)
+    first = {"Type": "Pass", "Assign": {"answer": 42}, "Next": "B"}
+    second = {"Type": "Pass", "OutputPath": "$answer", "Assign": {"answer": "new"}, "End": True}
+    result = run({"StartAt": "A", "States": {"A": first, "B": second}})
+    assert result["output"].strip('"') == "new"  # moto writes a string output unquoted
 
 
 @reproduces("history events linked as AWS links them")

@@ -47,6 +47,8 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
     StatesErrorNameType,
 )
+from moto.stepfunctions.parser.asl.component.common.outputdecl import Output
+from moto.stepfunctions.parser.asl.component.common.path.output_path import OutputPath
 from moto.stepfunctions.parser.asl.component.common.string import string_expression
 from moto.stepfunctions.parser.asl.component.intrinsic import jsonata as intrinsic_jsonata
 from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
@@ -776,6 +778,59 @@ def _runtime_fits() -> list[str]:
     ]
 
 
+# Assign and Output (OutputPath) read the variables as the state was entered with them
+# (moto evaluated Assign first, so an Output naming a variable its state assigns read the
+# new value). Within one Assign, moto's bindings already read the old values.
+
+_ENTRY = "_onceflow_entry_variables"  # on an Environment: its scope at its state's entry
+_original_state_body = CommonStateField._eval_body  # before the wrapping below
+
+
+def _remembering_entry(original: Any) -> Any:
+    def _eval_state_input(self: Any, env: Any) -> None:
+        setattr(env, _ENTRY, dict(env.variable_store._inner_scope))
+        original(self, env)
+
+    return _eval_state_input
+
+
+def _with_entry_variables(original: Any) -> Any:
+    def _eval_body(self: Any, env: Any) -> None:
+        entry, store = getattr(env, _ENTRY, None), env.variable_store
+        scope, now = store._inner_scope, dict(store._inner_scope)
+        if entry is None or (entry.keys() == now.keys() and all(entry[k] is now[k] for k in now)):
+            original(self, env)  # nothing assigned since the state's entry
+            return
+        scope.clear(), scope.update(entry)
+        store._variable_declarations_cache = None
+        try:
+            original(self, env)
+        finally:
+            scope.clear(), scope.update(now)
+            store._variable_declarations_cache = None
+
+    return _eval_body
+
+
+def _install_entry_variables(installer: Installer) -> None:
+    state = CommonStateField
+    installer.replace(state, "_eval_state_input", _remembering_entry(state._eval_state_input))
+    for output in (Output, OutputPath):
+        installer.replace(output, "_eval_body", _with_entry_variables(output._eval_body))
+
+
+def _entry_variables_fit() -> list[str]:
+    moved = gone(CommonStateField, "_eval_state_input", "_eval_state_output")
+    moved += uses(_original_state_body, "self._eval_state_input(env=env)")
+    moved += uses(
+        CommonStateField._eval_state_output, "self.output_path.eval(", "self.output.eval("
+    )
+    moved += gone(Output, "_eval_body") + gone(OutputPath, "_eval_body")
+    return moved + uses(
+        variable_store.VariableStore, "self._inner_scope", "_variable_declarations_cache"
+    )
+
+
 _Fidelity = functools.partial(Patch, kind="fidelity")
 _TESTS = "tests/unit/test_patches.py::"
 PATCHES = (
@@ -915,21 +970,35 @@ PATCHES = (
     ),
     _Fidelity(
         name="no Retry or Catch takes States.Runtime",
-        why="'A States.Runtime error isn't retriable, and will always cause the execution to "
-        "fail. A retry or catch on States.ALL won't catch States.Runtime errors.' ('Handling "
-        "errors in Step Functions workflows'; recorded: LocalStack's test_base_scenarios "
-        "snapshot, test_catch_states_runtime, where a Catch naming States.Runtime does not "
-        "take it); in a Task it ends the execution at the state, as it does a Pass state's "
-        "(recorded: test_invalid_jsonpath[INVALID_JSONPATH_IN_STRING_EXPR_JSONPATH], "
+        why="States.ALL 'can't catch the States.DataLimitExceeded terminal error type and runtime"
+        " error types' ('Handling errors in Step Functions workflows'; recorded: LocalStack's"
+        " test_base_scenarios snapshot, test_catch_states_runtime, where a Catch naming "
+        "States.Runtime does not take it); in a Task it ends the execution at the state, as "
+        "it does a Pass state's (recorded: "
+        "test_invalid_jsonpath[INVALID_JSONPATH_IN_STRING_EXPR_JSONPATH], "
         "[ST.INVALID_JSONPATH_IN_TIMEOUTSECONDSPATH]; for a Task's Parameters not verified). "
         "States.DataLimitExceeded stays catchable, as recorded (test_states_errors). moto's "
         "Retry and Catch took States.Runtime like any error, and a path a Lambda Task's "
-        "Parameters missed failed it as the function's error 'Exception'. A Fail state "
-        "raises the States.* error its Error names, which a Catch sees ('Fail workflow "
-        "state': Error, for Retry or Catch; not verified on AWS); moto refused the name "
-        "with a States.Runtime.",
+        "Parameters missed failed it as the function's error 'Exception'. A Fail state raises"
+        " the States.* error its Error names, which a Catch sees ('Fail workflow state': "
+        "Error, for Retry or Catch; not verified on AWS); moto refused the name with a "
+        "States.Runtime.",
         test="tests/parity/test_errors.py::test_no_retry_or_catch_takes_a_states_runtime_error",
         install=_install_runtime,
         fits=_runtime_fits,
+    ),
+    _Fidelity(
+        name="Assign and Output read the variables as the state found them",
+        why="A state's Assign and its Output (OutputPath) both read the variables as they "
+        'were when the state was entered: State1, assigning answer "<omitted>" with '
+        "OutputPath $answer, outputs 42 and records the new value as assigned (recorded: "
+        "LocalStack's test_assign_reference_variables snapshot, test_state_assign_evaluation_"
+        "order[BASE_EVALUATION_ORDER_PASS_STATE]; 'Passing data between states with "
+        "variables'; in JSONata and in Catch and Choice rules not recorded). moto "
+        "evaluated Assign first: the Output read the new value.",
+        test="tests/parity/test_variables.py::"
+        "test_an_output_path_reads_the_variable_as_the_state_found_it",
+        install=_install_entry_variables,
+        fits=_entry_variables_fit,
     ),
 )
