@@ -156,13 +156,13 @@ def test_a_versioned_inventory_lists_every_version_and_delete_marker(
         {"Key": "k.json", "VersionId": marker, "IsLatest": "true", "IsDeleteMarker": "true",
          "Size": "", "IsMultipartUploaded": "", "EncryptionStatus": ""},
         {"Key": "k.json", "VersionId": second, "IsLatest": "false", "IsDeleteMarker": "false",
-         "Size": "4", "IsMultipartUploaded": "false", "EncryptionStatus": "NOT-SSE"},
+         "Size": "4", "IsMultipartUploaded": "false", "EncryptionStatus": "SSE-S3"},
         {"Key": "k.json", "VersionId": first, "IsLatest": "false", "IsDeleteMarker": "false",
-         "Size": "3", "IsMultipartUploaded": "false", "EncryptionStatus": "NOT-SSE"},
+         "Size": "3", "IsMultipartUploaded": "false", "EncryptionStatus": "SSE-S3"},
         {"Key": "m.json", "VersionId": kept, "IsLatest": "true", "IsDeleteMarker": "false",
          "Size": "1", "IsMultipartUploaded": "false", "EncryptionStatus": "SSE-KMS"},
         {"Key": "p.bin", "VersionId": multipart, "IsLatest": "true", "IsDeleteMarker": "false",
-         "Size": "1", "IsMultipartUploaded": "true", "EncryptionStatus": "NOT-SSE"},
+         "Size": "1", "IsMultipartUploaded": "true", "EncryptionStatus": "SSE-S3"},
     ]  # fmt: skip
 
 
