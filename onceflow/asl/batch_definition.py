@@ -36,8 +36,9 @@ batch's frame, the same for every rule, and applies two mechanical changes:
   and so the execution fails, the whole batch with it. Each end state ends the
   iteration with the output ``{messageId, outcome, retry, error?, cause?}``: a
   Succeed state stays a Succeed state; a Fail state runs inside a one-branch
-  Parallel (``Log<name>``) whose Catch makes that output from its Error and
-  Cause, so the Fail state is still entered, and logged at level ERROR, under its
+  Parallel (``Log<name>``) whose Catch makes that output from its Error (or, where
+  the processor computes it, the code it computes: the Fail state then raises its own
+  name, never a ``States.`` one) and Cause, so the Fail state is still entered, and logged at level ERROR, under its
   own name (the template's failure metrics count it). ``retry`` is true (the
   message stays in the queue) for every outcome that is not settled. Duplicate
   makes its own outcome in the source (settled only when the row it reads back
@@ -190,8 +191,9 @@ def _terminal(name: str, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
     A Succeed state stays a Succeed state of the same name (logged at level ALL).
     A Fail state would fail the whole Map, so it runs inside a one-branch Parallel
-    (``Log<name>``) whose Catch ends the iteration: the Fail state keeps its name, its
-    Error and its Cause, and Step Functions logs its FailStateEntered at level ERROR
+    (``Log<name>``) whose Catch ends the iteration: the Fail state keeps its name and its
+    Cause, and its Error unless that is computed (then it raises its own name, and the
+    outcome carries the code), and Step Functions logs its FailStateEntered at level ERROR
     as for the processor (cw-logs.html), so the failure metrics count a batch's
     failures at the batch mode's default log level, ERROR.
     """
@@ -206,10 +208,18 @@ def _terminal(name: str, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
             }
         }
     retry = name in RETRIED
+    # The Fail state raises its own name, a literal: one computed at run time may be a code
+    # the States Language reserves ("States.", states-language.net, Error Names), and what
+    # AWS does with one a Fail state raises is not recorded (moto and LocalStack refuse it
+    # as States.Runtime, which no Catch takes: the whole batch would fail). The outcome
+    # carries the code, read where the processor's Fail state reads it.
+    inner, error = copy.deepcopy(state), state.get("Error", name)
+    code = error[2:-2].strip() if error.startswith("{%") else "$states.errorOutput.Error"
+    inner["Error"] = name if error.startswith("{%") else error
     caught = _outcome(
         name,
         RETRIED_WHEN.get(name, retry),
-        [("error", "$states.errorOutput.Error"), ("cause", "$states.errorOutput.Cause")],
+        [("error", code), ("cause", "$states.errorOutput.Cause")],
     )
     stays = (
         f"the message stays in the queue while {RETRIED_WHEN[name]}, and is deleted otherwise."
@@ -226,7 +236,7 @@ def _terminal(name: str, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
         LOG_PREFIX + name: {
             "Type": "Parallel",
             "Comment": f"{comment} {why}" if comment else why,
-            "Branches": [{"StartAt": name, "States": {name: copy.deepcopy(state)}}],
+            "Branches": [{"StartAt": name, "States": {name: inner}}],
             "Catch": [{"ErrorEquals": ["States.ALL"], "Output": caught, "Next": MESSAGE_ENDS}],
             "Next": MESSAGE_ENDS,
         }

@@ -6,10 +6,12 @@ deploys and what the local engine runs (onceflow/asl/asl_source.py turns one int
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -312,3 +314,29 @@ def test_the_two_machines_differ_only_where_a_named_difference_says() -> None:
     own = {p.split("/")[2] for p, v in found.items() if "processor" not in v.values}
     assert own and not own & set(processor["States"])
     assert own <= set(batch["States"])
+
+
+def test_no_fail_state_of_the_batch_raises_a_name_the_states_language_reserves() -> None:
+    """A Fail state inside the batch's Map runs in a Parallel whose Catch must take what it
+    raises. The States Language reserves error names that begin with "States." for the
+    service ("Error Names": other names MUST NOT begin with it, states-language.net), and
+    what AWS does with one a Fail state raises is not recorded: were it refused, as moto
+    and LocalStack refuse it, the error would be States.Runtime, which no Catch takes, and
+    one message would fail its whole batch. So each raises its own name, a literal; the
+    message's outcome carries the code (its Catch reads it)."""
+    batch = json.loads(
+        re.sub(r"\$\{\w+\}", "0", (ROOT / "statemachines/batch.asl.json").read_text())
+    )
+
+    def fail_states(states: dict[str, Any]) -> list[tuple[str, Any]]:
+        found = [(n, s.get("Error")) for n, s in states.items() if s["Type"] == "Fail"]
+        for state in states.values():
+            inner = [state.get("ItemProcessor", {}), *state.get("Branches", [])]
+            found += [f for part in inner if part for f in fail_states(part["States"])]
+        return found
+
+    fails = fail_states(batch["States"])
+    assert {name for name, _ in fails} >= {"Failed", "DeadLettered", "LockLost"}
+    for name, error in fails:
+        assert isinstance(error, str) and not error.startswith("{%"), (name, error)
+        assert not error.startswith("States."), (name, error)

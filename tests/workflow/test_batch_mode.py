@@ -285,6 +285,8 @@ def test_an_answer_over_256_kib_mid_batch_fails_that_message_alone_and_repeats_n
             "crash-2": ("Failed", True),
         }
         assert queued(batch_engine) == {m: o for m, o in ids.items() if o == "crash-2"}
+        [crashed] = [o for m, o in by_message.items() if ids[m] == "crash-2"]
+        assert crashed["error"] == "States.DataLimitExceeded"  # the code, as the row has it
         assert row(batch_engine, "crash-2")["status"] == "FAILED"
         assert output_effects(batch_engine) == 5
         # WHEN it comes back
