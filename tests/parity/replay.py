@@ -446,9 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         # Each case keeps the verdict it had when selected: a test holds it there.
         for case, outcome in zip(cases, outcomes, strict=True):
             case.expected = outcome.kind or outcome.verdict
-        args.export.write_text(
-            json.dumps([asdict(c) for c in cases], indent=1, sort_keys=True) + "\n"
-        )
+        args.export.write_text(json.dumps([asdict(c) for c in cases], indent=1) + "\n")
         print(f"wrote {len(cases)} cases to {args.export}")
     print(_report(outcomes, skips, args.scope, args.skipped))
     return 0
