@@ -30,20 +30,20 @@ batch's frame, the same for every rule, and applies two mechanical changes:
   ``$states.context.Execution.Id`` of the per-message states becomes that owner:
   two messages of one batch never share a lock owner, a fencing token or a call
   token.
-- Outcomes. In an inline Map "any iteration failure causes the Map state to
-  fail" and then "all iterations stop" (ProcessorConfig, Step Functions developer
-  guide, https://docs.aws.amazon.com/step-functions/latest/dg/state-map-inline.html),
-  and so the execution fails, the whole batch with it. Each end state ends the
-  iteration with the output ``{messageId, outcome, retry, error?, cause?}``: a
-  Succeed state stays a Succeed state; a Fail state runs inside a one-branch
-  Parallel (``Log<name>``) whose Catch makes that output from its Error (or, where
-  the processor computes it, the code it computes: the Fail state then raises its own
-  name, never a ``States.`` one) and Cause, so the Fail state is still entered, and logged at level ERROR, under its
-  own name (the template's failure metrics count it). ``retry`` is true (the
-  message stays in the queue) for every outcome that is not settled. Duplicate
-  makes its own outcome in the source (settled only when the row it reads back
-  is PROCESSED or dead-lettered). An uncaught error, a crash or the five-minute
-  limit fails the whole execution, and the pipe then retries the whole batch
+- Outcomes. In an inline Map "any iteration failure causes the Map state to fail" and
+  then "all iterations stop" (ProcessorConfig, Step Functions developer guide,
+  https://docs.aws.amazon.com/step-functions/latest/dg/state-map-inline.html), and so
+  the execution fails, the whole batch with it. Each end state ends the iteration with
+  the output ``{messageId, outcome, retry, error?, cause?}``: a Succeed state stays a
+  Succeed state; a Fail state runs inside a one-branch Parallel (``Log<name>``) whose
+  Catch makes that output from its Error (or, where the processor computes it, the
+  code it computes: the Fail state then raises its own name, never a ``States.`` one)
+  and Cause, so the Fail state is still entered, and logged at level ERROR, under its
+  own name (the template's failure metrics count it). ``retry`` is true (the message
+  stays in the queue) for every outcome that is not settled. Duplicate makes its own
+  outcome in the source (settled only when the row it reads back is PROCESSED or
+  dead-lettered). An uncaught error, a crash or the five-minute limit fails the whole
+  execution, and the pipe then retries the whole batch
   (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-pipes-error-troubleshooting.html).
 
 The file keeps the source's ``${Param}`` DefinitionSubstitutions verbatim, quoted
