@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import inspect
 import itertools
 import json
 import re
@@ -76,23 +75,14 @@ from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
 from onceflow.local import jsonata_node
 from onceflow.local.patches import hooks
 from onceflow.local.patches.hooks import stubber_fits
-from onceflow.local.patches.registry import Installer, Patch, gone, takes
+from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _Preprocessor = asl_preprocessor.Preprocessor
 _Backend = sfn_parser_models.StepFunctionsParserBackend
 UNSUPPORTED_RESULT = "returned an unsupported result type"
+uses = lacks  # the name executions.py imports
 
-
-def uses(code: Any, *texts: str) -> list[str]:
-    """What a patch relies on moto's code saying, that it no longer says."""
-    source = inspect.getsource(code)
-    where = getattr(code, "__qualname__", getattr(code, "__name__", code))
-    return [f"{where} no longer says {text!r}" for text in texts if text not in source]
-
-
-# JSONata: moto leaves its evaluator unset (it expects a JVM). jsonata 2.0.6 in
-# node evaluates every expression, with Step Functions' own functions
-# (onceflow/local/jsonata_node.py).
+# JSONata: moto expects a JVM evaluator; jsonata 2.0.6 in node (jsonata_node.py) evaluates.
 
 
 def eval_jsonata(expression: str, bindings: dict[str, Any] | None = None) -> Any:
@@ -184,6 +174,18 @@ def _bindings(expression: str, env: Any) -> dict[str, Any]:
 FIELD = "_onceflow_field"  # where an expression sits: "Arguments/FunctionName", "Output"
 
 
+def failure(
+    env: Any, error: StatesErrorNameType, event: HistoryEventType, cause: str, location: Any = None
+) -> FailureEvent:
+    """A failure as moto builds one: the event's details ("taskFailedEventDetails" for a
+    TaskFailed) hold the error, the cause and the location, if any."""
+    name, key = StatesErrorName(typ=error), f"{event[0].lower()}{event[1:]}EventDetails"
+    details: Any = {key: {"error": name.error_name, "cause": cause}}
+    if location:
+        details[key]["location"] = location
+    return FailureEvent(env, name, event, details)
+
+
 def _evaluation_failure(
     component: Any, env: Any, expression: str, what: str
 ) -> FailureEventException:
@@ -192,18 +194,10 @@ def _evaluation_failure(
     test_assign_reference_variables and test_math_operations_jsonata snapshots)."""
     field = getattr(component, FIELD, None)
     where = f" specified for the field '{field}'" if field else ""
-    error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
     cause = f"The JSONata expression '{expression}'{where} {what}"
-    details = EvaluationFailedEventDetails(cause=cause, error=error_name.error_name)
-    if field:
-        details["location"] = field
+    error = StatesErrorNameType.StatesQueryEvaluationError
     return FailureEventException(
-        failure_event=FailureEvent(
-            env=env,
-            error_name=error_name,
-            event_type=HistoryEventType.EvaluationFailed,
-            event_details=EventDetails(evaluationFailedEventDetails=details),  # type: ignore[typeddict-item]
-        )
+        failure(env, error, HistoryEventType.EvaluationFailed, cause, field)
     )
 
 
@@ -306,16 +300,15 @@ def _jsonata_fits() -> list[str]:
     return [
         *(moved for m in modules for moved in gone(m, "encode_jsonata_variable_declarations")),
         *gone(_Preprocessor, *_FIELD_VISITORS),
-        *uses(moto_jsonata.eval_jsonata_expression, "_eval_jsonata(jsonata_expression)"),
-        *uses(_original_jsonata_eval_body, *body),
-        *uses(variable_store.VariableStore, "self._outer_scope", "self._inner_scope"),
-        *uses(eval_states.States, "_states_data"),
+        *lacks(moto_jsonata.eval_jsonata_expression, "_eval_jsonata(jsonata_expression)"),
+        *lacks(_original_jsonata_eval_body, *body),
+        *lacks(variable_store.VariableStore, "self._outer_scope", "self._inner_scope"),
+        *lacks(eval_states.States, "_states_data"),
         *([] if stubbed else ["moto's JSONata function declarations moved"]),
     ]
 
 
-# Evaluation failures in the history: moto wrote EvaluationFailed for Task,
-# Parallel and Map states only, and decorated the cause twice.
+# Evaluation failures in the history (moto also decorated the cause twice).
 
 _DECORATION = "An error occurred while executing the state '"
 _original_from_error = ExecutionState._from_error
@@ -445,13 +438,8 @@ def _evaluation_failures_fit() -> list[str]:
 
 def _links_fit() -> list[str]:
     moved = gone(EventManager, "add_event") + takes(EventManager.add_event, "self", "context")
-    moved += uses(EventManager.__init__, "_history_event_list", "_mutex")
-    return moved + uses(FailureEvent, "self.source_event_id = env.event_history_context.")
-
-
-# Parallel: a branch's error, States.* too, reaches Retry and Catch (moto's
-# CustomErrorName refused names starting "States." and crashed the Parallel);
-# the state a branch failed in is aborted.
+    moved += lacks(EventManager.__init__, "_history_event_list", "_mutex")
+    return moved + lacks(FailureEvent, "self.source_event_id = env.event_history_context.")
 
 
 def _branch_error_name(error_name: str | None) -> Any:
@@ -488,8 +476,6 @@ def _install_parallel(installer: Installer) -> None:
     installer.replace(branch_worker.BranchWorker, "_thread_routine", _branch_routine)
 
 
-# StartExecution refuses an input over 256 KiB of UTF-8; moto took any size.
-
 EXECUTION_INPUT_LIMIT = 262144
 _original_start_execution = _Backend.start_execution
 
@@ -510,9 +496,6 @@ def _limited_start(original: Any) -> Any:
     return start_execution
 
 
-# moto's backends are not thread-safe: two concurrent conditional PutItems on
-# one key could both win. DynamoDB, S3 and SQS requests are served one at a time.
-
 BACKEND_LOCK = threading.RLock()
 _SERIALISED_SERVICE = re.compile(r"^(?:[^/]*\.)?(dynamodb|sqs|s3)[.-]")
 
@@ -522,10 +505,6 @@ def _serialised(request: Any, answer: Callable[[], Any]) -> Any:
         return answer()
     with BACKEND_LOCK:
         return answer()
-
-
-# ListObjectVersions with a KeyMarker and no VersionIdMarker: moto skipped the
-# keys before the marker and then the first version after it, whatever it was.
 
 
 def _from_key_marker(original: Any) -> Any:
@@ -545,10 +524,6 @@ def _from_key_marker(original: Any) -> Any:
         return original(self, bucket_name, **kwargs)
 
     return list_object_versions
-
-
-# Definitions: state names unique in the whole machine; a refused request
-# named by its error; each parse with its own scopes; strings decoded as JSON.
 
 
 def states_of(
@@ -615,8 +590,8 @@ def _install_definitions(installer: Installer) -> None:
 
 def _definitions_fit() -> list[str]:
     moved = takes(AWSError.__init__, "self", "message", "exception_type", "status")
-    moved += uses(_Backend.create_state_machine, "_validate_definition(definition=definition)")
-    moved += uses(_Preprocessor, "_query_language_per_scope: list[QueryLanguage] = []")
+    moved += lacks(_Backend.create_state_machine, "_validate_definition(definition=definition)")
+    moved += lacks(_Preprocessor, "_query_language_per_scope: list[QueryLanguage] = []")
     if not isinstance(vars(_Backend).get("_validate_definition"), staticmethod):
         moved.append("StepFunctionsParserBackend._validate_definition is no staticmethod")
     if not issubclass(InvalidDefinition, AWSError) or InvalidDefinition.code != "InvalidDefinition":
@@ -666,11 +641,8 @@ def _install_string_literals(installer: Installer) -> None:
 def _string_literals_fit() -> list[str]:
     moved = gone(_Preprocessor, "visitAssign_template_value_terminal_string_literal")
     moved += gone(asl_preprocessor, "from_string_literal")
-    return moved + uses(variable_store.VariableStore, "_declaration_tracing")
+    return moved + lacks(variable_store.VariableStore, "_declaration_tracing")
 
-
-# A Map state whose input is not an array names the value as JSON (moto printed
-# its Python type: "<class 'int'>").
 
 _NOT_AN_ARRAY = "Map state input must be an array but was: "
 _original_map_execution = state_map.StateMap._eval_execution
@@ -694,7 +666,6 @@ def _map_execution(self: Any, env: Any) -> None:
         raise
 
 
-# States.Runtime: no Retry or Catch takes it (moto matched it as any error).
 _RUNTIME = StatesErrorName(typ=StatesErrorNameType.StatesRuntime)
 _original_error_equals = ErrorEqualsDecl._eval_body
 
@@ -709,7 +680,6 @@ def _runtime_matches_nothing(self: Any, env: Any) -> None:
 # A Task's States.Runtime ends the execution at the state, as a Pass state's does (moto
 # failed the attempt: a path its Parameters missed became a Lambda's "Exception"). A Fail
 # state's States.* Error is that error (moto refused the name: a States.Runtime).
-_FIELD_MISSED = "_onceflow_field"  # on a NoSuchJsonPathError: the field that missed
 _original_evaluate = ExecutionState._evaluate_with_timeout
 _original_json_path = string_expression.StringJsonPath._eval_body
 
@@ -723,7 +693,7 @@ def _naming_its_field(self: Any, env: Any) -> None:
     try:
         _original_json_path(self, env)
     except NoSuchJsonPathError as missed:
-        setattr(missed, _FIELD_MISSED, env.next_field_name)
+        setattr(missed, FIELD, env.next_field_name)
         raise
 
 
@@ -731,14 +701,13 @@ def _evaluate_with_timeout(self: Any, env: Any) -> None:
     try:
         _original_evaluate(self, env)
     except NoSuchJsonPathError as missed:  # worded as moto's State words it for Pass
-        field, data = getattr(missed, _FIELD_MISSED, None), to_json_str(missed.data, (",", ":"))
+        field, data = getattr(missed, FIELD, None), to_json_str(missed.data, (",", ":"))
         cause = (
             f"The JSONPath '{missed.json_path}' specified for the field '{field}' could not "
             f"be found in the input '{data}'"
         )
-        details = {"taskFailedEventDetails": {"error": _RUNTIME.error_name, "cause": cause}}
-        failure: Any = FailureEvent(env, _RUNTIME, HistoryEventType.TaskFailed, details)  # type: ignore[arg-type]
-        raise _StateFailed(FailureEventException(failure)) from missed
+        failed = failure(env, StatesErrorNameType.StatesRuntime, HistoryEventType.TaskFailed, cause)
+        raise _StateFailed(FailureEventException(failed)) from missed
     except FailureEventException as exc:
         if exc.failure_event.error_name == _RUNTIME:
             raise _StateFailed(exc) from exc
@@ -769,12 +738,12 @@ def _install_runtime(installer: Installer) -> None:
 
 def _runtime_fits() -> list[str]:
     return [
-        *uses(_original_error_equals, "error_name: ErrorName = env.stack.pop()"),
+        *lacks(_original_error_equals, "error_name: ErrorName = env.stack.pop()"),
         *gone(ExecutionState, "_evaluate_with_timeout"),
         *(m for state in _ATTEMPTING for m in gone(state, "_eval_state")),
-        *(m for state in _ATTEMPTING for m in uses(state._eval_state, "_evaluate_with_timeout(")),
-        *uses(NoSuchJsonPathError, "self.json_path", "self.data"),
-        *uses(state_fail.StateFail._eval_state, "CustomErrorName(error_value)"),
+        *(m for state in _ATTEMPTING for m in lacks(state._eval_state, "_evaluate_with_timeout(")),
+        *lacks(NoSuchJsonPathError, "self.json_path", "self.data"),
+        *lacks(state_fail.StateFail._eval_state, "CustomErrorName(error_value)"),
     ]
 
 
@@ -821,12 +790,12 @@ def _install_entry_variables(installer: Installer) -> None:
 
 def _entry_variables_fit() -> list[str]:
     moved = gone(CommonStateField, "_eval_state_input", "_eval_state_output")
-    moved += uses(_original_state_body, "self._eval_state_input(env=env)")
-    moved += uses(
+    moved += lacks(_original_state_body, "self._eval_state_input(env=env)")
+    moved += lacks(
         CommonStateField._eval_state_output, "self.output_path.eval(", "self.output.eval("
     )
     moved += gone(Output, "_eval_body") + gone(OutputPath, "_eval_body")
-    return moved + uses(
+    return moved + lacks(
         variable_store.VariableStore, "self._inner_scope", "_variable_declarations_cache"
     )
 
@@ -885,9 +854,9 @@ PATCHES = (
         test=_TESTS + "test_a_parallel_branch_failing_with_a_states_error_reaches_the_catch",
         install=_install_parallel,
         fits=lambda: [
-            *uses(branches_decl, "CustomErrorName(error_name=exit_error_name)"),
-            *uses(iteration_worker, "CustomErrorName(error_name=error_name)"),
-            *uses(
+            *lacks(branches_decl, "CustomErrorName(error_name=exit_error_name)"),
+            *lacks(iteration_worker, "CustomErrorName(error_name=error_name)"),
+            *lacks(
                 branch_worker.BranchWorker._thread_routine, "self._program.eval(", "on_terminated"
             ),
         ],
@@ -928,7 +897,7 @@ PATCHES = (
             "list_object_versions",
             _from_key_marker(s3_models.S3Backend.list_object_versions),
         ),
-        fits=lambda: uses(
+        fits=lambda: lacks(
             s3_models.S3Backend.list_object_versions, "key_marker: ", "version_id_marker: "
         ),
     ),
@@ -966,7 +935,7 @@ PATCHES = (
         "printed the Python type.",
         test="tests/parity/test_errors.py::test_a_map_whose_input_is_not_an_array_names_the_value",
         install=lambda i: i.replace(state_map.StateMap, "_eval_execution", _map_execution),
-        fits=lambda: uses(state_map.StateMap, _NOT_AN_ARRAY + "{type(input_items)}"),
+        fits=lambda: lacks(state_map.StateMap, _NOT_AN_ARRAY + "{type(input_items)}"),
     ),
     _Fidelity(
         name="no Retry or Catch takes States.Runtime",

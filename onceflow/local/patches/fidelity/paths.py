@@ -9,25 +9,18 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from typing import Any, cast
+from typing import Any
 
-from moto.stepfunctions.parser.api import (
-    HistoryEventType,
-)
+from moto.stepfunctions.parser.api import HistoryEventType
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEvent,
     FailureEventException,
-)
-from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
-    StatesErrorName,
 )
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
     StatesErrorNameType,
 )
 from moto.stepfunctions.parser.asl.component.common.string import string_expression
-from moto.stepfunctions.parser.asl.component.common.timeouts.heartbeat import (
-    HeartbeatSecondsPath,
-)
+from moto.stepfunctions.parser.asl.component.common.timeouts.heartbeat import HeartbeatSecondsPath
 from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import TimeoutSecondsPath
 from moto.stepfunctions.parser.asl.component.state import state
 from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
@@ -44,20 +37,10 @@ from moto.stepfunctions.parser.asl.component.state.wait.wait_function import tim
 from moto.stepfunctions.parser.asl.utils import encoding, json_path
 from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
 
+from onceflow.local.patches.fidelity import failure
 from onceflow.local.patches.registry import Installer, Patch, gone, lacks
 
 _TESTS = "tests/unit/test_field_errors.py::"
-
-
-def _failure(env: Any, error: StatesErrorNameType, cause: str, location: str = "") -> Any:
-    """A failure as moto raises it: EvaluationFailed with a location, else ExecutionFailed."""
-    name, make = StatesErrorName(typ=error), cast(Any, FailureEvent)
-    details = {"error": name.error_name, "cause": cause} | (
-        {"location": location} if location else {}
-    )
-    kind = HistoryEventType.EvaluationFailed if location else HistoryEventType.ExecutionFailed
-    field = "evaluationFailedEventDetails" if location else "executionFailedEventDetails"
-    return make(env, name, kind, {field: details})
 
 
 # A JSONata Timestamp that is not ISO-8601: moto failed the execution with States.Runtime
@@ -66,8 +49,8 @@ def _failure(env: Any, error: StatesErrorNameType, cause: str, location: str = "
 
 def _timestamp_failure(self: Any, env: Any, timestamp_str: str) -> Any:
     cause = "The Timestamp field cannot be parsed as an ISO-8601 extended offset date-time "
-    error = StatesErrorNameType.StatesQueryEvaluationError
-    return _failure(env, error, f"{cause}format string: {timestamp_str}", "Timestamp")
+    error, event = StatesErrorNameType.StatesQueryEvaluationError, HistoryEventType.EvaluationFailed
+    return failure(env, error, event, f"{cause}format string: {timestamp_str}", "Timestamp")
 
 
 # TimeoutSecondsPath and HeartbeatSecondsPath are read when the state is entered: one that
@@ -126,8 +109,8 @@ def _max_items_judged_first(original: Any) -> Any:
             text = value if isinstance(value, str) else _compact_json(value)
             path = decl.string_sampler.literal_value
             cause = f'The MaxItemsPath field refers to value "{text}" which is not a valid integer: {path}'  # noqa: E501
-            failure = _failure(env, StatesErrorNameType.StatesRuntime, cause)
-            raise FailureEventException(failure)
+            error, event = StatesErrorNameType.StatesRuntime, HistoryEventType.ExecutionFailed
+            raise FailureEventException(failure(env, error, event, cause))
         original(self, env)
 
     return _eval_body
