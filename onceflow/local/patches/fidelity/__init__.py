@@ -22,11 +22,7 @@ from moto.core.utils import unix_time_millis
 from moto.s3 import models as s3_models
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions.parser import models as sfn_parser_models
-from moto.stepfunctions.parser.api import (
-    EvaluationFailedEventDetails,
-    HistoryEventType,
-    InvalidDefinition,
-)
+from moto.stepfunctions.parser.api import HistoryEventType, InvalidDefinition
 from moto.stepfunctions.parser.asl.component.common.assign.assign_template_value_terminal import (
     AssignTemplateValueTerminalLit,
 )
@@ -64,7 +60,6 @@ from moto.stepfunctions.parser.asl.component.state.fail import state_fail
 from moto.stepfunctions.parser.asl.component.state.state import CommonStateField
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store
-from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramError
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
@@ -74,7 +69,6 @@ from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
 
 from onceflow.local import jsonata_node
 from onceflow.local.patches import hooks
-from onceflow.local.patches.hooks import stubber_fits
 from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _Preprocessor = asl_preprocessor.Preprocessor
@@ -309,7 +303,6 @@ def _jsonata_fits() -> list[str]:
 
 
 # Evaluation failures in the history (moto also decorated the cause twice).
-
 _DECORATION = "An error occurred while executing the state '"
 _original_from_error = ExecutionState._from_error
 _original_evaluation_details = FailureEventException.get_evaluation_failed_event_details
@@ -330,14 +323,12 @@ def _recording_evaluation_failures(original: Any) -> Any:
                 and exc.failure_event.event_type == HistoryEventType.EvaluationFailed
                 and not (events and events[-1].get("type") == HistoryEventType.EvaluationFailed)
             ):
-                details = dict(exc.get_evaluation_failed_event_details() or {})
+                details: Any = dict(exc.get_evaluation_failed_event_details() or {})
                 details["state"] = self.name
                 env.event_manager.add_event(
                     context=env.event_history_context,
                     event_type=HistoryEventType.EvaluationFailed,
-                    event_details=EventDetails(  # type: ignore[typeddict-item]
-                        evaluationFailedEventDetails=EvaluationFailedEventDetails(**details)
-                    ),
+                    event_details={"evaluationFailedEventDetails": details},
                 )
             raise
 
@@ -882,7 +873,7 @@ PATCHES = (
         "backends are not thread-safe: both could win.",
         test=_TESTS + "test_concurrent_conditional_puts_have_exactly_one_winner",
         install=lambda i: i.replace(hooks.Stages, "serialise", staticmethod(_serialised)),
-        fits=stubber_fits,
+        fits=hooks.stubber_fits,
     ),
     _Fidelity(
         name="ListObjectVersions from a KeyMarker",

@@ -43,20 +43,15 @@ from onceflow.local.patches.registry import Installer, Patch, gone, lacks
 _TESTS = "tests/unit/test_field_errors.py::"
 
 
-# A JSONata Timestamp that is not ISO-8601: moto failed the execution with States.Runtime
-# and no EvaluationFailed, its cause naming the expression ("... == 2016-...").
-
-
+# A JSONata Timestamp not ISO-8601 (moto: States.Runtime, its cause "... == 2016-...").
 def _timestamp_failure(self: Any, env: Any, timestamp_str: str) -> Any:
     cause = "The Timestamp field cannot be parsed as an ISO-8601 extended offset date-time "
     error, event = StatesErrorNameType.StatesQueryEvaluationError, HistoryEventType.EvaluationFailed
     return failure(env, error, event, f"{cause}format string: {timestamp_str}", "Timestamp")
 
 
-# TimeoutSecondsPath and HeartbeatSecondsPath are read when the state is entered: one that
-# finds nothing ends the execution there (moto read them in the task's attempt, so a Catch
-# took the States.Runtime error and an undecorated ExecutionFailed came first).
-
+# Seconds paths read at the state's entry (moto: in the attempt, an undecorated
+# ExecutionFailed first).
 _SECONDS_PATHS = (TimeoutSecondsPath, HeartbeatSecondsPath)
 
 
@@ -73,7 +68,6 @@ def _seconds_read_first(original: Any) -> Any:
 
 
 # "... could not be found in the input '<input>'": AWS writes the input without spaces.
-
 _NAMING_THE_INPUT = (json_path, string_expression, state)  # each uses to_json_str for it
 
 
@@ -81,9 +75,7 @@ def _compact_json(value: Any, separators: tuple[str, str] | None = None) -> str:
     return encoding.to_json_str(value, separators or (",", ":"))
 
 
-# A Distributed Map's MaxItemsPath that is not an integer fails the Map after
-# MapStateStarted, before its Map Run (moto: in the Map Run, States.ItemReaderFailed).
-
+# A Distributed Map's MaxItemsPath judged before its Map Run (moto: in it).
 _DISTRIBUTED = (DistributedItemProcessor, DistributedIterator)  # not their base: other
 # patches read the base's _eval_body source
 
@@ -116,9 +108,8 @@ def _max_items_judged_first(original: Any) -> Any:
     return _eval_body
 
 
-# "Invalid path '$.a.b' : ...": moto wrote "No results for path: $['a.b']" whatever was
-# missing; AWS words it as Jayway JsonPath does: "Missing property in path $['a']" when a
-# step before the last is missing, else "No results for path: $['a']['b']".
+# "Invalid path '$.a.b' : ..." worded as Jayway JsonPath words it (moto: "No results for
+# path: $['a.b']" whatever was missing).
 _DOTTED = re.compile(r"\$(?:\.[\w-]+)+")
 
 
