@@ -423,16 +423,6 @@ def _install_evaluation_failures(installer: Installer) -> None:
     installer.replace(CommonStateField, "_eval_body", wrapped)
 
 
-def _evaluation_failures_fit() -> list[str]:
-    return gone(FailureEventException, "get_evaluation_failed_event_details")
-
-
-def _links_fit() -> list[str]:
-    moved = gone(EventManager, "add_event") + takes(EventManager.add_event, "self", "context")
-    moved += lacks(EventManager.__init__, "_history_event_list", "_mutex")
-    return moved + lacks(FailureEvent, "self.source_event_id = env.event_history_context.")
-
-
 def _branch_error_name(error_name: str | None) -> Any:
     if error_name is not None and error_name.startswith("States."):
         return StatesErrorName.from_name(error_name)
@@ -629,12 +619,6 @@ def _install_string_literals(installer: Installer) -> None:
     )
 
 
-def _string_literals_fit() -> list[str]:
-    moved = gone(_Preprocessor, "visitAssign_template_value_terminal_string_literal")
-    moved += gone(asl_preprocessor, "from_string_literal")
-    return moved + lacks(variable_store.VariableStore, "_declaration_tracing")
-
-
 _NOT_AN_ARRAY = "Map state input must be an array but was: "
 _original_map_execution = state_map.StateMap._eval_execution
 
@@ -818,7 +802,7 @@ PATCHES = (
         "inside a Parallel branch had no name.",
         test=_TESTS + "test_a_pass_state_whose_expression_fails_records_the_evaluation_failure",
         install=_install_evaluation_failures,
-        fits=_evaluation_failures_fit,
+        fits=lambda: gone(FailureEventException, "get_evaluation_failed_event_details"),
     ),
     _Fidelity(
         name="history events linked as AWS links them",
@@ -832,7 +816,12 @@ PATCHES = (
         "MapStateExited to MapRunSucceeded, and named the event before the failure.",
         test=_TESTS + "test_a_failure_cause_names_the_event_its_state_was_entered_at",
         install=_install_links,
-        fits=_links_fit,
+        fits=lambda: [
+            *gone(EventManager, "add_event"),
+            *takes(EventManager.add_event, "self", "context"),
+            *lacks(EventManager.__init__, "_history_event_list", "_mutex"),
+            *lacks(FailureEvent, "self.source_event_id = env.event_history_context."),
+        ],
     ),
     _Fidelity(
         name="a failed Parallel branch or Map iteration as AWS records it",
@@ -916,7 +905,11 @@ PATCHES = (
         test="tests/parity/test_variables.py::"
         "test_an_assigned_string_literal_holds_its_characters_not_their_json_escapes",
         install=_install_string_literals,
-        fits=_string_literals_fit,
+        fits=lambda: [
+            *gone(_Preprocessor, "visitAssign_template_value_terminal_string_literal"),
+            *gone(asl_preprocessor, "from_string_literal"),
+            *lacks(variable_store.VariableStore, "_declaration_tracing"),
+        ],
     ),
     _Fidelity(
         name="a Map's non-array input named as JSON",
