@@ -1,10 +1,6 @@
-"""Where moto does otherwise than AWS, these make it do what AWS does.
-
-Each patch in ``PATCHES`` names the AWS behaviour, the recording or page that
-shows it and the test that holds the engine to it; tests/upstream holds its
-reproduction against stock moto. The Distributed Map's are in ``distributed_map``,
-the integrations' in ``integrations``, the executions' in ``executions``.
-"""
+"""Where moto does otherwise than AWS, these make it do what AWS does (docs/local-engine.md,
+The engine's patches: fidelity); the Distributed Map's, the integrations' and the
+executions' have modules of their own."""
 
 from __future__ import annotations
 
@@ -155,10 +151,8 @@ def _bindings(expression: str, env: Any) -> dict[str, Any]:
     as JSON text, and $states holds the input twice, up to 256 KiB each)."""
     names, paths = _references(expression)
     store = env.variable_store
-    bindings: dict[str, Any] = {}
-    for scope in (store._outer_scope, store._inner_scope):  # inner shadows outer
-        for name in names.intersection(scope):
-            bindings[name] = scope[name]
+    scopes = (store._outer_scope, store._inner_scope)  # inner shadows outer
+    bindings = {name: scope[name] for scope in scopes for name in names.intersection(scope)}
     if "states" in names:
         states = env.states._states_data
         bindings["states"] = states if paths is None else _pick(states, paths)
