@@ -4,7 +4,6 @@ executions' have modules of their own."""
 
 from __future__ import annotations
 
-import copy
 import functools
 import itertools
 import json
@@ -189,20 +188,12 @@ def _evaluation_failure(
     )
 
 
-_CONSTANTS: dict[str, Any] = {}  # results of expressions with no variable nor function
-_CONSTANTS_KEPT = 4096
-
-
 def _compiled_eval_body(self: Any, env: Any) -> None:
     """StringJSONata._eval_body as Step Functions evaluates: the expression compiled as
     written, its variables bound (moto pastes them into the text and parses it all
     each time, so "$a := 1; $a" passed). Undefined, or a value JSON cannot hold,
     fails the state."""
     expression = self.expression
-    constant = "$" not in expression  # "60 + 10", say
-    if constant and expression in _CONSTANTS:
-        env.stack.append(copy.deepcopy(_CONSTANTS[expression]))
-        return
     try:
         result = jsonata_node.evaluate(expression, _bindings(expression, env))
     except jsonata_node.JsonataError as exc:
@@ -211,8 +202,6 @@ def _compiled_eval_body(self: Any, env: Any) -> None:
         raise _evaluation_failure(self, env, expression, UNSUPPORTED_RESULT + ".") from exc
     if result is jsonata_node.UNDEFINED:
         raise _evaluation_failure(self, env, expression, "returned nothing (undefined).")
-    if constant and len(_CONSTANTS) < _CONSTANTS_KEPT:
-        _CONSTANTS[expression] = copy.deepcopy(result)
     env.stack.append(result)
 
 
@@ -410,9 +399,9 @@ def _install_links(installer: Installer) -> None:
 
 def _install_evaluation_failures(installer: Installer) -> None:
     installer.replace(ExecutionState, "_from_error", _from_error)
-    failure = FailureEventException
-    installer.replace(failure, "get_evaluation_failed_event_details", _evaluation_details)
-    installer.replace(failure, "get_execution_failed_event_details", _execution_details)
+    exception = FailureEventException
+    installer.replace(exception, "get_evaluation_failed_event_details", _evaluation_details)
+    installer.replace(exception, "get_execution_failed_event_details", _execution_details)
     wrapped = _recording_evaluation_failures(CommonStateField._eval_body)
     installer.replace(CommonStateField, "_eval_body", wrapped)
 
