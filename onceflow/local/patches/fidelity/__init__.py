@@ -694,17 +694,6 @@ def _install_runtime(installer: Installer) -> None:
         installer.replace(state, "_eval_state", _ending_at_the_state(state._eval_state))
 
 
-def _runtime_fits() -> list[str]:
-    return [
-        *lacks(_original_error_equals, "error_name: ErrorName = env.stack.pop()"),
-        *gone(ExecutionState, "_evaluate_with_timeout"),
-        *(m for state in _ATTEMPTING for m in gone(state, "_eval_state")),
-        *(m for state in _ATTEMPTING for m in lacks(state._eval_state, "_evaluate_with_timeout(")),
-        *lacks(NoSuchJsonPathError, "self.json_path", "self.data"),
-        *lacks(state_fail.StateFail._eval_state, "CustomErrorName(error_value)"),
-    ]
-
-
 # Assign and Output (OutputPath) read the variables as the state was entered with them
 # (moto evaluated Assign first, so an Output naming a variable its state assigns read the
 # new value). Within one Assign, moto's bindings already read the old values.
@@ -744,18 +733,6 @@ def _install_entry_variables(installer: Installer) -> None:
     installer.replace(state, "_eval_state_input", _remembering_entry(state._eval_state_input))
     for output in (Output, OutputPath):
         installer.replace(output, "_eval_body", _with_entry_variables(output._eval_body))
-
-
-def _entry_variables_fit() -> list[str]:
-    moved = gone(CommonStateField, "_eval_state_input", "_eval_state_output")
-    moved += lacks(_original_state_body, "self._eval_state_input(env=env)")
-    moved += lacks(
-        CommonStateField._eval_state_output, "self.output_path.eval(", "self.output.eval("
-    )
-    moved += gone(Output, "_eval_body") + gone(OutputPath, "_eval_body")
-    return moved + lacks(
-        variable_store.VariableStore, "self._inner_scope", "_variable_declarations_cache"
-    )
 
 
 _Fidelity = functools.partial(Patch, kind="fidelity")
@@ -921,7 +898,14 @@ PATCHES = (
         "States.Runtime.",
         test="tests/parity/test_errors.py::test_no_retry_or_catch_takes_a_states_runtime_error",
         install=_install_runtime,
-        fits=_runtime_fits,
+        fits=lambda: [
+            *lacks(_original_error_equals, "error_name: ErrorName = env.stack.pop()"),
+            *gone(ExecutionState, "_evaluate_with_timeout"),
+            *(m for state in _ATTEMPTING for m in gone(state, "_eval_state")),
+            *(m for cls in _ATTEMPTING for m in lacks(cls._eval_state, "_evaluate_with_timeout(")),
+            *lacks(NoSuchJsonPathError, "self.json_path", "self.data"),
+            *lacks(state_fail.StateFail._eval_state, "CustomErrorName(error_value)"),
+        ],
     ),
     _Fidelity(
         name="Assign and Output read the variables as the state found them",
@@ -935,6 +919,13 @@ PATCHES = (
         test="tests/parity/test_variables.py::"
         "test_an_output_path_reads_the_variable_as_the_state_found_it",
         install=_install_entry_variables,
-        fits=_entry_variables_fit,
+        fits=lambda: [
+            *gone(CommonStateField, "_eval_state_input", "_eval_state_output"),
+            *lacks(_original_state_body, "self._eval_state_input(env=env)"),
+            *lacks(CommonStateField._eval_state_output, "output_path.eval(", "output.eval("),
+            *gone(Output, "_eval_body"),
+            *gone(OutputPath, "_eval_body"),
+            *lacks(variable_store.VariableStore, "_inner_scope", "_variable_declarations_cache"),
+        ],
     ),
 )
