@@ -59,7 +59,6 @@ from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramError
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.parse import preprocessor as asl_preprocessor
-from moto.stepfunctions.parser.asl.utils.encoding import to_json_str
 from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
 
 from onceflow.local import jsonata_node
@@ -643,7 +642,7 @@ _original_json_path = string_expression.StringJsonPath._eval_body
 
 
 class _StateFailed(BaseException):  # past the attempt's `except Exception` (retry, catch)
-    def __init__(self, failure: FailureEventException) -> None:
+    def __init__(self, failure: Exception) -> None:
         self.failure = failure
 
 
@@ -658,14 +657,9 @@ def _naming_its_field(self: Any, env: Any) -> None:
 def _evaluate_with_timeout(self: Any, env: Any) -> None:
     try:
         _original_evaluate(self, env)
-    except NoSuchJsonPathError as missed:  # worded as moto's State words it for Pass
-        field, data = getattr(missed, FIELD, None), to_json_str(missed.data, (",", ":"))
-        cause = (
-            f"The JSONPath '{missed.json_path}' specified for the field '{field}' could not "
-            f"be found in the input '{data}'"
-        )
-        failed = failure(env, StatesErrorNameType.StatesRuntime, HistoryEventType.TaskFailed, cause)
-        raise _StateFailed(FailureEventException(failed)) from missed
+    except NoSuchJsonPathError as missed:  # moto's State words it as for a Pass state's
+        env.next_field_name = getattr(missed, FIELD, None)  # (the attempt ran in a frame)
+        raise _StateFailed(missed) from missed
     except FailureEventException as exc:
         if exc.failure_event.error_name == _RUNTIME:
             raise _StateFailed(exc) from exc
