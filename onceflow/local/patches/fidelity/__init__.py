@@ -76,15 +76,12 @@ uses = lacks  # the name executions.py imports
 def eval_jsonata(expression: str, bindings: dict[str, Any] | None = None) -> Any:
     """moto's evaluator hook. With bindings the expression is a definition's (compiled
     once, cached); without, moto's composed text embedding the data (never cached).
-    Undefined is None, as moto's hook returns it."""
+    Undefined is None, as moto's hook returns it. moto's one caller left is a variable
+    sample, whose value is JSON: never a result JSON cannot hold (UnsupportedResult)."""
     try:
         result = jsonata_node.evaluate(expression, bindings, cache=bindings is not None)
     except jsonata_node.JsonataError as exc:  # moto makes it States.QueryEvaluationError
         raise moto_jsonata.JSONataException(exc.code or "UNKNOWN", str(exc)) from exc
-    except jsonata_node.UnsupportedResult as exc:
-        raise moto_jsonata.JSONataException(
-            "UNKNOWN", f"The JSONata expression '{expression}' {UNSUPPORTED_RESULT}."
-        ) from exc
     return None if result is jsonata_node.UNDEFINED else result
 
 
