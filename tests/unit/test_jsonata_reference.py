@@ -86,7 +86,6 @@ def test_the_engine_evaluates_every_case_as_jsonata_2_0_6_does(
         "evaluate",
         functools.partial(jsonata_node.evaluate, clock=recording["clock_ms"]),
     )
-    monkeypatch.setattr(fidelity, "_CONSTANTS", {})
     expressions = recording["expressions"]
     contexts = recording["contexts"]
     mutations = recording["mutations"]

@@ -934,47 +934,6 @@ def test_an_expression_bound_only_the_parts_it_reads_gives_what_the_whole_gives(
     assert picked == evaluate(whole)
 
 
-def test_an_expression_with_no_variable_or_function_is_evaluated_once(
-    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from onceflow.local import jsonata_node
-
-    evaluated: list[str] = []
-    evaluate = jsonata_node.evaluate
-
-    def recording(expression: str, *args: Any, **kwargs: Any) -> Any:
-        evaluated.append(expression)
-        return evaluate(expression, *args, **kwargs)
-
-    monkeypatch.setattr(jsonata_node, "evaluate", recording)
-    monkeypatch.setattr(fidelity, "_CONSTANTS", {})
-    definition = {
-        "QueryLanguage": "JSONata",
-        "StartAt": "Constant",
-        "States": {
-            "Constant": {
-                "Type": "Pass",
-                "Output": {"sum": "{% 60 + 10 %}", "object": "{% {'a': [1, 2]} %}"},
-                "End": True,
-            }
-        },
-    }
-    outputs = [_run(engine, definition, {}).output for _ in range(3)]  # type: ignore[attr-defined]
-    assert outputs == [{"sum": 70, "object": {"a": [1, 2]}}] * 3
-    assert len(evaluated) == 2  # each text once, then its result
-    from types import SimpleNamespace
-
-    scopes = SimpleNamespace(_outer_scope={}, _inner_scope={})
-    env = SimpleNamespace(stack=[], variable_store=scopes)
-    expression = SimpleNamespace(expression="{'b': [1]}")
-    fidelity._compiled_eval_body(expression, env)
-    env.stack[0]["b"].append("changed by a later state")
-    fidelity._compiled_eval_body(expression, env)  # from the cache
-    env.stack[1]["b"].append("changed by a later state")
-    fidelity._compiled_eval_body(expression, env)
-    assert env.stack[2] == {"b": [1]} and len(evaluated) == 3  # each hit a copy of its own
-
-
 # UpdateItems run in order on one item; some of them fail, as moto alone fails them.
 _UPDATES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     (

@@ -1,16 +1,10 @@
-"""Where moto does otherwise than AWS, these make it do what AWS does.
-
-Each patch in ``PATCHES`` names the AWS behaviour, the recording or page that
-shows it and the test that holds the engine to it; tests/upstream holds its
-reproduction against stock moto. The Distributed Map's are in ``distributed_map``,
-the integrations' in ``integrations``, the executions' in ``executions``.
-"""
+"""Where moto does otherwise than AWS, these make it do what AWS does (docs/local-engine.md,
+The engine's patches: fidelity); the Distributed Map's, the integrations' and the
+executions' have modules of their own."""
 
 from __future__ import annotations
 
-import copy
 import functools
-import inspect
 import itertools
 import json
 import re
@@ -23,11 +17,7 @@ from moto.core.utils import unix_time_millis
 from moto.s3 import models as s3_models
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions.parser import models as sfn_parser_models
-from moto.stepfunctions.parser.api import (
-    EvaluationFailedEventDetails,
-    HistoryEventType,
-    InvalidDefinition,
-)
+from moto.stepfunctions.parser.api import HistoryEventType, InvalidDefinition
 from moto.stepfunctions.parser.asl.component.common.assign.assign_template_value_terminal import (
     AssignTemplateValueTerminalLit,
 )
@@ -65,48 +55,33 @@ from moto.stepfunctions.parser.asl.component.state.fail import state_fail
 from moto.stepfunctions.parser.asl.component.state.state import CommonStateField
 from moto.stepfunctions.parser.asl.eval import states as eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store
-from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramError
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.parse import preprocessor as asl_preprocessor
-from moto.stepfunctions.parser.asl.utils.encoding import to_json_str
 from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
 
 from onceflow.local import jsonata_node
 from onceflow.local.patches import hooks
-from onceflow.local.patches.hooks import stubber_fits
-from onceflow.local.patches.registry import Installer, Patch, gone, takes
+from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _Preprocessor = asl_preprocessor.Preprocessor
 _Backend = sfn_parser_models.StepFunctionsParserBackend
 UNSUPPORTED_RESULT = "returned an unsupported result type"
+uses = lacks  # the name executions.py imports
 
-
-def uses(code: Any, *texts: str) -> list[str]:
-    """What a patch relies on moto's code saying, that it no longer says."""
-    source = inspect.getsource(code)
-    where = getattr(code, "__qualname__", getattr(code, "__name__", code))
-    return [f"{where} no longer says {text!r}" for text in texts if text not in source]
-
-
-# JSONata: moto leaves its evaluator unset (it expects a JVM). jsonata 2.0.6 in
-# node evaluates every expression, with Step Functions' own functions
-# (onceflow/local/jsonata_node.py).
+# JSONata: moto expects a JVM evaluator; jsonata 2.0.6 in node (jsonata_node.py) evaluates.
 
 
 def eval_jsonata(expression: str, bindings: dict[str, Any] | None = None) -> Any:
     """moto's evaluator hook. With bindings the expression is a definition's (compiled
     once, cached); without, moto's composed text embedding the data (never cached).
-    Undefined is None, as moto's hook returns it."""
+    Undefined is None, as moto's hook returns it. moto's one caller left is a variable
+    sample, whose value is JSON: never a result JSON cannot hold (UnsupportedResult)."""
     try:
         result = jsonata_node.evaluate(expression, bindings, cache=bindings is not None)
     except jsonata_node.JsonataError as exc:  # moto makes it States.QueryEvaluationError
         raise moto_jsonata.JSONataException(exc.code or "UNKNOWN", str(exc)) from exc
-    except jsonata_node.UnsupportedResult as exc:
-        raise moto_jsonata.JSONataException(
-            "UNKNOWN", f"The JSONata expression '{expression}' {UNSUPPORTED_RESULT}."
-        ) from exc
     return None if result is jsonata_node.UNDEFINED else result
 
 
@@ -171,10 +146,8 @@ def _bindings(expression: str, env: Any) -> dict[str, Any]:
     as JSON text, and $states holds the input twice, up to 256 KiB each)."""
     names, paths = _references(expression)
     store = env.variable_store
-    bindings: dict[str, Any] = {}
-    for scope in (store._outer_scope, store._inner_scope):  # inner shadows outer
-        for name in names.intersection(scope):
-            bindings[name] = scope[name]
+    scopes = (store._outer_scope, store._inner_scope)  # inner shadows outer
+    bindings = {name: scope[name] for scope in scopes for name in names.intersection(scope)}
     if "states" in names:
         states = env.states._states_data
         bindings["states"] = states if paths is None else _pick(states, paths)
@@ -182,6 +155,18 @@ def _bindings(expression: str, env: Any) -> dict[str, Any]:
 
 
 FIELD = "_onceflow_field"  # where an expression sits: "Arguments/FunctionName", "Output"
+
+
+def failure(
+    env: Any, error: StatesErrorNameType, event: HistoryEventType, cause: str, location: Any = None
+) -> FailureEvent:
+    """A failure as moto builds one: the event's details ("taskFailedEventDetails" for a
+    TaskFailed) hold the error, the cause and the location, if any."""
+    name, key = StatesErrorName(typ=error), f"{event[0].lower()}{event[1:]}EventDetails"
+    details: Any = {key: {"error": name.error_name, "cause": cause}}
+    if location:
+        details[key]["location"] = location
+    return FailureEvent(env, name, event, details)
 
 
 def _evaluation_failure(
@@ -192,23 +177,11 @@ def _evaluation_failure(
     test_assign_reference_variables and test_math_operations_jsonata snapshots)."""
     field = getattr(component, FIELD, None)
     where = f" specified for the field '{field}'" if field else ""
-    error_name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
     cause = f"The JSONata expression '{expression}'{where} {what}"
-    details = EvaluationFailedEventDetails(cause=cause, error=error_name.error_name)
-    if field:
-        details["location"] = field
+    error = StatesErrorNameType.StatesQueryEvaluationError
     return FailureEventException(
-        failure_event=FailureEvent(
-            env=env,
-            error_name=error_name,
-            event_type=HistoryEventType.EvaluationFailed,
-            event_details=EventDetails(evaluationFailedEventDetails=details),  # type: ignore[typeddict-item]
-        )
+        failure(env, error, HistoryEventType.EvaluationFailed, cause, field)
     )
-
-
-_CONSTANTS: dict[str, Any] = {}  # results of expressions with no variable nor function
-_CONSTANTS_KEPT = 4096
 
 
 def _compiled_eval_body(self: Any, env: Any) -> None:
@@ -217,10 +190,6 @@ def _compiled_eval_body(self: Any, env: Any) -> None:
     each time, so "$a := 1; $a" passed). Undefined, or a value JSON cannot hold,
     fails the state."""
     expression = self.expression
-    constant = "$" not in expression  # "60 + 10", say
-    if constant and expression in _CONSTANTS:
-        env.stack.append(copy.deepcopy(_CONSTANTS[expression]))
-        return
     try:
         result = jsonata_node.evaluate(expression, _bindings(expression, env))
     except jsonata_node.JsonataError as exc:
@@ -229,8 +198,6 @@ def _compiled_eval_body(self: Any, env: Any) -> None:
         raise _evaluation_failure(self, env, expression, UNSUPPORTED_RESULT + ".") from exc
     if result is jsonata_node.UNDEFINED:
         raise _evaluation_failure(self, env, expression, "returned nothing (undefined).")
-    if constant and len(_CONSTANTS) < _CONSTANTS_KEPT:
-        _CONSTANTS[expression] = copy.deepcopy(result)
     env.stack.append(result)
 
 
@@ -306,17 +273,15 @@ def _jsonata_fits() -> list[str]:
     return [
         *(moved for m in modules for moved in gone(m, "encode_jsonata_variable_declarations")),
         *gone(_Preprocessor, *_FIELD_VISITORS),
-        *uses(moto_jsonata.eval_jsonata_expression, "_eval_jsonata(jsonata_expression)"),
-        *uses(_original_jsonata_eval_body, *body),
-        *uses(variable_store.VariableStore, "self._outer_scope", "self._inner_scope"),
-        *uses(eval_states.States, "_states_data"),
+        *lacks(moto_jsonata.eval_jsonata_expression, "_eval_jsonata(jsonata_expression)"),
+        *lacks(_original_jsonata_eval_body, *body),
+        *lacks(variable_store.VariableStore, "self._outer_scope", "self._inner_scope"),
+        *lacks(eval_states.States, "_states_data"),
         *([] if stubbed else ["moto's JSONata function declarations moved"]),
     ]
 
 
-# Evaluation failures in the history: moto wrote EvaluationFailed for Task,
-# Parallel and Map states only, and decorated the cause twice.
-
+# Evaluation failures in the history (moto also decorated the cause twice).
 _DECORATION = "An error occurred while executing the state '"
 _original_from_error = ExecutionState._from_error
 _original_evaluation_details = FailureEventException.get_evaluation_failed_event_details
@@ -337,14 +302,12 @@ def _recording_evaluation_failures(original: Any) -> Any:
                 and exc.failure_event.event_type == HistoryEventType.EvaluationFailed
                 and not (events and events[-1].get("type") == HistoryEventType.EvaluationFailed)
             ):
-                details = dict(exc.get_evaluation_failed_event_details() or {})
+                details: Any = dict(exc.get_evaluation_failed_event_details() or {})
                 details["state"] = self.name
                 env.event_manager.add_event(
                     context=env.event_history_context,
                     event_type=HistoryEventType.EvaluationFailed,
-                    event_details=EventDetails(  # type: ignore[typeddict-item]
-                        evaluationFailedEventDetails=EvaluationFailedEventDetails(**details)
-                    ),
+                    event_details={"evaluationFailedEventDetails": details},
                 )
             raise
 
@@ -432,26 +395,11 @@ def _install_links(installer: Installer) -> None:
 
 def _install_evaluation_failures(installer: Installer) -> None:
     installer.replace(ExecutionState, "_from_error", _from_error)
-    failure = FailureEventException
-    installer.replace(failure, "get_evaluation_failed_event_details", _evaluation_details)
-    installer.replace(failure, "get_execution_failed_event_details", _execution_details)
+    exception = FailureEventException
+    installer.replace(exception, "get_evaluation_failed_event_details", _evaluation_details)
+    installer.replace(exception, "get_execution_failed_event_details", _execution_details)
     wrapped = _recording_evaluation_failures(CommonStateField._eval_body)
     installer.replace(CommonStateField, "_eval_body", wrapped)
-
-
-def _evaluation_failures_fit() -> list[str]:
-    return gone(FailureEventException, "get_evaluation_failed_event_details")
-
-
-def _links_fit() -> list[str]:
-    moved = gone(EventManager, "add_event") + takes(EventManager.add_event, "self", "context")
-    moved += uses(EventManager.__init__, "_history_event_list", "_mutex")
-    return moved + uses(FailureEvent, "self.source_event_id = env.event_history_context.")
-
-
-# Parallel: a branch's error, States.* too, reaches Retry and Catch (moto's
-# CustomErrorName refused names starting "States." and crashed the Parallel);
-# the state a branch failed in is aborted.
 
 
 def _branch_error_name(error_name: str | None) -> Any:
@@ -488,8 +436,6 @@ def _install_parallel(installer: Installer) -> None:
     installer.replace(branch_worker.BranchWorker, "_thread_routine", _branch_routine)
 
 
-# StartExecution refuses an input over 256 KiB of UTF-8; moto took any size.
-
 EXECUTION_INPUT_LIMIT = 262144
 _original_start_execution = _Backend.start_execution
 
@@ -510,9 +456,6 @@ def _limited_start(original: Any) -> Any:
     return start_execution
 
 
-# moto's backends are not thread-safe: two concurrent conditional PutItems on
-# one key could both win. DynamoDB, S3 and SQS requests are served one at a time.
-
 BACKEND_LOCK = threading.RLock()
 _SERIALISED_SERVICE = re.compile(r"^(?:[^/]*\.)?(dynamodb|sqs|s3)[.-]")
 
@@ -522,10 +465,6 @@ def _serialised(request: Any, answer: Callable[[], Any]) -> Any:
         return answer()
     with BACKEND_LOCK:
         return answer()
-
-
-# ListObjectVersions with a KeyMarker and no VersionIdMarker: moto skipped the
-# keys before the marker and then the first version after it, whatever it was.
 
 
 def _from_key_marker(original: Any) -> Any:
@@ -545,10 +484,6 @@ def _from_key_marker(original: Any) -> Any:
         return original(self, bucket_name, **kwargs)
 
     return list_object_versions
-
-
-# Definitions: state names unique in the whole machine; a refused request
-# named by its error; each parse with its own scopes; strings decoded as JSON.
 
 
 def states_of(
@@ -615,8 +550,8 @@ def _install_definitions(installer: Installer) -> None:
 
 def _definitions_fit() -> list[str]:
     moved = takes(AWSError.__init__, "self", "message", "exception_type", "status")
-    moved += uses(_Backend.create_state_machine, "_validate_definition(definition=definition)")
-    moved += uses(_Preprocessor, "_query_language_per_scope: list[QueryLanguage] = []")
+    moved += lacks(_Backend.create_state_machine, "_validate_definition(definition=definition)")
+    moved += lacks(_Preprocessor, "_query_language_per_scope: list[QueryLanguage] = []")
     if not isinstance(vars(_Backend).get("_validate_definition"), staticmethod):
         moved.append("StepFunctionsParserBackend._validate_definition is no staticmethod")
     if not issubclass(InvalidDefinition, AWSError) or InvalidDefinition.code != "InvalidDefinition":
@@ -663,15 +598,6 @@ def _install_string_literals(installer: Installer) -> None:
     )
 
 
-def _string_literals_fit() -> list[str]:
-    moved = gone(_Preprocessor, "visitAssign_template_value_terminal_string_literal")
-    moved += gone(asl_preprocessor, "from_string_literal")
-    return moved + uses(variable_store.VariableStore, "_declaration_tracing")
-
-
-# A Map state whose input is not an array names the value as JSON (moto printed
-# its Python type: "<class 'int'>").
-
 _NOT_AN_ARRAY = "Map state input must be an array but was: "
 _original_map_execution = state_map.StateMap._eval_execution
 
@@ -694,7 +620,6 @@ def _map_execution(self: Any, env: Any) -> None:
         raise
 
 
-# States.Runtime: no Retry or Catch takes it (moto matched it as any error).
 _RUNTIME = StatesErrorName(typ=StatesErrorNameType.StatesRuntime)
 _original_error_equals = ErrorEqualsDecl._eval_body
 
@@ -709,13 +634,12 @@ def _runtime_matches_nothing(self: Any, env: Any) -> None:
 # A Task's States.Runtime ends the execution at the state, as a Pass state's does (moto
 # failed the attempt: a path its Parameters missed became a Lambda's "Exception"). A Fail
 # state's States.* Error is that error (moto refused the name: a States.Runtime).
-_FIELD_MISSED = "_onceflow_field"  # on a NoSuchJsonPathError: the field that missed
 _original_evaluate = ExecutionState._evaluate_with_timeout
 _original_json_path = string_expression.StringJsonPath._eval_body
 
 
 class _StateFailed(BaseException):  # past the attempt's `except Exception` (retry, catch)
-    def __init__(self, failure: FailureEventException) -> None:
+    def __init__(self, failure: Exception) -> None:
         self.failure = failure
 
 
@@ -723,22 +647,16 @@ def _naming_its_field(self: Any, env: Any) -> None:
     try:
         _original_json_path(self, env)
     except NoSuchJsonPathError as missed:
-        setattr(missed, _FIELD_MISSED, env.next_field_name)
+        setattr(missed, FIELD, env.next_field_name)
         raise
 
 
 def _evaluate_with_timeout(self: Any, env: Any) -> None:
     try:
         _original_evaluate(self, env)
-    except NoSuchJsonPathError as missed:  # worded as moto's State words it for Pass
-        field, data = getattr(missed, _FIELD_MISSED, None), to_json_str(missed.data, (",", ":"))
-        cause = (
-            f"The JSONPath '{missed.json_path}' specified for the field '{field}' could not "
-            f"be found in the input '{data}'"
-        )
-        details = {"taskFailedEventDetails": {"error": _RUNTIME.error_name, "cause": cause}}
-        failure: Any = FailureEvent(env, _RUNTIME, HistoryEventType.TaskFailed, details)  # type: ignore[arg-type]
-        raise _StateFailed(FailureEventException(failure)) from missed
+    except NoSuchJsonPathError as missed:  # moto's State words it as for a Pass state's
+        env.next_field_name = getattr(missed, FIELD, None)  # (the attempt ran in a frame)
+        raise _StateFailed(missed) from missed
     except FailureEventException as exc:
         if exc.failure_event.error_name == _RUNTIME:
             raise _StateFailed(exc) from exc
@@ -765,17 +683,6 @@ def _install_runtime(installer: Installer) -> None:
     installer.replace(ExecutionState, "_evaluate_with_timeout", _evaluate_with_timeout)
     for state in _ATTEMPTING:
         installer.replace(state, "_eval_state", _ending_at_the_state(state._eval_state))
-
-
-def _runtime_fits() -> list[str]:
-    return [
-        *uses(_original_error_equals, "error_name: ErrorName = env.stack.pop()"),
-        *gone(ExecutionState, "_evaluate_with_timeout"),
-        *(m for state in _ATTEMPTING for m in gone(state, "_eval_state")),
-        *(m for state in _ATTEMPTING for m in uses(state._eval_state, "_evaluate_with_timeout(")),
-        *uses(NoSuchJsonPathError, "self.json_path", "self.data"),
-        *uses(state_fail.StateFail._eval_state, "CustomErrorName(error_value)"),
-    ]
 
 
 # Assign and Output (OutputPath) read the variables as the state was entered with them
@@ -819,18 +726,6 @@ def _install_entry_variables(installer: Installer) -> None:
         installer.replace(output, "_eval_body", _with_entry_variables(output._eval_body))
 
 
-def _entry_variables_fit() -> list[str]:
-    moved = gone(CommonStateField, "_eval_state_input", "_eval_state_output")
-    moved += uses(_original_state_body, "self._eval_state_input(env=env)")
-    moved += uses(
-        CommonStateField._eval_state_output, "self.output_path.eval(", "self.output.eval("
-    )
-    moved += gone(Output, "_eval_body") + gone(OutputPath, "_eval_body")
-    return moved + uses(
-        variable_store.VariableStore, "self._inner_scope", "_variable_declarations_cache"
-    )
-
-
 _Fidelity = functools.partial(Patch, kind="fidelity")
 _TESTS = "tests/unit/test_patches.py::"
 PATCHES = (
@@ -858,7 +753,7 @@ PATCHES = (
         "inside a Parallel branch had no name.",
         test=_TESTS + "test_a_pass_state_whose_expression_fails_records_the_evaluation_failure",
         install=_install_evaluation_failures,
-        fits=_evaluation_failures_fit,
+        fits=lambda: gone(FailureEventException, "get_evaluation_failed_event_details"),
     ),
     _Fidelity(
         name="history events linked as AWS links them",
@@ -872,7 +767,12 @@ PATCHES = (
         "MapStateExited to MapRunSucceeded, and named the event before the failure.",
         test=_TESTS + "test_a_failure_cause_names_the_event_its_state_was_entered_at",
         install=_install_links,
-        fits=_links_fit,
+        fits=lambda: [
+            *gone(EventManager, "add_event"),
+            *takes(EventManager.add_event, "self", "context"),
+            *lacks(EventManager.__init__, "_history_event_list", "_mutex"),
+            *lacks(FailureEvent, "self.source_event_id = env.event_history_context."),
+        ],
     ),
     _Fidelity(
         name="a failed Parallel branch or Map iteration as AWS records it",
@@ -885,9 +785,9 @@ PATCHES = (
         test=_TESTS + "test_a_parallel_branch_failing_with_a_states_error_reaches_the_catch",
         install=_install_parallel,
         fits=lambda: [
-            *uses(branches_decl, "CustomErrorName(error_name=exit_error_name)"),
-            *uses(iteration_worker, "CustomErrorName(error_name=error_name)"),
-            *uses(
+            *lacks(branches_decl, "CustomErrorName(error_name=exit_error_name)"),
+            *lacks(iteration_worker, "CustomErrorName(error_name=error_name)"),
+            *lacks(
                 branch_worker.BranchWorker._thread_routine, "self._program.eval(", "on_terminated"
             ),
         ],
@@ -913,7 +813,7 @@ PATCHES = (
         "backends are not thread-safe: both could win.",
         test=_TESTS + "test_concurrent_conditional_puts_have_exactly_one_winner",
         install=lambda i: i.replace(hooks.Stages, "serialise", staticmethod(_serialised)),
-        fits=stubber_fits,
+        fits=hooks.stubber_fits,
     ),
     _Fidelity(
         name="ListObjectVersions from a KeyMarker",
@@ -928,7 +828,7 @@ PATCHES = (
             "list_object_versions",
             _from_key_marker(s3_models.S3Backend.list_object_versions),
         ),
-        fits=lambda: uses(
+        fits=lambda: lacks(
             s3_models.S3Backend.list_object_versions, "key_marker: ", "version_id_marker: "
         ),
     ),
@@ -956,7 +856,11 @@ PATCHES = (
         test="tests/parity/test_variables.py::"
         "test_an_assigned_string_literal_holds_its_characters_not_their_json_escapes",
         install=_install_string_literals,
-        fits=_string_literals_fit,
+        fits=lambda: [
+            *gone(_Preprocessor, "visitAssign_template_value_terminal_string_literal"),
+            *gone(asl_preprocessor, "from_string_literal"),
+            *lacks(variable_store.VariableStore, "_declaration_tracing"),
+        ],
     ),
     _Fidelity(
         name="a Map's non-array input named as JSON",
@@ -966,7 +870,7 @@ PATCHES = (
         "printed the Python type.",
         test="tests/parity/test_errors.py::test_a_map_whose_input_is_not_an_array_names_the_value",
         install=lambda i: i.replace(state_map.StateMap, "_eval_execution", _map_execution),
-        fits=lambda: uses(state_map.StateMap, _NOT_AN_ARRAY + "{type(input_items)}"),
+        fits=lambda: lacks(state_map.StateMap, _NOT_AN_ARRAY + "{type(input_items)}"),
     ),
     _Fidelity(
         name="no Retry or Catch takes States.Runtime",
@@ -985,7 +889,14 @@ PATCHES = (
         "States.Runtime.",
         test="tests/parity/test_errors.py::test_no_retry_or_catch_takes_a_states_runtime_error",
         install=_install_runtime,
-        fits=_runtime_fits,
+        fits=lambda: [
+            *lacks(_original_error_equals, "error_name: ErrorName = env.stack.pop()"),
+            *gone(ExecutionState, "_evaluate_with_timeout"),
+            *(m for state in _ATTEMPTING for m in gone(state, "_eval_state")),
+            *(m for cls in _ATTEMPTING for m in lacks(cls._eval_state, "_evaluate_with_timeout(")),
+            *lacks(NoSuchJsonPathError, "self.json_path", "self.data"),
+            *lacks(state_fail.StateFail._eval_state, "CustomErrorName(error_value)"),
+        ],
     ),
     _Fidelity(
         name="Assign and Output read the variables as the state found them",
@@ -999,6 +910,13 @@ PATCHES = (
         test="tests/parity/test_variables.py::"
         "test_an_output_path_reads_the_variable_as_the_state_found_it",
         install=_install_entry_variables,
-        fits=_entry_variables_fit,
+        fits=lambda: [
+            *gone(CommonStateField, "_eval_state_input", "_eval_state_output"),
+            *lacks(_original_state_body, "self._eval_state_input(env=env)"),
+            *lacks(CommonStateField._eval_state_output, "output_path.eval(", "output.eval("),
+            *gone(Output, "_eval_body"),
+            *gone(OutputPath, "_eval_body"),
+            *lacks(variable_store.VariableStore, "_inner_scope", "_variable_declarations_cache"),
+        ],
     ),
 )

@@ -9,25 +9,18 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from typing import Any, cast
+from typing import Any
 
-from moto.stepfunctions.parser.api import (
-    HistoryEventType,
-)
+from moto.stepfunctions.parser.api import HistoryEventType
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEvent,
     FailureEventException,
-)
-from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
-    StatesErrorName,
 )
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
     StatesErrorNameType,
 )
 from moto.stepfunctions.parser.asl.component.common.string import string_expression
-from moto.stepfunctions.parser.asl.component.common.timeouts.heartbeat import (
-    HeartbeatSecondsPath,
-)
+from moto.stepfunctions.parser.asl.component.common.timeouts.heartbeat import HeartbeatSecondsPath
 from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import TimeoutSecondsPath
 from moto.stepfunctions.parser.asl.component.state import state
 from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
@@ -44,36 +37,21 @@ from moto.stepfunctions.parser.asl.component.state.wait.wait_function import tim
 from moto.stepfunctions.parser.asl.utils import encoding, json_path
 from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
 
+from onceflow.local.patches.fidelity import failure
 from onceflow.local.patches.registry import Installer, Patch, gone, lacks
 
 _TESTS = "tests/unit/test_field_errors.py::"
 
 
-def _failure(env: Any, error: StatesErrorNameType, cause: str, location: str = "") -> Any:
-    """A failure as moto raises it: EvaluationFailed with a location, else ExecutionFailed."""
-    name, make = StatesErrorName(typ=error), cast(Any, FailureEvent)
-    details = {"error": name.error_name, "cause": cause} | (
-        {"location": location} if location else {}
-    )
-    kind = HistoryEventType.EvaluationFailed if location else HistoryEventType.ExecutionFailed
-    field = "evaluationFailedEventDetails" if location else "executionFailedEventDetails"
-    return make(env, name, kind, {field: details})
-
-
-# A JSONata Timestamp that is not ISO-8601: moto failed the execution with States.Runtime
-# and no EvaluationFailed, its cause naming the expression ("... == 2016-...").
-
-
+# A JSONata Timestamp not ISO-8601 (moto: States.Runtime, its cause "... == 2016-...").
 def _timestamp_failure(self: Any, env: Any, timestamp_str: str) -> Any:
     cause = "The Timestamp field cannot be parsed as an ISO-8601 extended offset date-time "
-    error = StatesErrorNameType.StatesQueryEvaluationError
-    return _failure(env, error, f"{cause}format string: {timestamp_str}", "Timestamp")
+    error, event = StatesErrorNameType.StatesQueryEvaluationError, HistoryEventType.EvaluationFailed
+    return failure(env, error, event, f"{cause}format string: {timestamp_str}", "Timestamp")
 
 
-# TimeoutSecondsPath and HeartbeatSecondsPath are read when the state is entered: one that
-# finds nothing ends the execution there (moto read them in the task's attempt, so a Catch
-# took the States.Runtime error and an undecorated ExecutionFailed came first).
-
+# Seconds paths read at the state's entry (moto: in the attempt, an undecorated
+# ExecutionFailed first).
 _SECONDS_PATHS = (TimeoutSecondsPath, HeartbeatSecondsPath)
 
 
@@ -90,7 +68,6 @@ def _seconds_read_first(original: Any) -> Any:
 
 
 # "... could not be found in the input '<input>'": AWS writes the input without spaces.
-
 _NAMING_THE_INPUT = (json_path, string_expression, state)  # each uses to_json_str for it
 
 
@@ -98,9 +75,7 @@ def _compact_json(value: Any, separators: tuple[str, str] | None = None) -> str:
     return encoding.to_json_str(value, separators or (",", ":"))
 
 
-# A Distributed Map's MaxItemsPath that is not an integer fails the Map after
-# MapStateStarted, before its Map Run (moto: in the Map Run, States.ItemReaderFailed).
-
+# A Distributed Map's MaxItemsPath judged before its Map Run (moto: in it).
 _DISTRIBUTED = (DistributedItemProcessor, DistributedIterator)  # not their base: other
 # patches read the base's _eval_body source
 
@@ -126,16 +101,15 @@ def _max_items_judged_first(original: Any) -> Any:
             text = value if isinstance(value, str) else _compact_json(value)
             path = decl.string_sampler.literal_value
             cause = f'The MaxItemsPath field refers to value "{text}" which is not a valid integer: {path}'  # noqa: E501
-            failure = _failure(env, StatesErrorNameType.StatesRuntime, cause)
-            raise FailureEventException(failure)
+            error, event = StatesErrorNameType.StatesRuntime, HistoryEventType.ExecutionFailed
+            raise FailureEventException(failure(env, error, event, cause))
         original(self, env)
 
     return _eval_body
 
 
-# "Invalid path '$.a.b' : ...": moto wrote "No results for path: $['a.b']" whatever was
-# missing; AWS words it as Jayway JsonPath does: "Missing property in path $['a']" when a
-# step before the last is missing, else "No results for path: $['a']['b']".
+# "Invalid path '$.a.b' : ..." worded as Jayway JsonPath words it (moto: "No results for
+# path: $['a.b']" whatever was missing).
 _DOTTED = re.compile(r"\$(?:\.[\w-]+)+")
 
 
