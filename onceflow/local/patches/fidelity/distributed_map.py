@@ -22,14 +22,12 @@ import io
 import itertools
 import json
 import re
-import threading
 import types
 import uuid
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.api import HistoryEventType, MapRunFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name import (
     failure_event,
@@ -40,9 +38,6 @@ from moto.stepfunctions.parser.asl.component.common.string import string_express
 from moto.stepfunctions.parser.asl.component.state.exec.state_map import tolerated_failure
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader import (
     item_reader_decl,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import (
-    resource_eval_s3,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.reader_config import (
     max_items_decl,
@@ -61,6 +56,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.item
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.credentials import (
     StateCredentials,
 )
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import resource
 from moto.stepfunctions.parser.asl.eval import program_state
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.eval.states import ItemData, MapData
@@ -68,7 +64,7 @@ from moto.stepfunctions.parser.asl.parse import asl_parser, preprocessor
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
 from onceflow.local.patches.fidelity import states_of
-from onceflow.local.patches.registry import Installer, Patch, gone, takes
+from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _DOCS = "https://docs.aws.amazon.com/step-functions/latest/dg/"
 _PARSER = asl_parser.AmazonStateLanguageParser
@@ -78,6 +74,7 @@ _WORKER = distributed_item_processor_worker.DistributedItemProcessorWorker
 _INLINE_WORKER = inline_item_processor_worker.InlineItemProcessorWorker
 _ERROR_NAMES = states_error_name_type.StatesErrorNameType
 Install = Callable[[Installer], None]
+MapRun = Callable[[Any, Any, Any], None]  # DistributedIterationComponent._map_run
 
 
 def _installs(*installs: Install) -> Install:
@@ -93,12 +90,6 @@ def _wrapping(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Install:
     return lambda installer: installer.replace(owner, name, wrap(getattr(owner, name)))
 
 
-def _lacks(code: Any, *needed: str) -> list[str]:
-    """What a patch relies on (each a piece of code's source) that moto's code no longer has."""
-    source = inspect.getsource(code)
-    return [f"{code.__qualname__} no longer has {text!r}" for text in needed if text not in source]
-
-
 def map_run_failure(env: Any, error: str, cause: str) -> Any:
     """The Map state failing as its Map Run failed (a MapRunFailed event); error names
     a StatesErrorNameType member."""
@@ -107,6 +98,12 @@ def map_run_failure(env: Any, error: str, cause: str) -> Any:
     event = EventDetails(mapRunFailedEventDetails=details)  # type: ignore[typeddict-item]
     failure = failure_event.FailureEvent(env, error_name, HistoryEventType.MapRunFailed, event)
     return failure_event.FailureEventException(failure)
+
+
+def _s3(env: Any, region: str) -> Any:
+    """An S3 client as the execution's role, as moto's readers and writer make one."""
+    credentials = StateCredentials(role_arn=env.aws_execution_details.role_arn)
+    return boto_client_for(region=region, service="s3", state_credentials=credentials)
 
 
 # Definitions rewritten before moto's parser reads them, and fields set aside.
@@ -122,14 +119,16 @@ def _rewriting(rewrite: Rewrite) -> Install:
         def parse(definition: str) -> Any:
             try:
                 document = json.loads(definition)
-            except ValueError:
-                return original(definition)
-            if isinstance(document, dict):
                 language: str = document.get("QueryLanguage", "JSONPath")
-                maps = [s for _, s, _, _ in states_of(document, language)
-                        if isinstance(s, dict) and s.get("Type") == "Map"]  # fmt: skip
-                if any([rewrite(s, s.get("QueryLanguage", language)) for s in maps]):
-                    definition = json.dumps(document, ensure_ascii=False)
+            except (ValueError, AttributeError):  # not a JSON object
+                return original(definition)
+            changed = [
+                rewrite(state, state.get("QueryLanguage", language))
+                for _, state, _, _ in states_of(document, language)
+                if isinstance(state, dict) and state.get("Type") == "Map"
+            ]
+            if any(changed):
+                definition = json.dumps(document, ensure_ascii=False)
             return original(definition)
 
         return staticmethod(parse)
@@ -184,7 +183,7 @@ def _moving_aside(field: str, valid: Callable[[Any], bool]) -> Install:
 
 def _aside_fits() -> list[str]:
     init = iteration_component.IterationComponent.__init__
-    return [*_parse_fits(), *_lacks(init, "self._comment = comment")]
+    return [*_parse_fits(), *lacks(init, "self._comment = comment")]
 
 
 def _is_jsonata(value: Any) -> bool:
@@ -208,15 +207,34 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def _grouped(
+    items: list[Any], sizes: list[int], limit: int, empty: int, most: int | None = None
+) -> list[list[Any]]:
+    """Items in order, in groups of at most `most` whose size (empty, then each item's with
+    one byte between: a comma or a newline) is at most limit; an item too large goes alone."""
+    groups: list[list[Any]] = []
+    total = 0
+    for item, size in zip(items, sizes, strict=True):
+        if groups and len(groups[-1]) != most and total + 1 + size <= limit:
+            groups[-1].append(item)
+            total += 1 + size
+        else:
+            groups.append([item])
+            total = empty + size
+    return groups
+
+
 # ItemReaders: an S3 listing (patch 1), an S3 Inventory manifest (patch 5).
 
 Read = Callable[[Any, Any, Any, int], list[Any]]  # (env, S3 client, Arguments, MaxItems): items
 
 
 def _reading(
-    action: str, config_rewrite: Callable[[dict[str, Any]], bool], reads: Callable[[Any], bool],
+    action: str,
+    config_rewrite: Callable[[dict[str, Any]], bool],
+    reads: Callable[[Any], bool],
     read: Read,
-) -> Install:  # fmt: skip
+) -> Install:
     """An install of two replacements: each ItemReader whose Resource ends in action has its
     ReaderConfig rewritten by config_rewrite; ItemReader._eval_body, for a reader that
     ``reads`` picks, evaluates its ReaderConfig and Arguments as moto does and gives what
@@ -244,10 +262,7 @@ def _reading(
                 env.stack.append({})
             arguments = env.stack.pop()
             reader.resource.eval(env=env)
-            client = resource_eval_s3.ResourceEvalS3._get_s3_client(
-                resource_runtime_part=env.stack.pop(),
-                state_credentials=StateCredentials(role_arn=env.aws_execution_details.role_arn),
-            )
+            client = _s3(env, env.stack.pop().region)
             env.stack.append(read(env, client, arguments, max_items))
 
         return _eval_body
@@ -259,9 +274,10 @@ def _reader_fits() -> list[str]:
     return [
         *_parse_fits(),
         *gone(_READER, "_eval_body", "resource"),
-        *_lacks(_READER.__init__, "self.parargs = parargs", "self.reader_config = reader_config"),
-        *takes(resource_eval_s3.ResourceEvalS3._get_s3_client, "resource_runtime_part"),
-        *_lacks(reader_config_decl.ReaderConfig._eval_body, "MaxItemsValue"),
+        *lacks(_READER.__init__, "self.parargs = parargs", "self.reader_config = reader_config"),
+        *lacks(resource.ResourceRuntimePart.__init__, "self.region = region"),
+        *takes(boto_client_for, "region", "service", "state_credentials"),
+        *lacks(reader_config_decl.ReaderConfig._eval_body, "MaxItemsValue"),
     ]
 
 
@@ -272,27 +288,24 @@ def _listing_config(config: dict[str, Any]) -> bool:
     return changed
 
 
-def aws_listed_item(listed: dict[str, Any]) -> dict[str, Any]:
-    """A ListObjectsV2 entry as the ItemReader page's example item (boto's has ETag, a
-    datetime and ChecksumAlgorithm, which moto passed on)."""
-    return {
-        "Etag": listed["ETag"],
-        "Key": listed["Key"],
-        "LastModified": int(listed["LastModified"].timestamp()),
-        "Size": listed["Size"],
-        "StorageClass": listed.get("StorageClass", "STANDARD"),
-    }
-
-
 def _listed(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
+    """Every page's objects, each as the ItemReader page's example item (boto's has ETag,
+    a datetime and ChecksumAlgorithm, which moto passed on)."""
     pages = client.get_paginator("list_objects_v2").paginate(**arguments)
     listed = (item for page in pages for item in page.get("Contents", []))
-    return [aws_listed_item(item) for item in itertools.islice(listed, max_items)]
+    return [
+        {
+            "Etag": item["ETag"],
+            "Key": item["Key"],
+            "LastModified": int(item["LastModified"].timestamp()),
+            "Size": item["Size"],
+            "StorageClass": item.get("StorageClass", "STANDARD"),
+        }
+        for item in itertools.islice(listed, max_items)
+    ]
 
 
 _MANIFEST_MARK = "onceflow-s3-inventory-manifest"  # the CSVHeaders that mark the reader
-# The form and a limit; CSVDelimiter and CSVHeaderLocation (AWS takes them) are refused.
-_MANIFEST_CONFIG = frozenset({"InputType", "ManifestType", "MaxItems", "MaxItemsPath"})
 
 
 class ManifestError(Exception):
@@ -301,10 +314,10 @@ class ManifestError(Exception):
 
 def _manifest_config(config: dict[str, Any]) -> bool:
     """InputType MANIFEST or ManifestType S3_INVENTORY (not both: "you must not also
-    specify InputType") as a CSV reader with the mark as its given header."""
-    legacy = config.get("InputType") == "MANIFEST" and "ManifestType" not in config
-    current = config.get("ManifestType") == "S3_INVENTORY" and "InputType" not in config
-    if not set(config) <= _MANIFEST_CONFIG or not (legacy or current):
+    specify InputType"), and a limit, as a CSV reader with the mark as its given header;
+    CSVDelimiter and CSVHeaderLocation beside them (AWS takes them) stay refused."""
+    form = {key: value for key, value in config.items() if not key.startswith("MaxItems")}
+    if form not in ({"InputType": "MANIFEST"}, {"ManifestType": "S3_INVENTORY"}):
         return False
     config.pop("ManifestType", None)
     config.update(InputType="CSV", CSVHeaderLocation="GIVEN", CSVHeaders=[_MANIFEST_MARK])
@@ -337,15 +350,10 @@ def read_inventory_manifest(s3: Any, arguments: Any, max_items: int) -> list[dic
     return [dict(zip(columns, row, strict=True)) for row in itertools.islice(rows(), max_items)]
 
 
-# What a manifest or data file not in the form AWS reads raises, reading it as above.
-_UNREADABLE = (ManifestError, ClientError, BotoCoreError, ValueError, LookupError, TypeError,
-               AttributeError, OSError, EOFError)  # fmt: skip
-
-
 def _inventory(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
     try:
         return read_inventory_manifest(client, arguments, max_items)
-    except _UNREADABLE as exc:
+    except Exception as exc:  # any error of reading it (ClientError, KeyError, csv.Error, ...)
         cause = f"{type(exc).__name__}: {exc}"
         raise map_run_failure(env, "StatesItemReaderFailed", cause) from exc
 
@@ -384,7 +392,7 @@ def threshold_exceeded(
     return percentage_declared and total > 0 and failed * 100 / total > percentage
 
 
-def _tolerating(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
+def _tolerating(original: MapRun) -> MapRun:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
         original(component, env, eval_input)
         counter = eval_input.map_run_record.item_counter
@@ -445,17 +453,8 @@ def batch_items(
     when given) is at most max_bytes of JSON; an item too large for any goes alone."""
     head: dict[str, Any] = {} if batch_input is None else {"BatchInput": batch_input}
     empty = len(_json_text({**head, "Items": []}).encode())
-    groups: list[list[Any]] = []
-    size = empty
-    for item in items:
-        added = len(_json_text(item).encode())
-        full = not groups or (max_items is not None and len(groups[-1]) >= max_items)
-        if full or size + 1 + added > max_bytes:  # 1: the comma before it
-            groups.append([item])
-            size = empty + added
-        else:
-            groups[-1].append(item)
-            size += 1 + added
+    sizes = [len(_json_text(item).encode()) for item in items]
+    groups = _grouped(items, sizes, max_bytes, empty, max_items)
     return [{**copy.deepcopy(head), "Items": group} for group in groups]
 
 
@@ -488,7 +487,7 @@ def _selected_each(env: Any, selector: Any, items: list[Any]) -> list[Any]:
         env.delete_frame(frame)
 
 
-def _batching(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
+def _batching(original: MapRun) -> MapRun:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
         """Items selected, then batched (the ItemBatcher evaluated once for the Map Run),
         then the children, which select nothing again."""
@@ -517,6 +516,7 @@ def _batching(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, 
 # ResultWriter (patch 6, JSONata): the children written to S3 by status, with a manifest.
 
 _WRITER_RESOURCE = re.compile(r"arn:aws[a-z-]*:states:::s3:putObject")
+_WRITER_CONFIG = {"Transformation": ("NONE", "COMPACT", "FLATTEN"), "OutputType": ("JSON", "JSONL")}
 # "Step Functions supports individual result files of up to 5 GB": past it, the
 # results go on in the next file. Where exactly AWS ends one is not verified.
 MAX_RESULT_FILE_BYTES = 5 * 1024**3
@@ -525,44 +525,55 @@ MAX_RESULT_FILE_BYTES = 5 * 1024**3
 def _writer_is_valid(writer: Any) -> bool:
     """A ResultWriter AWS takes. Not verified: Prefix left out (here: no prefix),
     WriterConfig's fields as expressions (here refused)."""
-    config = writer.get("WriterConfig", {}) if isinstance(writer, dict) else None
-    arguments = writer.get("Arguments") if isinstance(writer, dict) else None
+    if not writer or not isinstance(writer, dict):
+        return False
+    config, arguments = writer.get("WriterConfig", {}), writer.get("Arguments")
+    if not set(writer) <= {"Resource", "Arguments", "WriterConfig"} or not isinstance(config, dict):
+        return False
+    if not all(value in _WRITER_CONFIG.get(key, ()) for key, value in config.items()):
+        return False
+    if {"Resource", "Arguments"}.isdisjoint(writer):  # WriterConfig alone
+        return True
     if isinstance(arguments, dict):
         arguments_valid = "Bucket" in arguments and set(arguments) <= {"Bucket", "Prefix"}
     else:
         arguments_valid = _is_jsonata(arguments)
-    return bool(
-        isinstance(config, dict)
-        and writer
-        and set(writer) <= {"Resource", "Arguments", "WriterConfig"}
-        and set(config) <= {"Transformation", "OutputType"}
-        and config.get("Transformation", "NONE") in ("NONE", "COMPACT", "FLATTEN")
-        and config.get("OutputType", "JSON") in ("JSON", "JSONL")
-        and (
-            {"Resource", "Arguments"}.isdisjoint(writer)  # WriterConfig alone
-            or (arguments_valid and _WRITER_RESOURCE.fullmatch(str(writer.get("Resource"))))
-        )
-    )
+    return arguments_valid and bool(_WRITER_RESOURCE.fullmatch(str(writer.get("Resource"))))
 
 
 # A child as the writer reports it: (index, status, output, its entry as Transformation
-# NONE writes it). The children of each Map Run with a ResultWriter while it runs (by its
-# MapRunRecord); each child's input once its ItemSelector ran (by its frame).
+# NONE writes it). A Map Run's MapRunRecord holds its children's while the Map runs with a
+# ResultWriter; a child's frame its input once its ItemSelector ran.
 Child = tuple[int, str, Any, dict[str, Any]]
-_CHILDREN: weakref.WeakKeyDictionary[Any, list[Child]] = weakref.WeakKeyDictionary()
-_CHILD_INPUTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-_SUCCEEDED = "Execution is SUCCEEDED and cannot be redriven"  # its RedriveStatusReason
+_CHILDREN = "onceflow_children"
+_INPUT = "onceflow_input"
 
 
 def _recording_input(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
     def _eval_input(worker: Any, env_frame: Any) -> None:
         original(worker, env_frame)
-        with _LOCK:
-            if worker._map_run_record in _CHILDREN:
-                _CHILD_INPUTS[env_frame] = copy.deepcopy(env_frame.states.get_input())
+        if getattr(worker._map_run_record, _CHILDREN, None) is not None:
+            setattr(env_frame, _INPUT, copy.deepcopy(env_frame.states.get_input()))
 
     return _eval_input
+
+
+def _child_end(ended: Any) -> tuple[str, str | None, str | None]:
+    """A child's status, error and cause as its program ended."""
+    if isinstance(ended, program_state.ProgramEnded):
+        return "SUCCEEDED", None, None
+    if isinstance(ended, program_state.ProgramError):
+        details = ended.error or {}
+        return "FAILED", details.get("error"), details.get("cause")
+    if isinstance(ended, program_state.ProgramTimedOut):
+        return "TIMED_OUT", None, None
+    if isinstance(ended, program_state.ProgramStopped):
+        return "ABORTED", ended.error, ended.cause
+    return "FAILED", "States.Runtime", None  # moto caught an exception outside its states
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def _recording_job(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
@@ -570,46 +581,38 @@ def _recording_job(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, 
         """The child recorded with the metadata DescribeExecution gives (moto kept only
         its output) when its Map Run has a ResultWriter."""
         record = worker._map_run_record
-        with _LOCK:
-            children = _CHILDREN.get(record)
+        children = getattr(record, _CHILDREN, None)
         if children is None:
             original(worker, env, job)
             return
-        dates = [datetime.datetime.now(datetime.UTC)]
+        start = _now()
         original(worker, env, job)
-        dates.append(datetime.datetime.now(datetime.UTC))
-        start, stop = (date.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" for date in dates)
-        ended, error, cause = env.program_state(), None, None
-        if isinstance(ended, program_state.ProgramEnded):
-            status = "SUCCEEDED"
-        elif isinstance(ended, program_state.ProgramError):
-            details = ended.error or {}
-            status, error, cause = "FAILED", details.get("error"), details.get("cause")
-        elif isinstance(ended, program_state.ProgramTimedOut):
-            status = "TIMED_OUT"
-        elif isinstance(ended, program_state.ProgramStopped):
-            status, error, cause = "ABORTED", ended.error, ended.cause
-        else:  # moto caught an exception outside the child's states
-            status, error = "FAILED", "States.Runtime"
-        with _LOCK:
-            child_input = _CHILD_INPUTS.pop(env, job.job_input)
+        status, error, cause = _child_end(env.program_state())
         name, machine = str(uuid.uuid4()), record.map_state_machine_arn
+        entry = {
+            "ExecutionArn": machine.replace(":stateMachine:", ":execution:", 1) + ":" + name,
+            "Input": _json_text(getattr(env, _INPUT, job.job_input)),
+            "InputDetails": {"Included": True},
+            "Name": name,
+            "RedriveCount": 0,
+            "RedriveStatus": "REDRIVABLE_BY_MAP_RUN",
+            "StartDate": start,
+            "StateMachineArn": machine,
+            "Status": status,
+            "StopDate": _now(),
+            "Error": error,
+            "Cause": cause,
+        }
         output = job.job_output if status == "SUCCEEDED" else None
-        entry = {"ExecutionArn": machine.replace(":stateMachine:", ":execution:", 1) + ":" + name,
-                 "Input": _json_text(child_input), "InputDetails": {"Included": True},
-                 "Name": name, "RedriveCount": 0, "RedriveStatus": "REDRIVABLE_BY_MAP_RUN",
-                 "StartDate": start, "StateMachineArn": machine, "Status": status,
-                 "StopDate": stop, **({} if cause is None else {"Cause": cause}),
-                 **({} if error is None else {"Error": error})}  # fmt: skip
         if status == "SUCCEEDED":
             entry |= {
                 "Output": _json_text(output),
                 "OutputDetails": {"Included": True},
                 "RedriveStatus": "NOT_REDRIVABLE",
-                "RedriveStatusReason": _SUCCEEDED,
+                "RedriveStatusReason": "Execution is SUCCEEDED and cannot be redriven",
             }
-        with _LOCK:
-            children.append((job.job_index, status, output, dict(sorted(entry.items()))))
+        entry = {key: entry[key] for key in sorted(entry) if entry[key] is not None}
+        children.append((job.job_index, status, output, entry))  # a list appends atomically
 
     return _eval_job
 
@@ -630,21 +633,11 @@ def transformed(children: list[Child], transformation: str) -> list[Any]:
 def result_files(entries: list[Any], output_type: str, limit: int) -> list[bytes]:
     """Entries as a status's file bodies (a JSON array, or JSON Lines), each at most limit
     bytes unless one entry alone is larger."""
-    lines = output_type != "JSON"
-    empty = 0 if lines else 2  # "[]"
-    groups: list[list[bytes]] = []
-    size = empty
-    for entry in entries:
-        text = _json_text(entry).encode()
-        added = len(text) + (1 if lines or groups else 0)  # "\n", or "," after the first
-        if not groups or size + added > limit:
-            groups.append([])
-            size, added = empty, len(text) + (1 if lines else 0)
-        groups[-1].append(text)
-        size += added
-    if lines:
-        return [b"".join(text + b"\n" for text in group) for group in groups]
-    return [b"[" + b",".join(group) + b"]" for group in groups]
+    texts = [_json_text(entry).encode() for entry in entries]
+    sizes = [len(text) for text in texts]
+    if output_type == "JSON":
+        return [b"[" + b",".join(group) + b"]" for group in _grouped(texts, sizes, limit, 2)]
+    return [b"".join(text + b"\n" for text in group) for group in _grouped(texts, sizes, limit, 1)]
 
 
 def _target(env: Any, writer: dict[str, Any]) -> tuple[str, str] | None:
@@ -674,8 +667,7 @@ def _export(
         "PENDING": [],  # every child ran: none was left unstarted by a failing Map Run
         "SUCCEEDED": transformed(succeeded, config.get("Transformation", "NONE")),
     }
-    credentials = StateCredentials(role_arn=env.aws_execution_details.role_arn)
-    client: Any = boto_client_for(env.aws_execution_details.region, "s3", credentials)
+    client = _s3(env, env.aws_execution_details.region)
     files: dict[str, list[dict[str, Any]]] = {}
     try:
         for status, entries in by_status.items():
@@ -695,12 +687,7 @@ def _export(
     }
 
 
-def _children_of(record: Any) -> list[Child]:
-    with _LOCK:
-        return sorted(_CHILDREN.pop(record, []), key=lambda child: child[0])
-
-
-def _writing(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
+def _writing(original: MapRun) -> MapRun:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
         """The children recorded and the Map's result replaced; the results are written
         also when the Map Run fails on its tolerated failures ("PENDING_n.json ... weren't
@@ -711,22 +698,22 @@ def _writing(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, A
             return
         target, config = _target(env, writer), writer.get("WriterConfig", {})
         record = eval_input.map_run_record
-        with _LOCK:
-            _CHILDREN[record] = []
+        children: list[Child] = []
+        setattr(record, _CHILDREN, children)
         try:
             original(component, env, eval_input)
         except failure_event.FailureEventException as failure:
             error, _ = failure.extract_error_cause_pair() or (None, None)
             if error == EXCEEDED_ERROR and target is not None:
-                _export(env, target, config, record.map_run_arn, _children_of(record))
+                _export(env, target, config, record.map_run_arn, sorted(children))
             raise
         finally:
-            children = _children_of(record)  # taken whatever happened (none left behind)
+            setattr(record, _CHILDREN, None)  # children that end after are not recorded
         env.stack.pop()  # the children's outputs, as moto collected them
         if target is None:  # WriterConfig alone: the results stay the state's
-            env.stack.append(transformed(children, config.get("Transformation", "COMPACT")))
+            env.stack.append(transformed(sorted(children), config.get("Transformation", "COMPACT")))
         else:
-            env.stack.append(_export(env, target, config, record.map_run_arn, children))
+            env.stack.append(_export(env, target, config, record.map_run_arn, sorted(children)))
 
     return _map_run
 
@@ -778,8 +765,8 @@ PATCHES: tuple[Patch, ...] = (
         ),
         fits=lambda: [
             *_aside_fits(),
-            *_lacks(_COMPONENT._map_run, "env.stack.append(outputs)"),
-            *_lacks(_COMPONENT._eval_body, "except FailureEventException"),
+            *lacks(_COMPONENT._map_run, "env.stack.append(outputs)"),
+            *lacks(_COMPONENT._eval_body, "except FailureEventException"),
             *gone(preprocessor.Preprocessor, "visitTolerated_failure_count_string_jsonata"),
             *gone(_ERROR_NAMES, "StatesExceedToleratedFailureThreshold"),
         ],
@@ -818,10 +805,10 @@ PATCHES: tuple[Patch, ...] = (
         ),
         fits=lambda: [
             *_aside_fits(),
-            *_lacks(_COMPONENT._map_run, "env.stack.pop()"),
+            *lacks(_COMPONENT._map_run, "env.stack.pop()"),
             *takes(_INLINE_WORKER._eval_input, "self", "env_frame"),
-            *_lacks(_INLINE_WORKER._eval_input, "self._item_selector", "self._env.stack[-1]"),
-            *_lacks(
+            *lacks(_INLINE_WORKER._eval_input, "self._item_selector", "self._env.stack[-1]"),
+            *lacks(
                 distributed_item_processor.DistributedItemProcessor._create_worker,
                 "item_selector=eval_input.item_selector",
             ),
@@ -844,7 +831,7 @@ PATCHES: tuple[Patch, ...] = (
         install=_reading(":s3:getObject", _manifest_config, _reads_manifest, _inventory),
         fits=lambda: [
             *_reader_fits(),
-            *_lacks(reader_config_decl.ReaderConfig.__init__, "self.csv_headers = csv_headers"),
+            *lacks(reader_config_decl.ReaderConfig.__init__, "self.csv_headers = csv_headers"),
             *gone(_ERROR_NAMES, "StatesItemReaderFailed"),
         ],
     ),
@@ -879,14 +866,14 @@ PATCHES: tuple[Patch, ...] = (
         ),
         fits=lambda: [
             *_aside_fits(),
-            *_lacks(
+            *lacks(
                 _WORKER._eval_job,
                 "self._eval_input(env_frame=env)",
                 "job.job_output =",
                 "env.program_state()",
             ),
-            *_lacks(_WORKER.__init__, "self._map_run_record = map_run_record"),
-            *_lacks(
+            *lacks(_WORKER.__init__, "self._map_run_record = map_run_record"),
+            *lacks(
                 map_run_record.MapRunRecord.__init__,
                 "self.map_run_arn",
                 "self.map_state_machine_arn",
