@@ -40,7 +40,6 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader im
     item_reader_decl,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.reader_config import (
-    max_items_decl,
     reader_config_decl,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
@@ -244,23 +243,22 @@ def _reading(
         reader = state.get("ItemReader")
         if not isinstance(reader, dict) or not str(reader.get("Resource")).endswith(action):
             return False
-        config = reader.get("ReaderConfig")
-        return isinstance(config, dict) and config_rewrite(config)
+        config = reader.get("ReaderConfig", {})
+        if not isinstance(config, dict) or not config_rewrite(config):
+            return False
+        reader["ReaderConfig"] = config  # a listing may have had none
+        return True
 
     def wrap(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
         def _eval_body(reader: Any, env: Any) -> None:
             if not reads(reader):
                 original(reader, env)
                 return
-            max_items = max_items_decl.MaxItemsDecl.MAX_VALUE
-            if reader.reader_config is not None:
-                reader.reader_config.eval(env=env)
-                max_items = env.stack.pop()["MaxItemsValue"]
+            reader.reader_config.eval(env=env)  # every reader read here has one
+            max_items, arguments = env.stack.pop()["MaxItemsValue"], {}
             if reader.parargs is not None:
                 reader.parargs.eval(env=env)
-            else:
-                env.stack.append({})
-            arguments = env.stack.pop()
+                arguments = env.stack.pop()
             reader.resource.eval(env=env)
             client = _s3(env, env.stack.pop().region)
             env.stack.append(read(env, client, arguments, max_items))
@@ -282,7 +280,8 @@ def _reader_fits() -> list[str]:
 
 
 def _listing_config(config: dict[str, Any]) -> bool:
-    """The InputType moto's parser insists on (a listing has none on AWS; never used)."""
+    """The InputType moto's parser insists on (a listing has none on AWS; never used), in
+    a ReaderConfig the listing has even when AWS's has none."""
     changed = "InputType" not in config
     config.setdefault("InputType", "JSON")
     return changed
