@@ -726,11 +726,10 @@ PATCHES: tuple[Patch, ...] = (
         why="An s3:listObjectsV2 ItemReader gives one item per object under the prefix, each "
         '{"Etag", "Key", "LastModified" (epoch seconds), "Size", "StorageClass"} as the '
         "page's example shows; ReaderConfig.MaxItems (at most 100,000,000) stops it "
-        f"{_ITEM_READER}. "
-        "Not verified: every page read (implied by MaxItems' range), an empty prefix as zero "
-        "items, no other field. moto read one page of 1,000 in boto's shape (ETag, a "
-        "datetime, ChecksumAlgorithm), refused MaxItems without InputType and failed an "
-        "empty prefix (States.Runtime).",
+        f"{_ITEM_READER}. Not verified: every page read (implied by MaxItems' range), an empty "
+        "prefix as zero items, no other field. moto read one page of 1,000 in boto's shape (ETag, "
+        "a datetime, ChecksumAlgorithm), refused MaxItems without InputType and failed an empty "
+        "prefix (States.Runtime).",
         test=_TESTS + "test_a_listing_reads_every_page",
         install=_reading(
             ":s3:listObjectsV2",
@@ -747,11 +746,10 @@ PATCHES: tuple[Patch, ...] = (
         "ToleratedFailurePercentage (0-100, integer or decimal; either may be a JSONata "
         "expression), fail the Map Run and the Map with States.ExceedToleratedFailureThreshold, "
         "which Retry and Catch see; by default any one failure does ('Distributed Map failure "
-        f"threshold', {_DOCS}state-map-distributed.html#maprun-fail-threshold). Not "
-        "verified: the cause text, a share equal to the percentage (here within), that a "
-        "threshold left out does not apply when the other is set (here it does not). moto "
-        "never failed the Map, refused an integer percentage, read a count expression as a "
-        "percentage.",
+        f"threshold', {_DOCS}state-map-distributed.html#maprun-fail-threshold). Not verified: the "
+        "cause text, a share equal to the percentage (here within), that a threshold left out "
+        "does not apply when the other is set (here it does not). moto never failed the Map, "
+        "refused an integer percentage, read a count expression as a percentage.",
         test=_TESTS + "test_failures_beyond_the_threshold_fail_the_map",
         install=_installs(
             _rewriting(_tolerance_rewrite),
@@ -773,11 +771,10 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: EXPRESS children",
         kind="fidelity",
-        why="ProcessorConfig.ExecutionType may be EXPRESS as well as STANDARD in DISTRIBUTED "
-        f"mode ('Using Map state in Distributed mode', {_DOCS}state-map-distributed.html). "
-        "moto's grammar refused EXPRESS; the children run as moto runs STANDARD ones "
-        "(in-process, no execution records): Express-only limits (5 minutes, at-least-once) "
-        "are not reproduced.",
+        why="ProcessorConfig.ExecutionType may be EXPRESS as well as STANDARD in DISTRIBUTED mode "
+        f"('Using Map state in Distributed mode', {_DOCS}state-map-distributed.html). moto's "
+        "grammar refused EXPRESS; the children run as moto runs STANDARD ones (in-process, no "
+        "execution records): Express-only limits (5 minutes, at-least-once) are not reproduced.",
         test=_TESTS + "test_express_children_run",
         install=_rewriting(_express_as_standard),
         fits=_parse_fits,
@@ -785,18 +782,17 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: ItemBatcher",
         kind="fidelity",
-        why='An ItemBatcher "adds the items to an Items array" passed as a child\'s input, '
-        'with BatchInput alongside ({"BatchInput": {...}, "Items": [...]}) when set; '
-        "MaxItemsPerBatch and MaxInputBytesPerBatch (at most and by default 256 KiB), either "
-        f"a JSONata expression, bound each batch ('ItemBatcher (Map)', {_DOCS}"
-        "input-output-itembatcher.html); ItemSelector applies to each item before batching "
-        f"('Map state input and output fields', {_DOCS}input-output-fields-dist-map.html); "
-        "the Map's result has one element per batch. Not verified: BatchInput counted in "
-        "MaxInputBytesPerBatch (here the whole child input is), an item larger than it (here "
-        "alone in a batch), an expression above 256 KiB (here capped) or not a positive "
-        "integer (here States.QueryEvaluationError), tolerance counting items or batches "
-        "(here batches). JSONPath's *Path fields stay refused. moto's grammar refused any "
-        "ItemBatcher.",
+        why='An ItemBatcher "adds the items to an Items array" passed as a child\'s input, with '
+        'BatchInput alongside ({"BatchInput": {...}, "Items": [...]}) when set; MaxItemsPerBatch '
+        "and MaxInputBytesPerBatch (at most and by default 256 KiB), either a JSONata expression, "
+        f"bound each batch ('ItemBatcher (Map)', {_DOCS}input-output-itembatcher.html); "
+        "ItemSelector applies to each item before batching ('Map state input and output fields', "
+        f"{_DOCS}input-output-fields-dist-map.html); the Map's result has one element per batch. "
+        "Not verified: BatchInput counted in MaxInputBytesPerBatch (here the whole child input "
+        "is), an item larger than it (here alone in a batch), an expression above 256 KiB (here "
+        "capped) or not a positive integer (here States.QueryEvaluationError), tolerance counting "
+        "items or batches (here batches). JSONPath's *Path fields stay refused. moto's grammar "
+        "refused any ItemBatcher.",
         test=_TESTS + "test_items_go_to_children_in_batches",
         install=_installs(
             _moving_aside("ItemBatcher", _batcher_is_valid),
@@ -818,14 +814,13 @@ PATCHES: tuple[Patch, ...] = (
         kind="fidelity",
         why="An s3:getObject ItemReader with ReaderConfig InputType MANIFEST or ManifestType "
         'S3_INVENTORY (not both: "you must not also specify InputType") reads the manifest.json, '
-        "then each data file it lists (gzip CSV, no header row) in its destinationBucket: "
-        "each row an item named by the fileSchema, every value a string; MaxItems stops it; "
-        f"only a CSV inventory can be read {_ITEM_READER}. One that cannot be read fails the "
-        f"Map with States.ItemReaderFailed ('Handling errors', {_DOCS}"
-        "concepts-error-handling.html). Not verified: the cause texts, the order of files "
-        "(here the manifest's), a row whose field count differs from the schema (here "
-        "States.ItemReaderFailed). CSVDelimiter and CSVHeaderLocation beside it are refused. "
-        "moto's grammar refused both forms.",
+        "then each data file it lists (gzip CSV, no header row) in its destinationBucket: each "
+        "row an item named by the fileSchema, every value a string; MaxItems stops it; only a CSV "
+        f"inventory can be read {_ITEM_READER}. One that cannot be read fails the Map with "
+        f"States.ItemReaderFailed ('Handling errors', {_DOCS}concepts-error-handling.html). Not "
+        "verified: the cause texts, the order of files (here the manifest's), a row whose field "
+        "count differs from the schema (here States.ItemReaderFailed). CSVDelimiter and "
+        "CSVHeaderLocation beside it are refused. moto's grammar refused both forms.",
         test=_TESTS + "test_an_inventory_manifest_is_read_file_by_file",
         install=_reading(":s3:getObject", _manifest_config, _reads_manifest, _inventory),
         fits=lambda: [
@@ -837,25 +832,24 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: ResultWriter",
         kind="fidelity",
-        why="A JSONata ResultWriter (Resource arn:aws:states:::s3:putObject, Arguments "
-        "{Bucket, Prefix}, either an expression; WriterConfig {Transformation "
-        "NONE|COMPACT|FLATTEN, OutputType JSON|JSONL}) writes the children by status under "
-        "<Prefix>/<map run id>/: SUCCEEDED_n, FAILED_n (failed, timed out and aborted, with "
-        "Error and Cause), PENDING_n, and manifest.json {DestinationBucket, MapRunArn, "
-        "ResultFiles {FAILED, PENDING, SUCCEEDED: [{Key, Size}]}}; the Map's result is "
-        '{"MapRunArn", "ResultWriterDetails": {Bucket, Key}}. NONE (the default then) keeps '
-        "each child's metadata, COMPACT its output, FLATTEN spreads array outputs, a failed "
-        "child is always as NONE; WriterConfig alone transforms the state's result "
-        f"('ResultWriter (Map)', {_DOCS}input-output-resultwriter.html; the metadata as "
-        "DescribeExecution gives it, https://docs.aws.amazon.com/step-functions/latest/"
-        "apireference/API_DescribeExecution.html). A failed write fails the Map with "
-        "States.ResultWriterFailed. Not verified: Input and Output as JSON text, the date "
-        "format, the redrive fields, an EXPRESS child's ARN (here a STANDARD one's), file "
-        "names past the 5 GB split and for JSONL (here .jsonl), the order of entries (here "
-        "the items'), results written when tolerance fails the Map Run (here they are), the "
-        "default Transformation with WriterConfig alone (here COMPACT). JSONPath's "
-        "ResultWriter stays moto's (an empty manifest; moto refused Arguments and "
-        "WriterConfig).",
+        why="A JSONata ResultWriter (Resource arn:aws:states:::s3:putObject, Arguments {Bucket, "
+        "Prefix}, either an expression; WriterConfig {Transformation NONE|COMPACT|FLATTEN, "
+        "OutputType JSON|JSONL}) writes the children by status under <Prefix>/<map run id>/: "
+        "SUCCEEDED_n, FAILED_n (failed, timed out and aborted, with Error and Cause), PENDING_n, "
+        "and manifest.json {DestinationBucket, MapRunArn, ResultFiles {FAILED, PENDING, "
+        'SUCCEEDED: [{Key, Size}]}}; the Map\'s result is {"MapRunArn", "ResultWriterDetails": '
+        "{Bucket, Key}}. NONE (the default then) keeps each child's metadata, COMPACT its output, "
+        "FLATTEN spreads array outputs, a failed child is always as NONE; WriterConfig alone "
+        "transforms the state's result ('ResultWriter (Map)', "
+        f"{_DOCS}input-output-resultwriter.html; the metadata as DescribeExecution gives it, "
+        "https://docs.aws.amazon.com/step-functions/latest/apireference/"
+        "API_DescribeExecution.html). "
+        "A failed write fails the Map with States.ResultWriterFailed. Not verified: Input and "
+        "Output as JSON text, the date format, the redrive fields, an EXPRESS child's ARN (here a "
+        "STANDARD one's), file names past the 5 GB split and for JSONL (here .jsonl), the order "
+        "of entries (here the items'), results written when tolerance fails the Map Run (here "
+        "they are), the default Transformation with WriterConfig alone (here COMPACT). JSONPath's "
+        "ResultWriter stays moto's (an empty manifest; moto refused Arguments and WriterConfig).",
         test=_TESTS + "test_results_are_written_to_s3_by_status",
         install=_installs(
             _moving_aside("ResultWriter", _writer_is_valid),
