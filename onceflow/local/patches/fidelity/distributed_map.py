@@ -157,8 +157,7 @@ def _aside(comment: Any) -> dict[str, Any]:
     comment = getattr(comment, "comment", comment)
     if not isinstance(comment, str) or not comment.startswith(_ASIDE):
         return {}
-    held: dict[str, Any] = json.loads(base64.b64decode(comment[len(_ASIDE) :]))
-    return held
+    return dict(json.loads(base64.b64decode(comment[len(_ASIDE) :])))
 
 
 def _set_aside(processor: dict[str, Any], field: str, value: Any) -> None:
@@ -445,18 +444,6 @@ def _batcher_is_valid(batcher: Any) -> bool:
     )
 
 
-def batch_items(
-    items: list[Any], max_items: int | None, max_bytes: int, batch_input: dict[str, Any] | None
-) -> list[dict[str, Any]]:
-    """Items in order, in batches of at most max_items whose child input (BatchInput only
-    when given) is at most max_bytes of JSON; an item too large for any goes alone."""
-    head: dict[str, Any] = {} if batch_input is None else {"BatchInput": batch_input}
-    empty = len(_json_text({**head, "Items": []}).encode())
-    sizes = [len(_json_text(item).encode()) for item in items]
-    groups = _grouped(items, sizes, max_bytes, empty, max_items)
-    return [{**copy.deepcopy(head), "Items": group} for group in groups]
-
-
 def _batch_size(env: Any, batcher: dict[str, Any], field: str) -> int | None:
     if field not in batcher:
         return None
@@ -489,7 +476,8 @@ def _selected_each(env: Any, selector: Any, items: list[Any]) -> list[Any]:
 def _batching(original: MapRun) -> MapRun:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
         """Items selected, then batched (the ItemBatcher evaluated once for the Map Run),
-        then the children, which select nothing again."""
+        then the children, which select nothing again. A batch's child input (BatchInput
+        only when given) is at most its bytes of JSON; an item too large for any goes alone."""
         batcher = _aside(component._comment).get("ItemBatcher")
         if batcher is None:
             original(component, env, eval_input)
@@ -503,10 +491,13 @@ def _batching(original: MapRun) -> MapRun:
         if batch_input is not None and not isinstance(batch_input, dict):
             cause = f"BatchInput must be an object, was {batch_input!r}"
             raise map_run_failure(env, "StatesQueryEvaluationError", cause)
+        head = {} if batch_input is None else {"BatchInput": batch_input}
         max_bytes = _batch_size(env, batcher, "MaxInputBytesPerBatch") or MAX_BATCH_BYTES
         max_items = _batch_size(env, batcher, "MaxItemsPerBatch")
-        batches = batch_items(items, max_items, min(max_bytes, MAX_BATCH_BYTES), batch_input)
-        env.stack.append(batches)
+        empty = len(_json_text({**head, "Items": []}).encode())
+        sizes = [len(_json_text(item).encode()) for item in items]
+        groups = _grouped(items, sizes, min(max_bytes, MAX_BATCH_BYTES), empty, max_items)
+        env.stack.append([{**copy.deepcopy(head), "Items": group} for group in groups])
         original(component, env, eval_input)
 
     return _map_run
