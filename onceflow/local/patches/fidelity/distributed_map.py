@@ -227,33 +227,32 @@ def _grouped(
 Read = Callable[[Any, Any, Any, int], list[Any]]  # (env, S3 client, Arguments, MaxItems): items
 
 
-def _reading(
-    action: str,
-    config_rewrite: Callable[[dict[str, Any]], bool],
-    reads: Callable[[Any], bool],
-    read: Read,
-) -> Install:
-    """An install of two replacements: each ItemReader whose Resource ends in action has its
-    ReaderConfig rewritten by config_rewrite; ItemReader._eval_body, for a reader that
-    ``reads`` picks, evaluates its ReaderConfig and Arguments as moto does and gives what
-    ``read`` reads (other readers as before)."""
+def _reading(action: str, takes_config: Callable[[dict[str, Any]], bool], read: Read) -> Install:
+    """An install of two replacements: each ItemReader whose Resource ends in action and
+    whose ReaderConfig (or none) takes_config takes (a rewrite in place) is marked, as a CSV
+    reader (the form moto's parser insists on) with the mark as its given header; for a
+    marked reader, ItemReader._eval_body evaluates its ReaderConfig and Arguments as moto
+    does and gives what ``read`` reads (other readers as before)."""
+    mark = "onceflow-reader" + action
 
     def rewrite(state: dict[str, Any], language: str) -> bool:
         reader = state.get("ItemReader")
         if not isinstance(reader, dict) or not str(reader.get("Resource")).endswith(action):
             return False
         config = reader.get("ReaderConfig", {})
-        if not isinstance(config, dict) or not config_rewrite(config):
+        if not isinstance(config, dict) or not takes_config(config):
             return False
-        reader["ReaderConfig"] = config  # a listing may have had none
+        config.update(InputType="CSV", CSVHeaderLocation="GIVEN", CSVHeaders=[mark])
+        reader["ReaderConfig"] = config
         return True
 
     def wrap(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
         def _eval_body(reader: Any, env: Any) -> None:
-            if not reads(reader):
+            headers = getattr(reader.reader_config, "csv_headers", None)
+            if getattr(headers, "header_names", None) != [mark]:
                 original(reader, env)
                 return
-            reader.reader_config.eval(env=env)  # every reader read here has one
+            reader.reader_config.eval(env=env)
             max_items, arguments = env.stack.pop()["MaxItemsValue"], {}
             if reader.parargs is not None:
                 reader.parargs.eval(env=env)
@@ -275,15 +274,8 @@ def _reader_fits() -> list[str]:
         *lacks(resource.ResourceRuntimePart.__init__, "self.region = region"),
         *takes(boto_client_for, "region", "service", "state_credentials"),
         *lacks(reader_config_decl.ReaderConfig._eval_body, "MaxItemsValue"),
+        *lacks(reader_config_decl.ReaderConfig.__init__, "self.csv_headers = csv_headers"),
     ]
-
-
-def _listing_config(config: dict[str, Any]) -> bool:
-    """The InputType moto's parser insists on (a listing has none on AWS; never used), in
-    a ReaderConfig the listing has even when AWS's has none."""
-    changed = "InputType" not in config
-    config.setdefault("InputType", "JSON")
-    return changed
 
 
 def _listed(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
@@ -303,28 +295,19 @@ def _listed(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
     ]
 
 
-_MANIFEST_MARK = "onceflow-s3-inventory-manifest"  # the CSVHeaders that mark the reader
-
-
 class ManifestError(Exception):
     """An S3 Inventory manifest that does not say what AWS reads."""
 
 
 def _manifest_config(config: dict[str, Any]) -> bool:
     """InputType MANIFEST or ManifestType S3_INVENTORY (not both: "you must not also
-    specify InputType"), and a limit, as a CSV reader with the mark as its given header;
-    CSVDelimiter and CSVHeaderLocation beside them (AWS takes them) stay refused."""
+    specify InputType"), and a limit; CSVDelimiter and CSVHeaderLocation beside them (AWS
+    takes them) stay refused."""
     form = {key: value for key, value in config.items() if not key.startswith("MaxItems")}
     if form not in ({"InputType": "MANIFEST"}, {"ManifestType": "S3_INVENTORY"}):
         return False
     config.pop("ManifestType", None)
-    config.update(InputType="CSV", CSVHeaderLocation="GIVEN", CSVHeaders=[_MANIFEST_MARK])
     return True
-
-
-def _reads_manifest(reader: Any) -> bool:
-    headers = getattr(getattr(reader.reader_config, "csv_headers", None), "header_names", None)
-    return headers == [_MANIFEST_MARK]
 
 
 def read_inventory_manifest(s3: Any, arguments: Any, max_items: int) -> list[dict[str, str]]:
@@ -722,12 +705,9 @@ PATCHES: tuple[Patch, ...] = (
         "a datetime, ChecksumAlgorithm), refused MaxItems without InputType and failed an empty "
         "prefix (States.Runtime).",
         test=_TESTS + "test_a_listing_reads_every_page",
-        install=_reading(
-            ":s3:listObjectsV2",
-            _listing_config,
-            lambda reader: getattr(reader.resource, "api_action", None) == "listObjectsV2",
-            _listed,
-        ),
+        # Any ReaderConfig moto's grammar takes (a listing needs none on AWS; moto insisted
+        # on an InputType, here the mark's, never used).
+        install=_reading(":s3:listObjectsV2", lambda config: True, _listed),
         fits=_reader_fits,
     ),
     Patch(
@@ -813,10 +793,9 @@ PATCHES: tuple[Patch, ...] = (
         "count differs from the schema (here States.ItemReaderFailed). CSVDelimiter and "
         "CSVHeaderLocation beside it are refused. moto's grammar refused both forms.",
         test=_TESTS + "test_an_inventory_manifest_is_read_file_by_file",
-        install=_reading(":s3:getObject", _manifest_config, _reads_manifest, _inventory),
+        install=_reading(":s3:getObject", _manifest_config, _inventory),
         fits=lambda: [
             *_reader_fits(),
-            *lacks(reader_config_decl.ReaderConfig.__init__, "self.csv_headers = csv_headers"),
             *gone(_ERROR_NAMES, "StatesItemReaderFailed"),
         ],
     ),
