@@ -52,9 +52,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.item
     inline_item_processor_worker,
     map_run_record,
 )
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.credentials import (
-    StateCredentials,
-)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import credentials
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import resource
 from moto.stepfunctions.parser.asl.eval import program_state
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
@@ -101,8 +99,8 @@ def map_run_failure(env: Any, error: str, cause: str) -> Any:
 
 def _s3(env: Any, region: str) -> Any:
     """An S3 client as the execution's role, as moto's readers and writer make one."""
-    credentials = StateCredentials(role_arn=env.aws_execution_details.role_arn)
-    return boto_client_for(region=region, service="s3", state_credentials=credentials)
+    role = credentials.StateCredentials(role_arn=env.aws_execution_details.role_arn)
+    return boto_client_for(region=region, service="s3", state_credentials=role)
 
 
 # Definitions rewritten before moto's parser reads them, and fields set aside.
