@@ -518,6 +518,7 @@ def _writer_is_valid(writer: Any) -> bool:
 Child = tuple[int, str, Any, dict[str, Any]]
 _CHILDREN = "onceflow_children"
 _INPUT = "onceflow_input"
+_NOT_REDRIVABLE = "Execution is SUCCEEDED and cannot be redriven"  # a child's RedriveStatusReason
 
 
 def _recording_input(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
@@ -559,30 +560,27 @@ def _recording_job(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, 
         start = _now()
         original(worker, env, job)
         status, error, cause = _child_end(env.program_state())
+        succeeded = status == "SUCCEEDED"
+        output = job.job_output if succeeded else None
         name, machine = str(uuid.uuid4()), record.map_state_machine_arn
-        entry = {
+        entry = {  # in key order; a None is left out
+            "Cause": cause,
+            "Error": error,
             "ExecutionArn": machine.replace(":stateMachine:", ":execution:", 1) + ":" + name,
             "Input": _json_text(getattr(env, _INPUT, job.job_input)),
             "InputDetails": {"Included": True},
             "Name": name,
+            "Output": _json_text(output) if succeeded else None,
+            "OutputDetails": {"Included": True} if succeeded else None,
             "RedriveCount": 0,
-            "RedriveStatus": "REDRIVABLE_BY_MAP_RUN",
+            "RedriveStatus": "NOT_REDRIVABLE" if succeeded else "REDRIVABLE_BY_MAP_RUN",
+            "RedriveStatusReason": _NOT_REDRIVABLE if succeeded else None,
             "StartDate": start,
             "StateMachineArn": machine,
             "Status": status,
             "StopDate": _now(),
-            "Error": error,
-            "Cause": cause,
         }
-        output = job.job_output if status == "SUCCEEDED" else None
-        if status == "SUCCEEDED":
-            entry |= {
-                "Output": _json_text(output),
-                "OutputDetails": {"Included": True},
-                "RedriveStatus": "NOT_REDRIVABLE",
-                "RedriveStatusReason": "Execution is SUCCEEDED and cannot be redriven",
-            }
-        entry = {key: entry[key] for key in sorted(entry) if entry[key] is not None}
+        entry = {key: value for key, value in entry.items() if value is not None}
         children.append((job.job_index, status, output, entry))  # a list appends atomically
 
     return _eval_job
