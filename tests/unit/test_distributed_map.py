@@ -588,6 +588,12 @@ def test_an_inventory_that_cannot_be_read_fails_the_map(engine: LocalEngine) -> 
     short, short_key = _put_manifest(engine, [[["src", "a.json"]]], "Bucket, Key, Size")
     result = _run(engine, _manifest_map(short, {"InputType": "MANIFEST"}), {"manifest": short_key})
     assert (result.status, result.error) == ("FAILED", "States.ItemReaderFailed")
+    # A field Python's csv module cannot read (over its field size limit: csv.Error).
+    huge = [[["src", "k" * (csv.field_size_limit() + 1)]]]
+    wide, wide_key = _put_manifest(engine, huge, "Bucket, Key")
+    result = _run(engine, _manifest_map(wide, {"InputType": "MANIFEST"}), {"manifest": wide_key})
+    assert (result.status, result.error) == ("FAILED", "States.ItemReaderFailed")
+    assert "Error: field larger than field limit" in (result.cause or "")
 
 
 # --------------------------------------------------------------------------

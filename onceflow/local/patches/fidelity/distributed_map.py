@@ -22,14 +22,12 @@ import io
 import itertools
 import json
 import re
-import threading
 import types
 import uuid
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.api import HistoryEventType, MapRunFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name import (
     failure_event,
@@ -41,11 +39,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map import tolerat
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader import (
     item_reader_decl,
 )
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import (
-    resource_eval_s3,
-)
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.reader_config import (
-    max_items_decl,
     reader_config_decl,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
@@ -58,9 +52,8 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.item
     inline_item_processor_worker,
     map_run_record,
 )
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.credentials import (
-    StateCredentials,
-)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import credentials
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import resource
 from moto.stepfunctions.parser.asl.eval import program_state
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.eval.states import ItemData, MapData
@@ -68,7 +61,7 @@ from moto.stepfunctions.parser.asl.parse import asl_parser, preprocessor
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
 from onceflow.local.patches.fidelity import states_of
-from onceflow.local.patches.registry import Installer, Patch, gone, takes
+from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _DOCS = "https://docs.aws.amazon.com/step-functions/latest/dg/"
 _PARSER = asl_parser.AmazonStateLanguageParser
@@ -78,6 +71,7 @@ _WORKER = distributed_item_processor_worker.DistributedItemProcessorWorker
 _INLINE_WORKER = inline_item_processor_worker.InlineItemProcessorWorker
 _ERROR_NAMES = states_error_name_type.StatesErrorNameType
 Install = Callable[[Installer], None]
+MapRun = Callable[[Any, Any, Any], None]  # DistributedIterationComponent._map_run
 
 
 def _installs(*installs: Install) -> Install:
@@ -93,12 +87,6 @@ def _wrapping(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Install:
     return lambda installer: installer.replace(owner, name, wrap(getattr(owner, name)))
 
 
-def _lacks(code: Any, *needed: str) -> list[str]:
-    """What a patch relies on (each a piece of code's source) that moto's code no longer has."""
-    source = inspect.getsource(code)
-    return [f"{code.__qualname__} no longer has {text!r}" for text in needed if text not in source]
-
-
 def map_run_failure(env: Any, error: str, cause: str) -> Any:
     """The Map state failing as its Map Run failed (a MapRunFailed event); error names
     a StatesErrorNameType member."""
@@ -107,6 +95,12 @@ def map_run_failure(env: Any, error: str, cause: str) -> Any:
     event = EventDetails(mapRunFailedEventDetails=details)  # type: ignore[typeddict-item]
     failure = failure_event.FailureEvent(env, error_name, HistoryEventType.MapRunFailed, event)
     return failure_event.FailureEventException(failure)
+
+
+def _s3(env: Any, region: str) -> Any:
+    """An S3 client as the execution's role, as moto's readers and writer make one."""
+    role = credentials.StateCredentials(role_arn=env.aws_execution_details.role_arn)
+    return boto_client_for(region=region, service="s3", state_credentials=role)
 
 
 # Definitions rewritten before moto's parser reads them, and fields set aside.
@@ -122,14 +116,16 @@ def _rewriting(rewrite: Rewrite) -> Install:
         def parse(definition: str) -> Any:
             try:
                 document = json.loads(definition)
-            except ValueError:
-                return original(definition)
-            if isinstance(document, dict):
                 language: str = document.get("QueryLanguage", "JSONPath")
-                maps = [s for _, s, _, _ in states_of(document, language)
-                        if isinstance(s, dict) and s.get("Type") == "Map"]  # fmt: skip
-                if any([rewrite(s, s.get("QueryLanguage", language)) for s in maps]):
-                    definition = json.dumps(document, ensure_ascii=False)
+            except (ValueError, AttributeError):  # not a JSON object
+                return original(definition)
+            changed = [
+                rewrite(state, state.get("QueryLanguage", language))
+                for _, state, _, _ in states_of(document, language)
+                if isinstance(state, dict) and state.get("Type") == "Map"
+            ]
+            if any(changed):
+                definition = json.dumps(document, ensure_ascii=False)
             return original(definition)
 
         return staticmethod(parse)
@@ -159,8 +155,7 @@ def _aside(comment: Any) -> dict[str, Any]:
     comment = getattr(comment, "comment", comment)
     if not isinstance(comment, str) or not comment.startswith(_ASIDE):
         return {}
-    held: dict[str, Any] = json.loads(base64.b64decode(comment[len(_ASIDE) :]))
-    return held
+    return dict(json.loads(base64.b64decode(comment[len(_ASIDE) :])))
 
 
 def _set_aside(processor: dict[str, Any], field: str, value: Any) -> None:
@@ -184,7 +179,7 @@ def _moving_aside(field: str, valid: Callable[[Any], bool]) -> Install:
 
 def _aside_fits() -> list[str]:
     init = iteration_component.IterationComponent.__init__
-    return [*_parse_fits(), *_lacks(init, "self._comment = comment")]
+    return [*_parse_fits(), *lacks(init, "self._comment = comment")]
 
 
 def _is_jsonata(value: Any) -> bool:
@@ -208,46 +203,60 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def _grouped(
+    items: list[Any], sizes: list[int], limit: int, empty: int, most: int | None = None
+) -> list[list[Any]]:
+    """Items in order, in groups of at most `most` whose size (empty, then each item's with
+    one byte between: a comma or a newline) is at most limit; an item too large goes alone."""
+    groups: list[list[Any]] = []
+    total = 0
+    for item, size in zip(items, sizes, strict=True):
+        if groups and len(groups[-1]) != most and total + 1 + size <= limit:
+            groups[-1].append(item)
+            total += 1 + size
+        else:
+            groups.append([item])
+            total = empty + size
+    return groups
+
+
 # ItemReaders: an S3 listing (patch 1), an S3 Inventory manifest (patch 5).
 
 Read = Callable[[Any, Any, Any, int], list[Any]]  # (env, S3 client, Arguments, MaxItems): items
 
 
-def _reading(
-    action: str, config_rewrite: Callable[[dict[str, Any]], bool], reads: Callable[[Any], bool],
-    read: Read,
-) -> Install:  # fmt: skip
-    """An install of two replacements: each ItemReader whose Resource ends in action has its
-    ReaderConfig rewritten by config_rewrite; ItemReader._eval_body, for a reader that
-    ``reads`` picks, evaluates its ReaderConfig and Arguments as moto does and gives what
-    ``read`` reads (other readers as before)."""
+def _reading(action: str, takes_config: Callable[[dict[str, Any]], bool], read: Read) -> Install:
+    """An install of two replacements: each ItemReader whose Resource ends in action and
+    whose ReaderConfig (or none) takes_config takes (a rewrite in place) is marked, as a CSV
+    reader (the form moto's parser insists on) with the mark as its given header; for a
+    marked reader, ItemReader._eval_body evaluates its ReaderConfig and Arguments as moto
+    does and gives what ``read`` reads (other readers as before)."""
+    mark = "onceflow-reader" + action
 
     def rewrite(state: dict[str, Any], language: str) -> bool:
         reader = state.get("ItemReader")
         if not isinstance(reader, dict) or not str(reader.get("Resource")).endswith(action):
             return False
-        config = reader.get("ReaderConfig")
-        return isinstance(config, dict) and config_rewrite(config)
+        config = reader.get("ReaderConfig", {})
+        if not isinstance(config, dict) or not takes_config(config):
+            return False
+        config.update(InputType="CSV", CSVHeaderLocation="GIVEN", CSVHeaders=[mark])
+        reader["ReaderConfig"] = config
+        return True
 
     def wrap(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
         def _eval_body(reader: Any, env: Any) -> None:
-            if not reads(reader):
+            headers = getattr(reader.reader_config, "csv_headers", None)
+            if getattr(headers, "header_names", None) != [mark]:
                 original(reader, env)
                 return
-            max_items = max_items_decl.MaxItemsDecl.MAX_VALUE
-            if reader.reader_config is not None:
-                reader.reader_config.eval(env=env)
-                max_items = env.stack.pop()["MaxItemsValue"]
+            reader.reader_config.eval(env=env)
+            max_items, arguments = env.stack.pop()["MaxItemsValue"], {}
             if reader.parargs is not None:
                 reader.parargs.eval(env=env)
-            else:
-                env.stack.append({})
-            arguments = env.stack.pop()
+                arguments = env.stack.pop()
             reader.resource.eval(env=env)
-            client = resource_eval_s3.ResourceEvalS3._get_s3_client(
-                resource_runtime_part=env.stack.pop(),
-                state_credentials=StateCredentials(role_arn=env.aws_execution_details.role_arn),
-            )
+            client = _s3(env, env.stack.pop().region)
             env.stack.append(read(env, client, arguments, max_items))
 
         return _eval_body
@@ -259,40 +268,29 @@ def _reader_fits() -> list[str]:
     return [
         *_parse_fits(),
         *gone(_READER, "_eval_body", "resource"),
-        *_lacks(_READER.__init__, "self.parargs = parargs", "self.reader_config = reader_config"),
-        *takes(resource_eval_s3.ResourceEvalS3._get_s3_client, "resource_runtime_part"),
-        *_lacks(reader_config_decl.ReaderConfig._eval_body, "MaxItemsValue"),
+        *lacks(_READER.__init__, "self.parargs = parargs", "self.reader_config = reader_config"),
+        *lacks(resource.ResourceRuntimePart.__init__, "self.region = region"),
+        *takes(boto_client_for, "region", "service", "state_credentials"),
+        *lacks(reader_config_decl.ReaderConfig._eval_body, "MaxItemsValue"),
+        *lacks(reader_config_decl.ReaderConfig.__init__, "self.csv_headers = csv_headers"),
     ]
 
 
-def _listing_config(config: dict[str, Any]) -> bool:
-    """The InputType moto's parser insists on (a listing has none on AWS; never used)."""
-    changed = "InputType" not in config
-    config.setdefault("InputType", "JSON")
-    return changed
-
-
-def aws_listed_item(listed: dict[str, Any]) -> dict[str, Any]:
-    """A ListObjectsV2 entry as the ItemReader page's example item (boto's has ETag, a
-    datetime and ChecksumAlgorithm, which moto passed on)."""
-    return {
-        "Etag": listed["ETag"],
-        "Key": listed["Key"],
-        "LastModified": int(listed["LastModified"].timestamp()),
-        "Size": listed["Size"],
-        "StorageClass": listed.get("StorageClass", "STANDARD"),
-    }
-
-
 def _listed(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
+    """Every page's objects, each as the ItemReader page's example item (boto's has ETag,
+    a datetime and ChecksumAlgorithm, which moto passed on)."""
     pages = client.get_paginator("list_objects_v2").paginate(**arguments)
     listed = (item for page in pages for item in page.get("Contents", []))
-    return [aws_listed_item(item) for item in itertools.islice(listed, max_items)]
-
-
-_MANIFEST_MARK = "onceflow-s3-inventory-manifest"  # the CSVHeaders that mark the reader
-# The form and a limit; CSVDelimiter and CSVHeaderLocation (AWS takes them) are refused.
-_MANIFEST_CONFIG = frozenset({"InputType", "ManifestType", "MaxItems", "MaxItemsPath"})
+    return [
+        {
+            "Etag": item["ETag"],
+            "Key": item["Key"],
+            "LastModified": int(item["LastModified"].timestamp()),
+            "Size": item["Size"],
+            "StorageClass": item.get("StorageClass", "STANDARD"),
+        }
+        for item in itertools.islice(listed, max_items)
+    ]
 
 
 class ManifestError(Exception):
@@ -301,19 +299,13 @@ class ManifestError(Exception):
 
 def _manifest_config(config: dict[str, Any]) -> bool:
     """InputType MANIFEST or ManifestType S3_INVENTORY (not both: "you must not also
-    specify InputType") as a CSV reader with the mark as its given header."""
-    legacy = config.get("InputType") == "MANIFEST" and "ManifestType" not in config
-    current = config.get("ManifestType") == "S3_INVENTORY" and "InputType" not in config
-    if not set(config) <= _MANIFEST_CONFIG or not (legacy or current):
+    specify InputType"), and a limit; CSVDelimiter and CSVHeaderLocation beside them (AWS
+    takes them) stay refused."""
+    form = {key: value for key, value in config.items() if not key.startswith("MaxItems")}
+    if form not in ({"InputType": "MANIFEST"}, {"ManifestType": "S3_INVENTORY"}):
         return False
     config.pop("ManifestType", None)
-    config.update(InputType="CSV", CSVHeaderLocation="GIVEN", CSVHeaders=[_MANIFEST_MARK])
     return True
-
-
-def _reads_manifest(reader: Any) -> bool:
-    headers = getattr(getattr(reader.reader_config, "csv_headers", None), "header_names", None)
-    return headers == [_MANIFEST_MARK]
 
 
 def read_inventory_manifest(s3: Any, arguments: Any, max_items: int) -> list[dict[str, str]]:
@@ -337,15 +329,10 @@ def read_inventory_manifest(s3: Any, arguments: Any, max_items: int) -> list[dic
     return [dict(zip(columns, row, strict=True)) for row in itertools.islice(rows(), max_items)]
 
 
-# What a manifest or data file not in the form AWS reads raises, reading it as above.
-_UNREADABLE = (ManifestError, ClientError, BotoCoreError, ValueError, LookupError, TypeError,
-               AttributeError, OSError, EOFError)  # fmt: skip
-
-
 def _inventory(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
     try:
         return read_inventory_manifest(client, arguments, max_items)
-    except _UNREADABLE as exc:
+    except Exception as exc:  # any error of reading it (ClientError, KeyError, csv.Error, ...)
         cause = f"{type(exc).__name__}: {exc}"
         raise map_run_failure(env, "StatesItemReaderFailed", cause) from exc
 
@@ -384,7 +371,7 @@ def threshold_exceeded(
     return percentage_declared and total > 0 and failed * 100 / total > percentage
 
 
-def _tolerating(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
+def _tolerating(original: MapRun) -> MapRun:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
         original(component, env, eval_input)
         counter = eval_input.map_run_record.item_counter
@@ -438,27 +425,6 @@ def _batcher_is_valid(batcher: Any) -> bool:
     )
 
 
-def batch_items(
-    items: list[Any], max_items: int | None, max_bytes: int, batch_input: dict[str, Any] | None
-) -> list[dict[str, Any]]:
-    """Items in order, in batches of at most max_items whose child input (BatchInput only
-    when given) is at most max_bytes of JSON; an item too large for any goes alone."""
-    head: dict[str, Any] = {} if batch_input is None else {"BatchInput": batch_input}
-    empty = len(_json_text({**head, "Items": []}).encode())
-    groups: list[list[Any]] = []
-    size = empty
-    for item in items:
-        added = len(_json_text(item).encode())
-        full = not groups or (max_items is not None and len(groups[-1]) >= max_items)
-        if full or size + 1 + added > max_bytes:  # 1: the comma before it
-            groups.append([item])
-            size = empty + added
-        else:
-            groups[-1].append(item)
-            size += 1 + added
-    return [{**copy.deepcopy(head), "Items": group} for group in groups]
-
-
 def _batch_size(env: Any, batcher: dict[str, Any], field: str) -> int | None:
     if field not in batcher:
         return None
@@ -488,10 +454,11 @@ def _selected_each(env: Any, selector: Any, items: list[Any]) -> list[Any]:
         env.delete_frame(frame)
 
 
-def _batching(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
+def _batching(original: MapRun) -> MapRun:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
         """Items selected, then batched (the ItemBatcher evaluated once for the Map Run),
-        then the children, which select nothing again."""
+        then the children, which select nothing again. A batch's child input (BatchInput
+        only when given) is at most its bytes of JSON; an item too large for any goes alone."""
         batcher = _aside(component._comment).get("ItemBatcher")
         if batcher is None:
             original(component, env, eval_input)
@@ -505,10 +472,13 @@ def _batching(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, 
         if batch_input is not None and not isinstance(batch_input, dict):
             cause = f"BatchInput must be an object, was {batch_input!r}"
             raise map_run_failure(env, "StatesQueryEvaluationError", cause)
+        head = {} if batch_input is None else {"BatchInput": batch_input}
         max_bytes = _batch_size(env, batcher, "MaxInputBytesPerBatch") or MAX_BATCH_BYTES
         max_items = _batch_size(env, batcher, "MaxItemsPerBatch")
-        batches = batch_items(items, max_items, min(max_bytes, MAX_BATCH_BYTES), batch_input)
-        env.stack.append(batches)
+        empty = len(_json_text({**head, "Items": []}).encode())
+        sizes = [len(_json_text(item).encode()) for item in items]
+        groups = _grouped(items, sizes, min(max_bytes, MAX_BATCH_BYTES), empty, max_items)
+        env.stack.append([{**copy.deepcopy(head), "Items": group} for group in groups])
         original(component, env, eval_input)
 
     return _map_run
@@ -517,6 +487,7 @@ def _batching(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, 
 # ResultWriter (patch 6, JSONata): the children written to S3 by status, with a manifest.
 
 _WRITER_RESOURCE = re.compile(r"arn:aws[a-z-]*:states:::s3:putObject")
+_WRITER_CONFIG = {"Transformation": ("NONE", "COMPACT", "FLATTEN"), "OutputType": ("JSON", "JSONL")}
 # "Step Functions supports individual result files of up to 5 GB": past it, the
 # results go on in the next file. Where exactly AWS ends one is not verified.
 MAX_RESULT_FILE_BYTES = 5 * 1024**3
@@ -525,44 +496,56 @@ MAX_RESULT_FILE_BYTES = 5 * 1024**3
 def _writer_is_valid(writer: Any) -> bool:
     """A ResultWriter AWS takes. Not verified: Prefix left out (here: no prefix),
     WriterConfig's fields as expressions (here refused)."""
-    config = writer.get("WriterConfig", {}) if isinstance(writer, dict) else None
-    arguments = writer.get("Arguments") if isinstance(writer, dict) else None
+    if not writer or not isinstance(writer, dict):
+        return False
+    config, arguments = writer.get("WriterConfig", {}), writer.get("Arguments")
+    if not set(writer) <= {"Resource", "Arguments", "WriterConfig"} or not isinstance(config, dict):
+        return False
+    if not all(value in _WRITER_CONFIG.get(key, ()) for key, value in config.items()):
+        return False
+    if {"Resource", "Arguments"}.isdisjoint(writer):  # WriterConfig alone
+        return True
     if isinstance(arguments, dict):
         arguments_valid = "Bucket" in arguments and set(arguments) <= {"Bucket", "Prefix"}
     else:
         arguments_valid = _is_jsonata(arguments)
-    return bool(
-        isinstance(config, dict)
-        and writer
-        and set(writer) <= {"Resource", "Arguments", "WriterConfig"}
-        and set(config) <= {"Transformation", "OutputType"}
-        and config.get("Transformation", "NONE") in ("NONE", "COMPACT", "FLATTEN")
-        and config.get("OutputType", "JSON") in ("JSON", "JSONL")
-        and (
-            {"Resource", "Arguments"}.isdisjoint(writer)  # WriterConfig alone
-            or (arguments_valid and _WRITER_RESOURCE.fullmatch(str(writer.get("Resource"))))
-        )
-    )
+    return arguments_valid and bool(_WRITER_RESOURCE.fullmatch(str(writer.get("Resource"))))
 
 
 # A child as the writer reports it: (index, status, output, its entry as Transformation
-# NONE writes it). The children of each Map Run with a ResultWriter while it runs (by its
-# MapRunRecord); each child's input once its ItemSelector ran (by its frame).
+# NONE writes it). A Map Run's MapRunRecord holds its children's while the Map runs with a
+# ResultWriter; a child's frame its input once its ItemSelector ran.
 Child = tuple[int, str, Any, dict[str, Any]]
-_CHILDREN: weakref.WeakKeyDictionary[Any, list[Child]] = weakref.WeakKeyDictionary()
-_CHILD_INPUTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-_SUCCEEDED = "Execution is SUCCEEDED and cannot be redriven"  # its RedriveStatusReason
+_CHILDREN = "onceflow_children"
+_INPUT = "onceflow_input"
+_NOT_REDRIVABLE = "Execution is SUCCEEDED and cannot be redriven"  # a child's RedriveStatusReason
 
 
 def _recording_input(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
     def _eval_input(worker: Any, env_frame: Any) -> None:
         original(worker, env_frame)
-        with _LOCK:
-            if worker._map_run_record in _CHILDREN:
-                _CHILD_INPUTS[env_frame] = copy.deepcopy(env_frame.states.get_input())
+        if getattr(worker._map_run_record, _CHILDREN, None) is not None:
+            setattr(env_frame, _INPUT, copy.deepcopy(env_frame.states.get_input()))
 
     return _eval_input
+
+
+def _child_end(ended: Any) -> tuple[str, str | None, str | None]:
+    """A child's status, error and cause as its program ended."""
+    if isinstance(ended, program_state.ProgramEnded):
+        return "SUCCEEDED", None, None
+    if isinstance(ended, program_state.ProgramError):
+        details = ended.error or {}
+        return "FAILED", details.get("error"), details.get("cause")
+    if isinstance(ended, program_state.ProgramTimedOut):
+        return "TIMED_OUT", None, None
+    if isinstance(ended, program_state.ProgramStopped):
+        return "ABORTED", ended.error, ended.cause
+    return "FAILED", "States.Runtime", None  # moto caught an exception outside its states
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def _recording_job(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
@@ -570,46 +553,35 @@ def _recording_job(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, 
         """The child recorded with the metadata DescribeExecution gives (moto kept only
         its output) when its Map Run has a ResultWriter."""
         record = worker._map_run_record
-        with _LOCK:
-            children = _CHILDREN.get(record)
+        children = getattr(record, _CHILDREN, None)
         if children is None:
             original(worker, env, job)
             return
-        dates = [datetime.datetime.now(datetime.UTC)]
+        start = _now()
         original(worker, env, job)
-        dates.append(datetime.datetime.now(datetime.UTC))
-        start, stop = (date.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" for date in dates)
-        ended, error, cause = env.program_state(), None, None
-        if isinstance(ended, program_state.ProgramEnded):
-            status = "SUCCEEDED"
-        elif isinstance(ended, program_state.ProgramError):
-            details = ended.error or {}
-            status, error, cause = "FAILED", details.get("error"), details.get("cause")
-        elif isinstance(ended, program_state.ProgramTimedOut):
-            status = "TIMED_OUT"
-        elif isinstance(ended, program_state.ProgramStopped):
-            status, error, cause = "ABORTED", ended.error, ended.cause
-        else:  # moto caught an exception outside the child's states
-            status, error = "FAILED", "States.Runtime"
-        with _LOCK:
-            child_input = _CHILD_INPUTS.pop(env, job.job_input)
+        status, error, cause = _child_end(env.program_state())
+        succeeded = status == "SUCCEEDED"
+        output = job.job_output if succeeded else None
         name, machine = str(uuid.uuid4()), record.map_state_machine_arn
-        output = job.job_output if status == "SUCCEEDED" else None
-        entry = {"ExecutionArn": machine.replace(":stateMachine:", ":execution:", 1) + ":" + name,
-                 "Input": _json_text(child_input), "InputDetails": {"Included": True},
-                 "Name": name, "RedriveCount": 0, "RedriveStatus": "REDRIVABLE_BY_MAP_RUN",
-                 "StartDate": start, "StateMachineArn": machine, "Status": status,
-                 "StopDate": stop, **({} if cause is None else {"Cause": cause}),
-                 **({} if error is None else {"Error": error})}  # fmt: skip
-        if status == "SUCCEEDED":
-            entry |= {
-                "Output": _json_text(output),
-                "OutputDetails": {"Included": True},
-                "RedriveStatus": "NOT_REDRIVABLE",
-                "RedriveStatusReason": _SUCCEEDED,
-            }
-        with _LOCK:
-            children.append((job.job_index, status, output, dict(sorted(entry.items()))))
+        entry = {  # in key order; a None is left out
+            "Cause": cause,
+            "Error": error,
+            "ExecutionArn": machine.replace(":stateMachine:", ":execution:", 1) + ":" + name,
+            "Input": _json_text(getattr(env, _INPUT, job.job_input)),
+            "InputDetails": {"Included": True},
+            "Name": name,
+            "Output": _json_text(output) if succeeded else None,
+            "OutputDetails": {"Included": True} if succeeded else None,
+            "RedriveCount": 0,
+            "RedriveStatus": "NOT_REDRIVABLE" if succeeded else "REDRIVABLE_BY_MAP_RUN",
+            "RedriveStatusReason": _NOT_REDRIVABLE if succeeded else None,
+            "StartDate": start,
+            "StateMachineArn": machine,
+            "Status": status,
+            "StopDate": _now(),
+        }
+        entry = {key: value for key, value in entry.items() if value is not None}
+        children.append((job.job_index, status, output, entry))  # a list appends atomically
 
     return _eval_job
 
@@ -630,21 +602,11 @@ def transformed(children: list[Child], transformation: str) -> list[Any]:
 def result_files(entries: list[Any], output_type: str, limit: int) -> list[bytes]:
     """Entries as a status's file bodies (a JSON array, or JSON Lines), each at most limit
     bytes unless one entry alone is larger."""
-    lines = output_type != "JSON"
-    empty = 0 if lines else 2  # "[]"
-    groups: list[list[bytes]] = []
-    size = empty
-    for entry in entries:
-        text = _json_text(entry).encode()
-        added = len(text) + (1 if lines or groups else 0)  # "\n", or "," after the first
-        if not groups or size + added > limit:
-            groups.append([])
-            size, added = empty, len(text) + (1 if lines else 0)
-        groups[-1].append(text)
-        size += added
-    if lines:
-        return [b"".join(text + b"\n" for text in group) for group in groups]
-    return [b"[" + b",".join(group) + b"]" for group in groups]
+    texts = [_json_text(entry).encode() for entry in entries]
+    sizes = [len(text) for text in texts]
+    if output_type == "JSON":
+        return [b"[" + b",".join(group) + b"]" for group in _grouped(texts, sizes, limit, 2)]
+    return [b"".join(text + b"\n" for text in group) for group in _grouped(texts, sizes, limit, 1)]
 
 
 def _target(env: Any, writer: dict[str, Any]) -> tuple[str, str] | None:
@@ -674,8 +636,7 @@ def _export(
         "PENDING": [],  # every child ran: none was left unstarted by a failing Map Run
         "SUCCEEDED": transformed(succeeded, config.get("Transformation", "NONE")),
     }
-    credentials = StateCredentials(role_arn=env.aws_execution_details.role_arn)
-    client: Any = boto_client_for(env.aws_execution_details.region, "s3", credentials)
+    client = _s3(env, env.aws_execution_details.region)
     files: dict[str, list[dict[str, Any]]] = {}
     try:
         for status, entries in by_status.items():
@@ -695,12 +656,7 @@ def _export(
     }
 
 
-def _children_of(record: Any) -> list[Child]:
-    with _LOCK:
-        return sorted(_CHILDREN.pop(record, []), key=lambda child: child[0])
-
-
-def _writing(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
+def _writing(original: MapRun) -> MapRun:
     def _map_run(component: Any, env: Any, eval_input: Any) -> None:
         """The children recorded and the Map's result replaced; the results are written
         also when the Map Run fails on its tolerated failures ("PENDING_n.json ... weren't
@@ -711,22 +667,22 @@ def _writing(original: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, A
             return
         target, config = _target(env, writer), writer.get("WriterConfig", {})
         record = eval_input.map_run_record
-        with _LOCK:
-            _CHILDREN[record] = []
+        children: list[Child] = []
+        setattr(record, _CHILDREN, children)
         try:
             original(component, env, eval_input)
         except failure_event.FailureEventException as failure:
             error, _ = failure.extract_error_cause_pair() or (None, None)
             if error == EXCEEDED_ERROR and target is not None:
-                _export(env, target, config, record.map_run_arn, _children_of(record))
+                _export(env, target, config, record.map_run_arn, sorted(children))
             raise
         finally:
-            children = _children_of(record)  # taken whatever happened (none left behind)
+            setattr(record, _CHILDREN, None)  # children that end after are not recorded
         env.stack.pop()  # the children's outputs, as moto collected them
         if target is None:  # WriterConfig alone: the results stay the state's
-            env.stack.append(transformed(children, config.get("Transformation", "COMPACT")))
+            env.stack.append(transformed(sorted(children), config.get("Transformation", "COMPACT")))
         else:
-            env.stack.append(_export(env, target, config, record.map_run_arn, children))
+            env.stack.append(_export(env, target, config, record.map_run_arn, sorted(children)))
 
     return _map_run
 
@@ -740,18 +696,14 @@ PATCHES: tuple[Patch, ...] = (
         why="An s3:listObjectsV2 ItemReader gives one item per object under the prefix, each "
         '{"Etag", "Key", "LastModified" (epoch seconds), "Size", "StorageClass"} as the '
         "page's example shows; ReaderConfig.MaxItems (at most 100,000,000) stops it "
-        f"{_ITEM_READER}. "
-        "Not verified: every page read (implied by MaxItems' range), an empty prefix as zero "
-        "items, no other field. moto read one page of 1,000 in boto's shape (ETag, a "
-        "datetime, ChecksumAlgorithm), refused MaxItems without InputType and failed an "
-        "empty prefix (States.Runtime).",
+        f"{_ITEM_READER}. Not verified: every page read (implied by MaxItems' range), an empty "
+        "prefix as zero items, no other field. moto read one page of 1,000 in boto's shape (ETag, "
+        "a datetime, ChecksumAlgorithm), refused MaxItems without InputType and failed an empty "
+        "prefix (States.Runtime).",
         test=_TESTS + "test_a_listing_reads_every_page",
-        install=_reading(
-            ":s3:listObjectsV2",
-            _listing_config,
-            lambda reader: getattr(reader.resource, "api_action", None) == "listObjectsV2",
-            _listed,
-        ),
+        # Any ReaderConfig moto's grammar takes (a listing needs none on AWS; moto insisted
+        # on an InputType, here the mark's, never used).
+        install=_reading(":s3:listObjectsV2", lambda config: True, _listed),
         fits=_reader_fits,
     ),
     Patch(
@@ -761,11 +713,10 @@ PATCHES: tuple[Patch, ...] = (
         "ToleratedFailurePercentage (0-100, integer or decimal; either may be a JSONata "
         "expression), fail the Map Run and the Map with States.ExceedToleratedFailureThreshold, "
         "which Retry and Catch see; by default any one failure does ('Distributed Map failure "
-        f"threshold', {_DOCS}state-map-distributed.html#maprun-fail-threshold). Not "
-        "verified: the cause text, a share equal to the percentage (here within), that a "
-        "threshold left out does not apply when the other is set (here it does not). moto "
-        "never failed the Map, refused an integer percentage, read a count expression as a "
-        "percentage.",
+        f"threshold', {_DOCS}state-map-distributed.html#maprun-fail-threshold). Not verified: the "
+        "cause text, a share equal to the percentage (here within), that a threshold left out "
+        "does not apply when the other is set (here it does not). moto never failed the Map, "
+        "refused an integer percentage, read a count expression as a percentage.",
         test=_TESTS + "test_failures_beyond_the_threshold_fail_the_map",
         install=_installs(
             _rewriting(_tolerance_rewrite),
@@ -778,8 +729,8 @@ PATCHES: tuple[Patch, ...] = (
         ),
         fits=lambda: [
             *_aside_fits(),
-            *_lacks(_COMPONENT._map_run, "env.stack.append(outputs)"),
-            *_lacks(_COMPONENT._eval_body, "except FailureEventException"),
+            *lacks(_COMPONENT._map_run, "env.stack.append(outputs)"),
+            *lacks(_COMPONENT._eval_body, "except FailureEventException"),
             *gone(preprocessor.Preprocessor, "visitTolerated_failure_count_string_jsonata"),
             *gone(_ERROR_NAMES, "StatesExceedToleratedFailureThreshold"),
         ],
@@ -787,11 +738,10 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: EXPRESS children",
         kind="fidelity",
-        why="ProcessorConfig.ExecutionType may be EXPRESS as well as STANDARD in DISTRIBUTED "
-        f"mode ('Using Map state in Distributed mode', {_DOCS}state-map-distributed.html). "
-        "moto's grammar refused EXPRESS; the children run as moto runs STANDARD ones "
-        "(in-process, no execution records): Express-only limits (5 minutes, at-least-once) "
-        "are not reproduced.",
+        why="ProcessorConfig.ExecutionType may be EXPRESS as well as STANDARD in DISTRIBUTED mode "
+        f"('Using Map state in Distributed mode', {_DOCS}state-map-distributed.html). moto's "
+        "grammar refused EXPRESS; the children run as moto runs STANDARD ones (in-process, no "
+        "execution records): Express-only limits (5 minutes, at-least-once) are not reproduced.",
         test=_TESTS + "test_express_children_run",
         install=_rewriting(_express_as_standard),
         fits=_parse_fits,
@@ -799,18 +749,17 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="Distributed Map: ItemBatcher",
         kind="fidelity",
-        why='An ItemBatcher "adds the items to an Items array" passed as a child\'s input, '
-        'with BatchInput alongside ({"BatchInput": {...}, "Items": [...]}) when set; '
-        "MaxItemsPerBatch and MaxInputBytesPerBatch (at most and by default 256 KiB), either "
-        f"a JSONata expression, bound each batch ('ItemBatcher (Map)', {_DOCS}"
-        "input-output-itembatcher.html); ItemSelector applies to each item before batching "
-        f"('Map state input and output fields', {_DOCS}input-output-fields-dist-map.html); "
-        "the Map's result has one element per batch. Not verified: BatchInput counted in "
-        "MaxInputBytesPerBatch (here the whole child input is), an item larger than it (here "
-        "alone in a batch), an expression above 256 KiB (here capped) or not a positive "
-        "integer (here States.QueryEvaluationError), tolerance counting items or batches "
-        "(here batches). JSONPath's *Path fields stay refused. moto's grammar refused any "
-        "ItemBatcher.",
+        why='An ItemBatcher "adds the items to an Items array" passed as a child\'s input, with '
+        'BatchInput alongside ({"BatchInput": {...}, "Items": [...]}) when set; MaxItemsPerBatch '
+        "and MaxInputBytesPerBatch (at most and by default 256 KiB), either a JSONata expression, "
+        f"bound each batch ('ItemBatcher (Map)', {_DOCS}input-output-itembatcher.html); "
+        "ItemSelector applies to each item before batching ('Map state input and output fields', "
+        f"{_DOCS}input-output-fields-dist-map.html); the Map's result has one element per batch. "
+        "Not verified: BatchInput counted in MaxInputBytesPerBatch (here the whole child input "
+        "is), an item larger than it (here alone in a batch), an expression above 256 KiB (here "
+        "capped) or not a positive integer (here States.QueryEvaluationError), tolerance counting "
+        "items or batches (here batches). JSONPath's *Path fields stay refused. moto's grammar "
+        "refused any ItemBatcher.",
         test=_TESTS + "test_items_go_to_children_in_batches",
         install=_installs(
             _moving_aside("ItemBatcher", _batcher_is_valid),
@@ -818,10 +767,10 @@ PATCHES: tuple[Patch, ...] = (
         ),
         fits=lambda: [
             *_aside_fits(),
-            *_lacks(_COMPONENT._map_run, "env.stack.pop()"),
+            *lacks(_COMPONENT._map_run, "env.stack.pop()"),
             *takes(_INLINE_WORKER._eval_input, "self", "env_frame"),
-            *_lacks(_INLINE_WORKER._eval_input, "self._item_selector", "self._env.stack[-1]"),
-            *_lacks(
+            *lacks(_INLINE_WORKER._eval_input, "self._item_selector", "self._env.stack[-1]"),
+            *lacks(
                 distributed_item_processor.DistributedItemProcessor._create_worker,
                 "item_selector=eval_input.item_selector",
             ),
@@ -832,44 +781,41 @@ PATCHES: tuple[Patch, ...] = (
         kind="fidelity",
         why="An s3:getObject ItemReader with ReaderConfig InputType MANIFEST or ManifestType "
         'S3_INVENTORY (not both: "you must not also specify InputType") reads the manifest.json, '
-        "then each data file it lists (gzip CSV, no header row) in its destinationBucket: "
-        "each row an item named by the fileSchema, every value a string; MaxItems stops it; "
-        f"only a CSV inventory can be read {_ITEM_READER}. One that cannot be read fails the "
-        f"Map with States.ItemReaderFailed ('Handling errors', {_DOCS}"
-        "concepts-error-handling.html). Not verified: the cause texts, the order of files "
-        "(here the manifest's), a row whose field count differs from the schema (here "
-        "States.ItemReaderFailed). CSVDelimiter and CSVHeaderLocation beside it are refused. "
-        "moto's grammar refused both forms.",
+        "then each data file it lists (gzip CSV, no header row) in its destinationBucket: each "
+        "row an item named by the fileSchema, every value a string; MaxItems stops it; only a CSV "
+        f"inventory can be read {_ITEM_READER}. One that cannot be read fails the Map with "
+        f"States.ItemReaderFailed ('Handling errors', {_DOCS}concepts-error-handling.html). Not "
+        "verified: the cause texts, the order of files (here the manifest's), a row whose field "
+        "count differs from the schema (here States.ItemReaderFailed). CSVDelimiter and "
+        "CSVHeaderLocation beside it are refused. moto's grammar refused both forms.",
         test=_TESTS + "test_an_inventory_manifest_is_read_file_by_file",
-        install=_reading(":s3:getObject", _manifest_config, _reads_manifest, _inventory),
+        install=_reading(":s3:getObject", _manifest_config, _inventory),
         fits=lambda: [
             *_reader_fits(),
-            *_lacks(reader_config_decl.ReaderConfig.__init__, "self.csv_headers = csv_headers"),
             *gone(_ERROR_NAMES, "StatesItemReaderFailed"),
         ],
     ),
     Patch(
         name="Distributed Map: ResultWriter",
         kind="fidelity",
-        why="A JSONata ResultWriter (Resource arn:aws:states:::s3:putObject, Arguments "
-        "{Bucket, Prefix}, either an expression; WriterConfig {Transformation "
-        "NONE|COMPACT|FLATTEN, OutputType JSON|JSONL}) writes the children by status under "
-        "<Prefix>/<map run id>/: SUCCEEDED_n, FAILED_n (failed, timed out and aborted, with "
-        "Error and Cause), PENDING_n, and manifest.json {DestinationBucket, MapRunArn, "
-        "ResultFiles {FAILED, PENDING, SUCCEEDED: [{Key, Size}]}}; the Map's result is "
-        '{"MapRunArn", "ResultWriterDetails": {Bucket, Key}}. NONE (the default then) keeps '
-        "each child's metadata, COMPACT its output, FLATTEN spreads array outputs, a failed "
-        "child is always as NONE; WriterConfig alone transforms the state's result "
-        f"('ResultWriter (Map)', {_DOCS}input-output-resultwriter.html; the metadata as "
-        "DescribeExecution gives it, https://docs.aws.amazon.com/step-functions/latest/"
-        "apireference/API_DescribeExecution.html). A failed write fails the Map with "
-        "States.ResultWriterFailed. Not verified: Input and Output as JSON text, the date "
-        "format, the redrive fields, an EXPRESS child's ARN (here a STANDARD one's), file "
-        "names past the 5 GB split and for JSONL (here .jsonl), the order of entries (here "
-        "the items'), results written when tolerance fails the Map Run (here they are), the "
-        "default Transformation with WriterConfig alone (here COMPACT). JSONPath's "
-        "ResultWriter stays moto's (an empty manifest; moto refused Arguments and "
-        "WriterConfig).",
+        why="A JSONata ResultWriter (Resource arn:aws:states:::s3:putObject, Arguments {Bucket, "
+        "Prefix}, either an expression; WriterConfig {Transformation NONE|COMPACT|FLATTEN, "
+        "OutputType JSON|JSONL}) writes the children by status under <Prefix>/<map run id>/: "
+        "SUCCEEDED_n, FAILED_n (failed, timed out and aborted, with Error and Cause), PENDING_n, "
+        "and manifest.json {DestinationBucket, MapRunArn, ResultFiles {FAILED, PENDING, "
+        'SUCCEEDED: [{Key, Size}]}}; the Map\'s result is {"MapRunArn", "ResultWriterDetails": '
+        "{Bucket, Key}}. NONE (the default then) keeps each child's metadata, COMPACT its output, "
+        "FLATTEN spreads array outputs, a failed child is always as NONE; WriterConfig alone "
+        "transforms the state's result ('ResultWriter (Map)', "
+        f"{_DOCS}input-output-resultwriter.html; the metadata as DescribeExecution gives it, "
+        "https://docs.aws.amazon.com/step-functions/latest/apireference/"
+        "API_DescribeExecution.html). "
+        "A failed write fails the Map with States.ResultWriterFailed. Not verified: Input and "
+        "Output as JSON text, the date format, the redrive fields, an EXPRESS child's ARN (here a "
+        "STANDARD one's), file names past the 5 GB split and for JSONL (here .jsonl), the order "
+        "of entries (here the items'), results written when tolerance fails the Map Run (here "
+        "they are), the default Transformation with WriterConfig alone (here COMPACT). JSONPath's "
+        "ResultWriter stays moto's (an empty manifest; moto refused Arguments and WriterConfig).",
         test=_TESTS + "test_results_are_written_to_s3_by_status",
         install=_installs(
             _moving_aside("ResultWriter", _writer_is_valid),
@@ -879,14 +825,14 @@ PATCHES: tuple[Patch, ...] = (
         ),
         fits=lambda: [
             *_aside_fits(),
-            *_lacks(
+            *lacks(
                 _WORKER._eval_job,
                 "self._eval_input(env_frame=env)",
                 "job.job_output =",
                 "env.program_state()",
             ),
-            *_lacks(_WORKER.__init__, "self._map_run_record = map_run_record"),
-            *_lacks(
+            *lacks(_WORKER.__init__, "self._map_run_record = map_run_record"),
+            *lacks(
                 map_run_record.MapRunRecord.__init__,
                 "self.map_run_arn",
                 "self.map_state_machine_arn",
