@@ -1,9 +1,5 @@
-"""The embedded local engine: template.yaml's resources on moto, its ASL and handlers run as-is.
-
-LocalEngine is the stack's lifecycle and its clients; what it does lives by concern:
-provisioning (creating the resources), executions (start, wait, describe) and ingress
-(EventBridge rules and Pipes, emulated as AWS delivers).
-"""
+"""The embedded local engine: LocalEngine is the stack's lifecycle and its clients; what it
+does lives by concern in provisioning, executions and ingress (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -40,14 +36,9 @@ __all__ = [
     "LocalEngine", "execution_name",
 ]  # fmt: skip
 
-# While any engine runs: what exists when the first has started (moto's and botocore's
-# models, the clients, the handlers: over half a million objects) is frozen, so the garbage
-# collector stops scanning it (a full collection took about a second, a tenth of the CPU of
-# a 200-execution run); a heap someone else froze is left as it is. And deep input must fail
-# where Step Functions' JSONata fails (node's stack: about 2,200 to 4,400 levels, by
-# expression), never first in the Python that carries it there (moto copies and walks every
-# value recursively, two or three frames a level; Python's default of 1,000 frames ended
-# executions at about 450 levels).
+# While any engine runs, the heap the first one started with is frozen and the recursion limit
+# raised: docs/local-engine.md, "What each speed-up gains" (its last paragraph) and "Handlers
+# run in the engine's Python" (Parity).
 RECURSION_LIMIT: Final = 20_000
 _HEAP = {"engines": 0, "frozen_by_us": False, "recursion_before": 0}
 _HEAP_LOCK = threading.Lock()
@@ -186,9 +177,8 @@ class LocalEngine:
             os.environ[key] = value
 
     def client(self, service: str) -> Any:
-        """A boto3 client shared by every thread (clients are thread-safe, sessions are not:
-        each is made under a lock). Making one costs about 10 ms of CPU with the shared
-        loader (40 ms the first time in a process), which a client per thread paid again."""
+        """A boto3 client shared by every thread, each made under a lock (clients are
+        thread-safe, sessions are not): "one client per service" in docs/local-engine.md."""
         if service in self._clients:
             return self._clients[service]
         with self._clients_lock:

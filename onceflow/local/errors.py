@@ -1,8 +1,5 @@
 """What the local engine refuses, in words its user acts on: a command prints them, no traceback.
-
-Apart from the engine (and moto) so that the command line can name them without
-loading either: `onceflow redrive --stack-name` never imports moto.
-"""
+Apart from the engine so that `onceflow redrive --stack-name` names them without moto."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Ingress emulation: EventBridge's default bus and rules, and EventBridge Pipes from SQS."""
+"""Ingress emulation: EventBridge's default bus and rules, and EventBridge Pipes from SQS.
+
+What each delivery does as AWS does, with its sources: docs/local-engine.md, "Ingress".
+"""
 
 from __future__ import annotations
 
@@ -46,14 +49,8 @@ def _envelope(detail_type: str, source: str, when: str, detail: Any, **more: Any
 
 
 def put_event(engine: LocalEngine, event: Mapping[str, Any]) -> list[str]:
-    """Deliver one event as the default bus does, to every matching enabled rule's targets;
-    the ARNs of the executions started.
-
-    An SQS target (the batch mode's source queue) gets the event itself as the message body
-    (no InputPath or transformer here); pump_pipes() then runs it. A target that cannot be
-    started (a deleted state machine, an input over 256 KiB) sends the event to the rule's
-    dead-letter queue with EventBridge's own attributes, after the rule's retries, as AWS does.
-    """
+    """Deliver one event as the default bus does, to every matching enabled rule's targets
+    (a failed one to its rule's dead-letter queue); the ARNs of the executions started."""
     started: list[str] = []
     for rule in engine.rules.values():
         pattern = EventPattern.load(json.dumps(rule.get("EventPattern", {})))
@@ -89,16 +86,8 @@ def sends_to_eventbridge(bucket: str) -> bool:
 def put_s3_event(
     engine: LocalEngine, bucket: str, key: str, version_id: str | None = None
 ) -> list[str]:
-    """S3's Object Created event of one upload, delivered as the default bus does.
-
-    S3 sends events to EventBridge only while the bucket's EventBridge notifications are on
-    (S3 User Guide, enable-event-notifications-eventbridge.html); otherwise nothing starts, as
-    on AWS (for an ExistingBucketName bucket that is the user's one step). The event has the
-    fields of S3's (S3 User Guide, EventBridge event message structure), the key URL-encoded
-    with "+" for a space (docs/ingress.md, Object keys: not verified against a live account),
-    and a sequencer derived from the upload, so a second call for one upload is a duplicate
-    delivery. A test loses an event by not calling this. Returns the executions started.
-    """
+    """S3's Object Created event of one upload, delivered as the default bus does while the
+    bucket's EventBridge notifications are on (else nothing starts); the executions started."""
     if not sends_to_eventbridge(bucket):
         return []
     return put_event(engine, s3_object_created_event(engine, bucket, key, version_id))
@@ -107,7 +96,7 @@ def put_s3_event(
 def s3_object_created_event(
     engine: LocalEngine, bucket: str, key: str, version_id: str | None = None
 ) -> dict[str, Any]:
-    """The EventBridge event S3 sends for one upload (put_s3_event describes its fields)."""
+    """The EventBridge event S3 sends for one upload."""
     versioned = {"VersionId": version_id} if version_id else {}
     head = engine.client("s3").head_object(Bucket=bucket, Key=key, **versioned)
     etag, version = str(head["ETag"]).strip('"'), head.get("VersionId")
@@ -161,20 +150,9 @@ def _url(engine: LocalEngine, queue_arn: str) -> str:
 
 
 def pump_pipes(engine: LocalEngine, limit: int | None = None) -> list[str]:
-    """Run every running pipe until its source queue is empty (or limit executions started);
-    the ARNs of the executions started.
-
-    As EventBridge Pipes does for SQS: receive a batch, start the target with the batch as a
-    JSON array, even for one message (eb-pipes-batching-concurrency.html). The target's
-    InvocationType decides the rest; AWS's default is REQUEST_RESPONSE (AWS::Pipes::Pipe
-    PipeTargetStateMachineParameters). FIRE_AND_FORGET (StartExecution): the messages are
-    deleted once the start was accepted. REQUEST_RESPONSE (StartSyncExecution, EXPRESS only):
-    the pipe waits for the execution's end and deletes what it reports done (sync_failures).
-    A failed start keeps the batch (after the queue's maxReceiveCount its redrive policy moves
-    it to the DLQ). Kept messages become visible again when this pass over the queue ends: on
-    AWS they reappear after the visibility timeout, so the next pump_pipes() is their next
-    delivery (and counts toward maxReceiveCount).
-    """
+    """Run every running pipe until its source queue is empty (or limit executions started),
+    a batch at a time, as EventBridge Pipes does for SQS; the ARNs of the executions started.
+    Kept messages are visible again when this pass ends: the next call is their redelivery."""
     sqs = engine.client("sqs")
     started: list[str] = []
     for pipe in engine.pipes.values():
@@ -223,14 +201,8 @@ def _visible_again(sqs: Any, url: str, messages: list[dict[str, Any]]) -> None:
 
 
 def _delete_batch(sqs: Any, url: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Delete a batch's settled messages in one DeleteMessageBatch; those it could not.
-
-    Pipes "deletes its messages from the queue" once the target has processed the batch
-    (eb-pipes-sqs.html), the words of Lambda's SQS page (with-sqs.html); which call either
-    makes is not verified: one DeleteMessageBatch per batch is assumed, here and in the
-    bench. A message whose delete fails comes back, as on AWS after its visibility timeout:
-    a duplicate, not a loss.
-    """
+    """Delete a batch's settled messages in one DeleteMessageBatch (the call is not
+    verified); those it could not, which come back: a duplicate, not a loss."""
     if not messages:
         return []
     entries = [{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(messages)]
@@ -239,8 +211,7 @@ def _delete_batch(sqs: Any, url: str, messages: list[dict[str, Any]]) -> list[di
 
 
 def _check_sync_target(engine: LocalEngine, pipe: Mapping[str, Any]) -> None:
-    """REQUEST_RESPONSE is not supported for STANDARD workflows (PipeTargetStateMachine-
-    Parameters); AWS stops such a pipe (eb-pipes-error-troubleshooting.html)."""
+    """REQUEST_RESPONSE needs an EXPRESS target: AWS stops the pipe otherwise."""
     arn = engine.state_machine_arn(str(pipe["Target"]))
     kind = engine.client("stepfunctions").describe_state_machine(stateMachineArn=arn).get("type")
     if kind != "EXPRESS":
@@ -253,20 +224,8 @@ def _check_sync_target(engine: LocalEngine, pipe: Mapping[str, Any]) -> None:
 def sync_failures(
     engine: LocalEngine, execution_arn: str, messages: list[dict[str, Any]]
 ) -> set[str]:
-    """The messageIds a synchronously invoked target leaves in the queue.
-
-    As EventBridge Pipes reads a Step Functions target's answer for an SQS source
-    (eb-pipes-sqs.html, eb-pipes-batching-concurrency.html):
-    - an execution that did not succeed (FAILED, TIMED_OUT: a customer invocation error,
-      eb-pipes-error-troubleshooting.html) keeps every message;
-    - an output that is empty or null, or whose batchItemFailures is empty or null, is
-      complete success: none is kept;
-    - an itemIdentifier that is null, empty or not a string, or an entry without one (a bad
-      key name), fails the whole batch;
-    - otherwise the messages named are kept. An itemIdentifier that names no message of the
-      batch fails the whole batch here as well, as Lambda's event source mapping does; for
-      Pipes that is not verified.
-    """
+    """The messageIds a synchronously invoked target leaves in the queue, as EventBridge
+    Pipes reads its answer (docs/local-engine.md, "Ingress", lists the rules)."""
     everything = {str(m["MessageId"]) for m in messages}
     result = executions.wait(engine, execution_arn, timeout=limits.EXPRESS_DURATION_LIMIT + 60)
     output = result.output

@@ -21,13 +21,10 @@ from typing import Any, TextIO
 
 _IMPORT_LOCK = threading.Lock()
 
-# Powertools' Logger formatter keys and Metrics set are module-level state that every
-# invocation changes. A Lambda sandbox runs one invocation at a time; here concurrent
-# invocations share them, and one changing a dict another iterates raised "dictionary
-# changed size during iteration" (a log line dropped as "--- Logging error ---"; an
-# invocation failed after its work was done, and was retried). A lock each makes every
-# step whole; invocations still see each other's keys and flush each other's metrics
-# (docs/operate.md, "Logs").
+# Powertools' Logger formatter keys and Metrics set are module-level state that concurrent
+# invocations share here (a sandbox runs one at a time): a dict changed while another
+# iterated it dropped log lines and failed finished invocations. A lock each makes every
+# step whole (docs/operate.md, "Logs").
 _FORMATTER_LOCK = threading.RLock()
 _METRICS_LOCK = threading.RLock()
 _FORMATTER_STEPS = ("format", "append_keys", "remove_keys", "clear_state")
@@ -168,9 +165,8 @@ _RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", 
 
 
 def _in_sandbox(filename: str, code_root: Path) -> str:
-    """Where the Lambda sandbox keeps filename: the package (CodeUri and its requirements)
-    in /var/task, Python and its boto3 in /var/lang/lib/pythonX.Y (as payloads users
-    posted from python3.12 show; not verified in AWS's docs); anything else as it is."""
+    """Where the Lambda sandbox keeps filename (docs/local-engine.md, "A Lambda error's
+    stackTrace": not verified in AWS's docs); anything else as it is."""
     path, paths = Path(filename).resolve(), sysconfig.get_paths()
     lang = f"/var/lang/lib/python{sys.version_info.major}.{sys.version_info.minor}"
     for root in (code_root, paths["purelib"], paths["platlib"], paths["stdlib"]):

@@ -94,11 +94,8 @@ def creating_in(engine: LocalEngine, stack: Stack) -> Iterator[None]:
 
 
 def _application(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
-    """The nested onceflow of a parent template, bound to the parameters the parent passes
-    and created once the resources they reference exist, as CloudFormation creates a nested
-    stack. Its Ref is the nested stack's ID, its attributes Outputs.<name>
-    (AWS::CloudFormation::Stack return values; serverless-sam-template-nested-applications.html
-    deploys it as one)."""
+    """The nested onceflow of a parent template, created as CloudFormation creates a nested
+    stack: its Ref the stack's ID, its attributes Outputs.<name> (docs/processor.md)."""
     nested_of = engine._nested
     if nested_of is None or nested_of[0] != logical_id or engine.stack is not engine.parent:
         raise TemplateError(f"{logical_id}: only the parent template's application is run")
@@ -177,6 +174,7 @@ def execution_role(engine: LocalEngine) -> str:
 
 def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     environment = {k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()}
+    timeout, memory = int(props.get("Timeout", 3)), int(props.get("MemorySize", 128))
     code = io.BytesIO()
     with zipfile.ZipFile(code, "w") as archive:
         archive.writestr("README", "onceflow runs this function in-process")
@@ -186,19 +184,13 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
         Role=execution_role(engine),
         Handler=props["Handler"],
         Code={"ZipFile": code.getvalue()},
-        Timeout=int(props.get("Timeout", 3)),
-        MemorySize=int(props.get("MemorySize", 128)),
+        Timeout=timeout,
+        MemorySize=memory,
         Environment={"Variables": environment},
     )["FunctionArn"]
+    code_uri = engine.stack.root / props["CodeUri"]
     spec = FunctionSpec(
-        logical_id=logical_id,
-        name=name,
-        arn=arn,
-        code_uri=engine.stack.root / props["CodeUri"],
-        handler=props["Handler"],
-        timeout=float(props.get("Timeout", 3)),
-        memory=int(props.get("MemorySize", 128)),
-        environment=environment,
+        logical_id, name, arn, code_uri, props["Handler"], timeout, memory, environment
     )
     _function_environment(engine, spec)
     engine.runtime.register(spec)

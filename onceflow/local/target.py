@@ -1,8 +1,5 @@
-"""The local engine's stack as the operations see it: an onceflow.ops Target, by its shape.
-
-The caller (the command line, a harness) builds it from its engine and hands it
-to the operations; onceflow.ops never imports the engine, nor this module.
-"""
+"""The local engine's stack as the operations see it: an onceflow.ops Target, by its shape,
+built by the caller from its engine (docs/architecture.md, ops/)."""
 
 from __future__ import annotations
 

@@ -141,17 +141,8 @@ class Stack:
 
     def nested_application(self) -> tuple[str, Stack] | None:
         """The template's AWS::Serverless::Application whose Location is a local template (a
-        parent that nests onceflow, examples/): its logical id and its stack, not bound yet.
-
-        SAM takes a local file path as Location ("Defining a nested application from the
-        local file system", serverless-sam-template-nested-applications.html); `sam build`
-        and `sam package` turn it into the nested AWS::CloudFormation::Stack CloudFormation
-        deploys (sam-resource-application.html, Location). Its parameters are the parent's
-        values, known once the resources they name exist: the engine binds them then.
-        Its name is the parent's and the logical id (CloudFormation adds a random suffix;
-        not verified). One nested application at most; one from the Serverless Application
-        Repository, or at an S3 or HTTPS URL, is not emulated.
-        """
+        parent that nests onceflow): its logical id and its stack, bound once the resources
+        its parameters name exist (docs/processor.md, "Test it locally")."""
         resources = self.template["Resources"]
         nested = [
             i for i, r in resources.items() if r.get("Type") == "AWS::Serverless::Application"
@@ -176,12 +167,8 @@ class Stack:
 
     def check_rules(self) -> None:
         """Refuse the parameters as CloudFormation does: every assertion of every rule whose
-        RuleCondition holds (no condition: always) must hold.
-
-        Which parameters are refused is CloudFormation's; the refusal lists every failed
-        assertion, where a deploy may name fewer (the Rules pages do not say how many it
-        reports), so that a user fixes them all at once rather than one deploy at a time.
-        """
+        RuleCondition holds (no condition: always) must hold. Every failed assertion is
+        listed, where a deploy may name fewer (the Rules pages do not say; docs/local-engine.md)."""
         failures: list[tuple[str, str]] = []
         for name, rule in self.template.get("Rules", {}).items():
             if "RuleCondition" in rule and not self.resolve(rule["RuleCondition"], rules=True):
