@@ -169,33 +169,31 @@ def test_motos_own_evaluator_reads_the_policy_language_otherwise_than_iam() -> N
 
 
 class _Caught(Exception):
-    """Raised in place of sending: carries the request botocore prepared."""
+    """Raised in place of sending: carries the call as botocore's before-call sees it."""
 
-    def __init__(self, request: Any) -> None:
+    def __init__(self, model: Any, params: Any) -> None:
         super().__init__("caught")
-        self.request = request
-
-
-def captured(service: str, call: Callable[[Any], Any]) -> Any:
-    """The request botocore prepares for call(client); nothing is sent, moto answers nothing."""
-    client = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    ).client(service)  # type: ignore[call-overload]
-
-    def catch(request: Any, **_: Any) -> None:
-        raise _Caught(request)
-
-    client.meta.events.register_first("before-send", catch)  # before moto's stubber
-    with pytest.raises(_Caught) as caught:
-        call(client)
-    return caught.value.request
+        self.model, self.params = model, params
 
 
 def sent(service: str, call: Callable[[Any], Any]) -> iam.Call:
-    """What botocore sends for call(client), described as IAM sees it."""
-    described = iam.describe_call(captured(service, call), ACCOUNT)
-    assert described is not None
-    return described
+    """What call(client) asks of AWS, described as IAM sees it; nothing is sent."""
+    client = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    ).client(service)  # type: ignore[call-overload]
+    built: dict[str, Any] = {}
+
+    def note(params: Any, **_: Any) -> None:
+        built["params"] = params  # after botocore's own handlers (CopySource quoted)
+
+    def catch(model: Any, **_: Any) -> None:
+        raise _Caught(model, built["params"])
+
+    client.meta.events.register("before-parameter-build", note)
+    client.meta.events.register_first("before-call", catch)
+    with pytest.raises(_Caught) as caught:
+        call(client)
+    return iam.describe_call(caught.value.model, caught.value.params, "us-east-1", ACCOUNT)
 
 
 def checks(described: iam.Call) -> list[tuple[str, str]]:
@@ -300,17 +298,26 @@ def test_queue_state_machine_function_and_bus_requests_name_their_arns() -> None
     ]
 
 
+def test_calls_on_an_endpoint_of_their_own_are_described_by_their_operation() -> None:
+    # GIVEN calls botocore sends to an endpoint other than the service's usual one
+    # (StartSyncExecution to sync-states.REGION; ListTagsOfResource with a table ARN to
+    # the account-based DynamoDB endpoint)
+    sync = sent("stepfunctions", lambda c: c.start_sync_execution(stateMachineArn=MACHINE_ARN))
+    tags = sent("dynamodb", lambda c: c.list_tags_of_resource(ResourceArn=TABLE_ARN))
+    # WHEN IAM authorises them THEN each is its own action on its resource, not refused as
+    # a request of an unknown service
+    assert checks(sync) == [("states:StartSyncExecution", MACHINE_ARN)]
+    assert checks(tags) == [("dynamodb:ListTagsOfResource", TABLE_ARN)]
+
+
 def test_a_request_no_action_is_known_for_is_refused_not_let_through() -> None:
     # GIVEN a PartiQL statement (no mapping to an IAM action here) made by a role
     principal = iam.Principal("F", "function", "F-role", "f", ACCOUNT, (allow("*", "*"),))
     statement = sent("dynamodb", lambda c: c.execute_statement(Statement="SELECT * FROM t"))
     assert statement.unmapped is not None
-    request = captured("dynamodb", lambda c: c.execute_statement(Statement="SELECT * FROM t"))
     # WHEN the role makes it
-    answered: list[bool] = []
-    response = iam.check_request(principal, request, lambda: answered.append(True) or None)
-    # THEN it never reaches the service and the caller hears AccessDenied, naming the gap
-    assert answered == []
+    response = iam.check_request(principal, statement)
+    # THEN the caller hears AccessDenied (in the service's place: never sent), naming the gap
     assert response is not None
     status, _, body = response
     assert status == 400
