@@ -348,10 +348,10 @@ def check_request(principal: Principal, call: Call) -> Response | None:
     """The service's AccessDenied if principal may not make call; None if it may."""
     if call.unmapped is not None:
         # Refused rather than let through: an action no policy was checked for is
-        # exactly what would fail deployed. Map it in iam_actions.json to let it in.
+        # exactly what would fail deployed. Name it in iam_actions.json to let it in.
         return denied_response(call, (
             f"User: {principal.caller_arn} made a request ({call.unmapped}) the local engine "
-            "cannot map to an IAM action; onceflow/local/iam.py must learn it first"
+            "cannot map to an IAM action; onceflow/local/iam_actions.json must learn it first"
         ))  # fmt: skip
     for check in call.checks:
         decision = evaluate(principal.statements, *check)
@@ -393,8 +393,7 @@ def _hidden(http_response: Any, parsed: Any, model: Any, context: Any, **_: Any)
     principal, call = IDENTITY.get(), context.get(_CALL)
     if principal is None or call is None or call.missing_key_bucket is None:
         return
-    code = parsed.get("Error", {}).get("Code")
-    missing = call.head or code in ("NoSuchKey", "NoSuchVersion")
+    missing = call.head or parsed.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchVersion")
     listing = Check("s3:ListBucket", f"arn:aws:s3:::{call.missing_key_bucket}")
     if http_response.status_code != 404 or not missing:
         return
