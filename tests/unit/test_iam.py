@@ -438,3 +438,58 @@ def test_a_policy_template_sam_would_refuse_is_refused_with_its_reason(
         access.start(InProcessRuntime())
     access.stop()
     assert not iam._CONTROLS
+
+
+ROLE_TEMPLATE = (
+    "Transform: AWS::Serverless-2016-10-31\n"
+    "Resources:\n"
+    "  Counts:\n"
+    "    Type: AWS::DynamoDB::Table\n"
+    "  FnRole:\n"
+    "    Type: AWS::IAM::Role\n"
+    "    Properties:\n"
+    "      Policies:\n"
+    "        - PolicyName: counts\n"
+    "          PolicyDocument:\n"
+    "            Statement:\n"
+    "              - Effect: Allow\n"
+    "                Action: dynamodb:GetItem\n"
+    "                Resource: !Sub 'arn:aws:dynamodb:${AWS::Region}:${AWS::AccountId}:"
+    "table/${Counts}'\n"
+    "  Fn:\n"
+    "    Type: AWS::Serverless::Function\n"
+    "    Properties:\n"
+    "      CodeUri: functions/\n"
+    "      Handler: app.handler\n"
+    "      Role: !GetAtt FnRole.Arn\n"
+)
+
+
+def test_a_role_of_the_template_gives_its_inline_policies_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a function whose Role is an AWS::IAM::Role of the template
+    access = _access(tmp_path, ROLE_TEMPLATE)
+    # WHEN the engine starts enforcing the roles
+    access.start(InProcessRuntime())
+    try:
+        statements = access.statements("Fn")
+    finally:
+        access.stop()
+    # THEN the role's own statements, resolved, are the function's: no SAM basic policy
+    table = f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/counts"
+    assert iam.evaluate(statements, "dynamodb:GetItem", table) is iam.Decision.ALLOWED
+    assert iam.evaluate(statements, "dynamodb:PutItem", table) is iam.Decision.IMPLICIT_DENY
+    assert iam.evaluate(statements, "logs:PutLogEvents", "*") is iam.Decision.IMPLICIT_DENY
+
+
+def test_a_role_with_managed_policies_is_refused(tmp_path: Path) -> None:
+    # GIVEN the role given a managed policy besides (its statements are not in the template)
+    managed = "      ManagedPolicyArns: [arn:aws:iam::aws:policy/ReadOnlyAccess]\n"
+    text = ROLE_TEMPLATE.replace("      Policies:\n", managed + "      Policies:\n", 1)
+    access = _access(tmp_path, text)
+    # WHEN the engine would enforce the roles THEN it refuses, naming the role
+    with pytest.raises(TemplateError, match="FnRole: managed policies are not enforced"):
+        access.start(InProcessRuntime())
+    access.stop()
+    assert not iam._CONTROLS
