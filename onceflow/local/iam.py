@@ -11,16 +11,14 @@ import json
 import re
 import threading
 import uuid
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Final, NamedTuple
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 from xml.sax.saxutils import escape
 
 from botocore.client import BaseClient
@@ -114,7 +112,7 @@ def acting_as(principal: Principal | None) -> AbstractContextManager[None]:
     return hooks.setting(IDENTITY, principal)
 
 
-# Which IAM action each request needs (Service Authorization Reference), and the AWS
+# Which IAM action each operation needs (Service Authorization Reference), and the AWS
 # managed policies SAM attaches to every function role: data, apart from the evaluator.
 DATA: Final = json.loads((Path(__file__).parent / "iam_actions.json").read_text())
 
@@ -188,11 +186,11 @@ def _role_statements(stack: Stack, logical_id: str, raw_role: Any) -> list[dict[
     return statements
 
 
-# ---- requests -> IAM actions ----------------------------------------------------
+# ---- calls -> IAM actions -------------------------------------------------------
 
 
 class Check(NamedTuple):
-    """One action on one resource that a request needs allowed."""
+    """One action on one resource that a call needs allowed."""
 
     action: str
     resource: str
@@ -200,10 +198,10 @@ class Check(NamedTuple):
 
 @dataclass(frozen=True)
 class Call:
-    """An AWS request as IAM sees it."""
+    """An AWS call as IAM sees it."""
 
-    service: str  # dynamodb, sqs, states, lambda, events, s3 (or the host's first label)
-    operation: str
+    service: str  # the IAM service prefix: dynamodb, sqs, states, lambda, events, s3 ...
+    operation: str  # botocore's name
     checks: tuple[Check, ...]
     # S3 object reads: the bucket whose s3:ListBucket decides 404 or 403 for a missing key.
     missing_key_bucket: str | None = None
@@ -211,156 +209,96 @@ class Call:
     unmapped: str | None = None  # why no action could be named
 
 
-_HOST = re.compile(r"^(?P<service>[a-z0-9-]+)\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?::\d+)?$")
-_S3_HOST = re.compile(r"^(?:(?P<bucket>.+)\.)?s3(?:[.-][a-z0-9-]+)?\.amazonaws\.com(?::\d+)?$")
-_LAMBDA_PATH = re.compile(r"^/\d{4}-\d\d-\d\d/functions/(?P<name>[^/]+)(?P<rest>/.*)?$")
+_QUEUE_HOST = re.compile(r"^[a-z0-9-]+\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?::\d+)?$")
 
 
-def describe_call(request: Any, account_id: str) -> Call | None:
-    """The IAM actions and resources a botocore request needs; None for a non-AWS URL."""
-    parts = urlsplit(request.url)
-    host = parts.netloc.lower()
-    if (s3 := _S3_HOST.match(host)) is not None:
-        return _s3_call(request, parts, s3.group("bucket"))
-    if (match := _HOST.match(host)) is None:
-        if host.split(":", 1)[0].endswith(".amazonaws.com"):  # a global endpoint (IAM, STS ...)
-            return Call(host.split(".", 1)[0], request.method, (), unmapped=host)
-        return None
-    service, region = match.group("service"), match.group("region")
-    if service == "lambda":
-        return _lambda_call(request, parts, region, account_id)
-    operation = _header(request, "X-Amz-Target").rsplit(".", 1)[-1]
-    pairs = _json_checks(service, operation, _json_body(request), region, account_id)
-    if not operation or pairs is None:
-        return Call(service, operation or request.method, (), unmapped=f"{service} {operation}")
-    return Call(service, operation, tuple(Check(*pair) for pair in pairs))
-
-
-def _header(request: Any, name: str) -> str:
-    value = request.headers.get(name) or request.headers.get(name.lower()) or ""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _json_body(request: Any) -> dict[str, Any]:
-    try:
-        parsed = json.loads(request.body or b"{}")
-    except (TypeError, ValueError):  # a stream (no JSON API sends one), or not JSON
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+def describe_call(model: Any, params: Mapping[str, Any], region: str, account_id: str) -> Call:
+    """The IAM actions and resources a call (botocore's operation model, and the call's
+    parameters) needs: the action is the operation's name unless iam_actions.json
+    renames it, the resource the one its parameters name (an ARN), else "*"."""
+    service, operation = model.service_model.signing_name, model.name
+    head = model.http["method"] == "HEAD"
+    action = DATA["renamed"].get(service, {}).get(operation, operation)
+    if operation not in DATA["operations"].get(service, []) and action == operation:
+        return Call(service, operation, (), head=head, unmapped=f"{service} {operation}")
+    if service == "s3":
+        return _s3_call(operation, action, params, head)
+    checks = _checks(f"{service}:{action}", params, region, account_id)
+    return Call(service, operation, tuple(Check(*check) for check in checks))
 
 
 def _arn(name: Any, prefix: str) -> str:
     return str(name) if str(name).startswith("arn:") else f"{prefix}{name}"
 
 
-def _json_checks(
-    service: str, operation: str, body: dict[str, Any], region: str, account_id: str
-) -> list[tuple[str, str]] | None:
-    """What a request of a JSON protocol (X-Amz-Target) needs; None if not known here."""
-    action, ddb = f"{service}:{operation}", service == "dynamodb"
-    table = f"arn:aws:dynamodb:{region}:{account_id}:table/"
-    if action in DATA["on_any_resource"]:
-        return [(action, "*")]
-    if ddb and operation in DATA["dynamodb_table_operations"]:
-        # IAM authorises a query or a scan of an index on the index.
-        index = f"/index/{body['IndexName']}" if body.get("IndexName") else ""
-        return [(action, _arn(body.get("TableName"), table) + index)]
-    if ddb and operation in ("BatchGetItem", "BatchWriteItem"):
-        return [(action, _arn(t, table)) for t in body.get("RequestItems", {})]
-    if ddb and operation in ("TransactWriteItems", "TransactGetItems"):
-        kinds = [(k, spec) for item in body.get("TransactItems", []) for k, spec in item.items()]
-        actions = DATA["dynamodb_transact_actions"]
-        if all(kind in actions for kind, _ in kinds):
-            return [(f"dynamodb:{actions[k]}", _arn(s.get("TableName"), table)) for k, s in kinds]
-    if service == "sqs" and operation in ("GetQueueUrl", "CreateQueue"):
-        owner = str(body.get("QueueOwnerAWSAccountId") or account_id)
-        return [(action, f"arn:aws:sqs:{region}:{owner}:{body.get('QueueName')}")]
-    if service == "sqs" and operation in DATA["sqs_actions"]:
-        queue_url = str(body.get("QueueUrl", ""))
-        url = urlsplit(queue_url)
+def _checks(
+    action: str, params: Mapping[str, Any], region: str, account_id: str
+) -> list[tuple[str, str]]:
+    """action on what the call's parameters name (ARNs); on "*" when they name nothing."""
+    service = action.split(":")[0]
+    arn = f"arn:aws:{service}:{region}:{account_id}:"
+    if "TableName" in params:  # IAM authorises a query or a scan of an index on the index
+        index = f"/index/{params['IndexName']}" if params.get("IndexName") else ""
+        return [(action, _arn(params["TableName"], f"{arn}table/") + index)]
+    if "RequestItems" in params:  # BatchGetItem, BatchWriteItem: each table
+        return [(action, _arn(table, f"{arn}table/")) for table in params["RequestItems"]]
+    if "TransactItems" in params:  # each entry needs its own action on its table
+        kinds = DATA["dynamodb_transact_actions"]
+        return [
+            (f"dynamodb:{kinds[kind]}", _arn(spec.get("TableName"), f"{arn}table/"))
+            for item in params["TransactItems"]
+            for kind, spec in item.items()
+        ]
+    if "QueueName" in params:  # GetQueueUrl, CreateQueue
+        owner = params.get("QueueOwnerAWSAccountId") or account_id
+        return [(action, f"arn:aws:sqs:{region}:{owner}:{params['QueueName']}")]
+    if "QueueUrl" in params:
+        url = urlsplit(str(params["QueueUrl"]))
         path = [p for p in url.path.split("/") if p]
-        if (host := _HOST.match(url.netloc.lower())) is not None:
+        if (host := _QUEUE_HOST.match(url.netloc.lower())) is not None:
             region = host.group("region")
-        owner, name = path[-2:] if len(path) > 1 else (account_id, path[-1] if path else queue_url)
-        return [(f"sqs:{DATA['sqs_actions'][operation]}", f"arn:aws:sqs:{region}:{owner}:{name}")]
-    if service == "states" and operation in DATA["states_resource_parameter"]:
-        return [(action, str(body.get(DATA["states_resource_parameter"][operation])))]
-    if action == "events:PutEvents":
-        buses = {str(e.get("EventBusName") or "default") for e in body.get("Entries", [])}
-        bus = f"arn:aws:events:{region}:{account_id}:event-bus/"
-        return [(action, _arn(name, bus)) for name in sorted(buses)]
-    return None
+        owner, name = path[-2:] if len(path) > 1 else (account_id, path[-1] if path else url)
+        return [(action, f"arn:aws:sqs:{region}:{owner}:{name}")]
+    if "FunctionName" in params:
+        # a name, a partial ARN (ACCOUNT:function:NAME) or an ARN, each with an optional
+        # :QUALIFIER, or a Qualifier parameter (Lambda API reference, Invoke)
+        name = str(params["FunctionName"])
+        if ":function:" in name and not name.startswith("arn:"):
+            name = f"arn:aws:lambda:{region}:{name}"
+        function = _arn(name, f"{arn}function:")
+        qualified = params.get("Qualifier") and function.count(":") == 6
+        return [(action, f"{function}:{params['Qualifier']}" if qualified else function)]
+    if "Entries" in params:  # PutEvents: each event bus
+        buses = {str(e.get("EventBusName") or "default") for e in params["Entries"]}
+        return [(action, _arn(name, f"{arn}event-bus/")) for name in sorted(buses)]
+    keys = ("stateMachineArn", "executionArn", "ResourceArn")
+    return [(action, next((str(params[key]) for key in keys if key in params), "*"))]
 
 
-def _lambda_call(request: Any, parts: Any, region: str, account_id: str) -> Call:
-    match = _LAMBDA_PATH.match(parts.path)
-    rest = (match.group("rest") or "").rstrip("/") if match else ""
-    operation = DATA["lambda_operations"].get(f"{request.method} {rest}") if match else None
-    if match is None or operation is None:
-        return Call("lambda", request.method, (), unmapped=f"lambda {request.method} {parts.path}")
-    # FunctionName: a name, a partial ARN (ACCOUNT:function:NAME) or an ARN, each with an
-    # optional :QUALIFIER, or a Qualifier parameter (Lambda API reference, Invoke).
-    name = unquote(match.group("name"))
-    if name.startswith("arn:"):
-        arn = name
-    elif ":function:" in name:
-        arn = f"arn:aws:lambda:{region}:{name}"
-    else:
-        arn = f"arn:aws:lambda:{region}:{account_id}:function:{name}"
-    qualifier = parse_qs(parts.query).get("Qualifier", [None])[0]
-    if qualifier and arn.count(":") == 6:
-        arn += f":{qualifier}"
-    return Call("lambda", operation, (Check(f"lambda:{operation}", arn),))
-
-
-def _s3_call(request: Any, parts: Any, host_bucket: str | None) -> Call:
-    path = parts.path[1:] if parts.path.startswith("/") else parts.path
-    if host_bucket:
-        bucket, key = host_bucket, unquote(path)
-    else:
-        bucket, key = (unquote(p) for p in path.partition("/")[::2])
-    query = parse_qs(parts.query, keep_blank_values=True)
-    subresources = sorted(k for k in query if k not in DATA["s3_plain_parameters"])
-    method, head = request.method, request.method == "HEAD"
-    if "uploadId" in query:
-        subresources = ["uploadId"]
-    if len(subresources) > 1 or not bucket:
-        return Call("s3", method, (), unmapped=f"s3 {method} ?{parts.query}")
-    sub = subresources[0] if subresources else ""
-    if not key and (method, sub) == ("POST", "delete"):
-        return _s3_delete_objects(request, bucket)
-    action = DATA["s3_object" if key else "s3_bucket"].get(f"{method} {sub}")
-    if action is None:
-        kind = "object" if key else "bucket"
-        return Call("s3", method, (), unmapped=f"s3 {method} {kind} ?{sub}")
-    if not key:
-        return Call("s3", action, (Check(f"s3:{action}", f"arn:aws:s3:::{bucket}"),), head=head)
-    if "versionId" in query:
-        action = DATA["s3_versioned"].get(action, action)
-    checks = [Check(f"s3:{action}", f"arn:aws:s3:::{bucket}/{key}")]
-    source = _header(request, "x-amz-copy-source")
-    if source and method == "PUT":  # CopyObject, UploadPartCopy: the source is read too
+def _s3_call(operation: str, action: str, params: Mapping[str, Any], head: bool) -> Call:
+    bucket = params["Bucket"]
+    if operation == "DeleteObjects":
+        checks = [
+            Check(
+                "s3:DeleteObjectVersion" if entry.get("VersionId") else "s3:DeleteObject",
+                f"arn:aws:s3:::{bucket}/{entry['Key']}",
+            )
+            for entry in params["Delete"]["Objects"]
+        ]
+        return Call("s3", operation, tuple(checks))
+    if "Key" not in params:
+        return Call("s3", operation, (Check(f"s3:{action}", f"arn:aws:s3:::{bucket}"),), head=head)
+    if params.get("VersionId") is not None and action in DATA["s3_versioned"]:
+        action = action.replace("Object", "ObjectVersion", 1)
+    checks = [Check(f"s3:{action}", f"arn:aws:s3:::{bucket}/{params['Key']}")]
+    if source := params.get("CopySource"):  # CopyObject, UploadPartCopy: the source is read too
+        # botocore has quoted it (bucket/key?versionId=...) before the call is checked
         source_path, _, source_query = unquote(source).lstrip("/").partition("?")
         read = "GetObjectVersion" if "versionId=" in source_query else "GetObject"
         checks.append(Check(f"s3:{read}", f"arn:aws:s3:::{source_path}"))
     reads = action in ("GetObject", "GetObjectVersion")
-    return Call(
-        "s3", action, tuple(checks), missing_key_bucket=bucket if reads else None, head=head
-    )
-
-
-def _s3_delete_objects(request: Any, bucket: str) -> Call:
-    body = request.body
-    if hasattr(body, "read") or not body:
-        return Call("s3", "DeleteObjects", (), unmapped="s3 DeleteObjects without a body")
-    checks = []
-    for obj in ET.fromstring(body).iter():  # noqa: S314 - the request the caller serialised
-        if obj.tag.endswith("Object"):
-            key = next((c.text for c in obj if c.tag.endswith("Key")), None)
-            version = any(c.tag.endswith("VersionId") and c.text for c in obj)
-            action = "DeleteObjectVersion" if version else "DeleteObject"
-            checks.append(Check(f"s3:{action}", f"arn:aws:s3:::{bucket}/{key}"))
-    return Call("s3", "DeleteObjects", tuple(checks))
+    missing_key_bucket = bucket if reads else None
+    return Call("s3", operation, tuple(checks), missing_key_bucket=missing_key_bucket, head=head)
 
 
 # ---- AccessDenied as each service answers it -------------------------------------
@@ -406,74 +344,62 @@ def denied_response(call: Call, message: str) -> Response:
     return status, headers, json.dumps(error)
 
 
-def check_request(
-    principal: Principal, request: Any, send: Callable[[], Response | None]
-) -> Response | None:
-    """Answer request as AWS answers principal: denied, or sent (``send``) and answered."""
-    call = describe_call(request, principal.account_id)
-    if call is None:
-        return send()
+def check_request(principal: Principal, call: Call) -> Response | None:
+    """The service's AccessDenied if principal may not make call; None if it may."""
     if call.unmapped is not None:
         # Refused rather than let through: an action no policy was checked for is
-        # exactly what would fail deployed. Map it above to let it in.
+        # exactly what would fail deployed. Name it in iam_actions.json to let it in.
         return denied_response(call, (
             f"User: {principal.caller_arn} made a request ({call.unmapped}) the local engine "
-            "cannot map to an IAM action; onceflow/local/iam.py must learn it first"
+            "cannot map to an IAM action; onceflow/local/iam_actions.json must learn it first"
         ))  # fmt: skip
     for check in call.checks:
         decision = evaluate(principal.statements, *check)
         if decision is not Decision.ALLOWED:
             return denied_response(call, denial_message(principal, check, decision))
-    response = send()
-    # S3 tells a caller an object is missing (404) only if it may list the bucket; to
-    # any other it answers 403 AccessDenied (S3 API reference, GetObject and HeadObject,
-    # "Permissions"). For a missing version the same rule is applied (not verified).
-    if call.missing_key_bucket is None or response is None or response[0] != 404:
-        return response
-    body = response[2].encode() if isinstance(response[2], str) else bytes(response[2] or b"")
-    missing = (
-        call.head or b"<Code>NoSuchKey</Code>" in body or b"<Code>NoSuchVersion</Code>" in body
-    )
-    listing = Check("s3:ListBucket", f"arn:aws:s3:::{call.missing_key_bucket}")
-    if missing and evaluate(principal.statements, *listing) is not Decision.ALLOWED:
-        return denied_response(call, "Access Denied")
-    return response
+    return None
 
 
 # ---- installation ----------------------------------------------------------------
 
 _CONTROLS: list[AccessControl] = []
 _CONTROLS_LOCK = threading.Lock()
+_PARAMS, _CALL = "onceflow_iam_params", "onceflow_iam_call"  # in a call's request context
 
 
-def _machine_principal(arn: str) -> Principal | None:
-    return next((c.by_machine[arn] for c in reversed(_CONTROLS) if arn in c.by_machine), None)
-
-
-_SENT = "onceflow_iam_request"  # the request context's view of what a checked call sends
+def _noted(params: Any, context: Any, **_: Any) -> None:
+    """before-parameter-build: the call's parameters, read once botocore has built them."""
+    context[_PARAMS] = params
 
 
 def _refused(model: Any, params: Any, context: Any, **_: Any) -> Any:
     """before-call: a call made with an identity is checked before botocore sends it; a
-    denied one is answered there, in the service's place, and never sent."""
+    denied one is answered there, in the service's place, and never sent. A call to an
+    endpoint that is not AWS's is not checked."""
     principal = IDENTITY.get()
-    if principal is None:  # the engine, a test, the CLI: the operator's credentials
-        return None
-    request = context[_SENT] = SimpleNamespace(**params)  # botocore's url, method, headers, body
-    refused = check_request(principal, request, lambda: None)
-    return None if refused is None else hooks.answered(model, request.url, refused)
+    if principal is None or not (urlsplit(params["url"]).hostname or "").endswith(".amazonaws.com"):
+        return None  # the engine, a test, the CLI: the operator's credentials
+    region = str(context.get("client_region"))
+    call = context[_CALL] = describe_call(model, context[_PARAMS], region, principal.account_id)
+    refused = check_request(principal, call)
+    return None if refused is None else hooks.answered(model, params["url"], refused)
 
 
 def _hidden(http_response: Any, parsed: Any, model: Any, context: Any, **_: Any) -> None:
-    """after-call.s3: the answer to a checked call as check_request gives it (a missing
-    object is hidden from a caller who may not list the bucket)."""
-    principal, request = IDENTITY.get(), context.get(_SENT)
-    if principal is None or request is None or http_response.status_code != 404:
+    """after-call.s3: S3 tells a caller an object is missing (404) only if it may list the
+    bucket; to any other it answers 403 AccessDenied (S3 API reference, GetObject and
+    HeadObject, "Permissions"). For a missing version the same rule is applied (not
+    verified)."""
+    principal, call = IDENTITY.get(), context.get(_CALL)
+    if principal is None or call is None or call.missing_key_bucket is None:
         return
-    sent = (404, http_response.headers, http_response.content)
-    response = check_request(principal, request, lambda: sent)
-    if response is not sent and response is not None:
-        http, parsed_again = hooks.answered(model, request.url, response)
+    missing = call.head or parsed.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchVersion")
+    listing = Check("s3:ListBucket", f"arn:aws:s3:::{call.missing_key_bucket}")
+    if http_response.status_code != 404 or not missing:
+        return
+    if evaluate(principal.statements, *listing) is not Decision.ALLOWED:
+        denied = denied_response(call, "Access Denied")
+        http, parsed_again = hooks.answered(model, http_response.url, denied)
         http_response.status_code = http.status_code
         parsed.clear()
         parsed.update(parsed_again)
@@ -484,12 +410,14 @@ def _as_its_machine(env: Any) -> Iterator[None]:
     """A state's work as its machine's role (hooks.Stages.machine_role): a task's work
     runs on a thread of its own, and Map and Parallel branches on theirs, so the
     identity is set where the work happens rather than where the execution started."""
-    arn = env.states.context_object.context_object_data["StateMachine"]["Id"]
-    with acting_as(_machine_principal(str(arn))):
+    arn = str(env.states.context_object.context_object_data["StateMachine"]["Id"])
+    principals = (c.principal_of(arn) for c in reversed(_CONTROLS))
+    with acting_as(next(filter(None, principals), None)):
         yield
 
 
 def _install(installer: Installer) -> None:
+    installer.register("before-parameter-build", _noted)
     installer.register("before-call", _refused)
     installer.register("after-call.s3", _hidden)
     installer.replace(hooks.Stages, "machine_role", staticmethod(_as_its_machine))
@@ -498,7 +426,10 @@ def _install(installer: Installer) -> None:
 def _fits() -> list[str]:
     from moto.stepfunctions.parser.asl.eval import states
 
-    moved = emits(getattr(BaseClient, "_make_api_call"), "before-call", "after-call")  # noqa: B009
+    moved = [
+        *emits(getattr(BaseClient, "_emit_api_params"), "before-parameter-build"),  # noqa: B009
+        *emits(getattr(BaseClient, "_make_api_call"), "before-call", "after-call"),  # noqa: B009
+    ]
     if "StateMachine" not in states.ContextObjectData.__annotations__:
         moved.append("moto's context object no longer names its StateMachine")
     return moved
@@ -526,10 +457,8 @@ class AccessControl:
     # Stacks whose functions and state machines run in the same engine, each as its own
     # role too: the parent template's, around a nested onceflow (Stack.nested_application).
     hosts: tuple[Stack, ...] = ()
-    principals: dict[str, Principal] = field(default_factory=dict)
-    by_function: dict[str, Principal] = field(default_factory=dict)
-    by_machine: dict[str, Principal] = field(default_factory=dict)
-    _physical: dict[str, str] = field(default_factory=dict)  # logical id -> name or ARN
+    principals: dict[str, Principal] = field(default_factory=dict)  # by logical id
+    _logical: dict[str, str] = field(default_factory=dict)  # function name or machine ARN
     _runtime: Any = None
 
     def start(self, runtime: InProcessRuntime) -> None:
@@ -543,13 +472,13 @@ class AccessControl:
             for logical_id, resource in stack.template["Resources"].items():
                 if resource["Type"] not in kinds or not stack.resource_enabled(logical_id):
                     continue
-                if logical_id in self._physical:
+                if logical_id in self.principals:
                     raise TemplateError(
                         f"{logical_id} names a resource of two stacks; the local engine "
                         "keys their roles by logical id"
                     )
-                self._physical[logical_id] = stack.refs[logical_id]
-                self._set(self._principal(stack, logical_id, resource))
+                self._logical[stack.refs[logical_id]] = logical_id
+                self.principals[logical_id] = self._principal(stack, logical_id, resource)
         load = runtime.load
         runtime.load = lambda spec: self.as_function(spec.name, load(spec))  # type: ignore[method-assign]
         self._runtime = runtime
@@ -564,13 +493,17 @@ class AccessControl:
         with _CONTROLS_LOCK:
             _CONTROLS.remove(self)
 
+    def principal_of(self, physical: str) -> Principal | None:
+        """The role of the function named physical, or of the state machine of that ARN."""
+        return self.principals.get(self._logical.get(physical, ""))
+
     def as_function(self, name: str, handler: Handler) -> Handler:
         """handler, run as the role of the function named name."""
 
         @functools.wraps(handler)
         def run_as_role(event: Any, context: Any) -> Any:
             # Looked up per call, so that override() applies to a handler already handed out.
-            with acting_as(self.by_function.get(name)):
+            with acting_as(self.principal_of(name)):
                 return handler(event, context)
 
         return run_as_role
@@ -597,11 +530,6 @@ class AccessControl:
             statements=tuple(statements),
         )
 
-    def _set(self, principal: Principal) -> None:
-        self.principals[principal.logical_id] = principal
-        by_kind = self.by_function if principal.kind == "function" else self.by_machine
-        by_kind[self._physical[principal.logical_id]] = principal
-
     def statements(self, logical_id: str) -> list[dict[str, Any]]:
         """A copy of the resolved statements the role of logical_id has now."""
         return [copy.deepcopy(dict(s)) for s in self.principals[logical_id].statements]
@@ -610,8 +538,8 @@ class AccessControl:
     def override(self, logical_id: str, statements: list[dict[str, Any]]) -> Iterator[None]:
         """Give the role of logical_id other statements for a while (tests of a missing grant)."""
         before = self.principals[logical_id]
-        self._set(replace(before, statements=tuple(copy.deepcopy(statements))))
+        self.principals[logical_id] = replace(before, statements=tuple(copy.deepcopy(statements)))
         try:
             yield
         finally:
-            self._set(before)
+            self.principals[logical_id] = before

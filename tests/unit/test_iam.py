@@ -169,33 +169,31 @@ def test_motos_own_evaluator_reads_the_policy_language_otherwise_than_iam() -> N
 
 
 class _Caught(Exception):
-    """Raised in place of sending: carries the request botocore prepared."""
+    """Raised in place of sending: carries the call as botocore's before-call sees it."""
 
-    def __init__(self, request: Any) -> None:
+    def __init__(self, model: Any, params: Any) -> None:
         super().__init__("caught")
-        self.request = request
-
-
-def captured(service: str, call: Callable[[Any], Any]) -> Any:
-    """The request botocore prepares for call(client); nothing is sent, moto answers nothing."""
-    client = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    ).client(service)  # type: ignore[call-overload]
-
-    def catch(request: Any, **_: Any) -> None:
-        raise _Caught(request)
-
-    client.meta.events.register_first("before-send", catch)  # before moto's stubber
-    with pytest.raises(_Caught) as caught:
-        call(client)
-    return caught.value.request
+        self.model, self.params = model, params
 
 
 def sent(service: str, call: Callable[[Any], Any]) -> iam.Call:
-    """What botocore sends for call(client), described as IAM sees it."""
-    described = iam.describe_call(captured(service, call), ACCOUNT)
-    assert described is not None
-    return described
+    """What call(client) asks of AWS, described as IAM sees it; nothing is sent."""
+    client = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    ).client(service)  # type: ignore[call-overload]
+    built: dict[str, Any] = {}
+
+    def note(params: Any, **_: Any) -> None:
+        built["params"] = params  # after botocore's own handlers (CopySource quoted)
+
+    def catch(model: Any, **_: Any) -> None:
+        raise _Caught(model, built["params"])
+
+    client.meta.events.register("before-parameter-build", note)
+    client.meta.events.register_first("before-call", catch)
+    with pytest.raises(_Caught) as caught:
+        call(client)
+    return iam.describe_call(caught.value.model, caught.value.params, "us-east-1", ACCOUNT)
 
 
 def checks(described: iam.Call) -> list[tuple[str, str]]:
@@ -300,17 +298,26 @@ def test_queue_state_machine_function_and_bus_requests_name_their_arns() -> None
     ]
 
 
+def test_calls_on_an_endpoint_of_their_own_are_described_by_their_operation() -> None:
+    # GIVEN calls botocore sends to an endpoint other than the service's usual one
+    # (StartSyncExecution to sync-states.REGION; ListTagsOfResource with a table ARN to
+    # the account-based DynamoDB endpoint)
+    sync = sent("stepfunctions", lambda c: c.start_sync_execution(stateMachineArn=MACHINE_ARN))
+    tags = sent("dynamodb", lambda c: c.list_tags_of_resource(ResourceArn=TABLE_ARN))
+    # WHEN IAM authorises them THEN each is its own action on its resource, not refused as
+    # a request of an unknown service
+    assert checks(sync) == [("states:StartSyncExecution", MACHINE_ARN)]
+    assert checks(tags) == [("dynamodb:ListTagsOfResource", TABLE_ARN)]
+
+
 def test_a_request_no_action_is_known_for_is_refused_not_let_through() -> None:
     # GIVEN a PartiQL statement (no mapping to an IAM action here) made by a role
     principal = iam.Principal("F", "function", "F-role", "f", ACCOUNT, (allow("*", "*"),))
     statement = sent("dynamodb", lambda c: c.execute_statement(Statement="SELECT * FROM t"))
     assert statement.unmapped is not None
-    request = captured("dynamodb", lambda c: c.execute_statement(Statement="SELECT * FROM t"))
     # WHEN the role makes it
-    answered: list[bool] = []
-    response = iam.check_request(principal, request, lambda: answered.append(True) or None)
-    # THEN it never reaches the service and the caller hears AccessDenied, naming the gap
-    assert answered == []
+    response = iam.check_request(principal, statement)
+    # THEN the caller hears AccessDenied (in the service's place: never sent), naming the gap
     assert response is not None
     status, _, body = response
     assert status == 400
@@ -428,6 +435,61 @@ def test_a_policy_template_sam_would_refuse_is_refused_with_its_reason(
     access = _access(tmp_path, text)
     # WHEN the engine would enforce the roles THEN it refuses, naming what is wrong
     with pytest.raises(TemplateError, match=message):
+        access.start(InProcessRuntime())
+    access.stop()
+    assert not iam._CONTROLS
+
+
+ROLE_TEMPLATE = (
+    "Transform: AWS::Serverless-2016-10-31\n"
+    "Resources:\n"
+    "  Counts:\n"
+    "    Type: AWS::DynamoDB::Table\n"
+    "  FnRole:\n"
+    "    Type: AWS::IAM::Role\n"
+    "    Properties:\n"
+    "      Policies:\n"
+    "        - PolicyName: counts\n"
+    "          PolicyDocument:\n"
+    "            Statement:\n"
+    "              - Effect: Allow\n"
+    "                Action: dynamodb:GetItem\n"
+    "                Resource: !Sub 'arn:aws:dynamodb:${AWS::Region}:${AWS::AccountId}:"
+    "table/${Counts}'\n"
+    "  Fn:\n"
+    "    Type: AWS::Serverless::Function\n"
+    "    Properties:\n"
+    "      CodeUri: functions/\n"
+    "      Handler: app.handler\n"
+    "      Role: !GetAtt FnRole.Arn\n"
+)
+
+
+def test_a_role_of_the_template_gives_its_inline_policies_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a function whose Role is an AWS::IAM::Role of the template
+    access = _access(tmp_path, ROLE_TEMPLATE)
+    # WHEN the engine starts enforcing the roles
+    access.start(InProcessRuntime())
+    try:
+        statements = access.statements("Fn")
+    finally:
+        access.stop()
+    # THEN the role's own statements, resolved, are the function's: no SAM basic policy
+    table = f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/counts"
+    assert iam.evaluate(statements, "dynamodb:GetItem", table) is iam.Decision.ALLOWED
+    assert iam.evaluate(statements, "dynamodb:PutItem", table) is iam.Decision.IMPLICIT_DENY
+    assert iam.evaluate(statements, "logs:PutLogEvents", "*") is iam.Decision.IMPLICIT_DENY
+
+
+def test_a_role_with_managed_policies_is_refused(tmp_path: Path) -> None:
+    # GIVEN the role given a managed policy besides (its statements are not in the template)
+    managed = "      ManagedPolicyArns: [arn:aws:iam::aws:policy/ReadOnlyAccess]\n"
+    text = ROLE_TEMPLATE.replace("      Policies:\n", managed + "      Policies:\n", 1)
+    access = _access(tmp_path, text)
+    # WHEN the engine would enforce the roles THEN it refuses, naming the role
+    with pytest.raises(TemplateError, match="FnRole: managed policies are not enforced"):
         access.start(InProcessRuntime())
     access.stop()
     assert not iam._CONTROLS
