@@ -117,7 +117,8 @@ class Installer:
 
     def replace(self, owner: Any, name: str, value: Any) -> Any:
         """owner.name = value; returns what owner.name gave before (to delegate to)."""
-        before_raw, before = vars(owner).get(name, _ABSENT), getattr(owner, name, None)
+        before_raw = vars(owner).get(name, _ABSENT)
+        before = getattr(owner, name, None)
         setattr(owner, name, value)
         self.done.append((owner, name, before_raw, vars(owner).get(name)))
         return before
