@@ -94,8 +94,7 @@ _INSTALLED: list[Installed] = []
 
 def problems() -> dict[str, list[str]]:
     """Every patch that does not fit the installed moto, with why (empty: all fit)."""
-    found = {p.name: p.problems() for p in _all()}
-    return {name: listed for name, listed in found.items() if listed}
+    return {p.name: found for p in _all() if (found := p.problems())}
 
 
 def install(state: EngineState) -> Installed:
