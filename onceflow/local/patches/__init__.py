@@ -1,14 +1,11 @@
-"""Every change the local engine makes to moto and botocore: ``hooks`` (the engine's
-instruments, state per engine), ``fidelity`` (moto made to do what AWS does),
-``speedups`` (moto made faster, pinned), ``registry`` (what a patch is, how patches go
-in and out); AWS's quotas (onceflow/local/limits/) and IAM (onceflow/local/iam.py)
-are patches too. The first engine's ``install`` puts them in place, the last one's
-``uninstall`` takes them away.
+"""Every change the local engine makes to moto and botocore (docs/local-engine.md, "The
+engine's patches"): ``hooks``, ``fidelity``, ``speedups``, AWS's quotas (limits/) and IAM
+(iam.py), each a ``registry.Patch``. The first engine's ``install`` puts them in place,
+the last one's ``uninstall`` takes them away.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import re
 import threading
@@ -71,26 +68,24 @@ def _speedups() -> tuple[Patch, ...]:
     return tuple(speedups.PATCHES)
 
 
-@functools.cache
-def _patches() -> tuple[Patch, ...]:
-    """Every patch, in order: each wraps what earlier ones put in place, or fills the
-    hooks' Stages. Built on first use: limits and iam import this."""
-    from onceflow.local import iam, limits
+def _all() -> tuple[Patch, ...]:
+    """PATCHES, every patch in order: each wraps what earlier ones put in place, or fills
+    the hooks' Stages. Built on first use (limits and iam import this), or as a test set it."""
+    if "PATCHES" not in globals():
+        from onceflow.local import iam, limits
 
-    # iam last: a state's work runs as its machine's role, inside the limits
-    kinds = (hooks, fidelity, distributed_map, integrations, executions, express_arn, s3_inventory,
-             s3_objects, paths)  # fmt: skip
-    return (*_speedups(), *(p for kind in (*kinds, limits, iam) for p in kind.PATCHES))
+        # iam last: a state's work runs as its machine's role, inside the limits
+        kinds = (hooks, fidelity, distributed_map, integrations, executions, express_arn,
+                 s3_inventory, s3_objects, paths, limits, iam)  # fmt: skip
+        globals()["PATCHES"] = (*_speedups(), *(p for kind in kinds for p in kind.PATCHES))
+    patches: tuple[Patch, ...] = globals()["PATCHES"]
+    return patches
 
 
 def __getattr__(name: str) -> tuple[Patch, ...]:
     if name != "PATCHES":
         raise AttributeError(name)
-    return _patches()
-
-
-def _all() -> tuple[Patch, ...]:
-    return globals().get("PATCHES") or _patches()  # PATCHES: as a test set it
+    return _all()
 
 
 _LOCK = threading.Lock()
@@ -99,8 +94,7 @@ _INSTALLED: list[Installed] = []
 
 def problems() -> dict[str, list[str]]:
     """Every patch that does not fit the installed moto, with why (empty: all fit)."""
-    found = {p.name: p.problems() for p in _all()}
-    return {name: listed for name, listed in found.items() if listed}
+    return {p.name: found for p in _all() if (found := p.problems())}
 
 
 def install(state: EngineState) -> Installed:

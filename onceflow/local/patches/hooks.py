@@ -1,9 +1,6 @@
-"""The engine's own instruments inside moto: its clock, request log and faults,
-handlers run in-process, and a signal when an execution ends.
-
-Each belongs to one engine (an ``EngineState``), so two engines in one process keep
-their own. A call is the engine's whose work it is: its clients and the handlers it
-runs set it; a state of an execution finds it by its state machine.
+"""The engine's own instruments inside moto: its clock, request log and faults, handlers
+run in-process, a signal when an execution ends; each engine's own (docs/local-engine.md,
+"The engine's patches": engine hooks).
 """
 
 from __future__ import annotations
@@ -167,6 +164,12 @@ def for_env(env: Any) -> EngineState | None:
 # Time scale: Retry backoff and Wait states sleep on their engine's clock, the ASL untouched.
 
 
+def _clock(env: Any) -> Clock:
+    """The clock of the engine running env (the retrier's: the one its work is for)."""
+    state = for_env(env)
+    return state.clock if state is not None else Clock()
+
+
 class _ScaledTimeModule:
     """Stands in for the ``time`` module inside moto's retrier."""
 
@@ -175,16 +178,13 @@ class _ScaledTimeModule:
 
     @staticmethod
     def sleep(seconds: float) -> None:
-        state = current()
-        Stages.pause(_ENV.get(), seconds, (state.clock if state is not None else Clock()).sleep)
+        env = _ENV.get()
+        Stages.pause(env, seconds, _clock(env).sleep)
 
 
 def _scaled_wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
-    state = for_env(env)
-    clock = state.clock if state is not None else Clock()
-    Stages.pause(
-        env, wait_seconds, functools.partial(clock.sleep, sleep=env.program_state_event.wait)
-    )
+    sleep = functools.partial(_clock(env).sleep, sleep=env.program_state_event.wait)
+    Stages.pause(env, wait_seconds, sleep)
 
 
 def _for_its_machine(original: Any) -> Any:
@@ -224,13 +224,9 @@ def _clock_fits() -> list[str]:
     ]
 
 
-# Requests: each concern on the botocore event that fits it, met in botocore's order
-# for one call (https://docs.aws.amazon.com/botocore/latest/topics/events.html):
-#   before-call        IAM (iam.py): a denied call is answered, never sent;
-#   before-send        moto's handler, each attempt: an injected fault answers in
-#                      moto's place, else moto, under Stages.serialise;
-#   response-received  the request log: each attempt's answer;
-#   after-call.s3      IAM: a missing object hidden from who may not list.
+# Requests: each concern on the botocore event that fits it, met in botocore's order for
+# one call (https://docs.aws.amazon.com/botocore/latest/topics/events.html; the table in
+# docs/local-engine.md, "The engine's patches").
 
 ENGINE_SERVICES = ("dynamodb", "sqs", "s3")  # whose requests are logged and may be faulted
 _OBJECT = "onceflow_object"  # the request context's (bucket, key), for the log
@@ -267,7 +263,7 @@ def answered(model: Any, url: str, response: tuple[int, Any, Any]) -> tuple[AWSR
 
 def _faulted(original: Any) -> Any:
     """moto's before-send handler, an engine's injected faults answering in its place
-    (no event can: docs/local-engine.md, "The request-level concerns")."""
+    (no event can: docs/local-engine.md, "The engine's patches")."""
 
     def stub(stubber: Any, event_name: str, request: Any, **kwargs: Any) -> Any:
         _, service, operation = event_name.split(".", 2)
@@ -387,8 +383,8 @@ PATCHES = (
         test=_HOOKS_TEST,
         install=_install_log,
         fits=lambda: [
-            *emits(getattr(client.BaseClient, "_emit_api_params"), "before-parameter-build"),  # noqa: B009
-            *emits(getattr(endpoint.Endpoint, "_get_response"), "response-received"),  # noqa: B009
+            *emits(vars(client.BaseClient)["_emit_api_params"], "before-parameter-build"),
+            *emits(vars(endpoint.Endpoint)["_get_response"], "response-received"),
         ],
     ),
     Patch(

@@ -1,9 +1,6 @@
-"""What a patch is, and how patches are installed and taken away again.
-
-A hook (the engine's instruments) or a fidelity patch (moto made to do what AWS
-does) that no longer fits the installed moto stops the engine with the reason. A
-speed-up (moto made faster) is pinned to the sha256 of the source it relies on;
-when that or its fits check does not match, it is left out with one warning line.
+"""What a patch is, and how patches go in and out (docs/local-engine.md, "The engine's
+patches"): a hook or fidelity patch that no longer fits stops the engine; a speed-up
+whose fits check or pinned source does not match is left out with one warning line.
 """
 
 from __future__ import annotations
@@ -44,15 +41,13 @@ def takes(function: Any, *parameters: str) -> list[str]:
     """A function a patch delegates to, if its leading parameters are no longer these."""
     found = tuple(inspect.signature(function).parameters)[: len(parameters)]
     now, was = ", ".join(found), ", ".join(parameters)
-    return (
-        [] if found == parameters else [f"{function.__qualname__} now takes ({now}), not ({was})"]
-    )
+    return [] if found == parameters else [f"{_name(function)} now takes ({now}), not ({was})"]
 
 
 def emits(function: Any, *events: str) -> list[str]:
     """botocore events a hook is registered on that function no longer emits."""
     source = inspect.getsource(function)
-    return [f"{function.__qualname__} no longer emits {e}" for e in events if f"{e}." not in source]
+    return [f"{_name(function)} no longer emits {e}" for e in events if f"{e}." not in source]
 
 
 def lacks(function: Any, *texts: str) -> list[str]:
@@ -61,15 +56,17 @@ def lacks(function: Any, *texts: str) -> list[str]:
     return [f"{_name(function)} no longer has {t!r}" for t in texts if t not in source]
 
 
+def _checked(check: Callable[[], Sequence[str]], failed: str) -> list[str]:
+    try:
+        return list(check())
+    except Exception as exc:  # moto moved so far the check itself fails
+        return [f"{failed} ({type(exc).__name__}: {exc})"]
+
+
 @dataclass(frozen=True)
 class Patch:
-    """One change to moto or botocore.
-
-    ``why``: for a fidelity patch the AWS behaviour it reproduces (and the page that
-    says so), for a speed-up what it saves, for a hook what the engine needs it for;
-    ``test`` holds it to that. ``fits`` lists what moto no longer has that it needs.
-    A speed-up's ``pinned`` sources had this ``sha256`` when it was checked against them.
-    """
+    """One change to moto or botocore (docs/local-engine.md, "The engine's patches"); a
+    speed-up's ``pinned`` sources had this ``sha256`` when it was checked against them."""
 
     name: str
     kind: Kind
@@ -82,26 +79,21 @@ class Patch:
 
     def moved(self) -> list[str]:
         """What the fits check finds moved (a check that fails is a problem too)."""
-        try:
-            return list(self.fits())
-        except Exception as exc:  # moto moved so far the check itself fails
-            return [f"its check failed ({type(exc).__name__}: {exc})"]
+        return _checked(self.fits, "its check failed")
 
     def pinned_sha256(self) -> str:
         sources = self.pinned() if self.pinned else ()
         return hashlib.sha256(b"".join(inspect.getsource(x).encode() for x in sources)).hexdigest()
 
+    def _pin_changed(self) -> list[str]:
+        if os.environ.get(BREAK_PINS_ENV) != "1" and self.pinned_sha256() == self.sha256:
+            return []
+        return [f"{self.name} changed: re-check the patch that follows it"]
+
     def problems(self) -> list[str]:
-        """What moved, and the pinned source if it changed."""
-        found = self.moved()
-        if self.pinned is None:
-            return found
-        try:
-            same = os.environ.get(BREAK_PINS_ENV) != "1" and self.pinned_sha256() == self.sha256
-        except Exception as exc:  # the pinned source is gone
-            return [*found, f"its pin's check failed ({type(exc).__name__}: {exc})"]
-        changed = f"{self.name} changed: re-check the patch that follows it"
-        return found if same else [*found, changed]
+        """What moved, and the pinned source if it changed (or is gone)."""
+        pin = _checked(self._pin_changed, "its pin's check failed") if self.pinned else []
+        return [*self.moved(), *pin]
 
 
 _ABSENT = object()
@@ -116,7 +108,7 @@ class Installer:
 
     def register(self, event: str, handler: Callable[..., Any]) -> None:
         """handler on botocore's event after those there, for every session made from now
-        on (BUILTIN_HANDLERS, where moto registers its stubber) and boto3's default one."""
+        on and boto3's default one (docs/local-engine.md, "The engine's patches")."""
         BUILTIN_HANDLERS.append((event, handler))
         session = boto3.DEFAULT_SESSION
         if session is not None:
@@ -146,8 +138,7 @@ class Installer:
             owner, name, before_raw, ours = self.done.pop()
             if vars(owner).get(name, _ABSENT) is not ours:
                 left.append(f"{_name(owner)}.{name}")
-                continue
-            if before_raw is _ABSENT:
+            elif before_raw is _ABSENT:
                 delattr(owner, name)
             else:
                 setattr(owner, name, before_raw)
@@ -183,7 +174,6 @@ def install_all(patches: Sequence[Patch]) -> Installed:
                 installed.patches.append(patch)
             elif patch.name not in _WARNED:  # one line per speed-up and process
                 _WARNED.add(patch.name)
-                problem = installed.skipped[patch.name][0]
                 LOG.warning("onceflow: speed-up '%s' left out (%s); moto's own code runs instead",
-                            patch.name, problem)  # fmt: skip
+                            patch.name, installed.skipped[patch.name][0])  # fmt: skip
         return installed

@@ -1,9 +1,6 @@
-"""Speed-ups: each makes moto (or botocore) do the same thing faster.
-
-Each is pinned to the sha256 of the source it follows or relies on; when moto's
-changes, the speed-up is left out with one warning line and moto's code runs:
-slower, never different. Each has a test comparing it with moto alone, and stays
-while bench/measure_speedups.py measures a clear gain (docs/local-engine.md).
+"""Speed-ups: moto (or botocore) doing the same thing faster (docs/local-engine.md, "The
+engine's patches" and "What each speed-up gains"). A pin covers its sources' text and
+decorators, so a fits check here checks only what no pin covers.
 """
 
 from __future__ import annotations
@@ -11,10 +8,8 @@ from __future__ import annotations
 import collections
 import copy
 import functools
-import inspect
 import math
 import os
-import re
 import sys
 import threading
 import time
@@ -105,25 +100,20 @@ def _install_validation(installer: Installer) -> None:
 
 
 # One client per service. Clients are thread-safe once built, under a lock (boto3's
-# default session is not); moto picks the endpoint (stubber or server) as it builds one.
+# default session is not); moto picks the endpoint (stubber or server) as it builds one,
+# and ignores state_credentials (the pin holds it to that).
 _original_boto_client_for = moto_boto_client.boto_client_for
 _CLIENTS: dict[tuple[str, str, bool], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
 def _cached_boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
-    key = (region, service, bool(moto_botocore_stubber.enabled))  # moto ignores credentials
+    key = (region, service, bool(moto_botocore_stubber.enabled))
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
             client = _CLIENTS[key] = _original_boto_client_for(region, service)
     return client
-
-
-def _clients_fit() -> list[str]:
-    if "state_credentials." in inspect.getsource(_original_boto_client_for):
-        return ["moto's boto_client_for now uses state_credentials"]
-    return lacks(_original_boto_client_for, "boto3.client(")
 
 
 def _install_clients(installer: Installer) -> None:
@@ -132,7 +122,8 @@ def _install_clients(installer: Installer) -> None:
             installer.replace(module, "boto_client_for", _cached_boto_client_for)
 
 
-# URL tables built once: a table depends on the backend's class and two settings only.
+# URL tables built once: a table depends on the backend's class and two settings only
+# (the pins hold the settings to these variables).
 _URL_SETTINGS = ("MOTO_S3_CUSTOM_ENDPOINTS", "MOTO_ENABLE_ISO_REGIONS")
 _original_urls: Callable[[Any], dict[str, Any]] = vars(base_backend.BaseBackend)["urls"].fget
 _URLS: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -212,6 +203,13 @@ def _validator_deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
     return copy.deepcopy(value, memo)
 
 
+def _deepcopy_fits() -> list[str]:
+    """The validators module's deepcopy is still copy.deepcopy (or ours): no pin covers it."""
+    if vars(ddb_validators).get("deepcopy") in (copy.deepcopy, _validator_deepcopy):
+        return []
+    return [f"{ddb_validators.__name__}.deepcopy is not what the speed-up replaces"]
+
+
 # Local requests not signed: moto reads only the access key. Such a request gets a
 # header of the same form with a dummy signature; requests to AWS, presigned URLs, S3
 # (whose signer frames the body) and under moto's IAM auth are signed as ever.
@@ -246,7 +244,8 @@ _cached_sanitize = functools.lru_cache(maxsize=1024)(_original_sanitize)
 
 # Object versions listed under their prefix: moto is given only the keys under it (and
 # the marker's, where it resumes); a marker without a version id stays moto's (what it
-# skips depends on every key).
+# skips depends on every key). moto's list_object_versions uses no more of its backend
+# than self.get_bucket and bucket.keys (the pin holds it to that).
 _ORIGINAL_LIST_OBJECT_VERSIONS = s3_models.S3Backend.list_object_versions
 
 
@@ -278,13 +277,6 @@ def _prefixed_list_object_versions(
     )
 
 
-def _prefixed_versions_fit() -> list[str]:
-    body = inspect.getsource(_ORIGINAL_LIST_OBJECT_VERSIONS)
-    used = {name: set(re.findall(rf"\b{name}\.(\w+)", body)) for name in ("self", "bucket")}
-    plain = used == {"self": {"get_bucket"}, "bucket": {"keys"}}
-    return [] if plain else [f"moto's list_object_versions uses more of its backend: {used}"]
-
-
 def _speedup(
     name: str,
     why: str,
@@ -296,8 +288,7 @@ def _speedup(
 ) -> Patch:
     """A speed-up; install may be (owner, name, value): owner.name = value."""
     if isinstance(install, tuple):
-        owner, attribute, value = install
-        install = functools.partial(_replace, owner, attribute, value)
+        install = functools.partial(_replace, *install)
     test = "tests/unit/test_patches.py::" + test
     return Patch(name, "speedup", why, test, install, fits, pinned=pinned, sha256=sha256)
 
@@ -306,15 +297,6 @@ def _replace(owner: Any, name: str, value: Any, installer: Installer) -> None:
     installer.replace(owner, name, value)
 
 
-def _keeps(owner: Any, name: str, *allowed: Any) -> list[str]:
-    """owner.name, if it is none of allowed nor an instance of an allowed class."""
-    value = vars(owner).get(name)
-    if any(value is a or (isinstance(a, type) and isinstance(value, a)) for a in allowed):
-        return []
-    return [f"{getattr(owner, '__name__', owner)}.{name} is not what the speed-up replaces"]
-
-
-_DDB_VALIDATOR = ddb_validators.Validator.__init__
 PATCHES = (
     _speedup(
         "one parse per definition",
@@ -323,10 +305,7 @@ PATCHES = (
         (execution_worker.ExecutionWorker, "_get_evaluation_entrypoint", _cached_entrypoint),
         lambda: [_original_entrypoint, vars(eval_component.EvalComponent)["heap_key"].fget],
         "342e43cd45c316f356d3b3943261c583a6e1df26d9c2f20c9c7fb15f480fc51d",
-        lambda: [
-            *lacks(_original_entrypoint, "AmazonStateLanguageParser.parse"),
-            *lacks(max_attempts_decl, "env.heap"),
-        ],
+        lambda: lacks(max_attempts_decl, "env.heap"),  # a Retry's count is the execution's
     ),
     _speedup(
         "a definition validated once",
@@ -335,12 +314,6 @@ PATCHES = (
         _install_validation,
         lambda: [_original_validate_definition],
         "a5921e3d3b46dcd341ec3a64e61af486cd2f843751a1890e07e9ea0f0008569b",
-        lambda: [
-            *lacks(_original_validate_definition, "AmazonStateLanguageParser.parse(definition)"),
-            *_keeps(
-                sfn_parser_models.StepFunctionsParserBackend, "_validate_definition", staticmethod
-            ),
-        ],
     ),
     _speedup(
         "one client per service",
@@ -349,7 +322,6 @@ PATCHES = (
         _install_clients,
         lambda: [_original_boto_client_for],
         "1f44dc2ac8aa2179df62365a6e5ea377f1770ea828a0f107440a2554f1b4edb8",
-        _clients_fit,
     ),
     _speedup(
         "URL tables built once",
@@ -363,12 +335,6 @@ PATCHES = (
             moto_settings.enable_iso_regions,
         ],
         "c215c5ba4b2c67495d68fdf28e0883399f844257bed0c500355ca46ec7b329c6",
-        lambda: [
-            *lacks(vars(s3_models.S3Backend)["_url_module"].fget, "reload("),
-            *lacks(moto_settings.get_s3_custom_endpoints, _URL_SETTINGS[0]),
-            *lacks(moto_settings.enable_iso_regions, _URL_SETTINGS[1]),
-            *_keeps(base_backend.BaseBackend, "urls", property),
-        ],
     ),
     _speedup(
         "ConditionExpressions lexed once",
@@ -383,27 +349,17 @@ PATCHES = (
         "moto's validator deep-copied the parsed UpdateExpression for every UpdateItem.",
         "test_the_validator_copies_a_plain_tree_as_deepcopy_does_and_anything_else_with_deepcopy",
         (ddb_validators, "deepcopy", _validator_deepcopy),
-        lambda: [_DDB_VALIDATOR, _AST_NODE],
+        lambda: [ddb_validators.Validator.__init__, _AST_NODE],
         "5dd4c7da2755c23564da082a7558b8a934be0ea3f388dd9109d9876d9505e1c0",
-        lambda: [
-            *lacks(_DDB_VALIDATOR, "deepcopy(expression)"),
-            *_keeps(ddb_validators, "deepcopy", copy.deepcopy, _validator_deepcopy),
-        ],
+        _deepcopy_fits,
     ),
     _speedup(
         "local requests not signed",
         "botocore computed a SigV4 signature nobody checks for every local request.",
         "test_local_requests_carry_a_dummy_signature_and_the_rest_are_signed",
         (botocore.signers.RequestSigner, "sign", _sign_unless_local),
-        lambda: [botocore.signers.RequestSigner.__init__, _original_sign],
+        lambda: [botocore.signers.RequestSigner.__init__, _original_sign],  # the fields it reads
         "8581c0ad983d4732dc340a5ee9873926e8051643a488c5bc224ad76cf6570791",
-        lambda: lacks(
-            botocore.signers.RequestSigner.__init__,
-            *(
-                f"self._{name} ="
-                for name in ("credentials", "region_name", "signing_name", "signature_version")
-            ),
-        ),
     ),
     _speedup(
         "user agent sanitised once",
@@ -421,6 +377,5 @@ PATCHES = (
         (s3_models.S3Backend, "list_object_versions", _prefixed_list_object_versions),
         lambda: [_ORIGINAL_LIST_OBJECT_VERSIONS],
         "268a5f62e83a572464f0dd13c2048e20e8b1ef39ea09aae8be0248b286dc71b4",
-        _prefixed_versions_fit,
     ),
 )
