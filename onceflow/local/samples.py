@@ -11,6 +11,7 @@ them, or are refused with the sample to use. Every change is reported.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import io
@@ -194,11 +195,10 @@ def ensure_ingest_bucket(engine: LocalEngine) -> list[str]:
     ingest = engine.ingest_bucket()
     if engine.ref("IngestBucket") == ingest:
         return []
-    try:
+    # ExistingBucketName: on AWS the bucket is the user's; the local stack may have none.
+    with contextlib.suppress(ClientError):
         s3.head_bucket(Bucket=ingest)
         return []
-    except ClientError:
-        pass  # ExistingBucketName: on AWS the bucket is the user's; the local stack has none
     s3.create_bucket(Bucket=ingest)
     # Configured as docs/existing-bucket.md asks of the user's bucket, and as the doctor checks.
     s3.put_bucket_versioning(Bucket=ingest, VersioningConfiguration={"Status": "Enabled"})
@@ -272,13 +272,11 @@ def _prepare_object(
     s3 = engine.client("s3")
     notes += ensure_ingest_bucket(engine)
     version = obj.get(version_field)
-    try:
+    with contextlib.suppress(ClientError):  # not there yet: upload the sample below
         s3.head_object(
             Bucket=bucket, Key=key, **({"VersionId": version} if isinstance(version, str) else {})
         )
         return notes
-    except ClientError:
-        pass  # not there yet: upload the sample below
     uploaded = _earlier_sample(s3, bucket, key, version)
     announce = uploaded is None
     if uploaded is not None:
