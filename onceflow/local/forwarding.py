@@ -1,16 +1,11 @@
 """Commands sent to a running `onceflow up`: its address file, the signed protocol, the client.
 
-While `onceflow up` runs, the FORWARDED commands send their command line to it
-(POST /run {"argv": [...]}) and run there, on its one engine (server.py), so the
-ledger, buckets, queues and histories carry over between commands; the answer is
-the exit code, stdout and stderr. The address is in the project's
-.onceflow/server.json; a stale file (no answer) is ignored.
-
-The token in that file never travels: each request carries a fresh nonce and an
-HMAC of it (and of the method, path and body) under the token, each answer an HMAC
-of the nonce and the answer, checked before it is trusted, so a program that took
-a stale file's port learns nothing and cannot answer for the server.
-This side imports no engine (and no moto): every command checks here first.
+While it runs, the FORWARDED commands run on its one engine (server.py); the address is in
+the project's .onceflow/server.json. docs/local-engine.md ("One engine for many commands")
+gives the protocol: the token never travels; each request carries a fresh nonce and an HMAC
+of it (and of the method, path and body), each answer an HMAC of the nonce and the answer,
+checked before it is trusted. This side imports no engine (and no moto): every command
+checks here first.
 """
 
 from __future__ import annotations

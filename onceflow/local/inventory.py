@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote_plus
 
+from onceflow.local.iam import statement_matches
+
 VERSION = "2016-11-30"
 ROWS_PER_FILE = 1_000_000  # where S3 starts a new data file is its own choice
 VERSION_COLUMNS = ("VersionId", "IsLatest", "IsDeleteMarker")
@@ -31,6 +33,7 @@ OPTIONAL_ORDER = (
 REPRODUCED = frozenset(
     {"Size", "LastModifiedDate", "ETag", "StorageClass", "IsMultipartUploaded", "EncryptionStatus"}
 )
+_OPERATORS = ("ArnLike", "ArnEquals", "StringLike", "StringEquals")  # in a delivery's policy
 _MULTIPART_ETAG = re.compile(r".*-\d+")
 _ENCRYPTION = {"AES256": "SSE-S3", "aws:kms": "SSE-KMS", "aws:kms:dsse": "DSSE-KMS"}
 
@@ -49,10 +52,9 @@ def columns(configuration: dict[str, Any]) -> list[str]:
     optional = configuration.get("OptionalFields", [])
     if not isinstance(optional, list) or not all(isinstance(f, str) for f in optional):
         raise InventoryConfigurationError("OptionalFields must be a list of field names")
-    if unknown := set(optional) - set(OPTIONAL_ORDER):
-        raise InventoryConfigurationError(f"OptionalFields not known here: {sorted(unknown)}")
-    if missing := set(optional) - REPRODUCED:
-        raise InventoryConfigurationError(f"OptionalFields not reproduced: {sorted(missing)}")
+    for known, why in ((set(OPTIONAL_ORDER), "not known here"), (REPRODUCED, "not reproduced")):
+        if refused := set(optional) - known:
+            raise InventoryConfigurationError(f"OptionalFields {why}: {sorted(refused)}")
     head = ["Bucket", "Key", *(VERSION_COLUMNS if versions == "All" else ())]
     return head + [field for field in OPTIONAL_ORDER if field in optional]
 
@@ -112,9 +114,6 @@ def _md5(body: bytes) -> str:
     return hashlib.md5(body, usedforsecurity=False).hexdigest()
 
 
-_OPERATORS = ("ArnLike", "ArnEquals", "StringLike", "StringEquals")
-
-
 def _values(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
@@ -124,14 +123,12 @@ def _condition_met(condition: Mapping[str, Any], context: Mapping[str, str]) -> 
     aws:SourceAccount): ArnLike/ArnEquals/StringLike/StringEquals on those keys. Any
     other operator or key is not modelled, and the statement then does not grant
     (harsher than AWS where it would hold)."""
-    from onceflow.local.iam import statement_matches
-
     for operator, keys in condition.items():
         for key, wanted in (keys or {}).items():
             value = context.get(key.lower())
             if value is None or operator not in _OPERATORS:
                 return False
-            like = operator.endswith("Like")
+            like = operator.endswith("Like")  # IAM's wildcards, as a Resource reads them
             if not any(
                 statement_matches({"Action": "x", "Resource": w}, "x", value)
                 if like
@@ -151,8 +148,6 @@ def delivery_refused(
     source bucket's ARN and account (S3 user guide, "Configuring Amazon S3 Inventory",
     "Creating a destination bucket policy"; docs/local-engine.md).
     Deny statements are not read (the stack's only one refuses insecure transport)."""
-    from onceflow.local.iam import statement_matches
-
     context = {"aws:sourcearn": f"arn:aws:s3:::{source_bucket}", "aws:sourceaccount": account}
     for statement in (policy or {}).get("Statement") or []:
         principal = statement.get("Principal")

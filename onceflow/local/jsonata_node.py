@@ -7,7 +7,9 @@ cross to node.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import enum
+import itertools
 import json
 import os
 import queue
@@ -51,8 +53,7 @@ class WorkerError(RuntimeError):
 
 
 class _Undefined(enum.Enum):
-    """JSONata's undefined: no value at all (JSON null is a value). One member: copies of
-    it are it."""
+    """JSONata's undefined: no value at all (JSON null is a value); copies of it are it."""
 
     UNDEFINED = 0
 
@@ -77,11 +78,9 @@ def node_executable() -> Path:
 
 
 def _node_environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("NODE_OPTIONS", None)  # nothing of the caller's node set-up reaches the worker
-    env.pop("NODE_PATH", None)
-    node_bin = str(node_executable().parent)
-    env["PATH"] = node_bin + os.pathsep + env.get("PATH", "")  # npm's own scripts find it
+    # Nothing of the caller's node set-up reaches the worker; npm's own scripts find node.
+    env = {k: v for k, v in os.environ.items() if k not in ("NODE_OPTIONS", "NODE_PATH")}
+    env["PATH"] = str(node_executable().parent) + os.pathsep + env.get("PATH", "")
     return env
 
 
@@ -122,8 +121,7 @@ class _Worker:
         # Set before a kill: a killed process can still look alive to poll()
         # until the kernel reaps it, and must not go back to the pool meanwhile.
         self.ended = False
-        ready = self._read()
-        versions = ready.get("ready") or {}
+        versions = self._read().get("ready") or {}
         if versions.get("jsonata") != JSONATA_VERSION:
             self.close()
             raise WorkerError(
@@ -135,13 +133,16 @@ class _Worker:
         line = self.process.stdout.readline()
         if not line:
             self.process.wait(timeout=5)
-            raise WorkerError(f"the jsonata worker stopped: {self._stderr_tail()}")
+            raise self._stopped()
         return json.loads(line)  # type: ignore[no-any-return]
 
-    def _stderr_tail(self) -> str:
+    def _stopped(self) -> WorkerError:
+        """The worker's last words on stderr, else its exit status."""
         self._stderr.seek(0)
         text = self._stderr.read()[-2000:].decode("utf-8", "replace").strip()
-        return text or f"exit status {self.process.poll()}"
+        return WorkerError(
+            f"the jsonata worker stopped: {text or f'exit status {self.process.poll()}'}"
+        )
 
     def call(self, request: str) -> dict[str, Any]:
         assert self.process.stdin is not None
@@ -150,13 +151,12 @@ class _Worker:
             self.process.stdin.write(request.encode("ascii") + b"\n")
             self.process.stdin.flush()
             return self._read()
-        except OSError as exc:
+        except BaseException as exc:
+            # A broken pipe, or interrupted between request and answer: the next caller
+            # would read this answer as its own. The worker goes; the pool starts another.
             self.end()
-            raise WorkerError(f"the jsonata worker stopped: {self._stderr_tail()}") from exc
-        except BaseException:
-            # Interrupted between request and answer: the next caller would read
-            # this answer as its own. The worker goes; the pool starts another.
-            self.end()
+            if isinstance(exc, OSError):
+                raise self._stopped() from exc
             raise
         finally:
             self.busy_since = None
@@ -164,9 +164,6 @@ class _Worker:
     def end(self) -> None:
         self.ended = True
         self.process.kill()
-
-    def alive(self) -> bool:
-        return not self.ended and self.process.poll() is None
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -189,30 +186,25 @@ class Evaluator:
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._keys: dict[str, int] = {}  # expression text: its key in every worker
-        self._ids = iter(range(1, sys.maxsize))
+        self._ids = itertools.count(1)
         self._closed = False
         threading.Thread(target=self._watch, name="jsonata-watchdog", daemon=True).start()
 
     def _acquire(self) -> _Worker:
         while True:
-            try:
+            with contextlib.suppress(queue.Empty):
                 return self._idle.get_nowait()
-            except queue.Empty:
-                pass
             with self._lock:
                 if self._closed:
                     raise WorkerError("the JSONata evaluator is closed")
                 if len(self._workers) < self.size:  # also after a worker died
-                    worker = _Worker()
-                    self._workers.append(worker)
-                    return worker
-            try:
+                    self._workers.append(_Worker())
+                    return self._workers[-1]
+            with contextlib.suppress(queue.Empty):
                 return self._idle.get(timeout=0.5)
-            except queue.Empty:
-                continue
 
     def _release(self, worker: _Worker) -> None:
-        if worker.alive():
+        if not worker.ended and worker.process.poll() is None:
             self._idle.put(worker)
             return
         with self._lock:  # a dead worker leaves the pool; the next caller starts another
@@ -224,12 +216,11 @@ class Evaluator:
         """End a worker whose evaluation has run too long (its caller then fails)."""
         while not self._closed:
             time.sleep(1.0)
-            now = time.monotonic()
             with self._lock:
                 workers = list(self._workers)
             for worker in workers:
                 since = worker.busy_since
-                if since is not None and now - since > EVALUATION_TIMEOUT_SECONDS:
+                if since is not None and time.monotonic() - since > EVALUATION_TIMEOUT_SECONDS:
                     worker.end()
 
     def warm(self) -> None:
@@ -297,12 +288,10 @@ def evaluator() -> Evaluator:
     """The process's evaluator, started on first use and stopped at exit. Process-wide rather
     than per engine: a node worker takes about 50 ms to start, and the tests start an engine
     for every test."""
-    pid = os.getpid()
-    if pid not in _SHARED:
-        with _SHARED_LOCK:
-            if pid not in _SHARED:
-                _SHARED[pid] = Evaluator()
-    return _SHARED[pid]
+    with _SHARED_LOCK:
+        if os.getpid() not in _SHARED:
+            _SHARED[os.getpid()] = Evaluator()
+        return _SHARED[os.getpid()]
 
 
 def evaluate(expression: str, bindings: dict[str, Any] | None = None, **options: Any) -> Any:

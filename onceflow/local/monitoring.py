@@ -1,16 +1,14 @@
 """The stack's alarms, their topic and its subscriptions, and the audit's schedule, in moto.
 
 Nothing runs them locally (no alarm fires, no schedule starts an audit): they exist so that
-what reads them on AWS (`onceflow doctor` first) reads them here alike. At the engine's start
-each gets its name and ARN (a topic's Ref is its ARN, an alarm's its name); ``materialize``
-makes them in moto when first read (``wiring.LocalStack``): about 40 ms of CPU, a tenth of a
-warm engine start (measured on this template), that an engine nobody asks saves. Each is
-made as CloudFormation and SAM make it:
-PutMetricAlarm (AWS::CloudWatch::Alarm's properties are its), CreateTopic, Subscribe, and
-CreateSchedule for a state machine's ScheduleV2 event (SAM generates an
-AWS::Scheduler::Schedule whose logical id is the machine's followed by the event's: SAM
+what reads them (`onceflow doctor`, docs/doctor.md "Locally") reads them as on AWS. At the
+engine's start each gets its name and ARN; ``materialize`` makes them in moto when first read
+(``wiring.LocalStack``): about 40 ms of CPU, a tenth of a warm engine start (measured on this
+template), that an engine nobody asks saves. Each is made as CloudFormation and SAM make it:
+PutMetricAlarm, CreateTopic, Subscribe, and CreateSchedule for a state machine's ScheduleV2
+event (an AWS::Scheduler::Schedule whose logical id is the machine's then the event's: SAM
 developer guide, "ScheduleV2"). moto confirms every subscription at once, an email one too;
-on AWS that one stays "PendingConfirmation" until its owner confirms it (not reproduced).
+on AWS that one stays "PendingConfirmation" until confirmed (not reproduced).
 """
 
 from __future__ import annotations

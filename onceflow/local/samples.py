@@ -11,6 +11,7 @@ them, or are refused with the sample to use. Every change is reported.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import io
@@ -35,6 +36,7 @@ PLACEHOLDER_BUCKETS = (PLACEHOLDER_BUCKET, "example-bucket")
 SAMPLE_OF = "onceflow-sample-of"
 PROCESSOR = "ProcessorStateMachine"
 BATCH_PROCESSOR = "BatchProcessorStateMachine"
+SQS_SAMPLE = "events/sqs-s3-notification.json"
 # What each of the stack's targets is started (or invoked) with, as a file in events/.
 SAMPLES = {
     PROCESSOR: "events/s3-object-created.json (EventBridge) or "
@@ -56,11 +58,8 @@ def _records(event: Any, source: str) -> list[dict[str, Any]] | None:
     records = event.get("Records") if isinstance(event, dict) else None
     if not isinstance(records, list) or not records:
         return None
-    return (
-        records
-        if all(isinstance(r, dict) and r.get("eventSource") == source for r in records)
-        else None
-    )
+    ours = all(isinstance(r, dict) and r.get("eventSource") == source for r in records)
+    return records if ours else None
 
 
 def _pipe_message(engine: LocalEngine, notification: Any) -> dict[str, Any]:
@@ -100,17 +99,15 @@ def _adapt(engine: LocalEngine, event: Any, target: str | None) -> tuple[Any, li
     (so the same work item as S3's EventBridge event of that object); an SQS event's
     Records are the pipe's messages, one per execution to the processor (BatchSize 1),
     up to SqsBatchSize to the batch processor. Any other target refuses them."""
-    s3, sqs = _records(event, "aws:s3"), _records(event, "aws:sqs")
-    records = s3 if s3 is not None else sqs
+    s3 = _records(event, "aws:s3")
+    records = s3 if s3 is not None else _records(event, "aws:sqs")
     if records is None or target not in SAMPLES:
         return event, []
     if s3 is not None:
         kind = "a classic S3 notification (Records[].s3)"
         if target in (PROCESSOR, BATCH_PROCESSOR):
             note = "run as the SQS message the pipe delivers it in (S3 -> source queue -> pipe"
-            return [_pipe_message(engine, event)], [
-                f"{kind}: {note}; events/sqs-s3-notification.json)"
-            ]
+            return [_pipe_message(engine, event)], [f"{kind}: {note}; {SQS_SAMPLE})"]
     else:
         kind = "a Lambda-style SQS event (Records[] of messages)"
         if target == BATCH_PROCESSOR:
@@ -122,7 +119,7 @@ def _adapt(engine: LocalEngine, event: Any, target: str | None) -> tuple[Any, li
         if target == PROCESSOR:
             raise WrongEvent(
                 f"{kind} with {len(records)} records: the pipe starts {PROCESSOR} with one message "
-                "per execution; keep one record, as events/sqs-s3-notification.json does (or "
+                f"per execution; keep one record, as {SQS_SAMPLE} does (or "
                 f"run {BATCH_PROCESSOR}, --parameter-overrides SqsSource=create SqsBatchMode=true)"
             )
     raise WrongEvent(
@@ -198,11 +195,10 @@ def ensure_ingest_bucket(engine: LocalEngine) -> list[str]:
     ingest = engine.ingest_bucket()
     if engine.ref("IngestBucket") == ingest:
         return []
-    try:
+    # ExistingBucketName: on AWS the bucket is the user's; the local stack may have none.
+    with contextlib.suppress(ClientError):
         s3.head_bucket(Bucket=ingest)
         return []
-    except ClientError:
-        pass  # ExistingBucketName: on AWS the bucket is the user's; the local stack has none
     s3.create_bucket(Bucket=ingest)
     # Configured as docs/existing-bucket.md asks of the user's bucket, and as the doctor checks.
     s3.put_bucket_versioning(Bucket=ingest, VersioningConfiguration={"Status": "Enabled"})
@@ -276,13 +272,11 @@ def _prepare_object(
     s3 = engine.client("s3")
     notes += ensure_ingest_bucket(engine)
     version = obj.get(version_field)
-    try:
+    with contextlib.suppress(ClientError):  # not there yet: upload the sample below
         s3.head_object(
             Bucket=bucket, Key=key, **({"VersionId": version} if isinstance(version, str) else {})
         )
         return notes
-    except ClientError:
-        pass  # not there yet: upload the sample below
     uploaded = _earlier_sample(s3, bucket, key, version)
     announce = uploaded is None
     if uploaded is not None:

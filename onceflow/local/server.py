@@ -1,9 +1,6 @@
-"""`onceflow up`: one local engine that outlives a command.
-
-It holds a LocalEngine and runs, one at a time, the command lines forwarded to it
-(forwarding.py: the address file, the signed protocol, the client) with ``command``
-(the CLI's main, passed in: this module does not import the CLI), handing each the
-engine (a SharedEngine) and capturing its output.
+"""`onceflow up`: one local engine that outlives a command (docs/local-engine.md, "One
+engine for many commands"). It runs the command lines forwarded to it (forwarding.py) one at a
+time with ``command`` (the CLI's main, passed in: this module does not import the CLI).
 """
 
 from __future__ import annotations

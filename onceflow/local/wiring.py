@@ -1,13 +1,11 @@
-"""The local engine's stack as `onceflow doctor` reads it: what ListStackResources and
-DescribeStacks would say, and the services the engine plays itself, as their APIs answer.
+"""The local engine's stack as `onceflow doctor` reads it (docs/doctor.md, "Locally"): what
+ListStackResources and DescribeStacks would say, and the services the engine plays itself.
 
 The engine keeps EventBridge's rules and the SQS pipe itself (moto's rules cannot start a
 state machine, and moto delivers every upload to them itself: tests/unit/test_ingress_moto),
-so their clients here answer from the engine's rules and pipes, and what changes them
-(DisableRule, PutTargets, StopPipe, UpdatePipe) changes what the engine does. S3 answers
+so their clients here answer from, and change, the engine's rules and pipes. S3 answers
 GetBucketNotificationConfiguration with the EventBridgeConfiguration moto keeps but leaves
-out. The alarms, their topic and the schedules are made in moto when it is built
-(monitoring.materialize). onceflow.ops never imports it.
+out. onceflow.ops never imports this module.
 """
 
 from __future__ import annotations

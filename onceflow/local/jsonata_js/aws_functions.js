@@ -31,24 +31,17 @@ const RANGE = `function($first, $last, $step) {
   $map([0..$floor(($last - $first) / $step)], function($i) { $first + $i * $step })
 }`;
 
-const HASH_ALGORITHMS = {
-  'MD5': 'md5',
-  'SHA-1': 'sha1',
-  'SHA-256': 'sha256',
-  'SHA-384': 'sha384',
-  'SHA-512': 'sha512',
-};
+const HASH_ALGORITHMS = ['MD5', 'SHA-1', 'SHA-256', 'SHA-384', 'SHA-512'];
 
 // $hash(value, algorithm): the hex digest of the UTF-8 bytes of a string.
 function hash(value, algorithm) {
   if (typeof value === 'undefined') {
     return undefined; // as JSONata's own string functions treat a missing argument
   }
-  const name = HASH_ALGORITHMS[algorithm];
-  if (typeof name === 'undefined') {
-    throw new Error(
-      `$hash: the algorithm must be one of ${Object.keys(HASH_ALGORITHMS).join(', ')}`);
+  if (!HASH_ALGORITHMS.includes(algorithm)) {
+    throw new Error(`$hash: the algorithm must be one of ${HASH_ALGORITHMS.join(', ')}`);
   }
+  const name = algorithm.replace('-', '').toLowerCase(); // node's: md5, sha1, sha256, ...
   return crypto.createHash(name).update(value, 'utf8').digest('hex');
 }
 

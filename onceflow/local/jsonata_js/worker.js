@@ -20,12 +20,6 @@ const aws = require('./aws_functions');
 const compiled = new Map(); // key: the compiled expression
 let clockNow = null;
 
-function compile(text) {
-  const expression = jsonata(text); // throws on a syntax error
-  aws.install(expression);
-  return expression;
-}
-
 function clockBindings(bindings, t) {
   const fixed = Object.assign({}, bindings);
   fixed.millis = () => t;
@@ -33,45 +27,48 @@ function clockBindings(bindings, t) {
   return fixed;
 }
 
-// Why a value cannot be carried as JSON, or null when it can.
+// Why a value cannot be carried as JSON, or null when it can (a loop, not
+// recursion: a value may be nested deeper than node's stack goes).
 function unsupported(value) {
   const pending = [value];
   while (pending.length > 0) {
     const item = pending.pop();
-    if (typeof item === 'function') {
+    if (typeof item === 'function' || (item && (item._jsonata_lambda || item._jsonata_function))) {
       return 'function';
     }
-    if (typeof item === 'number') {
-      if (!Number.isFinite(item)) {
-        return 'number';
-      }
-    } else if (item !== null && typeof item === 'object') {
-      if (item._jsonata_lambda || item._jsonata_function) {
-        return 'function';
-      }
-      if (Array.isArray(item)) {
-        for (const element of item) {
-          pending.push(element);
-        }
-      } else {
-        for (const key of Object.keys(item)) {
-          pending.push(item[key]);
-        }
+    if (typeof item === 'number' && !Number.isFinite(item)) {
+      return 'number';
+    }
+    if (item !== null && typeof item === 'object') {
+      for (const child of Array.isArray(item) ? item : Object.values(item)) {
+        pending.push(child);
       }
     }
   }
   return null;
 }
 
-async function answer(request) {
-  const id = request.i;
+// An error as jsonata reports it (a JavaScript error has no code).
+function failure(id, err) {
+  const code = err && typeof err.code === 'string' ? err.code : null;
+  const message = err && typeof err.message === 'string' ? err.message : String(err);
+  return { i: id, c: code, m: message };
+}
+
+// The answer to one request line. One that is not JSON is answered without an id,
+// which the caller takes for a worker out of step and ends it.
+async function answer(line) {
+  let id = null;
   try {
-    let expression = typeof request.k === 'number' ? compiled.get(request.k) : undefined;
+    const request = JSON.parse(line);
+    id = request.i;
+    let expression = compiled.get(request.k);
     if (typeof expression === 'undefined') {
       if (typeof request.x !== 'string') {
         return { i: id, c: 'ONCEFLOW', m: `no expression ${request.k} here` };
       }
-      expression = compile(request.x);
+      expression = jsonata(request.x); // throws on a syntax error
+      aws.install(expression);
       if (typeof request.k === 'number') {
         compiled.set(request.k, expression);
       }
@@ -85,14 +82,9 @@ async function answer(request) {
       return { i: id, u: 1 };
     }
     const reason = unsupported(result);
-    if (reason !== null) {
-      return { i: id, s: reason };
-    }
-    return { i: id, v: result };
+    return reason === null ? { i: id, v: result } : { i: id, s: reason };
   } catch (err) {
-    const code = err && typeof err.code === 'string' ? err.code : null;
-    const message = err && typeof err.message === 'string' ? err.message : String(err);
-    return { i: id, c: code, m: message };
+    return failure(id, err);
   }
 }
 
@@ -109,19 +101,14 @@ async function main() {
     // One at a time: jsonata keeps each compiled expression's clock in a
     // closure, so two evaluations of one expression must not interleave.
     queue = queue.then(async () => {
-      let reply;
-      try {
-        reply = await answer(JSON.parse(line));
-      } catch (err) {
-        reply = { i: null, c: 'ONCEFLOW', m: `unreadable request: ${err}` };
-      }
+      const reply = await answer(line);
       let text;
       try {
         text = JSON.stringify(reply);
       } catch (err) {
         // A value nested deeper than JSON.stringify's stack goes: the
         // evaluation fails with JavaScript's error; the worker lives on.
-        text = JSON.stringify({ i: reply.i, c: null, m: err && err.message ? err.message : String(err) });
+        text = JSON.stringify(failure(reply.i, err));
       }
       out.write(text + '\n');
     });
