@@ -19,12 +19,9 @@ from onceflow.local.patches.registry import gone, takes
 # Docs: "DynamoDB item sizes and formats"; "Supported data types".
 DYNAMODB_ITEM_LIMIT: Final = 400 * 1024
 DYNAMODB_NUMBER_DIGITS: Final = 38
-_NUMBER_OVERFLOW: Final = (
-    "Number overflow. Attempting to store a number with magnitude larger than supported range"
-)
-_NUMBER_UNDERFLOW: Final = (
-    "Number underflow. Attempting to store a number with magnitude smaller than supported range"
-)
+_MAGNITUDE: Final = "Attempting to store a number with magnitude {} than supported range"
+_NUMBER_OVERFLOW: Final = "Number overflow. " + _MAGNITUDE.format("larger")
+_NUMBER_UNDERFLOW: Final = "Number underflow. " + _MAGNITUDE.format("smaller")
 _NUMBER_DIGITS: Final = "Attempting to store more than 38 significant digits in a Number"
 _TABLE: Final = "[a-zA-Z0-9_.-]+"  # a table's name; an ARN names it too
 _ORIGINAL: dict[Any, Any] = {}

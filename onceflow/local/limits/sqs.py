@@ -36,7 +36,8 @@ def sqs_message_size(body: str, attributes: Mapping[str, Any] | None) -> int:
     return size
 
 
-def _check_sqs_message(queue: Any, body: str, attributes: Mapping[str, Any] | None) -> None:
+def _checked_size(queue: Any, body: str, attributes: Mapping[str, Any] | None) -> int:
+    """The message's size, once its characters and size pass SQS's checks."""
     texts = [("the message body", body)] + [
         (f"the value of message attribute '{name}'", value.get("StringValue"))
         for name, value in (attributes or {}).items()
@@ -49,26 +50,25 @@ def _check_sqs_message(queue: Any, body: str, attributes: Mapping[str, Any] | No
                 f"Invalid binary character '#x{ord(found.group()):X}' was found in {where}, "
                 f"the set of allowed characters is {_SQS_ALLOWED}.",
             )
-    if sqs_message_size(body, attributes) > (most := int(queue.maximum_message_size)):
+    if (size := sqs_message_size(body, attributes)) > (most := int(queue.maximum_message_size)):
         reason = f"Message must be shorter than {most} bytes."
         raise InvalidParameterValue(f"One or more parameters are invalid. Reason: {reason}")
+    return size
 
 
 def _send_message(self: Any, queue_name: str, message_body: str, *args: Any, **kwargs: Any) -> Any:
     if message_body is None:  # SQS's own answer (moto's size check met None and crashed)
         raise MissingParameter("MessageBody")
     attributes = kwargs.get("message_attributes", args[0] if args else None)
-    _check_sqs_message(self.get_queue(queue_name), message_body, attributes)
+    _checked_size(self.get_queue(queue_name), message_body, attributes)
     return _ORIGINAL[_send_message](self, queue_name, message_body, *args, **kwargs)
 
 
 def _send_message_batch(self: Any, queue_name: str, entries: dict[str, dict[str, Any]]) -> Any:
     queue = self.get_queue(queue_name)
+    total = 0
     for entry in entries.values():
-        _check_sqs_message(queue, entry["MessageBody"], entry.get("MessageAttributes"))
-    total = sum(
-        sqs_message_size(e["MessageBody"], e.get("MessageAttributes")) for e in entries.values()
-    )
+        total += _checked_size(queue, entry["MessageBody"], entry.get("MessageAttributes"))
     if total > SQS_BATCH_LIMIT:
         raise BatchRequestTooLong(total)
     return _ORIGINAL[_send_message_batch](self, queue_name, entries)

@@ -4,6 +4,7 @@ events per STANDARD execution, five minutes per EXPRESS one."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -12,7 +13,6 @@ from typing import Any, Final
 from moto.core.exceptions import AWSError
 from moto.stepfunctions.parser.api import ExecutionStatus, StateMachineType
 from moto.stepfunctions.parser.api import HistoryEventType as Event
-from moto.stepfunctions.parser.asl.component import eval_component
 from moto.stepfunctions.parser.asl.component.common.assign import assign_decl
 from moto.stepfunctions.parser.asl.component.common.error_name import failure_event
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
@@ -29,8 +29,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 )
 from moto.stepfunctions.parser.asl.eval import environment as sfn_environment
 from moto.stepfunctions.parser.asl.eval.event import event_manager as sfn_event_manager
-from moto.stepfunctions.parser.backend import execution as sfn_execution
-from moto.stepfunctions.parser.backend import execution_worker
+from moto.stepfunctions.parser.backend import execution, execution_worker
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
@@ -119,21 +118,18 @@ def _assign(self: Any, env: Any) -> None:
         binding.eval(env=env)
         declarations.update(env.stack.pop())
     store = env.variable_store
+    every = {**store._outer_scope, **store._inner_scope, **declarations}
     if json_bytes(declarations) > STATE_SIZE_LIMIT:
         what = "variables with a size exceeding"
-    elif (
-        json_bytes({**store._outer_scope, **store._inner_scope, **declarations})
-        > VARIABLES_SIZE_LIMIT
-    ):
+    elif json_bytes(every) > VARIABLES_SIZE_LIMIT:
         what = "variables that bring the execution's variables over"
     else:
-        what = ""
-    if what:
-        state = env.states.context_object.context_object_data.get("State") or {}
-        cause = f"The state/task '{state.get('Name', '')}' assigned {what} {_TOO_LARGE}"
-        raise _data_limit(env, Event.TaskFailed, cause)
-    for identifier, value in declarations.items():
-        store.set(variable_identifier=identifier, variable_value=value)
+        for identifier, value in declarations.items():
+            store.set(variable_identifier=identifier, variable_value=value)
+        return
+    state = env.states.context_object.context_object_data.get("State") or {}
+    cause = f"The state/task '{state.get('Name', '')}' assigned {what} {_TOO_LARGE}"
+    raise _data_limit(env, Event.TaskFailed, cause)
 
 
 # ---- 25,000 history events (STANDARD), five minutes (EXPRESS) ---------------------
@@ -184,17 +180,15 @@ class ExecutionLimits:
         """
         if self.closed:
             return
-        if not self.express:
-            sleep(seconds)
-            return
-        left = max(self.remaining(), 0.0)
+        left = max(self.remaining(), 0.0) if self.express else math.inf
         sleep(min(seconds, left))
         self.advance(min(seconds, left))
         if seconds >= left:
             self.close_express()
 
     def advance(self, seconds: float) -> None:
-        """A sleep of seconds on the engine's clock took seconds * scale in real time."""
+        """A sleep of seconds on the engine's clock took seconds * scale in real time
+        (counted for EXPRESS executions only)."""
         self.virtual += seconds * (1.0 - self.clock.scale)
 
     def last_event_id(self) -> int:
@@ -297,25 +291,23 @@ def _program_eval(self: Any, env: Any) -> None:
     if record is None or not record.express or env.is_frame():
         _ORIGINAL[_program_eval](self, env)
         return
-    timeout = self.timeout_seconds.timeout_seconds if self.timeout_seconds else None
+    timeout = self.timeout_seconds.timeout_seconds if self.timeout_seconds else math.inf
     env.next_state_name = self.start_at.start_at_name
     worker = threading.Thread(
-        target=eval_component.EvalComponent.eval, args=(self, env), daemon=True
+        target=super(sfn_program.Program, self).eval, args=(env,), daemon=True
     )
     TMP_THREADS.append(worker)
     worker.start()
-    started = time.monotonic()
+    ends = time.monotonic() + timeout
     while worker.is_alive():
-        if (left := record.remaining()) <= 0:
+        if record.remaining() <= 0:
             record.close_express()
-            return
-        if timeout is not None:
-            if (own := timeout - (time.monotonic() - started)) <= 0:
-                env.set_timed_out()
-                return
-            left = min(left, own)
-        # Sleeps on the engine's clock move the deadline closer: look again soon.
-        worker.join(min(left, 1.0))
+        elif time.monotonic() >= ends:
+            env.set_timed_out()
+        else:  # sleeps on the engine's clock move the deadline closer: look again soon
+            worker.join(min(record.remaining(), ends - time.monotonic(), 1.0))
+            continue
+        return
 
 
 def _pause(env: Any, seconds: float, sleep: Callable[[float], None]) -> None:
@@ -366,7 +358,7 @@ PATCHES = (
         (sfn_environment.Environment, "set_timed_out", _unless_ended()),
         (sfn_program.Program, "eval", _program_eval),
         (hooks.Stages, "pause", staticmethod(_pause)),
-        (sfn_execution.BaseExecutionWorkerCommunication, "_reflect_execution_status",
+        (execution.BaseExecutionWorkerCommunication, "_reflect_execution_status",
          _reflect_execution_status),
         fits=lambda: takes(sfn_event_manager.EventManager.add_event, "self", "context",
                            "event_type", "event_details", "timestamp", "update_source_event_id"),
