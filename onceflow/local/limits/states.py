@@ -44,6 +44,7 @@ VARIABLES_SIZE_LIMIT: Final = 10 * 1024 * 1024  # all variables of an execution 
 HISTORY_EVENT_LIMIT: Final = 25_000
 HISTORY_LIMIT_CAUSE: Final = "The execution reached the maximum number of history events (25000)."
 EXPRESS_DURATION_LIMIT: Final = 300.0  # seconds
+_TOO_LARGE: Final = "the maximum number of bytes service limit."
 _ORIGINAL: dict[Any, Any] = {}  # replacement: what it replaced
 
 
@@ -75,9 +76,6 @@ def _data_limit(env: Any, event_type: Event, cause: str, **details: Any) -> Exce
     event_details: Any = {key: {"error": error.to_name(), "cause": cause, **details}}
     failure = failure_event.FailureEvent(env, StatesErrorName(typ=error), event_type, event_details)
     return failure_event.FailureEventException(failure_event=failure)
-
-
-_TOO_LARGE: Final = "the maximum number of bytes service limit."
 
 
 def _before_task(
