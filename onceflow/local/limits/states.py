@@ -168,22 +168,6 @@ class ExecutionLimits:
     def remaining(self) -> float:
         return EXPRESS_DURATION_LIMIT - (time.monotonic() - self.started + self.virtual)
 
-    def sleep(self, seconds: float, sleep: Callable[[float], None]) -> None:
-        """A Wait or a retry's backoff, on the engine's clock: not slept once the
-        execution has ended; an EXPRESS execution ends at its five minutes.
-
-        Sleeps in branches that run side by side (Parallel, Map) add up here where on
-        AWS they overlap: below time scale 1 such an EXPRESS execution reaches its five
-        minutes early. (The processor's one Parallel has one branch.)
-        """
-        if self.closed:
-            return
-        left = max(self.remaining(), 0.0) if self.express else math.inf
-        sleep(min(seconds, left))
-        self.advance(min(seconds, left))
-        if seconds >= left:
-            self.close_express()
-
     def advance(self, seconds: float) -> None:
         """A sleep of seconds on the engine's clock took seconds * scale in real time
         (counted for EXPRESS executions only)."""
@@ -309,12 +293,22 @@ def _program_eval(self: Any, env: Any) -> None:
 
 
 def _pause(env: Any, seconds: float, sleep: Callable[[float], None]) -> None:
-    """A Wait or a retry's backoff (hooks.Stages.pause), on the execution's limits."""
+    """A Wait or a retry's backoff (hooks.Stages.pause), on the engine's clock: not
+    slept once the execution has ended; an EXPRESS execution ends at its five minutes.
+
+    Sleeps in branches that run side by side (Parallel, Map) add up here where on
+    AWS they overlap: below time scale 1 such an EXPRESS execution reaches its five
+    minutes early. (The processor's one Parallel has one branch.)
+    """
     record = execution_limits(env)
     if record is None:
         sleep(seconds)
-    else:
-        record.sleep(seconds, sleep)
+    elif not record.closed:
+        left = max(record.remaining(), 0.0) if record.express else math.inf
+        sleep(min(seconds, left))
+        record.advance(min(seconds, left))
+        if seconds >= left:
+            record.close_express()
 
 
 def _reflect_execution_status(self: Any) -> None:
