@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from onceflow.local.lambdas import FUNCTION_OUTPUT, Invocation, LambdaContext, error_payload
@@ -40,13 +40,14 @@ class TimedInvoke:
     def _log(self, line: str) -> None:
         (self.engine.function_log or sys.stderr).write(line + "\n")
 
-    def _record(self, invocation: TimedInvocation, replacing: bool = False) -> None:
+    def _record(self, invocation: TimedInvocation, replacing: Invocation | None = None) -> None:
+        """Record invocation, in the place of the record it replaces (if still there)."""
         invocations = self.engine.runtime.invocations
         with self.engine.runtime._lock:
-            ids = [i.request_id for i in invocations] if replacing else []
-            found = invocation.request_id in ids
-            at = ids.index(invocation.request_id) if found else len(invocations)
-            invocations[at : at + 1] = [invocation]
+            if replacing is not None and replacing in invocations:
+                invocations[invocations.index(replacing)] = invocation
+            else:
+                invocations.append(invocation)
 
     def __call__(self, name: str, event: Any) -> tuple[Any, str | None]:
         runtime = self.engine.runtime
@@ -71,11 +72,8 @@ class TimedInvoke:
 
         def late(_: Future[Any]) -> None:
             seconds = time.perf_counter() - started
-            self._record(
-                TimedInvocation(name, request_id, LAMBDA_TIMEOUT_ERROR, seconds * 1000,
-                                timed_out=True, finished_after_timeout=True),
-                replacing=True,
-            )  # fmt: skip
+            ran_on = replace(timed_out, duration_ms=seconds * 1000, finished_after_timeout=True)
+            self._record(ran_on, replacing=timed_out)
             self._log(
                 f"onceflow: WARNING {spec.name} request {request_id} ran on after its "
                 f"Timeout of {spec.timeout:g} s and returned after {seconds:.2f} s: on "
@@ -90,8 +88,10 @@ class TimedInvoke:
             message = (
                 f"RequestId: {request_id} Error: Task timed out after {spec.timeout:.2f} seconds"
             )
-            self._record(TimedInvocation(name, request_id, LAMBDA_TIMEOUT_ERROR,
-                                         spec.timeout * 1000, True))  # fmt: skip
+            timed_out = TimedInvocation(
+                name, request_id, LAMBDA_TIMEOUT_ERROR, spec.timeout * 1000, timed_out=True
+            )
+            self._record(timed_out)
             self._log(f"{request_id} {message}")
             answer.add_done_callback(late)  # now, if it returned since
             error = {"errorMessage": message, "errorType": LAMBDA_TIMEOUT_ERROR}
