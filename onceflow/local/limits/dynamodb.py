@@ -125,9 +125,8 @@ def _checked_dynamodb_call(self: Any) -> Any:
         return _ORIGINAL[_checked_dynamodb_call](self)
     refused = MockValidationException(problem)
     headers = {**dict(refused.get_headers() or []), "status": refused.code}
-    status, headers, body = self._transform_response(
-        self.response_headers, (refused.description, headers)
-    )
+    response = (refused.description, headers)
+    status, headers, body = self._transform_response(self.response_headers, response)
     return (status, *self._enrich_response(headers, body))
 
 

@@ -84,26 +84,18 @@ def _before_task(
     """AWS: States.DataLimitExceeded when, after Parameters (Arguments) processing,
     the input of a state is larger than the quota; the task is not scheduled."""
     if not within_state_quota(raw_parameters):
-        resource = self._get_sfn_resource()
-        raise _data_limit(
-            env,
-            Event.TaskFailed,
-            f"The state/task '{resource}' has an input with a size exceeding {_TOO_LARGE}",
-            resource=resource,
-            resourceType=self._get_sfn_resource_type(),
-        )
+        resource, kind = self._get_sfn_resource(), self._get_sfn_resource_type()
+        cause = f"The state/task '{resource}' has an input with a size exceeding {_TOO_LARGE}"
+        raise _data_limit(env, Event.TaskFailed, cause, resource=resource, resourceType=kind)
     _ORIGINAL[_before_task](self, env, resource_runtime_part, raw_parameters, state_credentials)
 
 
 def _lambda_parameters(self: Any, env: Any) -> Any:
     parameters = _ORIGINAL[_lambda_parameters](self, env)
     if not within_state_quota(parameters.get("Payload")):
-        raise _data_limit(
-            env,
-            Event.LambdaFunctionFailed,
-            f"The state/task '{self.resource.resource_arn}' has an input with a size "
-            f"exceeding {_TOO_LARGE}",
-        )
+        resource = self.resource.resource_arn
+        cause = f"The state/task '{resource}' has an input with a size exceeding {_TOO_LARGE}"
+        raise _data_limit(env, Event.LambdaFunctionFailed, cause)
     return parameters
 
 
@@ -223,18 +215,10 @@ def _evaluation_environment(self: Any) -> Any:
     return env
 
 
-def _add_event(
-    self: Any,
-    context: Any,
-    event_type: Event,
-    event_details: Any = None,
-    timestamp: Any = None,
-    update_source_event_id: bool = True,
-) -> int:
-    args = (self, context, event_type, event_details, timestamp, update_source_event_id)
+def _add_event(self: Any, context: Any, event_type: Event, *args: Any, **kwargs: Any) -> int:
     record: ExecutionLimits | None = vars(self).get(_RECORD)
     if record is None:
-        return _ORIGINAL[_add_event](*args)  # type: ignore[no-any-return]
+        return int(_ORIGINAL[_add_event](self, context, event_type, *args, **kwargs))
     with record.lock:
         if record.closed:
             pass
@@ -247,7 +231,7 @@ def _add_event(
         ):
             record.close_history()
         if not record.closed:
-            return _ORIGINAL[_add_event](*args)  # type: ignore[no-any-return]
+            return int(_ORIGINAL[_add_event](self, context, event_type, *args, **kwargs))
     if event_type in _BEFORE_A_CALL:
         raise ExecutionEnded(f"the execution has ended ({record.reason}); {event_type} not added")
     return record.last_event_id()
@@ -275,9 +259,8 @@ def _program_eval(self: Any, env: Any) -> None:
         return
     timeout = self.timeout_seconds.timeout_seconds if self.timeout_seconds else math.inf
     env.next_state_name = self.start_at.start_at_name
-    worker = threading.Thread(
-        target=super(sfn_program.Program, self).eval, args=(env,), daemon=True
-    )
+    states = super(sfn_program.Program, self).eval  # moto's Program.eval runs this too
+    worker = threading.Thread(target=states, args=(env,), daemon=True)
     TMP_THREADS.append(worker)
     worker.start()
     ends = time.monotonic() + timeout
