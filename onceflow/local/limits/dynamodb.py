@@ -63,9 +63,8 @@ def item_size(attributes: Mapping[str, Any]) -> int:
 
 
 def _limited_setitem(self: Any, key: str, value: Any) -> None:
-    """moto's item-size check with AWS's arithmetic: at most 400 KB (409,600 bytes);
-    numbers by significant digits, lists and maps with their overhead. moto's
-    stopped at 405,000 of its own count and counted a replaced attribute twice."""
+    """moto's item-size check with AWS's arithmetic (docs/local-engine.md, "AWS limits on
+    the local engine": moto's stopped at 405,000 of its own count)."""
     if item_size({k: v for k, v in self.items() if k != key} | {key: value}) > DYNAMODB_ITEM_LIMIT:
         raise ItemSizeTooLarge
     dict.__setitem__(self, key, value)
