@@ -140,18 +140,16 @@ def test_the_limits_are_undone_when_the_last_engine_stops() -> None:
     # GIVEN two engines, one inside the other
     with LocalEngine(function_log=io.StringIO(), stack_name="outer") as outer:
         with LocalEngine(function_log=io.StringIO(), stack_name="inner") as inner:
-            assert limits.installed()
             assert isinstance(vars(inner.runtime)["invoke"], limits.lambda_timeout.TimedInvoke)
         # WHEN the inner one stops
         # THEN the outer one keeps them
-        assert limits.installed()
         assert EventManager.add_event is limits.states._add_event
         assert "invoke" not in vars(inner.runtime)
         assert isinstance(vars(outer.runtime)["invoke"], limits.lambda_timeout.TimedInvoke)
     # ... and when the last stops, moto is as patches.py alone leaves it
-    assert not limits.installed()
     assert EventManager.add_event is not limits.states._add_event
     assert "invoke" not in vars(outer.runtime)
     # and stopping again changes nothing
     outer.stop()
-    assert not limits.installed()
+    assert "invoke" not in vars(outer.runtime)
+    assert EventManager.add_event is not limits.states._add_event

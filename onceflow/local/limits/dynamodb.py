@@ -19,12 +19,9 @@ from onceflow.local.patches.registry import gone, takes
 # Docs: "DynamoDB item sizes and formats"; "Supported data types".
 DYNAMODB_ITEM_LIMIT: Final = 400 * 1024
 DYNAMODB_NUMBER_DIGITS: Final = 38
-_NUMBER_OVERFLOW: Final = (
-    "Number overflow. Attempting to store a number with magnitude larger than supported range"
-)
-_NUMBER_UNDERFLOW: Final = (
-    "Number underflow. Attempting to store a number with magnitude smaller than supported range"
-)
+_MAGNITUDE: Final = "Attempting to store a number with magnitude {} than supported range"
+_NUMBER_OVERFLOW: Final = "Number overflow. " + _MAGNITUDE.format("larger")
+_NUMBER_UNDERFLOW: Final = "Number underflow. " + _MAGNITUDE.format("smaller")
 _NUMBER_DIGITS: Final = "Attempting to store more than 38 significant digits in a Number"
 _TABLE: Final = "[a-zA-Z0-9_.-]+"  # a table's name; an ARN names it too
 _ORIGINAL: dict[Any, Any] = {}
@@ -66,9 +63,8 @@ def item_size(attributes: Mapping[str, Any]) -> int:
 
 
 def _limited_setitem(self: Any, key: str, value: Any) -> None:
-    """moto's item-size check with AWS's arithmetic: at most 400 KB (409,600 bytes);
-    numbers by significant digits, lists and maps with their overhead. moto's
-    stopped at 405,000 of its own count and counted a replaced attribute twice."""
+    """moto's item-size check with AWS's arithmetic (docs/local-engine.md, "AWS limits on
+    the local engine": moto's stopped at 405,000 of its own count)."""
     if item_size({k: v for k, v in self.items() if k != key} | {key: value}) > DYNAMODB_ITEM_LIMIT:
         raise ItemSizeTooLarge
     dict.__setitem__(self, key, value)
@@ -128,9 +124,8 @@ def _checked_dynamodb_call(self: Any) -> Any:
         return _ORIGINAL[_checked_dynamodb_call](self)
     refused = MockValidationException(problem)
     headers = {**dict(refused.get_headers() or []), "status": refused.code}
-    status, headers, body = self._transform_response(
-        self.response_headers, (refused.description, headers)
-    )
+    response = (refused.description, headers)
+    status, headers, body = self._transform_response(self.response_headers, response)
     return (status, *self._enrich_response(headers, body))
 
 

@@ -22,11 +22,9 @@ _ORIGINAL: dict[Any, Any] = {}
 def put_events_entry_size(entry: Mapping[str, Any]) -> int:
     """EventBridge's "Calculating PutEvents event entry size": Time 14 bytes if
     given; Source, DetailType, Detail and each of Resources in UTF-8 bytes."""
-    texts = [entry.get(name) for name in ("Source", "DetailType", "Detail")]
-    texts += entry.get("Resources") or []
-    return (14 if entry.get("Time") is not None else 0) + sum(
-        utf8(t) for t in texts if t is not None
-    )
+    texts = [*map(entry.get, ("Source", "DetailType", "Detail")), *(entry.get("Resources") or [])]
+    time = 14 if entry.get("Time") is not None else 0
+    return time + sum(utf8(text) for text in texts if text is not None)
 
 
 def _put_events(self: Any, events: list[dict[str, Any]]) -> Any:

@@ -6,14 +6,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from moto.sqs import exceptions as sqs_errors
 from moto.sqs import models as sqs_models
 from moto.sqs.constants import MAXIMUM_MESSAGE_LENGTH as SQS_BATCH_LIMIT
-from moto.sqs.exceptions import (
-    BatchRequestTooLong,
-    InvalidParameterValue,
-    MissingParameter,
-    SQSException,
-)
 
 from onceflow.local.limits.common import binary_size, limit, utf8
 from onceflow.local.patches.registry import takes
@@ -36,7 +31,8 @@ def sqs_message_size(body: str, attributes: Mapping[str, Any] | None) -> int:
     return size
 
 
-def _check_sqs_message(queue: Any, body: str, attributes: Mapping[str, Any] | None) -> None:
+def _checked_size(queue: Any, body: str, attributes: Mapping[str, Any] | None) -> int:
+    """The message's size, once its characters and size pass SQS's checks."""
     texts = [("the message body", body)] + [
         (f"the value of message attribute '{name}'", value.get("StringValue"))
         for name, value in (attributes or {}).items()
@@ -44,33 +40,32 @@ def _check_sqs_message(queue: Any, body: str, attributes: Mapping[str, Any] | No
     for where, text in texts:
         found = _SQS_INVALID.search(text) if isinstance(text, str) else None
         if found is not None:
-            raise SQSException(
+            raise sqs_errors.SQSException(
                 "InvalidMessageContents",
                 f"Invalid binary character '#x{ord(found.group()):X}' was found in {where}, "
                 f"the set of allowed characters is {_SQS_ALLOWED}.",
             )
-    if sqs_message_size(body, attributes) > (most := int(queue.maximum_message_size)):
-        reason = f"Message must be shorter than {most} bytes."
-        raise InvalidParameterValue(f"One or more parameters are invalid. Reason: {reason}")
+    if (size := sqs_message_size(body, attributes)) > (most := int(queue.maximum_message_size)):
+        reason = f"Reason: Message must be shorter than {most} bytes."
+        raise sqs_errors.InvalidParameterValue(f"One or more parameters are invalid. {reason}")
+    return size
 
 
 def _send_message(self: Any, queue_name: str, message_body: str, *args: Any, **kwargs: Any) -> Any:
     if message_body is None:  # SQS's own answer (moto's size check met None and crashed)
-        raise MissingParameter("MessageBody")
+        raise sqs_errors.MissingParameter("MessageBody")
     attributes = kwargs.get("message_attributes", args[0] if args else None)
-    _check_sqs_message(self.get_queue(queue_name), message_body, attributes)
+    _checked_size(self.get_queue(queue_name), message_body, attributes)
     return _ORIGINAL[_send_message](self, queue_name, message_body, *args, **kwargs)
 
 
 def _send_message_batch(self: Any, queue_name: str, entries: dict[str, dict[str, Any]]) -> Any:
     queue = self.get_queue(queue_name)
+    total = 0
     for entry in entries.values():
-        _check_sqs_message(queue, entry["MessageBody"], entry.get("MessageAttributes"))
-    total = sum(
-        sqs_message_size(e["MessageBody"], e.get("MessageAttributes")) for e in entries.values()
-    )
+        total += _checked_size(queue, entry["MessageBody"], entry.get("MessageAttributes"))
     if total > SQS_BATCH_LIMIT:
-        raise BatchRequestTooLong(total)
+        raise sqs_errors.BatchRequestTooLong(total)
     return _ORIGINAL[_send_message_batch](self, queue_name, entries)
 
 
@@ -79,7 +74,7 @@ PATCHES = (
     limit(
         "SQS messages",
         "SendMessage and SendMessageBatch refuse a message over the queue's "
-        "MaximumMessageSize (body and attributes in bytes), a batch over 256 KiB and "
+        "MaximumMessageSize (body and attributes in bytes), a batch over 1 MiB and "
         "characters outside SQS's set, with SQS's own errors (SendMessage API reference).",
         "tests/workflow/test_limits.py",
         _ORIGINAL,

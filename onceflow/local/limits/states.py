@@ -4,6 +4,7 @@ events per STANDARD execution, five minutes per EXPRESS one."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -12,7 +13,6 @@ from typing import Any, Final
 from moto.core.exceptions import AWSError
 from moto.stepfunctions.parser.api import ExecutionStatus, StateMachineType
 from moto.stepfunctions.parser.api import HistoryEventType as Event
-from moto.stepfunctions.parser.asl.component import eval_component
 from moto.stepfunctions.parser.asl.component.common.assign import assign_decl
 from moto.stepfunctions.parser.asl.component.common.error_name import failure_event
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
@@ -29,8 +29,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 )
 from moto.stepfunctions.parser.asl.eval import environment as sfn_environment
 from moto.stepfunctions.parser.asl.eval.event import event_manager as sfn_event_manager
-from moto.stepfunctions.parser.backend import execution as sfn_execution
-from moto.stepfunctions.parser.backend import execution_worker
+from moto.stepfunctions.parser.backend import execution, execution_worker
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
@@ -45,6 +44,7 @@ VARIABLES_SIZE_LIMIT: Final = 10 * 1024 * 1024  # all variables of an execution 
 HISTORY_EVENT_LIMIT: Final = 25_000
 HISTORY_LIMIT_CAUSE: Final = "The execution reached the maximum number of history events (25000)."
 EXPRESS_DURATION_LIMIT: Final = 300.0  # seconds
+_TOO_LARGE: Final = "the maximum number of bytes service limit."
 _ORIGINAL: dict[Any, Any] = {}  # replacement: what it replaced
 
 
@@ -78,35 +78,24 @@ def _data_limit(env: Any, event_type: Event, cause: str, **details: Any) -> Exce
     return failure_event.FailureEventException(failure_event=failure)
 
 
-_TOO_LARGE: Final = "the maximum number of bytes service limit."
-
-
 def _before_task(
     self: Any, env: Any, resource_runtime_part: Any, raw_parameters: Any, state_credentials: Any
 ) -> None:
     """AWS: States.DataLimitExceeded when, after Parameters (Arguments) processing,
     the input of a state is larger than the quota; the task is not scheduled."""
     if not within_state_quota(raw_parameters):
-        resource = self._get_sfn_resource()
-        raise _data_limit(
-            env,
-            Event.TaskFailed,
-            f"The state/task '{resource}' has an input with a size exceeding {_TOO_LARGE}",
-            resource=resource,
-            resourceType=self._get_sfn_resource_type(),
-        )
+        resource, kind = self._get_sfn_resource(), self._get_sfn_resource_type()
+        cause = f"The state/task '{resource}' has an input with a size exceeding {_TOO_LARGE}"
+        raise _data_limit(env, Event.TaskFailed, cause, resource=resource, resourceType=kind)
     _ORIGINAL[_before_task](self, env, resource_runtime_part, raw_parameters, state_credentials)
 
 
 def _lambda_parameters(self: Any, env: Any) -> Any:
     parameters = _ORIGINAL[_lambda_parameters](self, env)
     if not within_state_quota(parameters.get("Payload")):
-        raise _data_limit(
-            env,
-            Event.LambdaFunctionFailed,
-            f"The state/task '{self.resource.resource_arn}' has an input with a size "
-            f"exceeding {_TOO_LARGE}",
-        )
+        resource = self.resource.resource_arn
+        cause = f"The state/task '{resource}' has an input with a size exceeding {_TOO_LARGE}"
+        raise _data_limit(env, Event.LambdaFunctionFailed, cause)
     return parameters
 
 
@@ -119,21 +108,18 @@ def _assign(self: Any, env: Any) -> None:
         binding.eval(env=env)
         declarations.update(env.stack.pop())
     store = env.variable_store
+    every = {**store._outer_scope, **store._inner_scope, **declarations}
     if json_bytes(declarations) > STATE_SIZE_LIMIT:
         what = "variables with a size exceeding"
-    elif (
-        json_bytes({**store._outer_scope, **store._inner_scope, **declarations})
-        > VARIABLES_SIZE_LIMIT
-    ):
+    elif json_bytes(every) > VARIABLES_SIZE_LIMIT:
         what = "variables that bring the execution's variables over"
     else:
-        what = ""
-    if what:
-        state = env.states.context_object.context_object_data.get("State") or {}
-        cause = f"The state/task '{state.get('Name', '')}' assigned {what} {_TOO_LARGE}"
-        raise _data_limit(env, Event.TaskFailed, cause)
-    for identifier, value in declarations.items():
-        store.set(variable_identifier=identifier, variable_value=value)
+        for identifier, value in declarations.items():
+            store.set(variable_identifier=identifier, variable_value=value)
+        return
+    state = env.states.context_object.context_object_data.get("State") or {}
+    cause = f"The state/task '{state.get('Name', '')}' assigned {what} {_TOO_LARGE}"
+    raise _data_limit(env, Event.TaskFailed, cause)
 
 
 # ---- 25,000 history events (STANDARD), five minutes (EXPRESS) ---------------------
@@ -174,27 +160,9 @@ class ExecutionLimits:
     def remaining(self) -> float:
         return EXPRESS_DURATION_LIMIT - (time.monotonic() - self.started + self.virtual)
 
-    def sleep(self, seconds: float, sleep: Callable[[float], None]) -> None:
-        """A Wait or a retry's backoff, on the engine's clock: not slept once the
-        execution has ended; an EXPRESS execution ends at its five minutes.
-
-        Sleeps in branches that run side by side (Parallel, Map) add up here where on
-        AWS they overlap: below time scale 1 such an EXPRESS execution reaches its five
-        minutes early. (The processor's one Parallel has one branch.)
-        """
-        if self.closed:
-            return
-        if not self.express:
-            sleep(seconds)
-            return
-        left = max(self.remaining(), 0.0)
-        sleep(min(seconds, left))
-        self.advance(min(seconds, left))
-        if seconds >= left:
-            self.close_express()
-
     def advance(self, seconds: float) -> None:
-        """A sleep of seconds on the engine's clock took seconds * scale in real time."""
+        """A sleep of seconds on the engine's clock took seconds * scale in real time
+        (counted for EXPRESS executions only)."""
         self.virtual += seconds * (1.0 - self.clock.scale)
 
     def last_event_id(self) -> int:
@@ -247,18 +215,10 @@ def _evaluation_environment(self: Any) -> Any:
     return env
 
 
-def _add_event(
-    self: Any,
-    context: Any,
-    event_type: Event,
-    event_details: Any = None,
-    timestamp: Any = None,
-    update_source_event_id: bool = True,
-) -> int:
-    args = (self, context, event_type, event_details, timestamp, update_source_event_id)
+def _add_event(self: Any, context: Any, event_type: Event, *args: Any, **kwargs: Any) -> int:
     record: ExecutionLimits | None = vars(self).get(_RECORD)
     if record is None:
-        return _ORIGINAL[_add_event](*args)  # type: ignore[no-any-return]
+        return int(_ORIGINAL[_add_event](self, context, event_type, *args, **kwargs))
     with record.lock:
         if record.closed:
             pass
@@ -271,7 +231,7 @@ def _add_event(
         ):
             record.close_history()
         if not record.closed:
-            return _ORIGINAL[_add_event](*args)  # type: ignore[no-any-return]
+            return int(_ORIGINAL[_add_event](self, context, event_type, *args, **kwargs))
     if event_type in _BEFORE_A_CALL:
         raise ExecutionEnded(f"the execution has ended ({record.reason}); {event_type} not added")
     return record.last_event_id()
@@ -297,34 +257,41 @@ def _program_eval(self: Any, env: Any) -> None:
     if record is None or not record.express or env.is_frame():
         _ORIGINAL[_program_eval](self, env)
         return
-    timeout = self.timeout_seconds.timeout_seconds if self.timeout_seconds else None
+    timeout = self.timeout_seconds.timeout_seconds if self.timeout_seconds else math.inf
     env.next_state_name = self.start_at.start_at_name
-    worker = threading.Thread(
-        target=eval_component.EvalComponent.eval, args=(self, env), daemon=True
-    )
+    states = super(sfn_program.Program, self).eval  # moto's Program.eval runs this too
+    worker = threading.Thread(target=states, args=(env,), daemon=True)
     TMP_THREADS.append(worker)
     worker.start()
-    started = time.monotonic()
+    ends = time.monotonic() + timeout
     while worker.is_alive():
-        if (left := record.remaining()) <= 0:
+        if record.remaining() <= 0:
             record.close_express()
-            return
-        if timeout is not None:
-            if (own := timeout - (time.monotonic() - started)) <= 0:
-                env.set_timed_out()
-                return
-            left = min(left, own)
-        # Sleeps on the engine's clock move the deadline closer: look again soon.
-        worker.join(min(left, 1.0))
+        elif time.monotonic() >= ends:
+            env.set_timed_out()
+        else:  # sleeps on the engine's clock move the deadline closer: look again soon
+            worker.join(min(record.remaining(), ends - time.monotonic(), 1.0))
+            continue
+        return
 
 
 def _pause(env: Any, seconds: float, sleep: Callable[[float], None]) -> None:
-    """A Wait or a retry's backoff (hooks.Stages.pause), on the execution's limits."""
+    """A Wait or a retry's backoff (hooks.Stages.pause), on the engine's clock: not
+    slept once the execution has ended; an EXPRESS execution ends at its five minutes.
+
+    Sleeps in branches that run side by side (Parallel, Map) add up here where on
+    AWS they overlap: below time scale 1 such an EXPRESS execution reaches its five
+    minutes early. (The processor's one Parallel has one branch.)
+    """
     record = execution_limits(env)
     if record is None:
         sleep(seconds)
-    else:
-        record.sleep(seconds, sleep)
+    elif not record.closed:
+        left = max(record.remaining(), 0.0) if record.express else math.inf
+        sleep(min(seconds, left))
+        record.advance(min(seconds, left))
+        if seconds >= left:
+            record.close_express()
 
 
 def _reflect_execution_status(self: Any) -> None:
@@ -366,7 +333,7 @@ PATCHES = (
         (sfn_environment.Environment, "set_timed_out", _unless_ended()),
         (sfn_program.Program, "eval", _program_eval),
         (hooks.Stages, "pause", staticmethod(_pause)),
-        (sfn_execution.BaseExecutionWorkerCommunication, "_reflect_execution_status",
+        (execution.BaseExecutionWorkerCommunication, "_reflect_execution_status",
          _reflect_execution_status),
         fits=lambda: takes(sfn_event_manager.EventManager.add_event, "self", "context",
                            "event_type", "event_details", "timestamp", "update_source_event_id"),
