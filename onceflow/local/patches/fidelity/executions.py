@@ -57,11 +57,6 @@ EXPRESS_REFUSED = "Invalid Arn: 'Resource type not valid in this context: expres
 NOT_SUPPORTED = "This operation is not supported by this type of state machine"
 
 
-class StateMachineTypeNotSupported(AWSError):
-    TYPE = "StateMachineTypeNotSupported"
-    STATUS = 400
-
-
 def _refusing_express(original: Any, listing: bool = False) -> Any:
     def call(self: Any) -> Any:
         # An unknown or malformed ARN raises moto's own error here, as it would below.
@@ -71,21 +66,17 @@ def _refusing_express(original: Any, listing: bool = False) -> Any:
             if is_express(started.state_machine):
                 raise sfn_exceptions.InvalidArn(EXPRESS_REFUSED)
         elif is_express(backend.describe_state_machine(self._get_param("stateMachineArn"))):
-            raise StateMachineTypeNotSupported(NOT_SUPPORTED)
+            raise AWSError(NOT_SUPPORTED, "StateMachineTypeNotSupported")
         return original(self)
 
     return call
 
 
-def _named_by_a_uuid(original: Any) -> Any:
-    def start_execution(self: Any, state_machine_arn: str, name: Any = None, *args: Any) -> Any:
-        return original(self, state_machine_arn, name or str(uuid.uuid4()), *args)
-
-    return start_execution
-
-
 def _install_api(installer: Installer) -> None:
-    installer.replace(_Backend, "start_execution", _named_by_a_uuid(_Backend.start_execution))
+    def start_execution(self: Any, state_machine_arn: str, name: Any = None, *args: Any) -> Any:
+        return start(self, state_machine_arn, name or str(uuid.uuid4()), *args)
+
+    start = installer.replace(_Backend, "start_execution", start_execution)
     describe = _with_redrive_fields(_Responses.describe_execution)
     installer.replace(_Responses, "describe_execution", _refusing_express(describe))
     for name in ("stop_execution", "get_execution_history", "list_executions"):
