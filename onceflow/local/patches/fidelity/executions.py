@@ -38,13 +38,13 @@ def _with_redrive_fields(original: Any) -> Any:
     def describe_execution(self: Any) -> Any:
         answer = original(self)
         described: dict[str, Any] = answer.result
+        described.update(inputDetails={"included": True}, redriveCount=0)
         status = str(getattr(described["status"], "value", described["status"]))
-        described.update(
-            inputDetails={"included": True}, redriveCount=0, redriveStatus="REDRIVABLE"
-        )
-        if status not in ("FAILED", "TIMED_OUT", "ABORTED"):
-            reason = f"Execution is {status} and cannot be redriven"
-            described.update(redriveStatus="NOT_REDRIVABLE", redriveStatusReason=reason)
+        if status in ("FAILED", "TIMED_OUT", "ABORTED"):
+            described["redriveStatus"] = "REDRIVABLE"
+        else:
+            described["redriveStatus"] = "NOT_REDRIVABLE"
+            described["redriveStatusReason"] = f"Execution is {status} and cannot be redriven"
         return answer
 
     return describe_execution
