@@ -120,6 +120,23 @@ def test_an_invoke_result_carries_the_executed_version_and_the_sdk_metadata(
     assert output["SdkResponseMetadata"]["RequestId"]
 
 
+@pytest.mark.usefixtures("identity")
+def test_an_invoke_of_a_published_version_answers_that_version(
+    run: Run, engine: LocalEngine, function_arn: str
+) -> None:
+    """Lambda API reference, Invoke: ExecutedVersion (the X-Amz-Executed-Version header)
+    is "the version of the function that executed", whether the version is named in the
+    FunctionName's ARN or as its Qualifier."""
+    version = engine.client("lambda").publish_version(FunctionName=function_arn)["Version"]
+    for named in ({"FunctionName": f"{function_arn}:{version}"},
+                  {"FunctionName": function_arn, "Qualifier": version}):  # fmt: skip
+        task = {**_invoke(function_arn, {"a": 1}), "Arguments": {**named, "Payload": {"a": 1}}}
+        result = run({"Invoke": task})
+        assert result.status == "SUCCEEDED", (result.error, result.cause)
+        assert result.output["ExecutedVersion"] == version
+        assert result.output["SdkHttpMetadata"]["HttpHeaders"]["X-Amz-Executed-Version"] == version
+
+
 def test_a_missing_function_is_named_with_latest(run: Run, function_arn: str) -> None:
     """Recorded: test_task_service_lambda.snapshot.json,
     TestTaskServiceLambda::test_no_such_function: Lambda.ResourceNotFoundException,

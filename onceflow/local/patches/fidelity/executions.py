@@ -11,11 +11,10 @@ from moto.core.exceptions import AWSError
 from moto.stepfunctions import exceptions as sfn_exceptions
 from moto.stepfunctions import responses as sfn_responses
 from moto.stepfunctions.parser import models as sfn_parser_models
-from moto.stepfunctions.parser.api import StateMachineType
 from moto.stepfunctions.parser.backend import execution, execution_worker
 
-from onceflow.local.patches.fidelity import uses
-from onceflow.local.patches.registry import Installer, Patch, gone, takes
+from onceflow.local.patches.fidelity.express_arn import is_express
+from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _Worker = execution_worker.ExecutionWorker
 _Responses = sfn_responses.StepFunctionResponse
@@ -23,30 +22,15 @@ _Backend = sfn_parser_models.StepFunctionsParserBackend
 _original_environment = _Worker._get_evaluation_environment
 
 
-def iso_8601(moment: Any) -> str:
-    """2019-03-26T20:14:13.192Z, as the context object's StartTime reads on AWS."""
-    when = (
-        moment
-        if isinstance(moment, datetime.datetime)
-        else datetime.datetime.fromisoformat(str(moment))
-    )
-    if when.tzinfo is not None:
-        when = when.astimezone(datetime.UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
-
-
 def _evaluation_environment(self: Any) -> Any:
     env = _original_environment(self)
     data: Any = env.states.context_object.context_object_data
-    execution: dict[str, Any] = dict(data["Execution"])
-    data["Execution"] = {
-        "Id": execution["Id"],
-        "Input": execution["Input"],
-        "StartTime": iso_8601(execution["StartTime"]),
-        "Name": execution["Name"],
-        "RoleArn": execution["RoleArn"],
-        "RedriveCount": 0,  # never redriven here: `onceflow redrive` starts new executions
-    }
+    execution = data["Execution"]
+    # moto's StartTime is the start's aware datetime; AWS's reads 2019-03-26T20:14:13.192Z
+    started = execution["StartTime"].astimezone(datetime.UTC).isoformat(timespec="milliseconds")
+    kept = {key: execution[key] for key in ("Id", "Input", "StartTime", "Name", "RoleArn")}
+    # RedriveCount 0: never redriven here, `onceflow redrive` starts new executions
+    data["Execution"] = {**kept, "StartTime": started.replace("+00:00", "Z"), "RedriveCount": 0}
     return env
 
 
@@ -73,39 +57,26 @@ EXPRESS_REFUSED = "Invalid Arn: 'Resource type not valid in this context: expres
 NOT_SUPPORTED = "This operation is not supported by this type of state machine"
 
 
-class StateMachineTypeNotSupported(AWSError):
-    TYPE = "StateMachineTypeNotSupported"
-    STATUS = 400
-
-
 def _refusing_express(original: Any, listing: bool = False) -> Any:
     def call(self: Any) -> Any:
         # An unknown or malformed ARN raises moto's own error here, as it would below.
         backend = self.stepfunction_backend
-        if listing:
-            machine = backend.describe_state_machine(self._get_param("stateMachineArn"))
-        else:
-            machine = backend.describe_execution(self._get_param("executionArn")).state_machine
-        if str(getattr(machine, "type", "")) == StateMachineType.EXPRESS:
-            raise (
-                StateMachineTypeNotSupported(NOT_SUPPORTED)
-                if listing
-                else sfn_exceptions.InvalidArn(EXPRESS_REFUSED)
-            )
+        if not listing:
+            started = backend.describe_execution(self._get_param("executionArn"))
+            if is_express(started.state_machine):
+                raise sfn_exceptions.InvalidArn(EXPRESS_REFUSED)
+        elif is_express(backend.describe_state_machine(self._get_param("stateMachineArn"))):
+            raise AWSError(NOT_SUPPORTED, "StateMachineTypeNotSupported")
         return original(self)
 
     return call
 
 
-def _named_by_a_uuid(original: Any) -> Any:
-    def start_execution(self: Any, state_machine_arn: str, name: Any = None, *args: Any) -> Any:
-        return original(self, state_machine_arn, name or str(uuid.uuid4()), *args)
-
-    return start_execution
-
-
 def _install_api(installer: Installer) -> None:
-    installer.replace(_Backend, "start_execution", _named_by_a_uuid(_Backend.start_execution))
+    def start_execution(self: Any, state_machine_arn: str, name: Any = None, *args: Any) -> Any:
+        return start(self, state_machine_arn, name or str(uuid.uuid4()), *args)
+
+    start = installer.replace(_Backend, "start_execution", start_execution)
     describe = _with_redrive_fields(_Responses.describe_execution)
     installer.replace(_Responses, "describe_execution", _refusing_express(describe))
     for name in ("stop_execution", "get_execution_history", "list_executions"):
@@ -117,7 +88,7 @@ def _api_fits() -> list[str]:
     names = ("describe_execution", "stop_execution", "get_execution_history", "list_executions")
     moved = gone(_Responses, *names, "stepfunction_backend")
     moved += takes(_Backend.start_execution, "self", "state_machine_arn", "name")
-    return moved + uses(execution.Execution.__init__, "self.state_machine = ")
+    return moved + lacks(execution.Execution.__init__, "self.state_machine = ")
 
 
 _TESTS = "tests/parity/test_context.py::"

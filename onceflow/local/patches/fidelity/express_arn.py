@@ -1,14 +1,4 @@
-"""An EXPRESS execution's ARN in AWS's form: arn:...:express:<machine>:<name>:<id>.
-
-Recorded on AWS: LocalStack's test_express_async and test_express_sync snapshots
-(tests/aws/services/stepfunctions/v2/express/), whose executionArn and context object
-Execution.Id read "arn:<partition>:states:<region>:111111111111:express:<machine>:
-<ExpressExecArn_Part1>:<ExpressExecArn_Part2>", the name then an id (LocalStack's
-transformer_utility.sfn_sm_express_exec_arn). moto gave every execution the STANDARD
-form, ...:execution:<machine>:<name>: about 37 characters shorter, in every lock owner and
-claim a row keeps (a row over 1 KB on AWS fitted locally), and a reader that took the
-ARN's last part for the name passed locally and failed deployed.
-"""
+"""An EXPRESS execution's ARN in AWS's form, and its name free to start again (the Patch's why)."""
 
 from __future__ import annotations
 
@@ -31,35 +21,30 @@ _ARN = re.compile(
 )
 
 
-def express_arn(standard: str) -> str:
-    """The ARN AWS gives the EXPRESS execution moto named in the STANDARD form."""
-    return standard.replace(":execution:", ":express:", 1) + ":" + str(uuid.uuid4())
+def is_express(machine: Any) -> bool:
+    return str(getattr(machine, "type", "")) == StateMachineType.EXPRESS
 
 
 def _install(installer: Installer) -> None:
-    original = _Execution.__init__
-
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
+        made(self, *args, **kwargs)
         # moto's executions all carry sm_type STANDARD: the machine's own type decides.
-        express = str(getattr(self.state_machine, "type", "")) == StateMachineType.EXPRESS
-        if express and ":execution:" in self.exec_arn:
-            self.exec_arn = self.execution_arn = express_arn(self.exec_arn)
-
-    installer.replace(_Execution, "__init__", __init__)
-    installer.replace(_Backend, "accepted_exec_arn_format", _ARN)
-    names_checked = _Machine._handle_name_input_idempotency
+        if is_express(self.state_machine) and ":execution:" in self.exec_arn:
+            express = self.exec_arn.replace(":execution:", ":express:", 1)
+            self.exec_arn = self.execution_arn = f"{express}:{uuid.uuid4()}"
 
     def _handle_name_input_idempotency(self: Any, name: str, execution_input: str) -> Any:
         # EXPRESS: "Idempotency is not automatically managed. Starting multiple workflows
         # with the same name results in concurrent executions" (developer guide,
         # "Execution guarantees", express-at-least-once-execution.html). moto refused the
         # name (ExecutionAlreadyExists) or gave back the running one, as for STANDARD.
-        if str(self.type) == StateMachineType.EXPRESS:
-            return None
-        return names_checked(self, name, execution_input)
+        return None if is_express(self) else names_checked(self, name, execution_input)
 
-    installer.replace(_Machine, "_handle_name_input_idempotency", _handle_name_input_idempotency)
+    made = installer.replace(_Execution, "__init__", __init__)
+    installer.replace(_Backend, "accepted_exec_arn_format", _ARN)
+    names_checked = installer.replace(
+        _Machine, "_handle_name_input_idempotency", _handle_name_input_idempotency
+    )
 
 
 def _fits() -> list[str]:
@@ -77,11 +62,14 @@ PATCHES = (
     Patch(
         name="EXPRESS execution ARNs",
         kind="fidelity",
-        why="An EXPRESS execution's ARN is arn:...:express:<machine>:<name>:<id> (recorded: "
-        "LocalStack's test_express_async and test_express_sync snapshots). moto gave it the "
-        "STANDARD form, ...:execution:<machine>:<name>, shorter in every row that keeps it, "
-        "and refused a second EXPRESS execution of one name, which AWS starts "
-        "(express-at-least-once-execution.html).",
+        why="An EXPRESS execution's ARN, and its context object's Execution.Id, is "
+        "arn:...:express:<machine>:<name>:<id> (recorded: LocalStack's test_express_async and "
+        "test_express_sync snapshots, tests/aws/services/stepfunctions/v2/express/; its "
+        "transformer_utility.sfn_sm_express_exec_arn). moto gave it the STANDARD form, "
+        "...:execution:<machine>:<name>, about 37 characters shorter in every lock owner and "
+        "claim a row keeps (a row over 1 KB on AWS fitted locally; a reader that took the "
+        "ARN's last part for the name passed locally), and refused a second EXPRESS "
+        "execution of one name, which AWS starts (express-at-least-once-execution.html).",
         test="tests/parity/test_context.py::test_an_express_execution_has_awss_arn",
         install=_install,
         fits=_fits,

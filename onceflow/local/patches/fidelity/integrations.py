@@ -49,10 +49,6 @@ _original_update_item: Any = DynamoHandler.update_item
 JSON_1_0 = "application/x-amz-json-1.0"
 
 
-def _dynamodb_request_id() -> str:
-    return "".join(random.choices(string.ascii_uppercase + string.digits, k=52))
-
-
 def _with_metadata(
     output: dict[str, Any], request_id: str, id_header: str = "x-amzn-RequestId", **headers: str
 ) -> dict[str, Any]:
@@ -71,11 +67,9 @@ def _with_metadata(
 
 
 def _lambda_result(output: dict[str, Any], parameters: dict[str, Any], _: str) -> dict[str, Any]:
-    name = str(parameters.get("FunctionName", ""))
-    qualifier = parameters.get("Qualifier") or (
-        name.split(":")[7] if name.count(":") == 7 else None
-    )
-    version = str(qualifier) if qualifier and str(qualifier).isdigit() else "$LATEST"
+    arn = str(parameters.get("FunctionName", "")).split(":")  # ...:function:NAME[:QUALIFIER]
+    qualifier = str(parameters.get("Qualifier") or (arn[7] if len(arn) == 8 else ""))
+    version = qualifier if qualifier.isdigit() else "$LATEST"
     hexes = uuid.uuid4().hex + uuid.uuid4().hex
     trace = f"Root=1-{hexes[:8]}-{hexes[8:32]};Parent={hexes[32:48]};Sampled=0;"
     trace += f"Lineage=1:{hexes[48:56]}:0"
@@ -94,7 +88,8 @@ def _dynamodb_result(output: dict[str, Any], _: dict[str, Any], action: str) -> 
     # getItem's answer names it in lower case (recorded: test_dynamodb_task_service,
     # DYNAMODB_PUT_GET_ITEM); putItem's, updateItem's, deleteItem's and query's do not
     named = "x-amzn-requestid" if action == "getItem" else "x-amzn-RequestId"
-    return _with_metadata(output, _dynamodb_request_id(), named, **headers)
+    request_id = "".join(random.choices(string.ascii_uppercase + string.digits, k=52))
+    return _with_metadata(output, request_id, named, **headers)
 
 
 def _sqs_result(output: dict[str, Any], _: dict[str, Any], __: str) -> dict[str, Any]:
@@ -163,15 +158,13 @@ def _results_fit() -> list[str]:
 
 def _after_eval_execution(self: Any, env: Any, **kwargs: Any) -> None:  # moto passes keywords
     output = env.stack[-1] if env.stack else None
+    result = next((result for kind, result in _RESULTS if isinstance(self, kind)), None)
     # Only a request-response task answers with the SDK's response; a callback's
     # or a .sync's result is what the worker or the job returned.
-    if isinstance(output, dict) and self.resource.condition is None:
-        for kind, result in _RESULTS:
-            if isinstance(self, kind):
-                parameters = dict(kwargs.get("normalised_parameters") or {})
-                whole = result(output, parameters, self.resource.api_action)
-                env.stack[-1] = dict(sorted(whole.items()))
-                break
+    if result and isinstance(output, dict) and self.resource.condition is None:
+        parameters = dict(kwargs.get("normalised_parameters") or {})
+        whole = result(output, parameters, self.resource.api_action)
+        env.stack[-1] = dict(sorted(whole.items()))
     _original_after(self, env=env, **kwargs)
 
 
@@ -205,7 +198,6 @@ SDK_ERROR_NAMES = {"dynamodb": "DynamoDb", "sfn": "Sfn", "s3": "S3",
 # DynamoDB's ValidationException is not one of the SDK's modelled errors: its cause
 # keeps "Error Code: ValidationException".
 AMAZON_DYNAMODB_EXCEPTION = "DynamoDB.AmazonDynamoDBException"
-SQS_SERVICE_ERROR = "SQS.AmazonSQSException"
 
 
 def _dynamodb_error(client_error: Any) -> tuple[str, str]:
@@ -244,7 +236,7 @@ def _install_errors(installer: Installer) -> None:
     installer.replace(_DynamoDB, "_normalise_parameters", _without_nulls)
     installer.replace(_Sqs, "_from_error", _sqs_from_error)
     # An error SQS answered; SQS.SdkClientException is for a request that got no answer.
-    installer.replace(state_task_service_sqs, "_ERROR_NAME_CLIENT", SQS_SERVICE_ERROR)
+    installer.replace(state_task_service_sqs, "_ERROR_NAME_CLIENT", "SQS.AmazonSQSException")
 
 
 def _errors_fit() -> list[str]:

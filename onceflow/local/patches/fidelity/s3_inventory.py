@@ -1,37 +1,25 @@
-"""An S3 Inventory configuration reads back as it was put.
-
-GetBucketInventoryConfiguration and ListBucketInventoryConfigurations answer a
-configuration with its IncludedObjectVersions (All or Current) and its OptionalFields
-(a list of field names), as PutBucketInventoryConfiguration took it (S3 API reference,
-InventoryConfiguration). moto dropped IncludedObjectVersions (every one read "All") and
-kept OptionalFields as its XML parser left them ({"Field": [...]}), which its listing
-answered as ["Field"]: a local `onceflow doctor` could not tell an inventory the audit
-reads from one it cannot. DeleteBucketInventoryConfiguration deletes the configuration of
-that Id (S3 API reference); moto took it for DeleteBucket and deleted an empty bucket.
-"""
+"""An S3 Inventory configuration reads back as it was put, and is deleted alone."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from moto.core.responses import ActionResult
-from moto.s3 import exceptions as s3_exceptions
 from moto.s3 import models as s3_models
 from moto.s3 import responses as s3_responses
 
-from onceflow.local.patches.registry import Installer, Patch, gone, takes
+from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _Backend = s3_models.S3Backend
 _Response = s3_responses.S3Response
 
 
-def _fields(given: Any) -> list[str]:
-    """OptionalFields as moto's parser leaves them: {"Field": name or [names]}, or a list."""
-    fields = given.get("Field", []) if isinstance(given, dict) else given or []
-    return [fields] if isinstance(fields, str) else list(fields)
-
-
 def _answer(config: Any) -> dict[str, Any]:
+    """config as AWS answers it. OptionalFields as moto's XML parser left them:
+    {"Field": a name or [names]}, or a list."""
+    fields = config.optional_fields
+    fields = fields.get("Field", []) if isinstance(fields, dict) else fields or []
+    fields = [fields] if isinstance(fields, str) else list(fields)
     answer: dict[str, Any] = {
         "Destination": config.destination,
         "IsEnabled": str(config.is_enabled).lower() == "true",
@@ -41,14 +29,12 @@ def _answer(config: Any) -> dict[str, Any]:
     }
     if config.filters:
         answer["Filter"] = config.filters
-    if _fields(config.optional_fields):
-        answer["OptionalFields"] = _fields(config.optional_fields)
+    if fields:
+        answer["OptionalFields"] = fields
     return answer
 
 
 def _install(installer: Installer) -> None:
-    put = _Backend.put_bucket_inventory_configuration
-
     def put_bucket_inventory_configuration(self: Any, bucket_name: str, configuration: Any) -> None:
         put(self, bucket_name, configuration)
         stored = self.get_bucket(bucket_name).inventory_configs[configuration["Id"]]
@@ -59,16 +45,13 @@ def _install(installer: Installer) -> None:
             bucket_name=self.bucket_name, id=self.querystring["id"][0]
         )
         self.data["Action"] = "GetBucketInventoryConfiguration"
-        answer = {"InventoryConfiguration": _answer(config)}
-        return self.serialized(ActionResult(answer))
+        return self.serialized(ActionResult({"InventoryConfiguration": _answer(config)}))
 
     def list_bucket_inventory_configurations(self: Any) -> Any:
         configs = self.backend.list_bucket_inventory_configurations(bucket_name=self.bucket_name)
         self.data["Action"] = "ListBucketInventoryConfigurations"
         listed = {"InventoryConfigurationList": [_answer(c) for c in configs], "IsTruncated": False}
         return self.serialized(ActionResult(listed))
-
-    deletes = _Response._bucket_response_delete
 
     def _bucket_response_delete(self: Any, bucket_name: str, querystring: Any) -> Any:
         # DELETE /?inventory&id=Id: "Deletes an S3 Inventory configuration (identified by
@@ -77,13 +60,13 @@ def _install(installer: Installer) -> None:
         if "inventory" not in querystring:
             return deletes(self, bucket_name, querystring)
         self.data["Action"] = "DeleteBucketInventoryConfiguration"
-        configs = self.backend.get_bucket(bucket_name).inventory_configs
-        config_id = querystring["id"][0]
-        if config_id not in configs:  # as moto's Get answers (AWS's code: not verified)
-            raise s3_exceptions.MissingInventoryConfig()
-        del configs[config_id]
+        # an unknown Id: MissingInventoryConfig, as moto's Get answers (AWS's code: not verified)
+        config = self.backend.get_bucket_inventory_configuration(bucket_name, querystring["id"][0])
+        del self.backend.get_bucket(bucket_name).inventory_configs[config.id]
         return 204, {}, ""
 
+    put = _Backend.put_bucket_inventory_configuration
+    deletes = _Response._bucket_response_delete
     for owner, replacement in (
         (_Backend, put_bucket_inventory_configuration),
         (_Response, get_bucket_inventory_configuration),
@@ -95,14 +78,13 @@ def _install(installer: Installer) -> None:
 
 def _fits() -> list[str]:
     return [
-        *gone(_Response, "get_bucket_inventory_configuration"),
+        *gone(_Response, "get_bucket_inventory_configuration", "_bucket_response_delete"),
         *gone(_Response, "list_bucket_inventory_configurations"),
         *takes(_Backend.put_bucket_inventory_configuration, "self", "bucket_name"),
         *takes(_Backend.get_bucket_inventory_configuration, "self", "bucket_name", "id"),
         *takes(_Backend.list_bucket_inventory_configurations, "self", "bucket_name"),
         *gone(s3_models, "FakeBucketInventoryConfiguration"),
-        *gone(s3_exceptions, "MissingInventoryConfig"),
-        *gone(_Response, "_bucket_response_delete"),
+        *lacks(_Backend.get_bucket_inventory_configuration, "raise MissingInventoryConfig()"),
         *takes(_Response._bucket_response_delete, "self", "bucket_name", "querystring"),
     ]
 
@@ -112,10 +94,12 @@ PATCHES = (
         name="S3 Inventory configurations read back as put",  # and deleted alone
         kind="fidelity",
         why="GetBucketInventoryConfiguration and ListBucketInventoryConfigurations answer the "
-        "IncludedObjectVersions and OptionalFields a configuration was put with (S3 API "
-        "reference, InventoryConfiguration). moto answered every one as All, and its listing "
-        "answered OptionalFields as ['Field'], and DeleteBucketInventoryConfiguration deleted "
-        "the bucket.",
+        "IncludedObjectVersions (All or Current) and OptionalFields (a list of field names) a "
+        "configuration was put with (S3 API reference, InventoryConfiguration); "
+        "DeleteBucketInventoryConfiguration deletes the configuration of that Id (S3 API "
+        "reference). moto answered every one as All, its listing answered OptionalFields as "
+        "['Field'] (a local `onceflow doctor` could not tell an inventory the audit reads from "
+        "one it cannot), and DeleteBucketInventoryConfiguration deleted the bucket.",
         test="tests/upstream/test_stock_moto.py::"
         "test_an_inventory_configuration_reads_back_as_it_was_put",
         install=_install,
