@@ -380,17 +380,22 @@ def _access(tmp_path: Path, text: str) -> iam.AccessControl:
     return iam.AccessControl(stack)
 
 
+def _started_statements(tmp_path: Path, text: str) -> list[dict[str, Any]]:
+    """Fn's statements as the engine enforces them once its roles are started."""
+    access = _access(tmp_path, text)
+    access.start(InProcessRuntime())
+    try:
+        return access.statements("Fn")
+    finally:
+        access.stop()
+
+
 def test_sam_policy_templates_are_expanded_by_sams_translator_and_enforced(
     tmp_path: Path,
 ) -> None:
     # GIVEN a function whose Policies are SAM policy templates beside an inline document
-    access = _access(tmp_path, POLICY_TEMPLATES)
     # WHEN the engine starts enforcing the roles
-    access.start(InProcessRuntime())
-    try:
-        statements = access.statements("Fn")
-    finally:
-        access.stop()
+    statements = _started_statements(tmp_path, POLICY_TEMPLATES)
     # THEN each template became SAM's own statements, its resources resolved
     table = f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/counts"
     allowed = [
@@ -469,13 +474,8 @@ def test_a_role_of_the_template_gives_its_inline_policies_and_nothing_else(
     tmp_path: Path,
 ) -> None:
     # GIVEN a function whose Role is an AWS::IAM::Role of the template
-    access = _access(tmp_path, ROLE_TEMPLATE)
     # WHEN the engine starts enforcing the roles
-    access.start(InProcessRuntime())
-    try:
-        statements = access.statements("Fn")
-    finally:
-        access.stop()
+    statements = _started_statements(tmp_path, ROLE_TEMPLATE)
     # THEN the role's own statements, resolved, are the function's: no SAM basic policy
     table = f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/counts"
     assert iam.evaluate(statements, "dynamodb:GetItem", table) is iam.Decision.ALLOWED
