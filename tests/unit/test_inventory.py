@@ -1,5 +1,4 @@
-"""An S3 Inventory report written as S3 writes a CSV one (onceflow/local/inventory.py), and
-read back by a Distributed Map's manifest reader (patches/distributed_map.py)."""
+"""An S3 Inventory report written as S3 writes a CSV one (onceflow/local/inventory.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ import pytest
 from onceflow.local import inventory
 from onceflow.local.engine import LocalEngine
 
-ROLE = "arn:aws:iam::123456789012:role/probe"
 NOW = datetime.datetime(2026, 3, 8, 21, 32, 45, tzinfo=datetime.UTC)
 _NAMES = iter(range(10**6))
 
@@ -164,52 +162,6 @@ def test_a_versioned_inventory_lists_every_version_and_delete_marker(
         {"Key": "p.bin", "VersionId": multipart, "IsLatest": "true", "IsDeleteMarker": "false",
          "Size": "1", "IsMultipartUploaded": "true", "EncryptionStatus": "SSE-S3"},
     ]  # fmt: skip
-
-
-def test_a_delivered_inventory_is_read_by_a_distributed_map(engine: LocalEngine) -> None:
-    s3 = engine.client("s3")
-    source, destination = engine.ref("IngestBucket"), _bucket(engine)
-    for n in range(7):
-        s3.put_object(Bucket=source, Key=f"in/{n} x.json", Body=b"{}")
-    s3.delete_object(Bucket=source, Key="in/3 x.json")
-    configuration = _configuration(
-        destination, IncludedObjectVersions="All", OptionalFields=["Size", "LastModifiedDate"]
-    )
-    manifest_key = inventory.deliver(s3, source, configuration, NOW, rows_per_file=3)
-    manifest = json.loads(_get(engine, destination, manifest_key))
-    assert len(manifest["files"]) == 3  # 8 rows: 7 objects and a delete marker
-    reader = {
-        "Resource": "arn:aws:states:::s3:getObject",
-        "ReaderConfig": {"ManifestType": "S3_INVENTORY"},
-        "Arguments": {"Bucket": destination, "Key": "{% $states.input.manifest %}"},
-    }
-    processor = {
-        "ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "EXPRESS"},
-        "StartAt": "Echo",
-        "States": {"Echo": {"Type": "Pass", "End": True}},
-    }
-    definition = {
-        "QueryLanguage": "JSONata",
-        "StartAt": "Map",
-        "States": {
-            "Map": {
-                "Type": "Map",
-                "ItemReader": reader,
-                "ItemProcessor": processor,
-                "MaxConcurrency": 4,
-                "End": True,
-            }
-        },
-    }
-    arn = engine.client("stepfunctions").create_state_machine(
-        name="inventory-map", definition=json.dumps(definition), roleArn=ROLE
-    )["stateMachineArn"]
-    result = engine.execute(arn, {"manifest": manifest_key})
-    assert result.status == "SUCCEEDED", (result.error, result.cause)
-    # What the children got is what was written, row for row.
-    assert result.output == _rows(engine, destination, manifest)
-    markers = [item for item in result.output if item["IsDeleteMarker"] == "true"]
-    assert [unquote_plus(item["Key"]) for item in markers] == ["in/3 x.json"]
 
 
 @pytest.mark.parametrize(

@@ -421,10 +421,6 @@ def test_a_listing_map_cannot_be_described(sfn: Any) -> None:
         ("Distributed Map: EXPRESS children", {"ExecutionType": "EXPRESS"}, "EXPRESS"),
         ("Distributed Map: ItemBatcher", {"ItemBatcher": {"MaxItemsPerBatch": 2}}, "ItemBatcher"),
         ("Distributed Map: tolerated failures", {"ToleratedFailurePercentage": 60}, "60"),
-        ("Distributed Map: S3 Inventory manifest reader",
-         {"ItemReader": {"Resource": "arn:aws:states:::s3:getObject",
-                         "ReaderConfig": {"InputType": "MANIFEST"},
-                         "Parameters": {"Bucket": "b", "Key": "manifest.json"}}}, "MANIFEST"),
     ],
 )  # fmt: skip
 def test_a_distributed_map_field_aws_takes_is_refused(
@@ -440,7 +436,6 @@ for _name in (
     "EXPRESS children",
     "ItemBatcher",
     "tolerated failures",
-    "S3 Inventory manifest reader",
 ):
     REPRODUCED[f"Distributed Map: {_name}"] = (
         "tests/upstream/test_stock_moto.py::test_a_distributed_map_field_aws_takes_is_refused"

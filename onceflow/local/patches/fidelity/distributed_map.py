@@ -7,24 +7,22 @@ manifest. Forms AWS takes that moto's grammar refuses are rewritten in the text
 moto's parser reads (DescribeStateMachine still returns the text as created);
 fields the grammar has no place for are set aside in the ItemProcessor's
 Comment, which moto keeps on the iteration component and nothing else reads.
-Each patch in ``PATCHES`` names the AWS behaviour, its page, and its test.
+Each patch in ``PATCHES`` names the AWS behaviour, its page, and its test; the
+manifest reader stays refused, as no state machine here uses one (docs/local-engine.md).
 """
 
 from __future__ import annotations
 
 import base64
 import copy
-import csv
 import datetime
-import gzip
 import inspect
-import io
 import itertools
 import json
 import re
 import types
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -220,17 +218,17 @@ def _grouped(
     return groups
 
 
-# ItemReaders: an S3 listing (patch 1), an S3 Inventory manifest (patch 5).
+# The listObjectsV2 ItemReader (patch 1).
 
-Read = Callable[[Any, Any, Any, int], list[Any]]  # (env, S3 client, Arguments, MaxItems): items
+Read = Callable[[Any, Any, int], list[Any]]  # (S3 client, Arguments, MaxItems): items
 
 
-def _reading(action: str, takes_config: Callable[[dict[str, Any]], bool], read: Read) -> Install:
-    """An install of two replacements: each ItemReader whose Resource ends in action and
-    whose ReaderConfig (or none) takes_config takes (a rewrite in place) is marked, as a CSV
-    reader (the form moto's parser insists on) with the mark as its given header; for a
-    marked reader, ItemReader._eval_body evaluates its ReaderConfig and Arguments as moto
-    does and gives what ``read`` reads (other readers as before)."""
+def _reading(action: str, read: Read) -> Install:
+    """An install of two replacements: each ItemReader whose Resource ends in action (any
+    ReaderConfig moto's grammar takes, or none) is marked in place, as a CSV reader (the
+    form moto's parser insists on) with the mark as its given header; for a marked reader,
+    ItemReader._eval_body evaluates its ReaderConfig and Arguments as moto does and gives
+    what ``read`` reads (other readers as before)."""
     mark = "onceflow-reader" + action
 
     def rewrite(state: dict[str, Any], language: str) -> bool:
@@ -238,7 +236,7 @@ def _reading(action: str, takes_config: Callable[[dict[str, Any]], bool], read: 
         if not isinstance(reader, dict) or not str(reader.get("Resource")).endswith(action):
             return False
         config = reader.get("ReaderConfig", {})
-        if not isinstance(config, dict) or not takes_config(config):
+        if not isinstance(config, dict):
             return False
         config.update(InputType="CSV", CSVHeaderLocation="GIVEN", CSVHeaders=[mark])
         reader["ReaderConfig"] = config
@@ -257,7 +255,7 @@ def _reading(action: str, takes_config: Callable[[dict[str, Any]], bool], read: 
                 arguments = env.stack.pop()
             reader.resource.eval(env=env)
             client = _s3(env, env.stack.pop().region)
-            env.stack.append(read(env, client, arguments, max_items))
+            env.stack.append(read(client, arguments, max_items))
 
         return _eval_body
 
@@ -276,7 +274,7 @@ def _reader_fits() -> list[str]:
     ]
 
 
-def _listed(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
+def _listed(client: Any, arguments: Any, max_items: int) -> list[Any]:
     """Every page's objects, each as the ItemReader page's example item (boto's has ETag,
     a datetime and ChecksumAlgorithm, which moto passed on)."""
     pages = client.get_paginator("list_objects_v2").paginate(**arguments)
@@ -291,50 +289,6 @@ def _listed(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
         }
         for item in itertools.islice(listed, max_items)
     ]
-
-
-class ManifestError(Exception):
-    """An S3 Inventory manifest that does not say what AWS reads."""
-
-
-def _manifest_config(config: dict[str, Any]) -> bool:
-    """InputType MANIFEST or ManifestType S3_INVENTORY (not both: "you must not also
-    specify InputType"), and a limit; CSVDelimiter and CSVHeaderLocation beside them (AWS
-    takes them) stay refused."""
-    form = {key: value for key, value in config.items() if not key.startswith("MaxItems")}
-    if form not in ({"InputType": "MANIFEST"}, {"ManifestType": "S3_INVENTORY"}):
-        return False
-    config.pop("ManifestType", None)
-    return True
-
-
-def read_inventory_manifest(s3: Any, arguments: Any, max_items: int) -> list[dict[str, str]]:
-    """The S3 Inventory's rows, in file then row order, as the patch's why says; a manifest
-    or file not in that form raises (KeyError, ValueError, ...)."""
-    manifest = json.loads(s3.get_object(**arguments)["Body"].read())
-    if manifest["fileFormat"] != "CSV":
-        raise ManifestError(f"the fileFormat is {manifest['fileFormat']!r}, not CSV")
-    bucket = manifest["destinationBucket"].split(":::", 1)[1]  # arn:aws:s3:::name
-    columns = [column.strip() for column in manifest["fileSchema"].split(",")]
-
-    def rows() -> Iterator[list[str]]:
-        for entry in manifest["files"]:
-            body = s3.get_object(Bucket=bucket, Key=entry["key"])["Body"].read()
-            text = gzip.decompress(body).decode("utf-8")
-            for row in filter(None, csv.reader(io.StringIO(text, newline=""))):
-                if len(row) != len(columns):
-                    raise ManifestError(f"{entry['key']}: a row of {len(row)} fields")
-                yield row
-
-    return [dict(zip(columns, row, strict=True)) for row in itertools.islice(rows(), max_items)]
-
-
-def _inventory(env: Any, client: Any, arguments: Any, max_items: int) -> list[Any]:
-    try:
-        return read_inventory_manifest(client, arguments, max_items)
-    except Exception as exc:  # any error of reading it (ClientError, KeyError, csv.Error, ...)
-        cause = f"{type(exc).__name__}: {exc}"
-        raise map_run_failure(env, "StatesItemReaderFailed", cause) from exc
 
 
 # Tolerated failures (patch 2); EXPRESS children (patch 3).
@@ -484,7 +438,7 @@ def _batching(original: MapRun) -> MapRun:
     return _map_run
 
 
-# ResultWriter (patch 6, JSONata): the children written to S3 by status, with a manifest.
+# ResultWriter (patch 5, JSONata): the children written to S3 by status, with a manifest.
 
 _WRITER_RESOURCE = re.compile(r"arn:aws[a-z-]*:states:::s3:putObject")
 _WRITER_CONFIG = {"Transformation": ("NONE", "COMPACT", "FLATTEN"), "OutputType": ("JSON", "JSONL")}
@@ -703,7 +657,7 @@ PATCHES: tuple[Patch, ...] = (
         test=_TESTS + "test_a_listing_reads_every_page",
         # Any ReaderConfig moto's grammar takes (a listing needs none on AWS; moto insisted
         # on an InputType, here the mark's, never used).
-        install=_reading(":s3:listObjectsV2", lambda config: True, _listed),
+        install=_reading(":s3:listObjectsV2", _listed),
         fits=_reader_fits,
     ),
     Patch(
@@ -774,25 +728,6 @@ PATCHES: tuple[Patch, ...] = (
                 distributed_item_processor.DistributedItemProcessor._create_worker,
                 "item_selector=eval_input.item_selector",
             ),
-        ],
-    ),
-    Patch(
-        name="Distributed Map: S3 Inventory manifest reader",
-        kind="fidelity",
-        why="An s3:getObject ItemReader with ReaderConfig InputType MANIFEST or ManifestType "
-        'S3_INVENTORY (not both: "you must not also specify InputType") reads the manifest.json, '
-        "then each data file it lists (gzip CSV, no header row) in its destinationBucket: each "
-        "row an item named by the fileSchema, every value a string; MaxItems stops it; only a CSV "
-        f"inventory can be read {_ITEM_READER}. One that cannot be read fails the Map with "
-        f"States.ItemReaderFailed ('Handling errors', {_DOCS}concepts-error-handling.html). Not "
-        "verified: the cause texts, the order of files (here the manifest's), a row whose field "
-        "count differs from the schema (here States.ItemReaderFailed). CSVDelimiter and "
-        "CSVHeaderLocation beside it are refused. moto's grammar refused both forms.",
-        test=_TESTS + "test_an_inventory_manifest_is_read_file_by_file",
-        install=_reading(":s3:getObject", _manifest_config, _inventory),
-        fits=lambda: [
-            *_reader_fits(),
-            *gone(_ERROR_NAMES, "StatesItemReaderFailed"),
         ],
     ),
     Patch(
