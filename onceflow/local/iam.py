@@ -268,6 +268,9 @@ def _checks(
         function = _arn(name, f"{arn}function:")
         qualified = params.get("Qualifier") and function.count(":") == 6
         return [(action, f"{function}:{params['Qualifier']}" if qualified else function)]
+    if action == "sqs:ListQueues":  # the account's queues, granted by ...:ACCOUNT:* or *
+        # (SQS Developer Guide, "Amazon SQS API permissions"; the exact ARN is not verified)
+        return [(action, arn)]
     if "Entries" in params:  # PutEvents: each event bus
         buses = {str(e.get("EventBusName") or "default") for e in params["Entries"]}
         return [(action, _arn(name, f"{arn}event-bus/")) for name in sorted(buses)]
@@ -293,10 +296,14 @@ def _s3_call(operation: str, action: str, params: Mapping[str, Any], head: bool)
     checks = [Check(f"s3:{action}", f"arn:aws:s3:::{bucket}/{params['Key']}")]
     if source := params.get("CopySource"):  # CopyObject, UploadPartCopy: the source is read too
         # botocore has quoted it (bucket/key?versionId=...) before the call is checked
-        source_path, _, source_query = unquote(source).lstrip("/").partition("?")
+        # (a "?" in the key is quoted: only botocore's own ?versionId= is a query)
+        source_path, _, source_query = source.lstrip("/").partition("?")
         read = "GetObjectVersion" if "versionId=" in source_query else "GetObject"
-        checks.append(Check(f"s3:{read}", f"arn:aws:s3:::{source_path}"))
-    reads = action in ("GetObject", "GetObjectVersion")
+        checks.append(Check(f"s3:{read}", f"arn:aws:s3:::{unquote(source_path)}"))
+    if action.endswith("Attributes"):  # S3 API reference, GetObjectAttributes: Permissions
+        read = action.removesuffix("Attributes")  # GetObject or GetObjectVersion as well
+        checks.append(Check(f"s3:{read}", checks[0].resource))
+    reads = action.removesuffix("Attributes") in ("GetObject", "GetObjectVersion")
     missing_key_bucket = bucket if reads else None
     return Call("s3", operation, tuple(checks), missing_key_bucket=missing_key_bucket, head=head)
 

@@ -271,6 +271,62 @@ def test_s3_bucket_requests_and_copies_name_what_they_need() -> None:
     assert put.missing_key_bucket is None
 
 
+def test_a_copy_source_key_holding_a_question_mark_is_read_whole() -> None:
+    # GIVEN a copy whose source key holds "?" (botocore quotes it: src/dir/a%3Fb%3D1)
+    copy = sent(
+        "s3",
+        lambda c: c.copy_object(
+            Bucket="out", Key="c", CopySource={"Bucket": "src", "Key": "dir/a?versionId=1"}
+        ),
+    )
+    # WHEN IAM authorises it
+    # THEN s3:GetObject on the whole key: only botocore's own "?versionId=" names a version
+    assert checks(copy)[1] == ("s3:GetObject", "arn:aws:s3:::src/dir/a?versionId=1")
+
+
+def test_object_attributes_need_the_object_read_too_and_hide_a_missing_key() -> None:
+    # GIVEN GetObjectAttributes of an object, and of one version of it
+    plain = sent(
+        "s3", lambda c: c.get_object_attributes(Bucket="b", Key="k", ObjectAttributes=["ETag"])
+    )
+    version = sent(
+        "s3",
+        lambda c: c.get_object_attributes(
+            Bucket="b", Key="k", VersionId="v1", ObjectAttributes=["ETag"]
+        ),
+    )
+    # WHEN IAM authorises them
+    # THEN both actions S3 names ("GetObjectAttributes", Permissions: s3:GetObject and
+    # s3:GetObjectAttributes, or their Version forms), and a missing key is a 404 only
+    # with s3:ListBucket, as for GetObject
+    assert sorted(checks(plain)) == [
+        ("s3:GetObject", "arn:aws:s3:::b/k"),
+        ("s3:GetObjectAttributes", "arn:aws:s3:::b/k"),
+    ]
+    assert sorted(checks(version)) == [
+        ("s3:GetObjectVersion", "arn:aws:s3:::b/k"),
+        ("s3:GetObjectVersionAttributes", "arn:aws:s3:::b/k"),
+    ]
+    assert plain.missing_key_bucket == "b" and version.missing_key_bucket == "b"
+
+
+def test_list_queues_is_checked_on_the_accounts_queues() -> None:
+    # GIVEN a ListQueues call
+    listed = sent("sqs", lambda c: c.list_queues())
+    # WHEN IAM authorises it
+    # THEN on the account's queues, which "arn:aws:sqs:us-east-1:ACCOUNT:*" grants
+    # (SQS Developer Guide, "Amazon SQS API permissions: Actions and resource reference")
+    assert checks(listed) == [("sqs:ListQueues", f"arn:aws:sqs:us-east-1:{ACCOUNT}:")]
+    allow = [
+        {
+            "Effect": "Allow",
+            "Action": "sqs:ListQueues",
+            "Resource": f"arn:aws:sqs:us-east-1:{ACCOUNT}:*",
+        }
+    ]
+    assert iam.evaluate(allow, *checks(listed)[0]) is iam.Decision.ALLOWED
+
+
 def test_queue_state_machine_function_and_bus_requests_name_their_arns() -> None:
     # GIVEN a send, a start, a describe, two invokes and a PutEvents
     send = sent("sqs", lambda c: c.send_message(QueueUrl=QUEUE_URL, MessageBody="x"))
