@@ -36,6 +36,49 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         cache.set("onceflow/minutes", round((time.monotonic() - _STARTED) / 60, 2))
 
 
+# Seconds each of the slowest files takes on the CI machine (2 cores, 2 workers; from
+# `pytest --durations=0`, the sum of its tests' setup, call and teardown). A file not
+# named here counts SECONDS_A_TEST for each of its tests.
+SECONDS = {
+    "tests/workflow/test_audit_batches.py": 26.0,
+    "tests/workflow/test_hostile_inputs.py": 27.0,
+    "tests/unit/test_packaging.py": 22.0,
+    "tests/workflow/test_server.py": 40.0,
+    "tests/unit/test_chaos_queue.py": 28.0,
+    "tests/workflow/test_audit.py": 20.0,
+    "tests/unit/test_bench.py": 10.0,
+    "tests/parity/test_replay.py": 8.0,
+    "tests/workflow/test_example.py": 18.0,
+    "tests/template/test_example.py": 12.0,
+    "tests/template/test_template.py": 20.0,
+    "tests/workflow/test_audit_resubmission.py": 14.0,
+    "tests/workflow/test_limits.py": 22.0,
+    "tests/unit/test_chaos.py": 6.0,
+}
+SECONDS_A_TEST = 0.45
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On pytest-xdist's workers: the files longest first, each file's tests in their order.
+
+    --dist loadfile (pyproject.toml) gives a worker a whole file; with
+    --no-loadscope-reorder it hands the files out in this order, each to the worker that
+    runs out of work first. Longest first, the last files handed out are short, so the
+    two workers end close together (by default pytest-xdist hands out the files with the
+    most tests first: a long file of few tests came last and ran alone).
+    """
+    if not hasattr(config, "workerinput"):
+        return  # a run without workers keeps pytest's order
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def seconds(path: str) -> float:
+        return SECONDS.get(path, SECONDS_A_TEST * len(files[path]))
+
+    items[:] = [item for path in sorted(files, key=seconds, reverse=True) for item in files[path]]
+
+
 @pytest.fixture(scope="session")
 def _state_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Records, pages and the `onceflow up` address stay out of the project's .onceflow/
