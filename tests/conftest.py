@@ -36,6 +36,84 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         cache.set("onceflow/minutes", round((time.monotonic() - _STARTED) / 60, 2))
 
 
+# Seconds each file took in a whole run (`pytest -v --durations=0`: the sum of its tests'
+# setup, call and teardown), the files of 5 s or more; each other file counts
+# SECONDS_A_TEST for each of its tests, their mean. Measured on 27 Nov 2026 on a shared,
+# loaded 2-core machine (about twice the CI machine's seconds): only their order matters.
+SECONDS = {
+    "tests/workflow/test_server.py": 126,
+    "tests/unit/test_cli.py": 105,
+    "tests/unit/test_packaging.py": 77,
+    "tests/workflow/test_hostile_inputs.py": 71,
+    "tests/unit/test_patches.py": 69,
+    "tests/workflow/test_ingress.py": 58,
+    "tests/unit/test_distributed_map.py": 57,
+    "tests/workflow/test_audit.py": 56,
+    "tests/workflow/test_batch_mode.py": 55,
+    "tests/workflow/test_limits.py": 48,
+    "tests/workflow/test_audit_batches.py": 46,
+    "tests/workflow/test_example.py": 42,
+    "tests/unit/test_chaos_queue.py": 42,
+    "tests/template/test_template.py": 34,
+    "tests/workflow/test_audit_resubmission.py": 33,
+    "tests/upstream/test_stock_moto.py": 24,
+    "tests/workflow/test_audit_watermark.py": 22,
+    "tests/workflow/test_s3_batch_mode.py": 20,
+    "tests/parity/test_integrations.py": 18,
+    "tests/workflow/test_redrive.py": 16,
+    "tests/workflow/test_processor.py": 13,
+    "tests/template/test_existing_bucket.py": 13,
+    "tests/workflow/test_failure_paths.py": 12,
+    "tests/workflow/test_keys.py": 12,
+    "tests/workflow/test_existing_bucket.py": 11,
+    "tests/workflow/test_transitions.py": 11,
+    "tests/workflow/test_late_notification.py": 11,
+    "tests/workflow/test_object_versions.py": 11,
+    "tests/template/test_example.py": 10,
+    "tests/workflow/test_viewer.py": 10,
+    "tests/unit/test_bench.py": 9,
+    "tests/workflow/test_redrive_late_unversioned.py": 8,
+    "tests/workflow/test_invalid_events.py": 8,
+    "tests/parity/test_errors.py": 8,
+    "tests/template/test_s3_batch_template.py": 8,
+    "tests/workflow/test_audit_sweep_race.py": 8,
+    "tests/unit/test_patch_layer.py": 8,
+    "tests/workflow/test_audit_express_names.py": 7,
+    "tests/workflow/test_batch_view.py": 7,
+    "tests/workflow/test_input_limit_utf8.py": 7,
+    "tests/workflow/test_audit_dead_letter.py": 7,
+    "tests/parity/test_replay.py": 6,
+    "tests/workflow/test_iam.py": 6,
+    "tests/template/test_batch_mode_template.py": 6,
+    "tests/unit/test_chaos.py": 6,
+    "tests/template/test_worst_case.py": 6,
+    "tests/unit/test_hooks.py": 6,
+    "tests/parity/test_context.py": 5,
+}
+SECONDS_A_TEST = 0.11
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On pytest-xdist's workers: the files longest first, each file's tests in their order.
+
+    --dist loadfile (pyproject.toml) gives a worker a whole file; with
+    --no-loadscope-reorder it hands the files out in this order, each to the worker that
+    runs out of work first. Longest first, the last files handed out are short, so the
+    two workers end close together (by default pytest-xdist hands out the files with the
+    most tests first: a long file of few tests came last and ran alone).
+    """
+    if not hasattr(config, "workerinput"):
+        return  # a run without workers keeps pytest's order
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def seconds(path: str) -> float:
+        return SECONDS.get(path, SECONDS_A_TEST * len(files[path]))
+
+    items[:] = [item for path in sorted(files, key=seconds, reverse=True) for item in files[path]]
+
+
 @pytest.fixture(scope="session")
 def _state_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Records, pages and the `onceflow up` address stay out of the project's .onceflow/

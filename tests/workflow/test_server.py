@@ -38,7 +38,11 @@ def _serving(parameters: dict[str, str]) -> Iterator[server.EngineServer]:
     with LocalEngine(parameters=parameters) as engine:
         engine_server = server.EngineServer(engine, parameters, command=main)
         engine_server.publish()
-        thread = threading.Thread(target=engine_server.serve_forever, daemon=True)
+        # polling as `onceflow up` does (server.py: serve_forever(poll_interval=0.2)); the
+        # default, 0.5 s, kept each test's shutdown waiting for up to half a second
+        thread = threading.Thread(
+            target=engine_server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
+        )
         thread.start()
         try:
             yield engine_server
