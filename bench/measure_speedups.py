@@ -47,18 +47,6 @@ def _whole_bindings() -> None:
     fidelity._bindings = bindings  # type: ignore[assignment]
 
 
-def _references_uncached() -> None:
-    from onceflow.local.patches import fidelity
-
-    fidelity._references = fidelity._references.__wrapped__  # type: ignore[assignment]
-
-
-def _heap_not_frozen() -> None:
-    import gc
-
-    gc.freeze = lambda: None
-
-
 def _loader_per_session() -> None:
     import botocore.session
 
@@ -83,58 +71,10 @@ def _pure_python_yaml() -> None:
     template._CfnLoader = loader  # type: ignore[misc]
 
 
-def _started_through_the_api() -> None:
-    from onceflow.local import executions
-
-    executions._MACHINE_ARN = "(no machine is started on the backend directly)"
-
-
-def _history_read_at_once() -> None:
-    from onceflow.local import executions
-    from onceflow.local.engine import LocalEngine
-
-    original = executions.wait
-
-    def wait(engine: Any, execution_arn: str, timeout: float = 120.0) -> Any:
-        result = original(engine, execution_arn, timeout)
-        assert isinstance(result.events, list)  # read now, not when first asked for
-        return result
-
-    LocalEngine.wait = wait  # type: ignore[method-assign]
-
-
-def _entry_variables_always_swapped() -> None:
-    from onceflow.local.patches import fidelity
-
-    def with_entry_variables(original: Any) -> Any:
-        def _eval_body(self: Any, env: Any) -> None:
-            entry, store = getattr(env, fidelity._ENTRY, None), env.variable_store
-            if entry is None:
-                original(self, env)
-                return
-            scope, now = store._inner_scope, dict(store._inner_scope)
-            scope.clear(), scope.update(entry)
-            store._variable_declarations_cache = None
-            try:
-                original(self, env)
-            finally:
-                scope.clear(), scope.update(now)
-                store._variable_declarations_cache = None
-
-        return _eval_body
-
-    fidelity._with_entry_variables = with_entry_variables  # type: ignore[assignment]
-
-
 UNREGISTERED: dict[str, Callable[[], None]] = {
     "JSONata given only what it reads": _whole_bindings,
-    "an expression's references read once": _references_uncached,
-    "the heap frozen": _heap_not_frozen,
     "one loader of botocore's data": _loader_per_session,
     "libyaml's parser": _pure_python_yaml,
-    "executions started on the backend": _started_through_the_api,
-    "a history read when asked for": _history_read_at_once,
-    "Output's variables swapped only when assigned": _entry_variables_always_swapped,
 }
 
 
