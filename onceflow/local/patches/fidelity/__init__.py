@@ -141,8 +141,8 @@ def _pick(value: Mapping[str, Any], paths: StatesPaths) -> dict[str, Any]:
 
 
 def _bindings(expression: str, env: Any) -> dict[str, Any]:
-    """The variables and $states the expression reads (only those: each goes to node
-    as JSON text, and $states holds the input twice, up to 256 KiB each)."""
+    """The variables and $states the expression reads: a speed-up (docs/local-engine.md,
+    "What each speed-up gains"; each goes to node as JSON text, $states the input twice)."""
     names, paths = _references(expression)
     store = env.variable_store
     scopes = (store._outer_scope, store._inner_scope)  # inner shadows outer
