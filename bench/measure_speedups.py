@@ -71,10 +71,23 @@ def _pure_python_yaml() -> None:
     template._CfnLoader = loader  # type: ignore[misc]
 
 
+def _client_per_call() -> None:
+    from onceflow.local.engine import LocalEngine
+
+    original = LocalEngine.client
+
+    def client(self: LocalEngine, service: str) -> Any:
+        self._clients.pop(service, None)  # made again at each call
+        return original(self, service)
+
+    LocalEngine.client = client  # type: ignore[method-assign]
+
+
 UNREGISTERED: dict[str, Callable[[], None]] = {
     "JSONata given only what it reads": _whole_bindings,
     "one loader of botocore's data": _loader_per_session,
     "libyaml's parser": _pure_python_yaml,
+    "the engine's clients kept": _client_per_call,
 }
 
 
