@@ -47,6 +47,12 @@ def _whole_bindings() -> None:
     fidelity._bindings = bindings  # type: ignore[assignment]
 
 
+def _heap_not_frozen() -> None:
+    import gc
+
+    gc.freeze = lambda: None
+
+
 def _loader_per_session() -> None:
     import botocore.session
 
@@ -88,6 +94,7 @@ UNREGISTERED: dict[str, Callable[[], None]] = {
     "one loader of botocore's data": _loader_per_session,
     "libyaml's parser": _pure_python_yaml,
     "the engine's clients kept": _client_per_call,
+    "the heap frozen": _heap_not_frozen,
 }
 
 

@@ -400,6 +400,33 @@ def test_a_null_version_id_keys_on_the_sequencer(engine: LocalEngine) -> None:
     assert output_effects(engine) == 2
 
 
+def test_the_engine_freezes_what_it_starts_with_and_unfreezes_it_at_stop() -> None:
+    import gc
+    import io
+    import weakref
+
+    assert gc.get_freeze_count() == 0  # no engine is running in this test
+    with LocalEngine(function_log=io.StringIO()) as engine:
+        assert gc.get_freeze_count() > 100_000  # moto's and botocore's models, the clients
+
+        class Node:
+            pass
+
+        cycle = Node()
+        cycle.self = cycle  # type: ignore[attr-defined]
+        alive = weakref.ref(cycle)
+        del cycle
+        gc.collect()
+        assert alive() is None  # what the engine's work leaves behind is still collected
+        key = "frozen/heap.png"
+        result = engine.execute(MACHINE, s3_event(engine, key, upload(engine, key)))
+        assert result.states_entered == HAPPY_PATH
+        with LocalEngine(function_log=io.StringIO(), stack_name="inner"):  # inside another
+            assert gc.get_freeze_count() > 100_000
+        assert gc.get_freeze_count() > 100_000  # the inner one's stop left the outer's heap
+    assert gc.get_freeze_count() == 0
+
+
 def test_the_engine_starts_its_executions_and_refusals_come_as_from_aws(
     engine: LocalEngine,
 ) -> None:
