@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import datetime
-import functools
 import json
-import math
 import re
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from moto import settings as moto_settings
 from moto.core.exceptions import AWSError
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
@@ -26,7 +23,6 @@ if TYPE_CHECKING:
     from onceflow.local.engine import LocalEngine
 
 _EXECUTION_NAME = re.compile(r"[^A-Za-z0-9_-]")
-_MACHINE_ARN = f"arn:aws:states:{REGION}:{ACCOUNT_ID}:stateMachine:"
 
 
 @dataclass
@@ -40,13 +36,7 @@ class ExecutionResult:
     output: Any
     error: str | None
     cause: str | None
-    # The history is read when first asked for (it is most of what waiting for
-    # an execution would cost): while the engine that ran it is still up.
-    load_events: Callable[[], list[dict[str, Any]]] = field(default=list, repr=False, compare=False)
-
-    @functools.cached_property
-    def events(self) -> list[dict[str, Any]]:
-        return self.load_events()
+    events: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def states_entered(self) -> list[str]:
@@ -83,24 +73,12 @@ def start(
     name_prefix: str | None = None,
 ) -> str:
     """Start an execution; its ARN. Named by the caller, else from name_prefix (else the
-    machine's name); then the backend is asked directly (through botocore and moto's HTTP
-    layer the start cost about a tenth of an execution's CPU). What the backend refuses (an
-    unknown machine, input over the limit), a caller's name or moto checking IAM goes the
-    usual way, so the error is the one AWS gives."""
+    machine's name)."""
     arn = engine.state_machine_arn(state_machine)
     # What EventBridge and Pipes send and Step Functions counts (256 KiB "as a
     # UTF-8 encoded string"): compact JSON, an "é" two bytes, not "\u00e9".
     text = json.dumps(execution_input, ensure_ascii=False, separators=(",", ":"))
     prefix = name_prefix or state_machine.rsplit(":", 1)[-1]
-    if (
-        name is None
-        and arn.startswith(_MACHINE_ARN)
-        and not math.isfinite(moto_settings.INITIAL_NO_AUTH_ACTION_COUNT)
-    ):
-        try:
-            return str(_backend().start_execution(arn, execution_name(prefix), text).execution_arn)
-        except AWSError:  # refused before anything started: the client call raises it
-            pass
     response = engine.client("stepfunctions").start_execution(
         stateMachineArn=arn, name=name or execution_name(prefix), input=text
     )
@@ -109,8 +87,9 @@ def start(
 
 def describe(engine: LocalEngine, execution_arn: str) -> dict[str, Any]:
     """DescribeExecution's answer (name, status, input and output as JSON text, error,
-    cause), read from the backend: through botocore and moto's HTTP layer it cost about
-    1.6 ms of CPU per execution. An ARN it does not know goes the usual way, for AWS's error."""
+    cause), read from the backend: AWS refuses DescribeExecution for an EXPRESS execution
+    (InvalidArn, patches/fidelity/executions.py), which the engine still waits for. An ARN
+    the backend does not know goes the usual way, for AWS's error."""
     try:
         described = _backend().describe_execution(execution_arn).to_describe_output()
     except AWSError:
@@ -135,11 +114,6 @@ def wait(engine: LocalEngine, execution_arn: str, timeout: float = 120.0) -> Exe
         if time.monotonic() > deadline:
             raise ExecutionTimeout(f"{execution_arn} still running after {timeout}s")
 
-    def events() -> list[dict[str, Any]]:
-        if engine._mock is None:
-            raise EngineError("the engine has stopped: read the history while it runs")
-        return history(execution_arn)
-
     output = description.get("output")
     return ExecutionResult(
         arn=execution_arn,
@@ -149,7 +123,7 @@ def wait(engine: LocalEngine, execution_arn: str, timeout: float = 120.0) -> Exe
         output=json.loads(output) if output else None,
         error=description.get("error"),
         cause=description.get("cause"),
-        load_events=events,
+        events=history(execution_arn),
     )
 
 

@@ -427,30 +427,21 @@ def test_the_engine_freezes_what_it_starts_with_and_unfreezes_it_at_stop() -> No
     assert gc.get_freeze_count() == 0
 
 
-def test_the_engine_starts_its_executions_directly_and_refusals_come_as_from_aws(
-    engine: LocalEngine, monkeypatch: Any
+def test_the_engine_starts_its_executions_and_refusals_come_as_from_aws(
+    engine: LocalEngine,
 ) -> None:
     import pytest
     from botocore.exceptions import ClientError
 
     sfn = engine.client("stepfunctions")
-    through_client: list[dict[str, Any]] = []
-    original = sfn.start_execution
-
-    def recorded(**kwargs: Any) -> Any:
-        through_client.append(kwargs)
-        return original(**kwargs)
-
-    monkeypatch.setattr(sfn, "start_execution", recorded)
     key = "direct/start.png"
     result = engine.execute(MACHINE, s3_event(engine, key, upload(engine, key)))
     assert result.states_entered == HAPPY_PATH
-    assert through_client == []  # the engine's own name: asked directly
     described = sfn.describe_execution(executionArn=result.arn)
     assert json.loads(described["input"])["detail"]["object"]["key"] == key
 
     arn = engine.start_execution(MACHINE, {"named": True}, name="a-callers-name")
-    assert arn.endswith(":a-callers-name") and len(through_client) == 1  # botocore checks it
+    assert arn.endswith(":a-callers-name")
     missing = "arn:aws:states:us-east-1:123456789012:stateMachine:no-such-machine"
     with pytest.raises(ClientError, match="StateMachineDoesNotExist"):
         engine.start_execution(missing, {})
@@ -458,7 +449,6 @@ def test_the_engine_starts_its_executions_directly_and_refusals_come_as_from_aws
     before = len(sfn.list_executions(stateMachineArn=machine_arn)["executions"])
     with pytest.raises(ClientError, match="262144"):
         engine.start_execution(MACHINE, {"blob": "x" * 262_144})
-    assert len(through_client) == 3  # each refusal asked again the usual way
     assert len(sfn.list_executions(stateMachineArn=machine_arn)["executions"]) == before
     arn = engine.start_execution(MACHINE, {"events": True}, name_prefix="events")
-    assert ":events-" in arn and len(through_client) == 3  # a prefix is still the engine's name
+    assert ":events-" in arn

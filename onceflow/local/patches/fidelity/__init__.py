@@ -108,7 +108,6 @@ _NOT_STEPS = frozenset({"true", "false", "null", "and", "or", "in", "function"})
 StatesPaths = Mapping[str, "StatesPaths | None"]
 
 
-@functools.lru_cache(maxsize=4096)
 def _references(expression: str) -> tuple[frozenset[str], StatesPaths | None]:
     """(variables an expression may read: a superset, the parts of $states it reads: the
     whole value where its plain steps end, all of it with JSONata's parent operator %)."""
@@ -129,7 +128,7 @@ def _references(expression: str) -> tuple[frozenset[str], StatesPaths | None]:
             node = node.setdefault(step, {})
         else:
             node[steps[-1]] = None
-    return frozenset(names), paths  # cached: read, never changed
+    return frozenset(names), paths
 
 
 def _pick(value: Mapping[str, Any], paths: StatesPaths) -> dict[str, Any]:
@@ -142,8 +141,8 @@ def _pick(value: Mapping[str, Any], paths: StatesPaths) -> dict[str, Any]:
 
 
 def _bindings(expression: str, env: Any) -> dict[str, Any]:
-    """The variables and $states the expression reads (only those: each goes to node
-    as JSON text, and $states holds the input twice, up to 256 KiB each)."""
+    """The variables and $states the expression reads: a speed-up (docs/local-engine.md,
+    "What each speed-up gains"; each goes to node as JSON text, $states the input twice)."""
     names, paths = _references(expression)
     store = env.variable_store
     scopes = (store._outer_scope, store._inner_scope)  # inner shadows outer
@@ -704,10 +703,10 @@ def _remembering_entry(original: Any) -> Any:
 def _with_entry_variables(original: Any) -> Any:
     def _eval_body(self: Any, env: Any) -> None:
         entry, store = getattr(env, _ENTRY, None), env.variable_store
-        scope, now = store._inner_scope, dict(store._inner_scope)
-        if entry is None or (entry.keys() == now.keys() and all(entry[k] is now[k] for k in now)):
-            original(self, env)  # nothing assigned since the state's entry
+        if entry is None:
+            original(self, env)
             return
+        scope, now = store._inner_scope, dict(store._inner_scope)
         scope.clear(), scope.update(entry)
         store._variable_declarations_cache = None
         try:
