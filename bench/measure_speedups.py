@@ -89,12 +89,21 @@ def _client_per_call() -> None:
     LocalEngine.client = client  # type: ignore[method-assign]
 
 
+def _sources_read_each_start() -> None:
+    import inspect
+
+    from onceflow.local.patches import registry
+
+    registry.source = inspect.getsource  # type: ignore[assignment]
+
+
 UNREGISTERED: dict[str, Callable[[], None]] = {
     "JSONata given only what it reads": _whole_bindings,
     "one loader of botocore's data": _loader_per_session,
     "libyaml's parser": _pure_python_yaml,
     "the engine's clients kept": _client_per_call,
     "the heap frozen": _heap_not_frozen,
+    "patched sources read once": _sources_read_each_start,
 }
 
 

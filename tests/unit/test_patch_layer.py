@@ -175,6 +175,27 @@ def test_a_fidelity_patch_that_no_longer_fits_stops_the_engine(
     assert moto_jsonata._eval_jsonata is not fidelity.eval_jsonata
 
 
+class _Owner:
+    def step(self) -> str:
+        return "self.output_path"
+
+
+def test_a_fits_check_reads_the_source_now_in_place_not_what_it_read_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a check that found its text in a method (its source now read once)
+    assert registry.lacks(_Owner.step, "self.output_path") == []
+
+    # WHEN another function is put in its place, as a moto release or a test does
+    def step(self: Any) -> str:
+        return "moved"
+
+    monkeypatch.setattr(_Owner, "step", step)
+    # THEN the check reads the one in place now, and finds the text gone
+    [moved] = registry.lacks(_Owner.step, "self.output_path")
+    assert moved.endswith("step no longer has 'self.output_path'")
+
+
 def test_another_moto_whose_every_fits_check_passes_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     import moto
 
