@@ -174,7 +174,6 @@ def cmd_execute(args: argparse.Namespace, session: Session) -> int:
             raise SystemExit(
                 f"onceflow execute: Step Functions refused the execution: {exc}"
             ) from None
-        # The history is read from the engine, so render while it is up.
         if args.json:
             print(json.dumps(history.to_json(result), indent=2, default=json_value))
         else:
