@@ -278,6 +278,19 @@ def _checks(
     return [(action, next((str(params[key]) for key in keys if key in params), "*"))]
 
 
+_WRITE_OPTIONS: Final = (
+    ("Tagging", "PutObjectTagging"),
+    ("ACL", "PutObjectAcl"),
+    ("GrantFullControl", "PutObjectAcl"),
+    ("GrantRead", "PutObjectAcl"),
+    ("GrantReadACP", "PutObjectAcl"),
+    ("GrantWriteACP", "PutObjectAcl"),
+    ("ObjectLockMode", "PutObjectRetention"),
+    ("ObjectLockRetainUntilDate", "PutObjectRetention"),
+    ("ObjectLockLegalHoldStatus", "PutObjectLegalHold"),
+)
+
+
 def _s3_call(operation: str, action: str, params: Mapping[str, Any], head: bool) -> Call:
     bucket = params["Bucket"]
     if operation == "DeleteObjects":
@@ -300,6 +313,12 @@ def _s3_call(operation: str, action: str, params: Mapping[str, Any], head: bool)
         source_path, _, source_query = source.lstrip("/").partition("?")
         read = "GetObjectVersion" if "versionId=" in source_query else "GetObject"
         checks.append(Check(f"s3:{read}", f"arn:aws:s3:::{unquote(source_path)}"))
+    if action == "PutObject" or operation in ("CopyObject", "CreateMultipartUpload"):
+        # an option that tags, sets an ACL or locks the new object needs its own action too
+        # (Service Authorization Reference, Amazon S3: PutObject's and CopyObject's
+        # dependent actions; which parameter brings in which is not verified)
+        needed = {needs for option, needs in _WRITE_OPTIONS if option in params}
+        checks += [Check(f"s3:{needs}", checks[0].resource) for needs in sorted(needed)]
     if action.endswith("Attributes"):  # S3 API reference, GetObjectAttributes: Permissions
         read = action.removesuffix("Attributes")  # GetObject or GetObjectVersion as well
         checks.append(Check(f"s3:{read}", checks[0].resource))

@@ -284,6 +284,43 @@ def test_a_copy_source_key_holding_a_question_mark_is_read_whole() -> None:
     assert checks(copy)[1] == ("s3:GetObject", "arn:aws:s3:::src/dir/a?versionId=1")
 
 
+def test_a_put_that_tags_or_sets_an_acl_or_a_lock_needs_those_actions_too() -> None:
+    # GIVEN a put with tags, a canned ACL, a retention and a legal hold, and a copy with tags
+    put = sent(
+        "s3",
+        lambda c: c.put_object(
+            Bucket="out",
+            Key="k",
+            Body=b"x",
+            Tagging="a=1",
+            ACL="private",
+            ObjectLockMode="GOVERNANCE",
+            ObjectLockRetainUntilDate="2030-01-01T00:00:00Z",
+            ObjectLockLegalHoldStatus="ON",
+        ),
+    )
+    copy = sent(
+        "s3",
+        lambda c: c.copy_object(
+            Bucket="out", Key="c", CopySource={"Bucket": "in", "Key": "k"}, Tagging="a=1"
+        ),
+    )
+    # WHEN IAM authorises them
+    # THEN each option's own action on the new object as well, as the Service
+    # Authorization Reference lists them for PutObject and CopyObject (which parameter
+    # brings in which action is not verified: a grant missing one is refused, harsher
+    # than AWS at worst, never kinder)
+    target = "arn:aws:s3:::out/k"
+    assert sorted(checks(put)) == [
+        ("s3:PutObject", target),
+        ("s3:PutObjectAcl", target),
+        ("s3:PutObjectLegalHold", target),
+        ("s3:PutObjectRetention", target),
+        ("s3:PutObjectTagging", target),
+    ]
+    assert ("s3:PutObjectTagging", "arn:aws:s3:::out/c") in checks(copy)
+
+
 def test_object_attributes_need_the_object_read_too_and_hide_a_missing_key() -> None:
     # GIVEN GetObjectAttributes of an object, and of one version of it
     plain = sent(
