@@ -68,7 +68,30 @@ from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 _Preprocessor = asl_preprocessor.Preprocessor
 _Backend = sfn_parser_models.StepFunctionsParserBackend
 UNSUPPORTED_RESULT = "returned an unsupported result type"
-uses = lacks  # the name executions.py imports
+_Wrap = tuple[Any, str, Callable[..., Any]]  # owner, name, wrapper(original, *args, **kwargs)
+
+
+def _wrap(installer: Installer, owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
+    """owner.name = a call of wrapper(original, ...), original what owner.name is now
+    (moto's, or an earlier patch's: a speed-up's); a static method stays one."""
+    original = getattr(owner, name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        return wrapper(original, *args, **kwargs)
+
+    static = isinstance(vars(owner).get(name), staticmethod)
+    installer.replace(owner, name, staticmethod(wrapped) if static else wrapped)
+
+
+def _wrapping(*wraps: _Wrap) -> Callable[[Installer], None]:
+    """An install of each (owner, name, wrapper) as _wrap puts it in place."""
+
+    def install(installer: Installer) -> None:
+        for owner, name, wrapper in wraps:
+            _wrap(installer, owner, name, wrapper)
+
+    return install
+
 
 # JSONata: moto expects a JVM evaluator; jsonata 2.0.6 in node (jsonata_node.py) evaluates.
 
@@ -183,30 +206,24 @@ def _evaluation_failure(
     )
 
 
-def _compiled_eval_body(self: Any, env: Any) -> None:
+def _jsonata_eval_body(self: Any, env: Any) -> None:
     """StringJSONata._eval_body as Step Functions evaluates: the expression compiled as
     written, its variables bound (moto pastes them into the text and parses it all
-    each time, so "$a := 1; $a" passed). Undefined, or a value JSON cannot hold,
-    fails the state."""
+    each time, so "$a := 1; $a" passed). An error (caused by moto's JSONataException),
+    undefined, or a value JSON cannot hold fails the state."""
     expression = self.expression
     try:
         result = jsonata_node.evaluate(expression, _bindings(expression, env))
     except jsonata_node.JsonataError as exc:
-        raise moto_jsonata.JSONataException(exc.code or "UNKNOWN", str(exc)) from exc
+        error = moto_jsonata.JSONataException(exc.code or "UNKNOWN", str(exc))
+        text = expression if len(expression) <= 200 else expression[:200] + "..."
+        threw = f"threw an error during evaluation. {error.details or error.error}"
+        raise _evaluation_failure(self, env, text, threw) from error
     except jsonata_node.UnsupportedResult as exc:
         raise _evaluation_failure(self, env, expression, UNSUPPORTED_RESULT + ".") from exc
     if result is jsonata_node.UNDEFINED:
         raise _evaluation_failure(self, env, expression, "returned nothing (undefined).")
     env.stack.append(result)
-
-
-def _jsonata_eval_body(self: Any, env: Any) -> None:
-    try:
-        _compiled_eval_body(self, env)
-    except moto_jsonata.JSONataException as exc:
-        text = self.expression if len(self.expression) <= 200 else self.expression[:200] + "..."
-        threw = f"threw an error during evaluation. {exc.details or exc.error}"
-        raise _evaluation_failure(self, env, text, threw) from exc
 
 
 def _mark_fields(component: Any, path: str, seen: set[int]) -> None:
@@ -237,13 +254,10 @@ _FIELD_VISITORS = {
 }
 
 
-def _marking(original: Any, field: str) -> Any:
-    def visit(self: Any, ctx: Any) -> Any:
-        component = original(self, ctx)
-        _mark_fields(component, field, set())
-        return component
-
-    return visit
+def _marking(field: str, original: Any, self: Any, ctx: Any) -> Any:
+    component = original(self, ctx)
+    _mark_fields(component, field, set())
+    return component
 
 
 _original_jsonata_eval_body = string_expression.StringJSONata._eval_body
@@ -262,7 +276,7 @@ def _install_jsonata(installer: Installer) -> None:
     installer.replace(intrinsic_jsonata, "_DECLARATION_BY_VARIABLE_REFERENCE", {})
     installer.replace(string_expression.StringJSONata, "_eval_body", _jsonata_eval_body)
     for visitor, field in _FIELD_VISITORS.items():
-        installer.replace(_Preprocessor, visitor, _marking(getattr(_Preprocessor, visitor), field))
+        _wrap(installer, _Preprocessor, visitor, functools.partial(_marking, field))
 
 
 def _jsonata_fits() -> list[str]:
@@ -282,41 +296,34 @@ def _jsonata_fits() -> list[str]:
 
 # Evaluation failures in the history (moto also decorated the cause twice).
 _DECORATION = "An error occurred while executing the state '"
-_original_from_error = ExecutionState._from_error
-_original_evaluation_details = FailureEventException.get_evaluation_failed_event_details
-_original_execution_details = FailureEventException.get_execution_failed_event_details
 
 
-def _recording_evaluation_failures(original: Any) -> Any:
+def _recording_evaluation_failures(original: Any, self: Any, env: Any) -> None:
     """A Pass or Choice state whose expression threw writes EvaluationFailed too (moto's
     ExecutionState writes it from the failure; the others wrote none)."""
-
-    def _eval_body(self: Any, env: Any) -> None:
-        try:
-            original(self, env)
-        except FailureEventException as exc:
-            events = env.event_manager._history_event_list
-            if (
-                not isinstance(self, ExecutionState)
-                and exc.failure_event.event_type == HistoryEventType.EvaluationFailed
-                and not (events and events[-1].get("type") == HistoryEventType.EvaluationFailed)
-            ):
-                details: Any = dict(exc.get_evaluation_failed_event_details() or {})
-                details["state"] = self.name
-                env.event_manager.add_event(
-                    context=env.event_history_context,
-                    event_type=HistoryEventType.EvaluationFailed,
-                    event_details={"evaluationFailedEventDetails": details},
-                )
-            raise
-
-    return _eval_body
+    try:
+        original(self, env)
+    except FailureEventException as exc:
+        events = env.event_manager._history_event_list
+        if (
+            not isinstance(self, ExecutionState)
+            and exc.failure_event.event_type == HistoryEventType.EvaluationFailed
+            and not (events and events[-1].get("type") == HistoryEventType.EvaluationFailed)
+        ):
+            details: Any = dict(exc.get_evaluation_failed_event_details() or {})
+            details["state"] = self.name
+            env.event_manager.add_event(
+                context=env.event_history_context,
+                event_type=HistoryEventType.EvaluationFailed,
+                event_details={"evaluationFailedEventDetails": details},
+            )
+        raise
 
 
-def _from_error(self: Any, env: Any, ex: Exception) -> Any:
+def _from_error(original: Any, self: Any, env: Any, ex: Exception) -> Any:
     """A Task, Map or Parallel state writes one EvaluationFailed naming the state and
     field (moto wrote the bare cause after a decorated copy)."""
-    failure_event = _original_from_error(self, env, ex)
+    failure_event = original(self, env, ex)
     details: Any = failure_event.event_details or {}
     if failure_event.event_type == HistoryEventType.EvaluationFailed and details.get(
         "evaluationFailedEventDetails"
@@ -326,15 +333,15 @@ def _from_error(self: Any, env: Any, ex: Exception) -> Any:
     return failure_event
 
 
-def _evaluation_details(self: Any) -> Any:
+def _evaluation_details(original: Any, self: Any) -> Any:
     details = self.failure_event.event_details["evaluationFailedEventDetails"]
     if str(details.get("cause")).startswith(_DECORATION):  # decorated once already
         return dict(details)
-    return _original_evaluation_details(self)
+    return original(self)
 
 
-def _execution_details(self: Any) -> Any:
-    details: Any = _original_execution_details(self)
+def _execution_details(original: Any, self: Any) -> Any:
+    details: Any = original(self)
     cause = str((details or {}).get("cause", ""))
     doubled = cause.find(_DECORATION, len(_DECORATION))
     if cause.startswith(_DECORATION) and doubled > 0:
@@ -345,60 +352,40 @@ def _execution_details(self: Any) -> Any:
 _ENTERED = "_onceflow_entered_event_id"  # on an EventHistoryContext: its state's entry
 
 
-def _linked_as_recorded(original: Any) -> Any:
+def _linked_as_recorded(
+    original: Any, self: Any, context: Any, event_type: Any, *args: Any, **kwargs: Any
+) -> int:
     """EvaluationFailed follows what its state's entry follows (a Wait's: its entry);
     MapStateExited follows MapRunStarted (the patch's why has the recordings)."""
-
-    def add_event(self: Any, context: Any, event_type: Any, *args: Any, **kwargs: Any) -> int:
-        event_id: int = original(self, context, event_type, *args, **kwargs)
-        if event_type.endswith("StateEntered"):  # a str Enum: str() would give its name
-            setattr(context, _ENTERED, event_id)
-        elif event_type in (HistoryEventType.EvaluationFailed, HistoryEventType.MapStateSucceeded):
-            with self._mutex:
-                events = self._history_event_list
-                added = next(e for e in reversed(events) if e["id"] == event_id)
-                linked = next(
-                    (e for e in reversed(events) if e["id"] == added["previousEventId"]), None
-                )
-                kind = linked["type"] if linked else ""
-                if kind == HistoryEventType.MapRunSucceeded:  # MapStateExited follows its start
-                    context.source_event_id = linked["previousEventId"]  # type: ignore[index]
-                elif kind.endswith("StateEntered") and kind != "WaitStateEntered":
-                    added["previousEventId"] = linked["previousEventId"]  # type: ignore[index]
-        return event_id
-
-    return add_event
+    event_id: int = original(self, context, event_type, *args, **kwargs)
+    if event_type.endswith("StateEntered"):  # a str Enum: str() would give its name
+        setattr(context, _ENTERED, event_id)
+    elif event_type in (HistoryEventType.EvaluationFailed, HistoryEventType.MapStateSucceeded):
+        with self._mutex:
+            events = self._history_event_list
+            added = next(e for e in reversed(events) if e["id"] == event_id)
+            linked = next(
+                (e for e in reversed(events) if e["id"] == added["previousEventId"]), None
+            )
+            kind = linked["type"] if linked else ""
+            if kind == HistoryEventType.MapRunSucceeded:  # MapStateExited follows its start
+                context.source_event_id = linked["previousEventId"]  # type: ignore[index]
+            elif kind.endswith("StateEntered") and kind != "WaitStateEntered":
+                added["previousEventId"] = linked["previousEventId"]  # type: ignore[index]
+    return event_id
 
 
-def _entered_at(original: Any) -> Any:
+def _entered_at(original: Any, self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
     """A failure's cause names the event its state was entered at (moto: the last one)."""
-
-    def __init__(self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, env, *args, **kwargs)
-        entered = getattr(env.event_history_context, _ENTERED, None)
-        if entered is None:  # a frame of its own (a Map Run's): follow the links back
-            events, entered = env.event_manager._history_event_list, self.source_event_id
-            while 0 < entered <= len(events) and events[entered - 1]["id"] == entered:
-                if events[entered - 1]["type"].endswith("StateEntered"):
-                    break
-                entered = events[entered - 1]["previousEventId"]
-        self.source_event_id = entered if entered else self.source_event_id
-
-    return __init__
-
-
-def _install_links(installer: Installer) -> None:
-    installer.replace(EventManager, "add_event", _linked_as_recorded(EventManager.add_event))
-    installer.replace(FailureEvent, "__init__", _entered_at(FailureEvent.__init__))
-
-
-def _install_evaluation_failures(installer: Installer) -> None:
-    installer.replace(ExecutionState, "_from_error", _from_error)
-    exception = FailureEventException
-    installer.replace(exception, "get_evaluation_failed_event_details", _evaluation_details)
-    installer.replace(exception, "get_execution_failed_event_details", _execution_details)
-    wrapped = _recording_evaluation_failures(CommonStateField._eval_body)
-    installer.replace(CommonStateField, "_eval_body", wrapped)
+    original(self, env, *args, **kwargs)
+    entered = getattr(env.event_history_context, _ENTERED, None)
+    if entered is None:  # a frame of its own (a Map Run's): follow the links back
+        events, entered = env.event_manager._history_event_list, self.source_event_id
+        while 0 < entered <= len(events) and events[entered - 1]["id"] == entered:
+            if events[entered - 1]["type"].endswith("StateEntered"):
+                break
+            entered = events[entered - 1]["previousEventId"]
+    self.source_event_id = entered if entered else self.source_event_id
 
 
 def _branch_error_name(error_name: str | None) -> Any:
@@ -439,20 +426,19 @@ EXECUTION_INPUT_LIMIT = 262144
 _original_start_execution = _Backend.start_execution
 
 
-def _limited_start(original: Any) -> Any:
-    def start_execution(backend: Any, state_machine_arn: str, *args: Any, **kwargs: Any) -> Any:
-        execution_input = kwargs.get("execution_input", args[1] if len(args) > 1 else None)
-        # A lone surrogate counts as the six characters of its JSON escape.
-        size = len((execution_input or "").encode("utf-8", "backslashreplace"))
-        if size > EXECUTION_INPUT_LIMIT:
-            raise sfn_exceptions.ValidationException(
-                "1 validation error detected: Value at 'input' failed to satisfy constraint: "
-                f"Member must have length less than or equal to {EXECUTION_INPUT_LIMIT} "
-                f"(the input is {size} bytes)"
-            )
-        return original(backend, state_machine_arn, *args, **kwargs)
-
-    return start_execution
+def _limited_start(
+    original: Any, backend: Any, state_machine_arn: str, *args: Any, **kwargs: Any
+) -> Any:
+    execution_input = kwargs.get("execution_input", args[1] if len(args) > 1 else None)
+    # A lone surrogate counts as the six characters of its JSON escape.
+    size = len((execution_input or "").encode("utf-8", "backslashreplace"))
+    if size > EXECUTION_INPUT_LIMIT:
+        raise sfn_exceptions.ValidationException(
+            "1 validation error detected: Value at 'input' failed to satisfy constraint: "
+            f"Member must have length less than or equal to {EXECUTION_INPUT_LIMIT} "
+            f"(the input is {size} bytes)"
+        )
+    return original(backend, state_machine_arn, *args, **kwargs)
 
 
 BACKEND_LOCK = threading.RLock()
@@ -466,23 +452,19 @@ def _serialised(request: Any, answer: Callable[[], Any]) -> Any:
         return answer()
 
 
-def _from_key_marker(original: Any) -> Any:
+def _from_key_marker(original: Any, self: Any, bucket_name: str, **kwargs: Any) -> Any:
     """Resumes as moto's own (key, version) marker does: from the last version at or
     before the marker (moto calls its backend with keywords)."""
-
-    def list_object_versions(self: Any, bucket_name: str, **kwargs: Any) -> Any:
-        marker = kwargs.get("key_marker")
-        if marker is not None and not kwargs.get("version_id_marker"):
-            bucket = self.get_bucket(bucket_name)
-            names = sorted({name for name, _ in bucket.keys.iterlists() if name <= marker})
-            kwargs["key_marker"] = names[-1] if names else None
-            if names:  # moto lists a key's versions newest first, in a stable sort
-                versions = bucket.keys.getlist(names[-1])
-                last = sorted(versions, key=lambda v: -unix_time_millis(v.last_modified))[-1]
-                kwargs["version_id_marker"] = last.version_id
-        return original(self, bucket_name, **kwargs)
-
-    return list_object_versions
+    marker = kwargs.get("key_marker")
+    if marker is not None and not kwargs.get("version_id_marker"):
+        bucket = self.get_bucket(bucket_name)
+        names = sorted({name for name, _ in bucket.keys.iterlists() if name <= marker})
+        kwargs["key_marker"] = names[-1] if names else None
+        if names:  # moto lists a key's versions newest first, in a stable sort
+            versions = bucket.keys.getlist(names[-1])
+            last = sorted(versions, key=lambda v: -unix_time_millis(v.last_modified))[-1]
+            kwargs["version_id_marker"] = last.version_id
+    return original(self, bucket_name, **kwargs)
 
 
 def states_of(
@@ -504,47 +486,38 @@ def states_of(
             yield from states_of(state.get(field), language, f"{where}/{field}")
 
 
-def _validated(original: Any) -> Any:
-    def _validate_definition(definition: str) -> None:
-        try:
-            document = json.loads(definition)
-        except ValueError:
-            document = None  # not JSON: moto's parser says so
-        seen: set[str] = set()
-        for name, _, _, where in states_of(document):
-            if name in seen:
-                raise InvalidDefinition(
-                    message="Invalid State Machine Definition: "
-                    f"'DUPLICATE_STATE_NAME: Duplicate State name: {name} at {where}'"
-                )
-            seen.add(name)
-        original(definition=definition)
-
-    return staticmethod(_validate_definition)
+def _validated(original: Any, definition: str) -> None:
+    try:
+        document = json.loads(definition)
+    except ValueError:
+        document = None  # not JSON: moto's parser says so
+    seen: set[str] = set()
+    for name, _, _, where in states_of(document):
+        if name in seen:
+            raise InvalidDefinition(
+                message="Invalid State Machine Definition: "
+                f"'DUPLICATE_STATE_NAME: Duplicate State name: {name} at {where}'"
+            )
+        seen.add(name)
+    original(definition=definition)
 
 
-def _named_error_init(original: Any) -> Any:
-    def __init__(
-        self: Any, message: str, exception_type: str | None = None, status: int | None = None
-    ) -> None:
-        named = getattr(type(self), "code", None)
-        if (
-            exception_type is None
-            and type(self).TYPE is None
-            and isinstance(named, str)
-            and type(self).__module__.startswith("moto.stepfunctions.")
-        ):
-            exception_type = named  # the error's name, as the parser's API declares it
-        original(self, message, exception_type, status)
-
-    return __init__
-
-
-def _install_definitions(installer: Installer) -> None:
-    validate = _validated(_Backend._validate_definition)
-    installer.replace(_Backend, "_validate_definition", validate)
-    installer.replace(_Preprocessor, "visit", _own_scopes(_Preprocessor.visit))
-    installer.replace(AWSError, "__init__", _named_error_init(AWSError.__init__))
+def _named_error_init(
+    original: Any,
+    self: Any,
+    message: str,
+    exception_type: str | None = None,
+    status: int | None = None,
+) -> None:
+    named = getattr(type(self), "code", None)
+    if (
+        exception_type is None
+        and type(self).TYPE is None
+        and isinstance(named, str)
+        and type(self).__module__.startswith("moto.stepfunctions.")
+    ):
+        exception_type = named  # the error's name, as the parser's API declares it
+    original(self, message, exception_type, status)
 
 
 def _definitions_fit() -> list[str]:
@@ -558,13 +531,10 @@ def _definitions_fit() -> list[str]:
     return moved
 
 
-def _own_scopes(original: Any) -> Any:
-    def visit(self: Any, tree: Any) -> Any:
-        if "_query_language_per_scope" not in vars(self):  # moto's is one list on the class
-            self._query_language_per_scope = []
-        return original(self, tree)
-
-    return visit
+def _own_scopes(original: Any, self: Any, tree: Any) -> Any:
+    if "_query_language_per_scope" not in vars(self):  # moto's is one list on the class
+        self._query_language_per_scope = []
+    return original(self, tree)
 
 
 def json_string_literal(parser_rule_context: Any) -> str | None:
@@ -598,13 +568,12 @@ def _install_string_literals(installer: Installer) -> None:
 
 
 _NOT_AN_ARRAY = "Map state input must be an array but was: "
-_original_map_execution = state_map.StateMap._eval_execution
 
 
-def _map_execution(self: Any, env: Any) -> None:
+def _map_execution(original: Any, self: Any, env: Any) -> None:
     state_input = env.stack[-1] if env.stack else env.states.get_input()
     try:
-        _original_map_execution(self, env)
+        original(self, env)
     except FailureEventException as exc:
         every: Any = exc.failure_event.event_details or {}
         details = every.get("evaluationFailedEventDetails")
@@ -623,18 +592,11 @@ _RUNTIME = StatesErrorName(typ=StatesErrorNameType.StatesRuntime)
 _original_error_equals = ErrorEqualsDecl._eval_body
 
 
-def _runtime_matches_nothing(self: Any, env: Any) -> None:
+def _runtime_matches_nothing(original: Any, self: Any, env: Any) -> None:
     if env.stack and env.stack[-1] == _RUNTIME:  # ErrorName equality: by name
         env.stack[-1] = False
         return
-    _original_error_equals(self, env)
-
-
-# A Task's States.Runtime ends the execution at the state, as a Pass state's does (moto
-# failed the attempt: a path its Parameters missed became a Lambda's "Exception"). A Fail
-# state's States.* Error is that error (moto refused the name: a States.Runtime).
-_original_evaluate = ExecutionState._evaluate_with_timeout
-_original_json_path = string_expression.StringJsonPath._eval_body
+    original(self, env)
 
 
 class _StateFailed(BaseException):  # past the attempt's `except Exception` (retry, catch)
@@ -642,17 +604,17 @@ class _StateFailed(BaseException):  # past the attempt's `except Exception` (ret
         self.failure = failure
 
 
-def _naming_its_field(self: Any, env: Any) -> None:
+def _naming_its_field(original: Any, self: Any, env: Any) -> None:
     try:
-        _original_json_path(self, env)
+        original(self, env)
     except NoSuchJsonPathError as missed:
         setattr(missed, FIELD, env.next_field_name)
         raise
 
 
-def _evaluate_with_timeout(self: Any, env: Any) -> None:
+def _evaluate_with_timeout(original: Any, self: Any, env: Any) -> None:
     try:
-        _original_evaluate(self, env)
+        original(self, env)
     except NoSuchJsonPathError as missed:  # moto's State words it as for a Pass state's
         env.next_field_name = getattr(missed, FIELD, None)  # (the attempt ran in a frame)
         raise _StateFailed(missed) from missed
@@ -662,67 +624,48 @@ def _evaluate_with_timeout(self: Any, env: Any) -> None:
         raise
 
 
-def _ending_at_the_state(original: Any) -> Any:
-    def _eval_state(self: Any, env: Any) -> None:
-        try:
-            original(self, env)
-        except _StateFailed as failed:
-            raise failed.failure from None
-
-    return _eval_state
+def _ending_at_the_state(original: Any, self: Any, env: Any) -> None:
+    try:
+        original(self, env)
+    except _StateFailed as failed:
+        raise failed.failure from None
 
 
 _ATTEMPTING = (ExecutionState, state_map.StateMap, state_parallel.StateParallel)
 
 
 def _install_runtime(installer: Installer) -> None:
-    installer.replace(ErrorEqualsDecl, "_eval_body", _runtime_matches_nothing)
-    installer.replace(string_expression.StringJsonPath, "_eval_body", _naming_its_field)
+    _wrap(installer, ErrorEqualsDecl, "_eval_body", _runtime_matches_nothing)
+    _wrap(installer, string_expression.StringJsonPath, "_eval_body", _naming_its_field)
     installer.replace(state_fail, "CustomErrorName", _branch_error_name)  # a States.* Error
-    installer.replace(ExecutionState, "_evaluate_with_timeout", _evaluate_with_timeout)
+    _wrap(installer, ExecutionState, "_evaluate_with_timeout", _evaluate_with_timeout)
     for state in _ATTEMPTING:
-        installer.replace(state, "_eval_state", _ending_at_the_state(state._eval_state))
+        _wrap(installer, state, "_eval_state", _ending_at_the_state)
 
 
-# Assign and Output (OutputPath) read the variables as the state was entered with them
-# (moto evaluated Assign first, so an Output naming a variable its state assigns read the
-# new value). Within one Assign, moto's bindings already read the old values.
-
+# Within one Assign, moto's bindings already read the old values (the patch's why: Output).
 _ENTRY = "_onceflow_entry_variables"  # on an Environment: its scope at its state's entry
 _original_state_body = CommonStateField._eval_body  # before the wrapping below
 
 
-def _remembering_entry(original: Any) -> Any:
-    def _eval_state_input(self: Any, env: Any) -> None:
-        setattr(env, _ENTRY, dict(env.variable_store._inner_scope))
+def _remembering_entry(original: Any, self: Any, env: Any) -> None:
+    setattr(env, _ENTRY, dict(env.variable_store._inner_scope))
+    original(self, env)
+
+
+def _with_entry_variables(original: Any, self: Any, env: Any) -> None:
+    entry, store = getattr(env, _ENTRY, None), env.variable_store
+    if entry is None:
         original(self, env)
-
-    return _eval_state_input
-
-
-def _with_entry_variables(original: Any) -> Any:
-    def _eval_body(self: Any, env: Any) -> None:
-        entry, store = getattr(env, _ENTRY, None), env.variable_store
-        if entry is None:
-            original(self, env)
-            return
-        scope, now = store._inner_scope, dict(store._inner_scope)
-        scope.clear(), scope.update(entry)
+        return
+    scope, now = store._inner_scope, dict(store._inner_scope)
+    scope.clear(), scope.update(entry)
+    store._variable_declarations_cache = None
+    try:
+        original(self, env)
+    finally:
+        scope.clear(), scope.update(now)
         store._variable_declarations_cache = None
-        try:
-            original(self, env)
-        finally:
-            scope.clear(), scope.update(now)
-            store._variable_declarations_cache = None
-
-    return _eval_body
-
-
-def _install_entry_variables(installer: Installer) -> None:
-    state = CommonStateField
-    installer.replace(state, "_eval_state_input", _remembering_entry(state._eval_state_input))
-    for output in (Output, OutputPath):
-        installer.replace(output, "_eval_body", _with_entry_variables(output._eval_body))
 
 
 _Fidelity = functools.partial(Patch, kind="fidelity")
@@ -751,7 +694,12 @@ PATCHES = (
         "verified). moto wrote it for Task, Parallel and Map states only, so a caught error "
         "inside a Parallel branch had no name.",
         test=_TESTS + "test_a_pass_state_whose_expression_fails_records_the_evaluation_failure",
-        install=_install_evaluation_failures,
+        install=_wrapping(
+            (ExecutionState, "_from_error", _from_error),
+            (FailureEventException, "get_evaluation_failed_event_details", _evaluation_details),
+            (FailureEventException, "get_execution_failed_event_details", _execution_details),
+            (CommonStateField, "_eval_body", _recording_evaluation_failures),
+        ),
         fits=lambda: gone(FailureEventException, "get_evaluation_failed_event_details"),
     ),
     _Fidelity(
@@ -765,7 +713,10 @@ PATCHES = (
         "snapshots, test_catch_states_runtime). moto linked EvaluationFailed to the entry, "
         "MapStateExited to MapRunSucceeded, and named the event before the failure.",
         test=_TESTS + "test_a_failure_cause_names_the_event_its_state_was_entered_at",
-        install=_install_links,
+        install=_wrapping(
+            (EventManager, "add_event", _linked_as_recorded),
+            (FailureEvent, "__init__", _entered_at),
+        ),
         fits=lambda: [
             *gone(EventManager, "add_event"),
             *takes(EventManager.add_event, "self", "context"),
@@ -797,9 +748,7 @@ PATCHES = (
         "ValidationException (Step Functions quotas, 'Maximum input or output size for a "
         "task, state, or execution'); moto took any size.",
         test=_TESTS + "test_an_input_over_256_kib_is_refused",
-        install=lambda i: i.replace(
-            _Backend, "start_execution", _limited_start(_Backend.start_execution)
-        ),
+        install=_wrapping((_Backend, "start_execution", _limited_start)),
         fits=lambda: takes(
             _original_start_execution, "self", "state_machine_arn", "name", "execution_input"
         ),
@@ -822,11 +771,7 @@ PATCHES = (
         "included is not verified, and onceflow does not depend on it). moto also dropped "
         "the first version after the marker.",
         test=_TESTS + "test_list_object_versions_from_a_key_marker_drops_no_version",
-        install=lambda i: i.replace(
-            s3_models.S3Backend,
-            "list_object_versions",
-            _from_key_marker(s3_models.S3Backend.list_object_versions),
-        ),
+        install=_wrapping((s3_models.S3Backend, "list_object_versions", _from_key_marker)),
         fits=lambda: lacks(
             s3_models.S3Backend.list_object_versions, "key_marker: ", "version_id_marker: "
         ),
@@ -843,7 +788,11 @@ PATCHES = (
         "error's name, InvalidDefinition, InvalidExecutionInput (API reference, Errors; "
         "moto's parser gave an empty name).",
         test=_TESTS + "test_a_state_name_used_twice_is_an_invalid_definition",
-        install=_install_definitions,
+        install=_wrapping(
+            (_Backend, "_validate_definition", _validated),
+            (_Preprocessor, "visit", _own_scopes),
+            (AWSError, "__init__", _named_error_init),
+        ),
         fits=_definitions_fit,
     ),
     _Fidelity(
@@ -868,7 +817,7 @@ PATCHES = (
         "LocalStack's test_base_scenarios snapshot, test_map_state_items_input_types). moto "
         "printed the Python type.",
         test="tests/parity/test_errors.py::test_a_map_whose_input_is_not_an_array_names_the_value",
-        install=lambda i: i.replace(state_map.StateMap, "_eval_execution", _map_execution),
+        install=_wrapping((state_map.StateMap, "_eval_execution", _map_execution)),
         fits=lambda: lacks(state_map.StateMap, _NOT_AN_ARRAY + "{type(input_items)}"),
     ),
     _Fidelity(
@@ -908,7 +857,11 @@ PATCHES = (
         "evaluated Assign first: the Output read the new value.",
         test="tests/parity/test_variables.py::"
         "test_an_output_path_reads_the_variable_as_the_state_found_it",
-        install=_install_entry_variables,
+        install=_wrapping(
+            (CommonStateField, "_eval_state_input", _remembering_entry),
+            (Output, "_eval_body", _with_entry_variables),
+            (OutputPath, "_eval_body", _with_entry_variables),
+        ),
         fits=lambda: [
             *gone(CommonStateField, "_eval_state_input", "_eval_state_output"),
             *lacks(_original_state_body, "self._eval_state_input(env=env)"),
