@@ -52,26 +52,25 @@ def _pattern(text: str, case_sensitive: bool) -> re.Pattern[str]:
     return re.compile(regex, re.DOTALL if case_sensitive else re.DOTALL | re.IGNORECASE)
 
 
-def _matches(statement: Mapping[str, Any], key: str, value: str) -> bool | None:
-    """Whether statement's key (or NotKey) covers value; None when it has neither."""
-    for name, wanted in ((key, True), (f"Not{key}", False)):
-        if name in statement:
-            patterns = statement[name] if isinstance(statement[name], list) else [statement[name]]
-            found = any(_pattern(str(p), key == "Resource").fullmatch(value) for p in patterns)
-            return found is wanted
-    return None
-
-
 def statement_matches(statement: Mapping[str, Any], action: str, resource: str) -> bool:
-    """Whether one identity-policy statement applies to (action, resource).
+    """Whether one identity-policy statement applies to (action, resource): its Action
+    (or NotAction) and Resource (or NotResource) cover them; it must name both.
 
     A statement with a Condition never applies: its keys describe the request's
     context, which the engine does not model (harsher than AWS for an Allow, kinder
-    for a Deny; this template's roles have none). A statement must name its resources.
+    for a Deny; this template's roles have none).
     """
     if "Condition" in statement:
         return False
-    return bool(_matches(statement, "Action", action) and _matches(statement, "Resource", resource))
+    for key, value in (("Action", action), ("Resource", resource)):
+        name = key if key in statement else f"Not{key}"
+        if name not in statement:
+            return False
+        patterns = statement[name] if isinstance(statement[name], list) else [statement[name]]
+        found = any(_pattern(str(p), key == "Resource").fullmatch(value) for p in patterns)
+        if found is not (name == key):
+            return False
+    return True
 
 
 def evaluate(statements: Iterable[Mapping[str, Any]], action: str, resource: str) -> Decision:
