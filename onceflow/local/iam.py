@@ -216,7 +216,7 @@ def describe_call(model: Any, params: Mapping[str, Any], region: str, account_id
     if operation not in DATA["operations"].get(service, []) and action == operation:
         return Call(service, (), head=head, unmapped=f"{service} {operation}")
     if service == "s3":
-        return _s3_call(operation, action, params, head)
+        return _s3_call(action, params, head)
     return Call(service, tuple(_checks(f"{service}:{action}", params, region, account_id)))
 
 
@@ -269,11 +269,11 @@ def _checks(action: str, params: Mapping[str, Any], region: str, account_id: str
     return [Check(action, next((str(params[key]) for key in keys if key in params), "*"))]
 
 
-def _s3_call(operation: str, action: str, params: Mapping[str, Any], head: bool) -> Call:
+def _s3_call(action: str, params: Mapping[str, Any], head: bool) -> Call:
     bucket = params["Bucket"]
-    if operation == "DeleteObjects":  # each key, as DeleteObject (or its Version form) would
+    if action == "DeleteObjects":  # each key, as DeleteObject (or its Version form) would
         deletes = [{"Bucket": bucket, **entry} for entry in params["Delete"]["Objects"]]
-        calls = [_s3_call("DeleteObject", "DeleteObject", entry, head) for entry in deletes]
+        calls = [_s3_call("DeleteObject", entry, head) for entry in deletes]
         return Call("s3", tuple(check for call in calls for check in call.checks))
     if "Key" not in params:
         return Call("s3", (Check(f"s3:{action}", f"arn:aws:s3:::{bucket}"),), head=head)
