@@ -40,11 +40,9 @@ class Decision(Enum):
 
 # ---- policy evaluation ---------------------------------------------------------
 #
-# Not moto's evaluator (moto.iam.access_control.IAMPolicyStatement): it reads "." and
-# "?" as regular-expression syntax, compares actions case-sensitively, ignores
-# NotResource, and lets a Condition on a key it has no value for hold
-# (tests/unit/test_iam.py::test_motos_own_evaluator_reads_the_policy_language_otherwise_than_iam).
-# IAM's own rules ("Policy evaluation logic", within one account) are short.
+# IAM's own rules ("Policy evaluation logic", within one account), not moto's evaluator
+# (moto.iam.access_control), which reads wildcards, case, NotResource and Condition
+# otherwise: tests/unit/test_iam.py::test_motos_own_evaluator_reads_the_policy_language_...
 
 
 @functools.lru_cache(maxsize=4096)
@@ -54,26 +52,25 @@ def _pattern(text: str, case_sensitive: bool) -> re.Pattern[str]:
     return re.compile(regex, re.DOTALL if case_sensitive else re.DOTALL | re.IGNORECASE)
 
 
-def _matches(statement: Mapping[str, Any], key: str, value: str) -> bool | None:
-    """Whether statement's key (or NotKey) covers value; None when it has neither."""
-    for name, wanted in ((key, True), (f"Not{key}", False)):
-        if name in statement:
-            patterns = statement[name] if isinstance(statement[name], list) else [statement[name]]
-            found = any(_pattern(str(p), key == "Resource").fullmatch(value) for p in patterns)
-            return found is wanted
-    return None
-
-
 def statement_matches(statement: Mapping[str, Any], action: str, resource: str) -> bool:
-    """Whether one identity-policy statement applies to (action, resource).
+    """Whether one identity-policy statement applies to (action, resource): its Action
+    (or NotAction) and Resource (or NotResource) cover them; it must name both.
 
     A statement with a Condition never applies: its keys describe the request's
     context, which the engine does not model (harsher than AWS for an Allow, kinder
-    for a Deny; this template's roles have none). A statement must name its resources.
+    for a Deny; this template's roles have none).
     """
     if "Condition" in statement:
         return False
-    return bool(_matches(statement, "Action", action) and _matches(statement, "Resource", resource))
+    for key, value in (("Action", action), ("Resource", resource)):
+        name = key if key in statement else f"Not{key}"
+        if name not in statement:
+            return False
+        patterns = statement[name] if isinstance(statement[name], list) else [statement[name]]
+        found = any(_pattern(str(p), key == "Resource").fullmatch(value) for p in patterns)
+        if found is not (name == key):
+            return False
+    return True
 
 
 def evaluate(statements: Iterable[Mapping[str, Any]], action: str, resource: str) -> Decision:
@@ -130,10 +127,8 @@ def _document_statements(document: Any, where: str) -> list[dict[str, Any]]:
 
 def _sam_policies(stack: Stack, policies: Any, where: str) -> list[dict[str, Any]]:
     """The statements of a resolved SAM ``Policies`` value: inline documents, and SAM's
-    policy templates (``S3ReadPolicy: {BucketName: ...}``) expanded by SAM's own
-    PolicyTemplatesProcessor, as ``sam build`` and the Transform expand them
-    (samtranslator/model/function_policies.py), never from a copy. Managed policy
-    names or ARNs are refused: their statements are not in the template."""
+    policy templates expanded by SAM's own PolicyTemplatesProcessor, never from a copy
+    (docs/local-engine.md, "IAM is enforced"). Managed policies are refused."""
     statements: list[dict[str, Any]] = []
     for item in policies if isinstance(policies, list) else [policies]:
         if isinstance(item, Mapping) and "Statement" in item:
@@ -201,7 +196,6 @@ class Call:
     """An AWS call as IAM sees it."""
 
     service: str  # the IAM service prefix: dynamodb, sqs, states, lambda, events, s3 ...
-    operation: str  # botocore's name
     checks: tuple[Check, ...]
     # S3 object reads: the bucket whose s3:ListBucket decides 404 or 403 for a missing key.
     missing_key_bucket: str | None = None
@@ -220,45 +214,42 @@ def describe_call(model: Any, params: Mapping[str, Any], region: str, account_id
     head = model.http["method"] == "HEAD"
     action = DATA["renamed"].get(service, {}).get(operation, operation)
     if operation not in DATA["operations"].get(service, []) and action == operation:
-        return Call(service, operation, (), head=head, unmapped=f"{service} {operation}")
+        return Call(service, (), head=head, unmapped=f"{service} {operation}")
     if service == "s3":
-        return _s3_call(operation, action, params, head)
-    checks = _checks(f"{service}:{action}", params, region, account_id)
-    return Call(service, operation, tuple(Check(*check) for check in checks))
+        return _s3_call(action, params, head)
+    return Call(service, tuple(_checks(f"{service}:{action}", params, region, account_id)))
 
 
 def _arn(name: Any, prefix: str) -> str:
     return str(name) if str(name).startswith("arn:") else f"{prefix}{name}"
 
 
-def _checks(
-    action: str, params: Mapping[str, Any], region: str, account_id: str
-) -> list[tuple[str, str]]:
+def _checks(action: str, params: Mapping[str, Any], region: str, account_id: str) -> list[Check]:
     """action on what the call's parameters name (ARNs); on "*" when they name nothing."""
     service = action.split(":")[0]
     arn = f"arn:aws:{service}:{region}:{account_id}:"
     if "TableName" in params:  # IAM authorises a query or a scan of an index on the index
         index = f"/index/{params['IndexName']}" if params.get("IndexName") else ""
-        return [(action, _arn(params["TableName"], f"{arn}table/") + index)]
+        return [Check(action, _arn(params["TableName"], f"{arn}table/") + index)]
     if "RequestItems" in params:  # BatchGetItem, BatchWriteItem: each table
-        return [(action, _arn(table, f"{arn}table/")) for table in params["RequestItems"]]
-    if "TransactItems" in params:  # each entry needs its own action on its table
-        kinds = DATA["dynamodb_transact_actions"]
+        return [Check(action, _arn(table, f"{arn}table/")) for table in params["RequestItems"]]
+    if "TransactItems" in params:  # each entry needs its own action on its table: PutItem,
+        # UpdateItem, DeleteItem, GetItem or ConditionCheckItem
         return [
-            (f"dynamodb:{kinds[kind]}", _arn(spec.get("TableName"), f"{arn}table/"))
+            Check(f"dynamodb:{kind}Item", _arn(spec.get("TableName"), f"{arn}table/"))
             for item in params["TransactItems"]
             for kind, spec in item.items()
         ]
     if "QueueName" in params:  # GetQueueUrl, CreateQueue
         owner = params.get("QueueOwnerAWSAccountId") or account_id
-        return [(action, f"arn:aws:sqs:{region}:{owner}:{params['QueueName']}")]
+        return [Check(action, f"arn:aws:sqs:{region}:{owner}:{params['QueueName']}")]
     if "QueueUrl" in params:
         url = urlsplit(str(params["QueueUrl"]))
         path = [p for p in url.path.split("/") if p]
         if (host := _QUEUE_HOST.match(url.netloc.lower())) is not None:
             region = host.group("region")
         owner, name = path[-2:] if len(path) > 1 else (account_id, path[-1] if path else url)
-        return [(action, f"arn:aws:sqs:{region}:{owner}:{name}")]
+        return [Check(action, f"arn:aws:sqs:{region}:{owner}:{name}")]
     if "FunctionName" in params:
         # a name, a partial ARN (ACCOUNT:function:NAME) or an ARN, each with an optional
         # :QUALIFIER, or a Qualifier parameter (Lambda API reference, Invoke)
@@ -267,43 +258,25 @@ def _checks(
             name = f"arn:aws:lambda:{region}:{name}"
         function = _arn(name, f"{arn}function:")
         qualified = params.get("Qualifier") and function.count(":") == 6
-        return [(action, f"{function}:{params['Qualifier']}" if qualified else function)]
+        return [Check(action, f"{function}:{params['Qualifier']}" if qualified else function)]
     if action == "sqs:ListQueues":  # the account's queues, granted by ...:ACCOUNT:* or *
         # (SQS Developer Guide, "Amazon SQS API permissions"; the exact ARN is not verified)
-        return [(action, arn)]
+        return [Check(action, arn)]
     if "Entries" in params:  # PutEvents: each event bus
         buses = {str(e.get("EventBusName") or "default") for e in params["Entries"]}
-        return [(action, _arn(name, f"{arn}event-bus/")) for name in sorted(buses)]
+        return [Check(action, _arn(name, f"{arn}event-bus/")) for name in sorted(buses)]
     keys = ("stateMachineArn", "executionArn", "ResourceArn")
-    return [(action, next((str(params[key]) for key in keys if key in params), "*"))]
+    return [Check(action, next((str(params[key]) for key in keys if key in params), "*"))]
 
 
-_WRITE_OPTIONS: Final = (
-    ("Tagging", "PutObjectTagging"),
-    ("ACL", "PutObjectAcl"),
-    ("GrantFullControl", "PutObjectAcl"),
-    ("GrantRead", "PutObjectAcl"),
-    ("GrantReadACP", "PutObjectAcl"),
-    ("GrantWriteACP", "PutObjectAcl"),
-    ("ObjectLockMode", "PutObjectRetention"),
-    ("ObjectLockRetainUntilDate", "PutObjectRetention"),
-    ("ObjectLockLegalHoldStatus", "PutObjectLegalHold"),
-)
-
-
-def _s3_call(operation: str, action: str, params: Mapping[str, Any], head: bool) -> Call:
+def _s3_call(action: str, params: Mapping[str, Any], head: bool) -> Call:
     bucket = params["Bucket"]
-    if operation == "DeleteObjects":
-        checks = [
-            Check(
-                "s3:DeleteObjectVersion" if entry.get("VersionId") else "s3:DeleteObject",
-                f"arn:aws:s3:::{bucket}/{entry['Key']}",
-            )
-            for entry in params["Delete"]["Objects"]
-        ]
-        return Call("s3", operation, tuple(checks))
+    if action == "DeleteObjects":  # each key, as DeleteObject (or its Version form) would
+        deletes = [{"Bucket": bucket, **entry} for entry in params["Delete"]["Objects"]]
+        calls = [_s3_call("DeleteObject", entry, head) for entry in deletes]
+        return Call("s3", tuple(check for call in calls for check in call.checks))
     if "Key" not in params:
-        return Call("s3", operation, (Check(f"s3:{action}", f"arn:aws:s3:::{bucket}"),), head=head)
+        return Call("s3", (Check(f"s3:{action}", f"arn:aws:s3:::{bucket}"),), head=head)
     if params.get("VersionId") is not None and action in DATA["s3_versioned"]:
         action = action.replace("Object", "ObjectVersion", 1)
     checks = [Check(f"s3:{action}", f"arn:aws:s3:::{bucket}/{params['Key']}")]
@@ -313,48 +286,31 @@ def _s3_call(operation: str, action: str, params: Mapping[str, Any], head: bool)
         source_path, _, source_query = source.lstrip("/").partition("?")
         read = "GetObjectVersion" if "versionId=" in source_query else "GetObject"
         checks.append(Check(f"s3:{read}", f"arn:aws:s3:::{unquote(source_path)}"))
-    if action == "PutObject" or operation in ("CopyObject", "CreateMultipartUpload"):
+    if action == "PutObject":  # PutObject, CopyObject, CreateMultipartUpload ...
         # an option that tags, sets an ACL or locks the new object needs its own action too
         # (Service Authorization Reference, Amazon S3: PutObject's and CopyObject's
         # dependent actions; which parameter brings in which is not verified)
-        needed = {needs for option, needs in _WRITE_OPTIONS if option in params}
-        checks += [Check(f"s3:{needs}", checks[0].resource) for needs in sorted(needed)]
+        options = DATA["s3_put_options"].items()
+        needed = [needs for needs, names in options if any(name in params for name in names)]
+        checks += [Check(f"s3:{needs}", checks[0].resource) for needs in needed]
     if action.endswith("Attributes"):  # S3 API reference, GetObjectAttributes: Permissions
         read = action.removesuffix("Attributes")  # GetObject or GetObjectVersion as well
         checks.append(Check(f"s3:{read}", checks[0].resource))
     reads = action.removesuffix("Attributes") in ("GetObject", "GetObjectVersion")
-    missing_key_bucket = bucket if reads else None
-    return Call("s3", operation, tuple(checks), missing_key_bucket=missing_key_bucket, head=head)
+    return Call("s3", tuple(checks), missing_key_bucket=bucket if reads else None, head=head)
 
 
 # ---- AccessDenied as each service answers it -------------------------------------
 
 
-def denial_message(principal: Principal, check: Check, decision: Decision) -> str:
-    """The message AWS gives a denied identity-based request (not verified word for word)."""
-    why = (
-        "with an explicit deny in an identity-based policy"
-        if decision is Decision.EXPLICIT_DENY
-        else f"because no identity-based policy allows the {check.action} action"
-    )
-    return (
-        f"User: {principal.caller_arn} is not authorized to perform: {check.action} "
-        f"on resource: {check.resource} {why}"
-    )
-
-
 def denied_response(call: Call, message: str) -> Response:
     """The service's own AccessDenied error response, in its protocol."""
     request_id = str(uuid.uuid4())
-    if call.service == "s3":
-        headers = {"x-amz-request-id": request_id, "Content-Type": "application/xml"}
-        if call.head:  # a HEAD answer has no body: the SDK sees 403 Forbidden
-            return 403, headers, b""
-        body = (
-            '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
-            f"<Message>{escape(message)}</Message><RequestId>{request_id}</RequestId></Error>"
-        )
-        return 403, headers, body
+    if call.service == "s3":  # a HEAD answer has no body: the SDK sees 403 Forbidden
+        xml = '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+        xml += f"<Message>{escape(message)}</Message><RequestId>{request_id}</RequestId>"
+        body = "" if call.head else f"{xml}</Error>"
+        return 403, {"x-amz-request-id": request_id, "Content-Type": "application/xml"}, body
     headers = {"x-amzn-RequestId": request_id, "x-amzn-ErrorType": "AccessDeniedException"}
     if call.service == "lambda":
         headers["Content-Type"] = "application/json"
@@ -371,18 +327,27 @@ def denied_response(call: Call, message: str) -> Response:
 
 
 def check_request(principal: Principal, call: Call) -> Response | None:
-    """The service's AccessDenied if principal may not make call; None if it may."""
+    """The service's AccessDenied if principal may not make call; None if it may. The
+    message is the one AWS gives a denied identity-based request (not verified word for
+    word)."""
+    user = f"User: {principal.caller_arn}"
     if call.unmapped is not None:
         # Refused rather than let through: an action no policy was checked for is
         # exactly what would fail deployed. Name it in iam_actions.json to let it in.
         return denied_response(call, (
-            f"User: {principal.caller_arn} made a request ({call.unmapped}) the local engine "
-            "cannot map to an IAM action; onceflow/local/iam_actions.json must learn it first"
+            f"{user} made a request ({call.unmapped}) the local engine cannot map to an "
+            "IAM action; onceflow/local/iam_actions.json must learn it first"
         ))  # fmt: skip
-    for check in call.checks:
-        decision = evaluate(principal.statements, *check)
+    for action, resource in call.checks:
+        decision = evaluate(principal.statements, action, resource)
         if decision is not Decision.ALLOWED:
-            return denied_response(call, denial_message(principal, check, decision))
+            why = (
+                "with an explicit deny in an identity-based policy"
+                if decision is Decision.EXPLICIT_DENY
+                else f"because no identity-based policy allows the {action} action"
+            )
+            message = f"{user} is not authorized to perform: {action} on resource: {resource}"
+            return denied_response(call, f"{message} {why}")
     return None
 
 

@@ -347,6 +347,46 @@ def test_object_attributes_need_the_object_read_too_and_hide_a_missing_key() -> 
     assert plain.missing_key_bucket == "b" and version.missing_key_bucket == "b"
 
 
+def test_a_batch_delete_and_a_transaction_check_each_entry() -> None:
+    # GIVEN a DeleteObjects of a key and of one version of another, and a transaction
+    # that puts, updates, deletes and checks a condition on two tables
+    deleted = sent(
+        "s3",
+        lambda c: c.delete_objects(
+            Bucket="b", Delete={"Objects": [{"Key": "k1"}, {"Key": "k2", "VersionId": "v1"}]}
+        ),
+    )
+    key = {"pk": {"S": "a"}}
+    written = sent(
+        "dynamodb",
+        lambda c: c.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": "Ledger", "Item": key}},
+                {"Update": {"TableName": "Ledger", "Key": key, "UpdateExpression": "SET n = :n",
+                            "ExpressionAttributeValues": {":n": {"N": "1"}}}},
+                {"Delete": {"TableName": "Other", "Key": key}},
+                {"ConditionCheck": {"TableName": "Other", "Key": key,
+                                    "ConditionExpression": "attribute_exists(pk)"}},
+            ]
+        ),
+    )  # fmt: skip
+    # WHEN IAM authorises them
+    # THEN each key as its own DeleteObject would be (s3:DeleteObjectVersion for a
+    # version), and each entry its own item action on its table (DynamoDB Developer
+    # Guide, "Using IAM with DynamoDB transactions": ConditionCheck is ConditionCheckItem)
+    assert checks(deleted) == [
+        ("s3:DeleteObject", "arn:aws:s3:::b/k1"),
+        ("s3:DeleteObjectVersion", "arn:aws:s3:::b/k2"),
+    ]
+    other = TABLE_ARN.replace("Ledger", "Other")
+    assert checks(written) == [
+        ("dynamodb:PutItem", TABLE_ARN),
+        ("dynamodb:UpdateItem", TABLE_ARN),
+        ("dynamodb:DeleteItem", other),
+        ("dynamodb:ConditionCheckItem", other),
+    ]
+
+
 def test_list_queues_is_checked_on_the_accounts_queues() -> None:
     # GIVEN a ListQueues call
     listed = sent("sqs", lambda c: c.list_queues())
