@@ -161,9 +161,6 @@ def for_env(env: Any) -> EngineState | None:
     return for_machine(str(arn)) or current()
 
 
-# Time scale: Retry backoff and Wait states sleep on their engine's clock, the ASL untouched.
-
-
 def _clock(env: Any) -> Clock:
     """The clock of the engine running env (the retrier's: the one its work is for)."""
     state = for_env(env)
@@ -328,10 +325,9 @@ def stubber_fits() -> list[str]:
     return takes(botocore_stubber.BotocoreStubber.__call__, "self", "event_name", "request")
 
 
-# Lambda: the template's handler runs in-process instead of in Docker.
-
-
 def _in_process(original: Any) -> Any:
+    """Lambda's _invoke_lambda, the template's handler run in-process, not in Docker."""
+
     def invoke_lambda(function: Any, event: Any = None) -> tuple[str, bool, str]:
         name = function.function_name
         for state in (CURRENT.get(), *RUNNING[::-1]):  # its engine's, else a running one's
@@ -342,11 +338,10 @@ def _in_process(original: Any) -> Any:
     return invoke_lambda
 
 
-# A finished execution wakes whoever waits for it instead of polling DescribeExecution
-# (which was half of each execution's wall time locally).
-
-
 def _signalling(original: Any) -> Any:
+    """An execution's end wakes whoever waits for it, instead of polling DescribeExecution
+    (which was half of each execution's wall time locally)."""
+
     def execution_logic(worker: Any) -> None:
         arn = str(worker._evaluation_details.execution_details.arn)
         state = for_machine(arn)
