@@ -158,7 +158,6 @@ def _cached_lex_condition(self: Any) -> collections.deque[Any]:
 # is rebuilt here; anything else goes to copy.deepcopy.
 _AST_NODE_KEYS = frozenset({"type", "children", "parent"})
 _AST_LEAVES, _LISTS = frozenset({str, int}), frozenset({list, type(None)})
-_NO_PARENT = object()  # a node without the attribute
 _AST_NODE: Any = vars(ddb_ast_nodes)["Node"]
 
 
@@ -179,7 +178,7 @@ def _copy_plain_tree(root: Any) -> Any:
         copied: list[Any] | None = None if children is None else []
         new.__dict__.update(type=state["type"], children=copied, parent=parent)
         for child in children or ():
-            if isinstance(child, _AST_NODE) and vars(child).get("parent", _NO_PARENT) is node:
+            if isinstance(child, _AST_NODE) and vars(child).get("parent") is node:
                 copied.append(copy_node(child, new))  # type: ignore[union-attr]
             elif type(child) in _AST_LEAVES:
                 copied.append(child)  # type: ignore[union-attr]
