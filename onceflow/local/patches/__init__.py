@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import re
-import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from onceflow.local.patches.fidelity import (
     s3_objects,
 )
 from onceflow.local.patches.hooks import Clock, EngineState, dynamodb_error, sqs_error
-from onceflow.local.patches.registry import LOG, Installed, Patch, install_all
+from onceflow.local.patches.registry import LOCK, LOG, Installed, Patch, install_all
 
 __all__ = ["Clock", "EngineState", "dynamodb_error", "eval_jsonata", "install", "sqs_error",
            "uninstall"]  # fmt: skip
@@ -84,7 +83,6 @@ def __getattr__(name: str) -> tuple[Patch, ...]:
     return _all()
 
 
-_LOCK = threading.Lock()
 _INSTALLED: list[Installed] = []
 
 
@@ -95,7 +93,7 @@ def problems() -> dict[str, list[str]]:
 
 def install(state: EngineState) -> Installed:
     """Patch moto for an engine: the first engine installs, the others share."""
-    with _LOCK:
+    with LOCK:
         if not _INSTALLED:
             _INSTALLED.append(install_all(_all(), other_versions()))
         if not any(s is state for s in hooks.RUNNING):
@@ -105,7 +103,7 @@ def install(state: EngineState) -> Installed:
 
 def uninstall(state: EngineState) -> None:
     """The engine has stopped; the last one takes every patch away."""
-    with _LOCK:  # installed exactly while an engine runs
+    with LOCK:  # installed exactly while an engine runs
         hooks.RUNNING[:] = [s for s in hooks.RUNNING if s is not state]
         if not hooks.RUNNING and _INSTALLED:
             left = _INSTALLED.pop().installer.undo()
@@ -115,5 +113,5 @@ def uninstall(state: EngineState) -> None:
 
 def installed() -> Installed | None:
     """What is in place now (None: no engine is running)."""
-    with _LOCK:
+    with LOCK:
         return _INSTALLED[0] if _INSTALLED else None

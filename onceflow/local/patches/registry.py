@@ -161,13 +161,13 @@ class Installed:
     installer: Installer
 
 
-_LOCK = threading.RLock()
+LOCK = threading.RLock()  # held while patches go in or out (and by patches.install)
 
 
 def install_all(patches: Sequence[Patch], versions: str = "") -> Installed:
     """Install patches in order: hooks and fidelity patches must fit, speed-ups may not;
     with versions other than the pinned ones (as "moto 9.9.9 (pinned 5.2.5)"), every one."""
-    with _LOCK:
+    with LOCK:
         found = {p.name: p.problems() for p in patches}
         moved = "; ".join(f"{p.name}: {m}" for p in patches for m in p.moved()) if versions else ""
         if moved:
