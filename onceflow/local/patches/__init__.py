@@ -1,8 +1,5 @@
-"""Every change the local engine makes to moto and botocore (docs/local-engine.md, "The
-engine's patches"): ``hooks``, ``fidelity``, ``speedups``, AWS's quotas (limits/) and IAM
-(iam.py), each a ``registry.Patch``. The first engine's ``install`` puts them in place,
-the last one's ``uninstall`` takes them away.
-"""
+"""Every change the local engine makes to moto and botocore, each a ``registry.Patch``
+(docs/local-engine.md, "The engine's patches"), put in place while an engine runs."""
 
 from __future__ import annotations
 

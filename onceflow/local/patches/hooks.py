@@ -1,7 +1,5 @@
-"""The engine's own instruments inside moto: its clock, request log and faults, handlers
-run in-process, a signal when an execution ends; each engine's own (docs/local-engine.md,
-"The engine's patches": engine hooks).
-"""
+"""The engine's own instruments inside moto, each engine's own (docs/local-engine.md,
+"The engine's patches": engine hooks)."""
 
 from __future__ import annotations
 

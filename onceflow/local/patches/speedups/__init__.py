@@ -1,7 +1,6 @@
 """Speed-ups: moto (or botocore) doing the same thing faster (docs/local-engine.md, "The
-engine's patches" and "What each speed-up gains"). A pin covers its sources' text and
-decorators, so a fits check here checks only what no pin covers.
-"""
+engine's patches", "What each speed-up gains"); a fits check checks what no pin (a source's
+text and decorators) covers."""
 
 from __future__ import annotations
 
