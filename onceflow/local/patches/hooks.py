@@ -210,15 +210,6 @@ def _install_clock(installer: Installer) -> None:
         _replacing(state_class, "_eval_execution", _for_its_machine)(installer)
 
 
-def _clock_fits() -> list[str]:
-    return [
-        *takes(retrier_decl.RetrierDecl._eval_body, "self", "env"),
-        *(p for state_class in _STATE_CLASSES for p in gone(state_class, "_eval_execution")),
-        *lacks(retrier_decl, "time.sleep(interval_seconds)"),  # the retrier's sleep
-        *lacks(wait_function.WaitFunction, "program_state_event.wait"),  # the Wait's
-    ]
-
-
 # Requests: each concern on the botocore event that fits it, met in botocore's order for
 # one call (https://docs.aws.amazon.com/botocore/latest/topics/events.html; the table in
 # docs/local-engine.md, "The engine's patches").
@@ -366,7 +357,12 @@ PATCHES = (
         "test need not wait out a 30-second backoff; the ASL is untouched.",
         test="tests/unit/test_patches.py::test_time_scale_zero_never_sleeps",
         install=_install_clock,
-        fits=_clock_fits,
+        fits=lambda: [
+            *takes(retrier_decl.RetrierDecl._eval_body, "self", "env"),
+            *(p for state_class in _STATE_CLASSES for p in gone(state_class, "_eval_execution")),
+            *lacks(retrier_decl, "time.sleep(interval_seconds)"),  # the retrier's sleep
+            *lacks(wait_function.WaitFunction, "program_state_event.wait"),  # the Wait's
+        ],
     ),
     Patch(
         name="request log",
