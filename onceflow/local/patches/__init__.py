@@ -1,14 +1,10 @@
-"""Every change the local engine makes to moto and botocore (docs/local-engine.md, "The
-engine's patches"): ``hooks``, ``fidelity``, ``speedups``, AWS's quotas (limits/) and IAM
-(iam.py), each a ``registry.Patch``. The first engine's ``install`` puts them in place,
-the last one's ``uninstall`` takes them away.
-"""
+"""Every change the local engine makes to moto and botocore, each a ``registry.Patch``
+(docs/local-engine.md, "The engine's patches"), put in place while an engine runs."""
 
 from __future__ import annotations
 
 import importlib
 import re
-import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -27,7 +23,7 @@ from onceflow.local.patches.fidelity import (
     s3_objects,
 )
 from onceflow.local.patches.hooks import Clock, EngineState, dynamodb_error, sqs_error
-from onceflow.local.patches.registry import LOG, Installed, Patch, install_all
+from onceflow.local.patches.registry import LOCK, LOG, Installed, Patch, install_all
 
 __all__ = ["Clock", "EngineState", "dynamodb_error", "eval_jsonata", "install", "sqs_error",
            "uninstall"]  # fmt: skip
@@ -46,16 +42,12 @@ def pinned() -> dict[str, str]:
     return dict(reversed(pins))  # the first pin of each
 
 
-def check_versions(patches: tuple[Patch, ...]) -> None:
-    """Stop with one line if moto or botocore is not the pinned version and a fits check fails."""
+def other_versions() -> str:
+    """moto and botocore where they are not the pinned versions ("" where both are)."""
     pins, installed = pinned(), {"moto": moto.__version__, "botocore": botocore.__version__}
-    other = ", ".join(
+    return ", ".join(
         f"{n} {v} (pinned {pins[n]})" for n, v in installed.items() if pins.get(n, v) != v
     )
-    moved = "; ".join(f"{p.name}: {m}" for p in patches for m in p.moved()) if other else ""
-    if moved:
-        raise RuntimeError(f"onceflow: the local engine does not fit {other}: {moved} "
-                           "(install the pinned versions: make setup)")  # fmt: skip
 
 
 def _speedups() -> tuple[Patch, ...]:
@@ -88,7 +80,6 @@ def __getattr__(name: str) -> tuple[Patch, ...]:
     return _all()
 
 
-_LOCK = threading.Lock()
 _INSTALLED: list[Installed] = []
 
 
@@ -99,10 +90,9 @@ def problems() -> dict[str, list[str]]:
 
 def install(state: EngineState) -> Installed:
     """Patch moto for an engine: the first engine installs, the others share."""
-    with _LOCK:
+    with LOCK:
         if not _INSTALLED:
-            check_versions(_all())
-            _INSTALLED.append(install_all(_all()))
+            _INSTALLED.append(install_all(_all(), other_versions()))
         if not any(s is state for s in hooks.RUNNING):
             hooks.RUNNING.append(state)
         return _INSTALLED[0]
@@ -110,9 +100,7 @@ def install(state: EngineState) -> Installed:
 
 def uninstall(state: EngineState) -> None:
     """The engine has stopped; the last one takes every patch away."""
-    with _LOCK:
-        if not any(s is state for s in hooks.RUNNING):
-            return
+    with LOCK:  # installed exactly while an engine runs
         hooks.RUNNING[:] = [s for s in hooks.RUNNING if s is not state]
         if not hooks.RUNNING and _INSTALLED:
             left = _INSTALLED.pop().installer.undo()
@@ -122,5 +110,5 @@ def uninstall(state: EngineState) -> None:
 
 def installed() -> Installed | None:
     """What is in place now (None: no engine is running)."""
-    with _LOCK:
+    with LOCK:
         return _INSTALLED[0] if _INSTALLED else None

@@ -1,7 +1,5 @@
-"""The engine's own instruments inside moto: its clock, request log and faults, handlers
-run in-process, a signal when an execution ends; each engine's own (docs/local-engine.md,
-"The engine's patches": engine hooks).
-"""
+"""The engine's own instruments inside moto, each engine's own (docs/local-engine.md,
+"The engine's patches": engine hooks)."""
 
 from __future__ import annotations
 
@@ -161,9 +159,6 @@ def for_env(env: Any) -> EngineState | None:
     return for_machine(str(arn)) or current()
 
 
-# Time scale: Retry backoff and Wait states sleep on their engine's clock, the ASL untouched.
-
-
 def _clock(env: Any) -> Clock:
     """The clock of the engine running env (the retrier's: the one its work is for)."""
     state = for_env(env)
@@ -213,15 +208,6 @@ def _install_clock(installer: Installer) -> None:
     _replacing(retrier_decl.RetrierDecl, "_eval_body", _for_its_machine)(installer)
     for state_class in _STATE_CLASSES:
         _replacing(state_class, "_eval_execution", _for_its_machine)(installer)
-
-
-def _clock_fits() -> list[str]:
-    return [
-        *takes(retrier_decl.RetrierDecl._eval_body, "self", "env"),
-        *(p for state_class in _STATE_CLASSES for p in gone(state_class, "_eval_execution")),
-        *lacks(retrier_decl, "time.sleep(interval_seconds)"),  # the retrier's sleep
-        *lacks(wait_function.WaitFunction, "program_state_event.wait"),  # the Wait's
-    ]
 
 
 # Requests: each concern on the botocore event that fits it, met in botocore's order for
@@ -328,10 +314,9 @@ def stubber_fits() -> list[str]:
     return takes(botocore_stubber.BotocoreStubber.__call__, "self", "event_name", "request")
 
 
-# Lambda: the template's handler runs in-process instead of in Docker.
-
-
 def _in_process(original: Any) -> Any:
+    """Lambda's _invoke_lambda, the template's handler run in-process, not in Docker."""
+
     def invoke_lambda(function: Any, event: Any = None) -> tuple[str, bool, str]:
         name = function.function_name
         for state in (CURRENT.get(), *RUNNING[::-1]):  # its engine's, else a running one's
@@ -342,11 +327,10 @@ def _in_process(original: Any) -> Any:
     return invoke_lambda
 
 
-# A finished execution wakes whoever waits for it instead of polling DescribeExecution
-# (which was half of each execution's wall time locally).
-
-
 def _signalling(original: Any) -> Any:
+    """An execution's end wakes whoever waits for it, instead of polling DescribeExecution
+    (which was half of each execution's wall time locally)."""
+
     def execution_logic(worker: Any) -> None:
         arn = str(worker._evaluation_details.execution_details.arn)
         state = for_machine(arn)
@@ -373,7 +357,12 @@ PATCHES = (
         "test need not wait out a 30-second backoff; the ASL is untouched.",
         test="tests/unit/test_patches.py::test_time_scale_zero_never_sleeps",
         install=_install_clock,
-        fits=_clock_fits,
+        fits=lambda: [
+            *takes(retrier_decl.RetrierDecl._eval_body, "self", "env"),
+            *(p for state_class in _STATE_CLASSES for p in gone(state_class, "_eval_execution")),
+            *lacks(retrier_decl, "time.sleep(interval_seconds)"),  # the retrier's sleep
+            *lacks(wait_function.WaitFunction, "program_state_event.wait"),  # the Wait's
+        ],
     ),
     Patch(
         name="request log",

@@ -1,7 +1,5 @@
 """What a patch is, and how patches go in and out (docs/local-engine.md, "The engine's
-patches"): a hook or fidelity patch that no longer fits stops the engine; a speed-up
-whose fits check or pinned source does not match is left out with one warning line.
-"""
+patches": which stop the engine, which are left out)."""
 
 from __future__ import annotations
 
@@ -163,13 +161,18 @@ class Installed:
     installer: Installer
 
 
-_LOCK = threading.RLock()
+LOCK = threading.RLock()  # held while patches go in or out (and by patches.install)
 
 
-def install_all(patches: Sequence[Patch]) -> Installed:
-    """Install patches in order: hooks and fidelity patches must fit, speed-ups may not."""
-    with _LOCK:
+def install_all(patches: Sequence[Patch], versions: str = "") -> Installed:
+    """Install patches in order: hooks and fidelity patches must fit, speed-ups may not;
+    with versions other than the pinned ones (as "moto 9.9.9 (pinned 5.2.5)"), every one."""
+    with LOCK:
         found = {p.name: p.problems() for p in patches}
+        moved = "; ".join(f"{p.name}: {m}" for p in patches for m in p.moved()) if versions else ""
+        if moved:
+            raise RuntimeError(f"onceflow: the local engine does not fit {versions}: {moved} "
+                               "(install the pinned versions: make setup)")  # fmt: skip
         required = [f"{p.name}: {m}" for p in patches if p.kind != "speedup" for m in found[p.name]]
         if required:
             raise RuntimeError(

@@ -1,7 +1,6 @@
 """Speed-ups: moto (or botocore) doing the same thing faster (docs/local-engine.md, "The
-engine's patches" and "What each speed-up gains"). A pin covers its sources' text and
-decorators, so a fits check here checks only what no pin covers.
-"""
+engine's patches", "What each speed-up gains"); a fits check checks what no pin (a source's
+text and decorators) covers."""
 
 from __future__ import annotations
 
@@ -69,11 +68,10 @@ def _fix_heap_keys(program: Any) -> None:
 def _cached_entrypoint(self: Any) -> Any:
     definition = self._evaluation_details.state_machine_details.definition
     with _PARSED_LOCK:
-        program = _PARSED.get(definition)
-        if program is None:
-            program = _PARSED[definition] = _original_entrypoint(self)
-            _fix_heap_keys(program)
-    return program
+        if definition not in _PARSED:
+            _PARSED[definition] = _original_entrypoint(self)
+            _fix_heap_keys(_PARSED[definition])
+        return _PARSED[definition]
 
 
 # A definition validated once (a third of an engine's start). The verdict depends on the
@@ -87,8 +85,7 @@ def _remembering_validation(validate: Callable[..., Any]) -> Callable[[str], Non
     def _validate_definition(definition: str) -> None:
         if definition not in _VALIDATED:
             validate(definition=definition)
-            with _PARSED_LOCK:
-                _VALIDATED.add(definition)
+            _VALIDATED.add(definition)  # set.add is atomic
 
     return _validate_definition
 
@@ -110,10 +107,9 @@ _CLIENTS_LOCK = threading.Lock()
 def _cached_boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
     key = (region, service, bool(moto_botocore_stubber.enabled))
     with _CLIENTS_LOCK:
-        client = _CLIENTS.get(key)
-        if client is None:
-            client = _CLIENTS[key] = _original_boto_client_for(region, service)
-    return client
+        if key not in _CLIENTS:
+            _CLIENTS[key] = _original_boto_client_for(region, service)
+        return _CLIENTS[key]
 
 
 def _install_clients(installer: Installer) -> None:
@@ -131,10 +127,9 @@ _URLS: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 def _cached_urls(self: Any) -> dict[str, Any]:
     key = (type(self), *(os.environ.get(name) for name in _URL_SETTINGS))
-    urls = _URLS.get(key)
-    if urls is None:
-        urls = _URLS[key] = _original_urls(self)
-    return dict(urls)
+    if key not in _URLS:
+        _URLS[key] = _original_urls(self)
+    return dict(_URLS[key])
 
 
 # ConditionExpressions lexed once: tokens depend on the text alone and are read only
@@ -162,7 +157,6 @@ def _cached_lex_condition(self: Any) -> collections.deque[Any]:
 # is rebuilt here; anything else goes to copy.deepcopy.
 _AST_NODE_KEYS = frozenset({"type", "children", "parent"})
 _AST_LEAVES, _LISTS = frozenset({str, int}), frozenset({list, type(None)})
-_NO_PARENT = object()  # a node without the attribute
 _AST_NODE: Any = vars(ddb_ast_nodes)["Node"]
 
 
@@ -183,7 +177,7 @@ def _copy_plain_tree(root: Any) -> Any:
         copied: list[Any] | None = None if children is None else []
         new.__dict__.update(type=state["type"], children=copied, parent=parent)
         for child in children or ():
-            if isinstance(child, _AST_NODE) and vars(child).get("parent", _NO_PARENT) is node:
+            if isinstance(child, _AST_NODE) and vars(child).get("parent") is node:
                 copied.append(copy_node(child, new))  # type: ignore[union-attr]
             elif type(child) in _AST_LEAVES:
                 copied.append(child)  # type: ignore[union-attr]
