@@ -38,6 +38,13 @@ def test_every_patch_fits_the_pinned_moto() -> None:
 
 
 @pytest.mark.usefixtures("installed")
+def test_patches_in_place_are_judged_as_they_were_before_install() -> None:
+    # GIVEN the patches in place (an engine runs) WHEN they are judged again
+    # THEN moto's code is judged, not the engine's replacements in its place: nothing moved
+    assert patches.problems() == {}
+
+
+@pytest.mark.usefixtures("installed")
 def test_install_puts_every_patch_in_place() -> None:
     assert moto_jsonata._eval_jsonata is fidelity.eval_jsonata
     assert (

@@ -84,8 +84,12 @@ _INSTALLED: list[Installed] = []
 
 
 def problems() -> dict[str, list[str]]:
-    """Every patch that does not fit the installed moto, with why (empty: all fit)."""
-    return {p.name: found for p in _all() if (found := p.problems())}
+    """Every patch that does not fit the installed moto, with why (empty: all fit). While
+    an engine runs, moto's code is replaced: the answer is what install judged before."""
+    with LOCK:
+        if _INSTALLED:
+            return dict(_INSTALLED[0].skipped)
+        return {p.name: found for p in _all() if (found := p.problems())}
 
 
 def install(state: EngineState) -> Installed:
