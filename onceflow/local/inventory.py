@@ -143,11 +143,10 @@ def delivery_refused(
     policy: Mapping[str, Any] | None, source_bucket: str, account: str, key_arn: str
 ) -> str | None:
     """Why S3 would not write an inventory file of source_bucket at key_arn under the
-    destination's bucket policy, or None when it grants it: an Allow for the service
-    principal s3.amazonaws.com, s3:PutObject on the key, its Condition met for the
-    source bucket's ARN and account (S3 user guide, "Configuring Amazon S3 Inventory",
-    "Creating a destination bucket policy"; docs/local-engine.md).
-    Deny statements are not read (the stack's only one refuses insecure transport)."""
+    destination's bucket policy, or None when it grants it (S3 user guide, "Configuring
+    Amazon S3 Inventory", "Creating a destination bucket policy"; docs/local-engine.md
+    says what grants it). Deny statements are not read (the stack's only one refuses
+    insecure transport)."""
     context = {"aws:sourcearn": f"arn:aws:s3:::{source_bucket}", "aws:sourceaccount": account}
     for statement in (policy or {}).get("Statement") or []:
         principal = statement.get("Principal")

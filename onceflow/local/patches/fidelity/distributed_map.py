@@ -13,7 +13,6 @@ import base64
 import copy
 import datetime
 import inspect
-import itertools
 import json
 import re
 import types
@@ -33,8 +32,9 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map import tolerat
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader import (
     item_reader_decl,
 )
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.reader_config import (
-    reader_config_decl,
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import (
+    resource_eval_s3,
+    resource_output_transformer,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
     distributed_iteration_component,
@@ -47,7 +47,6 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.item
     map_run_record,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import credentials
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import resource
 from moto.stepfunctions.parser.asl.eval import program_state
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.eval.states import ItemData, MapData
@@ -59,7 +58,6 @@ from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _DOCS = "https://docs.aws.amazon.com/step-functions/latest/dg/"
 _PARSER = asl_parser.AmazonStateLanguageParser
-_READER = item_reader_decl.ItemReader
 _COMPONENT = distributed_iteration_component.DistributedIterationComponent
 _WORKER = distributed_item_processor_worker.DistributedItemProcessorWorker
 _INLINE_WORKER = inline_item_processor_worker.InlineItemProcessorWorker
@@ -213,22 +211,19 @@ def _grouped(
     return groups
 
 
-# The listObjectsV2 ItemReader (patch 1): each such reader (with any ReaderConfig moto's
-# grammar takes, or none) is marked as a CSV reader (the form moto's parser insists on)
-# with the mark as its given header; a marked reader evaluates its ReaderConfig and
-# Arguments as moto does, then lists.
+# The listObjectsV2 ItemReader (patch 1): moto's own reader with a ReaderConfig of
+# InputType JSON (the form its grammar insists on) evaluates the Arguments, the role and
+# MaxItems, and reads the JSON text the listing's handler gives.
 
-_LISTING = ":s3:listObjectsV2"
-_MARK = "onceflow-reader" + _LISTING
+_LISTER = resource_eval_s3.ResourceEvalS3
 
 
-def _mark_listing(state: dict[str, Any], language: str) -> bool:
+def _reads_json(state: dict[str, Any], language: str) -> bool:
     reader: Any = state.get("ItemReader")
     config = reader.get("ReaderConfig", {}) if isinstance(reader, dict) else None
-    if not isinstance(config, dict) or not str(reader.get("Resource")).endswith(_LISTING):
+    if not isinstance(config, dict) or not str(reader.get("Resource")).endswith("listObjectsV2"):
         return False
-    config.update(InputType="CSV", CSVHeaderLocation="GIVEN", CSVHeaders=[_MARK])
-    reader["ReaderConfig"] = config
+    reader["ReaderConfig"] = {**config, "InputType": "JSON"}
     return True
 
 
@@ -244,35 +239,24 @@ def _as_item(listed: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _listing(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
-    def _eval_body(reader: Any, env: Any) -> None:
-        headers = getattr(reader.reader_config, "csv_headers", None)
-        if getattr(headers, "header_names", None) != [_MARK]:
-            original(reader, env)
-            return
-        reader.reader_config.eval(env=env)
-        max_items, arguments = env.stack.pop()["MaxItemsValue"], {}
-        if reader.parargs is not None:
-            reader.parargs.eval(env=env)
-            arguments = env.stack.pop()
-        reader.resource.eval(env=env)
-        client = _s3(env, env.stack.pop().region)
-        pages = client.get_paginator("list_objects_v2").paginate(**arguments)
-        listed = (item for page in pages for item in page.get("Contents", []))
-        env.stack.append([_as_item(item) for item in itertools.islice(listed, max_items)])
-
-    return _eval_body
+def _list_objects_v2(env: Any, resource_runtime_part: Any, state_credentials: Any) -> None:
+    """ResourceEvalS3._handle_list_objects_v2 reading every page (moto: the first)."""
+    client = _LISTER._get_s3_client(resource_runtime_part, state_credentials)
+    pages = client.get_paginator("list_objects_v2").paginate(**env.stack.pop())
+    env.stack.append(_json_text([_as_item(o) for page in pages for o in page.get("Contents", [])]))
 
 
 def _reader_fits() -> list[str]:
+    handler = inspect.getattr_static(_LISTER, "_handle_list_objects_v2", None)
+    json_reader = resource_output_transformer.transformer_json.ResourceOutputTransformerJson
     return [
         *_parse_fits(),
-        *gone(_READER, "_eval_body", "resource"),
-        *lacks(_READER.__init__, "self.parargs = parargs", "self.reader_config = reader_config"),
-        *lacks(resource.ResourceRuntimePart.__init__, "self.region = region"),
-        *takes(boto_client_for, "region", "service", "state_credentials"),
-        *lacks(reader_config_decl.ReaderConfig._eval_body, "MaxItemsValue"),
-        *lacks(reader_config_decl.ReaderConfig.__init__, "self.csv_headers = csv_headers"),
+        *([] if isinstance(handler, staticmethod) else [f"{handler} is no static method"]),
+        *takes(handler.__func__, "env", "resource_runtime_part", "state_credentials"),
+        *takes(_LISTER._get_s3_client, "resource_runtime_part", "state_credentials"),
+        *lacks(_LISTER.eval_resource, "resolver_handler(env, resource_runtime_part, state_"),
+        *lacks(item_reader_decl.ItemReader._eval_body, "resource_output_transformer.eval("),
+        *lacks(json_reader, "json.loads(resource_value)", "json_list[:max_items]"),
     ]
 
 
@@ -637,8 +621,13 @@ PATCHES: tuple[Patch, ...] = (
         "a datetime, ChecksumAlgorithm), refused MaxItems without InputType and failed an empty "
         "prefix (States.Runtime).",
         test=_TESTS + "test_a_listing_reads_every_page",
-        # A listing needs no ReaderConfig on AWS; moto insisted on an InputType (the mark's).
-        install=_installs(_rewriting(_mark_listing), _wrapping(_READER, "_eval_body", _listing)),
+        # A listing needs no ReaderConfig on AWS; moto's grammar insists on an InputType.
+        install=_installs(
+            _rewriting(_reads_json),
+            lambda installer: installer.replace(
+                _LISTER, "_handle_list_objects_v2", staticmethod(_list_objects_v2)
+            ),
+        ),
         fits=_reader_fits,
     ),
     Patch(
