@@ -89,12 +89,6 @@ def map_run_failure(env: Any, error: str, cause: str) -> Any:
     return failure_event.FailureEventException(failure)
 
 
-def _s3(env: Any, region: str) -> Any:
-    """An S3 client as the execution's role, as moto's readers and writer make one."""
-    role = credentials.StateCredentials(role_arn=env.aws_execution_details.role_arn)
-    return boto_client_for(region=region, service="s3", state_credentials=role)
-
-
 # Definitions rewritten before moto's parser reads them, and fields set aside.
 
 
@@ -216,12 +210,13 @@ def _grouped(
 # MaxItems, and reads the JSON text the listing's handler gives.
 
 _LISTER = resource_eval_s3.ResourceEvalS3
+_LISTING = ":s3:listObjectsV2"
 
 
 def _reads_json(state: dict[str, Any], language: str) -> bool:
     reader: Any = state.get("ItemReader")
     config = reader.get("ReaderConfig", {}) if isinstance(reader, dict) else None
-    if not isinstance(config, dict) or not str(reader.get("Resource")).endswith("listObjectsV2"):
+    if not isinstance(config, dict) or not str(reader.get("Resource")).endswith(_LISTING):
         return False
     reader["ReaderConfig"] = {**config, "InputType": "JSON"}
     return True
@@ -556,7 +551,9 @@ def _export(
         "PENDING": [],  # every child ran: none was left unstarted by a failing Map Run
         "SUCCEEDED": transformed(succeeded, config.get("Transformation", "NONE")),
     }
-    client = _s3(env, env.aws_execution_details.region)
+    details = env.aws_execution_details  # an S3 client as moto's writer makes one
+    role = credentials.StateCredentials(role_arn=details.role_arn)
+    client: Any = boto_client_for(region=details.region, service="s3", state_credentials=role)
     files: dict[str, list[dict[str, Any]]] = {}
     try:
         for status, entries in by_status.items():
