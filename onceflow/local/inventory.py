@@ -210,15 +210,11 @@ def deliver(
     *,
     rows_per_file: int = ROWS_PER_FILE,
 ) -> str:
-    """Write one CSV inventory report of source_bucket as S3 would at now; returns
-    the key of its manifest.json in the destination bucket.
-
-    configuration is one entry of a bucket's ``InventoryConfigurations`` in its
-    CloudFormation shape [CFN]: Id, Enabled, Destination {BucketArn, Format,
-    Prefix?}, IncludedObjectVersions (All or Current), OptionalFields?, Prefix?
-    (the objects' key prefix), ScheduleFrequency (ignored: this is one delivery).
-    s3_client lists, heads and writes: the caller's credentials stand for S3's.
-    """
+    """Write one CSV inventory report of source_bucket as S3 would at now; returns the key
+    of its manifest.json in the destination bucket. configuration: one entry of a bucket's
+    InventoryConfigurations as the template gives it [CFN] (its ScheduleFrequency ignored:
+    this is one delivery). s3_client lists, heads and writes (the caller's credentials
+    stand for S3's)."""
     if rows_per_file < 1:
         raise ValueError("rows_per_file must be positive")
     if now.tzinfo is None:
