@@ -249,7 +249,7 @@ def _reader_fits() -> list[str]:
         *([] if isinstance(handler, staticmethod) else [f"{handler} is no static method"]),
         *takes(handler.__func__, "env", "resource_runtime_part", "state_credentials"),
         *takes(_LISTER._get_s3_client, "resource_runtime_part", "state_credentials"),
-        *lacks(_LISTER.eval_resource, "resolver_handler(env, resource_runtime_part, state_"),
+        *lacks(_LISTER.eval_resource, "resolver_handler(env, resource_runtime_part"),
         *lacks(item_reader_decl.ItemReader._eval_body, "resource_output_transformer.eval("),
         *lacks(json_reader, "json.loads(resource_value)", "json_list[:max_items]"),
     ]
