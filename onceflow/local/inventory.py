@@ -143,11 +143,10 @@ def delivery_refused(
     policy: Mapping[str, Any] | None, source_bucket: str, account: str, key_arn: str
 ) -> str | None:
     """Why S3 would not write an inventory file of source_bucket at key_arn under the
-    destination's bucket policy, or None when it grants it: an Allow for the service
-    principal s3.amazonaws.com, s3:PutObject on the key, its Condition met for the
-    source bucket's ARN and account (S3 user guide, "Configuring Amazon S3 Inventory",
-    "Creating a destination bucket policy"; docs/local-engine.md).
-    Deny statements are not read (the stack's only one refuses insecure transport)."""
+    destination's bucket policy, or None when it grants it (S3 user guide, "Configuring
+    Amazon S3 Inventory", "Creating a destination bucket policy"; docs/local-engine.md
+    says what grants it). Deny statements are not read (the stack's only one refuses
+    insecure transport)."""
     context = {"aws:sourcearn": f"arn:aws:s3:::{source_bucket}", "aws:sourceaccount": account}
     for statement in (policy or {}).get("Statement") or []:
         principal = statement.get("Principal")
@@ -211,15 +210,11 @@ def deliver(
     *,
     rows_per_file: int = ROWS_PER_FILE,
 ) -> str:
-    """Write one CSV inventory report of source_bucket as S3 would at now; returns
-    the key of its manifest.json in the destination bucket.
-
-    configuration is one entry of a bucket's ``InventoryConfigurations`` in its
-    CloudFormation shape [CFN]: Id, Enabled, Destination {BucketArn, Format,
-    Prefix?}, IncludedObjectVersions (All or Current), OptionalFields?, Prefix?
-    (the objects' key prefix), ScheduleFrequency (ignored: this is one delivery).
-    s3_client lists, heads and writes: the caller's credentials stand for S3's.
-    """
+    """Write one CSV inventory report of source_bucket as S3 would at now; returns the key
+    of its manifest.json in the destination bucket. configuration: one entry of a bucket's
+    InventoryConfigurations as the template gives it [CFN] (its ScheduleFrequency ignored:
+    this is one delivery). s3_client lists, heads and writes (the caller's credentials
+    stand for S3's)."""
     if rows_per_file < 1:
         raise ValueError("rows_per_file must be positive")
     if now.tzinfo is None:

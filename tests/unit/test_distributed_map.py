@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader import (
-    item_reader_decl,
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import (
+    resource_eval_s3,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
     distributed_iteration_component as distributed,
@@ -269,17 +269,17 @@ def test_threshold_arithmetic(
 
 
 def test_the_patches_are_undone_when_the_engine_stops() -> None:
-    reader = item_reader_decl.ItemReader
+    lister = resource_eval_s3.ResourceEvalS3
     component = distributed.DistributedIterationComponent
-    before = (vars(reader)["_eval_body"], vars(component)["_map_run"])
+    before = (vars(lister)["_handle_list_objects_v2"], vars(component)["_map_run"])
     with LocalEngine(function_log=io.StringIO(), time_scale=0.0):
-        assert vars(reader)["_eval_body"] is not before[0]
+        assert vars(lister)["_handle_list_objects_v2"] is not before[0]
         assert vars(component)["_map_run"] is not before[1]
         current = patches.installed()
         assert current is not None
         assert {p.name for p in distributed_map.PATCHES} <= {p.name for p in current.patches}
     assert patches.installed() is None
-    assert (vars(reader)["_eval_body"], vars(component)["_map_run"]) == before
+    assert (vars(lister)["_handle_list_objects_v2"], vars(component)["_map_run"]) == before
 
 
 def test_express_children_run(engine: LocalEngine) -> None:
@@ -676,13 +676,14 @@ def test_result_writers_aws_refuses_are_refused(engine: LocalEngine) -> None:
 
 def test_the_writer_and_reader_are_undone_when_the_engine_stops() -> None:
     worker = distributed_worker.DistributedItemProcessorWorker
-    reader = item_reader_decl.ItemReader
-    before = (vars(worker)["_eval_job"], "_eval_input" in vars(worker), vars(reader)["_eval_body"])
+    lister = resource_eval_s3.ResourceEvalS3
+    listing = "_handle_list_objects_v2"
+    before = (vars(worker)["_eval_job"], "_eval_input" in vars(worker), vars(lister)[listing])
     with LocalEngine(function_log=io.StringIO(), time_scale=0.0):
         assert vars(worker)["_eval_job"] is not before[0]
         assert "_eval_input" in vars(worker)
-        assert vars(reader)["_eval_body"] is not before[2]
-    after = (vars(worker)["_eval_job"], "_eval_input" in vars(worker), vars(reader)["_eval_body"])
+        assert vars(lister)[listing] is not before[2]
+    after = (vars(worker)["_eval_job"], "_eval_input" in vars(worker), vars(lister)[listing])
     assert after == before
 
 

@@ -1,14 +1,10 @@
-"""A Distributed Map as Step Functions runs it, where moto 5.2.5 runs it otherwise.
+"""A Distributed Map as Step Functions runs it, where moto 5.2.5 runs it otherwise (each
+patch's why says what moto lacked; the manifest reader stays refused: docs/local-engine.md).
 
-moto runs a Distributed Map's children in-process, but reads one page of an S3
-listing in boto's shape, never fails the Map on failed children, and has no
-ItemBatcher, S3 Inventory manifest reader, nor ResultWriter beyond an empty
-manifest. Forms AWS takes that moto's grammar refuses are rewritten in the text
-moto's parser reads (DescribeStateMachine still returns the text as created);
-fields the grammar has no place for are set aside in the ItemProcessor's
-Comment, which moto keeps on the iteration component and nothing else reads.
-Each patch in ``PATCHES`` names the AWS behaviour, its page, and its test; the
-manifest reader stays refused, as no state machine here uses one (docs/local-engine.md).
+Forms AWS takes that moto's grammar refuses are rewritten in the text moto's parser
+reads (DescribeStateMachine still returns the text as created); fields the grammar has
+no place for are set aside in the ItemProcessor's Comment, which moto keeps on the
+iteration component and nothing else reads.
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ import base64
 import copy
 import datetime
 import inspect
-import itertools
 import json
 import re
 import types
@@ -37,8 +32,9 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map import tolerat
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader import (
     item_reader_decl,
 )
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.reader_config import (
-    reader_config_decl,
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import (
+    resource_eval_s3,
+    resource_output_transformer,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
     distributed_iteration_component,
@@ -51,7 +47,6 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.item
     map_run_record,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import credentials
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import resource
 from moto.stepfunctions.parser.asl.eval import program_state
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.eval.states import ItemData, MapData
@@ -63,7 +58,6 @@ from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _DOCS = "https://docs.aws.amazon.com/step-functions/latest/dg/"
 _PARSER = asl_parser.AmazonStateLanguageParser
-_READER = item_reader_decl.ItemReader
 _COMPONENT = distributed_iteration_component.DistributedIterationComponent
 _WORKER = distributed_item_processor_worker.DistributedItemProcessorWorker
 _INLINE_WORKER = inline_item_processor_worker.InlineItemProcessorWorker
@@ -95,20 +89,13 @@ def map_run_failure(env: Any, error: str, cause: str) -> Any:
     return failure_event.FailureEventException(failure)
 
 
-def _s3(env: Any, region: str) -> Any:
-    """An S3 client as the execution's role, as moto's readers and writer make one."""
-    role = credentials.StateCredentials(role_arn=env.aws_execution_details.role_arn)
-    return boto_client_for(region=region, service="s3", state_credentials=role)
-
-
 # Definitions rewritten before moto's parser reads them, and fields set aside.
 
-Rewrite = Callable[[dict[str, Any], str], bool]  # (a Map state, its query language): changed?
 
-
-def _rewriting(rewrite: Rewrite) -> Install:
+def _rewriting(rewrite: Callable[[dict[str, Any], str], bool]) -> Install:
     """An install of AmazonStateLanguageParser.parse rewriting every Map state (nested
-    ones too) first; text that is not a JSON object goes to moto's parser as it is."""
+    ones too) first, rewrite(state, its query language) saying whether it changed it;
+    text that is not a JSON object goes to moto's parser as it is."""
 
     def wrap(original: Callable[[str], Any]) -> Any:
         def parse(definition: str) -> Any:
@@ -218,76 +205,53 @@ def _grouped(
     return groups
 
 
-# The listObjectsV2 ItemReader (patch 1).
+# The listObjectsV2 ItemReader (patch 1): moto's own reader with a ReaderConfig of
+# InputType JSON (the form its grammar insists on) evaluates the Arguments, the role and
+# MaxItems, and reads the JSON text the listing's handler gives.
 
-Read = Callable[[Any, Any, int], list[Any]]  # (S3 client, Arguments, MaxItems): items
+_LISTER = resource_eval_s3.ResourceEvalS3
+_LISTING = ":s3:listObjectsV2"
 
 
-def _reading(action: str, read: Read) -> Install:
-    """An install of two replacements: each ItemReader whose Resource ends in action (any
-    ReaderConfig moto's grammar takes, or none) is marked in place, as a CSV reader (the
-    form moto's parser insists on) with the mark as its given header; for a marked reader,
-    ItemReader._eval_body evaluates its ReaderConfig and Arguments as moto does and gives
-    what ``read`` reads (other readers as before)."""
-    mark = "onceflow-reader" + action
+def _reads_json(state: dict[str, Any], language: str) -> bool:
+    reader: Any = state.get("ItemReader")
+    config = reader.get("ReaderConfig", {}) if isinstance(reader, dict) else None
+    if not isinstance(config, dict) or not str(reader.get("Resource")).endswith(_LISTING):
+        return False
+    reader["ReaderConfig"] = {**config, "InputType": "JSON"}
+    return True
 
-    def rewrite(state: dict[str, Any], language: str) -> bool:
-        reader = state.get("ItemReader")
-        if not isinstance(reader, dict) or not str(reader.get("Resource")).endswith(action):
-            return False
-        config = reader.get("ReaderConfig", {})
-        if not isinstance(config, dict):
-            return False
-        config.update(InputType="CSV", CSVHeaderLocation="GIVEN", CSVHeaders=[mark])
-        reader["ReaderConfig"] = config
-        return True
 
-    def wrap(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
-        def _eval_body(reader: Any, env: Any) -> None:
-            headers = getattr(reader.reader_config, "csv_headers", None)
-            if getattr(headers, "header_names", None) != [mark]:
-                original(reader, env)
-                return
-            reader.reader_config.eval(env=env)
-            max_items, arguments = env.stack.pop()["MaxItemsValue"], {}
-            if reader.parargs is not None:
-                reader.parargs.eval(env=env)
-                arguments = env.stack.pop()
-            reader.resource.eval(env=env)
-            client = _s3(env, env.stack.pop().region)
-            env.stack.append(read(client, arguments, max_items))
+def _as_item(listed: dict[str, Any]) -> dict[str, Any]:
+    """An object as the ItemReader page's example item (boto's has ETag, a datetime and
+    ChecksumAlgorithm, which moto passed on)."""
+    return {
+        "Etag": listed["ETag"],
+        "Key": listed["Key"],
+        "LastModified": int(listed["LastModified"].timestamp()),
+        "Size": listed["Size"],
+        "StorageClass": listed.get("StorageClass", "STANDARD"),
+    }
 
-        return _eval_body
 
-    return _installs(_rewriting(rewrite), _wrapping(_READER, "_eval_body", wrap))
+def _list_objects_v2(env: Any, resource_runtime_part: Any, state_credentials: Any) -> None:
+    """ResourceEvalS3._handle_list_objects_v2 reading every page (moto: the first)."""
+    client = _LISTER._get_s3_client(resource_runtime_part, state_credentials)
+    pages = client.get_paginator("list_objects_v2").paginate(**env.stack.pop())
+    env.stack.append(_json_text([_as_item(o) for page in pages for o in page.get("Contents", [])]))
 
 
 def _reader_fits() -> list[str]:
+    handler = inspect.getattr_static(_LISTER, "_handle_list_objects_v2", None)
+    json_reader = resource_output_transformer.transformer_json.ResourceOutputTransformerJson
     return [
         *_parse_fits(),
-        *gone(_READER, "_eval_body", "resource"),
-        *lacks(_READER.__init__, "self.parargs = parargs", "self.reader_config = reader_config"),
-        *lacks(resource.ResourceRuntimePart.__init__, "self.region = region"),
-        *takes(boto_client_for, "region", "service", "state_credentials"),
-        *lacks(reader_config_decl.ReaderConfig._eval_body, "MaxItemsValue"),
-        *lacks(reader_config_decl.ReaderConfig.__init__, "self.csv_headers = csv_headers"),
-    ]
-
-
-def _listed(client: Any, arguments: Any, max_items: int) -> list[Any]:
-    """Every page's objects, each as the ItemReader page's example item (boto's has ETag,
-    a datetime and ChecksumAlgorithm, which moto passed on)."""
-    pages = client.get_paginator("list_objects_v2").paginate(**arguments)
-    listed = (item for page in pages for item in page.get("Contents", []))
-    return [
-        {
-            "Etag": item["ETag"],
-            "Key": item["Key"],
-            "LastModified": int(item["LastModified"].timestamp()),
-            "Size": item["Size"],
-            "StorageClass": item.get("StorageClass", "STANDARD"),
-        }
-        for item in itertools.islice(listed, max_items)
+        *([] if isinstance(handler, staticmethod) else [f"{handler} is no static method"]),
+        *takes(handler.__func__, "env", "resource_runtime_part", "state_credentials"),
+        *takes(_LISTER._get_s3_client, "resource_runtime_part", "state_credentials"),
+        *lacks(_LISTER.eval_resource, "resolver_handler(env, resource_runtime_part"),
+        *lacks(item_reader_decl.ItemReader._eval_body, "resource_output_transformer.eval("),
+        *lacks(json_reader, "json.loads(resource_value)", "json_list[:max_items]"),
     ]
 
 
@@ -317,12 +281,10 @@ def threshold_exceeded(
 ) -> bool:
     """Whether failed of total children exceed the thresholds declared (count, percentage):
     with neither, any failure does; with one, that one decides; with both, either."""
-    count_declared, percentage_declared = declared
-    if not (count_declared or percentage_declared):
+    if not any(declared):
         return failed > 0
-    if count_declared and failed > count:
-        return True
-    return percentage_declared and total > 0 and failed * 100 / total > percentage
+    by_share = declared[1] and total > 0 and failed * 100 / total > percentage
+    return (declared[0] and failed > count) or by_share
 
 
 def _tolerating(original: MapRun) -> MapRun:
@@ -568,9 +530,8 @@ def _target(env: Any, writer: dict[str, Any]) -> tuple[str, str] | None:
     if "Arguments" not in writer:
         return None
     arguments = _evaluated(env, writer["Arguments"])
-    bucket, prefix = (None, None)
-    if isinstance(arguments, dict):
-        bucket, prefix = arguments.get("Bucket"), arguments.get("Prefix", "")
+    given = arguments if isinstance(arguments, dict) else {}
+    bucket, prefix = given.get("Bucket"), given.get("Prefix", "")
     if not isinstance(bucket, str) or not bucket or not isinstance(prefix, str):
         cause = f"ResultWriter Arguments must give a Bucket and a Prefix string, gave {arguments!r}"
         raise map_run_failure(env, "StatesQueryEvaluationError", cause)
@@ -590,7 +551,9 @@ def _export(
         "PENDING": [],  # every child ran: none was left unstarted by a failing Map Run
         "SUCCEEDED": transformed(succeeded, config.get("Transformation", "NONE")),
     }
-    client = _s3(env, env.aws_execution_details.region)
+    details = env.aws_execution_details  # an S3 client as moto's writer makes one
+    role = credentials.StateCredentials(role_arn=details.role_arn)
+    client: Any = boto_client_for(region=details.region, service="s3", state_credentials=role)
     files: dict[str, list[dict[str, Any]]] = {}
     try:
         for status, entries in by_status.items():
@@ -655,9 +618,13 @@ PATCHES: tuple[Patch, ...] = (
         "a datetime, ChecksumAlgorithm), refused MaxItems without InputType and failed an empty "
         "prefix (States.Runtime).",
         test=_TESTS + "test_a_listing_reads_every_page",
-        # Any ReaderConfig moto's grammar takes (a listing needs none on AWS; moto insisted
-        # on an InputType, here the mark's, never used).
-        install=_reading(":s3:listObjectsV2", _listed),
+        # A listing needs no ReaderConfig on AWS; moto's grammar insists on an InputType.
+        install=_installs(
+            _rewriting(_reads_json),
+            lambda installer: installer.replace(
+                _LISTER, "_handle_list_objects_v2", staticmethod(_list_objects_v2)
+            ),
+        ),
         fits=_reader_fits,
     ),
     Patch(
