@@ -70,10 +70,8 @@ def _pure_python_yaml() -> None:
 
     from onceflow.local import template
 
-    tags = {k: v for k, v in template._CfnLoader.yaml_constructors.items() if str(k)[:1] == "!"}
     loader: Any = type("_CfnLoader", (yaml.SafeLoader,), {})
-    for tag, constructor in tags.items():
-        loader.add_constructor(tag, constructor)
+    loader.add_multi_constructor("!", template._construct)
     template._CfnLoader = loader  # type: ignore[misc]
 
 

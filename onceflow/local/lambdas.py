@@ -275,9 +275,7 @@ class InProcessRuntime:
         def invoke(event: Any) -> tuple[str, bool, str]:
             # moto has decoded the body (a JSON string arrives as that string); an empty
             # body arrives as the text "{}".
-            if event == "{}":
-                event = {}
-            payload, error_type = self.invoke(name, event)
+            payload, error_type = self.invoke(name, {} if event == "{}" else event)
             if isinstance(payload, bytes | bytearray):
                 # The Python runtime sends bytes as they are: they are the answer's body.
                 return bytes(payload).decode("utf-8", "replace"), error_type is not None, ""

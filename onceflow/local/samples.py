@@ -1,13 +1,6 @@
-"""Make a sample event from events/ meaningful on the local engine.
-
-The files in events/ are the ones `sam local invoke -e` takes: they name the AWS
-docs' placeholder bucket and a real account's version id. Locally the placeholder
-stands for the stack's ingest bucket, and a sample object is uploaded at the event's
-key when none is there (an image, or text for keys ending .txt: the poison case).
-Lambda-shaped events (`sam local generate-event s3 put`, `sqs receive-message`),
-which no state machine of the stack is started with, run as the pipe would deliver
-them, or are refused with the sample to use. Every change is reported.
-"""
+"""Make a sample event from events/ meaningful on the local engine: what changes (the
+placeholder bucket, the sample object, Lambda's event shapes), each change noted, is in
+docs/local-engine.md, "Try events"."""
 
 from __future__ import annotations
 
@@ -56,10 +49,10 @@ _Located = tuple[dict[str, Any], str, dict[str, Any], str, bool]
 def _records(event: Any, source: str) -> list[dict[str, Any]] | None:
     """The Records of a Lambda-style event from `source` (aws:s3, aws:sqs); else None."""
     records = event.get("Records") if isinstance(event, dict) else None
-    if not isinstance(records, list) or not records:
-        return None
-    ours = all(isinstance(r, dict) and r.get("eventSource") == source for r in records)
-    return records if ours else None
+    ours = isinstance(records, list) and all(
+        isinstance(r, dict) and r.get("eventSource") == source for r in records
+    )
+    return records if ours and records else None
 
 
 def _pipe_message(engine: LocalEngine, notification: Any) -> dict[str, Any]:
@@ -264,11 +257,9 @@ def _prepare_object(
     try:
         size = len(key.encode("utf-8"))
     except UnicodeEncodeError:
-        notes.append("the key is not valid Unicode: no sample object uploaded for it")
-        return notes
+        return [*notes, "the key is not valid Unicode: no sample object uploaded for it"]
     if size > 1024:
-        notes.append(f"the key is {size} bytes, more than S3 allows: no sample object uploaded")
-        return notes
+        return [*notes, f"the key is {size} bytes, more than S3 allows: no sample object uploaded"]
     s3 = engine.client("s3")
     notes += ensure_ingest_bucket(engine)
     version = obj.get(version_field)
@@ -293,8 +284,7 @@ def _prepare_object(
                 Bucket=bucket, Key=key, Body=_sample_body(text), Metadata=metadata
             )
         except ClientError as exc:
-            notes.append(f"no sample object uploaded: S3 refused the key ({exc})")
-            return notes
+            return [*notes, f"no sample object uploaded: S3 refused the key ({exc})"]
         kind = "text (not an image)" if text else "image"
         notes.append(f"uploaded a sample {kind} to s3://{bucket}/{key}")
     # Point the event at the upload: its version id, and its ETag.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -37,10 +36,11 @@ _SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _CfnLoader(_SAFE_LOADER):  # type: ignore[misc]
-    """YAML loader that turns short-form tags (!Ref, !Sub ...) into their long form."""
+    """YAML loader that turns short-form tags into their long form: !Ref X is {"Ref": X} and
+    any other !Tag is Fn::Tag, as aws-cli's yamlhelper (samtranslator/yaml_helper.py) reads it."""
 
 
-def _construct(tag: str, loader: Any, node: yaml.Node) -> Any:
+def _construct(loader: Any, tag: str, node: yaml.Node) -> Any:
     if isinstance(node, yaml.ScalarNode):
         value: Any = loader.construct_scalar(node)
         value = str(value).split(".", 1) if tag == "GetAtt" else value
@@ -52,11 +52,7 @@ def _construct(tag: str, loader: Any, node: yaml.Node) -> Any:
     return {tag if tag in ("Ref", "Condition") else f"Fn::{tag}": value}
 
 
-for _tag in (
-    "Ref", "Sub", "GetAtt", "If", "Equals", "Not", "And", "Or", "Join", "Select",
-    "Split", "FindInMap", "Base64", "GetAZs", "ImportValue", "Condition", "Contains",
-):  # fmt: skip
-    _CfnLoader.add_constructor(f"!{_tag}", functools.partial(_construct, _tag))
+_CfnLoader.add_multi_constructor("!", _construct)
 
 
 def load_template(path: Path) -> dict[str, Any]:
@@ -187,8 +183,7 @@ class Stack:
         return bool(self.resolve(conditions[name]))
 
     def resource_enabled(self, logical_id: str) -> bool:
-        resource = self.template["Resources"][logical_id]
-        name = resource.get("Condition")
+        name = self.template["Resources"][logical_id].get("Condition")
         return name is None or self.condition(name)
 
     def pseudo(self, name: str) -> str | None:

@@ -253,3 +253,22 @@ def test_globals_merge_as_sam_merges_them(tmp_path: Path) -> None:
         "Environment": {"Variables": {"A": "1", "B": "2"}},
     }
     assert stack.function_properties("G") == {"Timeout": 5}
+
+
+def test_a_short_form_tag_the_engine_lacks_reads_as_its_function(tmp_path: Path) -> None:
+    # GIVEN a template with a tag the engine does not evaluate (!Cidr)
+    template = tmp_path / "template.yaml"
+    template.write_text(
+        "Conditions:\n  Odd: !Equals [!Cidr [10.0.0.0/16, 2, 8], x]\n"
+        "Resources:\n  Topic: {Type: AWS::SNS::Topic}\n",
+        encoding="utf-8",
+    )
+    # WHEN it is read: every !Tag as aws-cli's yamlhelper reads it (samtranslator's
+    # yaml_helper.py is its copy), not refused as YAML it cannot read
+    stack = Stack.from_file(template)
+    assert stack.template["Conditions"]["Odd"] == {
+        "Fn::Equals": [{"Fn::Cidr": ["10.0.0.0/16", 2, 8]}, "x"]
+    }
+    # THEN resolving it names the function the local engine lacks
+    with pytest.raises(TemplateError, match="Fn::Cidr is not supported by the local engine"):
+        stack.condition("Odd")
