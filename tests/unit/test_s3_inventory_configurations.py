@@ -47,10 +47,25 @@ def test_delete_removes_only_the_configuration_of_that_id(engine: LocalEngine) -
     s3.delete_bucket_inventory_configuration(Bucket="kept", Id="one")
     listed = s3.list_bucket_inventory_configurations(Bucket="kept")["InventoryConfigurationList"]
     assert [c["Id"] for c in listed] == ["two"]
-    # An unknown Id is refused, as moto's GetBucketInventoryConfiguration refuses it
-    # (its code, NoSuchInventoryConfig; AWS's: not verified)
-    with pytest.raises(ClientError, match="NoSuchInventoryConfig"):
+    # An unknown Id is refused as GetBucketInventoryConfiguration refuses it
+    with pytest.raises(ClientError, match="NoSuchConfiguration"):
         s3.delete_bucket_inventory_configuration(Bucket="kept", Id="one")
     s3.delete_bucket_inventory_configuration(Bucket="kept", Id="two")
     s3.delete_bucket(Bucket="kept")
     assert "kept" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+
+
+def test_an_unknown_configuration_is_refused_in_s3s_words(engine: LocalEngine) -> None:
+    """Recorded on AWS (21-02-2026): GetBucketInventoryConfiguration of an Id the bucket does
+    not have answers 404, NoSuchConfiguration, "The specified configuration does not exist."
+    (LocalStack's tests/aws/services/s3/test_s3.snapshot.json, test_s3_inventory_report_crud,
+    get-nonexistent-inv-config). moto answered NoSuchInventoryConfig."""
+    s3 = engine.client("s3")
+    s3.create_bucket(Bucket="asked")
+    with pytest.raises(ClientError) as refused:
+        s3.get_bucket_inventory_configuration(Bucket="asked", Id="none")
+    assert refused.value.response["Error"] == {
+        "Code": "NoSuchConfiguration",
+        "Message": "The specified configuration does not exist.",
+    }
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404

@@ -186,6 +186,10 @@ def test_an_inventory_configuration_reads_back_as_it_was_put(sfn: Any) -> None:
     answer = s3.list_bucket_inventory_configurations(Bucket="listed")
     (listed,) = answer["InventoryConfigurationList"]
     assert (listed["IncludedObjectVersions"], listed["OptionalFields"]) == ("All", ["Field"])
+    # AWS (recorded, LocalStack's test_s3_inventory_report_crud): an unknown Id is 404
+    # NoSuchConfiguration, "The specified configuration does not exist."
+    with pytest.raises(ClientError, match="NoSuchInventoryConfig"):
+        s3.get_bucket_inventory_configuration(Bucket="listed", Id="unknown")
     # AWS: DeleteBucketInventoryConfiguration "Deletes an S3 Inventory configuration
     # (identified by the inventory ID) from the bucket" (S3 API reference); moto has no
     # such operation and deletes the (empty) bucket instead.
