@@ -50,15 +50,14 @@ def _freeze_heap(engines: int) -> None:
         if engines > 0 and _HEAP["engines"] == 0:
             _HEAP["recursion_before"] = sys.getrecursionlimit()
             sys.setrecursionlimit(max(RECURSION_LIMIT, sys.getrecursionlimit()))
-            if gc.get_freeze_count() == 0:
+            _HEAP["frozen_by_us"] = gc.get_freeze_count() == 0
+            if _HEAP["frozen_by_us"]:
                 gc.freeze()
-                _HEAP["frozen_by_us"] = True
         _HEAP["engines"] += engines
         if engines < 0 and _HEAP["engines"] == 0:
             sys.setrecursionlimit(int(_HEAP["recursion_before"]))
             if _HEAP["frozen_by_us"]:
                 gc.unfreeze()
-                _HEAP["frozen_by_us"] = False
 
 
 # One loader of botocore's data files for every engine of the process: a session of its own
@@ -179,8 +178,6 @@ class LocalEngine:
     def client(self, service: str) -> Any:
         """A boto3 client shared by every thread, each made under a lock (clients are
         thread-safe, sessions are not): "one client per service" in docs/local-engine.md."""
-        if service in self._clients:
-            return self._clients[service]
         with self._clients_lock:
             if service not in self._clients:
                 core = botocore.session.get_session()
@@ -204,8 +201,7 @@ class LocalEngine:
     def ingest_bucket(self) -> str:
         """The bucket whose uploads the stack processes: its own IngestBucket, or the one
         ExistingBucketName names (the template's IngestBucketName output follows both)."""
-        named = self.outputs().get("IngestBucketName")
-        return named if named else self.ref("IngestBucket")
+        return self.outputs().get("IngestBucketName") or self.ref("IngestBucket")
 
     def outputs(self) -> dict[str, str]:
         return {
@@ -234,10 +230,8 @@ class LocalEngine:
         configurations = [
             inventory.as_template(c)
             for c in listed.get("InventoryConfigurationList") or []
-            if c.get("IsEnabled")
+            if c.get("IsEnabled") and configuration_id in (None, c["Id"])
         ]
-        if configuration_id is not None:
-            configurations = [c for c in configurations if c["Id"] == configuration_id]
         if not configurations:
             named = f" {configuration_id}" if configuration_id else ""
             raise EngineError(f"{bucket} has no S3 Inventory{named} configured (AuditInventory)")
@@ -279,10 +273,9 @@ class LocalEngine:
 
     def successful_puts(self, bucket: str) -> Counter[str]:
         """PutObjects into bucket that S3 accepted, by key: writes that took effect."""
-        requests = self.state.requests.snapshot()
         return Counter(
             r.key
-            for r in requests
+            for r in self.state.requests.snapshot()
             if (r.service, r.operation, r.bucket, r.status) == ("s3", "PutObject", bucket, 200)
         )
 
@@ -336,10 +329,12 @@ class LocalEngine:
         Condition is false, such as BatchProcessorStateMachine by default, has no ARN)."""
         return {self.ref(lid): lid for lid in self._machines() if self.stack.refs.get(lid)}
 
-    # Each of these is its module's function, called with this engine.
+    # Each of these is its module's function, called with this engine (but run_out_of_time).
     start_execution = executions.start
     wait = executions.wait
     wait_for_running = executions.wait_for_running
+    list_executions = executions.listed
+    run_out_of_time = staticmethod(executions.run_out_of_time)
     put_event = ingress.put_event
     put_custom_event = ingress.put_custom_event
     put_s3_event = ingress.put_s3_event
@@ -351,13 +346,3 @@ class LocalEngine:
         timeout: float = 120.0,
     ) -> ExecutionResult:  # fmt: skip
         return self.wait(self.start_execution(state_machine, execution_input, name), timeout)
-
-    def list_executions(
-        self, state_machine: str, status: str | None = None
-    ) -> list[dict[str, Any]]:
-        """A state machine's executions, newest first (executions.listed)."""
-        return executions.listed(self.state_machine_arn(state_machine), status)
-
-    def run_out_of_time(self, execution_arn: str) -> None:
-        """End a running EXPRESS execution at its five minutes (executions.run_out_of_time)."""
-        executions.run_out_of_time(execution_arn)

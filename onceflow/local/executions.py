@@ -146,11 +146,14 @@ def _aware(moment: datetime.datetime) -> datetime.datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
 
 
-def listed(state_machine_arn: str, status: str | None = None) -> list[dict[str, Any]]:
+def listed(
+    engine: LocalEngine, state_machine: str, status: str | None = None
+) -> list[dict[str, Any]]:
     """A state machine's executions, newest first, as ListExecutions gives a STANDARD
     machine's, from moto's record: AWS refuses ListExecutions for an EXPRESS machine
     (StateMachineTypeNotSupported), and so does the engine's patched API (the backend's
     list_executions pages by 100)."""
+    state_machine_arn = engine.state_machine_arn(state_machine)
     found = [
         {
             "executionArn": e.execution_arn,
@@ -186,9 +189,8 @@ def wait_for_running(
     deadline = time.monotonic() + timeout
     waited: list[str] = []
     while True:
-        running = [
-            e["executionArn"] for e in listed(arn, "RUNNING") if e["executionArn"] not in ignore
-        ]
+        found = listed(engine, arn, "RUNNING")
+        running = [e["executionArn"] for e in found if e["executionArn"] not in ignore]
         if not running:
             return waited
         for execution in running:
