@@ -88,7 +88,6 @@ class LocalEngine:
         self._nested = self.stack.nested_application()
         if self._nested is not None:
             self.parent, self.stack = self.stack, self._nested[1]
-        self.time_scale = time_scale
         # This engine's clock, request log, faults, functions and executions in the patches.
         self.state = patches.EngineState(name=stack_name, clock=patches.Clock(time_scale))
         self.runtime = InProcessRuntime()
@@ -123,7 +122,6 @@ class LocalEngine:
         self.stop()
 
     def start(self) -> None:
-        self.state.clock.scale = self.time_scale
         self.state.requests.clear()  # a new engine is a new world: no requests of an earlier one
         jsonata_node.evaluator().warm()  # node and jsonata 2.0.6 are there, or fail now
         patches.install(self.state)  # taken away again when the last engine stops
@@ -256,12 +254,12 @@ class LocalEngine:
         """A bucket's policy: the template's (AWS::S3::BucketPolicy is not put on the local
         bucket), else one put on it by hand, else None."""
         for logical_id, resource in self.stack.template["Resources"].items():
-            if resource.get("Type") != "AWS::S3::BucketPolicy":
-                continue
-            if not self.stack.resource_enabled(logical_id):
-                continue
             properties = resource.get("Properties", {})
-            if self.stack.resolve(properties.get("Bucket")) == bucket:
+            if (
+                resource.get("Type") == "AWS::S3::BucketPolicy"
+                and self.stack.resource_enabled(logical_id)
+                and self.stack.resolve(properties.get("Bucket")) == bucket
+            ):
                 return dict(self.stack.resolve(properties.get("PolicyDocument")))
         try:
             text = self.client("s3").get_bucket_policy(Bucket=bucket)["Policy"]
