@@ -86,10 +86,9 @@ def start(
 
 
 def describe(engine: LocalEngine, execution_arn: str) -> dict[str, Any]:
-    """DescribeExecution's answer (name, status, input and output as JSON text, error,
-    cause), read from the backend: AWS refuses DescribeExecution for an EXPRESS execution
-    (InvalidArn, patches/fidelity/executions.py), which the engine still waits for. An ARN
-    the backend does not know goes the usual way, for AWS's error."""
+    """DescribeExecution's answer (name, status, input and output as JSON text, error, cause)
+    from the backend, for an EXPRESS execution too (AWS refuses those: InvalidArn, patches/
+    fidelity/executions.py); an ARN the backend does not know gets AWS's error the usual way."""
     try:
         described = _backend().describe_execution(execution_arn).to_describe_output()
     except AWSError:
@@ -185,11 +184,10 @@ def wait_for_running(
 ) -> list[str]:
     """Wait until no execution of the state machine but those in ignore is RUNNING (those
     another one started); the ARNs waited for."""
-    arn = engine.state_machine_arn(state_machine)
     deadline = time.monotonic() + timeout
     waited: list[str] = []
     while True:
-        found = listed(engine, arn, "RUNNING")
+        found = listed(engine, state_machine, "RUNNING")
         running = [e["executionArn"] for e in found if e["executionArn"] not in ignore]
         if not running:
             return waited
