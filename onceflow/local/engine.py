@@ -13,7 +13,7 @@ import threading
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -103,9 +103,8 @@ class LocalEngine:
         self._creating: set[str] = set()
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
-        self._mock: Any = None
+        self._undo = ExitStack()  # what start() did, for stop()
         self._saved_env: dict[str, str | None] = {}
-        self._froze_heap = False
         # The template's IAM roles, enforced (the parent's too).
         self.access = iam.AccessControl(self.stack, (self.parent,) if self.parent else ())
         for stack in (self.stack, self.parent):
@@ -122,45 +121,45 @@ class LocalEngine:
         self.stop()
 
     def start(self) -> None:
+        """stop() undoes, newest first, what start() did (all of it, or as far as it came):
+        each step's undoing is pushed before the step, and undoes nothing it did not do."""
         self.state.requests.clear()  # a new engine is a new world: no requests of an earlier one
         jsonata_node.evaluator().warm()  # node and jsonata 2.0.6 are there, or fail now
-        patches.install(self.state)  # taken away again when the last engine stops
         # moto logs every ASL error it handles (a Catch is normal control flow here).
         logging.getLogger("moto.stepfunctions").setLevel(logging.CRITICAL)
         # In-process, concurrent invocations share one Powertools Metrics object: one may
         # flush what another added and warn that its own set is empty (never in a sandbox).
         warnings.filterwarnings("ignore", message="No application metrics to publish")
-        self._set_env({"AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION})
-        FUNCTION_OUTPUT.install(self.function_log or sys.stderr)
-        self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
-        self._mock.start()
+        undo = self._undo
         try:
-            limits.install(self)  # AWS's quotas (history, sizes, timeouts), undone by stop()
+            undo.callback(self._restore_env)
+            self._set_env({"AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION})
+            undo.callback(FUNCTION_OUTPUT.uninstall)
+            FUNCTION_OUTPUT.install(self.function_log or sys.stderr)
+            undo.enter_context(mock_aws(config={"stepfunctions": {"execute_state_machine": True}}))
+            undo.callback(self.state.invokers.clear)
+            undo.callback(self.state.finished.clear)
+            undo.callback(patches.uninstall, self.state)  # the last engine's takes them away
+            patches.install(self.state)
+            undo.callback(limits.uninstall, self)
+            limits.install(self)  # AWS's quotas (history, sizes, timeouts)
             provisioning.create_all(self)
             # Import every handler now, before executions run them from several threads.
             self.runtime.cold_start()
             for spec in list(self.runtime.functions.values()):
                 self.runtime.load(spec)
+            undo.callback(self.access.stop)
             self.access.start(self.runtime)  # every resource exists: the roles resolve
+            _freeze_heap(1)
+            undo.callback(_freeze_heap, -1)
         except Exception:
             self.stop()
             raise
-        _freeze_heap(1)
-        self._froze_heap = True
 
     def stop(self) -> None:
-        self.access.stop()  # first: it was installed last, over the limits and patches
-        limits.uninstall(self)
-        patches.uninstall(self.state)  # after the limits, which were installed over them
-        if self._froze_heap:
-            _freeze_heap(-1)
-            self._froze_heap = False
-        self.state.finished.clear()
-        self.state.invokers.clear()
-        FUNCTION_OUTPUT.uninstall()
-        if self._mock is not None:
-            self._mock.stop()
-            self._mock = None
+        self._undo.close()
+
+    def _restore_env(self) -> None:
         for key, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
