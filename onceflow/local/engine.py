@@ -13,7 +13,7 @@ import threading
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -50,15 +50,14 @@ def _freeze_heap(engines: int) -> None:
         if engines > 0 and _HEAP["engines"] == 0:
             _HEAP["recursion_before"] = sys.getrecursionlimit()
             sys.setrecursionlimit(max(RECURSION_LIMIT, sys.getrecursionlimit()))
-            if gc.get_freeze_count() == 0:
+            _HEAP["frozen_by_us"] = gc.get_freeze_count() == 0
+            if _HEAP["frozen_by_us"]:
                 gc.freeze()
-                _HEAP["frozen_by_us"] = True
         _HEAP["engines"] += engines
         if engines < 0 and _HEAP["engines"] == 0:
             sys.setrecursionlimit(int(_HEAP["recursion_before"]))
             if _HEAP["frozen_by_us"]:
                 gc.unfreeze()
-                _HEAP["frozen_by_us"] = False
 
 
 # One loader of botocore's data files for every engine of the process: a session of its own
@@ -89,7 +88,6 @@ class LocalEngine:
         self._nested = self.stack.nested_application()
         if self._nested is not None:
             self.parent, self.stack = self.stack, self._nested[1]
-        self.time_scale = time_scale
         # This engine's clock, request log, faults, functions and executions in the patches.
         self.state = patches.EngineState(name=stack_name, clock=patches.Clock(time_scale))
         self.runtime = InProcessRuntime()
@@ -105,9 +103,8 @@ class LocalEngine:
         self._creating: set[str] = set()
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
-        self._mock: Any = None
+        self._undo = ExitStack()  # what start() did, for stop()
         self._saved_env: dict[str, str | None] = {}
-        self._froze_heap = False
         # The template's IAM roles, enforced (the parent's too).
         self.access = iam.AccessControl(self.stack, (self.parent,) if self.parent else ())
         for stack in (self.stack, self.parent):
@@ -124,46 +121,45 @@ class LocalEngine:
         self.stop()
 
     def start(self) -> None:
-        self.state.clock.scale = self.time_scale
+        """stop() undoes, newest first, what start() did (all of it, or as far as it came):
+        each step's undoing is pushed before the step, and undoes nothing it did not do."""
         self.state.requests.clear()  # a new engine is a new world: no requests of an earlier one
         jsonata_node.evaluator().warm()  # node and jsonata 2.0.6 are there, or fail now
-        patches.install(self.state)  # taken away again when the last engine stops
         # moto logs every ASL error it handles (a Catch is normal control flow here).
         logging.getLogger("moto.stepfunctions").setLevel(logging.CRITICAL)
         # In-process, concurrent invocations share one Powertools Metrics object: one may
         # flush what another added and warn that its own set is empty (never in a sandbox).
         warnings.filterwarnings("ignore", message="No application metrics to publish")
-        self._set_env({"AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION})
-        FUNCTION_OUTPUT.install(self.function_log or sys.stderr)
-        self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
-        self._mock.start()
+        undo = self._undo
         try:
-            limits.install(self)  # AWS's quotas (history, sizes, timeouts), undone by stop()
+            undo.callback(self._restore_env)
+            self._set_env({"AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION})
+            undo.callback(FUNCTION_OUTPUT.uninstall)
+            FUNCTION_OUTPUT.install(self.function_log or sys.stderr)
+            undo.enter_context(mock_aws(config={"stepfunctions": {"execute_state_machine": True}}))
+            undo.callback(self.state.invokers.clear)
+            undo.callback(self.state.finished.clear)
+            undo.callback(patches.uninstall, self.state)  # the last engine's takes them away
+            patches.install(self.state)
+            undo.callback(limits.uninstall, self)
+            limits.install(self)  # AWS's quotas (history, sizes, timeouts)
             provisioning.create_all(self)
             # Import every handler now, before executions run them from several threads.
             self.runtime.cold_start()
             for spec in list(self.runtime.functions.values()):
                 self.runtime.load(spec)
+            undo.callback(self.access.stop)
             self.access.start(self.runtime)  # every resource exists: the roles resolve
+            _freeze_heap(1)
+            undo.callback(_freeze_heap, -1)
         except Exception:
             self.stop()
             raise
-        _freeze_heap(1)
-        self._froze_heap = True
 
     def stop(self) -> None:
-        self.access.stop()  # first: it was installed last, over the limits and patches
-        limits.uninstall(self)
-        patches.uninstall(self.state)  # after the limits, which were installed over them
-        if self._froze_heap:
-            _freeze_heap(-1)
-            self._froze_heap = False
-        self.state.finished.clear()
-        self.state.invokers.clear()
-        FUNCTION_OUTPUT.uninstall()
-        if self._mock is not None:
-            self._mock.stop()
-            self._mock = None
+        self._undo.close()
+
+    def _restore_env(self) -> None:
         for key, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -179,8 +175,6 @@ class LocalEngine:
     def client(self, service: str) -> Any:
         """A boto3 client shared by every thread, each made under a lock (clients are
         thread-safe, sessions are not): "one client per service" in docs/local-engine.md."""
-        if service in self._clients:
-            return self._clients[service]
         with self._clients_lock:
             if service not in self._clients:
                 core = botocore.session.get_session()
@@ -204,8 +198,7 @@ class LocalEngine:
     def ingest_bucket(self) -> str:
         """The bucket whose uploads the stack processes: its own IngestBucket, or the one
         ExistingBucketName names (the template's IngestBucketName output follows both)."""
-        named = self.outputs().get("IngestBucketName")
-        return named if named else self.ref("IngestBucket")
+        return self.outputs().get("IngestBucketName") or self.ref("IngestBucket")
 
     def outputs(self) -> dict[str, str]:
         return {
@@ -234,10 +227,8 @@ class LocalEngine:
         configurations = [
             inventory.as_template(c)
             for c in listed.get("InventoryConfigurationList") or []
-            if c.get("IsEnabled")
+            if c.get("IsEnabled") and configuration_id in (None, c["Id"])
         ]
-        if configuration_id is not None:
-            configurations = [c for c in configurations if c["Id"] == configuration_id]
         if not configurations:
             named = f" {configuration_id}" if configuration_id else ""
             raise EngineError(f"{bucket} has no S3 Inventory{named} configured (AuditInventory)")
@@ -262,12 +253,12 @@ class LocalEngine:
         """A bucket's policy: the template's (AWS::S3::BucketPolicy is not put on the local
         bucket), else one put on it by hand, else None."""
         for logical_id, resource in self.stack.template["Resources"].items():
-            if resource.get("Type") != "AWS::S3::BucketPolicy":
-                continue
-            if not self.stack.resource_enabled(logical_id):
-                continue
             properties = resource.get("Properties", {})
-            if self.stack.resolve(properties.get("Bucket")) == bucket:
+            if (
+                resource.get("Type") == "AWS::S3::BucketPolicy"
+                and self.stack.resource_enabled(logical_id)
+                and self.stack.resolve(properties.get("Bucket")) == bucket
+            ):
                 return dict(self.stack.resolve(properties.get("PolicyDocument")))
         try:
             text = self.client("s3").get_bucket_policy(Bucket=bucket)["Policy"]
@@ -279,10 +270,9 @@ class LocalEngine:
 
     def successful_puts(self, bucket: str) -> Counter[str]:
         """PutObjects into bucket that S3 accepted, by key: writes that took effect."""
-        requests = self.state.requests.snapshot()
         return Counter(
             r.key
-            for r in requests
+            for r in self.state.requests.snapshot()
             if (r.service, r.operation, r.bucket, r.status) == ("s3", "PutObject", bucket, 200)
         )
 
@@ -336,10 +326,12 @@ class LocalEngine:
         Condition is false, such as BatchProcessorStateMachine by default, has no ARN)."""
         return {self.ref(lid): lid for lid in self._machines() if self.stack.refs.get(lid)}
 
-    # Each of these is its module's function, called with this engine.
+    # Each of these is its module's function, called with this engine (but run_out_of_time).
     start_execution = executions.start
     wait = executions.wait
     wait_for_running = executions.wait_for_running
+    list_executions = executions.listed
+    run_out_of_time = staticmethod(executions.run_out_of_time)
     put_event = ingress.put_event
     put_custom_event = ingress.put_custom_event
     put_s3_event = ingress.put_s3_event
@@ -351,13 +343,3 @@ class LocalEngine:
         timeout: float = 120.0,
     ) -> ExecutionResult:  # fmt: skip
         return self.wait(self.start_execution(state_machine, execution_input, name), timeout)
-
-    def list_executions(
-        self, state_machine: str, status: str | None = None
-    ) -> list[dict[str, Any]]:
-        """A state machine's executions, newest first (executions.listed)."""
-        return executions.listed(self.state_machine_arn(state_machine), status)
-
-    def run_out_of_time(self, execution_arn: str) -> None:
-        """End a running EXPRESS execution at its five minutes (executions.run_out_of_time)."""
-        executions.run_out_of_time(execution_arn)

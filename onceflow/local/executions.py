@@ -86,10 +86,9 @@ def start(
 
 
 def describe(engine: LocalEngine, execution_arn: str) -> dict[str, Any]:
-    """DescribeExecution's answer (name, status, input and output as JSON text, error,
-    cause), read from the backend: AWS refuses DescribeExecution for an EXPRESS execution
-    (InvalidArn, patches/fidelity/executions.py), which the engine still waits for. An ARN
-    the backend does not know goes the usual way, for AWS's error."""
+    """DescribeExecution's answer (name, status, input and output as JSON text, error, cause)
+    from the backend, for an EXPRESS execution too (AWS refuses those: InvalidArn, patches/
+    fidelity/executions.py); an ARN the backend does not know gets AWS's error the usual way."""
     try:
         described = _backend().describe_execution(execution_arn).to_describe_output()
     except AWSError:
@@ -146,11 +145,14 @@ def _aware(moment: datetime.datetime) -> datetime.datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
 
 
-def listed(state_machine_arn: str, status: str | None = None) -> list[dict[str, Any]]:
+def listed(
+    engine: LocalEngine, state_machine: str, status: str | None = None
+) -> list[dict[str, Any]]:
     """A state machine's executions, newest first, as ListExecutions gives a STANDARD
     machine's, from moto's record: AWS refuses ListExecutions for an EXPRESS machine
     (StateMachineTypeNotSupported), and so does the engine's patched API (the backend's
     list_executions pages by 100)."""
+    state_machine_arn = engine.state_machine_arn(state_machine)
     found = [
         {
             "executionArn": e.execution_arn,
@@ -182,13 +184,11 @@ def wait_for_running(
 ) -> list[str]:
     """Wait until no execution of the state machine but those in ignore is RUNNING (those
     another one started); the ARNs waited for."""
-    arn = engine.state_machine_arn(state_machine)
     deadline = time.monotonic() + timeout
     waited: list[str] = []
     while True:
-        running = [
-            e["executionArn"] for e in listed(arn, "RUNNING") if e["executionArn"] not in ignore
-        ]
+        found = listed(engine, state_machine, "RUNNING")
+        running = [e["executionArn"] for e in found if e["executionArn"] not in ignore]
         if not running:
             return waited
         for execution in running:

@@ -231,19 +231,17 @@ def sync_failures(
     output = result.output
     if result.status != "SUCCEEDED":
         return everything
-    if output is None or output == {} or output == "":
+    if output in (None, {}, ""):
         return set()
     failures = output.get("batchItemFailures") if isinstance(output, dict) else ()
-    if failures is None or failures == []:
+    if failures in (None, []):
         return set()
     if not isinstance(failures, list):
         return everything  # not the payload a partial failure is read from
     named = [entry.get("itemIdentifier") if isinstance(entry, dict) else None for entry in failures]
-    return (
-        {str(i) for i in named}
-        if all(isinstance(i, str) and i in everything for i in named)
-        else everything
-    )
+    if all(isinstance(i, str) and i in everything for i in named):
+        return {str(i) for i in named}
+    return everything
 
 
 def _pipe_record(message: dict[str, Any], source_arn: str) -> dict[str, Any]:

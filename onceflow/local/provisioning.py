@@ -6,8 +6,7 @@ import io
 import json
 import re
 import zipfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from onceflow.local import monitoring
@@ -76,19 +75,17 @@ def create_all(engine: LocalEngine) -> None:
     """Every resource of the template (a parent's first: its application creates the rest)."""
     for stack in (engine.parent, engine.stack):
         if stack is not None:
-            with creating_in(engine, stack):
-                pass  # entering created them
+            _create_stack(engine, stack)
 
 
-@contextmanager
-def creating_in(engine: LocalEngine, stack: Stack) -> Iterator[None]:
-    """Create every resource of a stack of the engine (a parent's, the nested one): the
-    creators read and fill engine.stack, pointed at it meanwhile and in the with-block."""
+def _create_stack(engine: LocalEngine, stack: Stack) -> dict[str, str]:
+    """Create every resource of a stack of the engine (a parent's, the nested one); its
+    outputs. The creators read and fill engine.stack, pointed at it meanwhile."""
     current, engine.stack = engine.stack, stack
     try:
         for logical_id in stack.template["Resources"]:
             create(engine, logical_id)
-        yield
+        return engine.outputs()
     finally:
         engine.stack = current
 
@@ -101,9 +98,7 @@ def _application(engine: LocalEngine, logical_id: str, name: str, props: dict[st
         raise TemplateError(f"{logical_id}: only the parent template's application is run")
     nested = nested_of[1]
     nested.bind(props.get("Parameters", {}))
-    with creating_in(engine, nested):
-        outputs = engine.outputs()
-    attributes = {f"Outputs.{k}": v for k, v in outputs.items()}
+    attributes = {f"Outputs.{k}": v for k, v in _create_stack(engine, nested).items()}
     _created(engine, logical_id, str(nested.pseudo("AWS::StackId")), **attributes)
 
 

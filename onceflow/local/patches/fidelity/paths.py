@@ -12,10 +12,7 @@ import sys
 from typing import Any
 
 from moto.stepfunctions.parser.api import HistoryEventType
-from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
-    FailureEvent,
-    FailureEventException,
-)
+from moto.stepfunctions.parser.asl.component.common.error_name import failure_event
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
     StatesErrorNameType,
 )
@@ -102,7 +99,7 @@ def _max_items_judged_first(original: Any) -> Any:
             path = decl.string_sampler.literal_value
             cause = f'The MaxItemsPath field refers to value "{text}" which is not a valid integer: {path}'  # noqa: E501
             error, event = StatesErrorNameType.StatesRuntime, HistoryEventType.ExecutionFailed
-            raise FailureEventException(failure(env, error, event, cause))
+            raise failure_event.FailureEventException(failure(env, error, event, cause))
         original(self, env)
 
     return _eval_body
@@ -143,7 +140,8 @@ def _jayway_worded(original: Any) -> Any:
 
 
 def _install(installer: Installer) -> None:
-    installer.replace(FailureEvent, "__init__", _jayway_worded(FailureEvent.__init__))
+    event = failure_event.FailureEvent
+    installer.replace(event, "__init__", _jayway_worded(event.__init__))
     for component in _DISTRIBUTED:
         installer.replace(component, "_eval_body", _max_items_judged_first(component._eval_body))
     for module in _NAMING_THE_INPUT:
