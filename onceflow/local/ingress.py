@@ -60,7 +60,7 @@ def put_event(engine: LocalEngine, event: Mapping[str, Any]) -> list[str]:
             arn = str(target["Arn"])
             try:
                 if arn.startswith("arn:aws:sqs:"):
-                    body = json.dumps(event, ensure_ascii=False)
+                    body = _body(event)
                     engine.client("sqs").send_message(QueueUrl=_url(engine, arn), MessageBody=body)
                 else:
                     started.append(executions.start(engine, arn, event, name_prefix="events"))
@@ -137,11 +137,17 @@ def _dead_letter(
     }
     engine.client("sqs").send_message(
         QueueUrl=_url(engine, dead_letter),
-        MessageBody=json.dumps(event),
+        MessageBody=_body(event),
         MessageAttributes={
             k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()
         },
     )
+
+
+def _body(event: Any) -> str:
+    """An event as EventBridge sends it to a queue, a target or its dead-letter queue: JSON
+    in UTF-8, not ASCII-escaped (SQS counts its bytes; the exact text is not verified)."""
+    return json.dumps(event, ensure_ascii=False)
 
 
 def _url(engine: LocalEngine, queue_arn: str) -> str:
