@@ -1,5 +1,5 @@
 """Step Functions' quotas: 256 KiB of UTF-8 JSON per state's data, 25,000 history
-events per STANDARD execution, five minutes per EXPRESS one."""
+events per STANDARD execution, five minutes per EXPRESS one (docs/local-engine.md)."""
 
 from __future__ import annotations
 
@@ -48,12 +48,9 @@ _TOO_LARGE: Final = "the maximum number of bytes service limit."
 
 
 def json_bytes(value: Any) -> int:
-    """Bytes of the value as Step Functions holds it: compact JSON text in UTF-8.
-
-    moto counts ASCII-escaped JSON ("é" six bytes, two on AWS). A lone surrogate is
-    escaped (as JavaScript's JSON.stringify does): its six characters count. What JSON
-    cannot hold (an SDK call's timestamp) counts as its text, as moto encodes it.
-    """
+    """Bytes of the value as Step Functions holds it: compact JSON text in UTF-8 (moto
+    counts ASCII-escaped JSON). A lone surrogate counts as its escape (as JavaScript's
+    JSON.stringify writes it); what JSON cannot hold (an SDK call's timestamp) as its text."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return len(text.encode("utf-8", "backslashreplace"))
 
@@ -206,16 +203,11 @@ def _add_event(self: Any, context: Any, event_type: Event, *args: Any, **kwargs:
     record: ExecutionLimits | None = getattr(self, _RECORD, None)
     if record is None:
         return int(ORIGINAL[_add_event](self, context, event_type, *args, **kwargs))
-    with record.lock:
-        if record.closed:
-            pass
-        elif record.express:
-            if record.remaining() <= 0 and event_type not in _TERMINAL:
-                record.close_express()
-        elif (
-            self._event_id_gen._next_id >= HISTORY_EVENT_LIMIT
-            and event_type != Event.ExecutionSucceeded
-        ):
+    with record.lock:  # (closing a closed record changes nothing)
+        full = self._event_id_gen._next_id >= HISTORY_EVENT_LIMIT
+        if record.express and record.remaining() <= 0 and event_type not in _TERMINAL:
+            record.close_express()
+        elif not record.express and full and event_type != Event.ExecutionSucceeded:
             record.close_history()
         if not record.closed:
             return int(ORIGINAL[_add_event](self, context, event_type, *args, **kwargs))
@@ -237,9 +229,8 @@ def _unless_ended() -> Callable[..., None]:
 
 
 def _program_eval(self: Any, env: Any) -> None:
-    """moto's Program.eval (the states run on a worker thread, joined with the machine's
-    TimeoutSeconds), joined also with an EXPRESS execution's five minutes on the
-    engine's clock."""
+    """moto's Program.eval (the states on a worker thread, joined with the machine's
+    TimeoutSeconds), joined also with an EXPRESS execution's five minutes on its clock."""
     record = execution_limits(env)
     if record is None or not record.express or env.is_frame():
         ORIGINAL[_program_eval](self, env)
@@ -261,13 +252,9 @@ def _program_eval(self: Any, env: Any) -> None:
 
 
 def _pause(env: Any, seconds: float, sleep: Callable[[float], None]) -> None:
-    """A Wait or a retry's backoff (hooks.Stages.pause), on the engine's clock: not
-    slept once the execution has ended; an EXPRESS execution ends at its five minutes.
-
-    Sleeps in branches that run side by side (Parallel, Map) add up here where on
-    AWS they overlap: below time scale 1 such an EXPRESS execution reaches its five
-    minutes early. (The processor's one Parallel has one branch.)
-    """
+    """A Wait or a retry's backoff (hooks.Stages.pause), on the engine's clock: not slept
+    once the execution has ended; an EXPRESS one ends at its five minutes (sleeps of
+    branches side by side add up: docs/local-engine.md, "AWS limits on the local engine")."""
     record = execution_limits(env)
     if record is None:
         sleep(seconds)
