@@ -144,8 +144,7 @@ class ExecutionLimits:
         self.lock = threading.RLock()
         self.started = time.monotonic()
         self.virtual = 0.0  # seconds slept on the engine's clock but not in real time
-        self.closed = False
-        self.closing: int | None = None  # the thread ending the execution
+        self.closed = False  # set once the limit's end is in place (set_error is open till then)
         self.reason: str | None = None
         self.clock = hooks._clock(env)  # its engine's clock (a clock of its own if none)
 
@@ -164,14 +163,11 @@ class ExecutionLimits:
         with self.lock:
             if self.closed:
                 return
-            self.closing, self.reason = threading.get_ident(), reason
-            try:
-                context = sfn_event_manager.EventHistoryContext(self.last_event_id())
-                ORIGINAL[_add_event](self.root.event_manager, context, event_type, details)
-                end()
-                self.closed = True
-            finally:
-                self.closing = None
+            self.reason = reason
+            context = sfn_event_manager.EventHistoryContext(self.last_event_id())
+            ORIGINAL[_add_event](self.root.event_manager, context, event_type, details)
+            end()
+            self.closed = True
 
     def close_history(self) -> None:
         """AWS: the 25,000th event, unless it is ExecutionSucceeded, is an
@@ -222,7 +218,7 @@ def _unless_ended() -> Callable[..., None]:
 
     def method(self: Any, *args: Any, **kwargs: Any) -> None:
         record = execution_limits(self)
-        if record is None or not record.closed or record.closing == threading.get_ident():
+        if record is None or not record.closed:
             ORIGINAL[method](self, *args, **kwargs)
 
     return method
