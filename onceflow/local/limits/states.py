@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from moto.stepfunctions.parser.api import ExecutionStatus
 from moto.stepfunctions.parser.api import HistoryEventType as Event
 from moto.stepfunctions.parser.asl.component.common.assign import assign_decl
 from moto.stepfunctions.parser.asl.component.common.error_name import failure_event
@@ -26,7 +25,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service
 from moto.stepfunctions.parser.asl.eval import environment as sfn_environment
 from moto.stepfunctions.parser.asl.eval.event import event_manager as sfn_event_manager
-from moto.stepfunctions.parser.backend import execution, execution_worker
+from moto.stepfunctions.parser.backend import execution_worker
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
 from onceflow.local.limits.common import ORIGINAL, limit
@@ -138,9 +137,10 @@ class ExecutionEnded(RuntimeError):
 class ExecutionLimits:
     """One execution's clock and end, shared by every frame of it (through its EventManager)."""
 
-    def __init__(self, env: Any, express: bool) -> None:
+    def __init__(self, env: Any, execution: Any) -> None:
         self.root = env
-        self.express = express
+        self.execution = execution
+        self.express = is_express(execution.state_machine)  # moto runs all as STANDARD
         self.lock = threading.RLock()
         self.started = time.monotonic()
         self.virtual = 0.0  # seconds slept on the engine's clock but not in real time
@@ -189,9 +189,8 @@ def execution_limits(env: Any) -> ExecutionLimits | None:
 
 def _evaluation_environment(self: Any) -> Any:
     env = ORIGINAL[_evaluation_environment](self)
-    # moto runs every execution as STANDARD (sm_type): its machine's type decides
-    express = is_express(self._execution_communication.execution.state_machine)
-    setattr(env.event_manager, _RECORD, ExecutionLimits(env, express))
+    execution = self._execution_communication.execution
+    setattr(env.event_manager, _RECORD, ExecutionLimits(env, execution))
     return env
 
 
@@ -245,6 +244,8 @@ def _program_eval(self: Any, env: Any) -> None:
         record.close_express()
     elif worker.is_alive():
         env.set_timed_out()
+    if record.reason == "express":  # moto answers TIMED_OUT (the end stands) without an error
+        record.execution.error = Errors.StatesTimeout.to_name()
 
 
 def _pause(env: Any, seconds: float, sleep: Callable[[float], None]) -> None:
@@ -260,14 +261,6 @@ def _pause(env: Any, seconds: float, sleep: Callable[[float], None]) -> None:
         record.advance(min(seconds, left))
         if seconds >= left:
             record.close_express()
-
-
-def _reflect_execution_status(self: Any) -> None:
-    ORIGINAL[_reflect_execution_status](self)
-    record = execution_limits(self.execution.exec_worker.env)
-    if record is not None and record.reason == "express":
-        self.execution.exec_status = ExecutionStatus.TIMED_OUT
-        self.execution.error = Errors.StatesTimeout.to_name()
 
 
 _task = state_task_service.StateTaskService
@@ -300,8 +293,6 @@ PATCHES = (
         (sfn_environment.Environment, "set_timed_out", _unless_ended()),
         (sfn_program.Program, "eval", _program_eval),
         (hooks.Stages, "pause", staticmethod(_pause)),
-        (execution.BaseExecutionWorkerCommunication, "_reflect_execution_status",
-         _reflect_execution_status),
         fits=lambda: [
             *takes(sfn_event_manager.EventManager.add_event, "self", "context",
                    "event_type", "event_details", "timestamp", "update_source_event_id"),
