@@ -214,22 +214,18 @@ def test_another_moto_that_moved_what_a_patch_needs_stops_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import moto
-    from moto.stepfunctions.parser.backend import execution
+    from moto.stepfunctions.parser.asl.component.program import program
 
     # GIVEN another moto version, one that no longer has what the limits replace
     monkeypatch.setattr(moto, "__version__", "9.9.9")
-    owner = execution.BaseExecutionWorkerCommunication
-    monkeypatch.delattr(owner, "_reflect_execution_status")
+    monkeypatch.delattr(program.Program, "eval")
     # WHEN an engine starts THEN it stops with one line naming the version and what moved
     with pytest.raises(RuntimeError) as raised:
         LocalEngine(function_log=io.StringIO()).start()
     line = str(raised.value)
     assert "\n" not in line
     assert line.startswith("onceflow: the local engine does not fit moto 9.9.9 (pinned ")
-    assert (
-        "Step Functions history and duration: "
-        "BaseExecutionWorkerCommunication._reflect_execution_status is gone"
-    ) in line
+    assert "Step Functions history and duration: Program.eval is gone" in line
     assert patches.installed() is None
 
 

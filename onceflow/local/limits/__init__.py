@@ -1,8 +1,6 @@
-"""AWS's quotas, enforced where and as AWS enforces them (moto is kinder), one module
-per service: states (Step Functions), lambda_timeout, dynamodb, sqs, eventbridge. Their
-PATCHES go into the engine's patch registry; docs/local-engine.md ("AWS limits on the
-local engine") lists the limits with the pages they come from.
-"""
+"""AWS's quotas, enforced where and as AWS enforces them (moto is kinder), one module per
+service; their PATCHES go into the engine's patch registry. docs/local-engine.md ("AWS
+limits on the local engine") lists the limits with the pages they come from."""
 
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ from typing import Any
 
 from onceflow.local.patches.registry import Installer, Patch, gone
 
+ORIGINAL: dict[Any, Any] = {}  # each replacement: what it replaced, to delegate to
+
 
 def utf8(text: Any) -> int:
     return len(str(text).encode("utf-8", "surrogatepass"))
@@ -26,20 +28,14 @@ def binary_size(value: Any) -> int:
 
 
 def limit(
-    name: str,
-    why: str,
-    test: str,
-    original: dict[Any, Any],
-    *targets: tuple[Any, str, Any],
-    fits: Callable[[], list[str]] = list,
+    name: str, why: str, test: str, *targets: tuple[Any, str, Any], fits: Callable[[], list[str]]
 ) -> Patch:
     """A limit patch that replaces targets (owner, attribute, replacement), keeping what
-    each replaced in original[replacement] to delegate to; its fits check names what
-    moto lost, and what fits adds."""
+    each replaced in ORIGINAL; its fits check names what moto lost, and what fits adds."""
 
     def install(installer: Installer) -> None:
         for owner, attribute, value in targets:
-            original[value] = installer.replace(owner, attribute, value)
+            ORIGINAL[value] = installer.replace(owner, attribute, value)
 
     def moved() -> list[str]:
         return [*(p for owner, attribute, _ in targets for p in gone(owner, attribute)), *fits()]

@@ -13,7 +13,7 @@ from moto.dynamodb import responses as dynamodb_responses
 from moto.dynamodb.exceptions import ItemSizeTooLarge, MockValidationException
 from moto.dynamodb.models import dynamo_type
 
-from onceflow.local.limits.common import binary_size, limit, utf8
+from onceflow.local.limits.common import ORIGINAL, binary_size, limit, utf8
 from onceflow.local.patches.registry import gone, takes
 
 # Docs: "DynamoDB item sizes and formats"; "Supported data types".
@@ -24,7 +24,6 @@ _NUMBER_OVERFLOW: Final = "Number overflow. " + _MAGNITUDE.format("larger")
 _NUMBER_UNDERFLOW: Final = "Number underflow. " + _MAGNITUDE.format("smaller")
 _NUMBER_DIGITS: Final = "Attempting to store more than 38 significant digits in a Number"
 _TABLE: Final = "[a-zA-Z0-9_.-]+"  # a table's name; an ARN names it too
-_ORIGINAL: dict[Any, Any] = {}
 
 
 def _number(text: Any) -> tuple[decimal.Decimal, str] | None:
@@ -65,7 +64,7 @@ def item_size(attributes: Mapping[str, Any]) -> int:
 def _limited_setitem(self: Any, key: str, value: Any) -> None:
     """moto's item-size check with AWS's arithmetic (docs/local-engine.md, "AWS limits on
     the local engine": moto's stopped at 405,000 of its own count)."""
-    if item_size({k: v for k, v in self.items() if k != key} | {key: value}) > DYNAMODB_ITEM_LIMIT:
+    if item_size({**self, key: value}) > DYNAMODB_ITEM_LIMIT:
         raise ItemSizeTooLarge
     dict.__setitem__(self, key, value)
 
@@ -121,7 +120,7 @@ def _checked_dynamodb_call(self: Any) -> Any:
     of every AttributeValue (moto checked only the top level of PutItem, through a float).
     A refusal is answered as moto answers an action's, with a request id."""
     if (problem := _refusal(self._get_action(), getattr(self, "params", None) or {})) is None:
-        return _ORIGINAL[_checked_dynamodb_call](self)
+        return ORIGINAL[_checked_dynamodb_call](self)
     refused = MockValidationException(problem)
     headers = {**dict(refused.get_headers() or []), "status": refused.code}
     response = (refused.description, headers)
@@ -138,7 +137,6 @@ PATCHES = (
         "(DynamoDB item sizes and formats; Supported data types; LocalStack's recorded "
         "test_task_service_dynamodb test_invalid_param, test_put_item_invalid_table_name).",
         "tests/workflow/test_limits.py",
-        _ORIGINAL,
         (dynamo_type.LimitedSizeDict, "__setitem__", _limited_setitem),
         (dynamodb_responses.DynamoHandler, "call_action", _checked_dynamodb_call),
         fits=lambda: [

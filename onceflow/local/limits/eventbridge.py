@@ -10,13 +10,12 @@ from botocore.exceptions import ClientError
 from moto.events import models as events_models
 from moto.events.exceptions import ValidationException
 
-from onceflow.local.limits.common import limit, utf8
+from onceflow.local.limits.common import ORIGINAL, limit, utf8
 from onceflow.local.patches.registry import takes
 
 # API reference, PutEvents: "the total entry size must be less than 1MB".
 EVENTBRIDGE_ENTRIES_LIMIT: Final = 1024 * 1024
 EVENTBRIDGE_TOO_LARGE: Final = "Total size of the entries in the request is over the limit."
-_ORIGINAL: dict[Any, Any] = {}
 
 
 def put_events_entry_size(entry: Mapping[str, Any]) -> int:
@@ -30,7 +29,7 @@ def put_events_entry_size(entry: Mapping[str, Any]) -> int:
 def _put_events(self: Any, events: list[dict[str, Any]]) -> Any:
     if sum(put_events_entry_size(e) for e in events) >= EVENTBRIDGE_ENTRIES_LIMIT:
         raise ValidationException(EVENTBRIDGE_TOO_LARGE)
-    return _ORIGINAL[_put_events](self, events)
+    return ORIGINAL[_put_events](self, events)
 
 
 def check_custom_event(source: str, detail_type: str, detail: Any) -> None:
@@ -50,7 +49,6 @@ PATCHES = (
         "PutEvents refuses entries of 1 MB or more in all, sized as 'Calculating "
         "PutEvents event entry size' says, with ValidationException (PutEvents API reference).",
         "tests/unit/test_limits.py::test_a_put_events_entry_is_sized_as_eventbridge_documents",
-        _ORIGINAL,
         (events_models.EventsBackend, "put_events", _put_events),
         fits=lambda: takes(events_models.EventsBackend.put_events, "self", "events"),
     ),

@@ -10,10 +10,9 @@ from moto.sqs import exceptions as sqs_errors
 from moto.sqs import models as sqs_models
 from moto.sqs.constants import MAXIMUM_MESSAGE_LENGTH as SQS_BATCH_LIMIT
 
-from onceflow.local.limits.common import binary_size, limit, utf8
+from onceflow.local.limits.common import ORIGINAL, binary_size, limit, utf8
 from onceflow.local.patches.registry import takes
 
-_ORIGINAL: dict[Any, Any] = {}
 _SQS_ALLOWED: Final = "#x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]"
 _SQS_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -56,7 +55,7 @@ def _send_message(self: Any, queue_name: str, message_body: str, *args: Any, **k
         raise sqs_errors.MissingParameter("MessageBody")
     attributes = kwargs.get("message_attributes", args[0] if args else None)
     _checked_size(self.get_queue(queue_name), message_body, attributes)
-    return _ORIGINAL[_send_message](self, queue_name, message_body, *args, **kwargs)
+    return ORIGINAL[_send_message](self, queue_name, message_body, *args, **kwargs)
 
 
 def _send_message_batch(self: Any, queue_name: str, entries: dict[str, dict[str, Any]]) -> Any:
@@ -66,7 +65,7 @@ def _send_message_batch(self: Any, queue_name: str, entries: dict[str, dict[str,
         total += _checked_size(queue, entry["MessageBody"], entry.get("MessageAttributes"))
     if total > SQS_BATCH_LIMIT:
         raise sqs_errors.BatchRequestTooLong(total)
-    return _ORIGINAL[_send_message_batch](self, queue_name, entries)
+    return ORIGINAL[_send_message_batch](self, queue_name, entries)
 
 
 _BACKEND = sqs_models.SQSBackend
@@ -77,7 +76,6 @@ PATCHES = (
         "MaximumMessageSize (body and attributes in bytes), a batch over 1 MiB and "
         "characters outside SQS's set, with SQS's own errors (SendMessage API reference).",
         "tests/workflow/test_limits.py",
-        _ORIGINAL,
         (_BACKEND, "send_message", _send_message),
         (_BACKEND, "send_message_batch", _send_message_batch),
         fits=lambda: [

@@ -1,5 +1,5 @@
 """Step Functions' quotas: 256 KiB of UTF-8 JSON per state's data, 25,000 history
-events per STANDARD execution, five minutes per EXPRESS one."""
+events per STANDARD execution, five minutes per EXPRESS one (docs/local-engine.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from moto.core.exceptions import AWSError
-from moto.stepfunctions.parser.api import ExecutionStatus, StateMachineType
 from moto.stepfunctions.parser.api import HistoryEventType as Event
 from moto.stepfunctions.parser.asl.component.common.assign import assign_decl
 from moto.stepfunctions.parser.asl.component.common.error_name import failure_event
@@ -24,18 +22,16 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 from moto.stepfunctions.parser.asl.component.program import program as sfn_program
 from moto.stepfunctions.parser.asl.component.state import state as sfn_state
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_lambda
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
-    state_task_service,
-)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service
 from moto.stepfunctions.parser.asl.eval import environment as sfn_environment
 from moto.stepfunctions.parser.asl.eval.event import event_manager as sfn_event_manager
-from moto.stepfunctions.parser.backend import execution, execution_worker
-from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+from moto.stepfunctions.parser.backend import execution_worker
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
-from onceflow.local.limits.common import limit
+from onceflow.local.limits.common import ORIGINAL, limit
 from onceflow.local.patches import hooks
-from onceflow.local.patches.registry import takes
+from onceflow.local.patches.fidelity.express_arn import is_express
+from onceflow.local.patches.registry import lacks, takes
 
 # Docs: "Step Functions service quotas"; "Error handling in Step Functions",
 # States.DataLimitExceeded; "Avoid reaching the history quota".
@@ -45,19 +41,15 @@ HISTORY_EVENT_LIMIT: Final = 25_000
 HISTORY_LIMIT_CAUSE: Final = "The execution reached the maximum number of history events (25000)."
 EXPRESS_DURATION_LIMIT: Final = 300.0  # seconds
 _TOO_LARGE: Final = "the maximum number of bytes service limit."
-_ORIGINAL: dict[Any, Any] = {}  # replacement: what it replaced
 
 
 # ---- 256 KiB of UTF-8 JSON text per state input, output, task parameters and Assign
 
 
 def json_bytes(value: Any) -> int:
-    """Bytes of the value as Step Functions holds it: compact JSON text in UTF-8.
-
-    moto counts ASCII-escaped JSON ("é" six bytes, two on AWS). A lone surrogate is
-    escaped (as JavaScript's JSON.stringify does): its six characters count. What JSON
-    cannot hold (an SDK call's timestamp) counts as its text, as moto encodes it.
-    """
+    """Bytes of the value as Step Functions holds it: compact JSON text in UTF-8 (moto
+    counts ASCII-escaped JSON). A lone surrogate counts as its escape (as JavaScript's
+    JSON.stringify writes it); what JSON cannot hold (an SDK call's timestamp) as its text."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return len(text.encode("utf-8", "backslashreplace"))
 
@@ -67,14 +59,12 @@ def within_state_quota(value: Any) -> bool:
     return json_bytes(value) <= STATE_SIZE_LIMIT
 
 
-def _data_limit(env: Any, event_type: Event, cause: str, **details: Any) -> Exception:
+def _data_limit(env: Any, event: Event, failed: str, cause: str, **details: Any) -> Exception:
+    """States.DataLimitExceeded, with its cause and details in f"{failed}FailedEventDetails"."""
     error = Errors.StatesStatesDataLimitExceeded
-    if event_type == Event.LambdaFunctionFailed:
-        key = "lambdaFunctionFailedEventDetails"
-    else:
-        key = "taskFailedEventDetails" if details else "executionFailedEventDetails"
-    event_details: Any = {key: {"error": error.to_name(), "cause": cause, **details}}
-    failure = failure_event.FailureEvent(env, StatesErrorName(typ=error), event_type, event_details)
+    named = {"error": error.to_name(), "cause": cause, **details}
+    event_details: Any = {f"{failed}FailedEventDetails": named}
+    failure = failure_event.FailureEvent(env, StatesErrorName(typ=error), event, event_details)
     return failure_event.FailureEventException(failure_event=failure)
 
 
@@ -86,16 +76,18 @@ def _before_task(
     if not within_state_quota(raw_parameters):
         resource, kind = self._get_sfn_resource(), self._get_sfn_resource_type()
         cause = f"The state/task '{resource}' has an input with a size exceeding {_TOO_LARGE}"
-        raise _data_limit(env, Event.TaskFailed, cause, resource=resource, resourceType=kind)
-    _ORIGINAL[_before_task](self, env, resource_runtime_part, raw_parameters, state_credentials)
+        raise _data_limit(
+            env, Event.TaskFailed, "task", cause, resource=resource, resourceType=kind
+        )
+    ORIGINAL[_before_task](self, env, resource_runtime_part, raw_parameters, state_credentials)
 
 
 def _lambda_parameters(self: Any, env: Any) -> Any:
-    parameters = _ORIGINAL[_lambda_parameters](self, env)
+    parameters = ORIGINAL[_lambda_parameters](self, env)
     if not within_state_quota(parameters.get("Payload")):
         resource = self.resource.resource_arn
         cause = f"The state/task '{resource}' has an input with a size exceeding {_TOO_LARGE}"
-        raise _data_limit(env, Event.LambdaFunctionFailed, cause)
+        raise _data_limit(env, Event.LambdaFunctionFailed, "lambdaFunction", cause)
     return parameters
 
 
@@ -119,7 +111,7 @@ def _assign(self: Any, env: Any) -> None:
         return
     state = env.states.context_object.context_object_data.get("State") or {}
     cause = f"The state/task '{state.get('Name', '')}' assigned {what} {_TOO_LARGE}"
-    raise _data_limit(env, Event.TaskFailed, cause)
+    raise _data_limit(env, Event.TaskFailed, "execution", cause)
 
 
 # ---- 25,000 history events (STANDARD), five minutes (EXPRESS) ---------------------
@@ -145,17 +137,16 @@ class ExecutionEnded(RuntimeError):
 class ExecutionLimits:
     """One execution's clock and end, shared by every frame of it (through its EventManager)."""
 
-    def __init__(self, env: Any, express: bool) -> None:
+    def __init__(self, env: Any, execution: Any) -> None:
         self.root = env
-        self.express = express
+        self.execution = execution
+        self.express = is_express(execution.state_machine)  # moto runs all as STANDARD
         self.lock = threading.RLock()
         self.started = time.monotonic()
         self.virtual = 0.0  # seconds slept on the engine's clock but not in real time
-        self.closed = False
-        self.closing: int | None = None  # the thread ending the execution
+        self.closed = False  # set once the limit's end is in place (set_error is open till then)
         self.reason: str | None = None
-        engine = hooks.for_env(env)  # its engine's clock (a clock of its own if none)
-        self.clock = engine.clock if engine is not None else hooks.Clock()
+        self.clock = hooks._clock(env)  # its engine's clock (a clock of its own if none)
 
     def remaining(self) -> float:
         return EXPRESS_DURATION_LIMIT - (time.monotonic() - self.started + self.virtual)
@@ -172,14 +163,11 @@ class ExecutionLimits:
         with self.lock:
             if self.closed:
                 return
-            self.closing, self.reason = threading.get_ident(), reason
-            try:
-                context = sfn_event_manager.EventHistoryContext(self.last_event_id())
-                _ORIGINAL[_add_event](self.root.event_manager, context, event_type, details)
-                end()
-                self.closed = True
-            finally:
-                self.closing = None
+            self.reason = reason
+            context = sfn_event_manager.EventHistoryContext(self.last_event_id())
+            ORIGINAL[_add_event](self.root.event_manager, context, event_type, details)
+            end()
+            self.closed = True
 
     def close_history(self) -> None:
         """AWS: the 25,000th event, unless it is ExecutionSucceeded, is an
@@ -196,42 +184,28 @@ class ExecutionLimits:
 
 
 def execution_limits(env: Any) -> ExecutionLimits | None:
-    manager = getattr(env, "event_manager", None)
-    return vars(manager).get(_RECORD) if manager is not None else None  # type: ignore[no-any-return]
+    return getattr(getattr(env, "event_manager", None), _RECORD, None)
 
 
 def _evaluation_environment(self: Any) -> Any:
-    env = _ORIGINAL[_evaluation_environment](self)
-    # moto runs every execution as STANDARD (StateMachine.sm_type); the type asked
-    # for is kept in StateMachine.type.
-    machine = self._evaluation_details.state_machine_details
-    aws = self._evaluation_details.aws_execution_details
-    try:
-        backend = stepfunctions_parser_backends[aws.account][aws.region]
-        kind = backend.describe_state_machine(machine.arn).type
-    except (AWSError, KeyError):
-        kind = machine.typ
-    vars(env.event_manager)[_RECORD] = ExecutionLimits(env, str(kind) == StateMachineType.EXPRESS)
+    env = ORIGINAL[_evaluation_environment](self)
+    execution = self._execution_communication.execution
+    setattr(env.event_manager, _RECORD, ExecutionLimits(env, execution))
     return env
 
 
 def _add_event(self: Any, context: Any, event_type: Event, *args: Any, **kwargs: Any) -> int:
-    record: ExecutionLimits | None = vars(self).get(_RECORD)
+    record: ExecutionLimits | None = getattr(self, _RECORD, None)
     if record is None:
-        return int(_ORIGINAL[_add_event](self, context, event_type, *args, **kwargs))
-    with record.lock:
-        if record.closed:
-            pass
-        elif record.express:
-            if record.remaining() <= 0 and event_type not in _TERMINAL:
-                record.close_express()
-        elif (
-            self._event_id_gen._next_id >= HISTORY_EVENT_LIMIT
-            and event_type != Event.ExecutionSucceeded
-        ):
+        return int(ORIGINAL[_add_event](self, context, event_type, *args, **kwargs))
+    with record.lock:  # (closing a closed record changes nothing)
+        full = self._event_id_gen._next_id >= HISTORY_EVENT_LIMIT
+        if record.express and record.remaining() <= 0 and event_type not in _TERMINAL:
+            record.close_express()
+        elif not record.express and full and event_type != Event.ExecutionSucceeded:
             record.close_history()
         if not record.closed:
-            return int(_ORIGINAL[_add_event](self, context, event_type, *args, **kwargs))
+            return int(ORIGINAL[_add_event](self, context, event_type, *args, **kwargs))
     if event_type in _BEFORE_A_CALL:
         raise ExecutionEnded(f"the execution has ended ({record.reason}); {event_type} not added")
     return record.last_event_id()
@@ -243,19 +217,18 @@ def _unless_ended() -> Callable[..., None]:
 
     def method(self: Any, *args: Any, **kwargs: Any) -> None:
         record = execution_limits(self)
-        if record is None or not record.closed or record.closing == threading.get_ident():
-            _ORIGINAL[method](self, *args, **kwargs)
+        if record is None or not record.closed:
+            ORIGINAL[method](self, *args, **kwargs)
 
     return method
 
 
 def _program_eval(self: Any, env: Any) -> None:
-    """moto's Program.eval (the states run on a worker thread, joined with the machine's
-    TimeoutSeconds), joined also with an EXPRESS execution's five minutes on the
-    engine's clock."""
+    """moto's Program.eval (the states on a worker thread, joined with the machine's
+    TimeoutSeconds), joined also with an EXPRESS execution's five minutes on its clock."""
     record = execution_limits(env)
     if record is None or not record.express or env.is_frame():
-        _ORIGINAL[_program_eval](self, env)
+        ORIGINAL[_program_eval](self, env)
         return
     timeout = self.timeout_seconds.timeout_seconds if self.timeout_seconds else math.inf
     env.next_state_name = self.start_at.start_at_name
@@ -264,25 +237,21 @@ def _program_eval(self: Any, env: Any) -> None:
     TMP_THREADS.append(worker)
     worker.start()
     ends = time.monotonic() + timeout
-    while worker.is_alive():
-        if record.remaining() <= 0:
-            record.close_express()
-        elif time.monotonic() >= ends:
-            env.set_timed_out()
-        else:  # sleeps on the engine's clock move the deadline closer: look again soon
-            worker.join(min(record.remaining(), ends - time.monotonic(), 1.0))
-            continue
-        return
+    while worker.is_alive() and record.remaining() > 0 and time.monotonic() < ends:
+        # sleeps on the engine's clock move the deadline closer: look again soon
+        worker.join(min(record.remaining(), ends - time.monotonic(), 1.0))
+    if worker.is_alive() and record.remaining() <= 0:
+        record.close_express()
+    elif worker.is_alive():
+        env.set_timed_out()
+    if record.reason == "express":  # moto answers TIMED_OUT (the end stands) without an error
+        record.execution.error = Errors.StatesTimeout.to_name()
 
 
 def _pause(env: Any, seconds: float, sleep: Callable[[float], None]) -> None:
-    """A Wait or a retry's backoff (hooks.Stages.pause), on the engine's clock: not
-    slept once the execution has ended; an EXPRESS execution ends at its five minutes.
-
-    Sleeps in branches that run side by side (Parallel, Map) add up here where on
-    AWS they overlap: below time scale 1 such an EXPRESS execution reaches its five
-    minutes early. (The processor's one Parallel has one branch.)
-    """
+    """A Wait or a retry's backoff (hooks.Stages.pause), on the engine's clock: not slept
+    once the execution has ended; an EXPRESS one ends at its five minutes (sleeps of
+    branches side by side add up: docs/local-engine.md, "AWS limits on the local engine")."""
     record = execution_limits(env)
     if record is None:
         sleep(seconds)
@@ -294,15 +263,8 @@ def _pause(env: Any, seconds: float, sleep: Callable[[float], None]) -> None:
             record.close_express()
 
 
-def _reflect_execution_status(self: Any) -> None:
-    _ORIGINAL[_reflect_execution_status](self)
-    record = execution_limits(self.execution.exec_worker.env)
-    if record is not None and record.reason == "express":
-        self.execution.exec_status = ExecutionStatus.TIMED_OUT
-        self.execution.error = Errors.StatesTimeout.to_name()
-
-
 _task = state_task_service.StateTaskService
+_worker = execution_worker.ExecutionWorker
 _DOCS = "docs/local-engine.md (AWS limits on the local engine)"
 PATCHES = (
     limit(
@@ -311,7 +273,6 @@ PATCHES = (
         "States.DataLimitExceeded over it (Step Functions service quotas); moto counts "
         "ASCII-escaped JSON. " + _DOCS,
         "tests/workflow/test_limits.py",
-        _ORIGINAL,
         *((m, "is_within_size_quota", within_state_quota)
           for m in (sfn_state, state_task_lambda, state_task_service)),
         (_task, "_before_eval_execution", _before_task),
@@ -326,16 +287,16 @@ PATCHES = (
         "out at five minutes, Wait and Retry backoff included (Step Functions service "
         "quotas); moto has neither. " + _DOCS,
         "tests/workflow/test_limits.py",
-        _ORIGINAL,
         (sfn_event_manager.EventManager, "add_event", _add_event),
-        (execution_worker.ExecutionWorker, "_get_evaluation_environment", _evaluation_environment),
+        (_worker, "_get_evaluation_environment", _evaluation_environment),
         (sfn_environment.Environment, "set_error", _unless_ended()),
         (sfn_environment.Environment, "set_timed_out", _unless_ended()),
         (sfn_program.Program, "eval", _program_eval),
         (hooks.Stages, "pause", staticmethod(_pause)),
-        (execution.BaseExecutionWorkerCommunication, "_reflect_execution_status",
-         _reflect_execution_status),
-        fits=lambda: takes(sfn_event_manager.EventManager.add_event, "self", "context",
-                           "event_type", "event_details", "timestamp", "update_source_event_id"),
+        fits=lambda: [
+            *takes(sfn_event_manager.EventManager.add_event, "self", "context",
+                   "event_type", "event_details", "timestamp", "update_source_event_id"),
+            *lacks(_worker, "self._execution_communication = exec_comm"),
+        ],
     ),
 )  # fmt: skip
