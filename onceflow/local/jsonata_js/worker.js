@@ -20,34 +20,6 @@ const aws = require('./aws_functions');
 const compiled = new Map(); // key: the compiled expression
 let clockNow = null;
 
-function clockBindings(bindings, t) {
-  const fixed = Object.assign({}, bindings);
-  fixed.millis = () => t;
-  fixed.now = (picture, timezone) => clockNow.evaluate(undefined, { t, p: picture, z: timezone });
-  return fixed;
-}
-
-// Why a value cannot be carried as JSON, or null when it can (a loop, not
-// recursion: a value may be nested deeper than node's stack goes).
-function unsupported(value) {
-  const pending = [value];
-  while (pending.length > 0) {
-    const item = pending.pop();
-    if (typeof item === 'function' || (item && (item._jsonata_lambda || item._jsonata_function))) {
-      return 'function';
-    }
-    if (typeof item === 'number' && !Number.isFinite(item)) {
-      return 'number';
-    }
-    if (item !== null && typeof item === 'object') {
-      for (const child of Array.isArray(item) ? item : Object.values(item)) {
-        pending.push(child);
-      }
-    }
-  }
-  return null;
-}
-
 // An error as jsonata reports it (a JavaScript error has no code).
 function failure(id, err) {
   const code = err && typeof err.code === 'string' ? err.code : null;
@@ -74,17 +46,39 @@ async function answer(line) {
       }
     }
     let bindings = request.b || {};
-    if (typeof request.t === 'number') {
-      bindings = clockBindings(bindings, request.t);
+    const t = request.t;
+    if (typeof t === 'number') {
+      bindings = Object.assign({}, bindings, {
+        millis: () => t,
+        now: (picture, timezone) => clockNow.evaluate(undefined, { t, p: picture, z: timezone }),
+      });
     }
     const result = await expression.evaluate(undefined, bindings);
-    if (typeof result === 'undefined') {
-      return { i: id, u: 1 };
-    }
-    const reason = unsupported(result);
-    return reason === null ? { i: id, v: result } : { i: id, s: reason };
+    return typeof result === 'undefined' ? { i: id, u: 1 } : { i: id, v: result };
   } catch (err) {
     return failure(id, err);
+  }
+}
+
+// Why a value cannot be carried as JSON (thrown while it is written), if it cannot.
+function carried(key, value) {
+  if (typeof value === 'function' || (value && (value._jsonata_lambda || value._jsonata_function))) {
+    throw { unsupported: 'function' };
+  }
+  if (typeof value === 'number' && !Number.isFinite(value)) {
+    throw { unsupported: 'number' };
+  }
+  return value;
+}
+
+// The answer's line. A value nested deeper than JSON.stringify's stack goes fails
+// the evaluation with JavaScript's error; the worker lives on.
+function written(reply) {
+  try {
+    return JSON.stringify(reply, carried);
+  } catch (err) {
+    const kind = err && err.unsupported;
+    return JSON.stringify(kind ? { i: reply.i, s: kind } : failure(reply.i, err));
   }
 }
 
@@ -100,18 +94,7 @@ async function main() {
   lines.on('line', (line) => {
     // One at a time: jsonata keeps each compiled expression's clock in a
     // closure, so two evaluations of one expression must not interleave.
-    queue = queue.then(async () => {
-      const reply = await answer(line);
-      let text;
-      try {
-        text = JSON.stringify(reply);
-      } catch (err) {
-        // A value nested deeper than JSON.stringify's stack goes: the
-        // evaluation fails with JavaScript's error; the worker lives on.
-        text = JSON.stringify(failure(reply.i, err));
-      }
-      out.write(text + '\n');
-    });
+    queue = queue.then(async () => out.write(written(await answer(line)) + '\n'));
   });
   lines.on('close', () => {
     queue.then(() => process.exit(0));
