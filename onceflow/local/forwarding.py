@@ -1,10 +1,6 @@
-"""Commands sent to a running `onceflow up`: its address file, the signed protocol, the client.
-
-While it runs, the FORWARDED commands run on its one engine (server.py); the address is in
-the project's .onceflow/server.json. docs/local-engine.md ("One engine for many commands")
-gives the protocol: the token never travels; each request carries a fresh nonce and an HMAC
-of it (and of the method, path and body), each answer an HMAC of the nonce and the answer,
-checked before it is trusted. This side imports no engine (and no moto): every command
+"""Commands sent to a running `onceflow up` (server.py): its address file, the signed protocol
+(docs/local-engine.md, "One engine for many commands": the token never travels, a fresh nonce
+and HMACs both ways), the client. This side imports no engine (and no moto): every command
 checks here first.
 """
 

@@ -256,9 +256,7 @@ class Evaluator:
             with self._lock:
                 key = self._keys.setdefault(expression, len(self._keys) + 1)
         request_id = next(self._ids)
-        request: dict[str, Any] = {"i": request_id, "k": key, "b": bindings or None}
-        if clock is not None:
-            request["t"] = int(clock)
+        request: dict[str, Any] = {"i": request_id, "k": key, "b": bindings or None, "t": clock}
         worker = self._acquire()
         try:
             if key is None or key not in worker.compiled:

@@ -59,11 +59,7 @@ def engine_for(
         with make() as engine:
             yield engine
         return
-    if (
-        template is not None
-        and shared.template is not None
-        and template.resolve() != shared.template.resolve()
-    ):
+    if template and shared.template and template.resolve() != shared.template.resolve():
         raise EngineError(
             f"the running local engine (onceflow up) runs {shared.template}, not "
             f"{template}; restart it with --template {template}, or add --no-server"
