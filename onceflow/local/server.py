@@ -240,26 +240,24 @@ def serve(
     command: Command,
 ) -> int:
     """`onceflow up`: start the engine and serve ``command`` (the CLI's main) until stopped."""
+    say = functools.partial(print, file=sys.stderr, flush=True)  # not a command's, captured
     try:
         existing = forwarding.running(project_directory(template))
     except forwarding.ServerError as exc:  # not onceflow up: this one publishes over the stale file
-        print(f"onceflow up: {exc}", file=sys.stderr)
+        say(f"onceflow up: {exc}")
         existing = None
     if existing is not None:
         where = f"pid {existing['pid']}, port {existing['port']}"
-        print(f"onceflow up: a local engine is already up ({where})", file=sys.stderr)
+        say(f"onceflow up: a local engine is already up ({where})")
         return 2
     with LocalEngine(
         template, parameters, time_scale=time_scale, function_log=io.StringIO()
     ) as engine:
-        console = functools.partial(print, file=sys.stderr)  # not a command's, captured
-        server = EngineServer(engine, parameters, port, console, template, command=command)
+        server = EngineServer(engine, parameters, port, say, template, command=command)
         path = server.publish()
-        print(
+        say(
             f"onceflow: local engine up on http://{forwarding.HOST}:{server.port} (pid "
-            f"{os.getpid()}); address in {path}. Commands use it until you stop it (Ctrl-C).",
-            file=sys.stderr,
-            flush=True,
+            f"{os.getpid()}); address in {path}. Commands use it until you stop it (Ctrl-C)."
         )
         # Ctrl-C, and `kill` (SIGTERM), stop it cleanly (KeyboardInterrupt); a shell that
         # started it in the background may have left SIGINT ignored.
@@ -268,7 +266,7 @@ def serve(
         try:
             server.serve_forever(poll_interval=0.2)
         except KeyboardInterrupt:
-            print("onceflow: stopping the local engine", file=sys.stderr)
+            say("onceflow: stopping the local engine")
         finally:
             server.unpublish()
             server.server_close()

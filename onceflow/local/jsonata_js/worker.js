@@ -20,6 +20,27 @@ const aws = require('./aws_functions');
 const compiled = new Map(); // key: the compiled expression
 let clockNow = null;
 
+// Why a value cannot be carried as JSON, or null when it can (a loop, not
+// recursion: a value may be nested deeper than node's stack goes).
+function unsupported(value) {
+  const pending = [value];
+  while (pending.length > 0) {
+    const item = pending.pop();
+    if (typeof item === 'function' || (item && (item._jsonata_lambda || item._jsonata_function))) {
+      return 'function';
+    }
+    if (typeof item === 'number' && !Number.isFinite(item)) {
+      return 'number';
+    }
+    if (item !== null && typeof item === 'object') {
+      for (const child of Array.isArray(item) ? item : Object.values(item)) {
+        pending.push(child);
+      }
+    }
+  }
+  return null;
+}
+
 // An error as jsonata reports it (a JavaScript error has no code).
 function failure(id, err) {
   const code = err && typeof err.code === 'string' ? err.code : null;
@@ -54,31 +75,23 @@ async function answer(line) {
       });
     }
     const result = await expression.evaluate(undefined, bindings);
-    return typeof result === 'undefined' ? { i: id, u: 1 } : { i: id, v: result };
+    if (typeof result === 'undefined') {
+      return { i: id, u: 1 };
+    }
+    const reason = unsupported(result);
+    return reason === null ? { i: id, v: result } : { i: id, s: reason };
   } catch (err) {
     return failure(id, err);
   }
-}
-
-// Why a value cannot be carried as JSON (thrown while it is written), if it cannot.
-function carried(key, value) {
-  if (typeof value === 'function' || (value && (value._jsonata_lambda || value._jsonata_function))) {
-    throw { unsupported: 'function' };
-  }
-  if (typeof value === 'number' && !Number.isFinite(value)) {
-    throw { unsupported: 'number' };
-  }
-  return value;
 }
 
 // The answer's line. A value nested deeper than JSON.stringify's stack goes fails
 // the evaluation with JavaScript's error; the worker lives on.
 function written(reply) {
   try {
-    return JSON.stringify(reply, carried);
+    return JSON.stringify(reply);
   } catch (err) {
-    const kind = err && err.unsupported;
-    return JSON.stringify(kind ? { i: reply.i, s: kind } : failure(reply.i, err));
+    return JSON.stringify(failure(reply.i, err));
   }
 }
 
