@@ -47,6 +47,12 @@ def answer_mac(token: str, nonce: str, status: int, body: bytes) -> str:
     return _mac(token, "answer", nonce, str(status), body)
 
 
+def matches(given: str, mac: str) -> bool:
+    """A received MAC is the expected one. Compared as bytes: a header may hold non-ASCII
+    characters (HTTP carries ISO-8859-1), on which compare_digest raises TypeError."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), mac.encode())
+
+
 def signed_headers(token: str, method: str, path: str, nonce: str, body: bytes) -> dict[str, str]:
     """The headers that authenticate one request (the token itself is not among them)."""
     return {NONCE_HEADER: nonce, AUTH_HEADER: request_mac(token, method, path, nonce, body)}
@@ -87,8 +93,7 @@ def _request(state: dict[str, Any], method: str, path: str, body: Any = None) ->
             status, headers, answer = response.status, response.headers, response.read()
     except urllib.error.HTTPError as exc:
         status, headers, answer = exc.code, exc.headers, exc.read()
-    proof = headers.get(PROOF_HEADER)
-    if not proof or not hmac.compare_digest(proof, answer_mac(token, nonce, status, answer)):
+    if not matches(headers.get(PROOF_HEADER, ""), answer_mac(token, nonce, status, answer)):
         why = f"HTTP {status} without a valid {PROOF_HEADER}"
         raise _impostor(state["port"], why, Path(state["file"]))
     if status != 200:

@@ -309,7 +309,7 @@ class _Impostor(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self) -> None:
+    def __init__(self, proof: str) -> None:
         self.received: list[bytes] = []
         impostor = self
 
@@ -326,7 +326,7 @@ class _Impostor(ThreadingHTTPServer):
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 # A proof it cannot compute: it does not know the token.
-                self.send_header("X-Onceflow-Proof", "0" * 64)
+                self.send_header("X-Onceflow-Proof", proof)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -339,11 +339,14 @@ class _Impostor(ThreadingHTTPServer):
         super().__init__((forwarding.HOST, 0), Handler)
 
 
+# A proof header of non-ASCII characters (HTTP carries them as ISO-8859-1 bytes) too:
+# hmac.compare_digest raises TypeError on a str holding them.
+@pytest.mark.parametrize("proof", ["0" * 64, "\u00e9" * 64], ids=["ascii", "non-ascii"])
 def test_a_listener_that_cannot_prove_the_token_gets_nothing_and_is_refused(
-    state_dir: Path, capsys: pytest.CaptureFixture[str]
+    state_dir: Path, capsys: pytest.CaptureFixture[str], proof: str
 ) -> None:
     # GIVEN a stale server.json whose port another local program now listens on
-    impostor = _Impostor()
+    impostor = _Impostor(proof)
     thread = threading.Thread(target=impostor.serve_forever, daemon=True)
     thread.start()
     token = "4f6e6365666c6f772d746f6b656e2121"
