@@ -14,6 +14,7 @@ import secrets
 import sys
 import urllib.error
 import urllib.request
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,7 @@ def running(project: Path | None = None) -> dict[str, Any] | None:
         if isinstance(exc.reason, ConnectionRefusedError):
             return None  # stale: its server is gone and nobody took its port
         raise _impostor(port, f"{exc.reason}", path) from exc
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, HTTPException) as exc:  # another protocol: BadStatusLine
         raise _impostor(port, f"{type(exc).__name__}: {exc}", path) from exc
     if not isinstance(health, dict):
         raise _impostor(port, "its answer is not a description", path)
@@ -136,7 +137,7 @@ def forward(state: dict[str, Any], argv: list[str]) -> int:
     except ServerError as exc:
         print(f"onceflow: {exc}", file=sys.stderr)
         return 2
-    except (OSError, ValueError) as exc:  # URLError is an OSError
+    except (OSError, ValueError, HTTPException) as exc:  # URLError is an OSError
         print(
             f"onceflow: the local engine (onceflow up, port {state['port']}) did not answer "
             f"the command: {exc}",

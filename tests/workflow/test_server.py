@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socketserver
 import stat
 import subprocess
 import sys
@@ -369,6 +370,34 @@ def test_a_listener_that_cannot_prove_the_token_gets_nothing_and_is_refused(
     # AND the token never reached the impostor, in any header or body
     assert impostor.received, "the client did ask the listener"
     assert all(token.encode() not in request for request in impostor.received)
+
+
+def test_a_listener_that_speaks_another_protocol_is_refused_not_a_crash(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a stale server.json whose port a program speaking another protocol now holds
+    class Greeter(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+    listener = socketserver.ThreadingTCPServer((forwarding.HOST, 0), Greeter)
+    thread = threading.Thread(target=listener.serve_forever, daemon=True)
+    thread.start()
+    (state_dir / "server.json").write_text(
+        json.dumps({"port": listener.server_address[1], "token": "4f6e" * 8, "pid": 1}),
+        encoding="utf-8",
+    )
+    try:
+        # WHEN a command looks for `onceflow up`
+        code = main(EXECUTE)
+    finally:
+        listener.shutdown()
+        listener.server_close()
+        thread.join(5)
+    # THEN it refuses with the impostor's error and exit 2 (http.client's BadStatusLine
+    # is no OSError: it was a traceback)
+    assert code == 2
+    assert "could not prove" in capsys.readouterr().err
 
 
 def test_the_server_answers_only_a_request_authenticated_with_its_token(
