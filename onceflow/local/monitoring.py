@@ -2,8 +2,8 @@
 
 Nothing runs them locally: they exist so that `onceflow doctor` reads them as on AWS
 (docs/doctor.md, "Locally"). Each is named at the engine's start and made when first read
-(``materialize``): about 40 ms of CPU, a tenth of a warm engine start (measured on this
-template), that an engine nobody asks saves. moto confirms an email subscription at once;
+(``materialize``): about 50 ms of CPU, a quarter of a warm engine start's 200 (medians of
+6, this template), that an engine nobody asks saves. moto confirms an email subscription at once;
 on AWS it stays "PendingConfirmation" until confirmed (not reproduced).
 """
 
