@@ -1,10 +1,6 @@
-"""Commands sent to a running `onceflow up`: its address file, the signed protocol, the client.
-
-While it runs, the FORWARDED commands run on its one engine (server.py); the address is in
-the project's .onceflow/server.json. docs/local-engine.md ("One engine for many commands")
-gives the protocol: the token never travels; each request carries a fresh nonce and an HMAC
-of it (and of the method, path and body), each answer an HMAC of the nonce and the answer,
-checked before it is trusted. This side imports no engine (and no moto): every command
+"""Commands sent to a running `onceflow up` (server.py): its address file, the signed protocol
+(docs/local-engine.md, "One engine for many commands": the token never travels, a fresh nonce
+and HMACs both ways), the client. This side imports no engine (and no moto): every command
 checks here first.
 """
 
@@ -18,6 +14,7 @@ import secrets
 import sys
 import urllib.error
 import urllib.request
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +46,12 @@ def request_mac(token: str, method: str, path: str, nonce: str, body: bytes) -> 
 
 def answer_mac(token: str, nonce: str, status: int, body: bytes) -> str:
     return _mac(token, "answer", nonce, str(status), body)
+
+
+def matches(given: str, mac: str) -> bool:
+    """A received MAC is the expected one. Compared as bytes: a header may hold non-ASCII
+    characters (HTTP carries ISO-8859-1), on which compare_digest raises TypeError."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), mac.encode())
 
 
 def signed_headers(token: str, method: str, path: str, nonce: str, body: bytes) -> dict[str, str]:
@@ -91,8 +94,7 @@ def _request(state: dict[str, Any], method: str, path: str, body: Any = None) ->
             status, headers, answer = response.status, response.headers, response.read()
     except urllib.error.HTTPError as exc:
         status, headers, answer = exc.code, exc.headers, exc.read()
-    proof = headers.get(PROOF_HEADER)
-    if not proof or not hmac.compare_digest(proof, answer_mac(token, nonce, status, answer)):
+    if not matches(headers.get(PROOF_HEADER, ""), answer_mac(token, nonce, status, answer)):
         why = f"HTTP {status} without a valid {PROOF_HEADER}"
         raise _impostor(state["port"], why, Path(state["file"]))
     if status != 200:
@@ -121,7 +123,7 @@ def running(project: Path | None = None) -> dict[str, Any] | None:
         if isinstance(exc.reason, ConnectionRefusedError):
             return None  # stale: its server is gone and nobody took its port
         raise _impostor(port, f"{exc.reason}", path) from exc
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, HTTPException) as exc:  # another protocol: BadStatusLine
         raise _impostor(port, f"{type(exc).__name__}: {exc}", path) from exc
     if not isinstance(health, dict):
         raise _impostor(port, "its answer is not a description", path)
@@ -135,7 +137,7 @@ def forward(state: dict[str, Any], argv: list[str]) -> int:
     except ServerError as exc:
         print(f"onceflow: {exc}", file=sys.stderr)
         return 2
-    except (OSError, ValueError) as exc:  # URLError is an OSError
+    except (OSError, ValueError, HTTPException) as exc:  # URLError is an OSError
         print(
             f"onceflow: the local engine (onceflow up, port {state['port']}) did not answer "
             f"the command: {exc}",

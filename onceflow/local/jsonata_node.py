@@ -166,15 +166,12 @@ class _Worker:
         self.process.kill()
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            try:
-                assert self.process.stdin is not None
-                self.process.stdin.close()
-                self.process.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-                self.process.wait()
-        self._stderr.close()
+        """End the process (it holds nothing to save), reap it and close its pipes."""
+        self.end()
+        self.process.wait()
+        for stream in filter(None, (self.process.stdin, self.process.stdout, self._stderr)):
+            with contextlib.suppress(OSError):  # bytes left unsent to a process that is gone
+                stream.close()
 
 
 class Evaluator:
@@ -256,9 +253,7 @@ class Evaluator:
             with self._lock:
                 key = self._keys.setdefault(expression, len(self._keys) + 1)
         request_id = next(self._ids)
-        request: dict[str, Any] = {"i": request_id, "k": key, "b": bindings or None}
-        if clock is not None:
-            request["t"] = int(clock)
+        request: dict[str, Any] = {"i": request_id, "k": key, "b": bindings or None, "t": clock}
         worker = self._acquire()
         try:
             if key is None or key not in worker.compiled:

@@ -1,14 +1,10 @@
 """The stack's alarms, their topic and its subscriptions, and the audit's schedule, in moto.
 
-Nothing runs them locally (no alarm fires, no schedule starts an audit): they exist so that
-what reads them (`onceflow doctor`, docs/doctor.md "Locally") reads them as on AWS. At the
-engine's start each gets its name and ARN; ``materialize`` makes them in moto when first read
-(``wiring.LocalStack``): about 40 ms of CPU, a tenth of a warm engine start (measured on this
-template), that an engine nobody asks saves. Each is made as CloudFormation and SAM make it:
-PutMetricAlarm, CreateTopic, Subscribe, and CreateSchedule for a state machine's ScheduleV2
-event (an AWS::Scheduler::Schedule whose logical id is the machine's then the event's: SAM
-developer guide, "ScheduleV2"). moto confirms every subscription at once, an email one too;
-on AWS that one stays "PendingConfirmation" until confirmed (not reproduced).
+Nothing runs them locally: they exist so that `onceflow doctor` reads them as on AWS
+(docs/doctor.md, "Locally"). Each is named at the engine's start and made when first read
+(``materialize``): about 50 ms of CPU, a quarter of a warm engine start's 200 (medians of
+6, this template), that an engine nobody asks saves. moto confirms an email subscription at once;
+on AWS it stays "PendingConfirmation" until confirmed (not reproduced).
 """
 
 from __future__ import annotations
@@ -92,7 +88,9 @@ def schedule_events(
     engine: LocalEngine, state_machine: str
 ) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(logical id, schedule name, resolved properties) of each ScheduleV2 event of a state
-    machine, as SAM generates them: the name the event gives, else the stack's (OmitName)."""
+    machine, as SAM generates them (SAM developer guide, "ScheduleV2": an
+    AWS::Scheduler::Schedule whose logical id is the machine's then the event's), named as the
+    event names it, else as the stack names it (OmitName)."""
     resource = engine.stack.template["Resources"][state_machine]
     for event, spec in resource.get("Properties", {}).get("Events", {}).items():
         if spec.get("Type") == "ScheduleV2":

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hmac
 import io
 import json
 import os
@@ -59,11 +58,7 @@ def engine_for(
         with make() as engine:
             yield engine
         return
-    if (
-        template is not None
-        and shared.template is not None
-        and template.resolve() != shared.template.resolve()
-    ):
+    if template and shared.template and template.resolve() != shared.template.resolve():
         raise EngineError(
             f"the running local engine (onceflow up) runs {shared.template}, not "
             f"{template}; restart it with --template {template}, or add --no-server"
@@ -95,9 +90,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:
-        self._handle(b"")
-
     def do_POST(self) -> None:
         length = self.headers.get("Content-Length", "0")
         if not length.isdecimal() or int(length) > 1 << 20:
@@ -105,15 +97,16 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._handle(self.rfile.read(int(length)))
 
+    do_GET = do_POST  # a GET's body: empty, as the client sends it
+
     def _handle(self, body: bytes) -> None:
         """Answer a request whose HMAC holds and whose nonce is new; else 403."""
         nonce = self.headers.get(forwarding.NONCE_HEADER, "")
         expected = forwarding.request_mac(self.server.token, self.command, self.path, nonce, body)
-        # As bytes: compare_digest raises TypeError on a str with non-ASCII characters.
-        given = self.headers.get(forwarding.AUTH_HEADER, "").encode("utf-8", "surrogatepass")
+        given = self.headers.get(forwarding.AUTH_HEADER, "")
         if (
             len(nonce) < 32
-            or not hmac.compare_digest(given, expected.encode())
+            or not forwarding.matches(given, expected)
             or not self.server.fresh(nonce)
         ):
             refused = "the request is not signed with this server's token"
@@ -245,26 +238,24 @@ def serve(
     command: Command,
 ) -> int:
     """`onceflow up`: start the engine and serve ``command`` (the CLI's main) until stopped."""
+    say = functools.partial(print, file=sys.stderr, flush=True)  # not a command's, captured
     try:
         existing = forwarding.running(project_directory(template))
     except forwarding.ServerError as exc:  # not onceflow up: this one publishes over the stale file
-        print(f"onceflow up: {exc}", file=sys.stderr)
+        say(f"onceflow up: {exc}")
         existing = None
     if existing is not None:
         where = f"pid {existing['pid']}, port {existing['port']}"
-        print(f"onceflow up: a local engine is already up ({where})", file=sys.stderr)
+        say(f"onceflow up: a local engine is already up ({where})")
         return 2
     with LocalEngine(
         template, parameters, time_scale=time_scale, function_log=io.StringIO()
     ) as engine:
-        console = functools.partial(print, file=sys.stderr)  # not a command's, captured
-        server = EngineServer(engine, parameters, port, console, template, command=command)
+        server = EngineServer(engine, parameters, port, say, template, command=command)
         path = server.publish()
-        print(
+        say(
             f"onceflow: local engine up on http://{forwarding.HOST}:{server.port} (pid "
-            f"{os.getpid()}); address in {path}. Commands use it until you stop it (Ctrl-C).",
-            file=sys.stderr,
-            flush=True,
+            f"{os.getpid()}); address in {path}. Commands use it until you stop it (Ctrl-C)."
         )
         # Ctrl-C, and `kill` (SIGTERM), stop it cleanly (KeyboardInterrupt); a shell that
         # started it in the background may have left SIGINT ignored.
@@ -273,7 +264,7 @@ def serve(
         try:
             server.serve_forever(poll_interval=0.2)
         except KeyboardInterrupt:
-            print("onceflow: stopping the local engine", file=sys.stderr)
+            say("onceflow: stopping the local engine")
         finally:
             server.unpublish()
             server.server_close()

@@ -1,11 +1,8 @@
 """The local engine's stack as `onceflow doctor` reads it (docs/doctor.md, "Locally"): what
-ListStackResources and DescribeStacks would say, and the services the engine plays itself.
-
-The engine keeps EventBridge's rules and the SQS pipe itself (moto's rules cannot start a
-state machine, and moto delivers every upload to them itself: tests/unit/test_ingress_moto),
-so their clients here answer from, and change, the engine's rules and pipes. S3 answers
-GetBucketNotificationConfiguration with the EventBridgeConfiguration moto keeps but leaves
-out. onceflow.ops never imports this module.
+ListStackResources and DescribeStacks would say, and the services the engine plays itself:
+EventBridge's rules and the SQS pipe are the engine's own (moto's rules cannot start a state
+machine, and moto delivers every upload to them itself: tests/unit/test_ingress_moto).
+onceflow.ops never imports this module.
 """
 
 from __future__ import annotations

@@ -260,12 +260,16 @@ def test_a_dead_worker_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
     evaluator = jsonata_node.Evaluator(size=1)
     try:
         evaluator.warm()
-        evaluator._workers[0].process.kill()
-        evaluator._workers[0].process.wait()
+        dead = evaluator._workers[0].process
+        dead.kill()
+        dead.wait()
         # WHEN the next evaluation comes THEN it fails, and the one after gets a new worker
         with pytest.raises(jsonata_node.WorkerError, match="stopped"):
             evaluator.evaluate("1 + 1")
         assert evaluator.evaluate("1 + 1") == 2
+        # AND the dead one's pipes are closed, not left to the garbage collector
+        assert dead.stdin is not None and dead.stdout is not None
+        assert dead.stdin.closed and dead.stdout.closed
     finally:
         evaluator.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socketserver
 import stat
 import subprocess
 import sys
@@ -309,7 +310,7 @@ class _Impostor(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self) -> None:
+    def __init__(self, proof: str) -> None:
         self.received: list[bytes] = []
         impostor = self
 
@@ -326,7 +327,7 @@ class _Impostor(ThreadingHTTPServer):
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 # A proof it cannot compute: it does not know the token.
-                self.send_header("X-Onceflow-Proof", "0" * 64)
+                self.send_header("X-Onceflow-Proof", proof)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -339,11 +340,14 @@ class _Impostor(ThreadingHTTPServer):
         super().__init__((forwarding.HOST, 0), Handler)
 
 
+# A proof header of non-ASCII characters (HTTP carries them as ISO-8859-1 bytes) too:
+# hmac.compare_digest raises TypeError on a str holding them.
+@pytest.mark.parametrize("proof", ["0" * 64, "\u00e9" * 64], ids=["ascii", "non-ascii"])
 def test_a_listener_that_cannot_prove_the_token_gets_nothing_and_is_refused(
-    state_dir: Path, capsys: pytest.CaptureFixture[str]
+    state_dir: Path, capsys: pytest.CaptureFixture[str], proof: str
 ) -> None:
     # GIVEN a stale server.json whose port another local program now listens on
-    impostor = _Impostor()
+    impostor = _Impostor(proof)
     thread = threading.Thread(target=impostor.serve_forever, daemon=True)
     thread.start()
     token = "4f6e6365666c6f772d746f6b656e2121"
@@ -366,6 +370,34 @@ def test_a_listener_that_cannot_prove_the_token_gets_nothing_and_is_refused(
     # AND the token never reached the impostor, in any header or body
     assert impostor.received, "the client did ask the listener"
     assert all(token.encode() not in request for request in impostor.received)
+
+
+def test_a_listener_that_speaks_another_protocol_is_refused_not_a_crash(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a stale server.json whose port a program speaking another protocol now holds
+    class Greeter(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+    listener = socketserver.ThreadingTCPServer((forwarding.HOST, 0), Greeter)
+    thread = threading.Thread(target=listener.serve_forever, daemon=True)
+    thread.start()
+    (state_dir / "server.json").write_text(
+        json.dumps({"port": listener.server_address[1], "token": "4f6e" * 8, "pid": 1}),
+        encoding="utf-8",
+    )
+    try:
+        # WHEN a command looks for `onceflow up`
+        code = main(EXECUTE)
+    finally:
+        listener.shutdown()
+        listener.server_close()
+        thread.join(5)
+    # THEN it refuses with the impostor's error and exit 2 (http.client's BadStatusLine
+    # is no OSError: it was a traceback)
+    assert code == 2
+    assert "could not prove" in capsys.readouterr().err
 
 
 def test_the_server_answers_only_a_request_authenticated_with_its_token(

@@ -64,16 +64,9 @@ function random(seed) {
   return Number((high << 27n) + low) / 2 ** 53;
 }
 
-function uuid() {
-  return crypto.randomUUID(); // version 4
-}
-
 // $parse(text): JSON.parse, so text that is not JSON is an error (a BOM, say).
 function parse(text) {
-  if (typeof text === 'undefined') {
-    return undefined;
-  }
-  return JSON.parse(text);
+  return typeof text === 'undefined' ? undefined : JSON.parse(text);
 }
 
 function notAFunction() {
@@ -96,7 +89,7 @@ async function ready() {
 function install(expression) {
   expression.registerFunction('hash', hash, '<ss:s>');
   expression.registerFunction('random', random, '<n?:n>');
-  expression.registerFunction('uuid', uuid, '<:s>');
+  expression.registerFunction('uuid', () => crypto.randomUUID(), '<:s>'); // version 4
   expression.registerFunction('parse', parse, '<s-:x>');
   expression.assign('partition', lambdas.partition);
   expression.assign('range', lambdas.range);
@@ -105,4 +98,4 @@ function install(expression) {
   expression.registerFunction('eval', notAFunction);
 }
 
-module.exports = { ready, install, HASH_ALGORITHMS };
+module.exports = { ready, install };

@@ -20,13 +20,6 @@ const aws = require('./aws_functions');
 const compiled = new Map(); // key: the compiled expression
 let clockNow = null;
 
-function clockBindings(bindings, t) {
-  const fixed = Object.assign({}, bindings);
-  fixed.millis = () => t;
-  fixed.now = (picture, timezone) => clockNow.evaluate(undefined, { t, p: picture, z: timezone });
-  return fixed;
-}
-
 // Why a value cannot be carried as JSON, or null when it can (a loop, not
 // recursion: a value may be nested deeper than node's stack goes).
 function unsupported(value) {
@@ -74,8 +67,12 @@ async function answer(line) {
       }
     }
     let bindings = request.b || {};
-    if (typeof request.t === 'number') {
-      bindings = clockBindings(bindings, request.t);
+    const t = request.t;
+    if (typeof t === 'number') {
+      bindings = Object.assign({}, bindings, {
+        millis: () => t,
+        now: (picture, timezone) => clockNow.evaluate(undefined, { t, p: picture, z: timezone }),
+      });
     }
     const result = await expression.evaluate(undefined, bindings);
     if (typeof result === 'undefined') {
@@ -85,6 +82,16 @@ async function answer(line) {
     return reason === null ? { i: id, v: result } : { i: id, s: reason };
   } catch (err) {
     return failure(id, err);
+  }
+}
+
+// The answer's line. A value nested deeper than JSON.stringify's stack goes fails
+// the evaluation with JavaScript's error; the worker lives on.
+function written(reply) {
+  try {
+    return JSON.stringify(reply);
+  } catch (err) {
+    return JSON.stringify(failure(reply.i, err));
   }
 }
 
@@ -100,18 +107,7 @@ async function main() {
   lines.on('line', (line) => {
     // One at a time: jsonata keeps each compiled expression's clock in a
     // closure, so two evaluations of one expression must not interleave.
-    queue = queue.then(async () => {
-      const reply = await answer(line);
-      let text;
-      try {
-        text = JSON.stringify(reply);
-      } catch (err) {
-        // A value nested deeper than JSON.stringify's stack goes: the
-        // evaluation fails with JavaScript's error; the worker lives on.
-        text = JSON.stringify(failure(reply.i, err));
-      }
-      out.write(text + '\n');
-    });
+    queue = queue.then(async () => out.write(written(await answer(line)) + '\n'));
   });
   lines.on('close', () => {
     queue.then(() => process.exit(0));
