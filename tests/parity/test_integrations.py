@@ -7,6 +7,7 @@ Recordings: github.com/localstack/localstack, tests/aws/services/stepfunctions/v
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -355,9 +356,13 @@ def test_an_aws_sdk_s3_error_is_named_for_s3(run: Run, engine: LocalEngine) -> N
     }
     result = run({"GetObject": task})
     assert result.error == "S3.NoSuchKeyException"
-    assert (result.cause or "").startswith(
-        "The specified key does not exist. (Service: S3, Status Code: 404, Request ID: "
-    )
+    # S3 answers every request with x-amz-request-id and x-amz-id-2, the Extended Request ID
+    # (S3 API reference, Common Response Headers)
+    assert re.fullmatch(
+        r"The specified key does not exist\. \(Service: S3, Status Code: 404, "
+        r"Request ID: [0-9A-Za-z]+, Extended Request ID: [A-Za-z0-9+/=]+\)",
+        result.cause or "",
+    ), result.cause
 
 
 def test_a_dynamodb_request_refused_in_validation_is_an_amazon_dynamodb_exception(

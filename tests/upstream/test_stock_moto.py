@@ -197,7 +197,7 @@ def test_an_inventory_configuration_reads_back_as_it_was_put(sfn: Any) -> None:
     assert "listed" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
 
 
-@reproduces("S3 objects encrypted by default, with their checksum type")
+@reproduces("S3 objects encrypted by default, with their checksum type and request ids")
 def test_an_s3_object_is_encrypted_by_default(sfn: Any) -> None:
     # AWS: ServerSideEncryption AES256 on PutObject, HeadObject and GetObject; PutObject with
     # a CRC32 answers ChecksumType FULL_OBJECT; aws-sdk:s3:getObject answers no checksum.
@@ -207,6 +207,8 @@ def test_an_s3_object_is_encrypted_by_default(sfn: Any) -> None:
     assert "ChecksumCRC32" in put
     assert "ChecksumType" not in put and "ServerSideEncryption" not in put
     assert "ServerSideEncryption" not in s3.head_object(Bucket="plain", Key="k")
+    # AWS: every response carries x-amz-request-id and x-amz-id-2 (botocore's HostId)
+    assert "HostId" not in put["ResponseMetadata"]
     # The client moto's Step Functions calls S3 with asks for the checksum (botocore's
     # default), which GetObject then answers; stock, the task fails before (LastModified).
     client = boto_client.boto_client_for("us-east-1", "s3")

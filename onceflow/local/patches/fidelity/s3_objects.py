@@ -1,7 +1,10 @@
-"""S3 objects answer as AWS answers them: encrypted by default, with their checksum's type."""
+"""S3 answers as AWS answers: objects encrypted by default, with their checksum's type, and
+every response with S3's two request ids."""
 
 from __future__ import annotations
 
+import base64
+import os
 from typing import Any
 
 from botocore.client import ClientMeta
@@ -38,7 +41,15 @@ def _install(installer: Installer) -> None:
             meta._client_config = meta.config.merge(_NO_CHECKSUM_MODE)
         return client
 
+    def send_response(cls: Any, response: Any) -> Any:
+        status, headers, body = send(response)
+        # moto: the JSON services' x-amzn-requestid, which botocore reads as RequestId alone
+        headers["x-amz-request-id"] = headers.pop("x-amzn-requestid", None) or os.urandom(8).hex()
+        headers["x-amz-id-2"] = base64.b64encode(os.urandom(48)).decode()
+        return status, headers, body
+
     put = installer.replace(_Backend, "put_object", put_object)
+    send = installer.replace(_Response, "_send_response", classmethod(send_response))
     answer = installer.replace(_Response, "put_object", put_object_answer)
     # the speed-ups' cached client, if installed
     client_for = installer.replace(aws_sdk, "boto_client_for", boto_client_for)
@@ -50,13 +61,14 @@ def _fits() -> list[str]:
         *lacks(_Backend.put_object, "encryption=encryption", "bucket.encryption"),
         *lacks(_Response.put_object, "self._get_checksum(response_headers)", "return 200,"),
         *gone(aws_sdk, "boto_client_for"),
+        *lacks(_Response._send_response, "cls._enrich_response(headers, body)"),
         *lacks(ClientMeta, "self._client_config = client_config"),
     ]
 
 
 PATCHES = (
     Patch(
-        name="S3 objects encrypted by default, with their checksum type",
+        name="S3 objects encrypted by default, with their checksum type and request ids",
         kind="fidelity",
         why="SSE-S3 is every bucket's base level of encryption: \"all new object uploads "
         'to Amazon S3 are automatically encrypted" (S3 User Guide, '
@@ -66,8 +78,12 @@ PATCHES = (
         "checksum (no ChecksumMode) and answers none (recorded 2025-11-06: LocalStack's "
         "test_aws_sdk_task_service snapshot, tests/aws/services/stepfunctions/v2/services/, "
         "test_s3_put_object[str, dict, list, bool, num], test_s3_get_object[empty_str, str, "
-        "empty_binary, binary, bytearray]). moto answered no encryption, no ChecksumType, and "
-        "its Step Functions client asked for the checksum.",
+        "empty_binary, binary, bytearray]). Every S3 response carries x-amz-request-id and "
+        "x-amz-id-2 (S3 API reference, Common Response Headers), so an aws-sdk task's S3 error "
+        "names both: '(Service: S3, Status Code: 404, Request ID: ..., Extended Request ID: "
+        "...)' (recorded: LocalStack's test_aws_sdk snapshot, test_s3_no_such_key, "
+        "test_no_such_bucket). moto answered no encryption, no ChecksumType, its Step "
+        "Functions client asked for the checksum, and it sent x-amzn-requestid alone.",
         test="tests/upstream/test_stock_moto.py::test_an_s3_object_is_encrypted_by_default",
         install=_install,
         fits=_fits,
