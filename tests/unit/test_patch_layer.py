@@ -297,3 +297,25 @@ def test_speedups_that_cannot_load_leave_the_fidelity_patches_in_place(
         version = upload(engine, "a.png")
         assert engine.execute(MACHINE, s3_event(engine, "a.png", version)).status == "SUCCEEDED"
         assert moto_jsonata._eval_jsonata is fidelity.eval_jsonata
+
+
+def test_what_another_replaced_after_the_engine_is_left_to_it_and_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # GIVEN an engine whose JSONata evaluator someone else replaces while it runs
+    motos = moto_jsonata._eval_jsonata
+
+    def theirs(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("not called")
+
+    caplog.set_level(logging.WARNING, logger="onceflow.local.patches")
+    try:
+        with LocalEngine(function_log=io.StringIO()):
+            moto_jsonata._eval_jsonata = theirs
+        # WHEN the engine stops THEN their replacement stays (putting moto's back would
+        # undo theirs) and the warning names it
+        assert moto_jsonata._eval_jsonata is theirs
+        assert "replaced again after the engine's patches" in caplog.text
+        assert "_eval_jsonata" in caplog.text
+    finally:
+        moto_jsonata._eval_jsonata = motos
