@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from onceflow.local.engine import LocalEngine
-from tests.helpers import FUNCTION
+from tests.helpers import FUNCTION, invocations
 from tests.parity.conftest import Run, events_of
 
 # STATES_ERRORS: github.com/localstack/localstack,
@@ -56,6 +56,27 @@ def test_a_catch_naming_data_limit_exceeded_takes_it_first(run: Run, engine: Loc
         result = run(states)
     assert result.states_entered == ["Invoke", "Caught"]
     assert result.output["Error"] == "States.DataLimitExceeded"
+
+
+def test_a_service_task_input_over_256_kib_names_the_resource_type(
+    run: Run, engine: LocalEngine
+) -> None:
+    """A lambda:invoke whose arguments are over 256 KiB in UTF-8 fails with
+    States.DataLimitExceeded before the call, its cause naming the task as the recorded
+    result case names it, by its resource type: "The state/task 'lambda' has an input with
+    a size exceeding ..." (the result's wording is recorded, STATES_ERRORS above; the
+    input's is not verified)."""
+    states = _large_invoke(engine, ["States.ALL"])
+    states["Invoke"]["Arguments"]["Payload"] = {"text": "é" * 140_000}
+    result = run(states)
+    assert result.output == {
+        "Error": "States.DataLimitExceeded",
+        "Cause": "The state/task 'lambda' has an input with a size exceeding the maximum "
+        "number of bytes service limit.",
+    }
+    [failed] = events_of(result, "TaskFailed")
+    assert (failed["resource"], failed["resourceType"]) == ("invoke", "lambda")
+    assert invocations(engine) == 0
 
 
 def test_a_pass_state_over_256_kib_fails_the_execution(run: Run) -> None:
