@@ -146,8 +146,11 @@ def _dead_letter(
 
 def _body(event: Any) -> str:
     """An event as EventBridge sends it to a queue, a target or its dead-letter queue: JSON
-    in UTF-8, not ASCII-escaped (SQS counts its bytes; the exact text is not verified)."""
-    return json.dumps(event, ensure_ascii=False)
+    in UTF-8, not ASCII-escaped (SQS counts its bytes), but a character SQS refuses in a
+    body (U+FFFE, U+FFFF, a lone surrogate) escaped, so the event still arrives (the exact
+    text AWS sends is not verified)."""
+    text = json.dumps(event, ensure_ascii=False)
+    return limits.sqs.SQS_INVALID.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
 
 
 def _url(engine: LocalEngine, queue_arn: str) -> str:

@@ -186,17 +186,15 @@ def test_redrive_restarts_an_accented_event_aws_accepts(engine: LocalEngine) -> 
     assert engine.wait(str(moved.execution_arn)).input == event
 
 
+@pytest.mark.parametrize("refused", ["\uffff", "\ud800"])
 def test_a_dead_lettered_event_holding_a_character_sqs_refuses_is_not_lost(
-    engine: LocalEngine,
+    engine: LocalEngine, refused: str
 ) -> None:
-    # REVIEW (failing on purpose, wip-review): since 06f474a the rule's dead letter is sent
-    # as UTF-8 text; a character SQS refuses in a body (U+FFFF, SendMessage API reference:
-    # #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | ...) then reaches SQS raw:
-    # SendMessage fails InvalidMessageContents, put_event raises and the event is lost.
-    # ASCII-escaped (before 06f474a) it was dead-lettered.
-    # GIVEN an event a rule must dead-letter (over 256 KiB) that holds U+FFFF
+    # A character SQS refuses in a body (U+FFFF; SendMessage API reference: #x9 | #xA | #xD |
+    # #x20 to #xD7FF | #xE000 to #xFFFD | ...) sent raw would fail the send: the event lost.
+    # GIVEN an event a rule must dead-letter (over 256 KiB) that holds one (or a lone surrogate)
     envelope = load_event("eventbridge-custom-event.json")
-    over = {**envelope, "detail": {"appointmentId": "ffff", "notes": "\uffff" + "a" * LIMIT}}
+    over = {**envelope, "detail": {"appointmentId": "odd", "notes": refused + "a" * LIMIT}}
     # WHEN it is put THEN it is dead-lettered, whole, not lost
     assert engine.put_event(over) == []
     [message] = _ingress_dead_letters(engine)

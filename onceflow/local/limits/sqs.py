@@ -14,7 +14,7 @@ from onceflow.local.limits.common import ORIGINAL, binary_size, limit, utf8
 from onceflow.local.patches.registry import takes
 
 _SQS_ALLOWED: Final = "#x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]"
-_SQS_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+SQS_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def sqs_message_size(body: str, attributes: Mapping[str, Any] | None) -> int:
@@ -37,7 +37,7 @@ def _checked_size(queue: Any, body: str, attributes: Mapping[str, Any] | None) -
         for name, value in (attributes or {}).items()
     ]  # the wording for attributes is not verified
     for where, text in texts:
-        found = _SQS_INVALID.search(text) if isinstance(text, str) else None
+        found = SQS_INVALID.search(text) if isinstance(text, str) else None
         if found is not None:
             raise sqs_errors.SQSException(
                 "InvalidMessageContents",
