@@ -272,7 +272,11 @@ def _checks(action: str, params: Mapping[str, Any], region: str, account_id: str
 def _s3_call(action: str, params: Mapping[str, Any], head: bool) -> Call:
     bucket = params["Bucket"]
     if action == "DeleteObjects":  # each key, as DeleteObject (or its Version form) would
-        deletes = [{"Bucket": bucket, **entry} for entry in params["Delete"]["Objects"]]
+        # (an empty VersionId names no version: moto writes a delete marker for it)
+        deletes = [
+            {"Bucket": bucket, **entry, "VersionId": entry.get("VersionId") or None}
+            for entry in params["Delete"]["Objects"]
+        ]
         calls = [_s3_call("DeleteObject", entry, head) for entry in deletes]
         return Call("s3", tuple(check for call in calls for check in call.checks))
     if "Key" not in params:

@@ -353,7 +353,14 @@ def test_a_batch_delete_and_a_transaction_check_each_entry() -> None:
     deleted = sent(
         "s3",
         lambda c: c.delete_objects(
-            Bucket="b", Delete={"Objects": [{"Key": "k1"}, {"Key": "k2", "VersionId": "v1"}]}
+            Bucket="b",
+            Delete={
+                "Objects": [
+                    {"Key": "k1"},
+                    {"Key": "k2", "VersionId": "v1"},
+                    {"Key": "k3", "VersionId": ""},  # names no version (moto: a delete marker)
+                ]
+            },
         ),
     )
     key = {"pk": {"S": "a"}}
@@ -377,6 +384,7 @@ def test_a_batch_delete_and_a_transaction_check_each_entry() -> None:
     assert checks(deleted) == [
         ("s3:DeleteObject", "arn:aws:s3:::b/k1"),
         ("s3:DeleteObjectVersion", "arn:aws:s3:::b/k2"),
+        ("s3:DeleteObject", "arn:aws:s3:::b/k3"),
     ]
     other = TABLE_ARN.replace("Ledger", "Other")
     assert checks(written) == [
