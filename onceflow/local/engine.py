@@ -152,7 +152,7 @@ class LocalEngine:
             self.access.start(self.runtime)  # every resource exists: the roles resolve
             _freeze_heap(1)
             undo.callback(_freeze_heap, -1)
-        except Exception:
+        except BaseException:  # Ctrl-C mid-start too: undone as far as it got
             self.stop()
             raise
 

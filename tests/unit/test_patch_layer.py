@@ -16,7 +16,7 @@ from botocore.handlers import BUILTIN_HANDLERS
 from moto.core import botocore_stubber
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
-from onceflow.local import patches
+from onceflow.local import patches, provisioning
 from onceflow.local.engine import LocalEngine
 from onceflow.local.patches import distributed_map, fidelity, hooks, registry, speedups
 from tests.helpers import (
@@ -319,3 +319,16 @@ def test_what_another_replaced_after_the_engine_is_left_to_it_and_named(
         assert "_eval_jsonata" in caplog.text
     finally:
         moto_jsonata._eval_jsonata = motos
+
+
+def test_a_start_interrupted_by_ctrl_c_is_undone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN provisioning interrupted (Ctrl-C) halfway through an engine's start
+    def interrupted(engine: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(provisioning, "create_all", interrupted)
+    # WHEN the start fails THEN nothing it put in place is left behind
+    with pytest.raises(KeyboardInterrupt):
+        LocalEngine(function_log=io.StringIO()).start()
+    assert patches.installed() is None
+    assert moto_jsonata._eval_jsonata is not fidelity.eval_jsonata
