@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from onceflow.local.engine import LocalEngine
 from tests.helpers import (
+    AUDIT,
     FUNCTION,
     MACHINE,
     attributes,
@@ -23,6 +24,7 @@ from tests.helpers import (
     invocations,
     ledger_row,
     load_event,
+    upload,
 )
 
 GONE = "uploads/never-there.png"
@@ -200,3 +202,21 @@ def test_every_function_and_state_machine_runs_as_a_role_of_its_own(engine: Loca
     assert {"KnowMissingObjects", "SamLambdaBasicExecutionRole"} <= processor
     dead_letter = next(s for s in engine.access.statements(MACHINE) if s.get("Sid") == "DeadLetter")
     assert dead_letter["Resource"] == engine.get_att("DeadLetterQueue", "Arn")
+
+
+def test_the_audits_distributed_map_lists_the_bucket_as_its_machines_role(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN the audit state machine's role without s3:ListBucket on the ingest bucket
+    # ("IAM policies for using Distributed Map states": the machine's role reads the
+    # ItemReader's bucket), and an upload for it to list
+    upload(engine, "uploads/listed.png")
+    statements = without(engine, AUDIT, "ListIngestBucket")
+    # WHEN the audit runs
+    with engine.access.override(AUDIT, statements):
+        result = engine.execute(AUDIT, {})
+    # THEN its ItemReader's listing is denied and the audit fails (AWS's error for a denied
+    # ItemReader is not verified; States.Runtime, which no Catch takes, errs harsher)
+    assert result.status == "FAILED"
+    assert result.error == "States.Runtime"
+    assert "AccessDenied" in (result.cause or "") and "ListObjectsV2" in (result.cause or "")
