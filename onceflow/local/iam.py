@@ -435,8 +435,9 @@ PATCHES = (
         name="IAM",
         kind="iam",
         why="A function's calls are checked against its role and a state machine's task "
-        "integrations against the machine's role, as SAM builds them from the template; a "
-        "denied request gets the service's AccessDenied (Service Authorization Reference).",
+        "integrations and Distributed Map reads and writes against the machine's role, as SAM "
+        "builds them from the template; a denied request gets the service's AccessDenied "
+        "(Service Authorization Reference).",
         test="tests/unit/test_iam.py",
         install=_install,
         fits=_fits,
