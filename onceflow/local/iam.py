@@ -5,9 +5,11 @@ checks nothing of the kind). docs/local-engine.md ("IAM is enforced") says how.
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
 import json
+import os
 import re
 import threading
 import uuid
@@ -314,7 +316,11 @@ def denied_response(call: Call, message: str) -> Response:
         xml = '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
         xml += f"<Message>{escape(message)}</Message><RequestId>{request_id}</RequestId>"
         body = "" if call.head else f"{xml}</Error>"
-        return 403, {"x-amz-request-id": request_id, "Content-Type": "application/xml"}, body
+        # with the Extended Request ID every S3 answer carries (S3 API reference, Common
+        # Response Headers)
+        host_id = base64.b64encode(os.urandom(48)).decode()
+        headers = {"x-amz-request-id": request_id, "x-amz-id-2": host_id}
+        return 403, {**headers, "Content-Type": "application/xml"}, body
     headers = {"x-amzn-RequestId": request_id, "x-amzn-ErrorType": "AccessDeniedException"}
     if call.service == "lambda":
         headers["Content-Type"] = "application/json"

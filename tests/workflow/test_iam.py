@@ -45,6 +45,7 @@ def error_of(call: Any) -> dict[str, Any]:
     except ClientError as exc:
         error = dict(exc.response["Error"])
         error["Status"] = exc.response["ResponseMetadata"]["HTTPStatusCode"]
+        error["HostId"] = exc.response["ResponseMetadata"].get("HostId", "")
         return error
     raise AssertionError("the call succeeded")
 
@@ -151,6 +152,8 @@ def test_a_missing_key_is_403_to_a_role_that_may_not_list_the_bucket(
     # a HEAD answer has no body, so the SDK sees the status alone
     assert (answers["get"]["Status"], answers["get"]["Code"]) == (403, "AccessDenied")
     assert answers["head"]["Status"] == 403
+    # with S3's Extended Request ID (x-amz-id-2), as every S3 answer has it
+    assert answers["get"]["HostId"] and answers["head"]["HostId"]
 
 
 def test_a_deleted_upload_is_dead_lettered_at_once_by_the_template_role(

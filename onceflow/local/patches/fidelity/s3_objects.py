@@ -44,7 +44,9 @@ def _install(installer: Installer) -> None:
     def send_response(cls: Any, response: Any) -> Any:
         status, headers, body = send(response)
         # moto: the JSON services' x-amzn-requestid, which botocore reads as RequestId alone
-        headers["x-amz-request-id"] = headers.pop("x-amzn-requestid", None) or os.urandom(8).hex()
+        headers["x-amz-request-id"] = (
+            headers.pop("x-amzn-requestid", None) or os.urandom(8).hex().upper()
+        )
         headers["x-amz-id-2"] = base64.b64encode(os.urandom(48)).decode()
         return status, headers, body
 
