@@ -1606,7 +1606,7 @@ class PowertoolsBaseline:
 
     def invoke(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """One invocation, its output in the function log as in Lambda."""
-        with FUNCTION_OUTPUT.running_function():
+        with FUNCTION_OUTPUT.running_function(self.engine.runtime.function_log):
             result: dict[str, Any] = self.handler({"Records": records}, self.Context())
         if result.get("batchItemFailures"):
             raise RuntimeError(f"the baseline failed records: {result['batchItemFailures']}")

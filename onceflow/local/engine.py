@@ -134,8 +134,9 @@ class LocalEngine:
         try:
             undo.callback(self._restore_env)
             self._set_env({"AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION})
+            self.runtime.function_log = self.function_log or sys.stderr
+            FUNCTION_OUTPUT.install()
             undo.callback(FUNCTION_OUTPUT.uninstall)
-            FUNCTION_OUTPUT.install(self.function_log or sys.stderr)
             undo.enter_context(mock_aws(config={"stepfunctions": {"execute_state_machine": True}}))
             undo.callback(self.state.invokers.clear)
             undo.callback(self.state.finished.clear)

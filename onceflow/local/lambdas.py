@@ -68,18 +68,18 @@ def guard_powertools() -> list[str]:
 class FunctionOutput(io.TextIOBase):
     """Stands in for sys.stdout: in Lambda a function's stdout is its log stream, never the
     caller's terminal. Powertools Logger keeps the stream it saw at import and Metrics
-    prints EMF, so routing is by thread: a thread running a handler writes to
-    ``function_log``; everything else passes through."""
+    prints EMF, so routing is by thread: a thread running a handler writes to its engine's
+    function log; everything else passes through. In place while any engine runs."""
 
     def __init__(self) -> None:
         self.passthrough: TextIO = sys.__stdout__ or sys.stderr
-        self.function_log: TextIO | None = None
         self._local = threading.local()
+        self._engines = 0
+        self._lock = threading.Lock()
 
     def write(self, text: str) -> int:
-        if getattr(self._local, "in_function", False) and self.function_log is not None:
-            return self.function_log.write(text)
-        return self.passthrough.write(text)
+        log: TextIO | None = getattr(self._local, "log", None)
+        return (log or self.passthrough).write(text)
 
     def flush(self) -> None:
         self.passthrough.flush()
@@ -88,22 +88,25 @@ class FunctionOutput(io.TextIOBase):
         return self.passthrough.isatty()
 
     @contextmanager
-    def running_function(self) -> Iterator[None]:
-        self._local.in_function = True
+    def running_function(self, log: TextIO) -> Iterator[None]:
+        self._local.log = log
         try:
             yield
         finally:
-            self._local.in_function = False
+            self._local.log = None
 
-    def install(self, function_log: TextIO) -> None:
-        if sys.stdout is not self:
-            self.passthrough = sys.stdout
-            sys.stdout = self
-        self.function_log = function_log
+    def install(self) -> None:
+        with self._lock:
+            self._engines += 1
+            if sys.stdout is not self:
+                self.passthrough = sys.stdout
+                sys.stdout = self
 
     def uninstall(self) -> None:
-        if sys.stdout is self:
-            sys.stdout = self.passthrough
+        with self._lock:
+            self._engines = max(self._engines - 1, 0)
+            if not self._engines and sys.stdout is self:
+                sys.stdout = self.passthrough
 
 
 FUNCTION_OUTPUT = FunctionOutput()
@@ -210,6 +213,7 @@ class InProcessRuntime:
         self.overrides: dict[str, Callable[[Any, Any], Any]] = {}
         # Entered around every handler call, on the thread that runs it.
         self.around: Callable[[], AbstractContextManager[None]] = nullcontext
+        self.function_log: TextIO = sys.stderr  # where its handlers' output goes
 
     def register(self, spec: FunctionSpec) -> None:
         self.functions[spec.name] = spec
@@ -259,7 +263,7 @@ class InProcessRuntime:
         started = time.perf_counter()
         error_type: str | None = None
         try:
-            with self.around(), FUNCTION_OUTPUT.running_function():
+            with self.around(), FUNCTION_OUTPUT.running_function(self.function_log):
                 payload = handler(event, context)
         except Exception as exc:  # reported to the caller as Lambda does
             error_type = type(exc).__name__

@@ -94,6 +94,29 @@ def test_two_engines_keep_their_own_clock_log_and_faults() -> None:
         assert output_effects(outer) == 1
 
 
+def test_each_engine_keeps_its_own_function_log(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN two engines in one process, one inside the other, each with its own function log
+    def printing(event: Any, context: Any) -> Any:
+        print(f"processing {context.function_name}")
+        raise RuntimeError("injected: printed, then failed")
+
+    outer_log, inner_log = io.StringIO(), io.StringIO()
+    with LocalEngine(function_log=outer_log, stack_name="outer") as outer:
+        # WHEN the outer engine's function prints while the inner one runs
+        with (
+            LocalEngine(function_log=inner_log, stack_name="inner"),
+            outer.override_function(FUNCTION, printing),
+        ):
+            outer.invoke(FUNCTION, {})
+        # and again once the inner one stopped
+        with outer.override_function(FUNCTION, printing):
+            outer.invoke(FUNCTION, {})
+    # THEN both lines went to the outer engine's log: none to the other's, none to stdout
+    assert outer_log.getvalue().count("processing") == 2
+    assert "processing" not in inner_log.getvalue()
+    assert "processing" not in capsys.readouterr().out
+
+
 def test_every_patch_is_undone_when_the_last_engine_stops() -> None:
     # GIVEN what moto and botocore hold with no engine running
     before = _everything_in_place()

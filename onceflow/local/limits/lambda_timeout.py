@@ -61,7 +61,7 @@ class TimedInvoke:
         def run() -> None:
             result: tuple[Any, str | None]
             try:
-                with runtime.around(), FUNCTION_OUTPUT.running_function():
+                with runtime.around(), FUNCTION_OUTPUT.running_function(runtime.function_log):
                     result = (handler(event, context), None)
             except Exception as exc:  # reported to the caller as Lambda does
                 result = (error_payload(exc, context, spec.code_uri), type(exc).__name__)
