@@ -355,3 +355,24 @@ def test_a_start_interrupted_by_ctrl_c_is_undone(monkeypatch: pytest.MonkeyPatch
         LocalEngine(function_log=io.StringIO()).start()
     assert patches.installed() is None
     assert moto_jsonata._eval_jsonata is not fidelity.eval_jsonata
+
+
+def test_an_install_that_fails_halfway_leaves_nothing_behind() -> None:
+    # GIVEN two patches, the second of which fails while it installs
+    class Target:
+        value = "moto's"
+
+    def first(installer: registry.Installer) -> None:
+        installer.replace(Target, "value", "ours")
+
+    def second(installer: registry.Installer) -> None:
+        raise RuntimeError("injected: this patch cannot go in")
+
+    made = [
+        registry.Patch(name=name, kind="fidelity", why="-", test="-", install=install, fits=list)
+        for name, install in (("first", first), ("second", second))
+    ]
+    # WHEN they are installed THEN the failure is raised and the first is undone
+    with pytest.raises(RuntimeError, match="cannot go in"):
+        registry.install_all(made)
+    assert Target.value == "moto's"

@@ -182,7 +182,11 @@ def install_all(patches: Sequence[Patch], versions: str = "") -> Installed:
         installed = Installed([], {name: f for name, f in found.items() if f}, Installer())
         for patch in patches:
             if patch.name not in installed.skipped:
-                patch.install(installed.installer)
+                try:
+                    patch.install(installed.installer)
+                except BaseException:  # nothing half-installed is left behind
+                    installed.installer.undo()
+                    raise
                 installed.patches.append(patch)
             elif patch.name not in _WARNED:  # one line per speed-up and process
                 _WARNED.add(patch.name)
