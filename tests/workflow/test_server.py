@@ -340,6 +340,22 @@ class _Impostor(ThreadingHTTPServer):
         super().__init__((forwarding.HOST, 0), Handler)
 
 
+def _execute_against(listener: socketserver.TCPServer, state_dir: Path, token: str) -> int:
+    """`onceflow execute` while listener holds the port a stale server.json names."""
+    thread = threading.Thread(target=listener.serve_forever, daemon=True)
+    thread.start()
+    port = listener.server_address[1]
+    (state_dir / "server.json").write_text(
+        json.dumps({"port": port, "token": token, "pid": 1}), encoding="utf-8"
+    )
+    try:
+        return main(EXECUTE)
+    finally:
+        listener.shutdown()
+        listener.server_close()
+        thread.join(5)
+
+
 # A proof header of non-ASCII characters (HTTP carries them as ISO-8859-1 bytes) too:
 # hmac.compare_digest raises TypeError on a str holding them.
 @pytest.mark.parametrize("proof", ["0" * 64, "\u00e9" * 64], ids=["ascii", "non-ascii"])
@@ -348,20 +364,9 @@ def test_a_listener_that_cannot_prove_the_token_gets_nothing_and_is_refused(
 ) -> None:
     # GIVEN a stale server.json whose port another local program now listens on
     impostor = _Impostor(proof)
-    thread = threading.Thread(target=impostor.serve_forever, daemon=True)
-    thread.start()
     token = "4f6e6365666c6f772d746f6b656e2121"
-    (state_dir / "server.json").write_text(
-        json.dumps({"port": impostor.server_address[1], "token": token, "pid": 1}),
-        encoding="utf-8",
-    )
-    try:
-        # WHEN a command looks for `onceflow up`
-        code = main(EXECUTE)
-    finally:
-        impostor.shutdown()
-        impostor.server_close()
-        thread.join(5)
+    # WHEN a command looks for `onceflow up`
+    code = _execute_against(impostor, state_dir, token)
     # THEN it refuses with a clear error and a non-zero exit, prints nothing of the impostor's
     out, err = capsys.readouterr()
     assert code == 2
@@ -381,19 +386,8 @@ def test_a_listener_that_speaks_another_protocol_is_refused_not_a_crash(
             self.request.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
 
     listener = socketserver.ThreadingTCPServer((forwarding.HOST, 0), Greeter)
-    thread = threading.Thread(target=listener.serve_forever, daemon=True)
-    thread.start()
-    (state_dir / "server.json").write_text(
-        json.dumps({"port": listener.server_address[1], "token": "4f6e" * 8, "pid": 1}),
-        encoding="utf-8",
-    )
-    try:
-        # WHEN a command looks for `onceflow up`
-        code = main(EXECUTE)
-    finally:
-        listener.shutdown()
-        listener.server_close()
-        thread.join(5)
+    # WHEN a command looks for `onceflow up`
+    code = _execute_against(listener, state_dir, "4f6e" * 8)
     # THEN it refuses with the impostor's error and exit 2 (http.client's BadStatusLine
     # is no OSError: it was a traceback)
     assert code == 2
