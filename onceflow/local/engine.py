@@ -104,6 +104,7 @@ class LocalEngine:
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
         self._undo = ExitStack()  # what start() did, for stop()
+        self._started = False
         self._saved_env: dict[str, str | None] = {}
         # The template's IAM roles, enforced (the parent's too).
         self.access = iam.AccessControl(self.stack, (self.parent,) if self.parent else ())
@@ -123,6 +124,9 @@ class LocalEngine:
     def start(self) -> None:
         """stop() undoes, newest first, what start() did (all of it, or as far as it came):
         each step's undoing is pushed before the step, and undoes nothing it did not do."""
+        if self._started:  # its resources went with moto's state when it stopped
+            raise EngineError("a LocalEngine starts once: make a new LocalEngine to start again")
+        self._started = True
         self.state.requests.clear()  # a new engine is a new world: no requests of an earlier one
         jsonata_node.evaluator().warm()  # node and jsonata 2.0.6 are there, or fail now
         # moto logs every ASL error it handles (a Catch is normal control flow here).

@@ -18,6 +18,7 @@ from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
 from onceflow.local import patches, provisioning
 from onceflow.local.engine import LocalEngine
+from onceflow.local.errors import EngineError
 from onceflow.local.patches import distributed_map, fidelity, hooks, registry, speedups
 from tests.helpers import (
     FUNCTION,
@@ -376,3 +377,14 @@ def test_an_install_that_fails_halfway_leaves_nothing_behind() -> None:
     with pytest.raises(RuntimeError, match="cannot go in"):
         registry.install_all(made)
     assert Target.value == "moto's"
+
+
+def test_an_engine_started_again_is_refused_with_what_to_do() -> None:
+    # GIVEN an engine that ran and stopped (its resources went with moto's state)
+    engine = LocalEngine(function_log=io.StringIO())
+    with engine:
+        pass
+    # WHEN it is started again THEN it says so plainly, and nothing is left in place
+    with pytest.raises(EngineError, match="starts once: make a new LocalEngine"):
+        engine.start()
+    assert patches.installed() is None
