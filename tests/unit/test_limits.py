@@ -9,8 +9,12 @@ from __future__ import annotations
 import base64
 import io
 import json
+import threading
+import time
+import types
 
 import pytest
+from moto.stepfunctions.parser.asl.eval import environment as sfn_environment
 
 from onceflow.local import limits
 from onceflow.local.engine import LocalEngine
@@ -153,3 +157,35 @@ def test_the_limits_are_undone_when_the_last_engine_stops() -> None:
     outer.stop()
     assert "invoke" not in vars(outer.runtime)
     assert EventManager.add_event is not limits.states._add_event
+
+
+def test_an_execution_ended_at_a_limit_keeps_that_end_against_a_racing_error(
+    engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an execution ending at a limit: the limit holds its lock while it sets its own
+    # error, and marks the end closed only after (ExecutionLimits._close)
+    set_error = sfn_environment.Environment.set_error  # the limits' guard, installed
+    errors: list[str] = []
+    monkeypatch.setitem(limits.common.ORIGINAL, set_error, lambda env, error: errors.append(error))
+    record = limits.states.ExecutionLimits.__new__(limits.states.ExecutionLimits)
+    record.lock, record.closed = threading.RLock(), False
+    env = types.SimpleNamespace(event_manager=types.SimpleNamespace())
+    setattr(env.event_manager, limits.states._RECORD, record)
+    ending, other = threading.Event(), threading.Thread(target=set_error, args=(env, "other"))
+
+    def close() -> None:
+        with record.lock:
+            set_error(env, "limit")
+            ending.set()
+            time.sleep(0.3)  # a state on another thread fails meanwhile
+            record.closed = True
+
+    closer = threading.Thread(target=close)
+    closer.start()
+    ending.wait(5)
+    # WHEN a state's error is set on another thread in that instant
+    other.start()
+    closer.join(5)
+    other.join(5)
+    # THEN the limit's end stands: the other error waited for it, and was not set
+    assert errors == ["limit"]

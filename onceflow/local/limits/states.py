@@ -219,8 +219,12 @@ def _unless_ended() -> Callable[..., None]:
 
     def method(self: Any, *args: Any, **kwargs: Any) -> None:
         record = execution_limits(self)
-        if record is None or not record.closed:
+        if record is None:
             ORIGINAL[method](self, *args, **kwargs)
+            return
+        with record.lock:  # a limit ending the execution meanwhile: its end first
+            if not record.closed:
+                ORIGINAL[method](self, *args, **kwargs)
 
     return method
 
