@@ -24,10 +24,14 @@ from urllib.parse import unquote, urlsplit
 from xml.sax.saxutils import escape
 
 from botocore.client import BaseClient
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
+    distributed_iteration_component,
+)
 
 from onceflow.local.lambdas import InProcessRuntime
 from onceflow.local.patches import hooks
-from onceflow.local.patches.registry import Installer, Patch, emits
+from onceflow.local.patches.fidelity import distributed_map
+from onceflow.local.patches.registry import Installer, Patch, emits, takes
 from onceflow.local.template import Stack, TemplateError
 
 Response = tuple[int, dict[str, str], Any]
@@ -180,6 +184,19 @@ def _role_statements(stack: Stack, logical_id: str, raw_role: Any) -> list[dict[
     statements: list[dict[str, Any]] = []
     for policy in stack.resolve(props.get("Policies", [])):
         statements += _document_statements(policy.get("PolicyDocument"), role_id)
+    return statements + _attached_statements(stack, role_id)
+
+
+def _attached_statements(stack: Stack, role_id: str) -> list[dict[str, Any]]:
+    """The statements of each AWS::IAM::Policy of the template whose Roles name role_id (a
+    SAM resource's role is <LogicalId>Role: SAM developer guide, generated resources)."""
+    statements: list[dict[str, Any]] = []
+    for policy_id, resource in stack.template["Resources"].items():
+        if resource.get("Type") != "AWS::IAM::Policy" or not stack.resource_enabled(policy_id):
+            continue
+        props = resource.get("Properties", {})
+        if {"Ref": role_id} in props.get("Roles", []):
+            statements += _document_statements(stack.resolve(props["PolicyDocument"]), policy_id)
     return statements
 
 
@@ -417,7 +434,26 @@ def _as_its_machine(env: Any) -> Iterator[None]:
         yield
 
 
+def _starting_children(original: Callable[..., None]) -> Callable[..., None]:
+    """A Distributed Map starts its children as executions of its own state machine: its
+    role needs states:StartExecution on it ("IAM policies for using Distributed Map
+    states"). Denied, the Map Run fails before any child (AWS's error: not verified)."""
+
+    def _map_run(component: Any, env: Any, eval_input: Any) -> None:
+        principal = IDENTITY.get()
+        machine = str(env.states.context_object.context_object_data["StateMachine"]["Id"])
+        start = ("states:StartExecution", machine)
+        if principal is not None and evaluate(principal.statements, *start) is not Decision.ALLOWED:
+            cause = f"User: {principal.caller_arn} is not authorized to perform: {start[0]} "
+            raise distributed_map.map_run_failure(env, "StatesRuntime", cause + f"on {machine}")
+        original(component, env, eval_input)
+
+    return _map_run
+
+
 def _install(installer: Installer) -> None:
+    component = distributed_iteration_component.DistributedIterationComponent
+    installer.replace(component, "_map_run", _starting_children(component._map_run))
     installer.register("before-parameter-build", _noted)
     installer.register("before-call", _refused)
     installer.register("after-call.s3", _hidden)
@@ -433,7 +469,8 @@ def _fits() -> list[str]:
     ]
     if "StateMachine" not in states.ContextObjectData.__annotations__:
         moved.append("moto's context object no longer names its StateMachine")
-    return moved
+    component = distributed_iteration_component.DistributedIterationComponent
+    return [*moved, *takes(component._map_run, "self", "env", "eval_input")]
 
 
 PATCHES = (
@@ -441,9 +478,10 @@ PATCHES = (
         name="IAM",
         kind="iam",
         why="A function's calls are checked against its role and a state machine's task "
-        "integrations and Distributed Map reads and writes against the machine's role, as SAM "
-        "builds them from the template; a denied request gets the service's AccessDenied "
-        "(Service Authorization Reference).",
+        "integrations, Distributed Map reads and writes and the start of a Distributed Map's "
+        "children (states:StartExecution on the machine) against the machine's role, as SAM "
+        "builds them from the template, with any AWS::IAM::Policy attached to the role; a "
+        "denied request gets the service's AccessDenied (Service Authorization Reference).",
         test="tests/unit/test_iam.py",
         install=_install,
         fits=_fits,
@@ -523,6 +561,8 @@ class AccessControl:
             statements += _sam_policies(stack, props.get("Policies", []), logical_id)
         else:
             statements = _sam_policies(stack, stack.resolve(raw.get("Policies", [])), logical_id)
+        if "Role" not in raw:  # a policy of its own attached to the role SAM makes
+            statements += _attached_statements(stack, f"{logical_id}Role")
         return Principal(
             logical_id=logical_id,
             kind="function" if function else "state machine",

@@ -223,3 +223,21 @@ def test_the_audits_distributed_map_lists_the_bucket_as_its_machines_role(
     assert result.status == "FAILED"
     assert result.error == "States.Runtime"
     assert "AccessDenied" in (result.cause or "") and "ListObjectsV2" in (result.cause or "")
+
+
+def test_the_audits_distributed_map_starts_its_children_as_its_machines_role(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN the audit state machine's role without states:StartExecution on itself, which
+    # a Distributed Map's children need ("IAM policies for using Distributed Map states";
+    # the template grants it in AuditMapRunPolicy, a policy attached to the role)
+    upload(engine, "uploads/child.png")
+    statements = without(engine, AUDIT, "StartChildren")
+    # WHEN the audit runs
+    with engine.access.override(AUDIT, statements):
+        result = engine.execute(AUDIT, {})
+    # THEN no child starts and the audit fails (AWS's error for it is not verified;
+    # States.Runtime, which no Catch takes, errs harsher)
+    assert result.status == "FAILED"
+    assert result.error == "States.Runtime"
+    assert "states:StartExecution" in (result.cause or "")
