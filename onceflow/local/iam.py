@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 from xml.sax.saxutils import escape
 
 from botocore.client import BaseClient
+from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
     distributed_iteration_component,
 )
@@ -498,6 +499,8 @@ class AccessControl:
     # role too: the parent template's, around a nested onceflow (Stack.nested_application).
     hosts: tuple[Stack, ...] = ()
     principals: dict[str, Principal] = field(default_factory=dict)  # by logical id
+    # A service's role of the template (a rule's target, a pipe), its statements by ARN.
+    roles: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
     _logical: dict[str, str] = field(default_factory=dict)  # function name or machine ARN
     _runtime: Any = None
 
@@ -519,6 +522,18 @@ class AccessControl:
                     )
                 self._logical[stack.refs[logical_id]] = logical_id
                 self.principals[logical_id] = self._principal(stack, logical_id, resource)
+            for role_id, resource in stack.template["Resources"].items():
+                props = resource.get("Properties", {})
+                made = role_id in stack.refs  # by the engine (a bare Stack makes none)
+                if resource["Type"] != "AWS::IAM::Role" or not made:
+                    continue
+                if not stack.resource_enabled(role_id):
+                    continue
+                if props.get("ManagedPolicyArns") or props.get("PermissionsBoundary"):
+                    continue  # not evaluated (docs/local-engine.md, "IAM is enforced")
+                role = {"Fn::GetAtt": [role_id, "Arn"]}
+                statements = _role_statements(stack, role_id, role)
+                self.roles[str(stack.resolve(role))] = tuple(statements)
         load = runtime.load
         runtime.load = lambda spec: self.as_function(spec.name, load(spec))  # type: ignore[method-assign]
         self._runtime = runtime
@@ -532,6 +547,18 @@ class AccessControl:
         self._runtime = None
         with _CONTROLS_LOCK:
             _CONTROLS.remove(self)
+
+    def refusal(self, role_arn: Any, action: str, resource: str) -> ClientError | None:
+        """The AccessDenied a service acting as the template's role role_arn (a rule's
+        target, a pipe) meets for action on resource; None if it may (or the role is not
+        one the engine evaluates). AWS's words: not verified."""
+        statements = self.roles.get(str(role_arn))
+        if statements is None or evaluate(statements, action, resource) is Decision.ALLOWED:
+            return None
+        message = f"User: {role_arn} is not authorized to perform: {action} on resource: {resource}"
+        return ClientError(
+            {"Error": {"Code": "AccessDeniedException", "Message": message}}, action.split(":")[1]
+        )
 
     def principal_of(self, physical: str) -> Principal | None:
         """The role of the function named physical, or of the state machine of that ARN."""

@@ -62,7 +62,9 @@ def put_event(engine: LocalEngine, event: Mapping[str, Any]) -> list[str]:
                 if arn.startswith("arn:aws:sqs:"):
                     body = _body(event)
                     engine.client("sqs").send_message(QueueUrl=_url(engine, arn), MessageBody=body)
-                else:
+                else:  # as the target's role (not verified: EventBridge's error for it)
+                    if refused := engine.access.refusal(target.get("RoleArn"), _START, arn):
+                        raise refused
                     started.append(executions.start(engine, arn, event, name_prefix="events"))
             except ClientError as exc:
                 _dead_letter(engine, rule, target, event, exc)
@@ -158,6 +160,9 @@ def _url(engine: LocalEngine, queue_arn: str) -> str:
     return str(engine.client("sqs").get_queue_url(QueueName=name)["QueueUrl"])
 
 
+_START = "states:StartExecution"
+
+
 def pump_pipes(engine: LocalEngine, limit: int | None = None) -> list[str]:
     """Run every running pipe until its source queue is empty (or limit executions started),
     a batch at a time, as EventBridge Pipes does for SQS; the ARNs of the executions started.
@@ -186,7 +191,10 @@ def pump_pipes(engine: LocalEngine, limit: int | None = None) -> list[str]:
             if not messages:
                 break
             records = [_pipe_record(m, source) for m in messages]
-            try:
+            start = "states:StartSyncExecution" if synchronous else _START
+            try:  # as the pipe's role
+                if refused := engine.access.refusal(pipe.get("RoleArn"), start, pipe["Target"]):
+                    raise refused
                 arn = executions.start(engine, str(pipe["Target"]), records, name_prefix="pipe")
             except ClientError:
                 # A queue without a redrive policy would retry forever; the pipe would too,

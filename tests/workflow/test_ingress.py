@@ -386,3 +386,46 @@ def test_sams_sqs_event_with_several_records_names_the_sample(engine: LocalEngin
     # THEN it is refused with the sample that shows one message
     with pytest.raises(WrongEvent, match=r"2 records.*events/sqs-s3-notification\.json"):
         prepare_event(engine, event, target=MACHINE)
+
+
+# ---- The roles EventBridge and the pipe act as -----------------------------------
+
+
+def _without_start(engine: LocalEngine, role_id: str) -> None:
+    """The template's role_id without the statement that lets it start the processor, as
+    a user's template might leave it out (before the engine starts)."""
+    for policy in engine.stack.template["Resources"][role_id]["Properties"]["Policies"]:
+        statements = policy["PolicyDocument"]["Statement"]
+        statements[:] = [s for s in statements if "states:" not in json.dumps(s.get("Action"))]
+
+
+def test_a_rule_whose_role_may_not_start_the_processor_dead_letters_the_event() -> None:
+    # GIVEN a template whose rules' role (IngressRole) lacks states:StartExecution
+    engine = LocalEngine(function_log=io.StringIO())
+    _without_start(engine, "IngressRole")
+    with engine:
+        version = upload(engine, "uploads/no-role.png")
+        event = s3_event(engine, "uploads/no-role.png", version)
+        # WHEN the rule delivers an upload
+        assert engine.put_event(event) == []
+        # THEN nothing starts, and the event is in the ingress DLQ, whole (not lost)
+        [message] = _queue_messages(engine, "IngressDeadLetterQueue")
+        assert json.loads(message["Body"]) == event
+        assert attributes(message)["ERROR_CODE"] == "AccessDeniedException"
+        assert "states:StartExecution" in attributes(message)["ERROR_MESSAGE"]
+        assert ledger_rows(engine) == []
+
+
+def test_a_pipe_whose_role_may_not_start_the_processor_leaves_the_message_for_its_dlq() -> None:
+    # GIVEN a template whose pipe role lacks states:StartExecution
+    parameters = {"SqsSource": "create", "IdempotencyKeyPath": "orderId"}
+    engine = LocalEngine(parameters=parameters, function_log=io.StringIO())
+    _without_start(engine, "PipeRole")
+    with engine:
+        _send(engine, {"orderId": "no-role"})
+        # WHEN the pipe polls THEN nothing starts, and the message, retried, ends in the
+        # source queue's DLQ (its redrive policy), intact
+        assert engine.pump_pipes() == []
+        [message] = _queue_messages(engine, "SourceDeadLetterQueue")
+        assert json.loads(message["Body"])["orderId"] == "no-role"
+        assert ledger_rows(engine) == []
