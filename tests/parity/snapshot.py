@@ -401,7 +401,9 @@ def stepfunctions_api(recorded: datetime.date | None = None) -> list[Spec]:
     """TransformerUtility.stepfunctions_api (the sfn_snapshot fixture's) as it was when the
     recording was written: LocalStack's commit 35cd175c4 (2025-02-10) replaced its first
     list (Date and X-Amzn-Trace-Id of SdkHttpMetadata's two header maps), commit 42ed9a17f
-    (2025-11-28) added x-amzn-requestid; a recording keeps what the list of its day made."""
+    (merged 2025-11-28, PR #13418) added x-amzn-requestid, and the recordings it rewrote with
+    it are dated from 2025-11-06 (its DynamoDB getItem ones); a recording keeps what the list
+    of its day made."""
     if recorded is not None and recorded < datetime.date(2025, 2, 10):
         paths = [
             ("$..SdkHttpMetadata.AllHttpHeaders.Date", "date"),
@@ -418,7 +420,7 @@ def stepfunctions_api(recorded: datetime.date | None = None) -> list[Spec]:
             ("$..x-amz-crc32", "x-amz-crc32"),
             ("$..x-amzn-RequestId", "x-amzn-RequestId"),
         ]
-        if recorded is None or recorded >= datetime.date(2025, 11, 28):
+        if recorded is None or recorded >= datetime.date(2025, 11, 6):
             paths.append(("$..x-amzn-requestid", "x-amzn-requestid"))
     return [Spec("jsonpath", p, r, reference=False) for p, r in paths] + [
         Spec("match", "cause_json", "json-input")
