@@ -155,6 +155,7 @@ class LocalEngine:
                 self.runtime.load(spec)
             undo.callback(self.access.stop)
             self.access.start(self.runtime)  # every resource exists: the roles resolve
+            ingress.check_pipe_roles(self)
             _freeze_heap(1)
             undo.callback(_freeze_heap, -1)
         except BaseException:  # Ctrl-C mid-start too: undone as far as it got

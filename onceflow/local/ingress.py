@@ -20,6 +20,7 @@ from moto.s3.models import s3_backends
 from onceflow.local import executions, limits
 from onceflow.local.errors import EngineError
 from onceflow.local.provisioning import ACCOUNT_ID, REGION
+from onceflow.local.template import TemplateError
 
 if TYPE_CHECKING:
     from onceflow.local.engine import LocalEngine
@@ -208,6 +209,20 @@ def pump_pipes(engine: LocalEngine, limit: int | None = None) -> list[str]:
             kept += _delete_batch(sqs, url, [m for m in messages if m["MessageId"] not in retried])
         _visible_again(sqs, url, kept)
     return started
+
+
+def check_pipe_roles(engine: LocalEngine) -> None:
+    """Refuse a pipe whose role may not read its SQS source, as AWS fails to create it
+    (CREATE_FAILED, "The provided customer role does not have permissions to call
+    ReceiveMessage on SQS": terraform-aws-modules/terraform-aws-eventbridge#133; the three
+    actions: eb-pipes-permissions.html; the words for the other two are not verified)."""
+    for logical_id, pipe in engine.pipes.items():
+        for action in ("ReceiveMessage", "DeleteMessage", "GetQueueAttributes"):
+            if engine.access.refusal(pipe.get("RoleArn"), f"sqs:{action}", str(pipe["Source"])):
+                raise TemplateError(
+                    f"{logical_id}: CREATE_FAILED on AWS: The provided customer role does not "
+                    f"have permissions to call {action} on SQS"
+                )
 
 
 def _visible_again(sqs: Any, url: str, messages: list[dict[str, Any]]) -> None:

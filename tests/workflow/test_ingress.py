@@ -14,6 +14,7 @@ import pytest
 
 from onceflow.local.engine import LocalEngine
 from onceflow.local.samples import WrongEvent, prepare_event
+from onceflow.local.template import TemplateError
 from tests import sam_events
 from tests.helpers import (
     MACHINE,
@@ -429,3 +430,20 @@ def test_a_pipe_whose_role_may_not_start_the_processor_leaves_the_message_for_it
         [message] = _queue_messages(engine, "SourceDeadLetterQueue")
         assert json.loads(message["Body"])["orderId"] == "no-role"
         assert ledger_rows(engine) == []
+
+
+@pytest.mark.parametrize("action", ["ReceiveMessage", "DeleteMessage", "GetQueueAttributes"])
+def test_a_pipe_whose_role_may_not_read_its_queue_is_refused_at_start(action: str) -> None:
+    # GIVEN a template whose pipe role lacks one of the SQS source's three permissions
+    # (eb-pipes-permissions.html, "Amazon SQS execution role permissions")
+    parameters = {"SqsSource": "create", "IdempotencyKeyPath": "orderId"}
+    engine = LocalEngine(parameters=parameters, function_log=io.StringIO())
+    for policy in engine.stack.template["Resources"]["PipeRole"]["Properties"]["Policies"]:
+        for statement in policy["PolicyDocument"]["Statement"]:
+            if isinstance(statement.get("Action"), list) and f"sqs:{action}" in statement["Action"]:
+                statement["Action"].remove(f"sqs:{action}")
+    # WHEN the engine starts THEN it is refused as AWS fails to create such a pipe
+    # (CREATE_FAILED: "The provided customer role does not have permissions to call
+    # ReceiveMessage on SQS"), naming the pipe and the call
+    with pytest.raises(TemplateError, match=rf"SourcePipe: .*permissions to call {action} on SQS"):
+        engine.start()
