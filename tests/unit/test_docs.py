@@ -113,6 +113,29 @@ def module_exists(name: str) -> bool:
         return False
 
 
+_TABLE_SEPARATOR = re.compile(r"^\|(\s*:?-+:?\s*\|)+\s*$")
+
+
+def stray_table_rows(path: Path) -> list[str]:
+    """Table rows GitHub shows as text: glued to a paragraph, or a table with no `|---|` line.
+
+    A row right under a line of prose is part of that paragraph, pipes and all; a table
+    starts only after a blank line (or an HTML comment such as a generated block's marker)
+    with its header and separator.
+    """
+    problems, previous = [], ""
+    lines = _prose(path.read_text(encoding="utf-8"))
+    for number, line in enumerate(lines):
+        if line.startswith("|") and not previous.startswith("|"):
+            following = lines[number + 1] if number + 1 < len(lines) else ""
+            if previous.strip() and not previous.rstrip().endswith("-->"):
+                problems.append(f"under a line of prose: {line[:60]}")
+            elif not _TABLE_SEPARATOR.match(following):
+                problems.append(f"a table without a separator line: {line[:60]}")
+        previous = line
+    return problems
+
+
 def _name(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
@@ -180,6 +203,15 @@ def test_every_python_m_module_exists(path: Path) -> None:
     assert missing == []
 
 
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_every_table_row_is_in_a_table(path: Path) -> None:
+    # GIVEN a document's tables (the sample events, the parameters, the resources ...)
+    # WHEN each row is read as GitHub renders it
+    problems = stray_table_rows(path)
+    # THEN none is swallowed by the paragraph above it (a paragraph once split "Try events")
+    assert problems == []
+
+
 def test_the_benchmark_page_carries_the_stored_run() -> None:
     # GIVEN the run `onceflow bench` stored and the copy docs/benchmarks.md shows
     stored = (ROOT / "bench" / "results.md").read_text(encoding="utf-8")
@@ -239,6 +271,22 @@ def test_a_broken_link_a_missing_heading_and_a_moved_path_are_found(tmp_path: Pa
     assert not module_exists("onceflow.no_such_module")
     assert not module_exists("onceflow.no_such_package.module")
     assert slugs == {"title", "same", "same-1"}
+
+
+def test_a_row_glued_to_a_paragraph_is_found(tmp_path: Path) -> None:
+    # GIVEN a page with a good table, a row under a paragraph, and a table with no separator
+    page = tmp_path / "page.md"
+    page.write_text(
+        "| a | b |\n|---|---|\n| 1 | 2 |\n\nSome prose.\n| 3 | 4 |\n\n| c | d |\n| 5 | 6 |\n"
+        "\n<!-- x:start -->\n| e | f |\n|:--|--:|\n",
+        encoding="utf-8",
+    )
+    # WHEN its rows are checked
+    # THEN the glued row and the table without a separator are found, the rest is not
+    assert stray_table_rows(page) == [
+        "under a line of prose: | 3 | 4 |",
+        "a table without a separator line: | c | d |",
+    ]
 
 
 @pytest.mark.parametrize("page", DOCUMENTS, ids=lambda p: p.name)
