@@ -15,11 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from onceflow.local.template import load_template
+from tests.hostile import corpus
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 DOCUMENTS = [README, *DOCS]
 README_MAX_LINES = 250
+TEMPLATE = ROOT / "template.yaml"
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -136,6 +140,29 @@ def stray_table_rows(path: Path) -> list[str]:
     return problems
 
 
+def parameter_rows(path: Path, heading: str) -> dict[str, str]:
+    """The first table under ``heading`` of a page: each parameter it names in its first
+    cell (one row may name several, `A`, `B`) -> its default as the second cell gives it."""
+    lines = _prose(path.read_text(encoding="utf-8"))
+    start = lines.index(heading)
+    rows: dict[str, str] = {}
+    for line in lines[start + 1 :]:
+        if line.startswith("#"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        names = re.findall(r"`(\w+)`", cells[0]) if line.startswith("|") else []
+        defaults = [d.strip() for d in cells[1].split(",")] if len(cells) > 1 else []
+        if names and len(defaults) != len(names):
+            defaults = [cells[1]] * len(names)  # one default for all of them
+        rows.update(zip(names, defaults, strict=False))
+    return rows
+
+
+def documented_default(value: object) -> str:
+    """A template default as the parameter tables write it: an empty one is "empty"."""
+    return "empty" if value in ("", None) else str(value)
+
+
 def _name(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
@@ -224,6 +251,48 @@ def test_the_benchmark_page_carries_the_stored_run() -> None:
         "`onceflow bench` (its default --out) copies its run into docs/benchmarks.md; "
         "then check the prose of 'What the bill says'"
     )
+
+
+# ---- the template's parameters ----------------------------------------------------------
+
+
+def test_operate_documents_every_parameter_with_its_default() -> None:
+    # GIVEN the template's parameters and the Parameters table of docs/operate.md
+    parameters = load_template(TEMPLATE)["Parameters"]
+    rows = parameter_rows(ROOT / "docs" / "operate.md", "## Parameters")
+    # THEN the table names each parameter once and no other (P12 item 6: every one documented)
+    assert sorted(rows) == sorted(parameters)
+    # AND gives each the default the template deploys with
+    wrong = {
+        name: (rows[name], documented_default(spec.get("Default")))
+        for name, spec in parameters.items()
+        if rows[name] != documented_default(spec.get("Default"))
+    }
+    assert wrong == {}
+
+
+def test_the_readmes_parameters_are_the_templates_with_their_defaults() -> None:
+    # GIVEN the README's table of the parameters that matter most
+    parameters = load_template(TEMPLATE)["Parameters"]
+    rows = parameter_rows(README, "## Deploy")
+    # THEN each is a parameter of the template, with the template's default
+    assert rows, "the README's Deploy section has no parameter table"
+    assert {n: d for n, d in rows.items() if n not in parameters} == {}
+    assert {
+        name: default
+        for name, default in rows.items()
+        if default != documented_default(parameters[name].get("Default"))
+    } == {}
+
+
+def test_the_design_doc_counts_the_hostile_corpus() -> None:
+    # GIVEN the seeded corpus tests/workflow/test_hostile_inputs.py runs
+    size = len(corpus("amzn-s3-demo-bucket"))
+    # WHEN docs/design.md says how many inputs it holds
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    stated = re.search(r"seeded corpus of ([\d,]+) hostile inputs", design)
+    # THEN the number is the corpus's
+    assert stated is not None and int(stated.group(1).replace(",", "")) == size
 
 
 # ---- the checker itself --------------------------------------------------------------
