@@ -163,6 +163,43 @@ def documented_default(value: object) -> str:
     return "empty" if value in ("", None) else str(value)
 
 
+_TEST_NAME = re.compile(r"(?:^|::)(test_\w+)$")
+# A test LocalStack recorded on AWS, which the parity replays and the patches cite by name.
+_RECORDED_ELSEWHERE = re.compile(r"LocalStack|snapshot|recorded|recording")
+
+
+def _blocks(path: Path) -> list[str]:
+    """A page's prose in the units a reader takes together: a paragraph, or a table row."""
+    blocks: list[str] = []
+    for paragraph in "\n".join(_prose(path.read_text(encoding="utf-8"))).split("\n\n"):
+        lines = paragraph.splitlines()
+        table = lines and all(line.startswith("|") for line in lines)
+        blocks.extend(lines if table else [paragraph])
+    return blocks
+
+
+def missing_tests(path: Path) -> list[str]:
+    """The tests a page names in backticks (`test_x`, `tests/..py::test_x`) that are not
+    defined where it says, or anywhere under tests/; a test LocalStack recorded is named in
+    a block that says so, and is not looked for here."""
+    sources = {p: p.read_text(encoding="utf-8") for p in (ROOT / "tests").rglob("*.py")}
+    defined = set(re.findall(r"^\s*(?:async )?def (test_\w+)", "\n".join(sources.values()), re.M))
+    missing = []
+    for block in _blocks(path):
+        for span in _CODE_SPAN.findall(block):
+            match = _TEST_NAME.search(span)
+            if match is None:
+                continue
+            name, file_part = match.group(1), span.partition("::")[0]
+            if file_part.startswith("tests/") and file_part.endswith(".py"):
+                source = sources.get(ROOT / file_part, "")
+                if not re.search(rf"^\s*(?:async )?def {name}\b", source, re.M):
+                    missing.append(span)
+            elif name not in defined and not _RECORDED_ELSEWHERE.search(block):
+                missing.append(span)
+    return missing
+
+
 def _name(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
@@ -217,6 +254,15 @@ def test_every_path_named_in_backticks_exists(path: Path) -> None:
     # WHEN each is looked up from the repository's root
     missing = [p for p in paths if not (ROOT / p).exists()]
     # THEN none has moved or gone
+    assert missing == []
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_every_test_a_page_names_exists(path: Path) -> None:
+    # GIVEN the tests a document names as evidence (`test_x`, `tests/unit/test_y.py::test_x`)
+    # WHEN each is looked up in tests/
+    missing = missing_tests(path)
+    # THEN none was renamed or removed under the claim it holds
     assert missing == []
 
 
@@ -355,6 +401,23 @@ def test_a_row_glued_to_a_paragraph_is_found(tmp_path: Path) -> None:
     assert stray_table_rows(page) == [
         "under a line of prose: | 3 | 4 |",
         "a table without a separator line: | c | d |",
+    ]
+
+
+def test_a_renamed_test_is_found_and_a_recorded_one_is_not(tmp_path: Path) -> None:
+    # GIVEN a page naming a real test, a gone one, a node id whose file lacks it, and a
+    # test LocalStack recorded
+    page = tmp_path / "page.md"
+    page.write_text(
+        "`test_a_heading_gets_githubs_slug` `test_no_longer_here`\n"
+        "`tests/unit/test_docs.py::test_no_longer_here_either`\n\n"
+        "LocalStack's `test_base_scenarios` snapshot\n",
+        encoding="utf-8",
+    )
+    # WHEN its tests are looked up THEN the two gone ones are named
+    assert missing_tests(page) == [
+        "test_no_longer_here",
+        "tests/unit/test_docs.py::test_no_longer_here_either",
     ]
 
 
