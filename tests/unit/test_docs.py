@@ -200,6 +200,26 @@ def missing_tests(path: Path) -> list[str]:
     return missing
 
 
+_MAKE = re.compile(r"^\s*make ([a-z][\w-]*)", re.MULTILINE)
+
+
+def make_targets_named(path: Path) -> set[str]:
+    """The make targets a page tells the reader to run: `make X` in a code span, or a line
+    of a code block that starts with it."""
+    text = path.read_text(encoding="utf-8")
+    prose = _prose(text)
+    spans = [span for line in prose for span in _CODE_SPAN.findall(line)]
+    prose_lines = set(prose)
+    code = [line for line in text.splitlines() if line not in prose_lines]
+    return set(_MAKE.findall("\n".join(spans + code)))
+
+
+def makefile_targets() -> set[str]:
+    """The targets the Makefile defines (a rule's name at the start of a line)."""
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    return set(re.findall(r"^([a-z][\w-]*):(?!=)", text, re.MULTILINE))
+
+
 def _name(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
@@ -264,6 +284,15 @@ def test_every_test_a_page_names_exists(path: Path) -> None:
     missing = missing_tests(path)
     # THEN none was renamed or removed under the claim it holds
     assert missing == []
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_every_make_target_a_page_names_exists(path: Path) -> None:
+    # GIVEN the `make X` commands a document gives
+    named = make_targets_named(path)
+    # WHEN they are looked up in the Makefile
+    # THEN each is a target of it
+    assert sorted(named - makefile_targets()) == []
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
@@ -419,6 +448,18 @@ def test_a_renamed_test_is_found_and_a_recorded_one_is_not(tmp_path: Path) -> No
         "test_no_longer_here",
         "tests/unit/test_docs.py::test_no_longer_here_either",
     ]
+
+
+def test_make_targets_are_read_from_code_not_prose(tmp_path: Path) -> None:
+    # GIVEN a page naming targets in a code span and a code block, and "make" in prose
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Run `make demo`, then\nmake it yours.\n\n```bash\nmake no-such-target  # x\n```\n",
+        encoding="utf-8",
+    )
+    # WHEN its targets are read THEN the prose's "make it" is not one, the others are
+    assert make_targets_named(page) == {"demo", "no-such-target"}
+    assert "no-such-target" not in makefile_targets() and "demo" in makefile_targets()
 
 
 @pytest.mark.parametrize("page", DOCUMENTS, ids=lambda p: p.name)
