@@ -8,6 +8,7 @@ and a `#anchor` the slug GitHub gives one of that file's headings.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import re
 from collections import Counter
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from onceflow.cli.main import build_parser
 from onceflow.local.template import load_template
 from tests.hostile import corpus
 
@@ -22,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 DOCUMENTS = [README, *DOCS]
+EXAMPLES = sorted((ROOT / "examples").glob("*/README.md"))
 README_MAX_LINES = 250
 TEMPLATE = ROOT / "template.yaml"
 
@@ -220,6 +223,36 @@ def makefile_targets() -> set[str]:
     return set(re.findall(r"^([a-z][\w-]*):(?!=)", text, re.MULTILINE))
 
 
+# A command, then its words up to the end of the span or line, a comment, `|` or `;`.
+_ONCEFLOW_COMMAND = re.compile(r"onceflow ([a-z]+)((?:[ \t]+[^\s`|;)#][^\s`|;)]*)*)")
+_OPTION = re.compile(r"(?<![\w-])(--?[a-z][\w-]*)")
+
+
+def command_options() -> dict[str, set[str]]:
+    """Each `onceflow` command and the options its parser takes."""
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return {
+        name: {option for action in parser._actions for option in action.option_strings}
+        for name, parser in commands.choices.items()
+    }
+
+
+def unknown_options(path: Path) -> list[str]:
+    """Each `onceflow COMMAND ... --option` a page shows whose command does not take the
+    option (code blocks and prose alike)."""
+    options = command_options()
+    unknown = []
+    for match in _ONCEFLOW_COMMAND.finditer(path.read_text(encoding="utf-8")):
+        command, rest = match.group(1), match.group(2)
+        if command in options:
+            unknown += [
+                f"onceflow {command} {o}"
+                for o in _OPTION.findall(rest)
+                if o not in options[command]
+            ]
+    return unknown
+
+
 def _name(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
@@ -293,6 +326,15 @@ def test_every_make_target_a_page_names_exists(path: Path) -> None:
     # WHEN they are looked up in the Makefile
     # THEN each is a target of it
     assert sorted(named - makefile_targets()) == []
+
+
+@pytest.mark.parametrize("path", [*DOCUMENTS, *EXAMPLES], ids=_name)
+def test_every_option_a_page_gives_a_command_exists(path: Path) -> None:
+    # GIVEN the `onceflow COMMAND --option` lines and spans of a document
+    # WHEN each option is looked up in that command's parser
+    unknown = unknown_options(path)
+    # THEN the command takes it
+    assert unknown == []
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
@@ -460,6 +502,18 @@ def test_make_targets_are_read_from_code_not_prose(tmp_path: Path) -> None:
     # WHEN its targets are read THEN the prose's "make it" is not one, the others are
     assert make_targets_named(page) == {"demo", "no-such-target"}
     assert "no-such-target" not in makefile_targets() and "demo" in makefile_targets()
+
+
+def test_an_option_the_command_does_not_take_is_found(tmp_path: Path) -> None:
+    # GIVEN a page with a real option, an option of another command, and an unknown one
+    page = tmp_path / "page.md"
+    page.write_text(
+        "`onceflow demo --seed 7` and `onceflow audit --seed 7`\n\n"
+        "```bash\nonceflow execute X -e events/a.json --no-such-flag  # comment --not-read\n```\n",
+        encoding="utf-8",
+    )
+    # WHEN its options are checked THEN the two wrong ones are named
+    assert unknown_options(page) == ["onceflow audit --seed", "onceflow execute --no-such-flag"]
 
 
 @pytest.mark.parametrize("page", DOCUMENTS, ids=lambda p: p.name)
