@@ -8,6 +8,7 @@ and a `#anchor` the slug GitHub gives one of that file's headings.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import re
 from collections import Counter
@@ -15,11 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from onceflow.cli.main import build_parser
+from onceflow.local.template import load_template
+from tests.hostile import corpus
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 DOCUMENTS = [README, *DOCS]
+EXAMPLES = sorted((ROOT / "examples").glob("*/README.md"))
 README_MAX_LINES = 250
+TEMPLATE = ROOT / "template.yaml"
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -113,6 +120,139 @@ def module_exists(name: str) -> bool:
         return False
 
 
+_TABLE_SEPARATOR = re.compile(r"^\|(\s*:?-+:?\s*\|)+\s*$")
+
+
+def stray_table_rows(path: Path) -> list[str]:
+    """Table rows GitHub shows as text: glued to a paragraph, or a table with no `|---|` line.
+
+    A row right under a line of prose is part of that paragraph, pipes and all; a table
+    starts only after a blank line (or an HTML comment such as a generated block's marker)
+    with its header and separator.
+    """
+    problems, previous = [], ""
+    lines = _prose(path.read_text(encoding="utf-8"))
+    for number, line in enumerate(lines):
+        if line.startswith("|") and not previous.startswith("|"):
+            following = lines[number + 1] if number + 1 < len(lines) else ""
+            if previous.strip() and not previous.rstrip().endswith("-->"):
+                problems.append(f"under a line of prose: {line[:60]}")
+            elif not _TABLE_SEPARATOR.match(following):
+                problems.append(f"a table without a separator line: {line[:60]}")
+        previous = line
+    return problems
+
+
+def parameter_rows(path: Path, heading: str) -> dict[str, str]:
+    """The first table under ``heading`` of a page: each parameter it names in its first
+    cell (one row may name several, `A`, `B`) -> its default as the second cell gives it."""
+    lines = _prose(path.read_text(encoding="utf-8"))
+    start = lines.index(heading)
+    rows: dict[str, str] = {}
+    for line in lines[start + 1 :]:
+        if line.startswith("#"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        names = re.findall(r"`(\w+)`", cells[0]) if line.startswith("|") else []
+        defaults = [d.strip() for d in cells[1].split(",")] if len(cells) > 1 else []
+        if names and len(defaults) != len(names):
+            defaults = [cells[1]] * len(names)  # one default for all of them
+        rows.update(zip(names, defaults, strict=False))
+    return rows
+
+
+def documented_default(value: object) -> str:
+    """A template default as the parameter tables write it: an empty one is "empty"."""
+    return "empty" if value in ("", None) else str(value)
+
+
+_TEST_NAME = re.compile(r"(?:^|::)(test_\w+)$")
+# A test LocalStack recorded on AWS, which the parity replays and the patches cite by name.
+_RECORDED_ELSEWHERE = re.compile(r"LocalStack|snapshot|recorded|recording")
+
+
+def _blocks(path: Path) -> list[str]:
+    """A page's prose in the units a reader takes together: a paragraph, or a table row."""
+    blocks: list[str] = []
+    for paragraph in "\n".join(_prose(path.read_text(encoding="utf-8"))).split("\n\n"):
+        lines = paragraph.splitlines()
+        table = lines and all(line.startswith("|") for line in lines)
+        blocks.extend(lines if table else [paragraph])
+    return blocks
+
+
+def missing_tests(path: Path) -> list[str]:
+    """The tests a page names in backticks (`test_x`, `tests/..py::test_x`) that are not
+    defined where it says, or anywhere under tests/; a test LocalStack recorded is named in
+    a block that says so, and is not looked for here."""
+    sources = {p: p.read_text(encoding="utf-8") for p in (ROOT / "tests").rglob("*.py")}
+    defined = set(re.findall(r"^\s*(?:async )?def (test_\w+)", "\n".join(sources.values()), re.M))
+    missing = []
+    for block in _blocks(path):
+        for span in _CODE_SPAN.findall(block):
+            match = _TEST_NAME.search(span)
+            if match is None:
+                continue
+            name, file_part = match.group(1), span.partition("::")[0]
+            if file_part.startswith("tests/") and file_part.endswith(".py"):
+                source = sources.get(ROOT / file_part, "")
+                if not re.search(rf"^\s*(?:async )?def {name}\b", source, re.M):
+                    missing.append(span)
+            elif name not in defined and not _RECORDED_ELSEWHERE.search(block):
+                missing.append(span)
+    return missing
+
+
+_MAKE = re.compile(r"^\s*make ([a-z][\w-]*)", re.MULTILINE)
+
+
+def make_targets_named(path: Path) -> set[str]:
+    """The make targets a page tells the reader to run: `make X` in a code span, or a line
+    of a code block that starts with it."""
+    text = path.read_text(encoding="utf-8")
+    prose = _prose(text)
+    spans = [span for line in prose for span in _CODE_SPAN.findall(line)]
+    prose_lines = set(prose)
+    code = [line for line in text.splitlines() if line not in prose_lines]
+    return set(_MAKE.findall("\n".join(spans + code)))
+
+
+def makefile_targets() -> set[str]:
+    """The targets the Makefile defines (a rule's name at the start of a line)."""
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    return set(re.findall(r"^([a-z][\w-]*):(?!=)", text, re.MULTILINE))
+
+
+# A command, then its words up to the end of the span or line, a comment, `|` or `;`.
+_ONCEFLOW_COMMAND = re.compile(r"onceflow ([a-z]+)((?:[ \t]+[^\s`|;)#][^\s`|;)]*)*)")
+_OPTION = re.compile(r"(?<![\w-])(--?[a-z][\w-]*)")
+
+
+def command_options() -> dict[str, set[str]]:
+    """Each `onceflow` command and the options its parser takes."""
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return {
+        name: {option for action in parser._actions for option in action.option_strings}
+        for name, parser in commands.choices.items()
+    }
+
+
+def unknown_options(path: Path) -> list[str]:
+    """Each `onceflow COMMAND ... --option` a page shows whose command does not take the
+    option (code blocks and prose alike)."""
+    options = command_options()
+    unknown = []
+    for match in _ONCEFLOW_COMMAND.finditer(path.read_text(encoding="utf-8")):
+        command, rest = match.group(1), match.group(2)
+        if command in options:
+            unknown += [
+                f"onceflow {command} {o}"
+                for o in _OPTION.findall(rest)
+                if o not in options[command]
+            ]
+    return unknown
+
+
 def _name(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
@@ -171,6 +311,33 @@ def test_every_path_named_in_backticks_exists(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_every_test_a_page_names_exists(path: Path) -> None:
+    # GIVEN the tests a document names as evidence (`test_x`, `tests/unit/test_y.py::test_x`)
+    # WHEN each is looked up in tests/
+    missing = missing_tests(path)
+    # THEN none was renamed or removed under the claim it holds
+    assert missing == []
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_every_make_target_a_page_names_exists(path: Path) -> None:
+    # GIVEN the `make X` commands a document gives
+    named = make_targets_named(path)
+    # WHEN they are looked up in the Makefile
+    # THEN each is a target of it
+    assert sorted(named - makefile_targets()) == []
+
+
+@pytest.mark.parametrize("path", [*DOCUMENTS, *EXAMPLES], ids=_name)
+def test_every_option_a_page_gives_a_command_exists(path: Path) -> None:
+    # GIVEN the `onceflow COMMAND --option` lines and spans of a document
+    # WHEN each option is looked up in that command's parser
+    unknown = unknown_options(path)
+    # THEN the command takes it
+    assert unknown == []
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
 def test_every_python_m_module_exists(path: Path) -> None:
     # GIVEN the `python -m` commands a document gives (run from the repository's root)
     modules = python_modules(path)
@@ -178,6 +345,15 @@ def test_every_python_m_module_exists(path: Path) -> None:
     missing = [m for m in modules if not module_exists(m)]
     # THEN each can be run
     assert missing == []
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_name)
+def test_every_table_row_is_in_a_table(path: Path) -> None:
+    # GIVEN a document's tables (the sample events, the parameters, the resources ...)
+    # WHEN each row is read as GitHub renders it
+    problems = stray_table_rows(path)
+    # THEN none is swallowed by the paragraph above it (a paragraph once split "Try events")
+    assert problems == []
 
 
 def test_the_benchmark_page_carries_the_stored_run() -> None:
@@ -192,6 +368,48 @@ def test_the_benchmark_page_carries_the_stored_run() -> None:
         "`onceflow bench` (its default --out) copies its run into docs/benchmarks.md; "
         "then check the prose of 'What the bill says'"
     )
+
+
+# ---- the template's parameters ----------------------------------------------------------
+
+
+def test_operate_documents_every_parameter_with_its_default() -> None:
+    # GIVEN the template's parameters and the Parameters table of docs/operate.md
+    parameters = load_template(TEMPLATE)["Parameters"]
+    rows = parameter_rows(ROOT / "docs" / "operate.md", "## Parameters")
+    # THEN the table names each parameter once and no other (P12 item 6: every one documented)
+    assert sorted(rows) == sorted(parameters)
+    # AND gives each the default the template deploys with
+    wrong = {
+        name: (rows[name], documented_default(spec.get("Default")))
+        for name, spec in parameters.items()
+        if rows[name] != documented_default(spec.get("Default"))
+    }
+    assert wrong == {}
+
+
+def test_the_readmes_parameters_are_the_templates_with_their_defaults() -> None:
+    # GIVEN the README's table of the parameters that matter most
+    parameters = load_template(TEMPLATE)["Parameters"]
+    rows = parameter_rows(README, "## Deploy")
+    # THEN each is a parameter of the template, with the template's default
+    assert rows, "the README's Deploy section has no parameter table"
+    assert {n: d for n, d in rows.items() if n not in parameters} == {}
+    assert {
+        name: default
+        for name, default in rows.items()
+        if default != documented_default(parameters[name].get("Default"))
+    } == {}
+
+
+def test_the_design_doc_counts_the_hostile_corpus() -> None:
+    # GIVEN the seeded corpus tests/workflow/test_hostile_inputs.py runs
+    size = len(corpus("amzn-s3-demo-bucket"))
+    # WHEN docs/design.md says how many inputs it holds
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    stated = re.search(r"seeded corpus of ([\d,]+) hostile inputs", design)
+    # THEN the number is the corpus's
+    assert stated is not None and int(stated.group(1).replace(",", "")) == size
 
 
 # ---- the checker itself --------------------------------------------------------------
@@ -239,6 +457,63 @@ def test_a_broken_link_a_missing_heading_and_a_moved_path_are_found(tmp_path: Pa
     assert not module_exists("onceflow.no_such_module")
     assert not module_exists("onceflow.no_such_package.module")
     assert slugs == {"title", "same", "same-1"}
+
+
+def test_a_row_glued_to_a_paragraph_is_found(tmp_path: Path) -> None:
+    # GIVEN a page with a good table, a row under a paragraph, and a table with no separator
+    page = tmp_path / "page.md"
+    page.write_text(
+        "| a | b |\n|---|---|\n| 1 | 2 |\n\nSome prose.\n| 3 | 4 |\n\n| c | d |\n| 5 | 6 |\n"
+        "\n<!-- x:start -->\n| e | f |\n|:--|--:|\n",
+        encoding="utf-8",
+    )
+    # WHEN its rows are checked
+    # THEN the glued row and the table without a separator are found, the rest is not
+    assert stray_table_rows(page) == [
+        "under a line of prose: | 3 | 4 |",
+        "a table without a separator line: | c | d |",
+    ]
+
+
+def test_a_renamed_test_is_found_and_a_recorded_one_is_not(tmp_path: Path) -> None:
+    # GIVEN a page naming a real test, a gone one, a node id whose file lacks it, and a
+    # test LocalStack recorded
+    page = tmp_path / "page.md"
+    page.write_text(
+        "`test_a_heading_gets_githubs_slug` `test_no_longer_here`\n"
+        "`tests/unit/test_docs.py::test_no_longer_here_either`\n\n"
+        "LocalStack's `test_base_scenarios` snapshot\n",
+        encoding="utf-8",
+    )
+    # WHEN its tests are looked up THEN the two gone ones are named
+    assert missing_tests(page) == [
+        "test_no_longer_here",
+        "tests/unit/test_docs.py::test_no_longer_here_either",
+    ]
+
+
+def test_make_targets_are_read_from_code_not_prose(tmp_path: Path) -> None:
+    # GIVEN a page naming targets in a code span and a code block, and "make" in prose
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Run `make demo`, then\nmake it yours.\n\n```bash\nmake no-such-target  # x\n```\n",
+        encoding="utf-8",
+    )
+    # WHEN its targets are read THEN the prose's "make it" is not one, the others are
+    assert make_targets_named(page) == {"demo", "no-such-target"}
+    assert "no-such-target" not in makefile_targets() and "demo" in makefile_targets()
+
+
+def test_an_option_the_command_does_not_take_is_found(tmp_path: Path) -> None:
+    # GIVEN a page with a real option, an option of another command, and an unknown one
+    page = tmp_path / "page.md"
+    page.write_text(
+        "`onceflow demo --seed 7` and `onceflow audit --seed 7`\n\n"
+        "```bash\nonceflow execute X -e events/a.json --no-such-flag  # comment --not-read\n```\n",
+        encoding="utf-8",
+    )
+    # WHEN its options are checked THEN the two wrong ones are named
+    assert unknown_options(page) == ["onceflow audit --seed", "onceflow execute --no-such-flag"]
 
 
 @pytest.mark.parametrize("page", DOCUMENTS, ids=lambda p: p.name)
