@@ -21,7 +21,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 JSONATA_DIR := onceflow/local/jsonata_js
 JSONATA_STAMP := $(JSONATA_DIR)/node_modules/.installed
 
-.PHONY: wheel setup demo test test-without-speedups lint typecheck security unit template build lock clean
+.PHONY: wheel setup demo test test-without-speedups lint typecheck security build lock clean
 
 setup: $(STAMP) $(JSONATA_STAMP)
 
