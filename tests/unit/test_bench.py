@@ -262,7 +262,8 @@ def test_every_mode_is_priced_with_its_ratio_to_the_baseline() -> None:
     assert batch["DynamoDB writes, table"] == pytest.approx(single["DynamoDB writes, table"])
     assert batch["DynamoDB storage"] == pytest.approx(single["DynamoDB storage"])
     assert batch["EventBridge Pipes requests"] == pytest.approx(0.4)  # per event
-    assert batch["SQS requests"] == pytest.approx((10 + 1 + 10) / 10 * 0.4)
+    # (10 sends, a receive for each message the window gathers, 10 deletes in this fixture)
+    assert batch["SQS requests"] == pytest.approx((10 + 10 + 10) / 10 * 0.4)
     # AND at ERROR the happy path logs nothing from the state machine
     quiet = by[("EXPRESS, S3 via EventBridge", "ERROR")]["components_per_million"]["happy"]
     assert quiet["CloudWatch Logs, state machine"] == 0
@@ -438,13 +439,40 @@ def test_a_batch_pays_its_execution_once_and_each_message_its_own() -> None:
     # THEN a batch of one pays a whole execution: its request, its receive and delete
     assert at[1].express_requests == pytest.approx(1.0)
     assert at[1].sqs_requests == pytest.approx(3.0)
-    # AND a batch of two half of it, a batch of ten a tenth (10 sends, 1 receive, 10 deletes)
+    # AND a batch of two half of it, a batch of ten a tenth; its SQS requests are each
+    # message's (here 10 sends, 10 receives as the window gathers them, 10 deletes)
     assert at[2].express_requests == pytest.approx(0.5)
     assert at[10].express_requests == pytest.approx(0.1)
-    assert at[10].sqs_requests == pytest.approx(21 / 10)
+    assert at[10].sqs_requests == pytest.approx(30 / 10)
     # AND what each message does alone does not shrink: its Lambda, its row's writes
     assert at[1].lambda_requests == at[10].lambda_requests == pytest.approx(1.0)
     assert at[1].table_wru == at[10].table_wru == pytest.approx(2.0)
+
+
+def test_a_batching_window_takes_a_receive_per_message_gathered_not_one_per_batch() -> None:
+    # GIVEN the batch workflow measured locally, where the pipe takes a batch with one
+    # ReceiveMessage and deletes it with one DeleteMessageBatch (as the local pipe does)
+    mode = bench.MODES[-1]
+    one = path_measure(
+        path="happy-1", source="sqs-batch", transitions=0, table_wru=2, index_wru={},
+        writes=2, lambda_invocations=1, integration_calls=2, data_bytes=4_000,
+        sqs_requests={"SendMessage": 1, "ReceiveMessage": 1, "DeleteMessageBatch": 1},
+        parallel_steps=2, messages=1,
+    )  # fmt: skip
+    ten = dataclasses.replace(
+        measures()[4],
+        sqs_requests={"SendMessage": 10, "ReceiveMessage": 1, "DeleteMessageBatch": 1},
+    )
+    # WHEN a message is priced at full batches of 10
+    usage = bench.message_usage(mode, ten, "ERROR", MODEL, 0.0, one, 10.0)
+    # THEN on AWS the pipe gathers a batch by polling until its window closes, and a long
+    # poll returns as soon as a message is there: at rates far below a poller's, one
+    # receive a message, not one a batch. Each message pays its send and its receive, the
+    # batch one delete: 2.1 requests a message, not the local pipe's 1.2.
+    assert usage.sqs_requests == pytest.approx(1 + 1 + 1 / 10)
+    # AND a batch of one pays its send, its receive and its delete
+    single = bench.message_usage(mode, ten, "ERROR", MODEL, 0.0, one, 1.0)
+    assert single.sqs_requests == pytest.approx(3.0)
 
 
 def test_an_express_arn_makes_the_ledger_row_longer() -> None:
