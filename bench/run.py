@@ -49,6 +49,8 @@ from PIL import Image
 from bench.pricing import (
     AUDIT_AGES,
     DAYS_PER_MONTH,
+    INVENTORY_REPORTS_KEPT_DAYS,
+    INVENTORY_ROW_GZIP_BYTES,
     PRICES,
     PRICES_AS_OF,
     QUOTAS,
@@ -66,6 +68,7 @@ from bench.pricing import (
     audit_day,
     emf_metrics,
     inventory_break_even_keys,
+    inventory_row_usd_per_day,
     mean_batch,
     monthly_items,
     months,
@@ -2536,8 +2539,13 @@ def render_as_shipped(report: Mapping[str, Any]) -> list[str]:
 def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
     """The audit's dollars per million uploads as the bucket ages, with and without Inventory."""
     units = a["units"]
-    per_row = PRICES["s3_inventory_object"].usd + SELECT_GB_SECONDS_PER_ROW * (
-        PRICES["lambda_gb_second"].usd
+    per_row = inventory_row_usd_per_day()
+    kept = (
+        INVENTORY_REPORTS_KEPT_DAYS
+        * INVENTORY_ROW_GZIP_BYTES
+        / 1024**3
+        * PRICES["s3_storage_gb_month"].usd
+        / DAYS_PER_MONTH
     )
     lines = [
         "",
@@ -2556,10 +2564,14 @@ def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
         "with the bucket's age. With a daily S3 Inventory (AuditInventory auto, the "
         "default, or Daily), SelectWindow streams the report and only the window's "
         "rows reach a child; what still grows with the bucket is the report's price, "
-        "$0.0025 per million objects listed, and the streaming "
+        "$0.0025 per million objects listed, the streaming "
         f"(${SELECT_GB_SECONDS_PER_ROW * PRICES['lambda_gb_second'].usd * 1e6:.5f} per "
         f"million rows at {SELECT_ROWS_PER_CPU_SECOND:,} rows a CPU second, measured on the "
-        f"development VM, not on Lambda): ${per_row * 1e6:.4f} per million objects a day.",
+        "development VM, not on Lambda), and the reports the output bucket keeps "
+        f"({INVENTORY_REPORTS_KEPT_DAYS} daily reports, ExpireInventoryReports, each listing "
+        f"every object in about {INVENTORY_ROW_GZIP_BYTES:.0f} gzip'd bytes: "
+        f"${kept * 1e6:.4f} per million objects a day at S3 Standard's $0.023 per GB-month, "
+        f"not verified): ${per_row * 1e6:.4f} per million objects a day.",
         "",
         "| bucket age | objects in the bucket | objects checked | $/day listing | $/M uploads "
         "| $/day with Inventory | $/M uploads with Inventory |",
@@ -2580,8 +2592,8 @@ def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
         "within 48 hours; until then, a day or two for a fresh stack, and whenever the "
         "newest report is over 2 days old, the audit lists). As shipped the bill's audit "
         "is therefore the Inventory column. With it "
-        "the audit's cost per upload grows with the bucket only by the report's price "
-        "and its streaming (the table's last column). An SQS message pays only "
+        "the audit's cost per upload grows with the bucket only by the report's price, "
+        "its streaming and its storage (the table's last column). An SQS message pays only "
         f"the fixed part (the lock sweep and the report): "
         f"${_usd(a['usd_per_million_sqs_messages'][a['level']])}/M.",
     ]

@@ -601,9 +601,12 @@ def test_the_audit_grows_with_the_bucket_and_inventory_replaces_the_listing() ->
     usd = 0.01 + 86_400 * 365 * 4e-8 + 86_400 * 2 * 6e-8
     assert day.usd == pytest.approx(usd)
     assert day.per_million_uploads == pytest.approx(usd / 86_400 * 1e6)
-    # AND with a daily Inventory every object costs its price ($0.0025 per million) and its
-    # streaming by SelectWindow; only the two days of the window reach a child (no LIST)
-    per_row = 2.5e-9 + pricing.SELECT_GB_SECONDS_PER_ROW * 0.0000166667
+    # AND with a daily Inventory every object costs its price ($0.0025 per million), its
+    # streaming by SelectWindow, and its row's share of the reports the output bucket keeps
+    # (14 daily reports, each listing it, at $0.023 per GB-month); only the two days of the
+    # window reach a child (no LIST)
+    stored = 14 * pricing.INVENTORY_ROW_GZIP_BYTES / 1024**3 * 0.023 / pricing.DAYS_PER_MONTH
+    per_row = 2.5e-9 + pricing.SELECT_GB_SECONDS_PER_ROW * 0.0000166667 + stored
     window_row = 4e-8 - 1e-8 + 6e-8
     inventory = 0.01 + 8e-7 + 86_400 * 365 * per_row + 86_400 * 2 * window_row
     assert day.usd_inventory == pytest.approx(inventory)
@@ -616,6 +619,32 @@ def test_the_audit_grows_with_the_bucket_and_inventory_replaces_the_listing() ->
     # AND an older bucket costs more per upload: the audit grows with the bucket's age
     older = pricing.audit_day(units, 1.0, 3 * 365.0, 30.0, 12.0)
     assert older.per_million_uploads > day.per_million_uploads
+
+
+def test_the_inventory_reports_kept_are_the_templates_and_their_rows_measured() -> None:
+    # GIVEN the template's lifecycle rule on the output bucket's inventory/ prefix
+    rules = load_template_rules()
+    kept = next(r for r in rules if r.get("Prefix") == "inventory/")
+    # THEN the bill keeps the reports as long as the template does
+    assert pricing.INVENTORY_REPORTS_KEPT_DAYS == kept["ExpirationInDays"] == 14
+    # AND a report's row is measured: a gzip'd CSV row of the template's columns (bucket,
+    # key, version id, latest, delete marker, size, date, ETag), random ids compressing badly
+    assert 60 < pricing.INVENTORY_ROW_GZIP_BYTES < 150
+    # AND what a report of an object costs to keep is on the audit's bill: 14 x its bytes
+    units = AuditUnits(0.0, 0.0, 0.0, 0.0, 0.0)
+    day = pricing.audit_day(units, 1.0, 1000.0, 30.0, 12.0)
+    listed = 86_400 * 1000.0
+    stored = listed * 14 * pricing.INVENTORY_ROW_GZIP_BYTES / 1024**3 * 0.023
+    assert day.usd_inventory > stored / pricing.DAYS_PER_MONTH
+
+
+def load_template_rules() -> list[dict[str, Any]]:
+    from onceflow.local.template import load_template
+
+    template = load_template(bench.PROJECT_ROOT / "template.yaml")
+    output = template["Resources"]["OutputBucket"]["Properties"]
+    rules: list[dict[str, Any]] = output["LifecycleConfiguration"]["Rules"]
+    return rules
 
 
 def test_the_batch_mode_is_bounded_by_synchronous_executions_not_the_start_rate() -> None:
