@@ -685,10 +685,20 @@ def test_the_as_shipped_bill_adds_fixed_costs_and_the_audit_to_usage() -> None:
     }
     metered = bench.Metered(processor=1, audit=9, baseline=1)
     # WHEN each is billed as shipped
+    # (each batch workflow measured on a batch of one too, as the bench does)
+    ones = [
+        path_measure(
+            path="happy-1", source=source, transitions=0, table_wru=2, index_wru={"OpenWork": 2},
+            writes=2, lambda_invocations=1, integration_calls=2, data_bytes=4_000,
+            sqs_requests={"SendMessage": 1, "ReceiveMessage": 1, "DeleteMessage": 1},
+            parallel_steps=2, messages=1,
+        )
+        for source in ("sqs-batch", "s3-batch")
+    ]  # fmt: skip
     rows = {
         r["mode"]: r
         for r in bench.bill_as_shipped(
-            measures(), baseline_measures(), units, MODEL, deployments, metered
+            measures() + ones, baseline_measures(), units, MODEL, deployments, metered
         )
     }
     base = rows[bench.BASELINE.name]
@@ -714,6 +724,17 @@ def test_the_as_shipped_bill_adds_fixed_costs_and_the_audit_to_usage() -> None:
         )
         assert batch["batch"] < batch["flattering"]["batch"] == 10
         assert batch["flattering"]["total"] < batch["total"]
+        # AND beside it the bill if the pipe's pollers share the arrivals as Lambda's five
+        # do (how many a pipe runs: not verified): each gathers a fifth of them, smaller
+        # batches, a dearer message
+        shared = batch["pollers_split"]
+        assert shared["pollers"] == 5
+        assert shared["batch"] == pytest.approx(
+            pricing.mean_batch(pricing.SEED_MESSAGES_PER_SECOND / 5, window, 10)
+        )
+        assert shared["batch"] < batch["batch"] and shared["total"] > batch["total"]
+        assert shared["ratio_to_baseline"] == pytest.approx(shared["total"] / base["total"])
+    assert rows["STANDARD, S3 via EventBridge"]["pollers_split"] is None
     # AND the S3 modes pay S3's events, and show the bill without them beside
     for name in ("STANDARD, S3 via EventBridge", bench.S3_BATCH_MODE.name):
         s3 = rows[name]
