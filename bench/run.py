@@ -2459,14 +2459,27 @@ def render_readme_bill(report: Mapping[str, Any]) -> list[str]:
             + " | ".join(_usd(r["volumes"][v]["total"]) for v in volumes)
             + f" | {ratio} |"
         )
+    ages = report["audit"]["by_age"]
+    aged = ", ".join(
+        f"${_usd(day['per_million_uploads_inventory'])}/M at {name}" for name, day in ages.items()
+    )
+    split = [
+        f"{_x(r['pollers_split']['ratio_to_baseline'])} from "
+        f"{'S3' if _from_s3(modes[r['mode']]) else 'SQS'}"
+        for r in report["as_shipped"]
+        if r.get("pollers_split")
+    ]
     lines += [
         "",
-        "All-in: usage, the fixed monthly costs (alarms, dashboard, custom metrics, "
-        "schedule) spread over the month's messages, and the daily audit of a 1-month-old "
-        "bucket as the defaults deploy it: from its S3 Inventory (AuditInventory auto, a "
-        "daily report on the stack's own bucket; until the first report, a day or two, it "
-        "lists), whose cost grows with the bucket only by the report's price "
-        "(docs/benchmarks.md, section 6).",
+        "All-in: usage, the fixed monthly costs (alarms, custom metrics, schedule; the "
+        "dashboard only with Observability full) spread over the month's messages, and the "
+        "daily audit of a 1-month-old bucket as the defaults deploy it: from its S3 Inventory "
+        "(AuditInventory auto, a daily report on the stack's own bucket; until the first "
+        "report, a day or two, it lists), whose cost per upload grows with the bucket by the "
+        f"report's price and storage ({aged}; docs/benchmarks.md, section 6). The batch "
+        "workflow's batches are those one poller gathers in the 10 s window; if the pipe's "
+        f"arrivals are shared by {PIPE_POLLERS_SHARING} pollers, as Lambda's are (not "
+        f"verified for Pipes), it costs {' and '.join(split)} x Powertools.",
         "",
     ]
     for source, label in (("s3", "From S3"), ("sqs", "From SQS")):
