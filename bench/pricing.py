@@ -10,9 +10,15 @@ function of the bucket's age, with and without S3 Inventory.
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
 import json
 import math
+import random
 import re
+import string
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +177,11 @@ PRICES: dict[str, Price] = {
         "https://aws.amazon.com/s3/pricing/",
         "not verified on the AWS page: third-party summaries give $0.0004 per 1,000",
     ),
+    "s3_storage_gb_month": Price(
+        0.023, "S3 Standard storage, GB-month (first 50 TB)",
+        "https://aws.amazon.com/s3/pricing/",
+        "not verified on the AWS page: third-party summaries give $0.023 per GB-month",
+    ),
     "s3_inventory_object": Price(
         0.0025 / 1_000_000, "S3 Inventory, object listed in a report",
         "https://aws.amazon.com/s3/pricing/",
@@ -269,6 +280,49 @@ AUDIT_WATERMARK_MARGIN_DAYS = 1.0
 # times 1,769 MB whatever the memory below that.
 SELECT_ROWS_PER_CPU_SECOND = 1_000_000
 SELECT_GB_SECONDS_PER_ROW = 1769 / 1024 / SELECT_ROWS_PER_CPU_SECOND
+# Each daily report lists every object, and the output bucket keeps the reports this many
+# days (template.yaml, OutputBucket's ExpireInventoryReports): an object's row is stored
+# that many times over at any moment. (Whether S3 keeps a report a little longer, its
+# expiry rounded to midnight UTC: not verified.)
+INVENTORY_REPORTS_KEPT_DAYS = 14
+
+
+def inventory_row_gzip_bytes(rows: int = 2_000) -> float:
+    """A report row's gzip'd bytes, measured on synthetic rows of the template's columns
+    (Bucket, Key, VersionId, IsLatest, IsDeleteMarker, Size, LastModifiedDate, ETag) as
+    S3 writes a CSV report (every field quoted; onceflow/local/inventory.py): a stack's
+    bucket name, keys of a date prefix and a UUID, 32-character version ids and MD5 ETags,
+    random as S3's are, so that they compress as little as real ones."""
+    rng = random.Random(2026)
+    alphabet = string.ascii_letters + string.digits + "._"
+    text = io.StringIO(newline="")
+    writer = csv.writer(text, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    for _ in range(rows):
+        day = rng.randint(1, 28)
+        writer.writerow([
+            "onceflow-ingestbucket-1q2w3e4r5t6y",
+            f"uploads/2026/11/{day:02d}/{uuid.UUID(int=rng.getrandbits(128))}.jpg",
+            "".join(rng.choice(alphabet) for _ in range(32)),
+            "true", "false", str(rng.randint(50_000, 5_000_000)),
+            f"2026-11-{day:02d}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:"
+            f"{rng.randint(0, 59):02d}.000Z",
+            f"{rng.getrandbits(128):032x}",
+        ])  # fmt: skip
+    return len(gzip.compress(text.getvalue().encode("utf-8"), mtime=0)) / rows
+
+
+INVENTORY_ROW_GZIP_BYTES = inventory_row_gzip_bytes()
+
+
+def inventory_row_usd_per_day() -> float:
+    """What an object in the bucket costs a day with a daily Inventory: its row's price, its
+    streaming by SelectWindow, and its rows in the reports kept (S3 Standard storage)."""
+    stored_gb = INVENTORY_REPORTS_KEPT_DAYS * INVENTORY_ROW_GZIP_BYTES / 1024**3
+    return (
+        PRICES["s3_inventory_object"].usd
+        + SELECT_GB_SECONDS_PER_ROW * PRICES["lambda_gb_second"].usd
+        + stored_gb * PRICES["s3_storage_gb_month"].usd / DAYS_PER_MONTH
+    )
 
 
 def months(days: float) -> float:
@@ -576,10 +630,7 @@ def audit_day(
     window = max(0.0, min(age_days, retention_days) - recent_cutoff_hours / 24)
     checked = per_day * min(window, judged_days)
     usd = units.fixed + listed * units.per_listed_key + checked * units.per_checked_key
-    per_row = (
-        PRICES["s3_inventory_object"].usd
-        + SELECT_GB_SECONDS_PER_ROW * PRICES["lambda_gb_second"].usd
-    )
+    per_row = inventory_row_usd_per_day()
     per_window_row = units.per_listed_key - units.listing_per_key + units.per_checked_key
     inventory = units.fixed + units.inventory_fixed + listed * per_row + checked * per_window_row
     return AuditDay(
@@ -591,10 +642,7 @@ def inventory_break_even_keys(units: AuditUnits) -> float:
     """Objects in the bucket above which a daily Inventory costs the audit less than listing:
     each object listed costs ``per_listed_key``, each in an inventory its price and its
     streaming, and the inventory run its fixed reads (the window's rows cost alike)."""
-    per_row = (
-        PRICES["s3_inventory_object"].usd
-        + SELECT_GB_SECONDS_PER_ROW * PRICES["lambda_gb_second"].usd
-    )
+    per_row = inventory_row_usd_per_day()
     saving = units.per_listed_key - per_row
     return math.inf if saving <= 0 else units.inventory_fixed / saving
 

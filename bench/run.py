@@ -49,6 +49,8 @@ from PIL import Image
 from bench.pricing import (
     AUDIT_AGES,
     DAYS_PER_MONTH,
+    INVENTORY_REPORTS_KEPT_DAYS,
+    INVENTORY_ROW_GZIP_BYTES,
     PRICES,
     PRICES_AS_OF,
     QUOTAS,
@@ -66,6 +68,7 @@ from bench.pricing import (
     audit_day,
     emf_metrics,
     inventory_break_even_keys,
+    inventory_row_usd_per_day,
     mean_batch,
     monthly_items,
     months,
@@ -122,6 +125,13 @@ BASELINE_EXPIRY_SECONDS = 22_500
 BASELINE_BATCH = 10
 # DynamoDB storage: 100 bytes of overhead per item (and per index item).
 DYNAMODB_ITEM_OVERHEAD_BYTES = 100
+# ReceiveMessage calls per message a pipe with a batching window gathers (execution_usage).
+RECEIVES_PER_MESSAGE_GATHERED = 1.0
+# Pollers sharing a queue's arrivals, for the bill beside the as-shipped one: Lambda's SQS
+# event source mapping starts with five (AWS Compute Blog, "Understanding how AWS Lambda
+# scales with Amazon SQS standard queues"); how many a pipe runs at a low rate is not
+# documented (not verified), so the all-in keeps one poller gathering every arrival.
+PIPE_POLLERS_SHARING = 5
 
 
 @dataclass(frozen=True)
@@ -813,6 +823,16 @@ def execution_usage(
     stored = (row_bytes + DYNAMODB_ITEM_OVERHEAD_BYTES) * measure.new_row * n
     records = (measure.express_log_events if express else measure.sfn_log_events)[level]
     sfn_bytes = log_bytes(records)
+    sqs_requests = float(sum(measure.sqs_requests.values()))
+    if mode.batch > 1:
+        # The local pipe takes a batch with one ReceiveMessage. On AWS the pipe "continues
+        # to poll messages from the Amazon SQS standard queue until" the batching window
+        # expires or the batch is full (eb-pipes-sqs.html), and a long poll returns "as
+        # soon as" a message is available (best-practices-using-appropriate-polling-mode
+        # .html): far below a poller's rate, a receive a message gathered. (At rates where
+        # several messages wait for one receive this over-counts: not verified.)
+        receives = measure.sqs_requests.get("ReceiveMessage", 0)
+        sqs_requests += max(receives, RECEIVES_PER_MESSAGE_GATHERED * n) - receives
     function_bytes = (
         log_bytes(measure.function_log_lines) + measure.lambda_invocations * LAMBDA_PLATFORM_BYTES
     )
@@ -823,7 +843,7 @@ def execution_usage(
         table_wru=table_wru,
         index_wru=sum(index_wru.values()),
         rru=measure.rru,
-        sqs_requests=sum(measure.sqs_requests.values()),
+        sqs_requests=sqs_requests,
         pipe_requests=float(n) if mode.source != "s3" else 0.0,
         eventbridge_events=float(n) if _from_s3(mode) else 0.0,
         sfn_log_bytes=sfn_bytes,
@@ -1999,6 +2019,23 @@ def bill_as_shipped(
         seed = volumes["1.0"]
         at = dataclasses.replace(model, messages_per_day=SEED_MESSAGES_PER_DAY)
         paid = audit_per_message(units, at, age_days, cutoff)
+        split = None
+        if mode.batch > 1:
+            # The same at the batches that form when the pipe's pollers share the arrivals:
+            # each opens a batch with its first message and gathers its share for the window.
+            shared = mean_batch(
+                SEED_MESSAGES_PER_SECOND / PIPE_POLLERS_SHARING,
+                deployment.pipe_window_seconds,
+                deployment.pipe_batch_size,
+            )
+            split_bills = _mode_bills(
+                mode, by, level, at, audit_as_deployed(paid, mode, deployment), shared
+            )
+            split_total = _seed_mix(split_bills) + seed["fixed"] / 1e6  # the audit is in them
+            split = {
+                "pollers": PIPE_POLLERS_SHARING, "batch": shared, "total": split_total * 1e6,
+                "ratio_to_baseline": split_total / base_totals[1.0],
+            }  # fmt: skip
         full = _mode_bills(
             mode, by, level, at, audit_as_deployed(paid, mode, deployment), float(mode.batch)
         )
@@ -2011,6 +2048,7 @@ def bill_as_shipped(
                                     "ratio_to_baseline", "s3_events_free_total", "components",
                                     "fixed_items", "fixed_usd_per_month")},
             "volumes": volumes,
+            "pollers_split": split,
             "flattering": {
                 "batch": mode.batch, "total": flattering * 1e6,
                 "ratio_to_baseline": flattering / base_flattering,
@@ -2421,14 +2459,27 @@ def render_readme_bill(report: Mapping[str, Any]) -> list[str]:
             + " | ".join(_usd(r["volumes"][v]["total"]) for v in volumes)
             + f" | {ratio} |"
         )
+    ages = report["audit"]["by_age"]
+    aged = ", ".join(
+        f"${_usd(day['per_million_uploads_inventory'])}/M at {name}" for name, day in ages.items()
+    )
+    split = [
+        f"{_x(r['pollers_split']['ratio_to_baseline'])} from "
+        f"{'S3' if _from_s3(modes[r['mode']]) else 'SQS'}"
+        for r in report["as_shipped"]
+        if r.get("pollers_split")
+    ]
     lines += [
         "",
-        "All-in: usage, the fixed monthly costs (alarms, dashboard, custom metrics, "
-        "schedule) spread over the month's messages, and the daily audit of a 1-month-old "
-        "bucket as the defaults deploy it: from its S3 Inventory (AuditInventory auto, a "
-        "daily report on the stack's own bucket; until the first report, a day or two, it "
-        "lists), whose cost grows with the bucket only by the report's price "
-        "(docs/benchmarks.md, section 6).",
+        "All-in: usage, the fixed monthly costs (alarms, custom metrics, schedule; the "
+        "dashboard only with Observability full) spread over the month's messages, and the "
+        "daily audit of a 1-month-old bucket as the defaults deploy it: from its S3 Inventory "
+        "(AuditInventory auto, a daily report on the stack's own bucket; until the first "
+        "report, a day or two, it lists), whose cost per upload grows with the bucket by the "
+        f"report's price and storage ({aged}; docs/benchmarks.md, section 6). The batch "
+        "workflow's batches are those one poller gathers in the 10 s window; if the pipe's "
+        f"arrivals are shared by {PIPE_POLLERS_SHARING} pollers, as Lambda's are (not "
+        f"verified for Pipes), it costs {' and '.join(split)} x Powertools.",
         "",
     ]
     for source, label in (("s3", "From S3"), ("sqs", "From SQS")):
@@ -2440,6 +2491,12 @@ def render_readme_bill(report: Mapping[str, Any]) -> list[str]:
         "console, and only STANDARD keeps them there."
     )
     return lines
+
+
+def _split(split: Mapping[str, Any] | None) -> str:
+    if not split:
+        return "-"
+    return f"{split['batch']:.2f}, {_usd(split['total'])} ({_x(split['ratio_to_baseline'])})"
 
 
 def render_as_shipped(report: Mapping[str, Any]) -> list[str]:
@@ -2458,13 +2515,19 @@ def render_as_shipped(report: Mapping[str, Any]) -> list[str]:
         "for 1 and 3 years). The baseline the same way: no batching window (Lambda's "
         "default), a DLQ alarm and its function's metrics. Beside it: the volume at 10x "
         "less and 10x more, what full batches and no fixed costs would give (not what "
-        "ships), and the bill if S3's events are free on EventBridge (not verified either "
-        "way; the all-in charges them at $1.00/M).",
+        "ships), the bill if S3's events are free on EventBridge (not verified either "
+        "way; the all-in charges them at $1.00/M), and the batch workflow's bill if the "
+        f"pipe's arrivals are shared by {PIPE_POLLERS_SHARING} pollers, as by the five "
+        "Lambda's SQS event source mapping starts with (how many pollers a pipe runs is "
+        "not documented: not verified; the all-in assumes one gathering every arrival, "
+        "the larger batches). A pipe with a batching window takes a ReceiveMessage for "
+        "each message it gathers (it polls until the window closes; a long poll returns "
+        "as soon as a message is there), one DeleteMessageBatch a batch.",
         "",
         "| mode | log level | batch | usage | fixed | audit | **all-in** | **x baseline** "
         "| all-in at 0.1x volume (x) | at 10x volume (x) | full batches, no fixed (x) "
-        "| S3 events free |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| S3 events free | {PIPE_POLLERS_SHARING} pollers sharing: batch, all-in (x) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["baseline"]:
@@ -2479,7 +2542,7 @@ def render_as_shipped(report: Mapping[str, Any]) -> list[str]:
             f"({_x(low['ratio_to_baseline'])}) | {_usd(high['total'])} "
             f"({_x(high['ratio_to_baseline'])}) | {_usd(r['flattering']['total'])} "
             f"({_x(r['flattering']['ratio_to_baseline'])}) | "
-            f"{'-' if free is None else _usd(free)} |"
+            f"{'-' if free is None else _usd(free)} | {_split(r.get('pollers_split'))} |"
         )
     bv = base["volumes"]
     lines.append(
@@ -2487,7 +2550,8 @@ def render_as_shipped(report: Mapping[str, Any]) -> list[str]:
         f"{_usd(base['fixed'])} | 0 | **{_usd(base['total'])}** | **1.00x** | "
         f"{_usd(bv[str(report['volumes'][0])]['total'])} | "
         f"{_usd(bv[str(report['volumes'][-1])]['total'])} | "
-        f"{_usd(base['flattering']['total'])} (batches of {base['flattering']['batch']}) | - |"
+        f"{_usd(base['flattering']['total'])} (batches of {base['flattering']['batch']}) | - "
+        "| - |"
     )
     per_day = [float(v) * seed["messages_per_day"] for v in report["volumes"]]
     lines += [
@@ -2524,8 +2588,13 @@ def render_as_shipped(report: Mapping[str, Any]) -> list[str]:
 def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
     """The audit's dollars per million uploads as the bucket ages, with and without Inventory."""
     units = a["units"]
-    per_row = PRICES["s3_inventory_object"].usd + SELECT_GB_SECONDS_PER_ROW * (
-        PRICES["lambda_gb_second"].usd
+    per_row = inventory_row_usd_per_day()
+    kept = (
+        INVENTORY_REPORTS_KEPT_DAYS
+        * INVENTORY_ROW_GZIP_BYTES
+        / 1024**3
+        * PRICES["s3_storage_gb_month"].usd
+        / DAYS_PER_MONTH
     )
     lines = [
         "",
@@ -2544,10 +2613,14 @@ def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
         "with the bucket's age. With a daily S3 Inventory (AuditInventory auto, the "
         "default, or Daily), SelectWindow streams the report and only the window's "
         "rows reach a child; what still grows with the bucket is the report's price, "
-        "$0.0025 per million objects listed, and the streaming "
+        "$0.0025 per million objects listed, the streaming "
         f"(${SELECT_GB_SECONDS_PER_ROW * PRICES['lambda_gb_second'].usd * 1e6:.5f} per "
         f"million rows at {SELECT_ROWS_PER_CPU_SECOND:,} rows a CPU second, measured on the "
-        f"development VM, not on Lambda): ${per_row * 1e6:.4f} per million objects a day.",
+        "development VM, not on Lambda), and the reports the output bucket keeps "
+        f"({INVENTORY_REPORTS_KEPT_DAYS} daily reports, ExpireInventoryReports, each listing "
+        f"every object in about {INVENTORY_ROW_GZIP_BYTES:.0f} gzip'd bytes: "
+        f"${kept * 1e6:.4f} per million objects a day at S3 Standard's $0.023 per GB-month, "
+        f"not verified): ${per_row * 1e6:.4f} per million objects a day.",
         "",
         "| bucket age | objects in the bucket | objects checked | $/day listing | $/M uploads "
         "| $/day with Inventory | $/M uploads with Inventory |",
@@ -2568,8 +2641,8 @@ def render_audit_by_age(a: Mapping[str, Any]) -> list[str]:
         "within 48 hours; until then, a day or two for a fresh stack, and whenever the "
         "newest report is over 2 days old, the audit lists). As shipped the bill's audit "
         "is therefore the Inventory column. With it "
-        "the audit's cost per upload grows with the bucket only by the report's price "
-        "and its streaming (the table's last column). An SQS message pays only "
+        "the audit's cost per upload grows with the bucket only by the report's price, "
+        "its streaming and its storage (the table's last column). An SQS message pays only "
         f"the fixed part (the lock sweep and the report): "
         f"${_usd(a['usd_per_million_sqs_messages'][a['level']])}/M.",
     ]

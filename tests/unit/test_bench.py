@@ -262,7 +262,8 @@ def test_every_mode_is_priced_with_its_ratio_to_the_baseline() -> None:
     assert batch["DynamoDB writes, table"] == pytest.approx(single["DynamoDB writes, table"])
     assert batch["DynamoDB storage"] == pytest.approx(single["DynamoDB storage"])
     assert batch["EventBridge Pipes requests"] == pytest.approx(0.4)  # per event
-    assert batch["SQS requests"] == pytest.approx((10 + 1 + 10) / 10 * 0.4)
+    # (10 sends, a receive for each message the window gathers, 10 deletes in this fixture)
+    assert batch["SQS requests"] == pytest.approx((10 + 10 + 10) / 10 * 0.4)
     # AND at ERROR the happy path logs nothing from the state machine
     quiet = by[("EXPRESS, S3 via EventBridge", "ERROR")]["components_per_million"]["happy"]
     assert quiet["CloudWatch Logs, state machine"] == 0
@@ -438,13 +439,40 @@ def test_a_batch_pays_its_execution_once_and_each_message_its_own() -> None:
     # THEN a batch of one pays a whole execution: its request, its receive and delete
     assert at[1].express_requests == pytest.approx(1.0)
     assert at[1].sqs_requests == pytest.approx(3.0)
-    # AND a batch of two half of it, a batch of ten a tenth (10 sends, 1 receive, 10 deletes)
+    # AND a batch of two half of it, a batch of ten a tenth; its SQS requests are each
+    # message's (here 10 sends, 10 receives as the window gathers them, 10 deletes)
     assert at[2].express_requests == pytest.approx(0.5)
     assert at[10].express_requests == pytest.approx(0.1)
-    assert at[10].sqs_requests == pytest.approx(21 / 10)
+    assert at[10].sqs_requests == pytest.approx(30 / 10)
     # AND what each message does alone does not shrink: its Lambda, its row's writes
     assert at[1].lambda_requests == at[10].lambda_requests == pytest.approx(1.0)
     assert at[1].table_wru == at[10].table_wru == pytest.approx(2.0)
+
+
+def test_a_batching_window_takes_a_receive_per_message_gathered_not_one_per_batch() -> None:
+    # GIVEN the batch workflow measured locally, where the pipe takes a batch with one
+    # ReceiveMessage and deletes it with one DeleteMessageBatch (as the local pipe does)
+    mode = bench.MODES[-1]
+    one = path_measure(
+        path="happy-1", source="sqs-batch", transitions=0, table_wru=2, index_wru={},
+        writes=2, lambda_invocations=1, integration_calls=2, data_bytes=4_000,
+        sqs_requests={"SendMessage": 1, "ReceiveMessage": 1, "DeleteMessageBatch": 1},
+        parallel_steps=2, messages=1,
+    )  # fmt: skip
+    ten = dataclasses.replace(
+        measures()[4],
+        sqs_requests={"SendMessage": 10, "ReceiveMessage": 1, "DeleteMessageBatch": 1},
+    )
+    # WHEN a message is priced at full batches of 10
+    usage = bench.message_usage(mode, ten, "ERROR", MODEL, 0.0, one, 10.0)
+    # THEN on AWS the pipe gathers a batch by polling until its window closes, and a long
+    # poll returns as soon as a message is there: at rates far below a poller's, one
+    # receive a message, not one a batch. Each message pays its send and its receive, the
+    # batch one delete: 2.1 requests a message, not the local pipe's 1.2.
+    assert usage.sqs_requests == pytest.approx(1 + 1 + 1 / 10)
+    # AND a batch of one pays its send, its receive and its delete
+    single = bench.message_usage(mode, ten, "ERROR", MODEL, 0.0, one, 1.0)
+    assert single.sqs_requests == pytest.approx(3.0)
 
 
 def test_an_express_arn_makes_the_ledger_row_longer() -> None:
@@ -573,9 +601,12 @@ def test_the_audit_grows_with_the_bucket_and_inventory_replaces_the_listing() ->
     usd = 0.01 + 86_400 * 365 * 4e-8 + 86_400 * 2 * 6e-8
     assert day.usd == pytest.approx(usd)
     assert day.per_million_uploads == pytest.approx(usd / 86_400 * 1e6)
-    # AND with a daily Inventory every object costs its price ($0.0025 per million) and its
-    # streaming by SelectWindow; only the two days of the window reach a child (no LIST)
-    per_row = 2.5e-9 + pricing.SELECT_GB_SECONDS_PER_ROW * 0.0000166667
+    # AND with a daily Inventory every object costs its price ($0.0025 per million), its
+    # streaming by SelectWindow, and its row's share of the reports the output bucket keeps
+    # (14 daily reports, each listing it, at $0.023 per GB-month); only the two days of the
+    # window reach a child (no LIST)
+    stored = 14 * pricing.INVENTORY_ROW_GZIP_BYTES / 1024**3 * 0.023 / pricing.DAYS_PER_MONTH
+    per_row = 2.5e-9 + pricing.SELECT_GB_SECONDS_PER_ROW * 0.0000166667 + stored
     window_row = 4e-8 - 1e-8 + 6e-8
     inventory = 0.01 + 8e-7 + 86_400 * 365 * per_row + 86_400 * 2 * window_row
     assert day.usd_inventory == pytest.approx(inventory)
@@ -588,6 +619,32 @@ def test_the_audit_grows_with_the_bucket_and_inventory_replaces_the_listing() ->
     # AND an older bucket costs more per upload: the audit grows with the bucket's age
     older = pricing.audit_day(units, 1.0, 3 * 365.0, 30.0, 12.0)
     assert older.per_million_uploads > day.per_million_uploads
+
+
+def test_the_inventory_reports_kept_are_the_templates_and_their_rows_measured() -> None:
+    # GIVEN the template's lifecycle rule on the output bucket's inventory/ prefix
+    rules = load_template_rules()
+    kept = next(r for r in rules if r.get("Prefix") == "inventory/")
+    # THEN the bill keeps the reports as long as the template does
+    assert pricing.INVENTORY_REPORTS_KEPT_DAYS == kept["ExpirationInDays"] == 14
+    # AND a report's row is measured: a gzip'd CSV row of the template's columns (bucket,
+    # key, version id, latest, delete marker, size, date, ETag), random ids compressing badly
+    assert 60 < pricing.INVENTORY_ROW_GZIP_BYTES < 150
+    # AND what a report of an object costs to keep is on the audit's bill: 14 x its bytes
+    units = AuditUnits(0.0, 0.0, 0.0, 0.0, 0.0)
+    day = pricing.audit_day(units, 1.0, 1000.0, 30.0, 12.0)
+    listed = 86_400 * 1000.0
+    stored = listed * 14 * pricing.INVENTORY_ROW_GZIP_BYTES / 1024**3 * 0.023
+    assert day.usd_inventory > stored / pricing.DAYS_PER_MONTH
+
+
+def load_template_rules() -> list[dict[str, Any]]:
+    from onceflow.local.template import load_template
+
+    template = load_template(bench.PROJECT_ROOT / "template.yaml")
+    output = template["Resources"]["OutputBucket"]["Properties"]
+    rules: list[dict[str, Any]] = output["LifecycleConfiguration"]["Rules"]
+    return rules
 
 
 def test_the_batch_mode_is_bounded_by_synchronous_executions_not_the_start_rate() -> None:
@@ -628,10 +685,20 @@ def test_the_as_shipped_bill_adds_fixed_costs_and_the_audit_to_usage() -> None:
     }
     metered = bench.Metered(processor=1, audit=9, baseline=1)
     # WHEN each is billed as shipped
+    # (each batch workflow measured on a batch of one too, as the bench does)
+    ones = [
+        path_measure(
+            path="happy-1", source=source, transitions=0, table_wru=2, index_wru={"OpenWork": 2},
+            writes=2, lambda_invocations=1, integration_calls=2, data_bytes=4_000,
+            sqs_requests={"SendMessage": 1, "ReceiveMessage": 1, "DeleteMessage": 1},
+            parallel_steps=2, messages=1,
+        )
+        for source in ("sqs-batch", "s3-batch")
+    ]  # fmt: skip
     rows = {
         r["mode"]: r
         for r in bench.bill_as_shipped(
-            measures(), baseline_measures(), units, MODEL, deployments, metered
+            measures() + ones, baseline_measures(), units, MODEL, deployments, metered
         )
     }
     base = rows[bench.BASELINE.name]
@@ -657,6 +724,17 @@ def test_the_as_shipped_bill_adds_fixed_costs_and_the_audit_to_usage() -> None:
         )
         assert batch["batch"] < batch["flattering"]["batch"] == 10
         assert batch["flattering"]["total"] < batch["total"]
+        # AND beside it the bill if the pipe's pollers share the arrivals as Lambda's five
+        # do (how many a pipe runs: not verified): each gathers a fifth of them, smaller
+        # batches, a dearer message
+        shared = batch["pollers_split"]
+        assert shared["pollers"] == 5
+        assert shared["batch"] == pytest.approx(
+            pricing.mean_batch(pricing.SEED_MESSAGES_PER_SECOND / 5, window, 10)
+        )
+        assert shared["batch"] < batch["batch"] and shared["total"] > batch["total"]
+        assert shared["ratio_to_baseline"] == pytest.approx(shared["total"] / base["total"])
+    assert rows["STANDARD, S3 via EventBridge"]["pollers_split"] is None
     # AND the S3 modes pay S3's events, and show the bill without them beside
     for name in ("STANDARD, S3 via EventBridge", bench.S3_BATCH_MODE.name):
         s3 = rows[name]
