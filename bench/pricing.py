@@ -281,10 +281,11 @@ AUDIT_WATERMARK_MARGIN_DAYS = 1.0
 SELECT_ROWS_PER_CPU_SECOND = 1_000_000
 SELECT_GB_SECONDS_PER_ROW = 1769 / 1024 / SELECT_ROWS_PER_CPU_SECOND
 # Each daily report lists every object, and the output bucket keeps the reports this many
-# days (template.yaml, OutputBucket's ExpireInventoryReports): an object's row is stored
-# that many times over at any moment. (Whether S3 keeps a report a little longer, its
-# expiry rounded to midnight UTC: not verified.)
-INVENTORY_REPORTS_KEPT_DAYS = 14
+# days (template.yaml, OutputBucket's ExpireInventoryReports, for a daily report:
+# AuditInventory auto): an object's row is stored that many times over at any moment.
+# (Whether S3 keeps a report a little longer, its expiry rounded to midnight UTC: not
+# verified.)
+INVENTORY_REPORTS_KEPT_DAYS = 3
 
 
 def inventory_row_gzip_bytes(rows: int = 2_000) -> float:

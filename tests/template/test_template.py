@@ -393,6 +393,16 @@ def test_the_audit_function_may_do_what_it_does_and_no_more() -> None:
     assert all(s["Resource"] != "*" for s in statements)
 
 
+def _inventory_max_age_hours() -> Any:
+    from tests.template.translate import translated
+
+    for resource in translated()["Resources"].values():
+        variables = resource.get("Properties", {}).get("Environment", {}).get("Variables", {})
+        if "AUDIT_INVENTORY_MAX_AGE_HOURS" in variables:
+            return variables["AUDIT_INVENTORY_MAX_AGE_HOURS"]["Fn::If"][1]
+    raise AssertionError("no function reads AUDIT_INVENTORY_MAX_AGE_HOURS")
+
+
 def test_the_audits_results_and_inventory_reports_do_not_pile_up() -> None:
     from tests.template.translate import translated
 
@@ -401,6 +411,11 @@ def test_the_audits_results_and_inventory_reports_do_not_pile_up() -> None:
     # Only what the audit writes expires: outputs and audit reports stay
     assert set(by_prefix) == {"reports/audit-runs/", "inventory/"}
     assert by_prefix["reports/audit-runs/"]["ExpirationInDays"] == 30
-    # The audit reads a report at most 8 days old (Weekly): 14 days keep two
-    assert by_prefix["inventory/"]["ExpirationInDays"] == 14
+    # A report is kept a day longer than the audit reads it (48 h Daily, 192 h Weekly:
+    # AUDIT_INVENTORY_MAX_AGE_HOURS), and no longer: each day kept stores every object's row
+    _, *kept_days = by_prefix["inventory/"]["ExpirationInDays"]["Fn::If"]
+    condition, *read_hours = _inventory_max_age_hours()["Fn::If"]
+    assert condition == "WeeklyInventory" and kept_days == [9, 3]
+    margins = [days * 24 - int(hours) for days, hours in zip(kept_days, read_hours, strict=True)]
+    assert margins == [24, 24]
     assert all(r["Status"] == "Enabled" for r in rules["Rules"])

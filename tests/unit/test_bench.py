@@ -603,9 +603,9 @@ def test_the_audit_grows_with_the_bucket_and_inventory_replaces_the_listing() ->
     assert day.per_million_uploads == pytest.approx(usd / 86_400 * 1e6)
     # AND with a daily Inventory every object costs its price ($0.0025 per million), its
     # streaming by SelectWindow, and its row's share of the reports the output bucket keeps
-    # (14 daily reports, each listing it, at $0.023 per GB-month); only the two days of the
+    # (3 daily reports, each listing it, at $0.023 per GB-month); only the two days of the
     # window reach a child (no LIST)
-    stored = 14 * pricing.INVENTORY_ROW_GZIP_BYTES / 1024**3 * 0.023 / pricing.DAYS_PER_MONTH
+    stored = 3 * pricing.INVENTORY_ROW_GZIP_BYTES / 1024**3 * 0.023 / pricing.DAYS_PER_MONTH
     per_row = 2.5e-9 + pricing.SELECT_GB_SECONDS_PER_ROW * 0.0000166667 + stored
     window_row = 4e-8 - 1e-8 + 6e-8
     inventory = 0.01 + 8e-7 + 86_400 * 365 * per_row + 86_400 * 2 * window_row
@@ -622,19 +622,22 @@ def test_the_audit_grows_with_the_bucket_and_inventory_replaces_the_listing() ->
 
 
 def test_the_inventory_reports_kept_are_the_templates_and_their_rows_measured() -> None:
-    # GIVEN the template's lifecycle rule on the output bucket's inventory/ prefix
+    # GIVEN the template's lifecycle rule on the output bucket's inventory/ prefix: a daily
+    # report is read while at most 2 days old, a weekly one 8 (AUDIT_INVENTORY_MAX_AGE_HOURS),
+    # so the reports are kept a day longer than that and no more
     rules = load_template_rules()
     kept = next(r for r in rules if r.get("Prefix") == "inventory/")
-    # THEN the bill keeps the reports as long as the template does
-    assert pricing.INVENTORY_REPORTS_KEPT_DAYS == kept["ExpirationInDays"] == 14
+    assert kept["ExpirationInDays"] == {"Fn::If": ["WeeklyInventory", 9, 3]}
+    # THEN the bill (a daily report: AuditInventory auto) keeps them as long as the template
+    assert pricing.INVENTORY_REPORTS_KEPT_DAYS == 3
     # AND a report's row is measured: a gzip'd CSV row of the template's columns (bucket,
     # key, version id, latest, delete marker, size, date, ETag), random ids compressing badly
     assert 60 < pricing.INVENTORY_ROW_GZIP_BYTES < 150
-    # AND what a report of an object costs to keep is on the audit's bill: 14 x its bytes
+    # AND what a report of an object costs to keep is on the audit's bill: 3 x its bytes
     units = AuditUnits(0.0, 0.0, 0.0, 0.0, 0.0)
     day = pricing.audit_day(units, 1.0, 1000.0, 30.0, 12.0)
     listed = 86_400 * 1000.0
-    stored = listed * 14 * pricing.INVENTORY_ROW_GZIP_BYTES / 1024**3 * 0.023
+    stored = listed * 3 * pricing.INVENTORY_ROW_GZIP_BYTES / 1024**3 * 0.023
     assert day.usd_inventory > stored / pricing.DAYS_PER_MONTH
 
 
