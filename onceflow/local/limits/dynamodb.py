@@ -14,7 +14,7 @@ from moto.dynamodb.exceptions import ItemSizeTooLarge, MockValidationException
 from moto.dynamodb.models import dynamo_type
 
 from onceflow.local.limits.common import ORIGINAL, binary_size, limit, utf8
-from onceflow.local.patches.registry import gone, takes
+from onceflow.local.patches.registry import gone, lacks, takes
 
 # Docs: "DynamoDB item sizes and formats"; "Supported data types".
 DYNAMODB_ITEM_LIMIT: Final = 400 * 1024
@@ -141,6 +141,8 @@ PATCHES = (
         (dynamodb_responses.DynamoHandler, "call_action", _checked_dynamodb_call),
         fits=lambda: [
             *takes(dynamodb_responses.DynamoHandler.call_action, "self"),
+            # the request is read from moto's parsed parameters (moto 5.1 json.loads it there)
+            *lacks(dynamodb_responses.DynamoHandler.call_action, '"params"'),
             *gone(BaseResponse, "_transform_response", "_enrich_response"),
         ],
     ),
