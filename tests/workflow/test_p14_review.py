@@ -5,8 +5,10 @@ passes, so each check must name everything its patch relies on. Each case here i
 moto release measured with the engine (installed beside it with `pip install --target`):
 with moto 5.1.22, 5.2.0 and 5.2.2 every check passed and the engine then failed inside
 moto (a CreateTable refused as "null", MarkComplete on "'str' object has no attribute
-'result'", a second execution on "cannot pickle '_thread.RLock' object"). Each test puts
-that release's method, as it was, in moto's place.
+'result'", a second execution on "cannot pickle '_thread.RLock' object"); with 5.2.4 it
+ran, every machine STANDARD (an EXPRESS one without its ARN, its five minutes or its
+names started again). Each test puts that release's method, in what the check reads of
+it, in moto's place.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from moto.core.responses import BaseResponse
 from moto.dynamodb.responses import DynamoHandler
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+from moto.stepfunctions.responses import StepFunctionResponse
 
 from onceflow.cli import main
 from onceflow.local import patches
@@ -51,6 +54,11 @@ def _start_execution_of_moto_5_2_2(
     return copy.deepcopy(state_machine)
 
 
+def _create_state_machine_of_moto_5_2_4(self: Any) -> Any:
+    # moto 5.2.4 read no machine type (the model set STANDARD): nothing was EXPRESS
+    return None
+
+
 @pytest.mark.parametrize(
     ("owner", "name", "stand_in", "named"),
     [
@@ -61,6 +69,12 @@ def _start_execution_of_moto_5_2_2(
             "start_execution",
             _start_execution_of_moto_5_2_2,
             "id(state_machine.executions)",
+        ),
+        (
+            StepFunctionResponse,
+            "create_state_machine",
+            _create_state_machine_of_moto_5_2_4,
+            '_get_param("type")',
         ),
     ],
 )
