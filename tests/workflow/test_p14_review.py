@@ -30,6 +30,9 @@ from moto.stepfunctions.responses import StepFunctionResponse
 from onceflow.cli import main
 from onceflow.local import ingress, patches
 from onceflow.local.engine import LocalEngine
+from tests.helpers import attributes, dlq_messages, ledger_rows, with_constants
+from tests.workflow.test_batch_mode import PARAMETERS as BATCH_PARAMETERS
+from tests.workflow.test_batch_mode import outcomes
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 ROLE = "arn:aws:iam::123456789012:role/p14-probe"
@@ -238,3 +241,29 @@ def test_sqs_and_dynamodb_count_utf8_bytes_to_the_byte(engine: LocalEngine) -> N
             else:
                 with pytest.raises(ClientError, match="Item size has exceeded"):
                     dynamodb.put_item(TableName=table, Item=item)
+
+
+# ---- Deep input: each message judged alone, at any depth its queue lets through --------
+
+
+def test_a_message_nested_10000_levels_deep_in_a_batch_harms_no_neighbour() -> None:
+    # GIVEN batch mode taking two messages a batch (so 62 KB a message: 10,000 levels
+    # fit, five times what node's stack holds) and an order beside a deep message
+    with with_constants(
+        LocalEngine(parameters=BATCH_PARAMETERS, function_log=io.StringIO()), SqsBatchSize="2"
+    ) as local:
+        sqs, url = local.client("sqs"), local.ref("SourceQueue")
+        order = sqs.send_message(QueueUrl=url, MessageBody='{"orderId":"order-1"}')["MessageId"]
+        deep = sqs.send_message(QueueUrl=url, MessageBody='{"a":' * 10_000 + "1" + "}" * 10_000)
+        # WHEN the pipe hands both over as one batch
+        [arn] = local.pump_pipes()
+        # THEN the batch succeeded: the deep message alone is an InvalidEvent, dead-lettered,
+        # and the order beside it was processed; nothing is left in the queue
+        assert local.wait(arn).status == "SUCCEEDED"
+        by_message = outcomes(local, arn)
+        assert by_message[deep["MessageId"]]["outcome"] == "InvalidEvent"
+        assert by_message[order]["outcome"] == "Processed"
+        assert [row["pk"] for row in ledger_rows(local)] == ["sqs:order-1"]
+        [dead] = dlq_messages(local)
+        assert attributes(dead)["ERROR_CODE"] == "InvalidEvent"
+        assert "Messages" not in sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)
