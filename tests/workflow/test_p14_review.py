@@ -1,4 +1,5 @@
-"""P14 review: what an adversarial pass found on the landed engine (issue 28, items 2-4).
+"""P14 review: what an adversarial pass found on the landed engine (issue 28, items 2-4):
+another moto (below), UTF-8 at every limit to the byte, deep input judged alone.
 
 Another moto: a version other than the pinned one runs only if every patch's fits check
 passes, so each check must name everything its patch relies on. Each case here is a
