@@ -117,7 +117,11 @@ class _Worker:
             env=_node_environment(),
         )
         self.compiled: set[int] = set()  # expression keys this process has compiled
-        self.busy_since: float | None = None
+        # The call under way (its number, when it began), or None: changed under _state,
+        # so that the watchdog ends a worker only for the call it timed (end_if_busy).
+        self.busy: tuple[int, float] | None = None
+        self._calls = itertools.count(1)
+        self._state = threading.Lock()
         # Set before a kill: a killed process can still look alive to poll()
         # until the kernel reaps it, and must not go back to the pool meanwhile.
         self.ended = False
@@ -146,7 +150,8 @@ class _Worker:
 
     def call(self, request: str) -> dict[str, Any]:
         assert self.process.stdin is not None
-        self.busy_since = time.monotonic()
+        with self._state:
+            self.busy = (next(self._calls), time.monotonic())
         try:
             self.process.stdin.write(request.encode("ascii") + b"\n")
             self.process.stdin.flush()
@@ -159,7 +164,14 @@ class _Worker:
                 raise self._stopped() from exc
             raise
         finally:
-            self.busy_since = None
+            with self._state:
+                self.busy = None
+
+    def end_if_busy(self, busy: tuple[int, float]) -> None:
+        """End the worker if the call busy names is still under way (not one begun since)."""
+        with self._state:
+            if self.busy == busy:
+                self.end()
 
     def end(self) -> None:
         self.ended = True
@@ -190,7 +202,7 @@ class Evaluator:
     def _acquire(self) -> _Worker:
         while True:
             with contextlib.suppress(queue.Empty):
-                return self._idle.get_nowait()
+                return self._live(self._idle.get_nowait())
             with self._lock:
                 if self._closed:
                     raise WorkerError("the JSONata evaluator is closed")
@@ -198,7 +210,14 @@ class Evaluator:
                     self._workers.append(_Worker())
                     return self._workers[-1]
             with contextlib.suppress(queue.Empty):
-                return self._idle.get(timeout=0.5)
+                return self._live(self._idle.get(timeout=0.5))
+
+    def _live(self, worker: _Worker) -> _Worker:
+        """worker, unless it died while idle (no caller's doing): then a new one."""
+        if worker.process.poll() is None:
+            return worker
+        self._release(worker)  # takes it out of the pool
+        return self._acquire()
 
     def _release(self, worker: _Worker) -> None:
         if not worker.ended and worker.process.poll() is None:
@@ -216,9 +235,9 @@ class Evaluator:
             with self._lock:
                 workers = list(self._workers)
             for worker in workers:
-                since = worker.busy_since
-                if since is not None and time.monotonic() - since > EVALUATION_TIMEOUT_SECONDS:
-                    worker.end()
+                busy = worker.busy
+                if busy is not None and time.monotonic() - busy[1] > EVALUATION_TIMEOUT_SECONDS:
+                    worker.end_if_busy(busy)
 
     def warm(self) -> None:
         """Start a worker now, so that a missing node or library fails here, not in a state."""

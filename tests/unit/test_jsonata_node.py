@@ -13,6 +13,7 @@ import math
 import re
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -255,21 +256,43 @@ def test_many_threads_share_the_pool_and_each_gets_its_own_answer() -> None:
         evaluator.close()
 
 
-def test_a_dead_worker_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN a pool of one whose worker was killed
+def test_a_worker_that_died_idle_is_never_handed_to_the_next_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a pool of one whose idle worker was killed (not by a caller: its death is no
+    # caller's doing)
     evaluator = jsonata_node.Evaluator(size=1)
     try:
         evaluator.warm()
         dead = evaluator._workers[0].process
         dead.kill()
         dead.wait()
-        # WHEN the next evaluation comes THEN it fails, and the one after gets a new worker
-        with pytest.raises(jsonata_node.WorkerError, match="stopped"):
-            evaluator.evaluate("1 + 1")
+        # WHEN the next evaluation comes THEN it gets a new worker, and its answer
         assert evaluator.evaluate("1 + 1") == 2
+        assert [w.process for w in evaluator._workers] != [dead]
         # AND the dead one's pipes are closed, not left to the garbage collector
         assert dead.stdin is not None and dead.stdout is not None
         assert dead.stdin.closed and dead.stdout.closed
+    finally:
+        evaluator.close()
+
+
+def test_the_watchdog_ends_a_worker_only_while_the_call_it_timed_runs() -> None:
+    # GIVEN a worker the watchdog saw an hour into one call (a call over the limit), and
+    # that call ended and another began before the watchdog acted on what it saw
+    evaluator = jsonata_node.Evaluator(size=1)
+    try:
+        evaluator.warm()
+        worker = evaluator._workers[0]
+        worker.busy = seen = (7, time.monotonic() - 3600)
+        worker.busy = (8, time.monotonic())
+        # WHEN the watchdog acts on what it saw THEN the worker lives (the new call is not
+        # ended for the old one's time: "the jsonata worker stopped: exit status -9")
+        worker.end_if_busy(seen)
+        assert not worker.ended and worker.process.poll() is None
+        # AND while the call it saw still runs, it ends the worker
+        worker.end_if_busy(worker.busy)
+        assert worker.ended
     finally:
         evaluator.close()
 

@@ -248,7 +248,7 @@ def test_another_moto_that_moved_what_a_patch_needs_stops_in_one_line(
         LocalEngine(function_log=io.StringIO()).start()
     line = str(raised.value)
     assert "\n" not in line
-    assert line.startswith("onceflow: the local engine does not fit moto 9.9.9 (pinned ")
+    assert line.startswith("the local engine does not fit moto 9.9.9 (pinned ")
     assert "Step Functions history and duration: Program.eval is gone" in line
     assert patches.installed() is None
 

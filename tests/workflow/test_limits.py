@@ -571,6 +571,28 @@ def test_partition_keys_over_2048_bytes_are_refused(services: LocalEngine) -> No
     assert put == expected and update == expected
 
 
+def test_a_key_over_its_size_is_refused_by_reads_and_deletes_too(services: LocalEngine) -> None:
+    # AWS refuses an oversized key in GetItem, BatchGetItem and DeleteItem as in PutItem
+    # (captured with the AWS CLI: ExtendDB/extenddb#194, "fix: primary key size limit";
+    # moto checked writes only, and answered a read as if the item were missing).
+    # GIVEN a key of 1,025 "é" (2,050 bytes), and one of 683 "中" (2,049 bytes)
+    ddb = services.client("dynamodb")
+    table = _table(services)
+    expected = (
+        "ValidationException",
+        "One or more parameter values were invalid: Size of hashkey has exceeded the maximum "
+        "size limit of2048 bytes",
+    )
+    for key in ({"pk": {"S": "é" * 1025}}, {"pk": {"S": "中" * 683}}):
+        # WHEN it is read, read in a batch, or deleted THEN DynamoDB's ValidationException
+        assert _error_code(ddb.get_item, TableName=table, Key=key) == expected
+        batch = {table: {"Keys": [{"pk": {"S": "fine"}}, key]}}
+        assert _error_code(ddb.batch_get_item, RequestItems=batch) == expected
+        assert _error_code(ddb.delete_item, TableName=table, Key=key) == expected
+    # AND a key of exactly 2,048 bytes (1,024 "é") is read as usual
+    assert "Item" not in ddb.get_item(TableName=table, Key={"pk": {"S": "é" * 1024}})
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [

@@ -10,11 +10,17 @@ from typing import Any, Final
 from moto.core.responses import BaseResponse
 from moto.core.utils import get_service_model
 from moto.dynamodb import responses as dynamodb_responses
-from moto.dynamodb.exceptions import ItemSizeTooLarge, MockValidationException
+from moto.dynamodb.exceptions import (
+    HashKeyTooLong,
+    ItemSizeTooLarge,
+    MockValidationException,
+    RangeKeyTooLong,
+)
 from moto.dynamodb.models import dynamo_type
+from moto.dynamodb.models.table import Table
 
 from onceflow.local.limits.common import ORIGINAL, binary_size, limit, utf8
-from onceflow.local.patches.registry import gone, takes
+from onceflow.local.patches.registry import gone, lacks, takes
 
 # Docs: "DynamoDB item sizes and formats"; "Supported data types".
 DYNAMODB_ITEM_LIMIT: Final = 400 * 1024
@@ -115,11 +121,37 @@ def _refusal(action: str, params: Mapping[str, Any]) -> str | None:
     return next(filter(None, map(number_problem, _numbers_in(params))), None)
 
 
+def _keys_read(action: str, params: Mapping[str, Any]) -> Iterator[tuple[Any, Any]]:
+    """(table name, key) of each key a read or a delete names (writes: moto checks them)."""
+    if action in ("GetItem", "DeleteItem"):
+        yield params.get("TableName"), params.get("Key")
+    elif action == "BatchGetItem":
+        for table, request in (params.get("RequestItems") or {}).items():
+            yield from ((table, key) for key in (request or {}).get("Keys") or ())
+
+
+def _key_problem(backend: Any, action: str, params: Mapping[str, Any]) -> str | None:
+    """A key over 2,048 bytes (partition) or 1,024 (sort), refused as a write's is (AWS
+    refuses it in reads and deletes too: ExtendDB/extenddb#194, captured with the AWS CLI;
+    moto answered them as if the item were missing)."""
+    for name, key in _keys_read(action, params):
+        table = backend.tables.get(name) if isinstance(name, str) else None
+        if table is not None and isinstance(key, dict):
+            try:
+                table._validate_key_sizes(key)
+            except (HashKeyTooLong, RangeKeyTooLong) as refused:
+                return str(refused.key_too_large_msg)
+    return None
+
+
 def _checked_dynamodb_call(self: Any) -> Any:
     """DynamoDB validates a request before anything else: its members, then every number
-    of every AttributeValue (moto checked only the top level of PutItem, through a float).
-    A refusal is answered as moto answers an action's, with a request id."""
-    if (problem := _refusal(self._get_action(), getattr(self, "params", None) or {})) is None:
+    of every AttributeValue (moto checked only the top level of PutItem, through a float),
+    then the size of every key it reads. A refusal is answered as moto answers an
+    action's, with a request id."""
+    action, params = self._get_action(), getattr(self, "params", None) or {}
+    problem = _refusal(action, params) or _key_problem(self.dynamodb_backend, action, params)
+    if problem is None:
         return ORIGINAL[_checked_dynamodb_call](self)
     refused = MockValidationException(problem)
     headers = {**dict(refused.get_headers() or []), "status": refused.code}
@@ -132,16 +164,23 @@ PATCHES = (
     limit(
         "DynamoDB items, numbers and requests",
         "An item over 400 KB by AWS's formula, a number of more than 38 digits or out of "
-        "range anywhere in a request, a required member left null or a table name outside "
-        "[a-zA-Z0-9_.-]+ is refused with DynamoDB's ValidationException in its words "
+        "range anywhere in a request, a required member left null, a table name outside "
+        "[a-zA-Z0-9_.-]+ or a key over 2,048 (partition) or 1,024 bytes (sort) in a read "
+        "or a delete is refused with DynamoDB's ValidationException in its words "
         "(DynamoDB item sizes and formats; Supported data types; LocalStack's recorded "
-        "test_task_service_dynamodb test_invalid_param, test_put_item_invalid_table_name).",
+        "test_task_service_dynamodb test_invalid_param, test_put_item_invalid_table_name; "
+        "ExtendDB/extenddb#194 for keys, captured with the AWS CLI).",
         "tests/workflow/test_limits.py",
         (dynamo_type.LimitedSizeDict, "__setitem__", _limited_setitem),
         (dynamodb_responses.DynamoHandler, "call_action", _checked_dynamodb_call),
         fits=lambda: [
             *takes(dynamodb_responses.DynamoHandler.call_action, "self"),
+            # the request is read from moto's parsed parameters (moto 5.1 json.loads it there)
+            *lacks(dynamodb_responses.DynamoHandler.call_action, '"params"'),
             *gone(BaseResponse, "_transform_response", "_enrich_response"),
+            *gone(Table, "_validate_key_sizes"),
+            *gone(HashKeyTooLong, "key_too_large_msg"),
+            *gone(RangeKeyTooLong, "key_too_large_msg"),
         ],
     ),
 )

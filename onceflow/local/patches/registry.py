@@ -16,6 +16,8 @@ from typing import Any, Literal
 import boto3
 from botocore.handlers import BUILTIN_HANDLERS
 
+from onceflow.local.errors import EngineError
+
 # limit: AWS's quotas (onceflow/local/limits/); iam: the template's roles
 # (onceflow/local/iam.py); meter: the bench's DynamoDB meter.
 Kind = Literal["hook", "fidelity", "limit", "iam", "meter", "speedup"]
@@ -103,6 +105,11 @@ class Patch:
         return [*self.moved(), *pin]
 
 
+class DoesNotFit(EngineError, RuntimeError):
+    """moto or botocore moved what a patch needs: the engine does not start (a command
+    prints the one line, no traceback)."""
+
+
 _ABSENT = object()
 
 
@@ -171,11 +178,11 @@ def install_all(patches: Sequence[Patch], versions: str = "") -> Installed:
         found = {p.name: p.problems() for p in patches}
         moved = "; ".join(f"{p.name}: {m}" for p in patches for m in p.moved()) if versions else ""
         if moved:
-            raise RuntimeError(f"onceflow: the local engine does not fit {versions}: {moved} "
-                               "(install the pinned versions: make setup)")  # fmt: skip
+            raise DoesNotFit(f"the local engine does not fit {versions}: {moved} "
+                             "(install the pinned versions: make setup)")  # fmt: skip
         required = [f"{p.name}: {m}" for p in patches if p.kind != "speedup" for m in found[p.name]]
         if required:
-            raise RuntimeError(
+            raise DoesNotFit(
                 "onceflow's engine patches no longer fit this moto (a hook or a fidelity "
                 "patch; the engine would not behave as AWS does): " + "; ".join(required)
             )

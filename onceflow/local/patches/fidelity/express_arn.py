@@ -7,10 +7,11 @@ import uuid
 from typing import Any
 
 from moto.stepfunctions import models as sfn_models
+from moto.stepfunctions import responses as sfn_responses
 from moto.stepfunctions.parser.api import StateMachineType
 from moto.stepfunctions.parser.backend import execution as execution_module
 
-from onceflow.local.patches.registry import Installer, Patch, gone, takes
+from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _Execution = execution_module.Execution
 _Backend = sfn_models.StepFunctionBackend
@@ -55,6 +56,9 @@ def _fits() -> list[str]:
         *takes(_Execution.__init__, "self", "name", "sm_type", "role_arn", "exec_arn"),
         *gone(_Machine, "_handle_name_input_idempotency"),
         *takes(_Machine._handle_name_input_idempotency, "self", "name", "execution_input"),
+        # a machine keeps the type it was created with (moto 5.2.4 made every one STANDARD)
+        *lacks(sfn_responses.StepFunctionResponse.create_state_machine, '_get_param("type")'),
+        *lacks(sfn_models.StateMachineInstance.__init__, "self.type = sm_type"),
     ]
 
 

@@ -30,7 +30,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
     state_task_service_sqs,
 )
 
-from onceflow.local.patches.registry import Installer, Patch, gone, takes
+from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _Service = state_task_service.StateTaskService
 _Lambda = state_task_service_lambda.StateTaskServiceLambda
@@ -150,6 +150,7 @@ def _results_fit() -> list[str]:
     return [
         *takes(_original_after, "self", "env", "resource_runtime_part", "normalised_parameters"),
         *gone(DynamoHandler, "update_item"),
+        *lacks(DynamoHandler.update_item, "-> ActionResult"),  # whose .result it edits
         *gone(_Service, "_to_boto_request", "_from_boto_response_value"),
         *_defines(_AwsSdk, "_normalise_parameters", _sdk_parameters),
         *_defines(_AwsSdk, "_normalise_response", _sdk_response),
