@@ -80,6 +80,7 @@ class Session:
         with engine_for(self.shared, parameters, fresh, template) as engine:
             if self.shared is None:  # not again for every command sent to `onceflow up`
                 _foreign_processor_note(engine)
+            _unloadable_handler_note(engine)  # at every command until the code is fixed
             yield engine
 
     def record(self, engine: LocalEngine, known: Iterable[Execution] = ()) -> None:
@@ -129,6 +130,20 @@ def _fresh_stack_note(template: Path) -> None:
     if template.parent != Path.cwd().resolve():
         print(f"local: using {template}", file=sys.stderr)  # found above, or --template
     print(FRESH_STACK, file=sys.stderr)
+
+
+def _unloadable_handler_note(engine: LocalEngine) -> None:
+    """One line for each function whose handler could not be loaded: its invocations fail
+    with the Python runtime's error (the execution shows it), as on Lambda."""
+    for spec in list(engine.runtime.functions.values()):
+        error = engine.runtime.load_errors.get(spec.name)
+        if error is not None:
+            print(
+                f"local: {spec.logical_id} (Handler {spec.handler}, CodeUri "
+                f"{spec.code_uri}) cannot be loaded: {error}; each invocation fails with it, "
+                "as on Lambda, until the code is fixed",
+                file=sys.stderr,
+            )
 
 
 def _foreign_processor_note(engine: LocalEngine) -> None:

@@ -1,0 +1,139 @@
+"""Your own function, as `onceflow init` writes it and as a user then breaks it: a Handler
+that names no module, no function, or a module that does not compile.
+
+Lambda deploys such a function and answers every invocation with its Python runtime's
+error (aws-lambda-python-runtime-interface-client, awslambdaric/bootstrap.py,
+_get_handler: Runtime.ImportModuleError "Unable to import module 'M': ...",
+Runtime.HandlerNotFound "Handler 'F' missing on module 'M'", Runtime.UserCodeSyntaxError
+"Syntax error in module 'M': ..."), and tries the import again at the next invocation.
+The engine does the same: the execution fails as on AWS, the work stays in the ledger
+(FAILED, nothing lost), the command says so in one line, and once the code is fixed the
+same work is processed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from onceflow.cli import main
+from onceflow.local.engine import LocalEngine
+from tests.helpers import ledger_row
+
+TEXT = b"one two\nthree four five\n"  # 2 lines, 5 words
+STARTER_HANDLER = "Handler: word_count.handler"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An app as `onceflow init` writes it."""
+    where = tmp_path_factory.mktemp("user") / "my-app"
+    assert main(["init", str(where)]) == 0
+    return where
+
+
+def _with_handler(app: Path, handler: str, tmp_path: Path) -> Path:
+    """A copy of the app whose function's Handler is ``handler``."""
+    copy = tmp_path / "app"
+    copy.mkdir()
+    for entry in app.iterdir():
+        (copy / entry.name).symlink_to(entry)
+    (copy / "template.yaml").unlink()
+    (copy / "src").unlink()
+    (copy / "src").mkdir()
+    for module in (app / "src").iterdir():
+        (copy / "src" / module.name).write_bytes(module.read_bytes())
+    text = (app / "template.yaml").read_text(encoding="utf-8")
+    assert STARTER_HANDLER in text
+    (copy / "template.yaml").write_text(
+        text.replace(STARTER_HANDLER, f"Handler: {handler}"), encoding="utf-8"
+    )
+    return copy
+
+
+BROKEN = [
+    ("nope.handler", "Runtime.ImportModuleError",
+     "Unable to import module 'nope': No module named 'nope'"),
+    ("word_count.nothing", "Runtime.HandlerNotFound",
+     "Handler 'nothing' missing on module 'word_count'"),
+    ("broken.handler", "Runtime.UserCodeSyntaxError", "Syntax error in module 'broken': "),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("handler", "error", "message"), BROKEN)
+def test_a_handler_that_cannot_load_fails_its_execution_as_lambda_does_in_one_line(
+    app: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    handler: str,
+    error: str,
+    message: str,
+) -> None:
+    # GIVEN the user's app with a Handler that cannot be loaded
+    mine = _with_handler(app, handler, tmp_path)
+    (mine / "src" / "broken.py").write_text("def handler(event, context:\n", encoding="utf-8")
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(TEXT)
+    monkeypatch.chdir(mine)
+    # WHEN they run their own file through it
+    code = main(["execute", "ProcessorStateMachine", "--upload", str(notes), "--json",
+                 "--no-record", "--no-server"])  # fmt: skip
+    out, err = capsys.readouterr()
+    # THEN the execution fails with the Python runtime's error, its work marked FAILED
+    result = json.loads(out)
+    assert code == 1
+    assert result["error"] == error and message in result["cause"]
+    names = [state["name"] for state in result["states"]]
+    assert names[:3] == ["Claim", "Process", "MarkFailed"] and "MarkComplete" not in names
+    # AND the command said what is wrong in one line, without a traceback
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
+    assert handler in line and error in line and message in line
+
+
+@pytest.fixture
+def broken_engine(app: Path, tmp_path: Path) -> Iterator[tuple[LocalEngine, Path]]:
+    """The app on an engine that stays up (as `onceflow up` keeps it), its Handler naming a
+    module the user has not written yet."""
+    mine = _with_handler(app, "counter.handler", tmp_path)
+    with LocalEngine(mine / "template.yaml", function_log=io.StringIO()) as engine:
+        yield engine, mine
+
+
+def test_work_that_met_an_unloadable_handler_is_processed_once_the_code_is_fixed(
+    broken_engine: tuple[LocalEngine, Path],
+) -> None:
+    # GIVEN an upload delivered while the function's module is missing
+    engine, mine = broken_engine
+    assert engine.parent is not None
+    bucket = engine.parent.ref("UploadsBucket")
+    version = engine.client("s3").put_object(Bucket=bucket, Key="n.txt", Body=TEXT)["VersionId"]
+    [failed] = engine.put_s3_event(bucket, "n.txt", version)
+    key = f"s3://{bucket}/n.txt#{version}"
+    first = engine.wait(failed)
+    assert first.status == "FAILED" and first.error == "Runtime.ImportModuleError"
+    row = ledger_row(engine, key)
+    assert row is not None and row["status"] == "FAILED"
+    assert "Runtime.ImportModuleError" in row["last_error"]
+    [why] = engine.runtime.load_errors.values()
+    assert (
+        why
+        == "Runtime.ImportModuleError: Unable to import module 'counter': No module named 'counter'"
+    )
+    # WHEN the user writes the module and the same upload is delivered again
+    (mine / "src" / "counter.py").write_bytes((mine / "src" / "word_count.py").read_bytes())
+    [again] = engine.put_s3_event(bucket, "n.txt", version)
+    # THEN the function loads at this invocation, as Lambda's next init does, and counts it
+    second = engine.wait(again)
+    assert second.status == "SUCCEEDED" and second.states_entered[-1] == "MarkComplete"
+    assert second.output["result"] == {"lines": 2, "words": 5}
+    row = ledger_row(engine, key)
+    assert row is not None and row["status"] == "PROCESSED"
+    assert engine.runtime.load_errors == {}
+    assert re.fullmatch(r"\d+", str(row["attempts"])) and int(row["attempts"]) == 2
