@@ -1,5 +1,5 @@
-"""The wheel carries the SAM app itself (template.yaml, statemachines/, functions/, events/)
-and the starter app `onceflow init` writes (examples/word-count), under onceflow/app/.
+"""The wheel carries the SAM app itself (template.yaml, statemachines/, functions/, events/),
+its docs/ and the starter app `onceflow init` writes (examples/word-count), under onceflow/app/.
 
 They live at the top of the repository, where `sam build` and `sam deploy` read them;
 this step copies them into the package as it is built, so an installed onceflow runs
@@ -25,7 +25,8 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 # What the app is made of, relative to the repository, and what a copy leaves out.
-APP = ("template.yaml", "samconfig.toml", "statemachines", "functions", "events")
+# docs/: the pages onceflow's messages and help name (docs/NAME.md).
+APP = ("template.yaml", "samconfig.toml", "statemachines", "functions", "events", "docs")
 STARTER = Path("examples") / "word-count"
 LEFT_OUT = shutil.ignore_patterns("__pycache__", "*.pyc", "src", ".aws-sam", ".onceflow")
 JSONATA = Path("onceflow") / "local" / "jsonata_js"

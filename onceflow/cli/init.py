@@ -15,8 +15,9 @@ from pathlib import Path
 from onceflow.project import bundled_app, starter_app
 
 # onceflow's app as the nested application needs it (statemachines/src are the sources
-# of the ASL files, not read by sam or the engine).
-APP = ("template.yaml", "statemachines", "functions", "events")
+# of the ASL files, not read by sam or the engine), and its docs (the processor contract
+# the README and the function name: docs/processor.md).
+APP = ("template.yaml", "statemachines", "functions", "events", "docs")
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "src", ".aws-sam", ".onceflow")
 # The example's README speaks of this repository; the app gets one of its own.
 SKIPPED_STARTER = shutil.ignore_patterns(
@@ -34,7 +35,10 @@ table (`CountsTable`) and your function (`WordCountFunction`, `src/word_count.py
 which counts the lines and words of each `.txt` upload); onceflow, in `{nested}/`, is
 nested in front of them (`ProcessorFunctionArn`, `ExistingBucketName`, `KeySuffix`).
 Replace the function and the table with yours; keep the processor contract
-(the work item in, a small JSON result out, `PermanentError` for input no retry fixes).
+(the work item in, a small JSON result out, `PermanentError` for input no retry fixes:
+[{nested}/docs/processor.md]({nested}/docs/processor.md)). A `Handler` the engine
+cannot load fails each invocation as on Lambda (`Runtime.ImportModuleError` ...), and
+every command says so in one line.
 
 Locally, no AWS account:
 

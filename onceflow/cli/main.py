@@ -30,7 +30,12 @@ from onceflow.local import forwarding
 from onceflow.local.errors import EngineError, WrongEvent
 from onceflow.local.jsonata_node import WorkerError
 from onceflow.local.template import TemplateError
-from onceflow.project import TemplateNotFound, project_directory, template_or_bundled
+from onceflow.project import (
+    TemplateNotFound,
+    docs_directory,
+    project_directory,
+    template_or_bundled,
+)
 from onceflow.view import records
 from onceflow.view.executions import StackError
 
@@ -57,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="onceflow",
         description="onceflow on the embedded local engine (no AWS account needed).",
+        epilog=f"The docs/NAME.md that messages name are in {docs_directory()}",
+        # The path as it is: the default formatter wraps at a hyphen (site-packages).
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
 

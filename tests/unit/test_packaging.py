@@ -128,6 +128,14 @@ def test_the_wheel_built_from_a_clone_carries_the_app_jsonata_and_the_viewer(
         zipfile.ZipFile(wheel).read("onceflow/local/jsonata_js/node_modules/jsonata/package.json")
     )
     assert jsonata["version"] == "2.0.6"
+    # AND every page of docs/ that onceflow's messages and help name (docs/NAME.md)
+    named = {
+        match
+        for source in (ROOT / "onceflow").rglob("*.py")
+        for match in re.findall(r"docs/[a-z-]+\.md", source.read_text(encoding="utf-8"))
+    }
+    assert "docs/doctor.md" in named
+    assert sorted(n for n in named if f"onceflow/app/{n}" not in names) == []
     # AND nothing a build or a run leaves behind
     assert not [n for n in names if "__pycache__" in n or "/.aws-sam/" in n or "/.onceflow/" in n]
 
@@ -201,6 +209,10 @@ def test_the_local_extra_runs_the_quick_start_from_an_unrelated_directory(
     benched = _run([str(command), "bench", "--messages", "1"], here, env)
     # THEN each works on the app the package carries
     assert helped.returncode == 0 and "usage: onceflow" in helped.stdout
+    # (and the help says where the docs/NAME.md its messages name are)
+    docs = re.search(r"docs/NAME\.md[^/]*?(/\S+/docs)\b", " ".join(helped.stdout.split()))
+    assert docs is not None, helped.stdout
+    assert (Path(docs.group(1)) / "doctor.md").is_file()
     assert demo.returncode == 0 and "exactly once: OK" in demo.stdout, demo.stdout + demo.stderr
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "status: SUCCEEDED" in ran.stdout and "Processed" in ran.stdout
@@ -237,3 +249,7 @@ def test_init_from_the_installed_package_writes_an_app_of_the_users(
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert '"lines": 2' in ran.stdout and '"words": 3' in ran.stdout
     assert "onceflow's own app" not in ran.stderr
+    # AND the contract its README and its function name is in the app it wrote
+    readme = (here / "my-app" / "README.md").read_text(encoding="utf-8")
+    assert "onceflow/docs/processor.md" in readme
+    assert (here / "my-app" / "onceflow" / "docs" / "processor.md").is_file()
