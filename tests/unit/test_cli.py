@@ -496,3 +496,18 @@ def test_upload_to_a_machine_s3_never_starts_is_refused(
     err = capsys.readouterr().err
     assert code == 2 and "--upload runs S3's Object Created event" in err
     assert "ProcessorStateMachine takes" in err and "Traceback" not in err
+
+
+def test_the_audit_report_names_the_keys_it_lists_as_resubmitted() -> None:
+    # GIVEN an audit report that resubmitted one failed upload and left no open work
+    from onceflow.cli.stack_commands import render_audit
+
+    key = "s3://bucket/neg.csv#v1"
+    report = {"audit": "a1", "bucket": "bucket", "failed_resubmitted": 1, "sweep_deferred": 0,
+              "resubmitted_sample": [key]}  # fmt: skip
+    # WHEN it is printed
+    lines = render_audit(report).splitlines()
+    # THEN the key is listed under a line that says what it is, not under the last count
+    at = lines.index(f"    - {key}")
+    assert lines[at - 1].strip() == "resubmitted (the first keys):"
+    assert "open work left to the next audit" not in lines[at - 1]
