@@ -137,3 +137,32 @@ def test_work_that_met_an_unloadable_handler_is_processed_once_the_code_is_fixed
     assert row is not None and row["status"] == "PROCESSED"
     assert engine.runtime.load_errors == {}
     assert re.fullmatch(r"\d+", str(row["attempts"])) and int(row["attempts"]) == 2
+
+
+def test_your_own_file_goes_through_the_batch_workflow_in_the_batch_mode(
+    app: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN the user's app with onceflow nested in the batch mode (S3 through the queue)
+    mine = _with_handler(app, "word_count.handler", tmp_path)
+    text = (mine / "template.yaml").read_text(encoding="utf-8")
+    nested = "        KeySuffix: .txt\n"
+    assert nested in text
+    batch = '        SqsBatchMode: "true"\n        ProcessorTimeoutSeconds: 40\n'
+    (mine / "template.yaml").write_text(text.replace(nested, nested + batch), encoding="utf-8")
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(TEXT)
+    monkeypatch.chdir(mine)
+    # WHEN they run their own file through the workflow that takes uploads in that mode
+    code = main(["execute", "BatchProcessorStateMachine", "--upload", str(notes), "--json",
+                 "--no-record", "--no-server"])  # fmt: skip
+    out, err = capsys.readouterr()
+    # THEN it was uploaded and ran as the message the rule sends to the source queue
+    assert code == 0, err
+    assert "uploaded notes.txt to s3://" in err
+    result = json.loads(out)
+    assert result["status"] == "SUCCEEDED" and result["output"] == {"batchItemFailures": []}
+    names = {state["name"] for state in result["states"]}
+    assert {"Process", "MarkComplete"} <= names
