@@ -136,6 +136,8 @@ def _unloadable_handler_note(engine: LocalEngine) -> None:
     """One line for each function whose handler could not be loaded: its invocations fail
     with the Python runtime's error (the execution shows it), as on Lambda."""
     for spec in list(engine.runtime.functions.values()):
+        if spec.name in engine.runtime.load_errors:
+            engine.runtime.load(spec)  # again: the code may be fixed since (onceflow up)
         error = engine.runtime.load_errors.get(spec.name)
         if error is not None:
             print(

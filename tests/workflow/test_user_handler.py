@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from onceflow.cli import main
+from onceflow.cli.session import _unloadable_handler_note
 from onceflow.local.engine import LocalEngine
 from tests.helpers import ledger_row
 
@@ -107,7 +108,7 @@ def broken_engine(app: Path, tmp_path: Path) -> Iterator[tuple[LocalEngine, Path
 
 
 def test_work_that_met_an_unloadable_handler_is_processed_once_the_code_is_fixed(
-    broken_engine: tuple[LocalEngine, Path],
+    broken_engine: tuple[LocalEngine, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     # GIVEN an upload delivered while the function's module is missing
     engine, mine = broken_engine
@@ -126,8 +127,15 @@ def test_work_that_met_an_unloadable_handler_is_processed_once_the_code_is_fixed
         why
         == "Runtime.ImportModuleError: Unable to import module 'counter': No module named 'counter'"
     )
+    # (a command sent to this engine, as to `onceflow up`, says it in one line)
+    _unloadable_handler_note(engine)
+    [said] = capsys.readouterr().err.splitlines()
+    assert "WordCountFunction (Handler counter.handler" in said and why in said
     # WHEN the user writes the module and the same upload is delivered again
     (mine / "src" / "counter.py").write_bytes((mine / "src" / "word_count.py").read_bytes())
+    # (the next command no longer says it: it tries the import again)
+    _unloadable_handler_note(engine)
+    assert capsys.readouterr().err == ""
     [again] = engine.put_s3_event(bucket, "n.txt", version)
     # THEN the function loads at this invocation, as Lambda's next init does, and counts it
     second = engine.wait(again)
