@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import io
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from onceflow.view.history import Execution
 
 if TYPE_CHECKING:
     from onceflow.local.engine import LocalEngine
+    from onceflow.local.lambdas import FunctionSpec
     from onceflow.local.server import SharedEngine
 
 # What a command run without `onceflow up` says, once, before it runs.
@@ -143,9 +145,24 @@ def _unloadable_handler_note(engine: LocalEngine) -> None:
             print(
                 f"local: {spec.logical_id} (Handler {spec.handler}, CodeUri "
                 f"{spec.code_uri}) cannot be loaded: {error}; each invocation fails with it, "
-                "as on Lambda, until the code is fixed",
+                f"as on Lambda, until the code is fixed{_dependency_hint(spec, error)}",
                 file=sys.stderr,
             )
+
+
+def _dependency_hint(spec: FunctionSpec, error: str) -> str:
+    """What to do when a library the function imports is missing: the engine runs handlers
+    in its own Python (sam build packages CodeUri/requirements.txt for Lambda, not here)."""
+    missing = re.search(r"^Runtime\.ImportModuleError: .*No module named '([^'.]+)", error)
+    handler_module = spec.handler.rpartition(".")[0].replace("/", ".").split(".")[0]
+    if missing is None or missing.group(1) == handler_module:
+        return ""
+    requirements = spec.code_uri / "requirements.txt"
+    what = f"-r {requirements}" if requirements.is_file() else missing.group(1)
+    return (
+        "; a library its Lambda package carries (sam build) must be in onceflow's Python "
+        f"here, where the engine runs it: {sys.executable} -m pip install {what}"
+    )
 
 
 def _foreign_processor_note(engine: LocalEngine) -> None:

@@ -98,6 +98,35 @@ def test_a_handler_that_cannot_load_fails_its_execution_as_lambda_does_in_one_li
     assert handler in line and error in line and message in line
 
 
+def test_a_dependency_of_your_function_missing_here_is_named_with_how_to_install_it(
+    app: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN the user's function importing a library that onceflow's Python does not have,
+    # listed in the function's requirements.txt (sam build packages it for Lambda)
+    mine = _with_handler(app, "needs.handler", tmp_path)
+    (mine / "src" / "needs.py").write_text(
+        "import onceflow_absent_library\n\n\ndef handler(event, context):\n    return {}\n",
+        encoding="utf-8",
+    )
+    (mine / "src" / "requirements.txt").write_text("onceflow-absent-library\n", encoding="utf-8")
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(TEXT)
+    monkeypatch.chdir(mine)
+    # WHEN they run their own file through it
+    code = main(["execute", "ProcessorStateMachine", "--upload", str(notes), "--json",
+                 "--no-record", "--no-server"])  # fmt: skip
+    _, err = capsys.readouterr()
+    # THEN it fails as on a Lambda package without it, and the line says how to run it here:
+    # the engine runs the function in the Python onceflow is installed in
+    assert code == 1
+    [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
+    assert "No module named 'onceflow_absent_library'" in line
+    assert f"-m pip install -r {mine / 'src' / 'requirements.txt'}" in line
+
+
 @pytest.fixture
 def broken_engine(app: Path, tmp_path: Path) -> Iterator[tuple[LocalEngine, Path]]:
     """The app on an engine that stays up (as `onceflow up` keeps it), its Handler naming a
