@@ -203,3 +203,21 @@ def test_your_own_file_goes_through_the_batch_workflow_in_the_batch_mode(
     assert result["status"] == "SUCCEEDED" and result["output"] == {"batchItemFailures": []}
     names = {state["name"] for state in result["states"]}
     assert {"Process", "MarkComplete"} <= names
+
+
+@pytest.mark.parametrize(
+    ("directory", "stack"),
+    [("my-app", "my-app"), ("2nd_app.v2", "app-2nd-app-v2"), ("Photos", "Photos")],
+)
+def test_init_names_the_stack_after_the_app_not_the_example(
+    tmp_path: Path, directory: str, stack: str
+) -> None:
+    # GIVEN a directory for a new app
+    where = tmp_path / directory
+    # WHEN the user writes the starter app there
+    assert main(["init", str(where)]) == 0
+    # THEN `sam deploy` deploys it as a stack of its own name (a valid CloudFormation
+    # stack name: a letter first, then letters, digits and hyphens), not as word-count
+    config = (where / "samconfig.toml").read_text(encoding="utf-8")
+    assert f'stack_name = "{stack}"' in config and f's3_prefix = "{stack}"' in config
+    assert "word-count" not in config
