@@ -167,7 +167,19 @@ def execution_role(engine: LocalEngine) -> str:
         return str(iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust)["Role"]["Arn"])
 
 
+# What the engine can run: a Python handler from CodeUri, imported in its own process.
+_RUNS_ONLY = (
+    "the local engine runs Python functions only (CodeUri and Handler, imported in its own "
+    "process); run this one with sam local invoke, or on AWS"
+)
+
+
 def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
+    if props.get("PackageType", "Zip") != "Zip":
+        raise TemplateError(f"{logical_id}: PackageType {props['PackageType']}: {_RUNS_ONLY}")
+    runtime = str(props.get("Runtime", "python3.13"))
+    if not runtime.startswith("python"):
+        raise TemplateError(f"{logical_id}: Runtime {runtime}: {_RUNS_ONLY}")
     environment = {k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()}
     timeout, memory = int(props.get("Timeout", 3)), int(props.get("MemorySize", 128))
     code = io.BytesIO()
@@ -175,7 +187,7 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
         archive.writestr("README", "onceflow runs this function in-process")
     arn = engine.client("lambda").create_function(
         FunctionName=name,
-        Runtime=str(props.get("Runtime", "python3.13")),
+        Runtime=runtime,
         Role=execution_role(engine),
         Handler=props["Handler"],
         Code={"ZipFile": code.getvalue()},

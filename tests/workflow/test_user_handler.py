@@ -221,3 +221,38 @@ def test_init_names_the_stack_after_the_app_not_the_example(
     config = (where / "samconfig.toml").read_text(encoding="utf-8")
     assert f'stack_name = "{stack}"' in config and f's3_prefix = "{stack}"' in config
     assert "word-count" not in config
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (("Runtime: python3.11", "Runtime: nodejs20.x"),
+         "WordCountFunction: Runtime nodejs20.x: the local engine runs Python functions only"),
+        (("Handler: word_count.handler", "PackageType: Image\n      ImageUri: my-image:1"),
+         "WordCountFunction: PackageType Image: the local engine runs Python functions only"),
+    ],
+)  # fmt: skip
+def test_a_function_the_engine_cannot_run_is_refused_in_one_line(
+    app: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    change: tuple[str, str],
+    said: str,
+) -> None:
+    # GIVEN the user's app whose function is not a Python zip package (Lambda runs it; the
+    # engine, which imports Python handlers in its own process, cannot)
+    mine = _with_handler(app, "word_count.handler", tmp_path)
+    text = (mine / "template.yaml").read_text(encoding="utf-8")
+    assert change[0] in text
+    (mine / "template.yaml").write_text(text.replace(*change), encoding="utf-8")
+    monkeypatch.chdir(mine)
+    # WHEN they run a command on it
+    code = main(["execute", "ProcessorStateMachine", "-e", str(mine / "onceflow" / "events" /
+                 "s3-object-created-poison.json"), "--no-record", "--no-server"])  # fmt: skip
+    err = capsys.readouterr().err
+    # THEN it is refused before anything runs, in one line that names the function and why
+    # (not a Python import error it would not have on Lambda, nor a traceback)
+    assert code == 2
+    assert "Traceback" not in err and "ImportModuleError" not in err
+    assert said in err
