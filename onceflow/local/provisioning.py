@@ -180,6 +180,16 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
     runtime = str(props.get("Runtime", "python3.13"))
     if not runtime.startswith("python"):
         raise TemplateError(f"{logical_id}: Runtime {runtime}: {_RUNS_ONLY}")
+    if not isinstance(props.get("CodeUri"), str):
+        raise TemplateError(
+            f"{logical_id}: its code is not a CodeUri directory (InlineCode, an S3 "
+            f"location): {_RUNS_ONLY}"
+        )
+    if not (engine.stack.root / props["CodeUri"]).is_dir():  # sam build fails on it too
+        raise TemplateError(
+            f"{logical_id}: CodeUri {props['CodeUri']} is not a directory beside the template "
+            f"({engine.stack.root}); the local engine imports the handler from there"
+        )
     environment = {k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()}
     timeout, memory = int(props.get("Timeout", 3)), int(props.get("MemorySize", 128))
     code = io.BytesIO()

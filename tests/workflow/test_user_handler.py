@@ -230,6 +230,8 @@ def test_init_names_the_stack_after_the_app_not_the_example(
          "WordCountFunction: Runtime nodejs20.x: the local engine runs Python functions only"),
         (("Handler: word_count.handler", "PackageType: Image\n      ImageUri: my-image:1"),
          "WordCountFunction: PackageType Image: the local engine runs Python functions only"),
+        (("CodeUri: src/", "CodeUri: sources/"),
+         "WordCountFunction: CodeUri sources/ is not a directory"),
     ],
 )  # fmt: skip
 def test_a_function_the_engine_cannot_run_is_refused_in_one_line(
