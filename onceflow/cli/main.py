@@ -11,9 +11,13 @@ same main with its engine: the server is handed this function, it never imports 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.metadata
 import io
+import json
 import os
 import sys
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -468,6 +472,21 @@ def _silence_stdout() -> None:
     os.close(devnull)
 
 
+def local_extra_command() -> str:
+    """How to add the [local] extra to this installation: from what pip installed it from
+    (its direct_url.json, PEP 610: a wheel file, a clone's directory), into this Python;
+    else by the package's name."""
+    where = None
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError, ValueError, TypeError):
+        text = importlib.metadata.distribution("onceflow").read_text("direct_url.json")
+        origin = json.loads(text or "null") or {}
+        url = urllib.parse.urlparse(str(origin.get("url", "")))
+        if url.scheme == "file":
+            editable = "-e " if origin.get("dir_info", {}).get("editable") else ""
+            where = f"{editable}'{urllib.parse.unquote(url.path)}[local]'"
+    return f"{sys.executable} -m pip install {where or repr('onceflow[local]')}"
+
+
 def main(argv: list[str] | None = None, shared: SharedEngine | None = None) -> int:
     """Run `onceflow <argv>`; ``shared``: the engine of the `onceflow up` that runs it."""
     # An event may hold text no encoding can write (a lone surrogate): print it escaped.
@@ -517,8 +536,9 @@ def main(argv: list[str] | None = None, shared: SharedEngine | None = None) -> i
         if (exc.name or "").split(".")[0] not in LOCAL_ENGINE_MODULES:
             raise
         print(
-            f"onceflow: the local engine needs pip install 'onceflow[local]' (no module "
-            f"{exc.name}); the commands on a deployed stack (--stack-name) work without it",
+            f"onceflow: the local engine needs the [local] extra: {local_extra_command()} (no "
+            f"module {exc.name}); the commands on a deployed stack (--stack-name) work "
+            "without it",
             file=sys.stderr,
         )
         return 2

@@ -183,11 +183,15 @@ def test_the_core_installs_alone_and_runs_the_commands_that_need_no_engine(
     helped = _run([str(command), "--help"], here, env)
     listed = _run([str(command), "executions"], here, env)
     engine = _run([str(command), "execute", "ProcessorStateMachine", "-e", "x.json"], here, env)
-    # THEN the first two work, and the third says which extra to install, in one line
+    # THEN the first two work, and the third says which extra to install, in one line: of
+    # the wheel the user installed, into this environment (not a package of that name an
+    # index may have)
+    wheel, _, _ = built
     assert helped.returncode == 0 and "usage: onceflow" in helped.stdout, helped.stderr
     assert listed.returncode == 0 and "no executions" in listed.stdout, listed.stderr
     assert engine.returncode == 2 and "Traceback" not in engine.stderr
-    assert "pip install 'onceflow[local]'" in engine.stderr
+    python = command.parent / "python"
+    assert f"{python} -m pip install '{wheel}[local]'" in engine.stderr, engine.stderr
 
 
 def test_the_local_extra_runs_the_quick_start_from_an_unrelated_directory(
