@@ -202,17 +202,23 @@ def _sample_path(path: str) -> Path:
 
 
 def load_event(path: str) -> Any:
+    """The event file's JSON, or a one-line refusal that names the file and what is wrong."""
     try:
         text = sys.stdin.read() if path == "-" else _sample_path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise SystemExit(f"cannot read event file {path}: {exc.strerror}") from None
+        raise SystemExit(f"onceflow: cannot read event file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # JSON exchanged between systems is UTF-8 (RFC 8259, 8.1)
+        raise SystemExit(
+            f"onceflow: {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it "
+            "as UTF-8"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SystemExit(f"{path} is not JSON: {exc}") from None
+        raise SystemExit(f"onceflow: {path} is not JSON: {exc}") from None
     except RecursionError:
         raise SystemExit(
-            f"{path} nests deeper than this tool reads (about 1,000 levels); "
+            f"onceflow: {path} nests deeper than this tool reads (about 1,000 levels); "
             "the processor's JSONata could not evaluate it either"
         ) from None
 

@@ -511,3 +511,29 @@ def test_the_audit_report_names_the_keys_it_lists_as_resubmitted() -> None:
     at = lines.index(f"    - {key}")
     assert lines[at - 1].strip() == "resubmitted (the first keys):"
     assert "open work left to the next audit" not in lines[at - 1]
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b'{"k": "caf\xe9"}', "is not UTF-8 text"),  # saved as Latin-1
+        ("{not json", "is not JSON"),
+        ("", "is not JSON"),
+    ],
+)
+def test_an_event_file_that_cannot_be_read_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | str, said: str
+) -> None:
+    # GIVEN an event file a user saved in another encoding, or one that is not JSON
+    path = tmp_path / "mine.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    # WHEN it is executed
+    with pytest.raises(SystemExit) as refused:
+        main(["execute", "ProcessorStateMachine", "-e", str(path), "--no-server"])
+    # THEN the command names the file and what is wrong with it, in one line, before it runs
+    message = str(refused.value.code)
+    assert message.startswith(f"onceflow: {path} ") and said in message
+    assert "\n" not in message and "Traceback" not in capsys.readouterr().err
