@@ -61,6 +61,11 @@ def load_template(path: Path) -> dict[str, Any]:
             document = yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
     except OSError as exc:
         raise TemplateError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.MarkedYAMLError as exc:  # one line: where, then what
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        what = " ".join(str(x) for x in (exc.problem, exc.context) if x)
+        raise TemplateError(f"{path} is not YAML or JSON: {where}{what}") from exc
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise TemplateError(f"{path} is not YAML or JSON: {exc}") from exc
     if not isinstance(document, dict) or "Resources" not in document:

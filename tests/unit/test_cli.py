@@ -537,3 +537,29 @@ def test_an_event_file_that_cannot_be_read_is_refused_in_one_line(
     message = str(refused.value.code)
     assert message.startswith(f"onceflow: {path} ") and said in message
     assert "\n" not in message and "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [
+        ("Resources:\n  A: [\n", "is not YAML or JSON: line 3, column 1: did not find expected"),
+        ("Resources:\n  Q:\n    Type: AWS::SQS::Queue\n",
+         "no state machine 'ProcessorStateMachine'; the template has none (neither "
+         "onceflow's nor an app that nests it)"),
+    ],
+)  # fmt: skip
+def test_a_template_the_command_cannot_use_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], template: str, said: str
+) -> None:
+    # GIVEN a template of the user's with a YAML mistake, or one without onceflow in it
+    path = tmp_path / "template.yaml"
+    path.write_text(template, encoding="utf-8")
+    event = Path(__file__).resolve().parents[2] / "events" / "work-item.json"
+    # WHEN a command runs on it
+    code = main(["execute", "ProcessorStateMachine", "-e", str(event), "-t", str(path),
+                 "--no-server", "--no-record"])  # fmt: skip
+    # THEN it says what is wrong in one line
+    err = capsys.readouterr().err
+    assert code == 2
+    [line] = [line for line in err.splitlines() if not line.startswith("local: ")]
+    assert said in line
