@@ -28,7 +28,7 @@ from onceflow import ops
 from onceflow import view as viewer
 from onceflow.cli import init, stack_commands
 from onceflow.cli.diagrams import cmd_diagrams
-from onceflow.cli.session import Session
+from onceflow.cli.session import Session, demo_template
 from onceflow.harness.common import demo_parameters
 from onceflow.local import forwarding
 from onceflow.local.errors import EngineError, WrongEvent
@@ -449,6 +449,8 @@ def _forward(argv: list[str], args: argparse.Namespace) -> int | None:
         return None
     if args.command == "demo":
         needed = demo_parameters(args.source)
+        if demo_template(needed) is not None:
+            return None  # not onceflow's template: the demo runs onceflow's own app alone
         if any(state.get("parameters", {}).get(k) != v for k, v in needed.items()):
             wanted = " ".join(f"{k}={v}" for k, v in needed.items())
             print(

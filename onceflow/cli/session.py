@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from onceflow.project import TemplateNotFound, bundled_app, find_template, stack_label
+from onceflow.project import (
+    TemplateNotFound,
+    bundled_app,
+    find_template,
+    stack_label,
+    template_or_bundled,
+)
 from onceflow.view import records
 from onceflow.view.history import Execution
 
@@ -98,6 +104,20 @@ class Session:
                 f"local: {len(saved)} execution(s) recorded; list them with `onceflow executions`",
                 file=sys.stderr,
             )
+
+
+def demo_template(parameters: dict[str, str]) -> Path | None:
+    """The template the demo runs on when it is not the project's: onceflow's own app's, when
+    the project's template is not onceflow's (an app that nests it around a function of
+    its own takes none of the demo's parameters, and the demo's images and its verdict are
+    for onceflow's image processor). None: the project's (onceflow's own, or a copy)."""
+    from onceflow.local.template import load_template
+
+    project = template_or_bundled()
+    declared = load_template(project).get("Parameters") or {}
+    if all(name in declared for name in parameters):
+        return None
+    return bundled_app() / "template.yaml"
 
 
 def parse_parameters(pairs: list[str]) -> dict[str, str]:
@@ -209,8 +229,7 @@ def load_event(path: str) -> Any:
         raise SystemExit(f"onceflow: cannot read event file {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:  # JSON exchanged between systems is UTF-8 (RFC 8259, 8.1)
         raise SystemExit(
-            f"onceflow: {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it "
-            "as UTF-8"
+            f"onceflow: {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8"
         ) from None
     try:
         return json.loads(text)

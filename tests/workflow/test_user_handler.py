@@ -258,3 +258,19 @@ def test_a_function_the_engine_cannot_run_is_refused_in_one_line(
     assert code == 2
     assert "Traceback" not in err and "ImportModuleError" not in err
     assert said in err
+
+
+def test_the_demo_in_your_app_runs_onceflows_own_and_says_so(
+    app: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the user in their app, whose template nests onceflow around a function of theirs
+    monkeypatch.chdir(app)
+    # WHEN they run the demo the README shows
+    code = main(["demo", "--objects", "4", "--corrupt", "1", "--no-record", "--json"])
+    out, err = capsys.readouterr()
+    # THEN it runs on onceflow's own app (the images it uploads are for its processor, and
+    # its report judges that processor's effects), says so in one line, and is exactly once
+    assert code == 0, err
+    assert json.loads(out)["exactly_once"] is True
+    [said] = [line for line in err.splitlines() if "the demo runs onceflow's own app" in line]
+    assert str(app / "template.yaml") in said
