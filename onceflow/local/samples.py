@@ -218,6 +218,16 @@ def upload_file(
             f"(through the source queue); {target} is never sent one"
         )
     body, key = path.read_bytes(), key if key is not None else path.name
+    # The rule matches only KeyPrefix*KeySuffix (not overlapping): on AWS any other upload
+    # starts nothing, so none is run, nor dead-lettered, here either.
+    prefix = engine.stack.parameters.get("KeyPrefix", "")
+    suffix = engine.stack.parameters.get("KeySuffix", "")
+    if not (key.startswith(prefix) and key.endswith(suffix)) or len(key) < len(prefix + suffix):
+        raise WrongEvent(
+            f"{key!r} is not a key this stack processes (KeyPrefix {prefix!r}, KeySuffix "
+            f"{suffix!r}): on AWS its upload starts nothing; name one with --key "
+            f"{prefix}{Path(key).stem or 'file'}{suffix}"
+        )
     notes = ensure_ingest_bucket(engine)
     bucket = engine.ingest_bucket()
     try:

@@ -274,3 +274,25 @@ def test_the_demo_in_your_app_runs_onceflows_own_and_says_so(
     assert json.loads(out)["exactly_once"] is True
     [said] = [line for line in err.splitlines() if "the demo runs onceflow's own app" in line]
     assert str(app / "template.yaml") in said
+
+
+def test_your_own_file_under_a_key_the_stack_does_not_process_is_refused_before_upload(
+    app: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN the user's app, which processes *.txt (KeySuffix), and a CSV file of theirs
+    numbers = tmp_path / "numbers.csv"
+    numbers.write_bytes(b"1,2,3\n")
+    monkeypatch.chdir(app)
+    # WHEN they run it through the processor under its own name
+    code = main(["execute", "ProcessorStateMachine", "--upload", str(numbers), "--no-record",
+                 "--no-server"])  # fmt: skip
+    out, err = capsys.readouterr()
+    # THEN nothing runs (on AWS the rule's filter starts nothing for that upload, and no
+    # dead letter is made): one line says which keys the stack takes, and how to name one
+    assert code == 2 and out == ""
+    [line] = [line for line in err.splitlines() if not line.startswith("local: ")]
+    assert "numbers.csv" in line and "KeySuffix '.txt'" in line and "--key" in line
+    assert "uploaded" not in err
