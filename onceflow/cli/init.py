@@ -63,6 +63,10 @@ On AWS:
 sam build                                    # your function, and onceflow's
 sam deploy --guided                          # CAPABILITY_IAM CAPABILITY_AUTO_EXPAND
 ```
+
+`sam build` needs `make` and a `python3` with pip for onceflow's functions (their
+`Makefile` fetches the wheels of their Lambda runtime), and Python 3.11 for yours
+(or `--use-container`).
 """
 
 
