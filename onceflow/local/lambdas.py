@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import decimal
 import functools
 import importlib
 import io
 import json
 import logging
+import math
 import sys
 import sysconfig
 import threading
@@ -201,6 +203,23 @@ def error_payload(exc: BaseException, context: LambdaContext, code_uri: Path) ->
     }
 
 
+def _runtime_json(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal):  # as its number: simplejson writes str(value) raw
+        if value.is_nan():
+            return math.nan
+        return int(value) if value == value.to_integral_value() else float(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def marshal(payload: Any) -> str:
+    """A handler's result as the Python runtime answers it (awslambdaric's
+    lambda_runtime_marshaller.py, simplejson): a Decimal as its number, anything else
+    JSON has no type for refused (TypeError), which the runtime answers with
+    Runtime.MarshalError. A Decimal of more than 17 digits after the point is rounded to
+    a double here (the runtime writes its digits; Step Functions reads a double)."""
+    return json.dumps(payload, default=_runtime_json)
+
+
 class RuntimeFault(Exception):
     """An error the Lambda runtime raises itself (its class's name is the error's type,
     Runtime.ImportModuleError ...), not the handler."""
@@ -350,6 +369,17 @@ class InProcessRuntime:
             if isinstance(payload, bytes | bytearray):
                 # The Python runtime sends bytes as they are: they are the answer's body.
                 return bytes(payload).decode("utf-8", "replace"), error_type is not None, ""
-            return json.dumps(payload, default=str), error_type is not None, ""
+            if error_type is not None:
+                return json.dumps(payload, default=str), True, ""
+            try:
+                return marshal(payload), False, ""
+            except (TypeError, ValueError) as exc:  # the runtime's answer: the work was done
+                fault = {
+                    "errorMessage": f"Unable to marshal response: {exc}",
+                    "errorType": "Runtime.MarshalError",
+                    "requestId": "",
+                    "stackTrace": [],
+                }
+                return json.dumps(fault), True, ""
 
         return invoke
