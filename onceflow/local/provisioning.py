@@ -222,8 +222,10 @@ def _function_environment(engine: LocalEngine, spec: FunctionSpec) -> None:
         for key, value in spec.environment.items():
             if key in other.environment and other.environment[key] != value:
                 raise EngineError(
-                    f"{spec.logical_id} and {other.logical_id} both set {key} "
-                    "differently; the in-process runtime cannot tell them apart"
+                    f"{spec.logical_id} and {other.logical_id} set {key} to {value!r} and "
+                    f"{other.environment[key]!r}: the engine runs every function in one "
+                    "process, which has one environment; locally, give both one value, or "
+                    "leave it out of one of them"
                 )
     overrides = {"POWERTOOLS_TRACE_DISABLED": "true", "AWS_LAMBDA_FUNCTION_NAME": spec.name}
     # By default the functions log at the template's level, as deployed.

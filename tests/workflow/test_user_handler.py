@@ -296,3 +296,29 @@ def test_your_own_file_under_a_key_the_stack_does_not_process_is_refused_before_
     [line] = [line for line in err.splitlines() if not line.startswith("local: ")]
     assert "numbers.csv" in line and "KeySuffix '.txt'" in line and "--key" in line
     assert "uploaded" not in err
+
+
+def test_a_variable_your_function_sets_apart_from_onceflows_is_refused_with_what_to_do(
+    app: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN the user's function setting Powertools' service name, which onceflow's Globals
+    # set for its own functions to another value
+    mine = _with_handler(app, "word_count.handler", tmp_path)
+    text = (mine / "template.yaml").read_text(encoding="utf-8")
+    mine_env = "          COUNTS_TABLE: !Ref CountsTable\n"
+    assert mine_env in text
+    text = text.replace(mine_env, mine_env + "          POWERTOOLS_SERVICE_NAME: word-count\n")
+    (mine / "template.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(mine)
+    # WHEN a command runs on it
+    code = main(["execute", "ProcessorStateMachine", "--upload", str(mine / "README.md"),
+                 "--key", "a.txt", "--no-record", "--no-server"])  # fmt: skip
+    err = capsys.readouterr().err
+    # THEN the one line says why (one process, one environment) and what to do locally
+    assert code == 2
+    [line] = [line for line in err.splitlines() if "POWERTOOLS_SERVICE_NAME" in line]
+    assert "WordCountFunction" in line and "'word-count'" in line and "'onceflow'" in line
+    assert "one environment" in line and "locally" in line
