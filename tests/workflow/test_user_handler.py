@@ -322,3 +322,23 @@ def test_a_variable_your_function_sets_apart_from_onceflows_is_refused_with_what
     [line] = [line for line in err.splitlines() if "POWERTOOLS_SERVICE_NAME" in line]
     assert "WordCountFunction" in line and "'word-count'" in line and "'onceflow'" in line
     assert "one environment" in line and "locally" in line
+
+
+def test_a_parameter_of_the_nested_onceflow_given_to_your_app_says_where_it_goes(
+    app: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the user's app, whose template nests onceflow as the application Onceflow
+    monkeypatch.chdir(app)
+    # WHEN they override one of onceflow's parameters on the command line (as the docs do
+    # for onceflow's own app)
+    code = main(["execute", "ProcessorStateMachine", "-e", "onceflow/events/work-item.json",
+                 "--parameter-overrides", "AuditRecentCutoffHours=0", "--no-server",
+                 "--no-record"])  # fmt: skip
+    err = capsys.readouterr().err
+    # THEN it is refused, as sam deploy's overrides reach only the parent template, in one
+    # line that says where that parameter is set: the application's Parameters
+    assert code == 2
+    [line] = [line for line in err.splitlines() if "AuditRecentCutoffHours" in line]
+    assert "unknown parameters: AuditRecentCutoffHours" in line
+    assert "a parameter of the nested application Onceflow" in line
+    assert "Onceflow's Parameters" in line
