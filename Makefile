@@ -56,7 +56,8 @@ demo: $(DEMO_STAMP)
 		&& touch $(JSONATA_STAMP); }
 	$(DEMO_VENV)/bin/onceflow demo
 
-# The package (dist/onceflow-*.whl): built after setup, so jsonata 2.0.6 is inside it.
+# The package (dist/onceflow-*.whl), jsonata 2.0.6 inside it (`python -m build` in a fresh
+# clone makes it too: its build installs jsonata from the lock file, setup.py).
 wheel: setup
 	$(BIN)/python -m pip wheel --quiet --no-deps -w dist .
 

@@ -53,11 +53,17 @@ def find_template(start: Path | None = None) -> Path:
 
 
 def bundled_app() -> Path:
-    """onceflow's own SAM app (template.yaml, statemachines/, functions/, events/): the copy
+    """onceflow's own SAM app (template.yaml, statemachines/, functions/, events/, docs/): the copy
     an installed wheel carries in onceflow/app/ (setup.py), else this checkout's."""
     package = Path(__file__).resolve().parent
     packaged = package / "app"
     return packaged if (packaged / "template.yaml").is_file() else package.parent
+
+
+def docs_directory() -> Path:
+    """Where the docs/NAME.md that messages and help name are: the bundled app's docs/ (the
+    wheel carries them in app/docs, setup.py), else this checkout's."""
+    return bundled_app() / "docs"
 
 
 def starter_app() -> Path:

@@ -62,6 +62,7 @@ SECONDS = {
     "tests/parity/test_integrations.py": 18,
     "tests/workflow/test_redrive.py": 16,
     "tests/workflow/test_processor.py": 13,
+    "tests/workflow/test_user_handler.py": 13,
     "tests/template/test_existing_bucket.py": 13,
     "tests/workflow/test_failure_paths.py": 12,
     "tests/workflow/test_keys.py": 12,

@@ -9,14 +9,16 @@ sam deploy` deploys both, and `onceflow up` / `execute` / `show` run them locall
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 from pathlib import Path
 
 from onceflow.project import bundled_app, starter_app
 
 # onceflow's app as the nested application needs it (statemachines/src are the sources
-# of the ASL files, not read by sam or the engine).
-APP = ("template.yaml", "statemachines", "functions", "events")
+# of the ASL files, not read by sam or the engine), and its docs (the processor contract
+# the README and the function name: docs/processor.md).
+APP = ("template.yaml", "statemachines", "functions", "events", "docs")
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "src", ".aws-sam", ".onceflow")
 # The example's README speaks of this repository; the app gets one of its own.
 SKIPPED_STARTER = shutil.ignore_patterns(
@@ -25,6 +27,8 @@ SKIPPED_STARTER = shutil.ignore_patterns(
 # Where the example nests onceflow from, and where the written app does.
 EXAMPLE_LOCATION = "Location: ../../template.yaml"
 NESTED = "onceflow"
+# The example's stack name (samconfig.toml's stack_name and s3_prefix): the app gets its own.
+EXAMPLE_STACK = "word-count"
 
 README = """\
 # {name}: your processor, run once per upload by a nested onceflow
@@ -34,7 +38,13 @@ table (`CountsTable`) and your function (`WordCountFunction`, `src/word_count.py
 which counts the lines and words of each `.txt` upload); onceflow, in `{nested}/`, is
 nested in front of them (`ProcessorFunctionArn`, `ExistingBucketName`, `KeySuffix`).
 Replace the function and the table with yours; keep the processor contract
-(the work item in, a small JSON result out, `PermanentError` for input no retry fixes).
+(the work item in, a small JSON result out, `PermanentError` for input no retry fixes:
+[{nested}/docs/processor.md]({nested}/docs/processor.md)). A `Handler` the engine
+cannot load fails each invocation as on Lambda (`Runtime.ImportModuleError` ...), and
+every command says so in one line. Libraries your function imports go in
+`src/requirements.txt` (`sam build` packages them) and, for the local engine, which runs
+the function in onceflow's Python, into that Python too (`pip install -r src/requirements.txt`).
+`sam deploy` deploys the app as the stack `{stack}` (`samconfig.toml`).
 
 Locally, no AWS account:
 
@@ -53,7 +63,20 @@ On AWS:
 sam build                                    # your function, and onceflow's
 sam deploy --guided                          # CAPABILITY_IAM CAPABILITY_AUTO_EXPAND
 ```
+
+`sam build` needs `make` and a `python3` with pip for onceflow's functions (their
+`Makefile` fetches the wheels of their Lambda runtime), and Python 3.11 for yours
+(or `--use-container`).
 """
+
+
+def stack_name(directory: str) -> str:
+    """The app's stack name, from its directory's: CloudFormation takes letters, digits
+    and hyphens, a letter first, at most 128 characters (CreateStack, StackName)."""
+    name = re.sub(r"[^A-Za-z0-9]+", "-", directory).strip("-")
+    if not name[:1].isalpha():
+        name = f"app-{name}".rstrip("-")
+    return name[:128].rstrip("-")
 
 
 def cmd_init(args: argparse.Namespace, session: object) -> int:
@@ -80,8 +103,16 @@ def cmd_init(args: argparse.Namespace, session: object) -> int:
         ),
         encoding="utf-8",
     )
+    config = target / "samconfig.toml"
+    stack = stack_name(target.resolve().name)
+    config.write_text(
+        config.read_text(encoding="utf-8")
+        .replace(f'"{EXAMPLE_STACK}"', f'"{stack}"')
+        .replace("of the example.", "of this app."),
+        encoding="utf-8",
+    )
     (target / "README.md").write_text(
-        README.format(name=target.resolve().name, nested=NESTED), encoding="utf-8"
+        README.format(name=target.resolve().name, nested=NESTED, stack=stack), encoding="utf-8"
     )
     print(f"onceflow init: wrote a SAM app in {target} (onceflow nested from {target / NESTED})")
     print(f"  cd {target} && onceflow up        # local; or sam build && sam deploy --guided")

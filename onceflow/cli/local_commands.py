@@ -18,28 +18,45 @@ from types import ModuleType
 
 from botocore.exceptions import ClientError
 
-from onceflow.cli.session import Session, json_value, load_event, parse_parameters, template_of
+from onceflow.cli.session import (
+    Session,
+    demo_template,
+    json_value,
+    load_event,
+    parse_parameters,
+    template_of,
+)
 from onceflow.harness import chaos, chaos_queue
+from onceflow.harness.common import demo_parameters
 from onceflow.harness.demo import DemoConfig, run_demo
 from onceflow.local import server
 from onceflow.local.samples import prepare_event, upload_file
-from onceflow.project import default_project
+from onceflow.project import default_project, template_or_bundled
 from onceflow.view import history
 
 
 def cmd_demo(args: argparse.Namespace, session: Session) -> int:
+    own = demo_template(demo_parameters(args.source))
+    if own is not None:
+        print(
+            f"local: the demo runs onceflow's own app ({own}) on a fresh stack, not this "
+            f"project's template ({template_or_bundled()}): its images and its verdict are "
+            "for onceflow's image processor",
+            file=sys.stderr,
+        )
     config = DemoConfig(
         objects=args.objects,
         corrupt=args.corrupt,
         seed=args.seed,
         concurrency=args.concurrency,
         source=args.source,
+        template=own,
     )
     report = run_demo(
         config,
         progress=sys.stderr,
         record=not args.no_record,
-        shared=session.shared,
+        shared=session.shared if own is None else None,
         stack=session.stack,
     )
     if args.json:

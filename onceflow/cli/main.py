@@ -11,9 +11,13 @@ same main with its engine: the server is handed this function, it never imports 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.metadata
 import io
+import json
 import os
 import sys
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,13 +28,18 @@ from onceflow import ops
 from onceflow import view as viewer
 from onceflow.cli import init, stack_commands
 from onceflow.cli.diagrams import cmd_diagrams
-from onceflow.cli.session import Session
+from onceflow.cli.session import Session, demo_template
 from onceflow.harness.common import demo_parameters
 from onceflow.local import forwarding
 from onceflow.local.errors import EngineError, WrongEvent
 from onceflow.local.jsonata_node import WorkerError
 from onceflow.local.template import TemplateError
-from onceflow.project import TemplateNotFound, project_directory, template_or_bundled
+from onceflow.project import (
+    TemplateNotFound,
+    docs_directory,
+    project_directory,
+    template_or_bundled,
+)
 from onceflow.view import records
 from onceflow.view.executions import StackError
 
@@ -57,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="onceflow",
         description="onceflow on the embedded local engine (no AWS account needed).",
+        epilog=f"The docs/NAME.md that messages name are in {docs_directory()}",
+        # The path as it is: the default formatter wraps at a hyphen (site-packages).
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -437,6 +449,8 @@ def _forward(argv: list[str], args: argparse.Namespace) -> int | None:
         return None
     if args.command == "demo":
         needed = demo_parameters(args.source)
+        if demo_template(needed) is not None:
+            return None  # not onceflow's template: the demo runs onceflow's own app alone
         if any(state.get("parameters", {}).get(k) != v for k, v in needed.items()):
             wanted = " ".join(f"{k}={v}" for k, v in needed.items())
             print(
@@ -458,6 +472,21 @@ def _silence_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, descriptor)
     os.close(devnull)
+
+
+def local_extra_command() -> str:
+    """How to add the [local] extra to this installation: from what pip installed it from
+    (its direct_url.json, PEP 610: a wheel file, a clone's directory), into this Python;
+    else by the package's name."""
+    where = None
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError, ValueError, TypeError):
+        text = importlib.metadata.distribution("onceflow").read_text("direct_url.json")
+        origin = json.loads(text or "null") or {}
+        url = urllib.parse.urlparse(str(origin.get("url", "")))
+        if url.scheme == "file":
+            editable = "-e " if origin.get("dir_info", {}).get("editable") else ""
+            where = f"{editable}'{urllib.parse.unquote(url.path)}[local]'"
+    return f"{sys.executable} -m pip install {where or repr('onceflow[local]')}"
 
 
 def main(argv: list[str] | None = None, shared: SharedEngine | None = None) -> int:
@@ -509,8 +538,9 @@ def main(argv: list[str] | None = None, shared: SharedEngine | None = None) -> i
         if (exc.name or "").split(".")[0] not in LOCAL_ENGINE_MODULES:
             raise
         print(
-            f"onceflow: the local engine needs pip install 'onceflow[local]' (no module "
-            f"{exc.name}); the commands on a deployed stack (--stack-name) work without it",
+            f"onceflow: the local engine needs the [local] extra: {local_extra_command()} (no "
+            f"module {exc.name}); the commands on a deployed stack (--stack-name) work "
+            "without it",
             file=sys.stderr,
         )
         return 2

@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import io
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -21,12 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from onceflow.project import TemplateNotFound, bundled_app, find_template, stack_label
+from onceflow.project import (
+    TemplateNotFound,
+    bundled_app,
+    find_template,
+    stack_label,
+    template_or_bundled,
+)
 from onceflow.view import records
 from onceflow.view.history import Execution
 
 if TYPE_CHECKING:
     from onceflow.local.engine import LocalEngine
+    from onceflow.local.lambdas import FunctionSpec
     from onceflow.local.server import SharedEngine
 
 # What a command run without `onceflow up` says, once, before it runs.
@@ -80,6 +88,7 @@ class Session:
         with engine_for(self.shared, parameters, fresh, template) as engine:
             if self.shared is None:  # not again for every command sent to `onceflow up`
                 _foreign_processor_note(engine)
+            _unloadable_handler_note(engine)  # at every command until the code is fixed
             yield engine
 
     def record(self, engine: LocalEngine, known: Iterable[Execution] = ()) -> None:
@@ -95,6 +104,20 @@ class Session:
                 f"local: {len(saved)} execution(s) recorded; list them with `onceflow executions`",
                 file=sys.stderr,
             )
+
+
+def demo_template(parameters: dict[str, str]) -> Path | None:
+    """The template the demo runs on when it is not the project's: onceflow's own app's, when
+    the project's template is not onceflow's (an app that nests it around a function of
+    its own takes none of the demo's parameters, and the demo's images and its verdict are
+    for onceflow's image processor). None: the project's (onceflow's own, or a copy)."""
+    from onceflow.local.template import load_template
+
+    project = template_or_bundled()
+    declared = load_template(project).get("Parameters") or {}
+    if all(name in declared for name in parameters):
+        return None
+    return bundled_app() / "template.yaml"
 
 
 def parse_parameters(pairs: list[str]) -> dict[str, str]:
@@ -129,6 +152,37 @@ def _fresh_stack_note(template: Path) -> None:
     if template.parent != Path.cwd().resolve():
         print(f"local: using {template}", file=sys.stderr)  # found above, or --template
     print(FRESH_STACK, file=sys.stderr)
+
+
+def _unloadable_handler_note(engine: LocalEngine) -> None:
+    """One line for each function whose handler could not be loaded: its invocations fail
+    with the Python runtime's error (the execution shows it), as on Lambda."""
+    for spec in list(engine.runtime.functions.values()):
+        if spec.name in engine.runtime.load_errors:
+            engine.runtime.load(spec)  # again: the code may be fixed since (onceflow up)
+        error = engine.runtime.load_errors.get(spec.name)
+        if error is not None:
+            print(
+                f"local: {spec.logical_id} (Handler {spec.handler}, CodeUri "
+                f"{spec.code_uri}) cannot be loaded: {error}; each invocation fails with it, "
+                f"as on Lambda, until the code is fixed{_dependency_hint(spec, error)}",
+                file=sys.stderr,
+            )
+
+
+def _dependency_hint(spec: FunctionSpec, error: str) -> str:
+    """What to do when a library the function imports is missing: the engine runs handlers
+    in its own Python (sam build packages CodeUri/requirements.txt for Lambda, not here)."""
+    missing = re.search(r"^Runtime\.ImportModuleError: .*No module named '([^'.]+)", error)
+    handler_module = spec.handler.rpartition(".")[0].replace("/", ".").split(".")[0]
+    if missing is None or missing.group(1) == handler_module:
+        return ""
+    requirements = spec.code_uri / "requirements.txt"
+    what = f"-r {requirements}" if requirements.is_file() else missing.group(1)
+    return (
+        "; a library its Lambda package carries (sam build) must be in onceflow's Python "
+        f"here, where the engine runs it: {sys.executable} -m pip install {what}"
+    )
 
 
 def _foreign_processor_note(engine: LocalEngine) -> None:
@@ -168,17 +222,22 @@ def _sample_path(path: str) -> Path:
 
 
 def load_event(path: str) -> Any:
+    """The event file's JSON, or a one-line refusal that names the file and what is wrong."""
     try:
         text = sys.stdin.read() if path == "-" else _sample_path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise SystemExit(f"cannot read event file {path}: {exc.strerror}") from None
+        raise SystemExit(f"onceflow: cannot read event file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # JSON exchanged between systems is UTF-8 (RFC 8259, 8.1)
+        raise SystemExit(
+            f"onceflow: {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SystemExit(f"{path} is not JSON: {exc}") from None
+        raise SystemExit(f"onceflow: {path} is not JSON: {exc}") from None
     except RecursionError:
         raise SystemExit(
-            f"{path} nests deeper than this tool reads (about 1,000 levels); "
+            f"onceflow: {path} nests deeper than this tool reads (about 1,000 levels); "
             "the processor's JSONata could not evaluate it either"
         ) from None
 

@@ -50,7 +50,9 @@ def render_audit(report: dict[str, Any]) -> str:
     lines = [f"audit {report.get('audit', '')}: {report.get('bucket', '')}"]
     width = max(len(label) for _, label in ops.AUDIT_LABELS)
     lines += [f"  {label:<{width}} {report.get(key, 0)}" for key, label in ops.AUDIT_LABELS]
-    lines += [f"    - {key}" for key in report.get("resubmitted_sample", [])]
+    if sample := report.get("resubmitted_sample", []):
+        lines.append("  resubmitted (the first keys):")
+        lines += [f"    - {key}" for key in sample]
     if report.get("report"):
         lines.append(f"  report: {report['report']}")
     return "\n".join(lines)

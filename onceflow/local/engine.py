@@ -322,9 +322,8 @@ class LocalEngine:
         if logical_id_or_arn.startswith("arn:"):
             return logical_id_or_arn
         if logical_id_or_arn not in (machines := self._machines()):
-            raise EngineError(
-                f"no state machine {logical_id_or_arn!r}; the template has {', '.join(machines)}"
-            )
+            has = ", ".join(machines) or "none (neither onceflow's nor an app that nests it)"
+            raise EngineError(f"no state machine {logical_id_or_arn!r}; the template has {has}")
         return self.ref(logical_id_or_arn)
 
     def state_machines(self) -> dict[str, str]:

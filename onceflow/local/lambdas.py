@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import decimal
 import functools
 import importlib
 import io
 import json
 import logging
+import math
 import sys
 import sysconfig
 import threading
@@ -201,6 +203,79 @@ def error_payload(exc: BaseException, context: LambdaContext, code_uri: Path) ->
     }
 
 
+def _runtime_json(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal):  # as its number: simplejson writes str(value) raw
+        if value.is_nan():
+            return math.nan
+        return int(value) if value == value.to_integral_value() else float(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def marshal(payload: Any) -> str:
+    """A handler's result as the Python runtime answers it (awslambdaric's
+    lambda_runtime_marshaller.py, simplejson): a Decimal as its number, anything else
+    JSON has no type for refused (TypeError), which the runtime answers with
+    Runtime.MarshalError. A Decimal of more than 17 digits after the point is rounded to
+    a double here (the runtime writes its digits; Step Functions reads a double)."""
+    return json.dumps(payload, default=_runtime_json)
+
+
+class RuntimeFault(Exception):
+    """An error the Lambda runtime raises itself (its class's name is the error's type,
+    Runtime.ImportModuleError ...), not the handler."""
+
+
+def _fault(error_type: str, message: str) -> RuntimeFault:
+    fault: RuntimeFault = type(error_type, (RuntimeFault,), {})(message)
+    return fault
+
+
+def _import_handler(handler: str, retry: bool) -> Callable[[Any, Any], Any]:
+    """The handler ``module.function`` names, or the error the Python runtime answers it
+    with: awslambdaric's bootstrap.py, _get_handler (aws-lambda-python-runtime-interface-
+    client), its error types and messages. Any other error raised while the module runs
+    (a KeyError on a missing variable) is answered as itself, as its init error is."""
+    if retry:  # a module written since the last try: the import system's caches forget
+        importlib.invalidate_caches()
+    module_name, dot, attribute = handler.rpartition(".")
+    if not dot:
+        raise _fault(
+            "Runtime.MalformedHandlerName",
+            f"Bad handler '{handler}': not enough values to unpack (expected 2, got 1)",
+        )
+    if module_name.split(".")[0] in sys.builtin_module_names:
+        raise _fault(
+            "Runtime.BuiltInModuleConflict",
+            f"Cannot use built-in module {module_name} as a handler module",
+        )
+    try:
+        module = importlib.import_module(module_name.replace("/", "."))
+    except ImportError as exc:
+        raise _fault(
+            "Runtime.ImportModuleError", f"Unable to import module '{module_name}': {exc}"
+        ) from None
+    except SyntaxError as exc:
+        raise _fault(
+            "Runtime.UserCodeSyntaxError", f"Syntax error in module '{module_name}': {exc}"
+        ) from None
+    try:
+        found: Callable[[Any, Any], Any] = getattr(module, attribute)
+    except AttributeError:
+        raise _fault(
+            "Runtime.HandlerNotFound", f"Handler '{attribute}' missing on module '{module_name}'"
+        ) from None
+    return found
+
+
+def _raising(error: Exception) -> Callable[[Any, Any], Any]:
+    """A handler that answers with ``error``: the failed init's, for this invocation."""
+
+    def handler(event: Any, context: Any) -> Any:
+        raise error
+
+    return handler
+
+
 class InProcessRuntime:
     """Loads handlers from CodeUri + Handler and invokes them with a Lambda context."""
 
@@ -208,6 +283,8 @@ class InProcessRuntime:
         self.functions: dict[str, FunctionSpec] = {}
         self.invocations: list[Invocation] = []
         self._handlers: dict[str, Callable[[Any, Any], Any]] = {}
+        # A function whose handler could not be loaded at its last try: "ErrorType: message".
+        self.load_errors: dict[str, str] = {}
         self._lock = threading.Lock()
         # Tests replace a handler (a processor that raises, sleeps ...) by name.
         self.overrides: dict[str, Callable[[Any, Any], Any]] = {}
@@ -244,15 +321,24 @@ class InProcessRuntime:
                     delattr(std_logger, mark)
 
     def load(self, spec: FunctionSpec) -> Callable[[Any, Any], Any]:
+        """The function's handler. One that cannot be loaded (no such module or function,
+        a module that does not compile or raises) is not kept: what is handed out raises
+        the Python runtime's error at every call, and the next load imports again, as
+        Lambda answers each invocation with the failed init's error and inits again at the
+        next one. ``load_errors`` names it meanwhile, for the command to say."""
         with _IMPORT_LOCK:
             if spec.name not in self._handlers:
                 # Lambda puts the code root on the import path; so does this.
                 root = str(spec.code_uri.resolve())
                 if root not in sys.path:
                     sys.path.insert(0, root)
-                module_name, _, attribute = spec.handler.rpartition(".")
-                module = importlib.import_module(module_name)
-                self._handlers[spec.name] = getattr(module, attribute)
+                try:
+                    handler = _import_handler(spec.handler, retry=spec.name in self.load_errors)
+                except Exception as exc:  # the user's code: Lambda's answer to every call
+                    self.load_errors[spec.name] = f"{type(exc).__name__}: {exc}"
+                    return _raising(exc)
+                self.load_errors.pop(spec.name, None)
+                self._handlers[spec.name] = handler
             return self._handlers[spec.name]
 
     def invoke(self, name: str, event: Any) -> tuple[Any, str | None]:
@@ -283,6 +369,17 @@ class InProcessRuntime:
             if isinstance(payload, bytes | bytearray):
                 # The Python runtime sends bytes as they are: they are the answer's body.
                 return bytes(payload).decode("utf-8", "replace"), error_type is not None, ""
-            return json.dumps(payload, default=str), error_type is not None, ""
+            if error_type is not None:
+                return json.dumps(payload, default=str), True, ""
+            try:
+                return marshal(payload), False, ""
+            except (TypeError, ValueError) as exc:  # the runtime's answer: the work was done
+                fault = {
+                    "errorMessage": f"Unable to marshal response: {exc}",
+                    "errorType": "Runtime.MarshalError",
+                    "requestId": "",
+                    "stackTrace": [],
+                }
+                return json.dumps(fault), True, ""
 
         return invoke

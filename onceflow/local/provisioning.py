@@ -167,7 +167,29 @@ def execution_role(engine: LocalEngine) -> str:
         return str(iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust)["Role"]["Arn"])
 
 
+# What the engine can run: a Python handler from CodeUri, imported in its own process.
+_RUNS_ONLY = (
+    "the local engine runs Python functions only (CodeUri and Handler, imported in its own "
+    "process); run this one with sam local invoke, or on AWS"
+)
+
+
 def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
+    if props.get("PackageType", "Zip") != "Zip":
+        raise TemplateError(f"{logical_id}: PackageType {props['PackageType']}: {_RUNS_ONLY}")
+    runtime = str(props.get("Runtime", "python3.13"))
+    if not runtime.startswith("python"):
+        raise TemplateError(f"{logical_id}: Runtime {runtime}: {_RUNS_ONLY}")
+    if not isinstance(props.get("CodeUri"), str):
+        raise TemplateError(
+            f"{logical_id}: its code is not a CodeUri directory (InlineCode, an S3 "
+            f"location): {_RUNS_ONLY}"
+        )
+    if not (engine.stack.root / props["CodeUri"]).is_dir():  # sam build fails on it too
+        raise TemplateError(
+            f"{logical_id}: CodeUri {props['CodeUri']} is not a directory beside the template "
+            f"({engine.stack.root}); the local engine imports the handler from there"
+        )
     environment = {k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()}
     timeout, memory = int(props.get("Timeout", 3)), int(props.get("MemorySize", 128))
     code = io.BytesIO()
@@ -175,7 +197,7 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
         archive.writestr("README", "onceflow runs this function in-process")
     arn = engine.client("lambda").create_function(
         FunctionName=name,
-        Runtime=str(props.get("Runtime", "python3.13")),
+        Runtime=runtime,
         Role=execution_role(engine),
         Handler=props["Handler"],
         Code={"ZipFile": code.getvalue()},
@@ -200,8 +222,10 @@ def _function_environment(engine: LocalEngine, spec: FunctionSpec) -> None:
         for key, value in spec.environment.items():
             if key in other.environment and other.environment[key] != value:
                 raise EngineError(
-                    f"{spec.logical_id} and {other.logical_id} both set {key} "
-                    "differently; the in-process runtime cannot tell them apart"
+                    f"{spec.logical_id} and {other.logical_id} set {key} to {value!r} and "
+                    f"{other.environment[key]!r}: the engine runs every function in one "
+                    "process, which has one environment; locally, give both one value, or "
+                    "leave it out of one of them"
                 )
     overrides = {"POWERTOOLS_TRACE_DISABLED": "true", "AWS_LAMBDA_FUNCTION_NAME": spec.name}
     # By default the functions log at the template's level, as deployed.

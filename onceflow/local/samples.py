@@ -206,15 +206,28 @@ def ensure_ingest_bucket(engine: LocalEngine) -> list[str]:
 
 def upload_file(
     engine: LocalEngine, path: Path, key: str | None = None, target: str | None = PROCESSOR
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any] | list[dict[str, Any]], list[str]]:
     """Upload a user's own file to the local stack's bucket; S3's Object Created event of
-    it, as S3 would send EventBridge, so the processor reads the user's real content."""
-    if target != PROCESSOR:
+    it, as S3 would send EventBridge, so the processor reads the user's real content. For
+    the batch workflow (the batch mode: the rule sends uploads to the source queue), the
+    event as the pipe hands it on, one message's body."""
+    if target not in (PROCESSOR, BATCH_PROCESSOR):
         raise WrongEvent(
             f"--upload runs S3's Object Created event, which {PROCESSOR} takes "
-            f"(through the EventBridge rule); {target} is never sent one"
+            f"(through the EventBridge rule), or {BATCH_PROCESSOR} in the batch mode "
+            f"(through the source queue); {target} is never sent one"
         )
     body, key = path.read_bytes(), key if key is not None else path.name
+    # The rule matches only KeyPrefix*KeySuffix (not overlapping): on AWS any other upload
+    # starts nothing, so none is run, nor dead-lettered, here either.
+    prefix = engine.stack.parameters.get("KeyPrefix", "")
+    suffix = engine.stack.parameters.get("KeySuffix", "")
+    if not (key.startswith(prefix) and key.endswith(suffix)) or len(key) < len(prefix + suffix):
+        raise WrongEvent(
+            f"{key!r} is not a key this stack processes (KeyPrefix {prefix!r}, KeySuffix "
+            f"{suffix!r}): on AWS its upload starts nothing; name one with --key "
+            f"{prefix}{Path(key).stem or 'file'}{suffix}"
+        )
     notes = ensure_ingest_bucket(engine)
     bucket = engine.ingest_bucket()
     try:
@@ -227,7 +240,11 @@ def upload_file(
         + (f" (version {version})" if version else "")
         + "; each --upload is a new upload, so new work"
     )
-    return engine.s3_object_created_event(bucket, key, version), notes
+    event = engine.s3_object_created_event(bucket, key, version)
+    if target == BATCH_PROCESSOR:
+        notes.append("its event runs as the message the rule sends to the source queue")
+        return [_pipe_message(engine, event)], notes
+    return event, notes
 
 
 def _prepare_object(

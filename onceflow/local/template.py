@@ -61,6 +61,11 @@ def load_template(path: Path) -> dict[str, Any]:
             document = yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
     except OSError as exc:
         raise TemplateError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.MarkedYAMLError as exc:  # one line: where, then what
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        what = " ".join(str(x) for x in (exc.problem, exc.context) if x)
+        raise TemplateError(f"{path} is not YAML or JSON: {where}{what}") from exc
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise TemplateError(f"{path} is not YAML or JSON: {exc}") from exc
     if not isinstance(document, dict) or "Resources" not in document:
@@ -125,7 +130,8 @@ class Stack:
         overrides = dict(overrides or {})
         unknown = set(overrides) - set(specs)
         if unknown:
-            raise TemplateError(f"unknown parameters: {', '.join(sorted(unknown))}")
+            names = ", ".join(sorted(unknown))
+            raise TemplateError(f"unknown parameters: {names}{self._nested_hint(unknown)}")
         for name, spec in specs.items():
             if name not in overrides and "Default" not in spec:
                 raise TemplateError(f"parameter {name} has no default and no value")
@@ -134,6 +140,20 @@ class Stack:
             for name, spec in specs.items()
         }
         self.check_rules()
+
+    def _nested_hint(self, unknown: set[str]) -> str:
+        """Where parameters of the application a parent nests are set: its Parameters (the
+        overrides of sam deploy, and so these, reach the parent template only)."""
+        try:
+            nested = self.nested_application()
+        except TemplateError:
+            return ""  # refused with its own reason when the engine reads the application
+        if nested is None or not unknown <= set(nested[1].template.get("Parameters") or {}):
+            return ""
+        return (
+            f" (a parameter of the nested application {nested[0]}: set it under "
+            f"{nested[0]}'s Parameters in this template)"
+        )
 
     def nested_application(self) -> tuple[str, Stack] | None:
         """The template's AWS::Serverless::Application whose Location is a local template (a

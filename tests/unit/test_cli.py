@@ -496,3 +496,70 @@ def test_upload_to_a_machine_s3_never_starts_is_refused(
     err = capsys.readouterr().err
     assert code == 2 and "--upload runs S3's Object Created event" in err
     assert "ProcessorStateMachine takes" in err and "Traceback" not in err
+
+
+def test_the_audit_report_names_the_keys_it_lists_as_resubmitted() -> None:
+    # GIVEN an audit report that resubmitted one failed upload and left no open work
+    from onceflow.cli.stack_commands import render_audit
+
+    key = "s3://bucket/neg.csv#v1"
+    report = {"audit": "a1", "bucket": "bucket", "failed_resubmitted": 1, "sweep_deferred": 0,
+              "resubmitted_sample": [key]}  # fmt: skip
+    # WHEN it is printed
+    lines = render_audit(report).splitlines()
+    # THEN the key is listed under a line that says what it is, not under the last count
+    at = lines.index(f"    - {key}")
+    assert lines[at - 1].strip() == "resubmitted (the first keys):"
+    assert "open work left to the next audit" not in lines[at - 1]
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b'{"k": "caf\xe9"}', "is not UTF-8 text"),  # saved as Latin-1
+        ("{not json", "is not JSON"),
+        ("", "is not JSON"),
+    ],
+)
+def test_an_event_file_that_cannot_be_read_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | str, said: str
+) -> None:
+    # GIVEN an event file a user saved in another encoding, or one that is not JSON
+    path = tmp_path / "mine.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    # WHEN it is executed
+    with pytest.raises(SystemExit) as refused:
+        main(["execute", "ProcessorStateMachine", "-e", str(path), "--no-server"])
+    # THEN the command names the file and what is wrong with it, in one line, before it runs
+    message = str(refused.value.code)
+    assert message.startswith(f"onceflow: {path} ") and said in message
+    assert "\n" not in message and "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [
+        ("Resources:\n  A: [\n", "is not YAML or JSON: line 3, column 1: did not find expected"),
+        ("Resources:\n  Q:\n    Type: AWS::SQS::Queue\n",
+         "no state machine 'ProcessorStateMachine'; the template has none (neither "
+         "onceflow's nor an app that nests it)"),
+    ],
+)  # fmt: skip
+def test_a_template_the_command_cannot_use_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], template: str, said: str
+) -> None:
+    # GIVEN a template of the user's with a YAML mistake, or one without onceflow in it
+    path = tmp_path / "template.yaml"
+    path.write_text(template, encoding="utf-8")
+    event = Path(__file__).resolve().parents[2] / "events" / "work-item.json"
+    # WHEN a command runs on it
+    code = main(["execute", "ProcessorStateMachine", "-e", str(event), "-t", str(path),
+                 "--no-server", "--no-record"])  # fmt: skip
+    # THEN it says what is wrong in one line
+    err = capsys.readouterr().err
+    assert code == 2
+    [line] = [line for line in err.splitlines() if not line.startswith("local: ")]
+    assert said in line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 import sys
 import threading
@@ -226,3 +227,37 @@ def test_library_frames_are_named_where_the_lambda_sandbox_keeps_them(
         assert files[0] == "/var/task/handler.py", files
         assert all(f.startswith(library) for f in files[1:]), files
         assert files[1:], files
+
+
+def test_a_result_the_python_runtime_cannot_marshal_is_its_marshal_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """awslambdaric's lambda_runtime_marshaller.py (aws-lambda-python-runtime-interface-
+    client): the result is encoded with simplejson, a Decimal as its number (str(obj), raw),
+    anything else JSON has no type for refused: Runtime.MarshalError, "Unable to marshal
+    response: ..."; the function's work is done, its answer is that error."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "handler", raising=False)
+    source = (
+        "import datetime, decimal\n\n"
+        "def handler(event, context):\n"
+        "    if event == 'time':\n"
+        "        return {'at': datetime.datetime(2026, 1, 1)}\n"
+        "    big = decimal.Decimal('12345678901234567890')\n"
+        "    return {'price': decimal.Decimal('1.5'), 'big': big}\n"
+    )
+    runtime = lambdas.InProcessRuntime()
+    runtime.register(spec := _function(tmp_path, source))
+    invoke = runtime.moto_invoker(spec.name)
+    # WHEN a function returns a datetime, then Decimals (as boto3's DynamoDB resource reads)
+    refused, refused_errored, _ = invoke("time")
+    numbers, numbers_errored, _ = invoke("numbers")
+    # THEN the first answers Lambda's marshal error, the second its numbers as numbers
+    assert refused_errored is True
+    answer = json.loads(refused)
+    assert answer["errorType"] == "Runtime.MarshalError"
+    assert answer["errorMessage"] == (
+        "Unable to marshal response: Object of type datetime is not JSON serializable"
+    )
+    assert numbers_errored is False
+    assert json.loads(numbers) == {"price": 1.5, "big": 12345678901234567890}

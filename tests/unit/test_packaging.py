@@ -1,21 +1,25 @@
 """`pip install` of the built wheel gives a working `onceflow`, as a user gets it.
 
-SLOW (about a minute): builds the wheel from a copy of the project, makes fresh virtual
+SLOW (about a minute): builds the package as a user does, `python -m build` (the sdist,
+then the wheel from the sdist) in a copy of the project as a clone has it (no
+node_modules: jsonata is fetched by the build from its lock file), makes fresh virtual
 environments and installs the wheel into them with its dependencies resolved by pip,
 then runs the installed command from a directory unrelated to any project. No network:
 pip reads only the wheels `make setup` downloaded into .venv/wheels (the pins of
-requirements/dev.txt, and setuptools to build with), with no index; nothing of this
-venv reaches the new ones.
+requirements/dev.txt, and setuptools to build with), with no index, and npm only the
+cache `make setup`'s `npm ci` filled (offline); nothing of this venv reaches the new ones.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,10 +27,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 WHEELS = ROOT / ".venv" / "wheels"
 # What a clone holds that a wheel is not built from, or that another run left.
+# node_modules too: a clone has only jsonata's package-lock.json (make setup installs it).
 NOT_COPIED = shutil.ignore_patterns(
     ".git", ".venv*", ".onceflow", ".aws-sam", "__pycache__", "*.egg-info", "build", "dist",
-    ".mypy_cache", ".ruff_cache", ".pytest_cache", "bench",
+    ".mypy_cache", ".ruff_cache", ".pytest_cache", "bench", "node_modules",
 )  # fmt: skip
+# What the installed package must carry to run outside any checkout (besides its modules).
+CARRIED = (
+    "onceflow/app/template.yaml",
+    "onceflow/app/statemachines/processor.asl.json",
+    "onceflow/app/statemachines/batch.asl.json",
+    "onceflow/app/statemachines/audit.asl.json",
+    "onceflow/app/functions/service/handlers/__init__.py",
+    "onceflow/app/events/s3-object-created.json",
+    "onceflow/app/starter/template.yaml",
+    "onceflow/app/starter/src/word_count.py",
+    "onceflow/local/jsonata_js/worker.js",
+    "onceflow/local/jsonata_js/node_modules/jsonata/jsonata.js",
+    "onceflow/local/jsonata_js/node_modules/jsonata/package.json",
+    "onceflow/view/static/viewer.js",
+)
 
 pytestmark = pytest.mark.slow
 
@@ -78,17 +98,46 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[st
         for k, v in os.environ.items()
         if not k.startswith(("ONCEFLOW_", "PYTHON", "PIP_", "VIRTUAL_ENV", "XDG_"))
     }
+    # npm's cache as make setup's `npm ci` left it (read before HOME changes), offline.
+    npm_cache = os.environ.get("NPM_CONFIG_CACHE") or str(Path.home() / ".npm")
     env["HOME"] = str(home)  # records, pages and pip's settings are this user's
     env["PIP_CONFIG_FILE"] = os.devnull  # only the wheels named below: no index, no cache
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
-    done = _run(
-        [*pip, "wheel", "--no-deps", "--no-index", "--find-links", str(WHEELS), "-w", "dist", "."],
-        project,
-        env,
-    )
+    # `python -m build`, as the user types it; its build environment is installed by pip,
+    # which reads these from the environment: the wheels of WHEELS, no index.
+    building = {**env, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(WHEELS),
+                "NPM_CONFIG_CACHE": npm_cache, "NPM_CONFIG_OFFLINE": "true"}  # fmt: skip
+    done = _run([sys.executable, "-m", "build", "--outdir", "dist", "."], project, building)
     assert done.returncode == 0, done.stdout + done.stderr
     [wheel] = (project / "dist").glob("onceflow-*.whl")
+    [sdist] = (project / "dist").glob("onceflow-*.tar.gz")
+    assert sdist.name.startswith("onceflow-0")
     return wheel, work, env
+
+
+def test_the_wheel_built_from_a_clone_carries_the_app_jsonata_and_the_viewer(
+    built: tuple[Path, Path, dict[str, str]],
+) -> None:
+    # GIVEN the wheel `python -m build` made from the sdist of a clone (no node_modules)
+    wheel, _, _ = built
+    # WHEN its files are listed
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    # THEN it carries the SAM app, the starter app, jsonata 2.0.6 and the viewer's files
+    assert [name for name in CARRIED if name not in names] == []
+    jsonata = json.loads(
+        zipfile.ZipFile(wheel).read("onceflow/local/jsonata_js/node_modules/jsonata/package.json")
+    )
+    assert jsonata["version"] == "2.0.6"
+    # AND every page of docs/ that onceflow's messages and help name (docs/NAME.md)
+    named = {
+        match
+        for source in (ROOT / "onceflow").rglob("*.py")
+        for match in re.findall(r"docs/[a-z-]+\.md", source.read_text(encoding="utf-8"))
+    }
+    assert "docs/doctor.md" in named
+    assert sorted(n for n in named if f"onceflow/app/{n}" not in names) == []
+    # AND nothing a build or a run leaves behind
+    assert not [n for n in names if "__pycache__" in n or "/.aws-sam/" in n or "/.onceflow/" in n]
 
 
 def _install(built: tuple[Path, Path, dict[str, str]], name: str, extra: str) -> Path:
@@ -134,11 +183,15 @@ def test_the_core_installs_alone_and_runs_the_commands_that_need_no_engine(
     helped = _run([str(command), "--help"], here, env)
     listed = _run([str(command), "executions"], here, env)
     engine = _run([str(command), "execute", "ProcessorStateMachine", "-e", "x.json"], here, env)
-    # THEN the first two work, and the third says which extra to install, in one line
+    # THEN the first two work, and the third says which extra to install, in one line: of
+    # the wheel the user installed, into this environment (not a package of that name an
+    # index may have)
+    wheel, _, _ = built
     assert helped.returncode == 0 and "usage: onceflow" in helped.stdout, helped.stderr
     assert listed.returncode == 0 and "no executions" in listed.stdout, listed.stderr
     assert engine.returncode == 2 and "Traceback" not in engine.stderr
-    assert "pip install 'onceflow[local]'" in engine.stderr
+    python = command.parent / "python"
+    assert f"{python} -m pip install '{wheel}[local]'" in engine.stderr, engine.stderr
 
 
 def test_the_local_extra_runs_the_quick_start_from_an_unrelated_directory(
@@ -160,6 +213,10 @@ def test_the_local_extra_runs_the_quick_start_from_an_unrelated_directory(
     benched = _run([str(command), "bench", "--messages", "1"], here, env)
     # THEN each works on the app the package carries
     assert helped.returncode == 0 and "usage: onceflow" in helped.stdout
+    # (and the help says where the docs/NAME.md its messages name are)
+    docs = re.search(r"docs/NAME\.md[^/]*?(/\S+/docs)\b", " ".join(helped.stdout.split()))
+    assert docs is not None, helped.stdout
+    assert (Path(docs.group(1)) / "doctor.md").is_file()
     assert demo.returncode == 0 and "exactly once: OK" in demo.stdout, demo.stdout + demo.stderr
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "status: SUCCEEDED" in ran.stdout and "Processed" in ran.stdout
@@ -196,3 +253,7 @@ def test_init_from_the_installed_package_writes_an_app_of_the_users(
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert '"lines": 2' in ran.stdout and '"words": 3' in ran.stdout
     assert "onceflow's own app" not in ran.stderr
+    # AND the contract its README and its function name is in the app it wrote
+    readme = (here / "my-app" / "README.md").read_text(encoding="utf-8")
+    assert "onceflow/docs/processor.md" in readme
+    assert (here / "my-app" / "onceflow" / "docs" / "processor.md").is_file()
