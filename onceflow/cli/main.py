@@ -545,7 +545,7 @@ def main(argv: list[str] | None = None, shared: SharedEngine | None = None) -> i
         )
         return 2
     except RecursionError:
-        # Python's recursion limit (about 1,000 nested levels) binds before JSONata's on
-        # AWS (about 4,000 under node): the local engine cannot run this input.
+        # Deeper than the engine's Python reads (onceflow.local.RECURSION_LIMIT, far past
+        # the processor's JSONata): the local engine cannot run this input.
         print("onceflow: the input nests too deeply for the local engine", file=sys.stderr)
         return 2

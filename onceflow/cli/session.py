@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from onceflow.local import RECURSION_LIMIT
 from onceflow.project import (
     TemplateNotFound,
     bundled_app,
@@ -231,15 +232,19 @@ def load_event(path: str) -> Any:
         raise SystemExit(
             f"onceflow: {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8"
         ) from None
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(before, RECURSION_LIMIT))  # as deep as the engine reads
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SystemExit(f"onceflow: {path} is not JSON: {exc}") from None
     except RecursionError:
         raise SystemExit(
-            f"onceflow: {path} nests deeper than this tool reads (about 1,000 levels); "
-            "the processor's JSONata could not evaluate it either"
+            f"onceflow: {path} nests deeper than this tool reads (about {RECURSION_LIMIT:,} "
+            "levels); the processor's JSONata could not evaluate it either (about 2,300)"
         ) from None
+    finally:
+        sys.setrecursionlimit(before)
 
 
 def json_value(value: Any) -> Any:

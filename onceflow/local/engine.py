@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, TextIO
 
 import boto3
 import botocore.loaders
@@ -24,7 +24,16 @@ import botocore.session
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from onceflow.local import executions, iam, ingress, jsonata_node, limits, patches, provisioning
+from onceflow.local import (
+    RECURSION_LIMIT,
+    executions,
+    iam,
+    ingress,
+    jsonata_node,
+    limits,
+    patches,
+    provisioning,
+)
 from onceflow.local.errors import EngineError
 from onceflow.local.executions import ExecutionResult, execution_name
 from onceflow.local.lambdas import FUNCTION_OUTPUT, InProcessRuntime
@@ -39,7 +48,6 @@ __all__ = [
 # While any engine runs, the heap the first one started with is frozen and the recursion limit
 # raised: docs/local-engine.md, "What each speed-up gains" (its last paragraph) and "Handlers
 # run in the engine's Python" (Parity).
-RECURSION_LIMIT: Final = 20_000
 _HEAP = {"engines": 0, "frozen_by_us": False, "recursion_before": 0}
 _HEAP_LOCK = threading.Lock()
 

@@ -15,7 +15,7 @@ import pytest
 from onceflow.cli import FRESH_STACK, main
 from onceflow.harness.demo import DemoConfig, run_demo
 from onceflow.local import server
-from onceflow.local.engine import LocalEngine
+from onceflow.local.engine import RECURSION_LIMIT, LocalEngine
 from tests import sam_events
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -537,6 +537,38 @@ def test_an_event_file_that_cannot_be_read_is_refused_in_one_line(
     message = str(refused.value.code)
     assert message.startswith(f"onceflow: {path} ") and said in message
     assert "\n" not in message and "Traceback" not in capsys.readouterr().err
+
+
+def _nested_file(tmp_path: Path, depth: int) -> Path:
+    path = tmp_path / "deep.json"
+    path.write_text('{"a": ' * depth + "1" + "}" * depth, encoding="utf-8")
+    return path
+
+
+def test_an_event_file_as_deep_as_jsonata_reads_is_run_not_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN an event nested 1,500 levels deep: deeper than Python's default recursion limit,
+    # within what the processor's JSONata judges (docs/ingress.md, "Deep nesting": 2,300)
+    path = _nested_file(tmp_path, 1500)
+    # WHEN it is executed
+    code = main(["execute", "ProcessorStateMachine", "-e", str(path), "--no-server", "--json"])
+    # THEN it runs, and Claim's rules judge it: an InvalidEvent, not a refusal before the run
+    assert code == 1
+    assert json.loads(capsys.readouterr().out)["endedIn"] == "InvalidEvent"
+
+
+def test_an_event_file_deeper_than_the_engine_reads_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN an event nested deeper than the engine's recursion limit
+    path = _nested_file(tmp_path, RECURSION_LIMIT + 100)
+    # WHEN it is executed THEN it is refused in one line, with the depth the tool reads
+    with pytest.raises(SystemExit) as refused:
+        main(["execute", "ProcessorStateMachine", "-e", str(path), "--no-server"])
+    message = str(refused.value.code)
+    assert message.startswith(f"onceflow: {path} nests deeper than this tool reads")
+    assert f"{RECURSION_LIMIT:,}" in message and "\n" not in message
 
 
 @pytest.mark.parametrize(
