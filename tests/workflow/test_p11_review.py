@@ -11,9 +11,9 @@ import json
 from typing import Any
 
 from tests.helpers import (
+    AUDIT,
     FUNCTION,
     MACHINE,
-    AUDIT,
     TransientError,
     attributes,
     audit_engine,
