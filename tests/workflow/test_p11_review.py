@@ -8,21 +8,31 @@ from __future__ import annotations
 
 import copy
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tests.helpers import (
     AUDIT,
     FUNCTION,
     MACHINE,
+    Gate,
     TransientError,
     attributes,
     audit_engine,
     dlq_messages,
     expire_lock,
+    idempotency_key,
+    invocations,
     ledger_row,
     load_event,
+    out_of_time,
+    output_effects,
+    run_audit,
+    s3_event,
+    upload,
 )
 from tests.workflow.test_audit_dead_letter import always, dlq_refusing
+from tests.workflow.test_batch_mode import outcomes, queued
 from tests.workflow.test_failure_paths import failing, throttled
 
 
@@ -83,3 +93,97 @@ def test_a_dlq_that_refuses_the_sweeps_dead_letter_does_not_stop_the_sweep() -> 
         assert attributes(dead)["IDEMPOTENCY_KEY"] == "sqs:order-spent"
         assert attributes(dead)["EXECUTION_ARN"] == stuck["lock_owner"]
         assert "dead_lettered_at" in (ledger_row(engine, "sqs:order-spent") or {})
+
+
+# ---- S3 through the queue: an upload whose batch died on its last attempt ---------------
+
+
+def test_an_upload_whose_batch_died_on_its_last_attempt_is_dead_lettered_by_the_sweep() -> None:
+    """The S3 cheap path (SqsBatchMode alone): the row's lock owner is a batch message
+    (``<execution>#<index>``), which DescribeExecution cannot name; with no copy of the
+    event on the row (an object's row keeps none) the sweep still sends one DLQ message,
+    with the work item, once the queue no longer brings the message back."""
+    parameters = {"SqsBatchMode": "true", "ProcessorTimeoutSeconds": "40"}
+    with audit_engine(**parameters) as engine:
+        # GIVEN an upload that failed twice, then died with its whole batch on attempt 3
+        version = upload(engine, "uploads/dies.png")
+        pk = idempotency_key(engine, "uploads/dies.png", version)
+        real = engine.runtime.load(engine.runtime.functions[engine.function_name(FUNCTION)])
+
+        def handler(payload: Any, context: Any) -> Any:
+            if payload["attempt"] < 3:
+                raise TransientError("the image service is down")
+            return out_of_time(engine, payload, real(payload, context))
+
+        with engine.override_function(FUNCTION, handler):
+            assert (
+                engine.put_s3_event(engine.ref("IngestBucket"), "uploads/dies.png", version) == []
+            )
+            for _ in range(3):
+                engine.pump_pipes()
+        stuck = ledger_row(engine, pk) or {}
+        assert (stuck["status"], stuck["attempts"]) == ("PROCESSING", "3")
+        assert "#" in stuck["lock_owner"]
+        # AND its message is gone (its 14 days ran out), its lock long expired
+        engine.client("sqs").purge_queue(QueueUrl=engine.ref("SourceQueue"))
+        expire_lock(engine, pk)
+        # WHEN the audit runs
+        report = run_audit(engine).output
+        # THEN the sweep dead-lettered it: one DLQ message naming the object, the row marked
+        assert report["stuck_dead_lettered"] == 1 and report["resubmit_errors"] == 0
+        [dead] = dlq_messages(engine)
+        assert attributes(dead)["IDEMPOTENCY_KEY"] == pk
+        assert attributes(dead)["ERROR_CODE"] == "LockExpired"
+        assert json.loads(dead["Body"])["workItem"]["key"] == "uploads/dies.png"
+        done = ledger_row(engine, pk) or {}
+        assert "dead_lettered_at" in done and "open_status" not in done
+        # AND a second audit does nothing more
+        again = run_audit(engine).output
+        assert again["stuck_dead_lettered"] == 0 and again["missing_resubmitted"] == 0
+        assert len(dlq_messages(engine)) == 1
+
+
+# ---- the same upload through both paths at once (62 ms apart) --------------------------
+
+
+def test_an_upload_through_the_queue_while_the_direct_path_holds_it_has_one_effect() -> None:
+    """The S3 cheap path: an upload's event comes through the queue while the direct path
+    (the audit's resubmission, or the rule before a switch to the batch mode) is still
+    processing it. The batch message must neither run it again nor be deleted before
+    the row is settled: it stays (a Duplicate the queue brings back), then is settled."""
+    parameters = {"SqsBatchMode": "true", "ProcessorTimeoutSeconds": "40"}
+    with audit_engine(**parameters) as engine:
+        version = upload(engine, "uploads/both.png")
+        pk = idempotency_key(engine, "uploads/both.png", version)
+        gate = Gate()
+        real = engine.runtime.load(engine.runtime.functions[engine.function_name(FUNCTION)])
+
+        def slow(payload: Any, context: Any) -> Any:
+            gate.hold()
+            return real(payload, context)
+
+        # GIVEN the direct path's execution, mid-processing under its lock
+        with engine.override_function(FUNCTION, slow), ThreadPoolExecutor(1) as pool:
+            direct = pool.submit(
+                engine.execute, MACHINE, s3_event(engine, "uploads/both.png", version)
+            )
+            gate.wait_entered()
+            # WHEN the same upload's event comes through the queue meanwhile
+            bucket = engine.ref("IngestBucket")
+            assert engine.put_s3_event(bucket, "uploads/both.png", version) == []
+            [during] = engine.pump_pipes()
+            gate.release.set()
+            assert direct.result().outcome == "Processed"
+        # THEN the batch did not run it, and kept its message (the row was not settled)
+        [outcome] = outcomes(engine, during).values()
+        assert (outcome["outcome"], outcome["retry"]) == ("Duplicate", True)
+        assert len(queued(engine)) == 1
+        # AND the message's next delivery is a settled duplicate: deleted, one effect
+        [after] = engine.pump_pipes()
+        [outcome] = outcomes(engine, after).values()
+        assert (outcome["outcome"], outcome["retry"]) == ("Duplicate", False)
+        assert queued(engine) == {}
+        assert output_effects(engine) == 1 and invocations(engine) == 1
+        row = ledger_row(engine, pk) or {}
+        assert (row["status"], row["attempts"]) == ("PROCESSED", "1")
+        assert dlq_messages(engine) == []
