@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from moto.sqs.models import sqs_backends
+
+from onceflow.local.engine import ACCOUNT_ID, REGION, LocalEngine
 from tests.helpers import (
     AUDIT,
     FUNCTION,
@@ -31,6 +35,7 @@ from tests.helpers import (
     s3_event,
     upload,
 )
+from tests.hostile import corpus
 from tests.workflow.test_audit_dead_letter import always, dlq_refusing
 from tests.workflow.test_batch_mode import outcomes, queued
 from tests.workflow.test_failure_paths import failing, throttled
@@ -187,3 +192,80 @@ def test_an_upload_through_the_queue_while_the_direct_path_holds_it_has_one_effe
         row = ledger_row(engine, pk) or {}
         assert (row["status"], row["attempts"]) == ("PROCESSED", "1")
         assert dlq_messages(engine) == []
+
+
+# ---- a batch where messages are hostile -------------------------------------------------
+
+
+def _hostile_bodies(bucket: str, limit: int) -> list[str]:
+    """Message bodies made of the hostile corpus (tests/hostile.py), spread over its
+    classes: an SQS message's body as it is, any other input as its JSON text (as
+    EventBridge would put an event into the queue)."""
+    bodies: list[str] = []
+    for hostile in corpus(bucket):
+        event = hostile.event
+        if isinstance(event, list) and len(event) == 1 and isinstance(event[0], dict):
+            body = event[0].get("body")
+        else:
+            body = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
+        if isinstance(body, str):
+            bodies.append(body)
+    step = max(1, len(bodies) // limit)
+    return bodies[::step][:limit]
+
+
+def test_hostile_messages_in_a_batch_end_alone_and_their_neighbours_are_processed() -> None:
+    """The single-message processor's hostile corpus, as bodies of batch messages, nine to
+    a batch with one order: no body fails the batch as a whole (which would keep every
+    neighbour in the queue and spend its receives), each ends in a named outcome, and
+    the order is processed."""
+    parameters = {
+        "SqsBatchMode": "true",
+        "ProcessorTimeoutSeconds": "40",
+        "IdempotencyKeyPath": "orderId",
+        "CustomEventSource": "com.example.orders",
+    }
+    with audit_engine(**parameters) as engine:
+        sqs = engine.client("sqs")
+        url = engine.ref("SourceQueue")
+        largest = int(
+            sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])[
+                "Attributes"
+            ]["MaximumMessageSize"]
+        )
+        hostile = [
+            body
+            for body in _hostile_bodies(engine.ref("IngestBucket"), 120)
+            if 0 < len(body.encode("utf-8", "surrogatepass")) <= largest
+            and not re.search("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]", body)
+        ]
+        assert len(hostile) >= 80
+        named = {"Processed", "Duplicate", "Ignored", "Superseded", "InvalidEvent"}
+        named |= {"DeadLettered", "Failed"}
+        for start in range(0, len(hostile), 9):
+            # GIVEN nine hostile bodies and one order in the queue
+            for body in hostile[start : start + 9]:
+                sqs.send_message(QueueUrl=url, MessageBody=body)
+            order = sqs.send_message(
+                QueueUrl=url, MessageBody=json.dumps({"orderId": f"neighbour-{start}"})
+            )["MessageId"]
+            # WHEN the pipe hands them over as one batch
+            [arn] = engine.pump_pipes(limit=1)
+            # THEN the batch answered, each message with a named outcome, the order done
+            result = engine.wait(arn)
+            assert result.status == "SUCCEEDED", (start, result.error, result.cause)
+            ended = outcomes(engine, arn)
+            assert len(ended) == len(hostile[start : start + 9]) + 1
+            assert {o["outcome"] for o in ended.values()} <= named, ended
+            assert ended[order]["outcome"] == "Processed"
+            # AND only messages whose outcome is not settled stay, for the next delivery
+            kept = {m for m, o in ended.items() if o["retry"] is not False}
+            assert set(queued(engine)) == kept
+            _empty(engine)
+
+
+def _empty(engine: LocalEngine) -> None:
+    """Drop what the source queue keeps, so that the next batch is only what a test sends
+    (read from the local SQS itself, as ``queued`` does: a purge waits 60 s between two)."""
+    name = engine.get_att("SourceQueue", "QueueName")
+    sqs_backends[ACCOUNT_ID][REGION].get_queue(name)._messages.clear()
