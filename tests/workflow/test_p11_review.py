@@ -12,9 +12,14 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
+from botocore.exceptions import ClientError
 from moto.sqs.models import sqs_backends
 
+from onceflow import ops
+from onceflow.local import executions
 from onceflow.local.engine import ACCOUNT_ID, REGION, LocalEngine
+from onceflow.local.target import LocalTarget
 from tests.helpers import (
     AUDIT,
     FUNCTION,
@@ -37,6 +42,7 @@ from tests.helpers import (
 )
 from tests.hostile import corpus
 from tests.workflow.test_audit_dead_letter import always, dlq_refusing
+from tests.workflow.test_batch_mode import PARAMETERS as BATCH_PARAMETERS
 from tests.workflow.test_batch_mode import outcomes, queued
 from tests.workflow.test_failure_paths import failing, throttled
 
@@ -269,3 +275,57 @@ def _empty(engine: LocalEngine) -> None:
     (read from the local SQS itself, as ``queued`` does: a purge waits 60 s between two)."""
     name = engine.get_att("SourceQueue", "QueueName")
     sqs_backends[ACCOUNT_ID][REGION].get_queue(name)._messages.clear()
+
+
+# ---- receives spent without work: the pipe cannot start its batch ---------------------
+
+
+def _start_throttled(monkeypatch: pytest.MonkeyPatch, state_machine: str) -> None:
+    """Step Functions refusing the pipe's start of one machine with ThrottlingException (at
+    the account's StartSyncExecution quota, or the pipe's concurrency), as botocore raises
+    it: the engine's fault hooks answer only DynamoDB, SQS and S3 requests."""
+    start = executions.start
+
+    def throttled_start(engine: LocalEngine, target: str, *args: Any, **kwargs: Any) -> str:
+        if engine.state_machine_arn(target) == state_machine:
+            error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
+            raise ClientError(error, "StartSyncExecution")  # type: ignore[arg-type]
+        return start(engine, target, *args, **kwargs)
+
+    monkeypatch.setattr(executions, "start", throttled_start)
+
+
+def test_a_message_whose_batch_the_pipe_cannot_start_comes_back_through_the_source_dlq(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AWS counts a receive when the pipe cannot invoke its target (issue 25, item 2): a
+    message the pipe could never hand over spends its receive budget with no row to show
+    for it. It ends in the source queue's DLQ (alarmed), and `onceflow redrive --queue
+    source` brings it back through the pipe: processed once."""
+    parameters = {**BATCH_PARAMETERS, "AuditRecentCutoffHours": "0"}
+    with audit_engine(**parameters) as engine:
+        # GIVEN an order, and Step Functions throttling every start of the batch workflow
+        batch = engine.state_machine_arn("BatchProcessorStateMachine")
+        engine.client("sqs").send_message(
+            QueueUrl=engine.ref("SourceQueue"), MessageBody=json.dumps({"orderId": "order-late"})
+        )
+        with monkeypatch.context() as patched:
+            _start_throttled(patched, batch)
+            # WHEN the pipe polls until the queue's redrive policy gives up on it
+            assert engine.pump_pipes() == []
+        # THEN it waits in the source DLQ, with no row (nothing claimed it) and no DLQ message
+        assert queued(engine) == {}
+        assert list(queued(engine, "SourceDeadLetterQueue").values()) == ["order-late"]
+        assert ledger_row(engine, "sqs:order-late") is None and dlq_messages(engine) == []
+        # AND the audit cannot see it (no row), so the source DLQ's alarm is what shows it
+        assert run_audit(engine).output["failed_resubmitted"] == 0
+        # WHEN the operator redrives the source DLQ once Step Functions takes starts again
+        report = ops.redrive(LocalTarget(engine), queue="source")
+        assert report.count("resubmitted") == 1
+        [arn] = engine.pump_pipes()
+        # THEN it is processed once, and nothing is left in either queue
+        [outcome] = outcomes(engine, arn).values()
+        assert (outcome["outcome"], outcome["retry"]) == ("Processed", False)
+        assert (ledger_row(engine, "sqs:order-late") or {})["status"] == "PROCESSED"
+        assert queued(engine) == {} and queued(engine, "SourceDeadLetterQueue") == {}
+        assert output_effects(engine) == 1 and dlq_messages(engine) == []
