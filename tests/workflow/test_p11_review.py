@@ -7,6 +7,7 @@ raises, a DLQ that refuses SendMessage, a throttled ledger write, a lock that ex
 from __future__ import annotations
 
 import copy
+import io
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from onceflow import ops
 from onceflow.local import executions
 from onceflow.local.engine import ACCOUNT_ID, REGION, LocalEngine
 from onceflow.local.target import LocalTarget
+from onceflow.local.wiring import LocalStack
 from tests.helpers import (
     AUDIT,
     FUNCTION,
@@ -33,6 +35,7 @@ from tests.helpers import (
     idempotency_key,
     invocations,
     ledger_row,
+    ledger_rows,
     load_event,
     out_of_time,
     output_effects,
@@ -329,3 +332,49 @@ def test_a_message_whose_batch_the_pipe_cannot_start_comes_back_through_the_sour
         assert (ledger_row(engine, "sqs:order-late") or {})["status"] == "PROCESSED"
         assert queued(engine) == {} and queued(engine, "SourceDeadLetterQueue") == {}
         assert output_effects(engine) == 1 and dlq_messages(engine) == []
+
+
+# ---- an existing source queue whose messages make a batch too large -------------------
+
+
+def test_an_existing_queue_whose_batch_outgrows_step_functions_input_is_reported() -> None:
+    """SqsSource=<your queue's ARN> in the batch mode: the stack sizes the queue it creates
+    so that a full batch fits Step Functions' 256 KiB input (template.yaml, SourceQueue's
+    MaximumMessageSize), but cannot size yours. Ten orders of 30 KB each, each one well
+    within what the processor takes, make a batch the pipe cannot start: every receive
+    fails the whole batch and the queue moves all ten to its DLQ unprocessed, and moving
+    them back fails the same way. The doctor did not say so."""
+    orders = "arn:aws:sqs:us-east-1:123456789012:orders"
+    parameters = {
+        "SqsSource": orders,
+        "SqsBatchMode": "true",
+        "ProcessorTimeoutSeconds": "40",
+        "IdempotencyKeyPath": "orderId",
+    }
+    with LocalEngine(parameters=parameters, function_log=io.StringIO(), time_scale=0.0) as engine:
+        # GIVEN the user's queue, with a DLQ, and SQS's default largest message (256 KiB)
+        sqs = engine.client("sqs")
+        sqs.create_queue(QueueName="orders-dlq")
+        policy = {"deadLetterTargetArn": f"{orders}-dlq", "maxReceiveCount": "5"}
+        url = sqs.create_queue(
+            QueueName="orders",
+            Attributes={"VisibilityTimeout": "1800", "RedrivePolicy": json.dumps(policy)},
+        )["QueueUrl"]
+        for n in range(10):
+            body = json.dumps({"orderId": f"order-{n}", "notes": "n" * 30_000})
+            sqs.send_message(QueueUrl=url, MessageBody=body)
+        # WHEN the pipe polls: no batch starts, and all ten reach the DLQ unprocessed
+        assert engine.pump_pipes() == []
+        dlq = sqs.get_queue_url(QueueName="orders-dlq")["QueueUrl"]
+        moved = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["All"])["Attributes"]
+        assert moved["ApproximateNumberOfMessages"] == "10"
+        assert ledger_rows(engine) == []
+        # THEN the doctor warns of the queue's message size, with the size that fits
+        stack = LocalStack(engine)
+        [warned] = [f for f in ops.examine(stack) if f.check == "source queue message size"]
+        assert warned.status == ops.WARN
+        assert "MaximumMessageSize=11264" in warned.detail
+        # AND once the queue takes no larger messages, the doctor is content
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": "11264"})
+        sizes = [f for f in ops.examine(stack) if f.check == "source queue message size"]
+        assert [f.status for f in sizes] == [ops.PASS]
