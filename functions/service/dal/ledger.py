@@ -317,7 +317,8 @@ class Ledger:
             raise ValueError(f"{row.pk} is {row.status}: never taken")
         values: dict[str, Any] = {
             ":status": {"S": str(row.status)},
-            ":open": {"S": open_status(row.status, row.pk)},
+            # Its entry as read; a row read without one gets its shard's (it was open work).
+            ":open": {"S": row.open_status or open_status(row.status, row.pk)},
             ":processing": {"S": Status.PROCESSING.value},
             ":me": {"S": owner},
             ":now_ms": {"N": str(now_ms)},
