@@ -1,7 +1,10 @@
 """An adversarial review of P11 (issue 25): work lost, stuck or doubled in the SQS batch
-mode, the audit's sweep and the S3-through-queue path, each defect shown by a test
-that failed before its fix. Every failure is injected for real (a processor that
-raises, a DLQ that refuses SendMessage, a throttled ledger write, a lock that expires).
+mode, the audit's sweep and the S3-through-queue path. Two tests failed before their fix:
+a DLQ refusing the sweep's dead letter stopped the whole sweep, and an existing source
+queue whose messages make a batch too large went unreported by the doctor. The others
+add what the suite did not try, and held. Every failure is injected for real (a
+processor that raises, a DLQ that refuses SendMessage, a throttled ledger write or
+start, a lock that expires, an execution that runs out of time).
 """
 
 from __future__ import annotations
