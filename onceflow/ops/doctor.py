@@ -462,7 +462,12 @@ def _source_queue(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
     url = sqs.get_queue_url(QueueName=queue, QueueOwnerAWSAccountId=account)["QueueUrl"]
     attributes = sqs.get_queue_attributes(
         QueueUrl=url,
-        AttributeNames=["RedrivePolicy", "VisibilityTimeout", "MessageRetentionPeriod"],
+        AttributeNames=[
+            "RedrivePolicy",
+            "VisibilityTimeout",
+            "MessageRetentionPeriod",
+            "MaximumMessageSize",
+        ],
     )["Attributes"]
     visibility = int(attributes.get("VisibilityTimeout", 30))
     size, window, invocation = _pipe_settings(pipe)
@@ -489,8 +494,55 @@ def _source_queue(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
     else:
         yield _receive_budget(stack, queue, dlq, int(redrive.get("maxReceiveCount", 0)), visibility)
     yield from _visibility(url, visibility, window, run, invocation)
+    if invocation == "REQUEST_RESPONSE":
+        largest = int(attributes.get("MaximumMessageSize", _SQS_DEFAULT_MESSAGE_BYTES))
+        yield _message_size(url, largest, size)
     if dlq:
         yield _dead_letter_alarm(stack, dlq)
+
+
+# Step Functions' largest execution input, which a synchronous pipe's whole batch must fit
+# ("Step Functions state machine (262,144 characters)": eb-pipes-batching-concurrency.html);
+# what the pipe writes of one record besides its body (template.yaml, SourceQueue); SQS's
+# default largest message for a queue made without the attribute (SetQueueAttributes).
+_STEP_FUNCTIONS_INPUT_BYTES = 262_144
+_RECORD_BYTES = 2048
+_SQS_DEFAULT_MESSAGE_BYTES = 262_144
+
+
+def _fitting_message_bytes(batch_size: int) -> int:
+    """The largest MaximumMessageSize, in whole KiB and at most 64 KiB (the processor's event
+    limit, half of it escaped), whose full batch fits Step Functions' input: each body
+    JSON-escaped to at most twice its size, plus its record."""
+    per_message = (_STEP_FUNCTIONS_INPUT_BYTES // max(batch_size, 1) - _RECORD_BYTES) // 2
+    return max(1024, min(65_536, per_message // 1024 * 1024))
+
+
+def _message_size(url: str, largest: int, batch_size: int) -> Finding:
+    """The batch mode hands the pipe's whole batch to one synchronous execution: a queue
+    that takes larger messages than a full batch of them fits can hold batches no execution
+    can take. The stack sizes the queue it creates so; an existing queue (SqsSource=<ARN>)
+    is the user's to size. What the pipe does with a batch over Step Functions' input (fail
+    it whole, as the local engine does, or cut it smaller) is not verified."""
+    fits = _fitting_message_bytes(batch_size)
+    if batch_size * (2 * largest + _RECORD_BYTES) <= _STEP_FUNCTIONS_INPUT_BYTES:
+        return Finding(
+            PASS,
+            "source queue message size",
+            f"at most {largest} bytes a message: a batch of {batch_size} fits one execution's "
+            "256 KiB input",
+        )
+    return Finding(
+        WARN,
+        "source queue message size",
+        f"the queue takes messages of up to {largest} bytes, but a batch of {batch_size} "
+        "such messages, as the pipe writes them, can outgrow the batch workflow's 256 KiB "
+        "input: the pipe cannot start such a batch, and each of its messages spends a "
+        "receive until the queue moves it to its DLQ unprocessed (where moving it back fails "
+        f"the same way). aws sqs set-queue-attributes --queue-url {url} --attributes "
+        f"MaximumMessageSize={fits} (larger messages are refused when sent, where the "
+        "producer sees it)",
+    )
 
 
 def _batch_lock(stack: _Stack) -> int:

@@ -17,7 +17,6 @@ from botocore.stub import ANY, Stubber
 
 from service.dal.ledger import Ledger, plain
 from service.dal.workflow import DeadLetters, Processor, Reports, StartRefused, compact_json
-from service.errors import PermanentError
 from service.logic.audit import Budget, empty_counts, failed_dead_letter_message, failure_code
 from service.model import LedgerRow
 from service.settings import AuditSettings
@@ -261,19 +260,42 @@ def test_a_row_taken_over_before_the_audits_take_gets_no_message() -> None:
     assert counts["failed_dead_lettered"] == 0
 
 
-def test_a_failed_send_leaves_the_row_under_the_audits_lock_unmarked() -> None:
+def test_a_failed_send_gives_the_row_back_as_it_was_read_and_the_sweep_goes_on() -> None:
     counts = empty_counts()
     with Stubbed() as stubbed:
         # GIVEN a take that holds and a DLQ that refuses the message (its KMS key)
         _original_input(stubbed)
         stubbed.db.add_response("update_item", {}, TAKE)
         stubbed.queue.add_client_error("send_message", "KmsAccessDenied", http_status_code=400)
-        # WHEN the sweep dead-letters the row THEN the sweep's call fails, and the row is
-        # not marked: it stays PROCESSING under the audit's lock, in the open-work
-        # index, for the next sweep once the lock has expired
-        with pytest.raises(PermanentError, match="KmsAccessDenied"):
+        # AND the row given back, fenced on the audit's lock, as the index showed it
+        stubbed.db.add_response(
+            "update_item",
+            {},
+            {
+                "TableName": TABLE,
+                "Key": {"pk": ROW["pk"]},
+                "UpdateExpression": (
+                    "SET #status = :status, open_status = :open, updated_at = :now_ms, "
+                    "lock_owner = :lock_owner REMOVE lock_expires_at"
+                ),
+                "ConditionExpression": "lock_owner = :me AND #status = :processing",
+                "ExpressionAttributeNames": {"#status": "status"},
+                "ExpressionAttributeValues": {
+                    ":status": ROW["status"],
+                    ":open": ROW["open_status"],
+                    ":processing": {"S": "PROCESSING"},
+                    ":me": {"S": "audit-1"},
+                    ":now_ms": ANY,
+                    ":lock_owner": ROW["lock_owner"],
+                },
+            },
+        )
+        # WHEN the sweep dead-letters the row THEN the row is not marked but given back
+        # (FAILED, open, no DLQ message, for the next audit), counted for the alarm, and
+        # the sweep is told to go on with the next row
+        with pytest.raises(audit._Undelivered):
             audit._retry_failed(_row(), _sweep(stubbed, counts))
-    assert counts["failed_dead_lettered"] == 0
+    assert counts["failed_dead_lettered"] == 0 and counts["resubmit_errors"] == 1
 
 
 def test_a_row_the_index_shows_dead_lettered_or_expired_is_not_touched() -> None:

@@ -326,6 +326,69 @@ def test_the_dead_letter_mark_is_fenced_on_the_audits_own_lock(
     assert ledger.mark_dead_lettered(PK, "audit-1", 1_700_000_300_000, error) is False
 
 
+def test_a_row_whose_dead_letter_was_refused_is_given_back_as_it_was_read(
+    dynamodb: tuple[Ledger, Stubber],
+) -> None:
+    ledger, stub = dynamodb
+    # GIVEN a stuck row the audit took, and a FAILED one it took without an owner
+    failed = LedgerRow(pk=PK, status=Status.FAILED, attempts=3, lock_expires_at=1_699_000_000)
+    fenced = {
+        "ConditionExpression": "lock_owner = :me AND #status = :processing",
+        "ExpressionAttributeNames": {"#status": "status"},
+    }
+    stub.add_response(
+        "update_item",
+        {},
+        {
+            "TableName": TABLE,
+            "Key": {"pk": {"S": PK}},
+            "UpdateExpression": (
+                "SET #status = :status, open_status = :open, updated_at = :now_ms, "
+                "lock_owner = :lock_owner, lock_expires_at = :lock_expires_at"
+            ),
+            **fenced,
+            "ExpressionAttributeValues": {
+                ":status": {"S": "PROCESSING"},
+                ":open": {"S": "PROCESSING#e"},
+                ":processing": {"S": "PROCESSING"},
+                ":me": {"S": "audit-1"},
+                ":now_ms": {"N": "1700000300000"},
+                ":lock_owner": {"S": OWNER},
+                ":lock_expires_at": {"N": "1700000000"},
+            },
+        },
+    )
+    stub.add_client_error(
+        "update_item",
+        "ConditionalCheckFailedException",
+        http_status_code=400,
+        expected_params={
+            "TableName": TABLE,
+            "Key": {"pk": {"S": PK}},
+            "UpdateExpression": (
+                "SET #status = :status, open_status = :open, updated_at = :now_ms, "
+                "lock_expires_at = :lock_expires_at REMOVE lock_owner"
+            ),
+            **fenced,
+            "ExpressionAttributeValues": {
+                ":status": {"S": "FAILED"},
+                ":open": {"S": "FAILED#e"},
+                ":processing": {"S": "PROCESSING"},
+                ":me": {"S": "audit-1"},
+                ":now_ms": {"N": "1700000300000"},
+                ":lock_expires_at": {"N": "1699000000"},
+            },
+        },
+    )
+    # WHEN the DLQ refused their dead letters and the audit gives them back
+    # THEN each is what it was read as (owner, expiry, open-work entry), fenced on the
+    # audit's own lock; a row another owner holds by then is refused, not overwritten
+    assert ledger.give_back(replace(STUCK, attempts=3), "audit-1", 1_700_000_300_000) is True
+    assert ledger.give_back(failed, "audit-1", 1_700_000_300_000) is False
+    with pytest.raises(ValueError, match="never taken"):
+        ledger.give_back(LedgerRow(pk=PK, status=Status.PROCESSED), "audit-1", 1)
+
+
 def test_the_current_row_is_a_consistent_read(dynamodb: tuple[Ledger, Stubber]) -> None:
     ledger, stub = dynamodb
     # GIVEN a key with a row, and one without
@@ -357,6 +420,7 @@ _CALLS: dict[str, tuple[str, Any]] = {
     "release_stuck": ("update_item", lambda ledger: ledger.release_stuck(STUCK, 1, "a")),
     "current": ("batch_get_item", lambda ledger: ledger.current(PK)),
     "take": ("update_item", lambda ledger: ledger.take(STUCK, 1, "a", 2)),
+    "give_back": ("update_item", lambda ledger: ledger.give_back(STUCK, "a", 1)),
     "mark_dead_lettered": (
         "update_item",
         lambda ledger: ledger.mark_dead_lettered(PK, "a", 1, "e"),

@@ -318,7 +318,12 @@ def healthy_calls(
         },
         {
             "QueueUrl": SOURCE_URL,
-            "AttributeNames": ["RedrivePolicy", "VisibilityTimeout", "MessageRetentionPeriod"],
+            "AttributeNames": [
+                "RedrivePolicy",
+                "VisibilityTimeout",
+                "MessageRetentionPeriod",
+                "MaximumMessageSize",
+            ],
         },
     )
     dlq = [{"Name": "QueueName", "Value": "onceflow-SourceQueue-x-dlq"}]

@@ -303,6 +303,50 @@ class Ledger:
             )
         return call.refused is None
 
+    def give_back(self, row: LedgerRow, owner: str, now_ms: int) -> bool:
+        """Undo ``take``: the row as it was read (its status, open-work entry and lock), fenced
+        on the caller's own lock, once its DLQ message could not be sent. Returns False
+        (nothing written) when the lock is no longer the caller's.
+
+        The row goes back to its place in the open-work index, behind a sweep that is
+        past it, and is what it was for whoever comes next: a delivery's takeover, or
+        the next audit, which sends the DLQ message then (as the processor's
+        ReleaseUndelivered leaves work it could not dead-letter).
+        """
+        if row.status not in (Status.PROCESSING, Status.FAILED):
+            raise ValueError(f"{row.pk} is {row.status}: never taken")
+        values: dict[str, Any] = {
+            ":status": {"S": str(row.status)},
+            # Its entry as read; a row read without one gets its shard's (it was open work).
+            ":open": {"S": row.open_status or open_status(row.status, row.pk)},
+            ":processing": {"S": Status.PROCESSING.value},
+            ":me": {"S": owner},
+            ":now_ms": {"N": str(now_ms)},
+        }
+        sets = ["#status = :status", "open_status = :open", "updated_at = :now_ms"]
+        removes: list[str] = []
+        if row.lock_owner is None:
+            removes.append("lock_owner")
+        else:
+            values[":lock_owner"] = {"S": row.lock_owner}
+            sets.append("lock_owner = :lock_owner")
+        if row.lock_expires_at is None:
+            removes.append("lock_expires_at")
+        else:
+            values[":lock_expires_at"] = {"N": str(row.lock_expires_at)}
+            sets.append("lock_expires_at = :lock_expires_at")
+        update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        with aws_call(f"giving {row.pk} back", expected=_FENCED) as call:
+            self._dynamodb.update_item(
+                TableName=self.table,
+                Key=_key(row.pk),
+                UpdateExpression=update,
+                ConditionExpression="lock_owner = :me AND #status = :processing",
+                ExpressionAttributeNames={"#status": Attribute.STATUS.value},
+                ExpressionAttributeValues=values,
+            )
+        return call.refused is None
+
     def mark_dead_lettered(self, pk: str, owner: str, now_ms: int, last_error: str) -> bool:
         """Fenced on the caller's own lock: FAILED and dead-lettered, once its DLQ message
         was sent (``last_error``: the message's ERROR_MESSAGE). The row leaves the

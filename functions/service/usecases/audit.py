@@ -553,6 +553,8 @@ def sweep_locks(
                         _retry_failed(row, sweep)
             except _TimeUp:
                 return SweepPage(position, tally())
+            except _Undelivered:
+                pass  # given back, counted and logged: the next row
             position = {
                 "phase": position["phase"],
                 "start": clients.ledger.resume_after(status, row),
@@ -660,12 +662,16 @@ def _dead_letter(row: LedgerRow, message: dict[str, Any], sweep: _Sweep) -> bool
     before the take, from the row as read: once taken, the row names this audit as
     its owner, not the execution whose input the message carries.
 
-    A failed send raises and stops this call of the sweep: the row stays PROCESSING
-    under this audit's lock, in the open-work index, and once the lock has expired
-    the next sweep finds it stuck and dead-letters it (or, below MaxAttempts,
-    releases and resubmits it); a batch-mode delivery may take it over then too.
-    Dying between the send and the mark leaves the same row: its second DLQ message
-    is the price of never marking a row dead-lettered without one.
+    A send that fails past the SDK's retries (the DLQ's KMS key refusing, throttling)
+    is the sweep's DeadLetterFailed: the row is given back as it was read (the take
+    undone, fenced on this audit's lock), counted in resubmit_errors (alarmed), and
+    the sweep goes on with the next row; the next audit, or a batch-mode delivery,
+    dead-letters it once the DLQ takes messages. (It used to stop the sweep, every
+    run while the DLQ refused, so no row after it was ever retried.) Should the
+    give-back fail too, the row stays PROCESSING under this audit's lock, and once
+    that has expired the next sweep finds it stuck. Dying between the send and the
+    mark leaves that row too: its second DLQ message is the price of never marking a
+    row dead-lettered without one.
     """
     clients, audit_id = sweep.clients, sweep.run.audit_id
     if not clients.ledger.take(row, _now_ms(), audit_id, sweep.lock_until):
@@ -673,7 +679,16 @@ def _dead_letter(row: LedgerRow, message: dict[str, Any], sweep: _Sweep) -> bool
             "changed since it was read: no DLQ message sent", extra={"idempotency_key": row.pk}
         )
         return False
-    clients.dead_letters.send(message["body"], message["attributes"])
+    try:
+        clients.dead_letters.send(message["body"], message["attributes"])
+    except (PermanentError, TransientError) as undelivered:
+        sweep.counts["resubmit_errors"] += 1
+        logger.error(
+            "the DLQ refused the dead letter: the row is left open for the next audit",
+            extra={"idempotency_key": row.pk, "error": str(undelivered)},
+        )
+        _give_back(row, sweep)
+        raise _Undelivered from undelivered
     error = str(message["attributes"].get("ERROR_MESSAGE") or "")
     if not clients.ledger.mark_dead_lettered(row.pk, audit_id, _now_ms(), error):
         # Only a lock that expired before this write lets another owner in: the lock
@@ -683,6 +698,26 @@ def _dead_letter(row: LedgerRow, message: dict[str, Any], sweep: _Sweep) -> bool
             extra={"idempotency_key": row.pk},
         )
     return True
+
+
+class _Undelivered(Exception):
+    """The DLQ refused a row's dead letter: the row was given back, and the sweep goes on."""
+
+
+def _give_back(row: LedgerRow, sweep: _Sweep) -> None:
+    try:
+        given = sweep.clients.ledger.give_back(row, sweep.run.audit_id, _now_ms())
+    except (PermanentError, TransientError) as failed:
+        # Left under this audit's lock: the next sweep finds it stuck once that expires.
+        logger.error(
+            "the row could not be given back",
+            extra={"idempotency_key": row.pk, "error": str(failed)},
+        )
+        return
+    if not given:
+        logger.error(
+            "the audit's lock was lost before the give-back", extra={"idempotency_key": row.pk}
+        )
 
 
 def _now_ms() -> int:
