@@ -301,6 +301,14 @@ class InProcessRuntime:
         an earlier engine in this process into this one."""
         guard_powertools()
         roots = {str(spec.code_uri.resolve()) for spec in self.functions.values()}
+        # And the modules of those names from anywhere: another app's functions/service (an
+        # app onceflow init made, run by an earlier engine) would answer for this one's.
+        names = {
+            path.stem if path.suffix == ".py" else path.name
+            for root in roots
+            for path in Path(root).iterdir()
+            if path.suffix == ".py" or (path / "__init__.py").is_file()
+        }
         services = {
             spec.environment.get("POWERTOOLS_SERVICE_NAME", "service_undefined")
             for spec in self.functions.values()
@@ -308,7 +316,9 @@ class InProcessRuntime:
         with _IMPORT_LOCK:
             for name, module in list(sys.modules.items()):
                 origin = getattr(module, "__file__", None) or ""
-                if any(origin.startswith(root + "/") for root in roots):
+                if name.split(".")[0] in names or any(
+                    origin.startswith(root + "/") for root in roots
+                ):
                     del sys.modules[name]
             self._handlers.clear()
             # Powertools configures the service's stdlib logger once per process and marks
@@ -330,7 +340,9 @@ class InProcessRuntime:
             if spec.name not in self._handlers:
                 # Lambda puts the code root on the import path; so does this.
                 root = str(spec.code_uri.resolve())
-                if root not in sys.path:
+                if sys.path[:1] != [root]:  # first: before another app's root of one name
+                    if root in sys.path:
+                        sys.path.remove(root)
                     sys.path.insert(0, root)
                 try:
                     handler = _import_handler(spec.handler, retry=spec.name in self.load_errors)

@@ -147,6 +147,36 @@ def test_a_cold_start_forgets_the_modules_and_the_logger_an_earlier_engine_confi
     assert Logger(service=service, level="WARNING").log_level == logging.WARNING
 
 
+def test_a_function_of_another_code_root_with_the_same_package_gets_its_own_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the code roots there: undone
+    # GIVEN two apps whose functions are the same package name (an app `onceflow init` made
+    # beside onceflow's own, each functions/service/...), each answering with its own name
+    specs = []
+    for app in ("first", "second"):
+        package = tmp_path / app / "probe_pkg"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "handler.py").write_text(f"def handler(event, context):\n    return {app!r}\n")
+        specs.append(lambdas.FunctionSpec(
+            "Probe", "probe", "arn:aws:lambda:us-east-1:123456789012:function:probe",
+            tmp_path / app, "probe_pkg.handler.handler", 3.0, 128, {},
+        ))  # fmt: skip
+    # WHEN an engine runs the first app's, then another (its cold start) the second's, then
+    # a third the first's again
+    answers = []
+    for spec in (specs[0], specs[1], specs[0]):
+        runtime = lambdas.InProcessRuntime()
+        runtime.register(spec)
+        runtime.cold_start()
+        answers.append(runtime.invoke("probe", {})[0])
+    # THEN each runs its own code, not the package an earlier engine imported
+    assert answers == ["first", "second", "first"]
+    for name in [n for n in sys.modules if n.split(".")[0] == "probe_pkg"]:
+        del sys.modules[name]
+
+
 # LocalStack's raise_exception.py (tests/aws/services/stepfunctions/templates/errorhandling/
 # lambdafunctions/), which its recordings deploy as handler.py.
 RAISE_EXCEPTION = (
