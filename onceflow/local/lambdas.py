@@ -8,7 +8,6 @@ import importlib
 import io
 import json
 import logging
-import math
 import sys
 import sysconfig
 import threading
@@ -205,9 +204,12 @@ def error_payload(exc: BaseException, context: LambdaContext, code_uri: Path) ->
 
 def _runtime_json(value: Any) -> Any:
     if isinstance(value, decimal.Decimal):  # as its number: simplejson writes str(value) raw
-        if value.is_nan():
-            return math.nan
-        return int(value) if value == value.to_integral_value() else float(value)
+        if not value.is_finite():
+            # simplejson writes NaN or Infinity, which is no JSON: what Step Functions makes
+            # of it is not verified, so the run fails here (harsher, never kinder)
+            raise ValueError(f"Decimal {value} is not a JSON number")
+        exponent = value.as_tuple().exponent
+        return int(value) if isinstance(exponent, int) and exponent >= 0 else float(value)
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
@@ -276,6 +278,21 @@ def _raising(error: Exception) -> Callable[[Any, Any], Any]:
     return handler
 
 
+# Every code root a function was loaded from in this process (any engine's, any app's).
+_CODE_ROOTS: set[str] = set()
+
+
+def _forget_function_modules() -> None:
+    """Forget every module imported from a function's code root, this engine's or an
+    earlier one's (another app's functions/service would answer for this one's), and
+    nothing else: the engine's own libraries stay, even where a function vendors a copy.
+    Called under _IMPORT_LOCK."""
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None) or ""
+        if any(origin.startswith(root + "/") for root in _CODE_ROOTS):
+            del sys.modules[name]
+
+
 class InProcessRuntime:
     """Loads handlers from CodeUri + Handler and invokes them with a Lambda context."""
 
@@ -300,26 +317,13 @@ class InProcessRuntime:
         new sandboxes, so module-level state (settings, clients, caches) must not leak from
         an earlier engine in this process into this one."""
         guard_powertools()
-        roots = {str(spec.code_uri.resolve()) for spec in self.functions.values()}
-        # And the modules of those names from anywhere: another app's functions/service (an
-        # app onceflow init made, run by an earlier engine) would answer for this one's.
-        names = {
-            path.stem if path.suffix == ".py" else path.name
-            for root in roots
-            for path in Path(root).iterdir()
-            if path.suffix == ".py" or (path / "__init__.py").is_file()
-        }
+        _CODE_ROOTS.update(str(spec.code_uri.resolve()) for spec in self.functions.values())
         services = {
             spec.environment.get("POWERTOOLS_SERVICE_NAME", "service_undefined")
             for spec in self.functions.values()
         }
         with _IMPORT_LOCK:
-            for name, module in list(sys.modules.items()):
-                origin = getattr(module, "__file__", None) or ""
-                if name.split(".")[0] in names or any(
-                    origin.startswith(root + "/") for root in roots
-                ):
-                    del sys.modules[name]
+            _forget_function_modules()
             self._handlers.clear()
             # Powertools configures the service's stdlib logger once per process and marks
             # it ("init", "powertools_handler" ...); a re-imported Logger() would keep an
@@ -344,8 +348,12 @@ class InProcessRuntime:
                     if root in sys.path:
                         sys.path.remove(root)
                     sys.path.insert(0, root)
+                _CODE_ROOTS.add(root)
+                retry = spec.name in self.load_errors
+                if retry:  # its module may have changed since: imported afresh, as a new init
+                    sys.modules.pop(spec.handler.rpartition(".")[0].replace("/", "."), None)
                 try:
-                    handler = _import_handler(spec.handler, retry=spec.name in self.load_errors)
+                    handler = _import_handler(spec.handler, retry=retry)
                 except Exception as exc:  # the user's code: Lambda's answer to every call
                     self.load_errors[spec.name] = f"{type(exc).__name__}: {exc}"
                     return _raising(exc)

@@ -621,7 +621,9 @@ def test_the_audit_grows_with_the_bucket_and_inventory_replaces_the_listing() ->
     assert older.per_million_uploads > day.per_million_uploads
 
 
-def test_the_inventory_reports_kept_are_the_templates_and_their_rows_measured() -> None:
+def test_the_inventory_reports_kept_are_the_templates_and_their_rows_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # GIVEN the template's lifecycle rule on the output bucket's inventory/ prefix: a daily
     # report is read while at most 2 days old, a weekly one 8 (AUDIT_INVENTORY_MAX_AGE_HOURS),
     # so the reports are kept a day longer than that and no more
@@ -636,9 +638,13 @@ def test_the_inventory_reports_kept_are_the_templates_and_their_rows_measured() 
     # AND what a report of an object costs to keep is on the audit's bill: 3 x its bytes
     units = AuditUnits(0.0, 0.0, 0.0, 0.0, 0.0)
     day = pricing.audit_day(units, 1.0, 1000.0, 30.0, 12.0)
+    monkeypatch.setattr(pricing, "INVENTORY_REPORTS_KEPT_DAYS", 0)
+    unkept = pricing.audit_day(units, 1.0, 1000.0, 30.0, 12.0)
     listed = 86_400 * 1000.0
     stored = listed * 3 * pricing.INVENTORY_ROW_GZIP_BYTES / 1024**3 * 0.023
-    assert day.usd_inventory > stored / pricing.DAYS_PER_MONTH
+    assert day.usd_inventory - unkept.usd_inventory == pytest.approx(
+        stored / pricing.DAYS_PER_MONTH
+    )
 
 
 def load_template_rules() -> list[dict[str, Any]]:

@@ -177,6 +177,53 @@ def test_a_function_of_another_code_root_with_the_same_package_gets_its_own_code
         del sys.modules[name]
 
 
+def test_a_cold_start_keeps_the_engines_own_library_a_function_vendors_too(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    # GIVEN a function whose CodeUri vendors a library the engine itself runs on (pip
+    # install -t, as AWS's zip recipe does), never loaded from there yet
+    (tmp_path / "yaml").mkdir()
+    (tmp_path / "yaml" / "__init__.py").write_text("STUB = True\n")
+    (tmp_path / "probe_vendoring.py").write_text("def handler(event, context):\n    return 1\n")
+    runtime = lambdas.InProcessRuntime()
+    runtime.register(lambdas.FunctionSpec(
+        "Probe", "probe", "arn:aws:lambda:us-east-1:123456789012:function:probe", tmp_path,
+        "probe_vendoring.handler", 3.0, 128, {},
+    ))  # fmt: skip
+    try:
+        # WHEN an engine's cold start comes
+        runtime.cold_start()
+        # THEN the engine's own copy (site-packages) is still the one imported
+        assert sys.modules.get("yaml") is yaml
+    finally:
+        sys.modules["yaml"] = yaml
+
+
+def test_a_handler_fixed_after_handler_not_found_is_loaded_at_the_next_invocation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the code root there: undone
+    # GIVEN a module whose function is not the one Handler names
+    module = tmp_path / "probe_renamed.py"
+    module.write_text("def handle(event, context):\n    return 1\n")
+    runtime = lambdas.InProcessRuntime()
+    runtime.register(lambdas.FunctionSpec(
+        "Probe", "probe", "arn:aws:lambda:us-east-1:123456789012:function:probe", tmp_path,
+        "probe_renamed.handler", 3.0, 128, {},
+    ))  # fmt: skip
+    try:
+        payload, error = runtime.invoke("probe", {})
+        assert error is not None and "HandlerNotFound" in str(error) + json.dumps(payload)
+        # WHEN the user renames it, as the error says, and the function is invoked again
+        module.write_text("def handler(event, context):\n    return 'fixed'\n")
+        # THEN the new code answers, as Lambda's next init would import it
+        assert runtime.invoke("probe", {}) == ("fixed", None)
+    finally:
+        sys.modules.pop("probe_renamed", None)
+
+
 # LocalStack's raise_exception.py (tests/aws/services/stepfunctions/templates/errorhandling/
 # lambdafunctions/), which its recordings deploy as handler.py.
 RAISE_EXCEPTION = (
@@ -274,7 +321,9 @@ def test_a_result_the_python_runtime_cannot_marshal_is_its_marshal_error(
         "    if event == 'time':\n"
         "        return {'at': datetime.datetime(2026, 1, 1)}\n"
         "    big = decimal.Decimal('12345678901234567890')\n"
-        "    return {'price': decimal.Decimal('1.5'), 'big': big}\n"
+        "    if event == 'infinite':\n"
+        "        return {'price': decimal.Decimal('Infinity')}\n"
+        "    return {'price': decimal.Decimal('1.5'), 'big': big, 'one': decimal.Decimal('1.0')}\n"
     )
     runtime = lambdas.InProcessRuntime()
     runtime.register(spec := _function(tmp_path, source))
@@ -290,4 +339,9 @@ def test_a_result_the_python_runtime_cannot_marshal_is_its_marshal_error(
         "Unable to marshal response: Object of type datetime is not JSON serializable"
     )
     assert numbers_errored is False
-    assert json.loads(numbers) == {"price": 1.5, "big": 12345678901234567890}
+    assert json.loads(numbers) == {"price": 1.5, "big": 12345678901234567890, "one": 1.0}
+    assert '"one": 1.0' in numbers  # as simplejson writes str(Decimal('1.0')), not 1
+    # AND a Decimal JSON has no number for is the marshal error too, not a crash
+    infinite, infinite_errored, _ = invoke("infinite")
+    assert infinite_errored is True
+    assert json.loads(infinite)["errorType"] == "Runtime.MarshalError"
