@@ -57,6 +57,32 @@ def _with_handler(app: Path, handler: str, tmp_path: Path) -> Path:
     return copy
 
 
+def _run_own_file(
+    app: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    machine: str = "ProcessorStateMachine",
+) -> tuple[int, str, str]:
+    """`onceflow execute MACHINE --upload notes.txt --json` run in the app, as its user
+    would: (exit code, stdout, stderr)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(TEXT)
+    monkeypatch.chdir(app)
+    code = main(["execute", machine, "--upload", str(notes), "--json",
+                 "--no-record", "--no-server"])  # fmt: skip
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _changed(app: Path, old: str, new: str) -> None:
+    """The app's template with its one text ``old`` (which must be there) made ``new``."""
+    template = app / "template.yaml"
+    text = template.read_text(encoding="utf-8")
+    assert old in text
+    template.write_text(text.replace(old, new), encoding="utf-8")
+
+
 BROKEN = [
     ("nope.handler", "Runtime.ImportModuleError",
      "Unable to import module 'nope': No module named 'nope'"),
@@ -79,13 +105,8 @@ def test_a_handler_that_cannot_load_fails_its_execution_as_lambda_does_in_one_li
     # GIVEN the user's app with a Handler that cannot be loaded
     mine = _with_handler(app, handler, tmp_path)
     (mine / "src" / "broken.py").write_text("def handler(event, context:\n", encoding="utf-8")
-    notes = tmp_path / "notes.txt"
-    notes.write_bytes(TEXT)
-    monkeypatch.chdir(mine)
     # WHEN they run their own file through it
-    code = main(["execute", "ProcessorStateMachine", "--upload", str(notes), "--json",
-                 "--no-record", "--no-server"])  # fmt: skip
-    out, err = capsys.readouterr()
+    code, out, err = _run_own_file(mine, tmp_path, monkeypatch, capsys)
     # THEN the execution fails with the Python runtime's error, its work marked FAILED
     result = json.loads(out)
     assert code == 1
@@ -112,13 +133,8 @@ def test_a_dependency_of_your_function_missing_here_is_named_with_how_to_install
         encoding="utf-8",
     )
     (mine / "src" / "requirements.txt").write_text("onceflow-absent-library\n", encoding="utf-8")
-    notes = tmp_path / "notes.txt"
-    notes.write_bytes(TEXT)
-    monkeypatch.chdir(mine)
     # WHEN they run their own file through it
-    code = main(["execute", "ProcessorStateMachine", "--upload", str(notes), "--json",
-                 "--no-record", "--no-server"])  # fmt: skip
-    _, err = capsys.readouterr()
+    code, _, err = _run_own_file(mine, tmp_path, monkeypatch, capsys)
     # THEN it fails as on a Lambda package without it, and the line says how to run it here:
     # the engine runs the function in the Python onceflow is installed in
     assert code == 1
@@ -184,18 +200,13 @@ def test_your_own_file_goes_through_the_batch_workflow_in_the_batch_mode(
 ) -> None:
     # GIVEN the user's app with onceflow nested in the batch mode (S3 through the queue)
     mine = _with_handler(app, "word_count.handler", tmp_path)
-    text = (mine / "template.yaml").read_text(encoding="utf-8")
     nested = "        KeySuffix: .txt\n"
-    assert nested in text
     batch = '        SqsBatchMode: "true"\n        ProcessorTimeoutSeconds: 40\n'
-    (mine / "template.yaml").write_text(text.replace(nested, nested + batch), encoding="utf-8")
-    notes = tmp_path / "notes.txt"
-    notes.write_bytes(TEXT)
-    monkeypatch.chdir(mine)
+    _changed(mine, nested, nested + batch)
     # WHEN they run their own file through the workflow that takes uploads in that mode
-    code = main(["execute", "BatchProcessorStateMachine", "--upload", str(notes), "--json",
-                 "--no-record", "--no-server"])  # fmt: skip
-    out, err = capsys.readouterr()
+    code, out, err = _run_own_file(
+        mine, tmp_path, monkeypatch, capsys, machine="BatchProcessorStateMachine"
+    )
     # THEN it was uploaded and ran as the message the rule sends to the source queue
     assert code == 0, err
     assert "uploaded notes.txt to s3://" in err
@@ -245,9 +256,7 @@ def test_a_function_the_engine_cannot_run_is_refused_in_one_line(
     # GIVEN the user's app whose function is not a Python zip package (Lambda runs it; the
     # engine, which imports Python handlers in its own process, cannot)
     mine = _with_handler(app, "word_count.handler", tmp_path)
-    text = (mine / "template.yaml").read_text(encoding="utf-8")
-    assert change[0] in text
-    (mine / "template.yaml").write_text(text.replace(*change), encoding="utf-8")
+    _changed(mine, *change)
     monkeypatch.chdir(mine)
     # WHEN they run a command on it
     code = main(["execute", "ProcessorStateMachine", "-e", str(mine / "onceflow" / "events" /
@@ -307,11 +316,8 @@ def test_a_variable_your_function_sets_apart_from_onceflows_is_refused_with_what
     # GIVEN the user's function setting Powertools' service name, which onceflow's Globals
     # set for its own functions to another value
     mine = _with_handler(app, "word_count.handler", tmp_path)
-    text = (mine / "template.yaml").read_text(encoding="utf-8")
     mine_env = "          COUNTS_TABLE: !Ref CountsTable\n"
-    assert mine_env in text
-    text = text.replace(mine_env, mine_env + "          POWERTOOLS_SERVICE_NAME: word-count\n")
-    (mine / "template.yaml").write_text(text, encoding="utf-8")
+    _changed(mine, mine_env, mine_env + "          POWERTOOLS_SERVICE_NAME: word-count\n")
     monkeypatch.chdir(mine)
     # WHEN a command runs on it
     code = main(["execute", "ProcessorStateMachine", "--upload", str(mine / "README.md"),
