@@ -455,9 +455,23 @@ def _pipe_batching(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
 
 
 def _source_queue(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
-    """The queue the pipe reads: a redrive policy, and a visibility timeout the pipe's
-    longest hold of a batch fits in."""
-    account, queue = str(pipe["Source"]).split(":")[4:6]
+    """The queue the pipe reads: in the stack's Region, a redrive policy, and a visibility
+    timeout the pipe's longest hold of a batch fits in."""
+    region, account, queue = str(pipe["Source"]).split(":")[3:6]
+    # SqsSource's pattern takes any Region, and a template rule cannot compare it with the
+    # stack's (rule functions have no Fn::Split or Fn::Sub: intrinsic-function-reference-
+    # rules.html): whether a pipe can read a queue of another Region is not verified.
+    _, home, _ = stack.arn_parts()
+    if region != home:
+        yield Finding(
+            FAIL,
+            "source queue",
+            f"the pipe reads {pipe['Source']}, in {region}, but the stack is in {home}: "
+            "the stack's alarms, onceflow redrive --queue source and these checks look "
+            f"for queues in {home}, and a failed message would go unseen. Deploy with "
+            f"SqsSource naming a queue of {home}, or deploy the stack in {region}",
+        )
+        return
     sqs = stack.client("sqs")
     url = sqs.get_queue_url(QueueName=queue, QueueOwnerAWSAccountId=account)["QueueUrl"]
     attributes = sqs.get_queue_attributes(
