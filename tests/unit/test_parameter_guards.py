@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from onceflow.cli import main
 from onceflow.local.engine import DEFAULT_TEMPLATE
 from onceflow.local.template import (
     RulesRefused,
@@ -239,3 +240,28 @@ def test_a_source_queue_in_another_region_is_a_doctor_fail_that_names_both() -> 
     assert (finding.status, finding.check) == (doctor.FAIL, "source queue")
     assert "in eu-west-1, but the stack is in us-east-1" in finding.detail
     assert "SqsSource naming a queue of us-east-1" in finding.detail
+
+
+# ---- the command line refuses what the deploy refuses ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (["SqsSource=create", "RetentionDays=7"], f"rule {HOLD_RULE}: With an SQS source"),
+        (["IdempotencyKeyPath=$uuid()"], "parameter IdempotencyKeyPath='$uuid()' failed"),
+        (["CustomEventSource=aws.s3"], "parameter CustomEventSource='aws.s3' failed"),
+    ],
+)
+def test_onceflow_execute_refuses_them_before_it_runs_anything(
+    overrides: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    event = DEFAULT_TEMPLATE.parent / "events" / "sqs-business-message.json"
+    argv = ["execute", "ProcessorStateMachine", "-e", str(event), "--parameter-overrides"]
+    # WHEN the engine is asked to run the processor with such values
+    code = main([*argv, *overrides])
+    # THEN it refuses, saying why, with the usage error's status, and runs nothing
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert said in err
+    assert "status:" not in out
