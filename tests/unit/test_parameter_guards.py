@@ -265,3 +265,28 @@ def test_onceflow_execute_refuses_them_before_it_runs_anything(
     assert code == 2, (out, err)
     assert said in err
     assert "status:" not in out
+
+
+# ---- the dashboard never counts a duplicate as processed work ----------------------------
+
+DASHBOARD_RULE = "DashboardReadsEveryOutcome"
+
+
+def test_the_dashboard_is_refused_where_its_outcomes_are_not_logged() -> None:
+    # GIVEN the filters the dashboard's outcomes come from: each reads a Succeed state,
+    # which Step Functions logs at level ALL only (cloudwatch-log-level.html)
+    resources = _template()["Resources"]
+    filters = {
+        name: str(resource["Properties"]["FilterPattern"])
+        for name, resource in resources.items()
+        if resource["Type"] == "AWS::Logs::MetricFilter"
+        and resource.get("Condition") == "FullObservability"
+        and '"SucceedStateEntered"' in str(resource["Properties"]["FilterPattern"])
+    }
+    assert "ProcessorSucceedEndsMetricFilter" in filters, sorted(filters)
+    # WHEN the processor logs at ERROR with the dashboard on
+    refused = failed_rules({"Observability": "full", "StateMachineLogLevel": "ERROR"})
+    # THEN the rules refuse it; at ALL, or without the dashboard, ERROR is taken
+    assert refused == {DASHBOARD_RULE}
+    assert failed_rules({"Observability": "full", "StateMachineLogLevel": "ALL"}) == set()
+    assert failed_rules({"Observability": "alarms", "StateMachineLogLevel": "ERROR"}) == set()
