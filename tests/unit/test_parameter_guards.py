@@ -9,6 +9,9 @@ tests compute which values must bind from the template's own resources and const
 
 from __future__ import annotations
 
+import copy
+import io
+import json
 import math
 from functools import cache
 from typing import Any
@@ -16,7 +19,8 @@ from typing import Any
 import pytest
 
 from onceflow.cli import main
-from onceflow.local.engine import DEFAULT_TEMPLATE
+from onceflow.local import template as template_module
+from onceflow.local.engine import DEFAULT_TEMPLATE, LocalEngine
 from onceflow.local.template import (
     RulesRefused,
     Stack,
@@ -25,6 +29,7 @@ from onceflow.local.template import (
     load_template,
 )
 from onceflow.ops import doctor
+from tests.helpers import invocations, ledger_rows
 from tests.template.translate import translated
 
 DAY = 86_400
@@ -290,3 +295,31 @@ def test_the_dashboard_is_refused_where_its_outcomes_are_not_logged() -> None:
     assert refused == {DASHBOARD_RULE}
     assert failed_rules({"Observability": "full", "StateMachineLogLevel": "ALL"}) == set()
     assert failed_rules({"Observability": "alarms", "StateMachineLogLevel": "ERROR"}) == set()
+
+
+@pytest.mark.parametrize("path", ["$string($random())", "orderId & '#' & $uuid()"])
+def test_without_the_pattern_a_changing_key_path_processes_every_copy(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the key path's pattern refuses is no matter of taste: the same message delivered
+    twice (SQS delivers at least once) is processed twice, and neither run can finish."""
+    # GIVEN the template as it would be without the pattern
+    loose = copy.deepcopy(_template())
+    del loose["Parameters"]["IdempotencyKeyPath"]["AllowedPattern"]
+    monkeypatch.setattr(template_module, "load_template", lambda _: copy.deepcopy(loose))
+    event = DEFAULT_TEMPLATE.parent / "events" / "sqs-business-message.json"
+    message = json.loads(event.read_text())
+    with LocalEngine(
+        parameters={"SqsSource": "create", "IdempotencyKeyPath": path},
+        function_log=io.StringIO(),
+        time_scale=0.0,
+    ) as engine:
+        # WHEN one message is delivered twice
+        outcomes = [engine.execute("ProcessorStateMachine", message).outcome for _ in range(2)]
+        # THEN each delivery claimed a key of its own and ran the processor: two effects
+        assert len(ledger_rows(engine)) == 2, outcomes
+        assert invocations(engine) == 2, outcomes
+        # AND neither could even mark its work done, the key read again at MarkComplete
+        # being another one: each ends LockLost, its row left PROCESSING for the sweep
+        assert outcomes == ["LockLost", "LockLost"]
+        assert {row["status"] for row in ledger_rows(engine)} == {"PROCESSING"}
