@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from onceflow.cli import main
+from onceflow.local import ingress
 from onceflow.local import template as template_module
 from onceflow.local.engine import DEFAULT_TEMPLATE, LocalEngine
 from onceflow.local.template import (
@@ -29,7 +30,7 @@ from onceflow.local.template import (
     load_template,
 )
 from onceflow.ops import doctor
-from tests.helpers import invocations, ledger_rows
+from tests.helpers import dlq_messages, invocations, ledger_rows, png_bytes
 from tests.template.translate import translated
 
 DAY = 86_400
@@ -323,3 +324,30 @@ def test_without_the_pattern_a_changing_key_path_processes_every_copy(
         # being another one: each ends LockLost, its row left PROCESSING for the sweep
         assert outcomes == ["LockLost", "LockLost"]
         assert {row["status"] for row in ledger_rows(engine)} == {"PROCESSING"}
+
+
+def test_without_the_pattern_an_aws_source_takes_every_buckets_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What CustomEventSource's pattern refuses: aws.s3 as a custom source."""
+    # GIVEN the template as it would be without the pattern, the custom source aws.s3
+    loose = copy.deepcopy(_template())
+    del loose["Parameters"]["CustomEventSource"]["AllowedPattern"]
+    monkeypatch.setattr(template_module, "load_template", lambda _: copy.deepcopy(loose))
+    with LocalEngine(
+        parameters={"CustomEventSource": "aws.s3"}, function_log=io.StringIO(), time_scale=0.0
+    ) as engine:
+        # WHEN an image is uploaded to the stack's bucket
+        bucket = engine.ref("IngestBucket")
+        s3 = engine.client("s3")
+        version = s3.put_object(Bucket=bucket, Key="a.png", Body=png_bytes())["VersionId"]
+        event = ingress.s3_object_created_event(engine, bucket, "a.png", version)
+        started = ingress.put_event(engine, event)
+        # THEN both rules start the processor: the second execution is a paid-for Duplicate
+        assert sorted(engine.wait(arn).outcome for arn in started) == ["Duplicate", "Processed"]
+        # AND an upload to any other bucket of the account is an InvalidEvent, dead-lettered
+        event["detail"]["bucket"]["name"] = "someone-elses-bucket"
+        [other] = ingress.put_event(engine, event)
+        assert engine.wait(other).outcome == "InvalidEvent"
+        assert len(dlq_messages(engine)) == 1
+        assert invocations(engine) == 1
