@@ -455,9 +455,23 @@ def _pipe_batching(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
 
 
 def _source_queue(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
-    """The queue the pipe reads: a redrive policy, and a visibility timeout the pipe's
-    longest hold of a batch fits in."""
-    account, queue = str(pipe["Source"]).split(":")[4:6]
+    """The queue the pipe reads: in the stack's Region, a redrive policy, and a visibility
+    timeout the pipe's longest hold of a batch fits in."""
+    region, account, queue = str(pipe["Source"]).split(":")[3:6]
+    # SqsSource's pattern takes any Region, and a template rule cannot compare it with the
+    # stack's (rule functions have no Fn::Split or Fn::Sub: intrinsic-function-reference-
+    # rules.html): whether a pipe can read a queue of another Region is not verified.
+    _, home, _ = stack.arn_parts()
+    if region != home:
+        yield Finding(
+            FAIL,
+            "source queue",
+            f"the pipe reads {pipe['Source']}, in {region}, but the stack is in {home}: "
+            "the stack's alarms, onceflow redrive --queue source and these checks look "
+            f"for queues in {home}, and a failed message would go unseen. Deploy with "
+            f"SqsSource naming a queue of {home}, or deploy the stack in {region}",
+        )
+        return
     sqs = stack.client("sqs")
     url = sqs.get_queue_url(QueueName=queue, QueueOwnerAWSAccountId=account)["QueueUrl"]
     attributes = sqs.get_queue_attributes(
@@ -493,6 +507,8 @@ def _source_queue(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
         )
     else:
         yield _receive_budget(stack, queue, dlq, int(redrive.get("maxReceiveCount", 0)), visibility)
+        retention = int(attributes.get("MessageRetentionPeriod", _SQS_DEFAULT_RETENTION))
+        yield _dead_letter_retention(stack, queue, retention, str(redrive["deadLetterTargetArn"]))
     yield from _visibility(url, visibility, window, run, invocation)
     if invocation == "REQUEST_RESPONSE":
         largest = int(attributes.get("MaximumMessageSize", _SQS_DEFAULT_MESSAGE_BYTES))
@@ -576,6 +592,47 @@ def _receive_budget(stack: _Stack, queue: str, dlq: str, receives: int, visibili
         "dead-letter a row whose last attempt died): unsettled work can reach the source "
         "DLQ first (onceflow redrive --queue source moves it back). Raise maxReceiveCount "
         f"to {needed}",
+    )
+
+
+# SQS's default retention of a queue made without the attribute (4 days), and its longest
+# (14 days) (SetQueueAttributes, MessageRetentionPeriod).
+_SQS_DEFAULT_RETENTION = 345_600
+_SQS_LONGEST_RETENTION = 1_209_600
+
+
+def _dead_letter_retention(stack: _Stack, queue: str, retention: int, dlq_arn: str) -> Finding:
+    """A DLQ expires a message on its original enqueue time ("For standard queues, the
+    expiration of a message is always based on its original enqueue timestamp. When a message
+    is moved to a dead-letter queue, the enqueue timestamp is unchanged": SQS developer guide,
+    setting-up-dead-letter-queue-retention.html, which asks a DLQ's retention to be longer
+    than its queue's). A DLQ that keeps messages for less time than its queue deletes a message
+    the queue moves to it late (its receives spent over days, a pipe stopped) at once: work
+    the stack never claimed, which no audit of the ledger can find. The stack's own DLQ keeps
+    14 days; a queue you bring keeps SQS's default 4 unless you set it."""
+    account, name = dlq_arn.split(":")[4:6]
+    sqs = stack.client("sqs")
+    url = sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+    kept = int(
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MessageRetentionPeriod"])[
+            "Attributes"
+        ].get("MessageRetentionPeriod", _SQS_DEFAULT_RETENTION)
+    )
+    days = f"{kept / 86400:g} days, {queue} {retention / 86400:g}"
+    if kept >= retention:
+        return Finding(
+            PASS,
+            "source DLQ retention",
+            f"{name} keeps a message {days}: it holds whatever its queue moves there",
+        )
+    return Finding(
+        FAIL,
+        "source DLQ retention",
+        f"{name} keeps a message {days}, counted from when it was first sent: a message "
+        f"moved there later than {kept / 86400:g} days expires at once, its work lost "
+        "without a trace (whether the DLQ's alarm sees it first is not verified). "
+        f"aws sqs set-queue-attributes --queue-url {url} --attributes "
+        f"MessageRetentionPeriod={_SQS_LONGEST_RETENTION}",
     )
 
 

@@ -326,6 +326,19 @@ def healthy_calls(
             ],
         },
     )
+    dlq_url = f"{SOURCE_URL}-dlq"
+    aws.on(
+        "sqs",
+        "get_queue_url",
+        {"QueueUrl": dlq_url},
+        {"QueueName": "onceflow-SourceQueue-x-dlq", "QueueOwnerAWSAccountId": ACCOUNT},
+    )
+    aws.on(
+        "sqs",
+        "get_queue_attributes",
+        {"Attributes": {"MessageRetentionPeriod": "1209600"}},
+        {"QueueUrl": dlq_url, "AttributeNames": ["MessageRetentionPeriod"]},
+    )
     dlq = [{"Name": "QueueName", "Value": "onceflow-SourceQueue-x-dlq"}]
     aws.on(
         "cloudwatch",
@@ -450,6 +463,7 @@ def test_a_healthy_deployed_stack_passes_with_exactly_these_calls(aws: Aws) -> N
         ("PASS", "pipe"),
         ("PASS", "pipe batching"),
         ("PASS", "source queue"),
+        ("PASS", "source DLQ retention"),
         ("PASS", "source queue visibility"),
         ("PASS", "source queue DLQ alarm"),
         ("PASS", "alarms"),
@@ -608,7 +622,7 @@ def test_a_read_refused_is_one_fail_and_the_other_checks_still_run(aws: Aws) -> 
     (failed,) = [f for f in findings if f.status != ops.PASS]
     assert (failed.status, failed.check) == (ops.FAIL, "rules")
     assert failed.detail.startswith("could not be read: AccessDeniedException")
-    assert len(findings) == 13  # one line each, the rule's a FAIL
+    assert len(findings) == 14  # one line each, the rule's a FAIL
 
 
 def test_the_command_prints_one_line_a_finding_and_exits_1_on_a_fail(aws: Aws) -> None:
@@ -622,7 +636,7 @@ def test_the_command_prints_one_line_a_finding_and_exits_1_on_a_fail(aws: Aws) -
     # THEN it printed a line per finding, the FAIL with its fix, and exited 1
     aws.verify()
     lines = out.getvalue().splitlines()
-    assert len(lines) == 13 and code == 1
+    assert len(lines) == 14 and code == 1
     assert lines[1].startswith("FAIL bucket versioning: Suspended on s3://onceflow-ingestbucket")
     assert lines[1].endswith("--versioning-configuration Status=Enabled")
     assert all(line.startswith("PASS ") for line in lines[:1] + lines[2:])

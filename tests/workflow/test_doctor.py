@@ -35,6 +35,7 @@ CHECKS = [
     "pipe",
     "pipe batching",
     "source queue",
+    "source DLQ retention",
     "source queue visibility",
     "source queue DLQ alarm",
     "alarms",
@@ -157,6 +158,16 @@ def _restore_redrive(stack: LocalStack) -> None:
     )
 
 
+def _dlq_retention(seconds: int) -> Callable[[LocalStack], None]:
+    def set_it(stack: LocalStack) -> None:
+        stack.client("sqs").set_queue_attributes(
+            QueueUrl=stack.output("SourceDeadLetterQueueUrl"),
+            Attributes={"MessageRetentionPeriod": str(seconds)},
+        )
+
+    return set_it
+
+
 def _unsubscribe(stack: LocalStack) -> None:
     sns = stack.client("sns")
     topic = stack.output("AlarmTopicArn")
@@ -252,6 +263,15 @@ FAULTS = [
         "RedrivePolicy",
     ),
     Fault(
+        # SQS's default retention (4 days), as a DLQ made by hand often has: a message its
+        # queue (14 days) moves there after 4 days expires at once, its work lost
+        "source DLQ keeps messages shorter than its queue",
+        _dlq_retention(345_600),
+        _dlq_retention(1_209_600),
+        "source DLQ retention",
+        "MessageRetentionPeriod=1209600",
+    ),
+    Fault(
         "audit schedule disabled",
         lambda s: _schedule(s, "DISABLED"),
         lambda s: _schedule(s, "ENABLED"),
@@ -284,7 +304,9 @@ def test_each_wiring_fault_is_one_fail_with_its_fix(stack: LocalStack, fault: Fa
         # (a queue without a redrive policy has no DLQ to watch: that check has nothing to do)
         no_dlq = fault.name == "source queue without its redrive policy"
         assert [f.check for f in findings] == [
-            c for c in CHECKS if not (no_dlq and c == "source queue DLQ alarm")
+            c
+            for c in CHECKS
+            if not (no_dlq and c in ("source DLQ retention", "source queue DLQ alarm"))
         ]
     finally:
         fault.undo(stack)
