@@ -513,7 +513,9 @@ _SQS_DEFAULT_MESSAGE_BYTES = 262_144
 def _fitting_message_bytes(batch_size: int) -> int:
     """The largest MaximumMessageSize, in whole KiB and at most 64 KiB (the processor's event
     limit, half of it escaped), whose full batch fits Step Functions' input: each body
-    JSON-escaped to at most twice its size, plus its record."""
+    JSON-escaped to at most twice its size, plus its record (twice if the pipe writes
+    non-ASCII text as UTF-8, as the engine does; as \\uXXXX escapes an "é" would take
+    three times its bytes: which it writes is not verified)."""
     per_message = (_STEP_FUNCTIONS_INPUT_BYTES // max(batch_size, 1) - _RECORD_BYTES) // 2
     return max(1024, min(65_536, per_message // 1024 * 1024))
 
