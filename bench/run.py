@@ -129,8 +129,10 @@ DYNAMODB_ITEM_OVERHEAD_BYTES = 100
 RECEIVES_PER_MESSAGE_GATHERED = 1.0
 # Pollers sharing a queue's arrivals, for the bill beside the as-shipped one: Lambda's SQS
 # event source mapping starts with five (AWS Compute Blog, "Understanding how AWS Lambda
-# scales with Amazon SQS standard queues"); how many a pipe runs at a low rate is not
-# documented (not verified), so the all-in keeps one poller gathering every arrival.
+# scales with Amazon SQS standard queues"), and a pipe "reads up to five batches" when
+# messages are available (eb-pipes-sqs.html, Scaling and processing); how a low rate's
+# arrivals spread over them is not documented (not verified), so the all-in keeps one
+# poller gathering every arrival.
 PIPE_POLLERS_SHARING = 5
 
 

@@ -23,8 +23,10 @@ batch's frame, the same for every rule, and applies two mechanical changes:
   An inline Map (``EachMessage``) runs over the array; ItemSelector hands each
   iteration the message and its index from the Map's context
   (input-output-itemselector.html documents ``$$.Map.Item.Value`` in JSONPath;
-  the JSONata spelling ``$states.context.Map.Item.Index`` is not verified in the
-  AWS text).
+  LocalStack recorded ``$states.context.Map.Item.Value`` in a JSONata ItemSelector,
+  test_base_scenarios snapshot, test_map_state_item_selector[..._JSONATA], and
+  ``$$.Map.Item.Index`` in JSONPath, its map_state_item_selector template: the
+  JSONata ``$states.context.Map.Item.Index`` itself is not verified).
 - A lock owner per message. Each iteration first takes a lock owner of its own,
   the execution's ARN and the message's index, and every
   ``$states.context.Execution.Id`` of the per-message states becomes that owner:

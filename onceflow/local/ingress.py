@@ -19,6 +19,7 @@ from moto.s3.models import s3_backends
 
 from onceflow.local import executions, limits
 from onceflow.local.errors import EngineError
+from onceflow.local.limits.states import STATE_SIZE_LIMIT, json_bytes
 from onceflow.local.provisioning import ACCOUNT_ID, REGION
 from onceflow.local.template import TemplateError
 
@@ -181,17 +182,20 @@ def pump_pipes(engine: LocalEngine, limit: int | None = None) -> list[str]:
         if synchronous:
             _check_sync_target(engine, pipe)
         kept: list[dict[str, Any]] = []  # visible again once the queue is drained
+        held: list[dict[str, Any]] = []  # received, left out of a batch: the next one's first
         failures = 0
         while (limit is None or len(started) < limit) and failures < _PIPE_FAILURE_LIMIT:
-            messages = sqs.receive_message(
-                QueueUrl=url,
-                MaxNumberOfMessages=batch_size,
-                MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            ).get("Messages", [])
-            if not messages:
+            if len(held) < batch_size:
+                held += sqs.receive_message(
+                    QueueUrl=url,
+                    MaxNumberOfMessages=batch_size - len(held),
+                    MessageSystemAttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                ).get("Messages", [])
+            if not held:
                 break
-            records = [_pipe_record(m, source) for m in messages]
+            records = _fitting_records(held, source)
+            messages, held = held[: len(records)], held[len(records) :]
             start = "states:StartSyncExecution" if synchronous else _START
             try:  # as the pipe's role
                 if refused := engine.access.refusal(pipe.get("RoleArn"), start, pipe["Target"]):
@@ -207,8 +211,26 @@ def pump_pipes(engine: LocalEngine, limit: int | None = None) -> list[str]:
             retried = sync_failures(engine, arn, messages) if synchronous else set()
             kept += [m for m in messages if m["MessageId"] in retried]
             kept += _delete_batch(sqs, url, [m for m in messages if m["MessageId"] not in retried])
-        _visible_again(sqs, url, kept)
+        _visible_again(sqs, url, kept + held)
     return started
+
+
+def _fitting_records(messages: list[dict[str, Any]], source_arn: str) -> list[dict[str, Any]]:
+    """The records of the first messages, in order, whose array fits one execution's input:
+    the pipe gathers a batch "until ... the invocation payload size quota is reached"
+    (eb-pipes-sqs.html), a Step Functions target's being "the total payload size of the
+    event rather than the size of the batch", 262,144 characters
+    (eb-pipes-batching-concurrency.html). Counted as Step Functions counts the input it
+    starts with (UTF-8 bytes of compact JSON: at least the characters); whether the pipe
+    counts characters, and so sends a non-ASCII batch Step Functions refuses, is not
+    verified. A first message too large alone is the batch, whose start fails."""
+    records: list[dict[str, Any]] = []
+    for message in messages:
+        record = _pipe_record(message, source_arn)
+        if records and json_bytes([*records, record]) > STATE_SIZE_LIMIT:
+            break
+        records.append(record)
+    return records
 
 
 def check_pipe_roles(engine: LocalEngine) -> None:

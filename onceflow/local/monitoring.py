@@ -115,7 +115,8 @@ def create_schedules(engine: LocalEngine, state_machine: str, arn: str, role: st
         request.update(
             Name=name,
             State=str(props.get("State", "ENABLED")),
-            # SAM's default when the event sets none (not verified that it is OFF).
+            # SAM's default when the event sets none: aws-sam-translator's
+            # eventsources/scheduler.py, DEFAULT_FLEXIBLE_TIME_WINDOW = {"Mode": "OFF"}.
             FlexibleTimeWindow=props.get("FlexibleTimeWindow") or {"Mode": "OFF"},
             Target=target,
         )

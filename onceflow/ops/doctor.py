@@ -425,7 +425,7 @@ def _pipe_batching(stack: _Stack, pipe: Mapping[str, Any]) -> Iterator[Finding]:
             problems.append(
                 f"{name} reads batches of {size}, over SqsBatchSize {wanted}: a batch can "
                 "exceed the 256 KiB Step Functions input the queue's message size was cut "
-                f"for, and fail whole. {update % wanted}"
+                f"for, and be sent in smaller parts. {update % wanted}"
             )
         mode = f"SqsBatchMode: batches of up to {wanted}, REQUEST_RESPONSE"
     else:
@@ -529,17 +529,21 @@ _SQS_DEFAULT_MESSAGE_BYTES = 262_144
 def _fitting_message_bytes(batch_size: int) -> int:
     """The largest MaximumMessageSize, in whole KiB and at most 64 KiB (the processor's event
     limit, half of it escaped), whose full batch fits Step Functions' input: each body
-    JSON-escaped to at most twice its size, plus its record."""
+    JSON-escaped to at most twice its size, plus its record (twice if the pipe writes
+    non-ASCII text as UTF-8, as the engine does; as \\uXXXX escapes an "é" would take
+    three times its bytes: which it writes is not verified)."""
     per_message = (_STEP_FUNCTIONS_INPUT_BYTES // max(batch_size, 1) - _RECORD_BYTES) // 2
     return max(1024, min(65_536, per_message // 1024 * 1024))
 
 
 def _message_size(url: str, largest: int, batch_size: int) -> Finding:
-    """The batch mode hands the pipe's whole batch to one synchronous execution: a queue
-    that takes larger messages than a full batch of them fits can hold batches no execution
-    can take. The stack sizes the queue it creates so; an existing queue (SqsSource=<ARN>)
-    is the user's to size. What the pipe does with a batch over Step Functions' input (fail
-    it whole, as the local engine does, or cut it smaller) is not verified."""
+    """The batch mode hands the pipe's batch to one synchronous execution. The pipe gathers
+    a batch only "until ... the invocation payload size quota is reached" (eb-pipes-sqs.html),
+    a Step Functions target's being the event's total payload, 262,144 characters
+    (eb-pipes-batching-concurrency.html): a queue that takes larger messages than a full
+    batch of them fits gets fewer per execution, and a message too large alone never starts.
+    The stack sizes the queue it creates so that a full batch fits; an existing queue
+    (SqsSource=<ARN>) is the user's to size."""
     fits = _fitting_message_bytes(batch_size)
     if batch_size * (2 * largest + _RECORD_BYTES) <= _STEP_FUNCTIONS_INPUT_BYTES:
         return Finding(
@@ -553,9 +557,10 @@ def _message_size(url: str, largest: int, batch_size: int) -> Finding:
         "source queue message size",
         f"the queue takes messages of up to {largest} bytes, but a batch of {batch_size} "
         "such messages, as the pipe writes them, can outgrow the batch workflow's 256 KiB "
-        "input: the pipe cannot start such a batch, and each of its messages spends a "
-        "receive until the queue moves it to its DLQ unprocessed (where moving it back fails "
-        f"the same way). aws sqs set-queue-attributes --queue-url {url} --attributes "
+        "input: the pipe then sends fewer per execution (it stops gathering at the input's "
+        "size), and a message too large alone can never start: it spends its receives until "
+        "the queue moves it to its DLQ unprocessed (where moving it back fails the same way). "
+        f"aws sqs set-queue-attributes --queue-url {url} --attributes "
         f"MaximumMessageSize={fits} (larger messages are refused when sent, where the "
         "producer sees it)",
     )

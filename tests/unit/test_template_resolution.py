@@ -230,7 +230,8 @@ def test_globals_merge_as_sam_merges_them(tmp_path: Path) -> None:
     # GIVEN Globals and a function overriding a primitive, a map and a list, and a function
     # ignoring Globals (sam-specification-template-anatomy-globals.html, "Overridable
     # properties": the resource's primitive wins, maps merge, lists are additive; IgnoreGlobals
-    # as samtranslator's Globals reads it, its page not verified)
+    # as samtranslator's Globals reads it: aws/serverless-application-model#3386, "Support
+    # Ignore Globals resource attribute"; what the Globals page says of it not verified)
     template = tmp_path / "template.yaml"
     template.write_text(
         "Transform: AWS::Serverless-2016-10-31\n"

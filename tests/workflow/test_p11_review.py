@@ -339,40 +339,66 @@ def test_a_message_whose_batch_the_pipe_cannot_start_comes_back_through_the_sour
 
 # ---- an existing source queue whose messages make a batch too large -------------------
 
+_ORDERS = "arn:aws:sqs:us-east-1:123456789012:orders"
 
-def test_an_existing_queue_whose_batch_outgrows_step_functions_input_is_reported() -> None:
-    """SqsSource=<your queue's ARN> in the batch mode: the stack sizes the queue it creates
-    so that a full batch fits Step Functions' 256 KiB input (template.yaml, SourceQueue's
-    MaximumMessageSize), but cannot size yours. Ten orders of 30 KB each, each one well
-    within what the processor takes, make a batch the pipe cannot start: every receive
-    fails the whole batch and the queue moves all ten to its DLQ unprocessed, and moving
-    them back fails the same way. The doctor did not say so."""
-    orders = "arn:aws:sqs:us-east-1:123456789012:orders"
+
+def _orders_engine() -> LocalEngine:
+    """The batch mode on the user's own queue (SqsSource), whose largest message is SQS's
+    default (256 KiB), not the size the stack gives the queue it creates."""
     parameters = {
-        "SqsSource": orders,
+        "SqsSource": _ORDERS,
         "SqsBatchMode": "true",
         "ProcessorTimeoutSeconds": "40",
         "IdempotencyKeyPath": "orderId",
     }
-    with LocalEngine(parameters=parameters, function_log=io.StringIO(), time_scale=0.0) as engine:
-        # GIVEN the user's queue, with a DLQ, and SQS's default largest message (256 KiB)
+    return LocalEngine(parameters=parameters, function_log=io.StringIO(), time_scale=0.0)
+
+
+def _orders_queue(engine: LocalEngine) -> tuple[str, str]:
+    """The user's queue, with a DLQ after 5 receives: (its URL, its DLQ's URL)."""
+    sqs = engine.client("sqs")
+    dlq = sqs.create_queue(QueueName="orders-dlq")["QueueUrl"]
+    policy = {"deadLetterTargetArn": f"{_ORDERS}-dlq", "maxReceiveCount": "5"}
+    url = sqs.create_queue(
+        QueueName="orders",
+        Attributes={"VisibilityTimeout": "1800", "RedrivePolicy": json.dumps(policy)},
+    )["QueueUrl"]
+    return url, dlq
+
+
+def _waiting(engine: LocalEngine, url: str) -> str:
+    attributes = engine.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
+    return str(attributes["Attributes"]["ApproximateNumberOfMessages"])
+
+
+def test_an_existing_queue_whose_full_batch_outgrows_step_functions_input_is_cut() -> None:
+    """SqsSource=<your queue's ARN> in the batch mode: the stack sizes the queue it creates
+    so that a full batch fits Step Functions' 256 KiB input (template.yaml, SourceQueue's
+    MaximumMessageSize), but cannot size yours. Ten orders of 30 KB each, each one well
+    within what the processor takes, make a full batch over the input. The pipe gathers a
+    batch only "until ... the invocation payload size quota is reached" (eb-pipes-sqs.html),
+    a Step Functions target's quota being the event's total payload, 262,144 characters,
+    not the batch size (eb-pipes-batching-concurrency.html): it sends fewer orders per
+    execution, and every one is processed. The doctor still warns, with the size that
+    keeps batches whole."""
+    with _orders_engine() as engine:
+        # GIVEN ten orders of 30 KB in the user's queue
+        url, dlq = _orders_queue(engine)
         sqs = engine.client("sqs")
-        sqs.create_queue(QueueName="orders-dlq")
-        policy = {"deadLetterTargetArn": f"{orders}-dlq", "maxReceiveCount": "5"}
-        url = sqs.create_queue(
-            QueueName="orders",
-            Attributes={"VisibilityTimeout": "1800", "RedrivePolicy": json.dumps(policy)},
-        )["QueueUrl"]
         for n in range(10):
             body = json.dumps({"orderId": f"order-{n}", "notes": "n" * 30_000})
             sqs.send_message(QueueUrl=url, MessageBody=body)
-        # WHEN the pipe polls: no batch starts, and all ten reach the DLQ unprocessed
-        assert engine.pump_pipes() == []
-        dlq = sqs.get_queue_url(QueueName="orders-dlq")["QueueUrl"]
-        moved = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["All"])["Attributes"]
-        assert moved["ApproximateNumberOfMessages"] == "10"
-        assert ledger_rows(engine) == []
-        # THEN the doctor warns of the queue's message size, with the size that fits
+        # WHEN the pipe polls
+        arns = engine.pump_pipes()
+        # THEN it sends the eight that fit one input, then the other two
+        inputs = [json.loads(executions.describe(engine, arn)["input"]) for arn in arns]
+        assert [len(batch) for batch in inputs] == [8, 2]
+        assert all(len(json.dumps(b, separators=(",", ":"))) <= 262_144 for b in inputs)
+        # AND every order is processed once, none waits in either queue
+        rows = {row["pk"]: row["status"] for row in ledger_rows(engine)}
+        assert rows == {f"sqs:order-{n}": "PROCESSED" for n in range(10)}
+        assert (_waiting(engine, url), _waiting(engine, dlq)) == ("0", "0")
+        # AND the doctor warns of the queue's message size, with the size that fits
         stack = LocalStack(engine)
         [warned] = [f for f in ops.examine(stack) if f.check == "source queue message size"]
         assert warned.status == ops.WARN
@@ -381,3 +407,29 @@ def test_an_existing_queue_whose_batch_outgrows_step_functions_input_is_reported
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": "11264"})
         sizes = [f for f in ops.examine(stack) if f.check == "source queue message size"]
         assert [f.status for f in sizes] == [ops.PASS]
+
+
+def test_a_message_too_large_alone_for_the_input_reaches_the_dlq_unstarted() -> None:
+    """A message the pipe writes over 256 KiB by itself (a body of quotes, each escaped to
+    two bytes) is a batch no cut can start: every receive fails its start, and the queue's
+    redrive policy moves it to the DLQ unprocessed, with no row. The orders around it go
+    through in batches of their own."""
+    with _orders_engine() as engine:
+        # GIVEN a small order, one whose escaped body outgrows the input, another small one
+        url, dlq = _orders_queue(engine)
+        sqs = engine.client("sqs")
+        bodies = [
+            {"orderId": "order-a", "notes": "a"},
+            {"orderId": "order-big", "notes": '"' * 140_000},
+            {"orderId": "order-b", "notes": "b"},
+        ]
+        for body in bodies:
+            sqs.send_message(QueueUrl=url, MessageBody=json.dumps(body))
+        # WHEN the pipe polls until the queue gives up on the large one
+        engine.pump_pipes()
+        # THEN the small ones are processed and the large one waits in the DLQ, with no row
+        rows = {row["pk"]: row["status"] for row in ledger_rows(engine)}
+        assert rows == {"sqs:order-a": "PROCESSED", "sqs:order-b": "PROCESSED"}
+        [moved] = sqs.receive_message(QueueUrl=dlq)["Messages"]
+        assert json.loads(moved["Body"])["orderId"] == "order-big"
+        assert _waiting(engine, url) == "0"

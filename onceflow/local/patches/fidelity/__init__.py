@@ -690,9 +690,11 @@ PATCHES = (
         name="evaluation failures in the history",
         why="A state whose JSONata expression throws leaves an EvaluationFailed event "
         "naming the error and the state (AWS Step Functions API reference, HistoryEvent: "
-        "evaluationFailedEventDetails; for Pass and Choice states in particular not "
-        "verified). moto wrote it for Task, Parallel and Map states only, so a caught error "
-        "inside a Parallel branch had no name.",
+        "evaluationFailedEventDetails; for a Pass state recorded: LocalStack's "
+        "test_math_operations_jsonata and test_assign_reference_variables snapshots, "
+        "PassStateEntered then EvaluationFailed; for a Choice state not verified). moto "
+        "wrote it for Task, Parallel and Map states only, so a caught error inside a "
+        "Parallel branch had no name.",
         test=_TESTS + "test_a_pass_state_whose_expression_fails_records_the_evaluation_failure",
         install=_wrapping(
             (ExecutionState, "_from_error", _from_error),
