@@ -166,9 +166,25 @@ def _unloadable_handler_note(engine: LocalEngine) -> None:
             print(
                 f"local: {spec.logical_id} (Handler {spec.handler}, CodeUri "
                 f"{spec.code_uri}) cannot be loaded: {error}; each invocation fails with it, "
-                f"as on Lambda, until the code is fixed{_dependency_hint(spec, error)}",
+                f"as on Lambda, until the code is fixed{_dependency_hint(spec, error)}"
+                f"{_runtime_hint(spec, error)}",
                 file=sys.stderr,
             )
+
+
+def _runtime_hint(spec: FunctionSpec, error: str) -> str:
+    """The engine imports every function in its own Python, whatever its Runtime: code
+    this Python cannot compile or import may be fine on its runtime (docs/processor.md)."""
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if spec.runtime == f"python{here}" or not error.startswith(
+        ("Runtime.UserCodeSyntaxError", "Runtime.ImportModuleError")
+    ):
+        return ""
+    return (
+        f"; its Runtime is {spec.runtime}, and the engine runs it in Python {here} "
+        f"({sys.executable}): install onceflow in a Python {spec.runtime[6:]} to run it as "
+        "Lambda does"
+    )
 
 
 def _dependency_hint(spec: FunctionSpec, error: str) -> str:

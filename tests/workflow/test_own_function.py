@@ -1,0 +1,260 @@
+"""Bring your own function, as a new user does: `onceflow init`, then the app's template
+and its code made theirs (a nested package, a data file beside the code, a Layer, Globals,
+their own Powertools service), then `onceflow execute --upload FILE` on it.
+
+What each test expects is what AWS Lambda's Python runtime does with the same template
+after `sam build` (sources cited where each is asserted); where the engine cannot do the
+same in its one process, it refuses in one line that says why and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onceflow.cli import main
+
+TEXT = b"the cat and the hat\nsat\n"  # 6 words, 3 of them stop words ("the" twice, "and")
+STARTER_HANDLER = "      Handler: word_count.handler\n"
+FUNCTION_ENV = "          COUNTS_TABLE: !Ref CountsTable\n"
+
+# The user's function: a nested package (no __init__.py: a namespace package, as Python 3
+# and Lambda's runtime import it), a data file beside its code, a library from a Layer,
+# /tmp, the context object and its environment, Powertools' Logger with their service.
+MAIN = """\
+import os
+from pathlib import Path
+
+from aws_lambda_powertools import Logger
+
+import wordlib  # from the Layer (/opt/python on Lambda)
+from app.lib.words import count
+
+logger = Logger()
+STOP = (Path(__file__).parent.parent / "data" / "stopwords.txt").read_text().split()
+ROOT_STOP = Path(os.environ["LAMBDA_TASK_ROOT"], "app", "data", "stopwords.txt").read_text()
+
+
+def handler(event, context):
+    scratch = Path("/tmp") / f"{context.aws_request_id}.txt"
+    scratch.write_text("scratch")
+    remaining = context.get_remaining_time_in_millis()
+    return {
+        "words": count(event["workItem"], STOP),
+        "layer": wordlib.NAME,
+        "same_data": ROOT_STOP.split() == STOP,
+        "tmp": scratch.read_text(),
+        "service": logger.service,
+        "level": logger.log_level,
+        "env_service": os.environ["POWERTOOLS_SERVICE_NAME"],
+        "greeting": os.environ.get("GREETING"),
+        "table_set": bool(os.environ.get("COUNTS_TABLE")),
+        "function_name": context.function_name,
+        "env_function_name": os.environ["AWS_LAMBDA_FUNCTION_NAME"],
+        "memory": context.memory_limit_in_mb,
+        "remaining": remaining,
+        "request_id": context.aws_request_id,
+        "version": context.function_version,
+        "identity": context.identity.cognito_identity_id,
+        "client_context": context.client_context,
+    }
+"""
+WORDS = """\
+import boto3
+
+s3 = boto3.client("s3")
+
+
+def count(item, stop):
+    body = s3.get_object(Bucket=item["bucket"], Key=item["key"], VersionId=item["versionId"])
+    return len([w for w in body["Body"].read().decode().split() if w not in stop])
+"""
+GLOBALS = """\
+Globals:
+  Function:
+    Timeout: 10
+    MemorySize: 256
+    Environment:
+      Variables:
+        GREETING: hello
+        COUNTS_TABLE: not-this-one
+        POWERTOOLS_SERVICE_NAME: word-count
+
+Resources:
+"""
+LAYER = """\
+  WordsLayer:
+    Type: AWS::Serverless::LayerVersion
+    Properties:
+      ContentUri: layer/
+      CompatibleRuntimes: [python3.11]
+
+"""
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An app as `onceflow init` writes it, made the user's: their function, Layer, Globals."""
+    where = tmp_path_factory.mktemp("own") / "my-app"
+    assert main(["init", str(where)]) == 0
+    (where / "src" / "word_count.py").unlink()
+    for path, text in {
+        "src/app/handlers/main.py": MAIN,
+        "src/app/lib/words.py": WORDS,
+        "src/app/data/stopwords.txt": "the\nand\n",
+        "layer/python/wordlib.py": "NAME = 'from the layer'\n",
+    }.items():
+        (where / path).parent.mkdir(parents=True, exist_ok=True)
+        (where / path).write_text(text, encoding="utf-8")
+    _changed(where, STARTER_HANDLER, "      Handler: app/handlers/main.handler\n"
+             "      Layers: [!Ref WordsLayer]\n")  # fmt: skip
+    _changed(where, "Resources:\n", GLOBALS + LAYER)
+    return where
+
+
+def _changed(app: Path, old: str, new: str) -> None:
+    """The app's template with its one text ``old`` (which must be there) made ``new``."""
+    template = app / "template.yaml"
+    text = template.read_text(encoding="utf-8")
+    assert text.count(old) == 1, old
+    template.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def _execute(
+    app: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *flags: str,
+) -> tuple[int, dict[str, Any], str]:
+    """`onceflow execute ProcessorStateMachine --upload notes.txt --json` in the app, as its
+    user runs it: (exit code, the JSON it printed, stderr)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(TEXT)
+    monkeypatch.chdir(app)
+    code = main(["execute", "ProcessorStateMachine", "--upload", str(notes), "--json",
+                 "--no-record", "--no-server", *flags])  # fmt: skip
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def test_your_own_function_runs_as_lambda_runs_it(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the user's app: a handler in a nested package, a data file, a Layer, Globals
+    # WHEN they run their own file through it
+    code, result, err = _execute(app, tmp_path, monkeypatch, capsys)
+    # THEN it was processed, by their code
+    assert code == 0, err
+    assert result["status"] == "SUCCEEDED", result
+    got = result["output"]["result"]
+    assert got["words"] == 3 and got["same_data"] is True and got["tmp"] == "scratch"
+    # the Layer's python/ is on the import path ("Layer paths for each Lambda runtime",
+    # packaging-layers.html: python, python/lib/python3.x/site-packages)
+    assert got["layer"] == "from the layer"
+    # Globals merged as SAM merges them (samtranslator's Globals: the function's own
+    # Timeout and variable win, the rest come from Globals)
+    assert got["greeting"] == "hello" and got["table_set"] is True
+    assert 10_000 < got["remaining"] <= 30_000  # the function's Timeout: 30, not Globals' 10
+    # the context as awslambdaric's LambdaContext gives it: memory_limit_in_mb is the text
+    # of AWS_LAMBDA_FUNCTION_MEMORY_SIZE, an identity without ids, no client context
+    assert got["memory"] == "256"
+    assert got["function_name"] == got["env_function_name"]
+    assert "WordCountFunction".lower() in got["function_name"].lower()
+    assert got["version"] == "$LATEST" and got["identity"] is None
+    assert got["client_context"] is None and len(got["request_id"]) == 36
+    # their POWERTOOLS_SERVICE_NAME is theirs, as each function's environment is on Lambda
+    assert got["service"] == got["env_service"] == "word-count"
+
+
+def test_a_verbose_run_leaves_no_log_level_to_the_next_run(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a run with the functions' logs at DEBUG (-v), then one without
+    code, verbose, err = _execute(app, tmp_path, monkeypatch, capsys, "-v")
+    assert code == 0, err
+    code, quiet, err = _execute(app, tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    # THEN each run's Logger of the user's service has that run's level, not the earlier
+    # engine's (Powertools configures a service's logger once per process)
+    assert verbose["output"]["result"]["level"] == logging.DEBUG
+    assert quiet["output"]["result"]["level"] == logging.INFO
+    assert quiet["output"]["result"]["service"] == "word-count"
+
+
+def test_a_layer_sam_builds_from_sources_is_put_under_python(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a Layer whose ContentUri holds the module itself and a BuildMethod: sam build
+    # puts what it builds under python/ (samcli's workflow_config.get_layer_subfolder)
+    mine = tmp_path / "built-layer"
+    _copy(app, mine)
+    (mine / "layer" / "python" / "wordlib.py").rename(mine / "layer" / "wordlib.py")
+    (mine / "layer" / "python").rmdir()
+    _changed(mine, "      CompatibleRuntimes: [python3.11]\n",
+             "      CompatibleRuntimes: [python3.11]\n    Metadata:\n"
+             "      BuildMethod: python3.11\n")  # fmt: skip
+    # WHEN they run their file through it
+    code, result, err = _execute(mine, tmp_path, monkeypatch, capsys)
+    # THEN the layer's module was imported as on Lambda
+    assert code == 0, err
+    assert result["output"]["result"]["layer"] == "from the layer"
+
+
+def _copy(app: Path, to: Path) -> None:
+    import shutil
+
+    shutil.copytree(app, to, ignore=shutil.ignore_patterns("__pycache__", ".onceflow"))
+
+
+def test_a_top_level_module_named_like_one_of_onceflows_is_refused_in_one_line(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the user's function laid out as the Handler Cookbook lays it out: a package
+    # named service (service/handlers/...), which is also the name of onceflow's own
+    mine = tmp_path / "cookbook"
+    _copy(app, mine)
+    (mine / "src" / "app").rename(mine / "src" / "service")
+    main_py = mine / "src" / "service" / "handlers" / "main.py"
+    main_py.write_text(
+        main_py.read_text().replace("from app.lib", "from service.lib"), encoding="utf-8"
+    )
+    _changed(mine, "app/handlers/main.handler", "service.handlers.main.handler")
+    # WHEN they run it
+    code, _, err = _execute(mine, tmp_path, monkeypatch, capsys)
+    # THEN on Lambda each function has its own sandbox, so both run; the engine imports
+    # every function in one Python, where one name is one module: it refuses before
+    # anything runs, in one line naming both and what to do, not with a wrong module
+    assert code == 2
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "'service'" in line]
+    assert "WordCountFunction" in line and "rename" in line
+    assert str(mine / "src" / "service") in line
+
+
+def test_a_runtime_newer_than_the_engines_python_is_said_when_it_fails_to_load(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a python3.13 function (arm64) written with syntax this Python may not have
+    mine = tmp_path / "newer"
+    _copy(app, mine)
+    _changed(mine, "Runtime: python3.11", "Runtime: python3.13")
+    _changed(mine, "Architectures: [x86_64]", "Architectures: [arm64]")
+    main_py = mine / "src" / "app" / "handlers" / "main.py"
+    if sys.version_info >= (3, 12):
+        pytest.skip("this Python has Python 3.12's syntax")
+    newer = "type Words = list[str]  # PEP 695, Python 3.12\n"
+    main_py.write_text(main_py.read_text() + newer, encoding="utf-8")
+    # WHEN they run it
+    code, _, err = _execute(mine, tmp_path, monkeypatch, capsys)
+    # THEN it fails as a syntax error would, and the line says which Python runs it here
+    assert code == 1
+    [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
+    assert "Runtime.UserCodeSyntaxError" in line
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert "its Runtime is python3.13" in line and f"Python {version}" in line
