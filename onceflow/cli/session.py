@@ -90,7 +90,9 @@ class Session:
             if self.shared is None:  # not again for every command sent to `onceflow up`
                 _foreign_processor_note(engine)
             _unloadable_handler_note(engine)  # at every command until the code is fixed
+            engine.runtime.missing.clear()
             yield engine
+            _missing_module_note(engine)
 
     def record(self, engine: LocalEngine, known: Iterable[Execution] = ()) -> None:
         """Save the engine's finished executions for `onceflow executions` and `show`."""
@@ -166,7 +168,7 @@ def _unloadable_handler_note(engine: LocalEngine) -> None:
             print(
                 f"local: {spec.logical_id} (Handler {spec.handler}, CodeUri "
                 f"{spec.code_uri}) cannot be loaded: {error}; each invocation fails with it, "
-                f"as on Lambda, until the code is fixed{_dependency_hint(spec, error)}"
+                f"as on Lambda, until the code is fixed{_dependency_hint(engine, spec, error)}"
                 f"{_runtime_hint(spec, error)}",
                 file=sys.stderr,
             )
@@ -187,19 +189,37 @@ def _runtime_hint(spec: FunctionSpec, error: str) -> str:
     )
 
 
-def _dependency_hint(spec: FunctionSpec, error: str) -> str:
+def _dependency_hint(engine: LocalEngine, spec: FunctionSpec, error: str) -> str:
     """What to do when a library the function imports is missing: the engine runs handlers
-    in its own Python (sam build packages CodeUri/requirements.txt for Lambda, not here)."""
-    missing = re.search(r"^Runtime\.ImportModuleError: .*No module named '([^'.]+)", error)
+    in its own Python (sam build packages CodeUri/requirements.txt for Lambda, not here;
+    a Layer from outside the template is not fetched)."""
+    missing = re.search(r"No module named '([^'.]+)", error)
     handler_module = spec.handler.rpartition(".")[0].replace("/", ".").split(".")[0]
     if missing is None or missing.group(1) == handler_module:
         return ""
     requirements = spec.code_uri / "requirements.txt"
     what = f"-r {requirements}" if requirements.is_file() else missing.group(1)
+    layers = [arn for arn in spec.layers if arn not in engine.runtime.layers]
+    from_layers = f" (or from its Layers {', '.join(layers)})" if layers else ""
     return (
-        "; a library its Lambda package carries (sam build) must be in onceflow's Python "
-        f"here, where the engine runs it: {sys.executable} -m pip install {what}"
+        f"; a library its Lambda package carries (sam build){from_layers} must be in "
+        f"onceflow's Python here, where the engine runs it: {sys.executable} -m pip install "
+        f"{what}"
     )
+
+
+def _missing_module_note(engine: LocalEngine) -> None:
+    """One line for each function whose invocation raised ModuleNotFoundError in this
+    command (a library imported in the handler, not at its import)."""
+    for name, module in list(engine.runtime.missing.items()):
+        spec = engine.runtime.functions[name]
+        error = f"No module named '{module}'"
+        print(
+            f"local: {spec.logical_id} (Handler {spec.handler}) raised ModuleNotFoundError: "
+            f"{error}{_dependency_hint(engine, spec, error)}",
+            file=sys.stderr,
+        )
+        engine.runtime.missing.pop(name, None)
 
 
 def _foreign_processor_note(engine: LocalEngine) -> None:

@@ -417,6 +417,8 @@ class InProcessRuntime:
         self.function_log: TextIO = sys.stderr  # where its handlers' output goes
         # The template's Layers: ARN -> the directory that stands for its /opt/python.
         self.layers: dict[str, Path] = {}
+        # A function whose invocation imported a module not here: the module's name.
+        self.missing: dict[str, str] = {}
 
     def register(self, spec: FunctionSpec) -> None:
         self.functions[spec.name] = spec
@@ -439,7 +441,11 @@ class InProcessRuntime:
             FUNCTION_OUTPUT.running_function(self.function_log),
             function_environment(spec.variables()),
         ):
-            yield
+            try:
+                yield
+            except ModuleNotFoundError as exc:  # for the command to say (cli/session.py)
+                self.missing[spec.name] = str(exc.name)
+                raise
 
     def _provider(self, spec: FunctionSpec) -> Path | None:
         """The directory or file its handler's top module is imported from, if it is there."""

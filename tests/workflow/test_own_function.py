@@ -258,3 +258,35 @@ def test_a_runtime_newer_than_the_engines_python_is_said_when_it_fails_to_load(
     assert "Runtime.UserCodeSyntaxError" in line
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     assert "its Runtime is python3.13" in line and f"Python {version}" in line
+
+
+def test_a_library_your_handler_imports_when_called_missing_here_is_named_with_pip(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the user's handler importing a library only when it is called, listed in its
+    # requirements.txt (sam build installs it into the package Lambda runs)
+    mine = tmp_path / "lazy"
+    _copy(app, mine)
+    main_py = mine / "src" / "app" / "handlers" / "main.py"
+    main_py.write_text(
+        main_py.read_text().replace(
+            "def handler(event, context):\n",
+            "def handler(event, context):\n    import onceflow_absent_library  # noqa\n",
+        ),
+        encoding="utf-8",
+    )
+    (mine / "src" / "requirements.txt").write_text("onceflow-absent-library\n")
+    # (and a public Layer, which the engine cannot fetch: Powertools' own, which it has)
+    public = (
+        "arn:aws:lambda:us-east-1:017000801446:layer:AWSLambdaPowertoolsPythonV3-python311-x86_64:7"
+    )
+    _changed(mine, "Layers: [!Ref WordsLayer]", f"Layers: [!Ref WordsLayer, {public}]")
+    # WHEN they run their file through it
+    code, result, err = _execute(mine, tmp_path, monkeypatch, capsys)
+    # THEN it fails as a package without it does on Lambda, and one line says how to
+    # install it where the engine runs the function
+    assert code == 1 and result["error"] == "ModuleNotFoundError"
+    [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
+    assert "No module named 'onceflow_absent_library'" in line
+    assert f"{sys.executable} -m pip install -r {mine / 'src' / 'requirements.txt'}" in line
+    assert f"or from its Layers {public}" in line
