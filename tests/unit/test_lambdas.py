@@ -389,3 +389,37 @@ def test_functions_invoked_at_once_each_see_their_own_environment(
         for app in ("red", "blue"):
             sys.modules.pop(f"probe_env_{app}", None)
     assert type(os.environ).__name__ == "_Environ"
+
+
+def test_a_namespace_package_of_an_earlier_engine_does_not_answer_for_a_new_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the code roots there: undone
+    # GIVEN an app whose handler is in a package without __init__.py (a namespace package,
+    # which Lambda's Python imports too), run by an engine
+    first = tmp_path / "first" / "probe_ns" / "handlers"
+    first.mkdir(parents=True)
+    (first / "main.py").write_text("def handler(event, context):\n    return 'first'\n")
+    # AND another app with the same handler in a regular package whose __init__ sets a name
+    second = tmp_path / "second" / "probe_ns"
+    (second / "handlers").mkdir(parents=True)
+    (second / "__init__.py").write_text("NAME = 'second'\n")
+    (second / "handlers" / "main.py").write_text(
+        "from probe_ns import NAME\n\n\ndef handler(event, context):\n    return NAME\n"
+    )
+    answers = []
+    try:
+        for root in (tmp_path / "first", tmp_path / "second"):
+            # WHEN an engine runs each, one after the other
+            runtime = lambdas.InProcessRuntime()
+            runtime.register(lambdas.FunctionSpec(
+                "Probe", "probe", "arn:aws:lambda:us-east-1:123456789012:function:probe", root,
+                "probe_ns/handlers/main.handler", 3.0, 128, {},
+            ))  # fmt: skip
+            runtime.cold_start()
+            answers.append(runtime.invoke("probe", {}))
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "probe_ns"]:
+            del sys.modules[name]
+    # THEN the second runs its own package, its __init__ included
+    assert answers == [("first", None), ("second", None)]
