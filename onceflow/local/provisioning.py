@@ -189,7 +189,9 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
             f"{logical_id}: CodeUri {props['CodeUri']} is not a directory beside the template "
             f"({engine.stack.root}); the local engine imports the handler from there"
         )
-    environment = {k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()}
+    variables = props.get("Environment", {}).get("Variables", {}).items()
+    # CloudFormation passes a YAML boolean (true, yes) as "true" or "false", not "True"
+    environment = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in variables}
     timeout, memory = int(props.get("Timeout", 3)), int(props.get("MemorySize", 128))
     code = io.BytesIO()
     with zipfile.ZipFile(code, "w") as archive:

@@ -53,6 +53,7 @@ def handler(event, context):
         "level": logger.log_level,
         "env_service": os.environ["POWERTOOLS_SERVICE_NAME"],
         "greeting": os.environ.get("GREETING"),
+        "verbose": os.environ.get("VERBOSE"),
         "table_set": bool(os.environ.get("COUNTS_TABLE")),
         "function_name": context.function_name,
         "env_function_name": os.environ["AWS_LAMBDA_FUNCTION_NAME"],
@@ -82,6 +83,7 @@ Globals:
     Environment:
       Variables:
         GREETING: hello
+        VERBOSE: yes
         COUNTS_TABLE: not-this-one
         POWERTOOLS_SERVICE_NAME: word-count
 
@@ -160,6 +162,10 @@ def test_your_own_function_runs_as_lambda_runs_it(
     # Globals merged as SAM merges them (samtranslator's Globals: the function's own
     # Timeout and variable win, the rest come from Globals)
     assert got["greeting"] == "hello" and got["table_set"] is True
+    # a YAML boolean (yes, true) is the text "true", as CloudFormation passes it (its YAML
+    # reads yes as true: ASFHyP3/hyp3#2061; a boolean property arrives as "true" or
+    # "false": medmunds/aws-cfn-ses-domain#10), not Python's "True"
+    assert got["verbose"] == "true"
     assert 10_000 < got["remaining"] <= 30_000  # the function's Timeout: 30, not Globals' 10
     # the context as awslambdaric's LambdaContext gives it: memory_limit_in_mb is the text
     # of AWS_LAMBDA_FUNCTION_MEMORY_SIZE, an identity without ids, no client context
