@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from onceflow.local import monitoring
 from onceflow.local.inventory import as_put
-from onceflow.local.lambdas import FunctionSpec
+from onceflow.local.lambdas import RESERVED_VARIABLES, FunctionSpec
 from onceflow.local.template import Stack, TemplateError
 from onceflow.project import default_project
 
@@ -192,6 +192,13 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
     variables = props.get("Environment", {}).get("Variables", {}).items()
     # CloudFormation passes a YAML boolean (true, yes) as "true" or "false", not "True"
     environment = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in variables}
+    if reserved := sorted(RESERVED_VARIABLES.intersection(environment)):  # Lambda's words
+        raise TemplateError(
+            f"{logical_id}: Lambda was unable to configure your environment variables because "
+            "the environment variables you have provided contains reserved keys that are "
+            f"currently not supported for modification. Reserved keys used in this request: "
+            f"{', '.join(reserved)}"
+        )
     timeout, memory = int(props.get("Timeout", 3)), int(props.get("MemorySize", 128))
     code = io.BytesIO()
     with zipfile.ZipFile(code, "w") as archive:

@@ -296,3 +296,22 @@ def test_a_library_your_handler_imports_when_called_missing_here_is_named_with_p
     assert "No module named 'onceflow_absent_library'" in line
     assert f"{sys.executable} -m pip install -r {mine / 'src' / 'requirements.txt'}" in line
     assert f"or from its Layers {public}" in line
+
+
+def test_a_variable_lambda_reserves_is_refused_as_lambda_refuses_it(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the user's function setting AWS_REGION, which Lambda sets itself
+    mine = tmp_path / "reserved"
+    _copy(app, mine)
+    _changed(mine, FUNCTION_ENV, FUNCTION_ENV + "          AWS_REGION: eu-west-1\n")
+    # WHEN they run it
+    code, _, err = _execute(mine, tmp_path, monkeypatch, capsys)
+    # THEN it is refused before anything runs, as CreateFunction refuses it on a deploy
+    # (InvalidParameterValueException; configuration-envvars.html, reserved variables)
+    assert code == 2 and "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
+    assert (
+        "contains reserved keys" in line
+        and "Reserved keys used in this request: AWS_REGION" in line
+    )
