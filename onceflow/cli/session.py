@@ -197,8 +197,13 @@ def _dependency_hint(engine: LocalEngine, spec: FunctionSpec, error: str) -> str
     handler_module = spec.handler.rpartition(".")[0].replace("/", ".").split(".")[0]
     if missing is None or missing.group(1) == handler_module:
         return ""
-    requirements = spec.code_uri / "requirements.txt"
-    what = f"-r {requirements}" if requirements.is_file() else missing.group(1)
+    # the function's and its Layers' (sam build installs a Layer's with its BuildMethod)
+    roots = [
+        spec.code_uri,
+        *(engine.runtime.layers[a] for a in spec.layers if a in engine.runtime.layers),
+    ]
+    files = [root / "requirements.txt" for root in roots if (root / "requirements.txt").is_file()]
+    what = " ".join(f"-r {path}" for path in files) or missing.group(1)
     layers = [arn for arn in spec.layers if arn not in engine.runtime.layers]
     from_layers = f" (or from its Layers {', '.join(layers)})" if layers else ""
     return (

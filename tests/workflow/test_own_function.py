@@ -210,6 +210,16 @@ def test_a_layer_sam_builds_from_sources_is_put_under_python(
     # THEN the layer's module was imported as on Lambda
     assert code == 0, err
     assert result["output"]["result"]["layer"] == "from the layer"
+    # AND WHEN the layer's module needs a library its requirements.txt lists (which sam
+    # build installs into the layer) and this Python lacks
+    (mine / "layer" / "requirements.txt").write_text("onceflow-absent-library\n")
+    wordlib = mine / "layer" / "wordlib.py"
+    wordlib.write_text("import onceflow_absent_library  # noqa\n" + wordlib.read_text())
+    code, _, err = _execute(mine, tmp_path, monkeypatch, capsys)
+    # THEN the line names the pip command with the layer's requirements
+    assert code == 1
+    [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
+    assert f"-m pip install -r {mine / 'layer' / 'requirements.txt'}" in line
 
 
 def _copy(app: Path, to: Path) -> None:
