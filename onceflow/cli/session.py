@@ -221,7 +221,8 @@ def _missing_module_note(engine: LocalEngine) -> None:
         error = f"No module named '{module}'"
         print(
             f"local: {spec.logical_id} (Handler {spec.handler}) raised ModuleNotFoundError: "
-            f"{error}{_dependency_hint(engine, spec, error)}",
+            f"{error}{_dependency_hint(engine, spec, error)}"
+            f"{_runtime_hint(spec, 'Runtime.ImportModuleError')}",  # a newer stdlib's?
             file=sys.stderr,
         )
         engine.runtime.missing.pop(name, None)
