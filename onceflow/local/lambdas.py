@@ -486,7 +486,8 @@ class InProcessRuntime:
                     f"{spec.logical_id}: its module '{top}' ({mine}) and {whose} have one "
                     "name: on Lambda each function imports in its own sandbox, the local "
                     "engine imports every function in one Python, where one name is one "
-                    f"module; rename '{top}' (its file or directory, and the Handler) to run it here"
+                    f"module; rename '{top}' (its file or directory, and the Handler) to run it"
+                    " here"
                 )
 
     def cold_start(self) -> None:
