@@ -215,7 +215,8 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
     )["FunctionArn"]
     code_uri = engine.stack.root / props["CodeUri"]
     # Each function sees its own variables (lambdas.function_environment), as on Lambda;
-    # the process keeps the first function's value of each, for threads a handler starts.
+    # the process keeps the first function's template variables and name, for threads a
+    # handler starts; not LAMBDA_TASK_ROOT ..., by which libraries tell they are in Lambda.
     local = {"POWERTOOLS_TRACE_DISABLED": "true"}
     if engine.function_log_level is not None:  # else at the template's level, as deployed
         local["POWERTOOLS_LOG_LEVEL"] = engine.function_log_level
@@ -223,7 +224,8 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
         logical_id, name, arn, code_uri, props["Handler"], timeout, memory,
         {**environment, **local}, runtime, tuple(str(a) for a in props.get("Layers") or ()),
     )  # fmt: skip
-    engine._set_env({k: v for k, v in spec.variables().items() if k not in engine._saved_env})
+    shown = {**spec.environment, "AWS_LAMBDA_FUNCTION_NAME": name}
+    engine._set_env({k: v for k, v in shown.items() if k not in engine._saved_env})
     engine.runtime.register(spec)
     engine.state.invokers[name] = engine.runtime.moto_invoker(name)
     _created(engine, logical_id, name, Arn=arn)
