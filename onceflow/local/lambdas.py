@@ -211,13 +211,14 @@ class LambdaContext:
 
 
 # The variables Lambda sets itself: CreateFunction refuses a function that sets one
-# (configuration-envvars.html, "Defined runtime environment variables", reserved: yes).
+# (configuration-envvars.html, "Defined runtime environment variables", reserved: yes;
+# TZ no longer is: cloudtools/troposphere#2260).
 RESERVED_VARIABLES = frozenset({
     "_HANDLER", "_X_AMZN_TRACE_ID", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_EXECUTION_ENV",
     "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_VERSION",
     "AWS_LAMBDA_INITIALIZATION_TYPE", "AWS_LAMBDA_LOG_GROUP_NAME", "AWS_LAMBDA_LOG_STREAM_NAME",
     "AWS_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-    "AWS_LAMBDA_RUNTIME_API", "LAMBDA_TASK_ROOT", "LAMBDA_RUNTIME_DIR", "TZ",
+    "AWS_LAMBDA_RUNTIME_API", "LAMBDA_TASK_ROOT", "LAMBDA_RUNTIME_DIR",
 })  # fmt: skip
 
 
