@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TextIO
 
 from onceflow.local.errors import EngineError
@@ -170,13 +171,6 @@ class FunctionOutput(io.TextIOBase):
 FUNCTION_OUTPUT = FunctionOutput()
 
 
-class _CognitoIdentity:
-    """context.identity of an invocation that carries none (awslambdaric's lambda_context)."""
-
-    cognito_identity_id: str | None = None
-    cognito_identity_pool_id: str | None = None
-
-
 @dataclass
 class LambdaContext:
     """The attributes and method of the context object Lambda passes to a handler, as
@@ -190,7 +184,11 @@ class LambdaContext:
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     function_version: str = "$LATEST"
     client_context: Any = None
-    identity: _CognitoIdentity = field(default_factory=_CognitoIdentity)
+    identity: Any = field(  # an invocation that carries none
+        default_factory=lambda: SimpleNamespace(
+            cognito_identity_id=None, cognito_identity_pool_id=None
+        )
+    )
     _started: float = field(default_factory=time.monotonic)
 
     @property
