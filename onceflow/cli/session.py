@@ -198,10 +198,7 @@ def _dependency_hint(engine: LocalEngine, spec: FunctionSpec, error: str) -> str
     if missing is None or missing.group(1) == handler_module:
         return ""
     # the function's and its Layers' (sam build installs a Layer's with its BuildMethod)
-    roots = [
-        spec.code_uri,
-        *(engine.runtime.layers[a] for a in spec.layers if a in engine.runtime.layers),
-    ]
+    roots = [spec.code_uri, *engine.runtime.layer_paths(spec)]
     files = [root / "requirements.txt" for root in roots if (root / "requirements.txt").is_file()]
     what = " ".join(f"-r {path}" for path in files) or missing.group(1)
     layers = [arn for arn in spec.layers if arn not in engine.runtime.layers]

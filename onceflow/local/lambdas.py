@@ -266,10 +266,13 @@ _ENGINE = Path(__file__).resolve().parent
 _RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six")
 
 
-def _in_sandbox(filename: str, code_root: Path) -> str:
+def _in_sandbox(filename: str, code_root: Path, layers: Iterable[Path] = ()) -> str:
     """Where the Lambda sandbox keeps filename (docs/local-engine.md, "A Lambda error's
-    stackTrace": not verified in AWS's docs); anything else as it is."""
+    stackTrace": not verified in AWS's docs; a Layer's python/ is /opt/python,
+    packaging-layers.html); anything else as it is."""
     path, paths = Path(filename).resolve(), sysconfig.get_paths()
+    for layer in (layer for layer in layers if path.is_relative_to(layer)):
+        return f"/opt/python/{path.relative_to(layer)}"
     lang = f"/var/lang/lib/python{sys.version_info.major}.{sys.version_info.minor}"
     for root in (code_root, paths["purelib"], paths["platlib"], paths["stdlib"]):
         if path.is_relative_to(root):
@@ -281,7 +284,9 @@ def _in_sandbox(filename: str, code_root: Path) -> str:
     return filename
 
 
-def error_payload(exc: BaseException, context: LambdaContext, code_uri: Path) -> dict[str, Any]:
+def error_payload(
+    exc: BaseException, context: LambdaContext, code_uri: Path, layers: Iterable[Path] = ()
+) -> dict[str, Any]:
     """What the Python runtime answers for a handler that raised (awslambdaric's
     bootstrap.py): the frames from the handler's on (the engine's own left out, as the
     runtime leaves out bootstrap.py's), each named where the sandbox keeps its file and
@@ -295,7 +300,7 @@ def error_payload(exc: BaseException, context: LambdaContext, code_uri: Path) ->
         "errorType": type(exc).__name__,
         "requestId": context.aws_request_id,
         "stackTrace": traceback.format_list(
-            [(_in_sandbox(f.filename, root), f.lineno or 0, f.name, f.line) for f in frames]
+            [(_in_sandbox(f.filename, root, layers), f.lineno or 0, f.name, f.line) for f in frames]
         ),
     }
 
@@ -433,13 +438,17 @@ class InProcessRuntime:
     def register(self, spec: FunctionSpec) -> None:
         self.functions[spec.name] = spec
 
+    def layer_paths(self, spec: FunctionSpec) -> list[Path]:
+        """Its Layers of the template, each the directory that stands for /opt/python."""
+        return [self.layers[arn] for arn in spec.layers if arn in self.layers]
+
     def import_paths(self, spec: FunctionSpec) -> list[str]:
         """Where Lambda's Python runtime finds its modules: the code root (/var/task) first,
         then each Layer's python/lib/<runtime>/site-packages and python/ ("Layer paths for
         each Lambda runtime", packaging-layers.html; their order after the root is not
         verified). A Layer from outside the template is not here (docs/processor.md)."""
         paths = [str(spec.code_uri.resolve())]
-        for layer in (self.layers[arn] for arn in spec.layers if arn in self.layers):
+        for layer in self.layer_paths(spec):
             paths += [str(layer / "lib" / spec.runtime / "site-packages"), str(layer)]
         return paths
 
@@ -550,7 +559,7 @@ class InProcessRuntime:
                 payload = handler(event, context)
         except Exception as exc:  # reported to the caller as Lambda does
             error_type = type(exc).__name__
-            payload = error_payload(exc, context, spec.code_uri)
+            payload = error_payload(exc, context, spec.code_uri, self.layer_paths(spec))
         duration = (time.perf_counter() - started) * 1000
         with self._lock:
             self.invocations.append(Invocation(name, context.aws_request_id, error_type, duration))

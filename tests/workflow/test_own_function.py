@@ -325,3 +325,31 @@ def test_a_variable_lambda_reserves_is_refused_as_lambda_refuses_it(
         "contains reserved keys" in line
         and "Reserved keys used in this request: AWS_REGION" in line
     )
+
+
+def test_an_error_raised_in_a_layer_names_its_file_where_lambda_keeps_it(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the user's Layer raising for their function
+    mine = tmp_path / "raising-layer"
+    _copy(app, mine)
+    wordlib = mine / "layer" / "python" / "wordlib.py"
+    wordlib.write_text("def boom():\n    raise ValueError('from the layer')\n")
+    main_py = mine / "src" / "app" / "handlers" / "main.py"
+    main_py.write_text(
+        main_py.read_text().replace(
+            "def handler(event, context):\n", "def handler(event, context):\n    wordlib.boom()\n"
+        )
+    )
+    event = tmp_path / "event.json"
+    event.write_text("{}")
+    # WHEN they invoke their function (as sam local invoke -e does)
+    monkeypatch.chdir(mine)
+    code = main(["invoke", "WordCountFunction", "-e", str(event), "--no-server"])
+    payload = json.loads(capsys.readouterr().out)
+    # THEN the error's stackTrace names the layer's file under /opt/python, as the Python
+    # runtime writes it there, and the function's own under /var/task
+    assert code == 1 and payload["errorType"] == "ValueError"
+    trace = payload["stackTrace"]
+    assert any('File "/opt/python/wordlib.py"' in frame for frame in trace), trace
+    assert any('File "/var/task/app/handlers/main.py"' in frame for frame in trace), trace

@@ -64,7 +64,8 @@ class TimedInvoke:
                 with runtime.running(spec):
                     result = (handler(event, context), None)
             except Exception as exc:  # reported to the caller as Lambda does
-                result = (error_payload(exc, context, spec.code_uri), type(exc).__name__)
+                payload = error_payload(exc, context, spec.code_uri, runtime.layer_paths(spec))
+                result = (payload, type(exc).__name__)
             except BaseException as exc:  # handed to the caller's thread, as invoke raised it
                 answer.set_exception(exc)
                 return
