@@ -353,3 +353,17 @@ def test_an_error_raised_in_a_layer_names_its_file_where_lambda_keeps_it(
     trace = payload["stackTrace"]
     assert any('File "/opt/python/wordlib.py"' in frame for frame in trace), trace
     assert any('File "/var/task/app/handlers/main.py"' in frame for frame in trace), trace
+
+
+def test_a_dotted_handler_of_a_nested_package_runs_as_the_slashed_one(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the Handler written with dots (awslambdaric's _get_handler reads "/" as ".")
+    mine = tmp_path / "dotted"
+    _copy(app, mine)
+    _changed(mine, "app/handlers/main.handler", "app.handlers.main.handler")
+    # WHEN they run their file through it
+    code, result, err = _execute(mine, tmp_path, monkeypatch, capsys)
+    # THEN their handler ran
+    assert code == 0, err
+    assert result["output"]["result"]["words"] == 3
