@@ -190,6 +190,12 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
             f"({engine.stack.root}); the local engine imports the handler from there"
         )
     variables = props.get("Environment", {}).get("Variables", {}).items()
+    if nulls := [k for k, v in variables if v is None]:  # `KEY:` with nothing after it
+        raise TemplateError(
+            f"{logical_id}: [/Resources/{logical_id}/Properties/Environment/Variables/"
+            f"{nulls[0]}] 'null' values are not allowed in templates (CloudFormation); "
+            "write '' for an empty value"
+        )
     # CloudFormation passes a YAML boolean (true, yes) as "true" or "false", not "True"
     environment = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in variables}
     if reserved := sorted(RESERVED_VARIABLES.intersection(environment)):  # Lambda's words

@@ -367,3 +367,19 @@ def test_a_dotted_handler_of_a_nested_package_runs_as_the_slashed_one(
     # THEN their handler ran
     assert code == 0, err
     assert result["output"]["result"]["words"] == 3
+
+
+def test_a_variable_left_without_a_value_is_refused_as_cloudformation_refuses_it(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the user's function with a variable written without a value (YAML null)
+    mine = tmp_path / "null"
+    _copy(app, mine)
+    _changed(mine, FUNCTION_ENV, FUNCTION_ENV + "          FEATURE_FLAG:\n")
+    # WHEN they run it
+    code, _, err = _execute(mine, tmp_path, monkeypatch, capsys)
+    # THEN it is refused, as CloudFormation refuses the template ("'null' values are not
+    # allowed in templates", cfn-lint#38), not run with the text "None"
+    assert code == 2 and "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "FEATURE_FLAG" in line]
+    assert "WordCountFunction" in line and "'null' values are not allowed in templates" in line
