@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -89,6 +90,8 @@ class Session:
         with engine_for(self.shared, parameters, fresh, template) as engine:
             if self.shared is None:  # not again for every command sent to `onceflow up`
                 _foreign_processor_note(engine)
+            else:
+                _reload_changed_code(engine)
             _unloadable_handler_note(engine)  # at every command until the code is fixed
             engine.runtime.missing.clear()
             yield engine
@@ -155,6 +158,32 @@ def _fresh_stack_note(template: Path) -> None:
     if template.parent != Path.cwd().resolve():
         print(f"local: using {template}", file=sys.stderr)  # found above, or --template
     print(FRESH_STACK, file=sys.stderr)
+
+
+def _reload_changed_code(engine: LocalEngine) -> None:
+    """On `onceflow up`, functions whose files changed since they were loaded are loaded
+    afresh, as a new deployment (a cold start: module-level state starts over), so that a
+    command runs the code as it is now (sam local invoke reads it at each invocation)."""
+    runtime = engine.runtime
+
+    def changed(spec: FunctionSpec) -> bool:
+        for path in runtime.import_paths(spec):
+            for folder, dirs, files in os.walk(path):
+                dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+                for name in files:
+                    if os.stat(os.path.join(folder, name)).st_mtime > runtime.loaded_at:
+                        return True
+        return False
+
+    if names := [spec.logical_id for spec in runtime.functions.values() if changed(spec)]:
+        runtime.cold_start()
+        for spec in list(runtime.functions.values()):
+            runtime.load(spec)
+        print(
+            f"local: {', '.join(names)}: code changed since it was loaded; loaded afresh, "
+            "as a new deployment (module-level state starts over)",
+            file=sys.stderr,
+        )
 
 
 def _unloadable_handler_note(engine: LocalEngine) -> None:

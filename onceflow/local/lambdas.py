@@ -434,6 +434,7 @@ class InProcessRuntime:
         self.layers: dict[str, Path] = {}
         # A function whose invocation imported a module not here: the module's name.
         self.missing: dict[str, str] = {}
+        self.loaded_at = 0.0  # the last cold start (time.time()): code newer is not loaded
 
     def register(self, spec: FunctionSpec) -> None:
         self.functions[spec.name] = spec
@@ -503,6 +504,7 @@ class InProcessRuntime:
         new sandboxes, so module-level state (settings, clients, caches) must not leak from
         an earlier engine in this process into this one."""
         guard_powertools()
+        self.loaded_at = time.time()
         for spec in self.functions.values():
             _CODE_ROOTS.update(self.import_paths(spec))
         services = {

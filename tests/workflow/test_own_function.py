@@ -133,14 +133,17 @@ def _execute(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     *flags: str,
+    on_up: bool = False,
 ) -> tuple[int, dict[str, Any], str]:
     """`onceflow execute ProcessorStateMachine --upload notes.txt --json` in the app, as its
-    user runs it: (exit code, the JSON it printed, stderr)."""
+    user runs it (on a stack of its own, or on_up the running `onceflow up`'s): (exit
+    code, the JSON it printed, stderr)."""
     notes = tmp_path / "notes.txt"
     notes.write_bytes(TEXT)
     monkeypatch.chdir(app)
+    own = [] if on_up else ["--no-server"]
     code = main(["execute", "ProcessorStateMachine", "--upload", str(notes), "--json",
-                 "--no-record", "--no-server", *flags])  # fmt: skip
+                 "--no-record", *own, *flags])  # fmt: skip
     out, err = capsys.readouterr()
     return code, (json.loads(out) if out.strip() else {}), err
 
@@ -383,3 +386,43 @@ def test_a_variable_left_without_a_value_is_refused_as_cloudformation_refuses_it
     assert code == 2 and "Traceback" not in err
     [line] = [line for line in err.splitlines() if "FEATURE_FLAG" in line]
     assert "WordCountFunction" in line and "'null' values are not allowed in templates" in line
+
+
+def test_code_changed_while_onceflow_up_runs_is_loaded_at_the_next_command(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import threading
+
+    from onceflow.local import server
+    from onceflow.local.engine import LocalEngine
+
+    # GIVEN `onceflow up` running the user's app, and a first run of their file on it
+    mine = tmp_path / "up"
+    _copy(app, mine)
+    monkeypatch.setenv("ONCEFLOW_STATE_DIR", str(tmp_path / "state"))
+    with LocalEngine(mine / "template.yaml") as engine:
+        up = server.EngineServer(engine, {}, template=mine / "template.yaml", command=main)
+        up.publish()
+        thread = threading.Thread(target=up.serve_forever, kwargs={"poll_interval": 0.2})
+        thread.start()
+        try:
+            code, first, err = _execute(mine, tmp_path, monkeypatch, capsys, on_up=True)
+            assert code == 0, err
+            # WHEN the user changes their function, as they do between two tries
+            main_py = mine / "src" / "app" / "handlers" / "main.py"
+            main_py.write_text(
+                main_py.read_text().replace('"words": count(', '"words": 100 + count(')
+            )
+            code, second, err = _execute(mine, tmp_path, monkeypatch, capsys, on_up=True)
+        finally:
+            up.shutdown()
+            up.unpublish()
+            up.server_close()
+            thread.join(5)
+    # THEN the next command runs the changed code (sam local invoke reads the code at each
+    # invocation; on AWS the change is a new deployment), and says it loaded it afresh
+    assert code == 0, err
+    assert first["output"]["result"]["words"] == 3
+    assert second["output"]["result"]["words"] == 103
+    [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
+    assert "changed" in line and "loaded afresh" in line
