@@ -540,7 +540,10 @@ class InProcessRuntime:
                 if retry:  # its module may have changed since: imported afresh, as a new init
                     sys.modules.pop(spec.handler.rpartition(".")[0].replace("/", "."), None)
                 try:
-                    with function_environment(spec.variables()):  # module-level reads too
+                    with (  # its init: module-level reads and prints are the function's
+                        function_environment(spec.variables()),
+                        FUNCTION_OUTPUT.running_function(self.function_log),
+                    ):
                         handler = _import_handler(spec.handler, retry=retry)
                 except Exception as exc:  # the user's code: Lambda's answer to every call
                     self.load_errors[spec.name] = f"{type(exc).__name__}: {exc}"

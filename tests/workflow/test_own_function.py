@@ -426,3 +426,21 @@ def test_code_changed_while_onceflow_up_runs_is_loaded_at_the_next_command(
     assert second["output"]["result"]["words"] == 103
     [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
     assert "changed" in line and "loaded afresh" in line
+
+
+def test_what_your_module_prints_as_it_loads_goes_to_the_function_log(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the user's module printing as it is imported (its init, on Lambda: its log)
+    mine = tmp_path / "chatty"
+    _copy(app, mine)
+    main_py = mine / "src" / "app" / "handlers" / "main.py"
+    main_py.write_text("print('loading my function')\n" + main_py.read_text())
+    # WHEN they run their file with --json, then with the functions' logs shown (-v)
+    code, result, err = _execute(mine, tmp_path, monkeypatch, capsys)
+    verbose_code, _, verbose_err = _execute(mine, tmp_path, monkeypatch, capsys, "-v")
+    # THEN the JSON on stdout is whole (the line is not the command's output), and the
+    # line is in the function log -v shows
+    assert code == 0 and result["status"] == "SUCCEEDED", err
+    assert "loading my function" not in err
+    assert verbose_code == 0 and "loading my function" in verbose_err
