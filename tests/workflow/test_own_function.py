@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from onceflow.cli import main
+from onceflow.local import server
+from onceflow.local.engine import LocalEngine
 
 TEXT = b"the cat and the hat\nsat\n"  # 6 words, 3 of them stop words ("the" twice, "and")
 STARTER_HANDLER = "      Handler: word_count.handler\n"
@@ -226,8 +230,6 @@ def test_a_layer_sam_builds_from_sources_is_put_under_python(
 
 
 def _copy(app: Path, to: Path) -> None:
-    import shutil
-
     shutil.copytree(app, to, ignore=shutil.ignore_patterns("__pycache__", ".onceflow"))
 
 
@@ -391,11 +393,6 @@ def test_a_variable_left_without_a_value_is_refused_as_cloudformation_refuses_it
 def test_code_changed_while_onceflow_up_runs_is_loaded_at_the_next_command(
     app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import threading
-
-    from onceflow.local import server
-    from onceflow.local.engine import LocalEngine
-
     # GIVEN `onceflow up` running the user's app, and a first run of their file on it
     mine = tmp_path / "up"
     _copy(app, mine)
