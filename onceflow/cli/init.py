@@ -44,6 +44,9 @@ cannot load fails each invocation as on Lambda (`Runtime.ImportModuleError` ...)
 every command says so in one line. Libraries your function imports go in
 `src/requirements.txt` (`sam build` packages them) and, for the local engine, which runs
 the function in onceflow's Python, into that Python too (`pip install -r src/requirements.txt`).
+What the local engine does with a nested package, a Layer, Globals, your variables and
+the function's Runtime: "Your function on the local engine" in
+[{nested}/docs/processor.md]({nested}/docs/processor.md).
 `sam deploy` deploys the app as the stack `{stack}` (`samconfig.toml`).
 
 Locally, no AWS account:

@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -89,8 +90,12 @@ class Session:
         with engine_for(self.shared, parameters, fresh, template) as engine:
             if self.shared is None:  # not again for every command sent to `onceflow up`
                 _foreign_processor_note(engine)
+            else:
+                _reload_changed_code(engine)
             _unloadable_handler_note(engine)  # at every command until the code is fixed
+            engine.runtime.missing.clear()
             yield engine
+            _missing_module_note(engine)
 
     def record(self, engine: LocalEngine, known: Iterable[Execution] = ()) -> None:
         """Save the engine's finished executions for `onceflow executions` and `show`."""
@@ -155,6 +160,32 @@ def _fresh_stack_note(template: Path) -> None:
     print(FRESH_STACK, file=sys.stderr)
 
 
+def _reload_changed_code(engine: LocalEngine) -> None:
+    """On `onceflow up`, functions whose files changed since they were loaded are loaded
+    afresh, as a new deployment (a cold start: module-level state starts over), so that a
+    command runs the code as it is now (sam local invoke reads it at each invocation)."""
+    runtime = engine.runtime
+
+    def changed(spec: FunctionSpec) -> bool:
+        for path in runtime.import_paths(spec):
+            for folder, dirs, files in os.walk(path):
+                dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+                for name in files:
+                    if os.stat(os.path.join(folder, name)).st_mtime > runtime.loaded_at:
+                        return True
+        return False
+
+    if names := [spec.logical_id for spec in runtime.functions.values() if changed(spec)]:
+        runtime.cold_start()
+        for spec in list(runtime.functions.values()):
+            runtime.load(spec)
+        print(
+            f"local: {', '.join(names)}: code changed since it was loaded; loaded afresh, "
+            "as a new deployment (module-level state starts over)",
+            file=sys.stderr,
+        )
+
+
 def _unloadable_handler_note(engine: LocalEngine) -> None:
     """One line for each function whose handler could not be loaded: its invocations fail
     with the Python runtime's error (the execution shows it), as on Lambda."""
@@ -166,24 +197,61 @@ def _unloadable_handler_note(engine: LocalEngine) -> None:
             print(
                 f"local: {spec.logical_id} (Handler {spec.handler}, CodeUri "
                 f"{spec.code_uri}) cannot be loaded: {error}; each invocation fails with it, "
-                f"as on Lambda, until the code is fixed{_dependency_hint(spec, error)}",
+                f"as on Lambda, until the code is fixed{_dependency_hint(engine, spec, error)}"
+                f"{_runtime_hint(spec, error)}",
                 file=sys.stderr,
             )
 
 
-def _dependency_hint(spec: FunctionSpec, error: str) -> str:
+def _runtime_hint(spec: FunctionSpec, error: str) -> str:
+    """The engine imports every function in its own Python, whatever its Runtime: code
+    this Python cannot compile or import may be fine on its runtime (docs/processor.md)."""
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if spec.runtime == f"python{here}" or not error.startswith(
+        ("Runtime.UserCodeSyntaxError", "Runtime.ImportModuleError")
+    ):
+        return ""
+    return (
+        f"; its Runtime is {spec.runtime}, and the engine runs it in Python {here} "
+        f"({sys.executable}): install onceflow in a Python {spec.runtime[6:]} to run it as "
+        "Lambda does"
+    )
+
+
+def _dependency_hint(engine: LocalEngine, spec: FunctionSpec, error: str) -> str:
     """What to do when a library the function imports is missing: the engine runs handlers
-    in its own Python (sam build packages CodeUri/requirements.txt for Lambda, not here)."""
-    missing = re.search(r"^Runtime\.ImportModuleError: .*No module named '([^'.]+)", error)
+    in its own Python (sam build packages CodeUri/requirements.txt for Lambda, not here;
+    a Layer from outside the template is not fetched)."""
+    missing = re.search(r"No module named '([^'.]+)", error)
     handler_module = spec.handler.rpartition(".")[0].replace("/", ".").split(".")[0]
     if missing is None or missing.group(1) == handler_module:
         return ""
-    requirements = spec.code_uri / "requirements.txt"
-    what = f"-r {requirements}" if requirements.is_file() else missing.group(1)
+    # the function's and its Layers' (sam build installs a Layer's with its BuildMethod)
+    roots = [spec.code_uri, *engine.runtime.layer_paths(spec)]
+    files = [root / "requirements.txt" for root in roots if (root / "requirements.txt").is_file()]
+    what = " ".join(f"-r {path}" for path in files) or missing.group(1)
+    layers = [arn for arn in spec.layers if arn not in engine.runtime.layers]
+    from_layers = f" (or from its Layers {', '.join(layers)})" if layers else ""
     return (
-        "; a library its Lambda package carries (sam build) must be in onceflow's Python "
-        f"here, where the engine runs it: {sys.executable} -m pip install {what}"
+        f"; a library its Lambda package carries (sam build){from_layers} must be in "
+        f"onceflow's Python here, where the engine runs it: {sys.executable} -m pip install "
+        f"{what}"
     )
+
+
+def _missing_module_note(engine: LocalEngine) -> None:
+    """One line for each function whose invocation raised ModuleNotFoundError in this
+    command (a library imported in the handler, not at its import)."""
+    for name, module in list(engine.runtime.missing.items()):
+        spec = engine.runtime.functions[name]
+        error = f"No module named '{module}'"
+        print(
+            f"local: {spec.logical_id} (Handler {spec.handler}) raised ModuleNotFoundError: "
+            f"{error}{_dependency_hint(engine, spec, error)}"
+            f"{_runtime_hint(spec, 'Runtime.ImportModuleError')}",  # a newer stdlib's?
+            file=sys.stderr,
+        )
+        engine.runtime.missing.pop(name, None)
 
 
 def _foreign_processor_note(engine: LocalEngine) -> None:

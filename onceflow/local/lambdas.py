@@ -8,17 +8,21 @@ import importlib
 import io
 import json
 import logging
+import os
 import sys
 import sysconfig
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TextIO
+
+from onceflow.local.errors import EngineError
 
 _IMPORT_LOCK = threading.Lock()
 
@@ -66,11 +70,62 @@ def guard_powertools() -> list[str]:
     )
 
 
+_FUNCTION_VARIABLES = threading.local()
+
+
+class _FunctionEnviron(os._Environ[str]):
+    """os.environ while an engine runs: on a thread running a function's code (its import,
+    its invocations) the function's own variables come first, as each function has its
+    own environment on Lambda; any other thread (one a handler starts too) sees the
+    process's. A subprocess sees the process's (os.putenv's) environment."""
+
+    def _own(self) -> dict[str, str]:
+        own: dict[str, str] = getattr(_FUNCTION_VARIABLES, "variables", None) or {}
+        return own
+
+    def __getitem__(self, key: str) -> str:
+        own = self._own()
+        return own[key] if key in own else super().__getitem__(key)
+
+    def __setitem__(self, key: str, value: str) -> None:
+        super().__setitem__(key, value)
+        if key in (own := self._own()):
+            own[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        found = self._own().pop(key, None) is not None
+        try:
+            super().__delitem__(key)
+        except KeyError:
+            if not found:
+                raise
+
+    def __iter__(self) -> Iterator[str]:
+        own = self._own()
+        yield from own
+        yield from (key for key in super().__iter__() if key not in own)
+
+    def __len__(self) -> int:
+        return len(set(self._own()) | set(super().__iter__()))
+
+
+@contextmanager
+def function_environment(variables: dict[str, str]) -> Iterator[None]:
+    """On this thread, os.environ shows these variables over the process's."""
+    before = getattr(_FUNCTION_VARIABLES, "variables", None)
+    _FUNCTION_VARIABLES.variables = dict(variables)  # its writes stay its own
+    try:
+        yield
+    finally:
+        _FUNCTION_VARIABLES.variables = before
+
+
 class FunctionOutput(io.TextIOBase):
     """Stands in for sys.stdout: in Lambda a function's stdout is its log stream, never the
     caller's terminal. Powertools Logger keeps the stream it saw at import and Metrics
     prints EMF, so routing is by thread: a thread running a handler writes to its engine's
-    function log; everything else passes through. In place while any engine runs."""
+    function log; everything else passes through. In place while any engine runs, with
+    os.environ routed by thread too (_FunctionEnviron)."""
 
     def __init__(self) -> None:
         self.passthrough: TextIO = sys.__stdout__ or sys.stderr
@@ -102,12 +157,15 @@ class FunctionOutput(io.TextIOBase):
             if sys.stdout is not self:
                 self.passthrough = sys.stdout
                 sys.stdout = self
+            os.environ.__class__ = _FunctionEnviron
 
     def uninstall(self) -> None:
         with self._lock:
             self._engines = max(self._engines - 1, 0)
             if not self._engines and sys.stdout is self:
                 sys.stdout = self.passthrough
+            if not self._engines:
+                os.environ.__class__ = os._Environ
 
 
 FUNCTION_OUTPUT = FunctionOutput()
@@ -115,15 +173,27 @@ FUNCTION_OUTPUT = FunctionOutput()
 
 @dataclass
 class LambdaContext:
-    """The attributes and method of the context object Lambda passes to a handler."""
+    """The attributes and method of the context object Lambda passes to a handler, as
+    awslambdaric's lambda_context.py makes them (memory_limit_in_mb is the text of
+    AWS_LAMBDA_FUNCTION_MEMORY_SIZE there, so a str)."""
 
     function_name: str
     invoked_function_arn: str
-    memory_limit_in_mb: int
+    memory: int
     timeout_seconds: float
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     function_version: str = "$LATEST"
+    client_context: Any = None
+    identity: Any = field(  # an invocation that carries none
+        default_factory=lambda: SimpleNamespace(
+            cognito_identity_id=None, cognito_identity_pool_id=None
+        )
+    )
     _started: float = field(default_factory=time.monotonic)
+
+    @property
+    def memory_limit_in_mb(self) -> str:
+        return str(self.memory)
 
     @property
     def log_group_name(self) -> str:
@@ -138,6 +208,18 @@ class LambdaContext:
         return max(0, int((self.timeout_seconds - elapsed) * 1000))
 
 
+# The variables Lambda sets itself: CreateFunction refuses a function that sets one
+# (configuration-envvars.html, "Defined runtime environment variables", reserved: yes;
+# TZ no longer is: cloudtools/troposphere#2260).
+RESERVED_VARIABLES = frozenset({
+    "_HANDLER", "_X_AMZN_TRACE_ID", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_EXECUTION_ENV",
+    "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_VERSION",
+    "AWS_LAMBDA_INITIALIZATION_TYPE", "AWS_LAMBDA_LOG_GROUP_NAME", "AWS_LAMBDA_LOG_STREAM_NAME",
+    "AWS_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+    "AWS_LAMBDA_RUNTIME_API", "LAMBDA_TASK_ROOT", "LAMBDA_RUNTIME_DIR",
+})  # fmt: skip
+
+
 @dataclass
 class FunctionSpec:
     """What the template says about one function: enough to run it."""
@@ -150,6 +232,22 @@ class FunctionSpec:
     timeout: float
     memory: int
     environment: dict[str, str]
+    runtime: str = "python3.13"
+    layers: tuple[str, ...] = ()  # its Layers' ARNs, in order
+
+    def variables(self) -> dict[str, str]:
+        """The environment its code sees: the template's, then the variables Lambda sets
+        and reserves (configuration-envvars.html, "Defined runtime environment variables";
+        LAMBDA_TASK_ROOT is its CodeUri here, /var/task there)."""
+        return {
+            **self.environment,
+            "AWS_LAMBDA_FUNCTION_NAME": self.name,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(self.memory),
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{self.name}",
+            "LAMBDA_TASK_ROOT": str(self.code_uri.resolve()),
+            "_HANDLER": self.handler,
+        }
 
 
 @dataclass(frozen=True)
@@ -168,10 +266,13 @@ _ENGINE = Path(__file__).resolve().parent
 _RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six")
 
 
-def _in_sandbox(filename: str, code_root: Path) -> str:
+def _in_sandbox(filename: str, code_root: Path, layers: Iterable[Path] = ()) -> str:
     """Where the Lambda sandbox keeps filename (docs/local-engine.md, "A Lambda error's
-    stackTrace": not verified in AWS's docs); anything else as it is."""
+    stackTrace": not verified in AWS's docs; a Layer's python/ is /opt/python,
+    packaging-layers.html); anything else as it is."""
     path, paths = Path(filename).resolve(), sysconfig.get_paths()
+    for layer in (layer for layer in layers if path.is_relative_to(layer)):
+        return f"/opt/python/{path.relative_to(layer)}"
     lang = f"/var/lang/lib/python{sys.version_info.major}.{sys.version_info.minor}"
     for root in (code_root, paths["purelib"], paths["platlib"], paths["stdlib"]):
         if path.is_relative_to(root):
@@ -183,7 +284,9 @@ def _in_sandbox(filename: str, code_root: Path) -> str:
     return filename
 
 
-def error_payload(exc: BaseException, context: LambdaContext, code_uri: Path) -> dict[str, Any]:
+def error_payload(
+    exc: BaseException, context: LambdaContext, code_uri: Path, layers: Iterable[Path] = ()
+) -> dict[str, Any]:
     """What the Python runtime answers for a handler that raised (awslambdaric's
     bootstrap.py): the frames from the handler's on (the engine's own left out, as the
     runtime leaves out bootstrap.py's), each named where the sandbox keeps its file and
@@ -197,7 +300,7 @@ def error_payload(exc: BaseException, context: LambdaContext, code_uri: Path) ->
         "errorType": type(exc).__name__,
         "requestId": context.aws_request_id,
         "stackTrace": traceback.format_list(
-            [(_in_sandbox(f.filename, root), f.lineno or 0, f.name, f.line) for f in frames]
+            [(_in_sandbox(f.filename, root, layers), f.lineno or 0, f.name, f.line) for f in frames]
         ),
     }
 
@@ -278,19 +381,38 @@ def _raising(error: Exception) -> Callable[[Any, Any], Any]:
     return handler
 
 
-# Every code root a function was loaded from in this process (any engine's, any app's).
+# Every code root (and Layer path) a function was loaded from in this process (any
+# engine's, any app's).
 _CODE_ROOTS: set[str] = set()
+_LIBRARIES = tuple(sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib"))
 
 
-def _forget_function_modules() -> None:
+def _origin(module: Any) -> str:
+    """Where a module was loaded from: its file, or a namespace package's first directory
+    ("" for none)."""
+    path = getattr(module, "__path__", None)
+    return str(getattr(module, "__file__", None) or (next(iter(path), "") if path else ""))
+
+
+def _under(origin: str, roots: Iterable[str]) -> bool:
+    return any(origin.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _forget_function_modules(names: set[str]) -> None:
     """Forget every module imported from a function's code root, this engine's or an
-    earlier one's (another app's functions/service would answer for this one's), and
+    earlier one's (another app's functions/service would answer for this one's), and any
+    other of the names this engine's handlers import (found first on another path), and
     nothing else: the engine's own libraries stay, even where a function vendors a copy.
     Called under _IMPORT_LOCK."""
-    for name, module in list(sys.modules.items()):
-        origin = getattr(module, "__file__", None) or ""
-        if any(origin.startswith(root + "/") for root in _CODE_ROOTS):
+    origins = {name: _origin(module) for name, module in list(sys.modules.items())}
+    for name, origin in origins.items():  # (a namespace package reads its parent's path)
+        named = name.split(".")[0] in names and origin and not _under(origin, _LIBRARIES)
+        if named or _under(origin, _CODE_ROOTS):
             del sys.modules[name]
+
+
+def _top_module(spec: FunctionSpec) -> str:
+    return spec.handler.rpartition(".")[0].replace("/", ".").split(".")[0]
 
 
 class InProcessRuntime:
@@ -308,22 +430,90 @@ class InProcessRuntime:
         # Entered around every handler call, on the thread that runs it.
         self.around: Callable[[], AbstractContextManager[None]] = nullcontext
         self.function_log: TextIO = sys.stderr  # where its handlers' output goes
+        # The template's Layers: ARN -> the directory that stands for its /opt/python.
+        self.layers: dict[str, Path] = {}
+        # A function whose invocation imported a module not here: the module's name.
+        self.missing: dict[str, str] = {}
+        self.loaded_at = 0.0  # the last cold start (time.time()): code newer is not loaded
 
     def register(self, spec: FunctionSpec) -> None:
         self.functions[spec.name] = spec
+
+    def layer_paths(self, spec: FunctionSpec) -> list[Path]:
+        """Its Layers of the template, each the directory that stands for /opt/python."""
+        return [self.layers[arn] for arn in spec.layers if arn in self.layers]
+
+    def import_paths(self, spec: FunctionSpec) -> list[str]:
+        """Where Lambda's Python runtime finds its modules: the code root (/var/task) first,
+        then each Layer's python/lib/<runtime>/site-packages and python/ ("Layer paths for
+        each Lambda runtime", packaging-layers.html; their order after the root is not
+        verified). A Layer from outside the template is not here (docs/processor.md)."""
+        paths = [str(spec.code_uri.resolve())]
+        for layer in self.layer_paths(spec):
+            paths += [str(layer / "lib" / spec.runtime / "site-packages"), str(layer)]
+        return paths
+
+    @contextmanager
+    def running(self, spec: FunctionSpec) -> Iterator[None]:
+        """Around a handler's call, on its thread: the engine's hooks, its log, its variables."""
+        with (
+            self.around(),
+            FUNCTION_OUTPUT.running_function(self.function_log),
+            function_environment(spec.variables()),
+        ):
+            try:
+                yield
+            except ModuleNotFoundError as exc:  # for the command to say (cli/session.py)
+                self.missing[spec.name] = str(exc.name)
+                raise
+
+    def _provider(self, spec: FunctionSpec) -> Path | None:
+        """The directory or file its handler's top module is imported from, if it is there."""
+        top = _top_module(spec)
+        for path in self.import_paths(spec):
+            for found in (Path(path, top), Path(path, f"{top}.py")):
+                if found.exists():
+                    return found
+        return None
+
+    def _refuse_shared_names(self) -> None:
+        """On Lambda each function imports in a sandbox of its own; here one Python imports
+        them all, where a name is one module: two handlers whose top modules have one name
+        but are two directories (sam init's hello_world/app.py beside another app.py, a
+        Cookbook-style service/ beside onceflow's), or one named like a library the engine
+        runs on, are refused rather than answered with the other's code."""
+        seen: dict[str, tuple[str, Path]] = {}
+        for spec in self.functions.values():
+            top, mine = _top_module(spec), self._provider(spec)
+            if mine is None:
+                continue  # its load says Runtime.ImportModuleError, as Lambda does
+            library = _origin(sys.modules.get(top))
+            other, theirs = seen.setdefault(top, (spec.logical_id, mine))
+            if theirs != mine or _under(library, _LIBRARIES):
+                whose = f"{other}'s ({theirs})" if theirs != mine else f"a library ({library})"
+                raise EngineError(
+                    f"{spec.logical_id}: its module '{top}' ({mine}) and {whose} have one "
+                    "name: on Lambda each function imports in its own sandbox, the local "
+                    "engine imports every function in one Python, where one name is one "
+                    f"module; rename '{top}' (its file or directory, and the Handler) to run it"
+                    " here"
+                )
 
     def cold_start(self) -> None:
         """Forget every module imported from a function's code root: a new deployment starts
         new sandboxes, so module-level state (settings, clients, caches) must not leak from
         an earlier engine in this process into this one."""
         guard_powertools()
-        _CODE_ROOTS.update(str(spec.code_uri.resolve()) for spec in self.functions.values())
+        self.loaded_at = time.time()
+        for spec in self.functions.values():
+            _CODE_ROOTS.update(self.import_paths(spec))
         services = {
             spec.environment.get("POWERTOOLS_SERVICE_NAME", "service_undefined")
             for spec in self.functions.values()
         }
         with _IMPORT_LOCK:
-            _forget_function_modules()
+            _forget_function_modules({_top_module(spec) for spec in self.functions.values()})
+            self._refuse_shared_names()
             self._handlers.clear()
             # Powertools configures the service's stdlib logger once per process and marks
             # it ("init", "powertools_handler" ...); a re-imported Logger() would keep an
@@ -342,18 +532,19 @@ class InProcessRuntime:
         next one. ``load_errors`` names it meanwhile, for the command to say."""
         with _IMPORT_LOCK:
             if spec.name not in self._handlers:
-                # Lambda puts the code root on the import path; so does this.
-                root = str(spec.code_uri.resolve())
-                if sys.path[:1] != [root]:  # first: before another app's root of one name
-                    if root in sys.path:
-                        sys.path.remove(root)
-                    sys.path.insert(0, root)
-                _CODE_ROOTS.add(root)
+                paths = self.import_paths(spec)  # first: before another app's of one name
+                if sys.path[: len(paths)] != paths:
+                    sys.path[:] = paths + [p for p in sys.path if p not in paths]
+                _CODE_ROOTS.update(paths)
                 retry = spec.name in self.load_errors
                 if retry:  # its module may have changed since: imported afresh, as a new init
                     sys.modules.pop(spec.handler.rpartition(".")[0].replace("/", "."), None)
                 try:
-                    handler = _import_handler(spec.handler, retry=retry)
+                    with (  # its init: module-level reads and prints are the function's
+                        function_environment(spec.variables()),
+                        FUNCTION_OUTPUT.running_function(self.function_log),
+                    ):
+                        handler = _import_handler(spec.handler, retry=retry)
                 except Exception as exc:  # the user's code: Lambda's answer to every call
                     self.load_errors[spec.name] = f"{type(exc).__name__}: {exc}"
                     return _raising(exc)
@@ -369,11 +560,11 @@ class InProcessRuntime:
         started = time.perf_counter()
         error_type: str | None = None
         try:
-            with self.around(), FUNCTION_OUTPUT.running_function(self.function_log):
+            with self.running(spec):
                 payload = handler(event, context)
         except Exception as exc:  # reported to the caller as Lambda does
             error_type = type(exc).__name__
-            payload = error_payload(exc, context, spec.code_uri)
+            payload = error_payload(exc, context, spec.code_uri, self.layer_paths(spec))
         duration = (time.perf_counter() - started) * 1000
         with self._lock:
             self.invocations.append(Invocation(name, context.aws_request_id, error_type, duration))

@@ -10,9 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from onceflow.local import monitoring
-from onceflow.local.errors import EngineError
 from onceflow.local.inventory import as_put
-from onceflow.local.lambdas import FunctionSpec
+from onceflow.local.lambdas import RESERVED_VARIABLES, FunctionSpec
 from onceflow.local.template import Stack, TemplateError
 from onceflow.project import default_project
 
@@ -190,7 +189,22 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
             f"{logical_id}: CodeUri {props['CodeUri']} is not a directory beside the template "
             f"({engine.stack.root}); the local engine imports the handler from there"
         )
-    environment = {k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()}
+    variables = props.get("Environment", {}).get("Variables", {}).items()
+    if nulls := [k for k, v in variables if v is None]:  # `KEY:` with nothing after it
+        raise TemplateError(
+            f"{logical_id}: [/Resources/{logical_id}/Properties/Environment/Variables/"
+            f"{nulls[0]}] 'null' values are not allowed in templates (CloudFormation); "
+            "write '' for an empty value"
+        )
+    # CloudFormation passes a YAML boolean (true, yes) as "true" or "false", not "True"
+    environment = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in variables}
+    if reserved := sorted(RESERVED_VARIABLES.intersection(environment)):  # Lambda's words
+        raise TemplateError(
+            f"{logical_id}: Lambda was unable to configure your environment variables because "
+            "the environment variables you have provided contains reserved keys that are "
+            f"currently not supported for modification. Reserved keys used in this request: "
+            f"{', '.join(reserved)}"
+        )
     timeout, memory = int(props.get("Timeout", 3)), int(props.get("MemorySize", 128))
     code = io.BytesIO()
     with zipfile.ZipFile(code, "w") as archive:
@@ -206,32 +220,39 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
         Environment={"Variables": environment},
     )["FunctionArn"]
     code_uri = engine.stack.root / props["CodeUri"]
+    # Each function sees its own variables (lambdas.function_environment), as on Lambda;
+    # the process keeps the first function's template variables and name, for threads a
+    # handler starts; not LAMBDA_TASK_ROOT ..., by which libraries tell they are in Lambda.
+    local = {"POWERTOOLS_TRACE_DISABLED": "true"}
+    if engine.function_log_level is not None:  # else at the template's level, as deployed
+        local["POWERTOOLS_LOG_LEVEL"] = engine.function_log_level
     spec = FunctionSpec(
-        logical_id, name, arn, code_uri, props["Handler"], timeout, memory, environment
-    )
-    _function_environment(engine, spec)
+        logical_id, name, arn, code_uri, props["Handler"], timeout, memory,
+        {**environment, **local}, runtime, tuple(str(a) for a in props.get("Layers") or ()),
+    )  # fmt: skip
+    shown = {**spec.environment, "AWS_LAMBDA_FUNCTION_NAME": name}
+    engine._set_env({k: v for k, v in shown.items() if k not in engine._saved_env})
     engine.runtime.register(spec)
     engine.state.invokers[name] = engine.runtime.moto_invoker(name)
     _created(engine, logical_id, name, Arn=arn)
 
 
-def _function_environment(engine: LocalEngine, spec: FunctionSpec) -> None:
-    # Handlers run in this one process, so they share os.environ. That is
-    # safe only while no two functions give one variable different values.
-    for other in engine.runtime.functions.values():
-        for key, value in spec.environment.items():
-            if key in other.environment and other.environment[key] != value:
-                raise EngineError(
-                    f"{spec.logical_id} and {other.logical_id} set {key} to {value!r} and "
-                    f"{other.environment[key]!r}: the engine runs every function in one "
-                    "process, which has one environment; locally, give both one value, or "
-                    "leave it out of one of them"
-                )
-    overrides = {"POWERTOOLS_TRACE_DISABLED": "true", "AWS_LAMBDA_FUNCTION_NAME": spec.name}
-    # By default the functions log at the template's level, as deployed.
-    if engine.function_log_level is not None:
-        overrides["POWERTOOLS_LOG_LEVEL"] = engine.function_log_level
-    engine._set_env({**spec.environment, **overrides})
+def _layer(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
+    """A LayerVersion from a ContentUri directory, put where the Python runtime looks: its
+    python/ (packaging-layers.html); with a Python BuildMethod, sam build puts the
+    ContentUri's files there itself (samcli workflow_config.get_layer_subfolder)."""
+    content = props.get("ContentUri")
+    if not isinstance(content, str) or not (engine.stack.root / content).is_dir():
+        raise TemplateError(
+            f"{logical_id}: ContentUri {content!r} is not a directory beside the template "
+            f"({engine.stack.root}); the local engine reads a Layer from there"
+        )
+    metadata = engine.stack.template["Resources"][logical_id].get("Metadata") or {}
+    built = str(metadata.get("BuildMethod", "")).startswith("python")
+    arn = f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:layer:{name}:1"
+    path = engine.stack.root / content
+    engine.runtime.layers[arn] = (path if built else path / "python").resolve()
+    _created(engine, logical_id, arn)
 
 
 def state_machine_definition(stack: Stack, logical_id: str) -> tuple[str, str]:
@@ -273,6 +294,7 @@ CREATORS: dict[str, tuple[str, int, Creator]] = {
     "AWS::DynamoDB::Table": ("TableName", 255, _table),
     "AWS::SQS::Queue": ("QueueName", 80, _queue),
     "AWS::Serverless::Function": ("FunctionName", 64, _function),
+    "AWS::Serverless::LayerVersion": ("LayerName", 140, _layer),
     "AWS::Serverless::StateMachine": ("", 80, _state_machine),
     "AWS::Events::Rule": ("Name", 64, _ingress),
     "AWS::Pipes::Pipe": ("Name", 64, _ingress),

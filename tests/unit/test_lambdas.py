@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -345,3 +346,80 @@ def test_a_result_the_python_runtime_cannot_marshal_is_its_marshal_error(
     infinite, infinite_errored, _ = invoke("infinite")
     assert infinite_errored is True
     assert json.loads(infinite)["errorType"] == "Runtime.MarshalError"
+
+
+def test_functions_invoked_at_once_each_see_their_own_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the code roots there: undone
+    monkeypatch.setenv("PROBE_SHARED", "the process's")
+    # GIVEN two functions of different code roots giving one variable different values,
+    # each reading it at import (a module-level Logger does) and at every invocation
+    runtime = lambdas.InProcessRuntime()
+    for app in ("red", "blue"):
+        (tmp_path / app).mkdir()
+        (tmp_path / app / f"probe_env_{app}.py").write_text(
+            "import os\nAT_IMPORT = os.environ['PROBE_SHARED']\n\n\n"
+            "def handler(event, context):\n"
+            "    return [AT_IMPORT, os.environ['PROBE_SHARED'], os.getenv('PROBE_SHARED'),\n"
+            "            dict(os.environ)['PROBE_SHARED'], os.environ['LAMBDA_TASK_ROOT']]\n"
+        )
+        runtime.register(lambdas.FunctionSpec(
+            app, app, f"arn:aws:lambda:us-east-1:123456789012:function:{app}", tmp_path / app,
+            f"probe_env_{app}.handler", 3.0, 128, {"PROBE_SHARED": app},
+        ))  # fmt: skip
+    lambdas.FUNCTION_OUTPUT.install()  # as an engine's start does
+    try:
+        runtime.cold_start()
+        answers: dict[int, list[Any]] = {}
+
+        # WHEN both are invoked on many threads at once
+        def invocation(n: int) -> None:
+            answers[n] = runtime.invoke("red" if n % 2 else "blue", {})[0]
+
+        _race(invocation, 8)
+        # THEN each saw its own value, at import and in every call, and its own code root;
+        # a thread that runs no function sees the process's
+        for n, answer in answers.items():
+            app = "red" if n % 2 else "blue"
+            assert answer == [app] * 4 + [str((tmp_path / app).resolve())]
+        assert os.environ["PROBE_SHARED"] == "the process's"
+    finally:
+        lambdas.FUNCTION_OUTPUT.uninstall()
+        for app in ("red", "blue"):
+            sys.modules.pop(f"probe_env_{app}", None)
+    assert type(os.environ).__name__ == "_Environ"
+
+
+def test_a_namespace_package_of_an_earlier_engine_does_not_answer_for_a_new_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the code roots there: undone
+    # GIVEN an app whose handler is in a package without __init__.py (a namespace package,
+    # which Lambda's Python imports too), run by an engine
+    first = tmp_path / "first" / "probe_ns" / "handlers"
+    first.mkdir(parents=True)
+    (first / "main.py").write_text("def handler(event, context):\n    return 'first'\n")
+    # AND another app with the same handler in a regular package whose __init__ sets a name
+    second = tmp_path / "second" / "probe_ns"
+    (second / "handlers").mkdir(parents=True)
+    (second / "__init__.py").write_text("NAME = 'second'\n")
+    (second / "handlers" / "main.py").write_text(
+        "from probe_ns import NAME\n\n\ndef handler(event, context):\n    return NAME\n"
+    )
+    answers = []
+    try:
+        for root in (tmp_path / "first", tmp_path / "second"):
+            # WHEN an engine runs each, one after the other
+            runtime = lambdas.InProcessRuntime()
+            runtime.register(lambdas.FunctionSpec(
+                "Probe", "probe", "arn:aws:lambda:us-east-1:123456789012:function:probe", root,
+                "probe_ns/handlers/main.handler", 3.0, 128, {},
+            ))  # fmt: skip
+            runtime.cold_start()
+            answers.append(runtime.invoke("probe", {}))
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "probe_ns"]:
+            del sys.modules[name]
+    # THEN the second runs its own package, its __init__ included
+    assert answers == [("first", None), ("second", None)]

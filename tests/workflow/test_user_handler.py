@@ -307,27 +307,39 @@ def test_your_own_file_under_a_key_the_stack_does_not_process_is_refused_before_
     assert "uploaded" not in err
 
 
-def test_a_variable_your_function_sets_apart_from_onceflows_is_refused_with_what_to_do(
+def test_your_functions_own_powertools_service_name_is_its_own_as_on_lambda(
     app: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # GIVEN the user's function setting Powertools' service name, which onceflow's Globals
-    # set for its own functions to another value
+    # set for its own functions to another value ('onceflow'), and logging with Powertools
     mine = _with_handler(app, "word_count.handler", tmp_path)
     mine_env = "          COUNTS_TABLE: !Ref CountsTable\n"
     _changed(mine, mine_env, mine_env + "          POWERTOOLS_SERVICE_NAME: word-count\n")
+    code = mine / "src" / "word_count.py"
+    code.write_text(
+        code.read_text(encoding="utf-8").replace(
+            "def handler(event: dict[str, Any], context: Any) -> dict[str, int]:\n",
+            "from aws_lambda_powertools import Logger\n\nlogger = Logger()\n\n\n"
+            "def handler(event: dict[str, Any], context: Any) -> dict[str, int]:\n"
+            "    logger.info('counting', extra={'env': os.environ['POWERTOOLS_SERVICE_NAME']})\n",
+        ),
+        encoding="utf-8",
+    )
+    # WHEN they run their own file through it with the functions' logs shown (-v)
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(TEXT)
     monkeypatch.chdir(mine)
-    # WHEN a command runs on it
-    code = main(["execute", "ProcessorStateMachine", "--upload", str(mine / "README.md"),
-                 "--key", "a.txt", "--no-record", "--no-server"])  # fmt: skip
+    exit_code = main(["execute", "ProcessorStateMachine", "--upload", str(notes), "--no-record",
+                      "--no-server", "-v"])  # fmt: skip
     err = capsys.readouterr().err
-    # THEN the one line says why (one process, one environment) and what to do locally
-    assert code == 2
-    [line] = [line for line in err.splitlines() if "POWERTOOLS_SERVICE_NAME" in line]
-    assert "WordCountFunction" in line and "'word-count'" in line and "'onceflow'" in line
-    assert "one environment" in line and "locally" in line
+    # THEN it runs, as on Lambda, where each function has its own environment: its log
+    # line names its service, in its Logger and in the variable it reads
+    assert exit_code == 0, err
+    [line] = [json.loads(x) for x in err.splitlines() if '"counting"' in x]
+    assert line["service"] == "word-count" and line["env"] == "word-count"
 
 
 def test_a_parameter_of_the_nested_onceflow_given_to_your_app_says_where_it_goes(

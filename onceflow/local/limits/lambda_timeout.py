@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
-from onceflow.local.lambdas import FUNCTION_OUTPUT, Invocation, LambdaContext, error_payload
+from onceflow.local.lambdas import Invocation, LambdaContext, error_payload
 from onceflow.local.patches import hooks
 
 if TYPE_CHECKING:
@@ -61,10 +61,11 @@ class TimedInvoke:
         def run() -> None:
             result: tuple[Any, str | None]
             try:
-                with runtime.around(), FUNCTION_OUTPUT.running_function(runtime.function_log):
+                with runtime.running(spec):
                     result = (handler(event, context), None)
             except Exception as exc:  # reported to the caller as Lambda does
-                result = (error_payload(exc, context, spec.code_uri), type(exc).__name__)
+                payload = error_payload(exc, context, spec.code_uri, runtime.layer_paths(spec))
+                result = (payload, type(exc).__name__)
             except BaseException as exc:  # handed to the caller's thread, as invoke raised it
                 answer.set_exception(exc)
                 return
