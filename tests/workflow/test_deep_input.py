@@ -13,9 +13,10 @@ import json
 from typing import Any
 
 from onceflow.local.engine import LocalEngine
-from tests.helpers import attributes, dlq_messages, ledger_rows
+from tests.helpers import MACHINE, attributes, dlq_messages, ledger_rows, load_event
 from tests.workflow.test_batch_mode import PARAMETERS as BATCH_PARAMETERS
 from tests.workflow.test_batch_mode import outcomes
+from tests.workflow.test_invalid_events import INVALID_PATH
 
 
 def nested(depth: int) -> Any:
@@ -58,4 +59,36 @@ def test_a_deep_custom_event_ends_invalid_event_with_its_dlq_message(engine: Loc
     assert result.outcome == "InvalidEvent", (result.error, result.cause)
     [dead] = dlq_messages(engine)
     assert attributes(dead)["ERROR_CODE"] == "InvalidEvent"
+    assert ledger_rows(engine) == []
+
+
+def deep_custom_event(depth: int) -> dict[str, Any]:
+    """events/eventbridge-custom-event.json with its detail's payload nested depth levels."""
+    event = load_event("eventbridge-custom-event.json")
+    event["detail"]["payload"] = nested(depth)
+    return event
+
+
+def test_a_custom_event_too_deep_for_the_rules_started_directly_ends_invalid_event(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN a custom event whose detail nests 3,000 levels deep, past what Claim's rules can
+    # walk (its JSON text, 18 KB, well within StartExecution's 256 KiB)
+    event = deep_custom_event(3_000)
+    text = json.dumps(event, separators=(",", ":"))
+    assert len(text.encode()) < 256 * 1024
+    # WHEN a producer starts the processor on it directly
+    sfn = engine.client("stepfunctions")
+    arn = sfn.start_execution(stateMachineArn=engine.ref(MACHINE), input=text)["executionArn"]
+    result = engine.wait(arn)
+    # THEN Claim's rules could not read it: InvalidEvent, one DLQ message saying why, no row
+    assert result.outcome == "InvalidEvent", (result.error, result.cause)
+    assert result.states_entered == INVALID_PATH
+    [dead] = dlq_messages(engine)
+    reason = attributes(dead)
+    assert reason["ERROR_CODE"] == "InvalidEvent"
+    assert reason["ERROR_MESSAGE"].startswith("the event could not be read: ")
+    assert reason["EXECUTION_ARN"] == arn
+    # the event is not carried (nothing after Claim walks it again); its history keeps it
+    assert json.loads(dead["Body"])["event"] is None
     assert ledger_rows(engine) == []
