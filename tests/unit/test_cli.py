@@ -14,7 +14,7 @@ import pytest
 
 from onceflow.cli import FRESH_STACK, main
 from onceflow.harness.demo import DemoConfig, run_demo
-from onceflow.local import server
+from onceflow.local import INPUT_DEPTH_LIMIT, server
 from onceflow.local.engine import RECURSION_LIMIT, LocalEngine
 from tests import sam_events
 
@@ -545,17 +545,33 @@ def _nested_file(tmp_path: Path, depth: int) -> Path:
     return path
 
 
-def test_an_event_file_as_deep_as_jsonata_reads_is_run_not_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("depth", [1500, INPUT_DEPTH_LIMIT])
+def test_an_event_file_as_deep_as_the_engine_runs_is_run_not_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], depth: int
 ) -> None:
-    # GIVEN an event nested 1,500 levels deep: deeper than Python's default recursion limit,
-    # within what the processor's JSONata judges (docs/ingress.md, "Deep nesting": 2,300)
-    path = _nested_file(tmp_path, 1500)
+    # GIVEN an event nested 1,500 levels deep (deeper than Python's default recursion limit,
+    # within what the processor's JSONata reads: docs/ingress.md, "Deep nesting"), or as deep
+    # as the engine runs (deeper than the JSONata reads)
+    path = _nested_file(tmp_path, depth)
     # WHEN it is executed
     code = main(["execute", "ProcessorStateMachine", "-e", str(path), "--no-server", "--json"])
     # THEN it runs, and Claim's rules judge it: an InvalidEvent, not a refusal before the run
     assert code == 1
     assert json.loads(capsys.readouterr().out)["endedIn"] == "InvalidEvent"
+
+
+def test_an_event_file_deeper_than_the_engine_runs_is_refused_by_its_start_in_one_line(
+    tmp_path: Path,
+) -> None:
+    # GIVEN an event one level deeper than the engine runs, which Python still reads
+    path = _nested_file(tmp_path, INPUT_DEPTH_LIMIT + 1)
+    # WHEN it is executed THEN StartExecution refuses it, and the command says why in a line
+    with pytest.raises(SystemExit) as refused:
+        main(["execute", "ProcessorStateMachine", "-e", str(path), "--no-server"])
+    said = str(refused.value.code)
+    assert said.startswith("onceflow execute: Step Functions refused the execution: ")
+    assert "(InvalidExecutionInput)" in said and "\n" not in said
+    assert f"the input nests {INPUT_DEPTH_LIMIT + 1} levels deep" in said
 
 
 def test_an_event_file_deeper_than_the_engine_reads_is_refused_in_one_line(

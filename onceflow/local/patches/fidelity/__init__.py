@@ -61,7 +61,7 @@ from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.parse import preprocessor as asl_preprocessor
 from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
 
-from onceflow.local import jsonata_node
+from onceflow.local import INPUT_DEPTH_LIMIT, json_depth, jsonata_node
 from onceflow.local.patches import hooks
 from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
@@ -438,6 +438,14 @@ def _limited_start(
             f"Member must have length less than or equal to {EXECUTION_INPUT_LIMIT} "
             f"(the input is {size} bytes)"
         )
+    # Before moto parses it (with recursion): the engine's own depth limit, named.
+    depth = json_depth(execution_input or "")
+    if depth > INPUT_DEPTH_LIMIT:
+        raise sfn_exceptions.InvalidExecutionInput(
+            f"the input nests {depth} levels deep; the local engine runs input nested at most "
+            f"{INPUT_DEPTH_LIMIT} levels (a limit of the engine's Python; Step Functions' own "
+            "is not documented: docs/ingress.md, 'Deep nesting')"
+        )
     return original(backend, state_machine_arn, *args, **kwargs)
 
 
@@ -748,7 +756,9 @@ PATCHES = (
         name="execution input limit",
         why="StartExecution refuses an input over 256 KiB in UTF-8 with a "
         "ValidationException (Step Functions quotas, 'Maximum input or output size for a "
-        "task, state, or execution'); moto took any size.",
+        "task, state, or execution'); moto took any size. Input nested deeper than the "
+        "engine's Python carries (onceflow.local.INPUT_DEPTH_LIMIT) is refused with "
+        "InvalidExecutionInput, a limit of the engine (moto failed it mid-run, States.Runtime).",
         test=_TESTS + "test_an_input_over_256_kib_is_refused",
         install=_wrapping((_Backend, "start_execution", _limited_start)),
         fits=lambda: [
