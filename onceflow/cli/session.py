@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from onceflow.local import RECURSION_LIMIT
+from onceflow.local import INPUT_DEPTH_LIMIT, RECURSION_LIMIT
 from onceflow.project import (
     TemplateNotFound,
     bundled_app,
@@ -309,7 +309,7 @@ def load_event(path: str) -> Any:
     except RecursionError:
         raise SystemExit(
             f"onceflow: {path} nests deeper than this tool reads (about {RECURSION_LIMIT:,} "
-            "levels); the processor's JSONata could not evaluate it either (about 2,300)"
+            f"levels); the local engine runs input at most {INPUT_DEPTH_LIMIT:,} levels deep"
         ) from None
     finally:
         sys.setrecursionlimit(before)

@@ -8,7 +8,7 @@ import re
 from itertools import accumulate
 
 # The recursion limit while an engine runs (and `onceflow execute` reads an event file):
-# Python's default (1,000) would give up before the processor's JSONata does (about 2,300
+# Python's default (1,000) would give up before the processor's JSONata does (about 2,250
 # levels under node: docs/ingress.md, "Deep nesting"), so the engine's Python never judges
 # an input's depth first (docs/local-engine.md, "Handlers run in the engine's Python").
 RECURSION_LIMIT = 20_000
