@@ -8,7 +8,7 @@ import io
 import json
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -19,6 +19,8 @@ from service.logic.audit import ListedObject, common_prefix, key_marker_before
 from service.logic.s3objects import NULL_VERSION
 
 PAGE_SIZE = 1000  # the most one ListObjectVersions call returns
+# A report folder may be named this far ahead of the reader's clock (clocks differ).
+_REPORT_CLOCK_SKEW_SECONDS = 300
 
 # A report's folder under <destination prefix>/<source bucket>/<configuration id>/
 # (storage-inventory-location.html): YYYY-MM-DDTHH-MMZ.
@@ -92,12 +94,19 @@ class Inventory:
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
         self._s3 = client if client is not None else boto3.client("s3")
 
-    def newest(self) -> tuple[str, datetime] | None:
+    def newest(
+        self, now: datetime | None = None, passed_over: list[str] | None = None
+    ) -> tuple[str, datetime] | None:
         """(the manifest key, its report time) of the newest complete report, or None.
 
         S3 writes manifest.checksum after manifest.json (storage-inventory-location.html):
-        a report folder without it is still being delivered.
+        a report folder without it is still being delivered. A folder whose name is no
+        time (2026-13-45T99-99Z), or a time after ``now`` (the clock's, beyond skew), was not
+        delivered by S3 at that time: it is passed over (named in ``passed_over``), never
+        taken for the newest report (a stale report under a future name would hide every
+        upload since) nor allowed to fail the plan.
         """
+        latest = (now or datetime.now(UTC)) + timedelta(seconds=_REPORT_CLOCK_SKEW_SECONDS)
         folders: list[str] = []
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix, "Delimiter": "/"}
         with aws_call(f"listing s3://{self.bucket}/{self.prefix}"):
@@ -114,8 +123,17 @@ class Inventory:
                 listed = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=folder)
                 names = {o["Key"][len(folder) :] for o in listed.get("Contents", [])}
                 if {"manifest.json", "manifest.checksum"} <= names:
-                    when = datetime.strptime(match.group(1), "%Y-%m-%dT%H-%MZ").replace(tzinfo=UTC)
-                    return folder + "manifest.json", when
+                    try:
+                        when = datetime.strptime(match.group(1), "%Y-%m-%dT%H-%MZ")
+                    except ValueError:
+                        if passed_over is not None:
+                            passed_over.append(f"{folder}: not a time")
+                        continue
+                    if when.replace(tzinfo=UTC) > latest:
+                        if passed_over is not None:
+                            passed_over.append(f"{folder}: in the future")
+                        continue
+                    return folder + "manifest.json", when.replace(tzinfo=UTC)
         return None
 
     def rows(self, manifest_key: str) -> tuple[list[str], Iterator[list[str]]]:

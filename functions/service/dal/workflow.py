@@ -175,6 +175,21 @@ class Reports:
             raise PermanentError(f"s3://{self.bucket}/{key} is not a JSON object")
         return value
 
+    def read_bytes(self, key: str, limit: int) -> bytes | None:
+        """At most ``limit`` + 1 bytes of the object at ``key`` (more than ``limit`` says it
+        is larger: a 5 GB object is never read whole into the function's memory), or None
+        when there is none (NoSuchKey). A refusal (AccessDenied, an archived object's
+        InvalidObjectState) is a PermanentError, throttling a TransientError."""
+        with aws_call(f"reading s3://{self.bucket}/{key}", expected=_NO_SUCH_KEY) as call:
+            body = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"]
+            try:
+                data = bytes(body.read(limit + 1))
+            finally:
+                body.close()
+        if call.refused:
+            return None
+        return data
+
     def find_manifest(self, prefix: str) -> str | None:
         """The key of a Map Run's exported manifest.json under ``prefix``, if any."""
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}

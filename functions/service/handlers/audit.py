@@ -61,6 +61,7 @@ def plan(
         "manifest": planned.manifest,
         "seenAt": planned.seen_at_ms,
         "watermark": planned.watermark.as_json(),
+        "watermarkUnreadable": planned.watermark_unreadable,
     }
 
 
@@ -130,6 +131,9 @@ def report(
         if context is None
         else context.get_remaining_time_in_millis() / 1000,
         seen_at_ms=float(event["seenAt"]) if event.get("seenAt") else None,
+        watermark_unreadable=str(event["watermarkUnreadable"])
+        if event.get("watermarkUnreadable")
+        else None,
     )
 
 

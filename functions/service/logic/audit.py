@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import unquote_plus
 
 from service.logic.s3objects import NULL_VERSION, plain_etag
@@ -57,6 +58,9 @@ AUDIT_SOURCE = "audit"
 # that took longer than the recent cutoff plus this margin is not found again. The
 # margin costs a day of uploads' ledger reads a run (docs/audit.md, "The watermark").
 WATERMARK_MARGIN_SECONDS = 24 * 3600
+# A stored watermark may be this far ahead of the reader's clock (Lambda hosts' clocks
+# differ by far less); beyond it the watermark was not written by an audit.
+WATERMARK_FUTURE_SECONDS = 300
 
 Counts = dict[str, int]
 
@@ -139,15 +143,50 @@ class Watermark:
 
     @classmethod
     def from_json(cls, value: Any) -> Watermark:
-        """A stored or handed-on watermark; anything else is "not yet" (judge the window)."""
+        """A handed-on watermark (the plan's, in a state); anything else is "not yet" (judge
+        the window). A stored one is read with ``parse``, which says what is wrong with it."""
         if not isinstance(value, dict):
             return cls()
 
         def number(name: str) -> int:
             item = value.get(name)
-            return int(item) if isinstance(item, int | float) and item > 0 else 0
+            return int(item) if _time_ms(item) and item > 0 else 0
 
         return cls(number("versionedUntil"), number("unversionedUntil"))
+
+    @classmethod
+    def parse(cls, value: Any, now_ms: float) -> tuple[Watermark, str | None]:
+        """A watermark as stored (JSON, already decoded), and what is wrong with it (None:
+        nothing). One that is not exactly what ``as_json`` writes (an object of two
+        times in epoch ms, 0 for "not yet"), or that reaches past ``now_ms`` (plus
+        WATERMARK_FUTURE_SECONDS for clocks), is "not yet": the run judges its whole
+        window. Every audit writes its reach at or before its own start, so a time
+        after now was never written by one; trusting it would skip every upload up to
+        it, and trusting a garbled one could skip anything."""
+        if not isinstance(value, dict):
+            return cls(), f"not a JSON object but {type(value).__name__}"
+        names = ("versionedUntil", "unversionedUntil")
+        if set(value) != set(names):
+            return cls(), f"its fields are {sorted(value)}, not {list(names)}"
+        latest = now_ms + WATERMARK_FUTURE_SECONDS * 1000
+        for name in names:
+            item = value[name]
+            if not _time_ms(item) or item < 0:
+                return cls(), f"{name} is {str(item)[:40]!r}, not a time in epoch milliseconds"
+            if item > latest:
+                return cls(), f"{name} {item} is in the future (now {int(now_ms)})"
+        return cls(int(value[names[0]]), int(value[names[1]])), None
+
+
+def _time_ms(item: Any) -> TypeGuard[int | float]:
+    """Whether a JSON value can be a time in epoch milliseconds: a finite number (not a
+    boolean, not 1e400, which JSON reads as infinity), within what datetime holds."""
+    return (
+        isinstance(item, int | float)
+        and not isinstance(item, bool)
+        and math.isfinite(item)
+        and abs(item) < 253_402_300_800_000  # 10000-01-01
+    )
 
 
 def reached(window: AuditWindow, seen_at: float) -> Watermark:

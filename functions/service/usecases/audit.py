@@ -68,6 +68,10 @@ _TIMEOUT_MARGIN_SECONDS = 30
 _SWEEP_CALL_FLOOR_SECONDS = 5.0
 # Where the audit keeps its watermark in the output bucket (under REPORT_PREFIX).
 WATERMARK_NAME = "watermark.json"
+# The audit writes a watermark of about 60 bytes; a larger object is not read whole.
+_WATERMARK_MAX_BYTES = 4096
+# How much of why a watermark is unreadable the report and the state carry.
+_WATERMARK_PROBLEM_CHARACTERS = 500
 # The audit function's Timeout (template.yaml), for a call that does not say what is left.
 _FUNCTION_TIMEOUT_SECONDS = 600.0
 # A lock the sweep takes outlives its invocation by this much (clocks differ).
@@ -138,9 +142,44 @@ def _watermark_key(settings: AuditSettings) -> str:
     return f"{settings.report_prefix}{WATERMARK_NAME}"
 
 
-def read_watermark(settings: AuditSettings, clients: Clients) -> Watermark:
-    """How far earlier successful audits judged the bucket (nothing, before the first)."""
-    return Watermark.from_json(clients.reports.read(_watermark_key(settings)))
+def read_watermark(settings: AuditSettings, clients: Clients) -> tuple[Watermark, str | None]:
+    """How far earlier successful audits judged the bucket (nothing, before the first), and
+    why the stored one cannot be used (None: it can, or there is none).
+
+    An unreadable watermark (not UTF-8 JSON, not the shape the audit writes, a time in
+    the future, larger than any watermark, an object S3 refuses to serve) is read as
+    absent: the run judges its whole window (more ledger reads, nothing skipped) and,
+    when its walk judged every object, overwrites it. Failing instead would fail
+    every audit at Plan until someone deleted the object. A throttled read is a
+    TransientError: Plan retries it. The caller says it loudly (a warning, the
+    report, the AuditWatermarkUnreadable metric, the run's named failure).
+    """
+    key = _watermark_key(settings)
+    try:
+        body = clients.reports.read_bytes(key, _WATERMARK_MAX_BYTES)
+    except PermanentError as refused:
+        problem: str | None = f"S3 refused to serve it: {refused}"
+    else:
+        if body is None:
+            return Watermark(), None
+        problem = None
+        if len(body) > _WATERMARK_MAX_BYTES:
+            problem = f"it is larger than {_WATERMARK_MAX_BYTES} bytes"
+        else:
+            try:
+                value = json.loads(body.decode("utf-8"))
+            except ValueError as garbled:  # UnicodeDecodeError is a ValueError too
+                problem = f"it is not UTF-8 JSON: {garbled}"
+            else:
+                mark, problem = Watermark.parse(value, time.time() * 1000)
+                if problem is None:
+                    return mark, None
+    problem = f"s3://{clients.reports.bucket}/{key}: {problem}"[:_WATERMARK_PROBLEM_CHARACTERS]
+    logger.warning(
+        "the audit's watermark cannot be read: judging the whole window",
+        extra={"reason": problem},
+    )
+    return Watermark(), problem
 
 
 # ---- Plan -------------------------------------------------------------------------
@@ -160,6 +199,8 @@ class Plan:
     # moment S3 began to scan the bucket for an inventory report (its timestamp).
     seen_at_ms: int
     watermark: Watermark  # what earlier successful audits judged: the batches skip it
+    # Why the stored watermark could not be used (the run judges its whole window), or None.
+    watermark_unreadable: str | None = None
 
 
 def plan(
@@ -191,7 +232,13 @@ def plan(
     elif prefix:
         reason = f"a run for the prefix {prefix!r} lists it"
     elif settings.inventory_prefix:
-        newest = clients.inventory.newest() if clients.inventory else None
+        passed_over: list[str] = []
+        newest = clients.inventory.newest(None, passed_over) if clients.inventory else None
+        if passed_over:
+            logger.warning(
+                "an inventory report folder names no past time: passed over",
+                extra={"folders": passed_over[:10]},
+            )
         if newest is None:
             reason = "no complete inventory report yet"
         else:
@@ -205,7 +252,7 @@ def plan(
                 seen_at = round(taken.timestamp() * 1000)
     # A run over a prefix judges no less than a full one: the watermark is what was
     # judged, whoever asks.
-    watermark = read_watermark(settings, clients)
+    watermark, unreadable = read_watermark(settings, clients)
     logger.info("audit planned", extra={"source": source, "reason": reason})
     return Plan(
         started_at_ms=started_at,
@@ -216,6 +263,7 @@ def plan(
         manifest=manifest,
         seen_at_ms=seen_at,
         watermark=watermark,
+        watermark_unreadable=unreadable,
     )
 
 
@@ -971,10 +1019,17 @@ def _advance_watermark(
     if why_not is not None or seen_at_ms is None:
         logger.warning("the audit's watermark stays", extra={"reason": why_not})
         return {"advanced": False, "reason": why_not}
-    stored = read_watermark(settings, clients)
+    # Read again: an overlapping run may have moved it since the plan. One that cannot
+    # be read now is overwritten with this run's reach (the run judged its whole window
+    # only if the plan could not read it either; if it could, the reach is still true:
+    # it stops at what this run judged).
+    stored, unreadable = read_watermark(settings, clients)
     advanced = stored.advanced(reached(_window(run, settings), seen_at_ms / 1000))
     clients.reports.put(_watermark_key(settings), advanced.as_json())
-    return {"advanced": True, **advanced.as_json()}
+    said: dict[str, Any] = {"advanced": True, **advanced.as_json()}
+    if unreadable is not None:
+        said["unreadable"] = unreadable
+    return said
 
 
 def report(
@@ -986,6 +1041,7 @@ def report(
     locks: dict[str, Any],
     remaining_seconds: float | None = None,
     seen_at_ms: float | None = None,
+    watermark_unreadable: str | None = None,
 ) -> dict[str, Any]:
     """Sum the batches and the lock sweep, write reports/audit/<date>.json, emit the metrics,
     and advance the watermark when the walk judged every object it was given.
@@ -993,7 +1049,10 @@ def report(
     ``objects``: what the bucket walk handed on (its results' location, or its
     error); ``locks``: the sweep's last page (its counts and sample), or where
     it stopped and why when it failed; ``seen_at_ms``: when the walked objects were
-    seen (the plan's; None: the watermark stays).
+    seen (the plan's; None: the watermark stays); ``watermark_unreadable``: why the
+    plan could not use the stored watermark (the run judged its whole window). That
+    is the report's ``watermark.unreadable``, the AuditWatermarkUnreadable metric, and
+    the run's named failure after the report (AuditFailedAlarm).
     """
     run = AuditRun(audit_id=audit_id, started_at_ms=started_at_ms)
     seconds = _FUNCTION_TIMEOUT_SECONDS if remaining_seconds is None else remaining_seconds
@@ -1002,6 +1061,8 @@ def report(
     # The rows the inventory's window left out, counted where they were left.
     counts = add_counts(counts, objects.get("selected") or {})
     watermark = _advance_watermark(settings, clients, run, walk, counts, seen_at_ms)
+    if watermark_unreadable and "unreadable" not in watermark:
+        watermark["unreadable"] = watermark_unreadable
     counts = add_counts(counts, locks.get("counts") or {})
     resubmitted = _more(resubmitted, locks.get("resubmittedSample") or [])
     started = datetime.fromtimestamp(started_at_ms / 1000, UTC)
@@ -1031,6 +1092,7 @@ def report(
         ("AuditResubmitDeferred", counts["resubmit_deferred"]),
         ("AuditSweepDeferred", counts["sweep_deferred"]),
         ("AuditFailedBatches", counts["failed_batches"]),
+        ("AuditWatermarkUnreadable", 1 if "unreadable" in watermark else 0),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("audit report", extra={"report": result})

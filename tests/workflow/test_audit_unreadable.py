@@ -1,0 +1,195 @@
+"""Objects the audit reads that it cannot use: one bad object must not stop every later audit.
+
+Each test puts the bad object (or row) into the engine's S3 or DynamoDB as an
+operator, a lifecycle rule or a partial write would leave it, runs the audit state
+machine, and asserts the named end state, the work found (the ledger), and what
+says so (the report in S3, the metric, the log).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from onceflow.local.engine import LocalEngine
+from tests.helpers import (
+    AUDIT,
+    MACHINE,
+    age_object,
+    idempotency_key,
+    ledger_row,
+    run_audit,
+    upload,
+)
+
+WATERMARK = "reports/audit/watermark.json"
+DAY_MS = 86_400_000
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def lost_upload(engine: LocalEngine, key: str, days: float) -> str:
+    """An upload whose event never arrived, ``days`` old."""
+    version = upload(engine, key)
+    age_object(engine, key, days=days)
+    return idempotency_key(engine, key, version)
+
+
+def put_output(engine: LocalEngine, key: str, body: bytes) -> None:
+    engine.client("s3").put_object(Bucket=engine.ref("OutputBucket"), Key=key, Body=body)
+
+
+def stored_watermark(engine: LocalEngine) -> dict[str, Any]:
+    s3 = engine.client("s3")
+    body = s3.get_object(Bucket=engine.ref("OutputBucket"), Key=WATERMARK)["Body"].read()
+    value = json.loads(body)
+    assert isinstance(value, dict)
+    return value
+
+
+def stored_report(engine: LocalEngine) -> dict[str, Any]:
+    """The day's report as the audit wrote it to the output bucket."""
+    key = f"reports/audit/{datetime.now(UTC).date().isoformat()}.json"
+    s3 = engine.client("s3")
+    value = json.loads(s3.get_object(Bucket=engine.ref("OutputBucket"), Key=key)["Body"].read())
+    assert isinstance(value, dict)
+    return value
+
+
+def metrics(log: io.StringIO) -> dict[str, list[float]]:
+    """The EMF metrics the audit function emitted, by name."""
+    found: dict[str, list[float]] = {}
+    for line in log.getvalue().splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        record = json.loads(line)
+        for directive in record.get("_aws", {}).get("CloudWatchMetrics", []):
+            for metric in directive["Metrics"]:
+                value = record[metric["Name"]]
+                found.setdefault(metric["Name"], []).extend(
+                    value if isinstance(value, list) else [value]
+                )
+    return found
+
+
+def warnings(log: io.StringIO, message: str) -> list[dict[str, Any]]:
+    out = []
+    for line in log.getvalue().splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("level") == "WARNING" and record.get("message") == message:
+                out.append(record)
+    return out
+
+
+# ---- the watermark ------------------------------------------------------------------
+
+FUTURE_MS = now_ms() + 30 * DAY_MS
+CORRUPT_WATERMARKS = {
+    "not JSON": b"{versionedUntil: 17",
+    "not UTF-8": b'{"versionedUntil": \xff\xfe}',
+    "empty": b"",
+    "a JSON array": b"[1700000000000, 1700000000000]",
+    "wrong types": b'{"versionedUntil": "1700000000000", "unversionedUntil": null}',
+    "a number too large for a time": b'{"versionedUntil": 1e400, "unversionedUntil": 1e400}',
+    "negative": b'{"versionedUntil": -5, "unversionedUntil": -5}',
+    "no fields": b"{}",
+    "in the future": json.dumps(
+        {"versionedUntil": FUTURE_MS, "unversionedUntil": FUTURE_MS}
+    ).encode(),
+}
+
+
+@pytest.mark.parametrize("body", CORRUPT_WATERMARKS.values(), ids=CORRUPT_WATERMARKS.keys())
+def test_an_unreadable_watermark_is_absent_said_loudly_and_overwritten(body: bytes) -> None:
+    log = io.StringIO()
+    with LocalEngine(
+        parameters={"AuditRecentCutoffHours": "0"}, function_log=log, time_scale=0.0
+    ) as engine:
+        # GIVEN a lost upload two days old, and a watermark the audit cannot use
+        pk = lost_upload(engine, "lost.png", days=2)
+        put_output(engine, WATERMARK, body)
+        # WHEN the audit runs
+        result = engine.execute(AUDIT, {})
+        engine.wait_for_running(MACHINE)
+        # THEN it judged the whole window as if there were no watermark: the upload is found
+        row = ledger_row(engine, pk)
+        assert row is not None and row["status"] == "PROCESSED"
+        report = stored_report(engine)
+        assert report["missing_resubmitted"] == 1 and report["resubmitted_sample"] == [pk]
+        # AND it says so: the report names the reason, a metric counts it, a warning logs it,
+        # and the run ends in a named failure after its report (AuditFailedAlarm)
+        assert report["watermark"]["unreadable"], report["watermark"]
+        assert metrics(log).get("AuditWatermarkUnreadable") == [1.0]
+        assert warnings(log, "the audit's watermark cannot be read: judging the whole window")
+        assert result.status == "FAILED" and result.error == "AuditWatermarkUnreadable"
+        # AND the run that judged the whole window wrote a watermark of its own
+        assert report["watermark"]["advanced"] is True
+        mark = stored_watermark(engine)
+        assert 0 < mark["versionedUntil"] <= now_ms()
+        # AND the next audit reads it and succeeds
+        again = run_audit(engine).output
+        assert again["skipped_audited"] == 1 and again["missing_resubmitted"] == 0
+        assert "unreadable" not in again["watermark"]
+
+
+def test_a_good_watermark_emits_no_unreadable_metric() -> None:
+    log = io.StringIO()
+    with LocalEngine(
+        parameters={"AuditRecentCutoffHours": "0"}, function_log=log, time_scale=0.0
+    ) as engine:
+        lost_upload(engine, "lost.png", days=2)
+        run_audit(engine)
+        assert metrics(log).get("AuditWatermarkUnreadable") == [0.0]
+        assert not warnings(log, "the audit's watermark cannot be read: judging the whole window")
+
+
+# ---- the inventory report's folder ----------------------------------------------------
+
+
+def copy_report_to(engine: LocalEngine, manifest_key: str, folder_name: str) -> None:
+    """The report's manifest.json and manifest.checksum again, under another folder name."""
+    s3 = engine.client("s3")
+    out = engine.ref("OutputBucket")
+    parent = manifest_key.rsplit("/", 2)[0]
+    for name in ("manifest.json", "manifest.checksum"):
+        body = s3.get_object(Bucket=out, Key=manifest_key.replace("manifest.json", name))
+        put_output(engine, f"{parent}/{folder_name}/{name}", body["Body"].read())
+
+
+@pytest.mark.parametrize(
+    "folder_name", ["2026-13-45T99-99Z", "2999-01-01T00-00Z"], ids=["no such date", "future"]
+)
+def test_a_report_folder_that_names_no_past_time_is_passed_over(folder_name: str) -> None:
+    log = io.StringIO()
+    with LocalEngine(
+        parameters={"AuditRecentCutoffHours": "0", "AuditInventory": "Daily"},
+        function_log=log,
+        time_scale=0.0,
+    ) as engine:
+        # GIVEN an earlier report of the bucket when it was empty, copied to a complete
+        # report folder whose name is not a time S3 could have delivered it at (it sorts
+        # after today's)
+        empty = engine.deliver_inventory(when=datetime.now(UTC) - timedelta(hours=3))
+        copy_report_to(engine, empty, folder_name)
+        # AND a lost upload, and today's report, which has it
+        pk = lost_upload(engine, "lost.png", days=2)
+        engine.deliver_inventory()
+        # WHEN the audit runs
+        report = run_audit(engine).output
+        # THEN it reads today's report (not the copy: its empty rows would have moved the
+        # watermark past the upload unseen), passes over the other and says so
+        assert report["source"] == "inventory", report["source_reason"]
+        assert report["resubmitted_sample"] == [pk]
+        assert ledger_row(engine, pk) is not None
+        assert warnings(log, "an inventory report folder names no past time: passed over")
+        assert abs(report["watermark"]["versionedUntil"] - now_ms()) < 120_000
