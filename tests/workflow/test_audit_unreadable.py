@@ -8,6 +8,7 @@ says so (the report in S3, the metric, the log).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import time
@@ -193,3 +194,99 @@ def test_a_report_folder_that_names_no_past_time_is_passed_over(folder_name: str
         assert ledger_row(engine, pk) is not None
         assert warnings(log, "an inventory report folder names no past time: passed over")
         assert abs(report["watermark"]["versionedUntil"] - now_ms()) < 120_000
+
+
+# ---- ledger rows the sweep meets ------------------------------------------------------
+
+
+def put_row(engine: LocalEngine, item: dict[str, Any]) -> None:
+    engine.client("dynamodb").put_item(TableName=engine.ref("LedgerTable"), Item=item)
+
+
+def stuck_row(engine: LocalEngine, key: str) -> str:
+    """An upload whose execution died holding its claim an hour ago: its row PROCESSING in
+    the open-work index under an expired lock, as the processor leaves it."""
+    version = upload(engine, key)
+    pk = idempotency_key(engine, key, version)
+    shard = hashlib.md5(pk.encode()).hexdigest()[0]
+    now = int(time.time())
+    owner = "arn:aws:states:us-east-1:123456789012:execution:ProcessorStateMachine:died"
+    put_row(
+        engine,
+        {
+            "pk": {"S": pk},
+            "status": {"S": "PROCESSING"},
+            "open_status": {"S": f"PROCESSING#{shard}"},
+            "lock_owner": {"S": owner},
+            "lock_expires_at": {"N": str(now - 3600)},
+            "attempts": {"N": "1"},
+            "claims": {"L": [{"S": owner}]},
+            "created_at": {"N": str((now - 7200) * 1000)},
+            "updated_at": {"N": str((now - 7200) * 1000)},
+            "expires_at": {"N": str(now + 30 * 86400)},
+            "source": {"S": "aws.s3"},
+            "bucket": {"S": engine.ref("IngestBucket")},
+            "object_key": {"S": key},
+            "version_id": {"S": version},
+        },
+    )
+    return pk
+
+
+def bad_row(phase: str, **attributes: dict[str, Any]) -> dict[str, Any]:
+    """A row of open work under the index's unsharded key (read before every shard), with
+    the attributes given in place of the processor's."""
+    now = int(time.time())
+    item: dict[str, Any] = {
+        "pk": {"S": f"bad-row-{phase}"},
+        "status": {"S": phase},
+        "open_status": {"S": phase},
+        "lock_owner": {"S": "arn:aws:states:us-east-1:123456789012:execution:x:bad"},
+        "lock_expires_at": {"N": str(now - 7200)},
+        "attempts": {"N": "1"},
+        "expires_at": {"N": str(now + 86400)},
+    }
+    for name, value in attributes.items():
+        if value:
+            item[name] = value
+        else:
+            item.pop(name)
+    return item
+
+
+BAD_ROWS = {
+    "attempts not a number": bad_row("PROCESSING", attempts={"S": "three"}),
+    "no status": bad_row("PROCESSING", status={}),
+    "claims a number": bad_row("PROCESSING", claims={"N": "5"}),
+    "expires_at not a number": bad_row("FAILED", expires_at={"S": "soon"}),
+    "size a map": bad_row("FAILED", size={"M": {}}, bucket={"S": "b"}, object_key={"S": "k"}),
+    "an unknown status": bad_row("PROCESSING", status={"S": "PAUSED"}),
+    "claimed without an owner": bad_row("PROCESSING", lock_owner={}),
+}
+
+
+@pytest.mark.parametrize("row", BAD_ROWS.values(), ids=BAD_ROWS.keys())
+def test_a_row_the_sweep_cannot_read_is_counted_and_the_sweep_goes_on(row: dict[str, Any]) -> None:
+    log = io.StringIO()
+    with LocalEngine(
+        parameters={"AuditRecentCutoffHours": "0"}, function_log=log, time_scale=0.0
+    ) as engine:
+        # GIVEN a row of open work the audit cannot read, read before any other...
+        put_row(engine, row)
+        # ...and a stuck upload after it
+        pk = stuck_row(engine, "stuck.png")
+        # WHEN the audit runs
+        report = run_audit(engine).output
+        # THEN the sweep went on past the bad row: the stuck upload was released and processed
+        done = ledger_row(engine, pk)
+        assert done is not None and done["status"] == "PROCESSED"
+        assert report["stuck_released"] == 1
+        # AND the bad row is counted where the alarm sees it, named in an error log, and
+        # left as it was (nothing the audit could judge it by)
+        assert report["unreadable_rows"] == 1 and report["resubmit_errors"] == 1
+        assert any(
+            '"the sweep cannot read a row of open work: left as it is"' in line
+            and row["pk"]["S"] in line
+            for line in log.getvalue().splitlines()
+        )
+        assert ledger_row(engine, row["pk"]["S"]) is not None

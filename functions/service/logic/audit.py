@@ -43,6 +43,7 @@ COUNT_KEYS = (
     "sweep_deferred",
     "failed_batches",
     "unaudited_objects",
+    "unreadable_rows",
 )
 # How many resubmitted keys a report names (the counts are always complete),
 # and how many characters of keys one walk carries in the state (keys can be
@@ -365,6 +366,14 @@ def resubmission_name(kind: str, audit_id: str, idempotency_key_: str) -> str:
     return f"{prefix}-{digest}"
 
 
+# The largest event a DLQ message carries whole, in UTF-8 bytes (the processor's own bound:
+# Claim accepts no larger input); a larger one travels as an excerpt, as SendToDLQ's.
+DEAD_LETTER_EVENT_BYTES = 122_880
+EXCERPT_CHARACTERS = 32_768
+# ERROR_MESSAGE's length in the processor's SendToDLQ ($substring(..., 0, 1000)).
+ERROR_MESSAGE_CHARACTERS = 1000
+
+
 def _dead_letter_message(
     row: LedgerRow,
     original_event: Any,
@@ -373,16 +382,30 @@ def _dead_letter_message(
     message: str,
     condition: str,
 ) -> dict[str, Any]:
-    """A DLQ message for a row, in the processor's message shape."""
+    """A DLQ message for a row, in the processor's message shape: ERROR_MESSAGE cut at
+    1000 characters and an event over DEAD_LETTER_EVENT_BYTES as an excerpt and its size,
+    as SendToDLQ writes them, so that a row with a huge last_error or event (not the
+    state machines' writing) still makes a message SQS takes, not a refusal at every
+    audit."""
     work_item = row_work_item(row)
+    body: dict[str, Any] = {
+        "event": original_event,
+        "workItem": work_item["workItem"] if work_item else None,
+    }
+    text = json.dumps(original_event, ensure_ascii=False, separators=(",", ":"))
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > DEAD_LETTER_EVENT_BYTES:
+        body = {
+            **body,
+            "event": None,
+            "eventExcerpt": text[:EXCERPT_CHARACTERS],
+            "eventBytes": size,
+        }
     return {
-        "body": {
-            "event": original_event,
-            "workItem": work_item["workItem"] if work_item else None,
-        },
+        "body": body,
         "attributes": {
-            "ERROR_CODE": code,
-            "ERROR_MESSAGE": message,
+            "ERROR_CODE": code[:ERROR_MESSAGE_CHARACTERS],
+            "ERROR_MESSAGE": message[:ERROR_MESSAGE_CHARACTERS],
             "EXHAUSTED_RETRY_CONDITION": condition,
             "RETRY_ATTEMPTS": str(row.attempts),
             "STATE_MACHINE_ARN": state_machine_arn,
@@ -406,19 +429,12 @@ def stuck_dead_letter_message(
     )
 
 
-# The largest event a DLQ message carries whole, in UTF-8 bytes (the processor's own bound:
-# Claim accepts no larger input); a larger one travels as an excerpt, as SendToDLQ's.
-DEAD_LETTER_EVENT_BYTES = 122_880
-EXCERPT_CHARACTERS = 32_768
-
-
 def refused_dead_letter_message(
     row: LedgerRow,
     execution_input: Any,
     state_machine_arn: str,
     code: str,
     message: str,
-    input_bytes: int,
 ) -> dict[str, Any]:
     """The DLQ message for a row whose resubmission StartExecution refused (its input).
 
@@ -426,19 +442,9 @@ def refused_dead_letter_message(
     input is refused again). An input too large for the message travels as an excerpt
     and its size, as the processor's SendToDLQ writes one.
     """
-    fits = input_bytes <= DEAD_LETTER_EVENT_BYTES
-    built = _dead_letter_message(
-        row, execution_input if fits else None, state_machine_arn, code, message, "PermanentError"
+    return _dead_letter_message(
+        row, execution_input, state_machine_arn, code, message, "PermanentError"
     )
-    if not fits:
-        # An excerpt of the compact text whose start was refused.
-        text = json.dumps(execution_input, ensure_ascii=False, separators=(",", ":"))
-        built["body"] = {
-            **built["body"],
-            "eventExcerpt": text[:EXCERPT_CHARACTERS],
-            "eventBytes": input_bytes,
-        }
-    return built
 
 
 # What the processor writes to last_error when its DLQ message could not be sent:

@@ -18,14 +18,13 @@ from urllib.parse import unquote_plus
 from aws_lambda_powertools.metrics import MetricUnit
 
 from service.dal.bucket import Bucket, Inventory, window_csv
-from service.dal.ledger import Ledger
+from service.dal.ledger import Ledger, UnreadableRow
 from service.dal.workflow import (
     DeadLetters,
     Processor,
     Reports,
     StartRefused,
     batch_size,
-    compact_json,
 )
 from service.errors import PermanentError, TransientError
 from service.logic.audit import (
@@ -450,6 +449,9 @@ def audit_batch(
             key, row = versions[obj], rows.get(versions[obj])
         else:  # too recent or too old (no read), or an upload without a version
             key, row = _unversioned_row(obj, window, bucket, clients)
+        if isinstance(row, UnreadableRow):
+            _unreadable(row, counts, "a batch cannot read a ledger row: its object is not judged")
+            continue
         verdict = classify(obj, row, window)
         if verdict in _RESUBMIT:
             pause = budget.wait(time.monotonic())
@@ -482,22 +484,27 @@ def _claims(obj: ListedObject, row: LedgerRow | None, clients: Clients) -> tuple
     if row is None or obj.version_id != NULL_VERSION:
         return row.claims if row is not None else ()
     current = clients.ledger.current(row.pk)
-    return current.claims if current is not None else ()
+    return current.claims if isinstance(current, LedgerRow) else ()
 
 
 def _unversioned_row(
     obj: ListedObject, window: AuditWindow, bucket: str, clients: Clients
-) -> tuple[str, LedgerRow | None]:
+) -> tuple[str, LedgerRow | UnreadableRow | None]:
     """(the key to resubmit under, the row) of an upload without a version id.
 
     Its row, if any, is keyed on its event's sequencer, which no listing shows:
     the ObjectContent index gives the rows of the key, and the one with the
     object's current ETag stands for it. A FAILED one is resubmitted under its
     own key (Reclaim takes it over); with none, the upload gets a key of its own.
+    A row of the content that cannot be read might be the one that stands for it:
+    the upload is not judged (resubmitting it under a key of its own could do it twice).
     """
     if age_verdict(obj, window) is not None or not obj.latest:
         return idempotency_key(bucket, obj), None  # not judged by its rows: no query
-    row = content_row(clients.ledger.content_rows(object_ref(bucket, obj.key), obj.etag), window)
+    found = clients.ledger.content_rows(object_ref(bucket, obj.key), obj.etag)
+    for unreadable in (r for r in found if isinstance(r, UnreadableRow)):
+        return unreadable.pk, unreadable
+    row = content_row([r for r in found if isinstance(r, LedgerRow)], window)
     if row is None:
         return idempotency_key(bucket, obj), None
     return row.pk, row
@@ -594,7 +601,11 @@ def sweep_locks(
         )
         for row in rows:
             try:
-                if _the_stacks(row, settings):
+                if isinstance(row, UnreadableRow):
+                    _unreadable(
+                        row, counts, "the sweep cannot read a row of open work: left as it is"
+                    )
+                elif _the_stacks(row, settings):
                     if stuck:
                         _release_stuck(row, sweep)
                     else:
@@ -612,6 +623,17 @@ def sweep_locks(
         else:  # the last stuck page goes straight on to the first FAILED page
             position = {"phase": "failed"} if stuck else None
     return SweepPage(None, tally())
+
+
+def _unreadable(row: UnreadableRow, counts: Counts, message: str) -> None:
+    """A row the audit cannot read, met by a batch or the sweep: left as it is, counted
+    where the alarm sees it (resubmit_errors: work the audit cannot start again) and
+    logged with why. The rest of the batch, or of the sweep, goes on; the next audit
+    meets it again until someone mends or deletes it (a batch's resubmit_errors also
+    keep the watermark where it is, so its object is judged again)."""
+    counts["unreadable_rows"] += 1
+    counts["resubmit_errors"] += 1
+    logger.error(message, extra={"idempotency_key": row.pk, "reason": row.reason})
 
 
 def _the_stacks(row: LedgerRow, settings: AuditSettings) -> bool:
@@ -844,7 +866,11 @@ def _dead_letter_refused(
     released just before), and the sweep goes on. The event goes whole into the
     message when SQS takes it, else an excerpt (the execution's history keeps it whole)."""
     current = sweep.clients.ledger.current(row.pk)
-    if current is None or current.status != Status.FAILED or current.dead_lettered:
+    if (
+        not isinstance(current, LedgerRow)
+        or current.status != Status.FAILED
+        or current.dead_lettered
+    ):
         logger.info("changed since the index was read", extra={"idempotency_key": row.pk})
         return
     message = refused_dead_letter_message(
@@ -853,7 +879,6 @@ def _dead_letter_refused(
         sweep.settings.processor_arn,
         refused.code,
         f"StartExecution refused the audit's resubmission: {refused.reason}",
-        len(compact_json(execution_input).encode("utf-8", "surrogatepass")),
     )
     if _dead_letter(current, message, sweep):
         sweep.counts["failed_dead_lettered"] += 1
@@ -958,6 +983,8 @@ def _recount(settings: AuditSettings, clients: Clients, run: AuditRun, failed: A
             keys.append(_unversioned_row(obj, window, bucket, clients)[0])
     resubmitted = []
     for key, row in clients.ledger.batch_get(keys, with_claims=True).items():
+        if isinstance(row, UnreadableRow):
+            continue  # its batch died: the next audit meets (and counts) it again
         name = resubmission_name("audit", run.audit_id, key)
         claims = [execution_name(c) for c in row.claims]
         if name not in claims:
