@@ -8,6 +8,7 @@ says so (the report in S3, the metric, the log).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -290,3 +291,106 @@ def test_a_row_the_sweep_cannot_read_is_counted_and_the_sweep_goes_on(row: dict[
             for line in log.getvalue().splitlines()
         )
         assert ledger_row(engine, row["pk"]["S"]) is not None
+
+
+# ---- the inventory report -------------------------------------------------------------
+
+
+def md5(body: bytes) -> str:
+    return hashlib.md5(body, usedforsecurity=False).hexdigest()
+
+
+def read_output(engine: LocalEngine, key: str) -> bytes:
+    s3 = engine.client("s3")
+    return bytes(s3.get_object(Bucket=engine.ref("OutputBucket"), Key=key)["Body"].read())
+
+
+def first_data_file(engine: LocalEngine, manifest_key: str) -> str:
+    manifest = json.loads(read_output(engine, manifest_key))
+    return str(manifest["files"][0]["key"])
+
+
+def rewrite_data_file(body: Any) -> Any:
+    """Replace the report's first data file by what ``body`` makes of its CSV text."""
+
+    def corrupt(engine: LocalEngine, manifest_key: str) -> None:
+        key = first_data_file(engine, manifest_key)
+        text = gzip.decompress(read_output(engine, key)).decode("utf-8")
+        put_output(engine, key, body(text))
+
+    return corrupt
+
+
+def rewrite_manifest(change: Any, checksum: bool) -> Any:
+    """Change the manifest, and write its manifest.checksum again (as S3 would) or not."""
+
+    def corrupt(engine: LocalEngine, manifest_key: str) -> None:
+        body = change(read_output(engine, manifest_key))
+        put_output(engine, manifest_key, body)
+        if checksum:
+            put_output(engine, manifest_key.replace(".json", ".checksum"), md5(body).encode())
+
+    return corrupt
+
+
+def another_bucket(manifest: bytes) -> bytes:
+    value = json.loads(manifest)
+    value["sourceBucket"] = "someone-elses-bucket"
+    return json.dumps(value, indent=2).encode()
+
+
+def delete_data_file(engine: LocalEngine, manifest_key: str) -> None:
+    out = engine.ref("OutputBucket")
+    engine.client("s3").delete_object(Bucket=out, Key=first_data_file(engine, manifest_key))
+
+
+def undecodable_key(text: str) -> bytes:
+    # The key as a report would hold a Latin-1 "é": %E9 is no UTF-8, S3's keys are.
+    return gzip.compress(text.replace('"lost.png"', '"lost%E9.png"').encode())
+
+
+UNREADABLE_REPORTS = {
+    "manifest not JSON": rewrite_manifest(lambda m: m[: len(m) // 2], checksum=False),
+    "manifest edited, its checksum not": rewrite_manifest(another_bucket, checksum=False),
+    "manifest of another bucket": rewrite_manifest(another_bucket, checksum=True),
+    "data file missing": delete_data_file,
+    "data file not gzip": rewrite_data_file(lambda text: text.encode()),
+    "data file truncated": rewrite_data_file(lambda text: gzip.compress(text.encode())[:-9]),
+    "data file empty gzip": rewrite_data_file(lambda text: gzip.compress(b"")),
+    "data file empty": rewrite_data_file(lambda text: b""),
+    "data file not UTF-8": rewrite_data_file(lambda t: gzip.compress(t.encode("utf-16"))),
+    "a row with a column too many": rewrite_data_file(
+        lambda text: gzip.compress(text.replace("\n", ',"extra"\n', 1).encode())
+    ),
+    "a key that does not decode": rewrite_data_file(undecodable_key),
+}
+
+
+@pytest.mark.parametrize("corrupt", UNREADABLE_REPORTS.values(), ids=UNREADABLE_REPORTS.keys())
+def test_a_report_that_cannot_be_read_is_listed_instead_and_said(corrupt: Any) -> None:
+    log = io.StringIO()
+    with LocalEngine(
+        parameters={"AuditRecentCutoffHours": "0", "AuditInventory": "Daily"},
+        function_log=log,
+        time_scale=0.0,
+    ) as engine:
+        # GIVEN a lost upload, today's report of it, and the report damaged
+        pk = lost_upload(engine, "lost.png", days=2)
+        manifest_key = engine.deliver_inventory()
+        corrupt(engine, manifest_key)
+        # WHEN the audit runs
+        result = engine.execute(AUDIT, {})
+        engine.wait_for_running(MACHINE)
+        # THEN the same run lists the bucket instead: the upload is found and processed,
+        # and nothing of the damaged report was judged
+        row = ledger_row(engine, pk)
+        assert row is not None and row["status"] == "PROCESSED"
+        report = stored_report(engine)
+        assert report["source"] == "listing"
+        assert report["source_reason"].startswith("the inventory report could not be read")
+        assert report["resubmitted_sample"] == [pk] and report["scanned"] == 1
+        # AND the listing judged every object: the watermark moves
+        assert report["watermark"]["advanced"] is True
+        # AND the run ends in a named failure after its report (AuditFailedAlarm)
+        assert result.status == "FAILED" and result.error == "AuditInventoryUnreadable"
+        assert manifest_key in str(result.cause)

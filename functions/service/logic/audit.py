@@ -515,13 +515,23 @@ def inventory_item(row: dict[str, Any], bucket: str) -> ListedObject | None:
     version = str(row.get("VersionId") or "") or NULL_VERSION
     modified = str(row["LastModifiedDate"]).replace("Z", "+00:00")
     return ListedObject(
-        key=unquote_plus(str(row["Key"])),
+        key=inventory_key(str(row["Key"])),
         version_id=version,
         last_modified=datetime.fromisoformat(modified).timestamp(),
         etag=str(row.get("ETag", "")),
         size=int(row.get("Size") or 0),
         latest=_true(row.get("IsLatest", "true")),
     )
+
+
+def inventory_key(text: str) -> str:
+    """An inventory report's key, URL-encoded UTF-8 (storage-inventory.html), decoded; a
+    ValueError for one that does not decode (S3's keys are UTF-8: such a row is not S3's,
+    and a key read with U+FFFD in it names an object that does not exist)."""
+    try:
+        return unquote_plus(text, errors="strict")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"the key {text[:100]!r} is not URL-encoded UTF-8") from exc
 
 
 def key_marker_before(first_key: str) -> str | None:

@@ -13,11 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import unquote_plus
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from service.dal.bucket import Bucket, Inventory, window_csv
+from service.dal.bucket import Bucket, Inventory, UnreadableReport, window_csv
 from service.dal.ledger import Ledger, UnreadableRow
 from service.dal.workflow import (
     DeadLetters,
@@ -45,6 +44,7 @@ from service.logic.audit import (
     failed_dead_letter_message,
     idempotency_key,
     inventory_item,
+    inventory_key,
     listed_item,
     object_work_item,
     reached,
@@ -309,7 +309,7 @@ def select_window(
     wanted = settings.key_filter.matches
     if clients.inventory is None:
         raise PermanentError("AuditInventory is off: there is no inventory report to select from")
-    columns, rows = clients.inventory.rows(manifest_key)
+    columns, rows = clients.inventory.rows(manifest_key, bucket)
     counts = add_counts()
     kept: list[list[str]] = []
     # Most rows are older than anything the run judges: they are told apart by their
@@ -328,8 +328,8 @@ def select_window(
                 f"call ({n} rows read): the walk fails and the next audit tries again"
             )
         if len(values) != len(columns):
-            raise PermanentError(
-                f"{manifest_key}: a row has {len(values)} fields, not {len(columns)}"
+            raise UnreadableReport(
+                f"{manifest_key}: row {n + 1} has {len(values)} fields, not {len(columns)}"
             )
         last_modified = values[modified]
         if last_modified < earliest and (last_modified < old_before or last_modified >= old_from):
@@ -337,12 +337,17 @@ def select_window(
                 deleted is not None and values[deleted].lower() == "true"
             ):
                 continue  # another bucket's row, or a delete marker: no upload
-            if filtered and not wanted(unquote_plus(values[at["Key"]])):
+            if filtered and not wanted(_report_key(values[at["Key"]], manifest_key, n)):
                 continue
             counts["scanned"] += 1
             counts["skipped_old" if last_modified < old_before else "skipped_audited"] += 1
             continue
-        obj = inventory_item(dict(zip(columns, values, strict=True)), bucket)
+        try:
+            obj = inventory_item(dict(zip(columns, values, strict=True)), bucket)
+        except (ValueError, KeyError) as garbled:  # a key, a date or a size S3 never wrote
+            raise UnreadableReport(
+                f"{manifest_key}: row {n + 1}: {type(garbled).__name__}: {garbled}"
+            ) from garbled
         if obj is None or not wanted(obj.key):
             continue
         verdict = age_verdict(obj, window)
@@ -359,6 +364,13 @@ def select_window(
         "inventory window selected", extra={"kept": len(kept), "skipped": counts["scanned"]}
     )
     return Window(file=file, rows=len(kept), counts=counts)
+
+
+def _report_key(text: str, manifest_key: str, n: int) -> str:
+    try:
+        return inventory_key(text)
+    except ValueError as garbled:
+        raise UnreadableReport(f"{manifest_key}: row {n + 1}: {garbled}") from garbled
 
 
 def _iso(epoch_seconds: int) -> str:
