@@ -394,3 +394,72 @@ def test_a_report_that_cannot_be_read_is_listed_instead_and_said(corrupt: Any) -
         # AND the run ends in a named failure after its report (AuditFailedAlarm)
         assert result.status == "FAILED" and result.error == "AuditInventoryUnreadable"
         assert manifest_key in str(result.cause)
+
+
+def test_a_batch_that_meets_a_row_it_cannot_read_judges_the_rest_and_keeps_the_watermark() -> None:
+    log = io.StringIO()
+    with LocalEngine(
+        parameters={"AuditRecentCutoffHours": "0"}, function_log=log, time_scale=0.0
+    ) as engine:
+        # GIVEN an upload whose row was edited by hand (attempts "three"), closed work...
+        version = upload(engine, "edited.png")
+        age_object(engine, "edited.png", days=2)
+        edited = idempotency_key(engine, "edited.png", version)
+        put_row(engine, {"pk": {"S": edited}, "status": {"S": "PROCESSED"},
+                         "attempts": {"S": "three"}})  # fmt: skip
+        # ...and a lost upload in the same batch
+        lost = lost_upload(engine, "lost.png", days=2)
+        # WHEN the audit runs
+        result = engine.execute(AUDIT, {})
+        engine.wait_for_running(MACHINE)
+        # THEN the batch went on: the lost upload was found and processed
+        assert result.status == "SUCCEEDED", (result.error, result.cause)
+        report = result.output
+        assert report["failed_batches"] == 0 and report["resubmitted_sample"] == [lost]
+        row = ledger_row(engine, lost)
+        assert row is not None and row["status"] == "PROCESSED"
+        # AND the edited row is counted where the alarm sees it, logged, and left alone;
+        # its object was not judged, so the watermark stays for the next audit to judge it
+        assert report["unreadable_rows"] == 1 and report["resubmit_errors"] == 1
+        assert "a batch cannot read a ledger row" in log.getvalue()
+        assert ledger_row(engine, edited) == {
+            "pk": edited, "status": "PROCESSED", "attempts": "three"
+        }  # fmt: skip
+        assert report["watermark"]["advanced"] is False
+
+
+HOSTILE_KEYS = {
+    "a newline": "line\nbreak.png",
+    # Control characters (ctl\x01.png) are left out: moto's ListObjectVersions ignores
+    # EncodingType=url (which botocore always sends, and AWS honours) and fails on them
+    # with a 500, so no versioned listing or inventory of them can be made on the engine.
+    "DEL and a tab": "del\x7f\ttab.png",
+    "1024 bytes of UTF-8": "é" * 511 + "k.",
+    "spaces and plus": "a b+c%20d.png",
+}
+
+
+@pytest.mark.parametrize("source", ["listing", "inventory"])
+def test_lost_uploads_with_hostile_keys_are_each_processed_once(source: str) -> None:
+    with LocalEngine(
+        parameters={"AuditRecentCutoffHours": "0", "AuditInventory": "Daily"},
+        function_log=io.StringIO(),
+        time_scale=0.0,
+    ) as engine:
+        # GIVEN lost uploads whose keys S3 takes and XML, CSV or a URL could garble
+        assert len(HOSTILE_KEYS["1024 bytes of UTF-8"].encode()) == 1024
+        keys = {lost_upload(engine, key, days=2) for key in HOSTILE_KEYS.values()}
+        if source == "inventory":
+            engine.deliver_inventory()
+        # WHEN the audit runs, twice
+        first = run_audit(engine).output
+        assert first["source"] == source, first["source_reason"]
+        forget = engine.client("s3").delete_object
+        forget(Bucket=engine.ref("OutputBucket"), Key=WATERMARK)
+        second = run_audit(engine).output
+        # THEN each upload was found once, under its own key, and processed once
+        assert sorted(first["resubmitted_sample"]) == sorted(keys)
+        assert second["missing_resubmitted"] == 0 and second["ok"] == len(keys)
+        for pk in keys:
+            row = ledger_row(engine, pk)
+            assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "1"
