@@ -23,6 +23,8 @@ from tests.helpers import (
     AUDIT,
     MACHINE,
     age_object,
+    audit_engine,
+    dlq_messages,
     idempotency_key,
     ledger_row,
     run_audit,
@@ -463,3 +465,68 @@ def test_lost_uploads_with_hostile_keys_are_each_processed_once(source: str) -> 
         for pk in keys:
             row = ledger_row(engine, pk)
             assert row is not None and row["status"] == "PROCESSED" and row["attempts"] == "1"
+
+
+# ---- open work outside the open-work index --------------------------------------------
+
+
+def unindexed_row(engine: LocalEngine, key: str, status: str, **more: dict[str, Any]) -> str:
+    """An upload's row of open work without open_status (the index's key): a row an older
+    release wrote (batch-mode rows had none before P11) or an operator edited. The sweep,
+    which reads only the index, never sees it."""
+    version = upload(engine, key)
+    age_object(engine, key, days=2)
+    pk = idempotency_key(engine, key, version)
+    now = int(time.time())
+    owner = "arn:aws:states:us-east-1:123456789012:execution:ProcessorStateMachine:gone"
+    item = {
+        "pk": {"S": pk},
+        "status": {"S": status},
+        "lock_owner": {"S": owner},
+        "attempts": {"N": "1"},
+        "claims": {"L": [{"S": owner}]},
+        "updated_at": {"N": str((now - 7200) * 1000)},
+        "expires_at": {"N": str(now + 30 * 86400)},
+        "source": {"S": "aws.s3"},
+        "bucket": {"S": engine.ref("IngestBucket")},
+        "object_key": {"S": key},
+        "version_id": {"S": version},
+        **more,
+    }
+    put_row(engine, item)
+    return pk
+
+
+UNINDEXED = {
+    "PROCESSING, its lock expired": ("PROCESSING", {"lock_expires_at": {"N": "1000"}}, "PROCESSED"),
+    "PROCESSING with no lock_expires_at": ("PROCESSING", {}, "PROCESSED"),
+    "FAILED below MaxAttempts": ("FAILED", {}, "PROCESSED"),
+    "FAILED at MaxAttempts, no DLQ message": ("FAILED", {"attempts": {"N": "3"}}, "FAILED"),
+}
+
+
+@pytest.mark.parametrize(("status", "more", "ends"), UNINDEXED.values(), ids=UNINDEXED.keys())
+def test_open_work_outside_the_index_is_put_back_in_it_and_ends(
+    status: str, more: dict[str, Any], ends: str
+) -> None:
+    with audit_engine() as engine:
+        # GIVEN an upload whose open row is not in the open-work index
+        pk = unindexed_row(engine, "legacy.png", status, **more)
+        # WHEN the audit runs
+        report = run_audit(engine).output
+        # THEN the walk put the row back in the index, and the same run's sweep (or the
+        # walk's resubmission) ended the work: processed, or dead-lettered at MaxAttempts
+        row = ledger_row(engine, pk)
+        assert row is not None and row["status"] == ends, row
+        assert report["reindexed"] == 1
+        if ends == "FAILED":
+            assert "dead_lettered_at" in row and report["failed_dead_lettered"] == 1
+            assert len(dlq_messages(engine)) == 1
+        else:
+            assert "open_status" not in row
+        # AND the next audit finds nothing more to do
+        forget = engine.client("s3").delete_object
+        forget(Bucket=engine.ref("OutputBucket"), Key=WATERMARK)
+        again = run_audit(engine).output
+        assert again["reindexed"] == 0 and again["resubmit_errors"] == 0
+        assert again["missing_resubmitted"] + again["failed_resubmitted"] == 0

@@ -22,7 +22,7 @@ _READ = (
     Attribute.PK, Attribute.STATUS, Attribute.ATTEMPTS, Attribute.DEAD_LETTERED_AT,
     Attribute.EXPIRES_AT, Attribute.LOCK_OWNER, Attribute.LOCK_EXPIRES_AT, Attribute.SOURCE,
     Attribute.BUCKET, Attribute.OBJECT_KEY, Attribute.VERSION_ID, Attribute.SEQUENCER,
-    Attribute.ETAG, Attribute.SIZE,
+    Attribute.ETAG, Attribute.SIZE, Attribute.OPEN_STATUS, Attribute.UPDATED_AT,
 )  # fmt: skip
 _READ_NAMES = {f"#a{i}": str(name) for i, name in enumerate(_READ)}
 _READ_ATTRIBUTES = ", ".join(_READ_NAMES)
@@ -278,6 +278,54 @@ class Ledger:
             raise TransientError(f"reading {pk}: the ledger left it unprocessed (throttled)")
         items = response.get("Responses", {}).get(self.table, [])
         return read_row(items[0]) if items else None
+
+    def reindex(self, row: LedgerRow) -> bool:
+        """Put a row of open work that is not in the open-work index back in it, fenced on
+        the row as read; False when it changed since (nothing written).
+
+        Open work (PROCESSING, or FAILED and not dead-lettered) without ``open_status``
+        (batch-mode rows before P11, an operator's edit) or without ``lock_expires_at``
+        (the index's sort key: a row without it is not in the index) is seen by no sweep,
+        and a PROCESSING one without a lock expiry by no Reclaim either: stuck for good.
+        Indexed, the sweep meets it like any other: a lock that never had an expiry
+        counts as expired at 0 (no live claim lacks one: Claim writes both).
+        """
+        if row.status not in (Status.PROCESSING, Status.FAILED):
+            raise ValueError(f"{row.pk} is {row.status}: not open work")
+        values: dict[str, Any] = {
+            ":status": {"S": str(row.status)},
+            ":open": {"S": open_status(row.status, row.pk)},
+            ":never": {"N": "0"},
+        }
+        fence = ["#status = :status", "attribute_not_exists(dead_lettered_at)"]
+        if row.open_status is None:
+            fence.append("attribute_not_exists(open_status)")
+        else:
+            values[":seen_open"] = {"S": row.open_status}
+            fence.append("open_status = :seen_open")
+        if row.lock_owner is None:
+            fence.append("attribute_not_exists(lock_owner)")
+        else:
+            values[":seen_lock_owner"] = {"S": row.lock_owner}
+            fence.append("lock_owner = :seen_lock_owner")
+        if row.lock_expires_at is None:
+            fence.append("attribute_not_exists(lock_expires_at)")
+        else:
+            values[":seen_lock_expires_at"] = {"N": str(row.lock_expires_at)}
+            fence.append("lock_expires_at = :seen_lock_expires_at")
+        with aws_call(f"putting {row.pk} back in the open-work index", expected=_FENCED) as call:
+            self._dynamodb.update_item(
+                TableName=self.table,
+                Key=_key(row.pk),
+                UpdateExpression=(
+                    "SET open_status = :open, "
+                    "lock_expires_at = if_not_exists(lock_expires_at, :never)"
+                ),
+                ConditionExpression=" AND ".join(fence),
+                ExpressionAttributeNames={"#status": Attribute.STATUS.value},
+                ExpressionAttributeValues=values,
+            )
+        return call.refused is None
 
     def take(self, row: LedgerRow, now_ms: int, owner: str, lock_expires_at: int) -> bool:
         """Fenced on the row as read: take its lock before sending its DLQ message, as the

@@ -44,6 +44,7 @@ COUNT_KEYS = (
     "failed_batches",
     "unaudited_objects",
     "unreadable_rows",
+    "reindexed",
 )
 # How many resubmitted keys a report names (the counts are always complete),
 # and how many characters of keys one walk carries in the state (keys can be

@@ -60,6 +60,8 @@ from service.observability import logger, metrics
 from service.settings import AuditSettings
 
 _RESUBMIT = {"missing_resubmitted", "failed_resubmitted"}
+# The verdicts of an object whose row is open work (which the sweep must be able to find).
+_OPEN_VERDICTS = {"in_progress", "failed_resubmitted", "dead_lettered_skipped"}
 # Where the Distributed Maps export their children's results (the ASL's ResultWriter).
 RESULTS_PREFIX = "reports/audit-runs/"
 # The Lambda's own timeout leaves a batch this much time to spare.
@@ -465,6 +467,8 @@ def audit_batch(
             _unreadable(row, counts, "a batch cannot read a ledger row: its object is not judged")
             continue
         verdict = classify(obj, row, window)
+        if row is not None and verdict in _OPEN_VERDICTS and _reindexed(obj, row, clients):
+            counts["reindexed"] += 1
         if verdict in _RESUBMIT:
             pause = budget.wait(time.monotonic())
             if pause is None:
@@ -488,6 +492,29 @@ def audit_batch(
     if counts["resubmit_deferred"]:
         logger.warning("resubmissions deferred", extra={"deferred": counts["resubmit_deferred"]})
     return Tally(counts, sample([], resubmitted))
+
+
+def _reindexed(obj: ListedObject, row: LedgerRow, clients: Clients) -> bool:
+    """Whether the walk put an object's row of open work back in the open-work index (the
+    sweep, which reads only the index, then meets it in this same run: ledger.reindex).
+    The ObjectContent index does not keep open_status: an unversioned upload's open row
+    is read again (rare: open work)."""
+    if obj.version_id == NULL_VERSION:
+        current = clients.ledger.current(row.pk)
+        if not isinstance(current, LedgerRow):
+            return False
+        row = current
+    if row.dead_lettered or row.status not in (Status.PROCESSING, Status.FAILED):
+        return False
+    if row.open_status is not None and row.lock_expires_at is not None:
+        return False
+    if not clients.ledger.reindex(row):
+        return False
+    logger.warning(
+        "open work outside the open-work index put back in it",
+        extra={"idempotency_key": row.pk, "status": row.status},
+    )
+    return True
 
 
 def _claims(obj: ListedObject, row: LedgerRow | None, clients: Clients) -> tuple[str, ...]:
@@ -1081,6 +1108,7 @@ def report(
     remaining_seconds: float | None = None,
     seen_at_ms: float | None = None,
     watermark_unreadable: str | None = None,
+    inventory_error: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Sum the batches and the lock sweep, write reports/audit/<date>.json, emit the metrics,
     and advance the watermark when the walk judged every object it was given.
@@ -1091,12 +1119,20 @@ def report(
     seen (the plan's; None: the watermark stays); ``watermark_unreadable``: why the
     plan could not use the stored watermark (the run judged its whole window). That
     is the report's ``watermark.unreadable``, the AuditWatermarkUnreadable metric, and
-    the run's named failure after the report (AuditFailedAlarm).
+    the run's named failure after the report (AuditFailedAlarm). ``inventory_error``:
+    why the inventory report could not be read (SelectWindow's error; the run listed
+    the bucket instead): the report's ``source_reason`` says it.
     """
     run = AuditRun(audit_id=audit_id, started_at_ms=started_at_ms)
     seconds = _FUNCTION_TIMEOUT_SECONDS if remaining_seconds is None else remaining_seconds
     deadline = time.monotonic() + seconds - 2 * _TIMEOUT_MARGIN_SECONDS
     counts, resubmitted, walk = _walk(settings, clients, run, objects, deadline)
+    if inventory_error:
+        why = f"{inventory_error.get('Error')}: {str(inventory_error.get('Cause') or '')[:1000]}"
+        walk["source_reason"] = f"{walk['source_reason']}: {why}"
+        logger.warning(
+            "the inventory report could not be read: the bucket was listed", extra={"reason": why}
+        )
     # The rows the inventory's window left out, counted where they were left.
     counts = add_counts(counts, objects.get("selected") or {})
     watermark = _advance_watermark(settings, clients, run, walk, counts, seen_at_ms)
