@@ -264,6 +264,9 @@ BAD_ROWS = {
     "expires_at not a number": bad_row("FAILED", expires_at={"S": "soon"}),
     "size a map": bad_row("FAILED", size={"M": {}}, bucket={"S": "b"}, object_key={"S": "k"}),
     "an unknown status": bad_row("PROCESSING", status={"S": "PAUSED"}),
+    # Read as 1 it would be resubmitted every audit, and every Reclaim's ADD attempts would
+    # fail on it (a string is no number to add to).
+    "attempts a numeric string": bad_row("FAILED", attempts={"S": "1"}),
     "claimed without an owner": bad_row("PROCESSING", lock_owner={}),
 }
 

@@ -32,6 +32,10 @@ _RECOUNT_NAMES = {f"#a{i}": str(name) for i, name in enumerate(_RECOUNT)}
 # A fenced write that finds the row changed is refused: an answer, not a failure.
 _FENCED = frozenset({CONDITIONAL_CHECK_FAILED})
 _STATUSES = frozenset(s.value for s in Status)
+_NUMBERS = (
+    Attribute.ATTEMPTS, Attribute.EXPIRES_AT, Attribute.LOCK_EXPIRES_AT, Attribute.UPDATED_AT,
+    Attribute.DEAD_LETTERED_AT, Attribute.SIZE,
+)  # fmt: skip
 _REASON_CHARACTERS = 300
 
 
@@ -67,7 +71,13 @@ class UnreadableRow:
 def read_row(item: dict[str, Any]) -> LedgerRow | UnreadableRow:
     """A row as read from the table or an index, or why the audit cannot read it."""
     raw = plain(item)
+    # A number the rules compare or add to, stored as another type: the state machines'
+    # conditions never hold for it (a string is not below a number) and Reclaim's
+    # ADD attempts fails on it, so a resubmission could only fail, every audit.
+    wrong = [str(n) for n in _NUMBERS if n in item and "N" not in item[n]]
     try:
+        if wrong:
+            raise TypeError(f"{', '.join(wrong)} not stored as a number")
         row = LedgerRow.of(raw)
     except (KeyError, ValueError, TypeError, ArithmeticError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
