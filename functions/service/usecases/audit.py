@@ -318,6 +318,9 @@ def select_window(
     # LastModifiedDate as text (ISO 8601 in UTC sorts as time does), without parsing
     # the row; a row within a second of a bound takes the full path below.
     at = {name: columns.index(name) for name in columns}
+    absent = [c for c in ("Bucket", "Key", "LastModifiedDate") if c not in at]
+    if absent:  # an inventory without them (its OptionalFields) cannot serve the audit
+        raise UnreadableReport(f"{manifest_key}: its fileSchema has no {', '.join(absent)}")
     earliest = _iso(math.floor(earliest_judged(window)))
     oldest = window.now - window.retention_seconds
     old_before, old_from = _iso(math.floor(oldest)), _iso(math.ceil(oldest))
