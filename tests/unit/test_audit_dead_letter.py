@@ -373,3 +373,22 @@ def test_the_message_names_the_failure_the_row_records(
     assert attributes["ERROR_CODE"] == code
     assert attributes["EXHAUSTED_RETRY_CONDITION"] == condition
     assert attributes["ERROR_MESSAGE"] == (last_error or "Unknown: failed 3 time(s)")
+
+
+def test_a_huge_last_error_or_event_still_makes_a_message_sqs_takes() -> None:
+    # GIVEN a row whose last_error is 300 KB (an operator's edit, an older release: the
+    # state machines write at most 1000 characters) and whose event is 200 KB
+    row = replace(_row(), last_error="Boom: " + "x" * 300_000)
+    event = {"detail": "é" * 100_000}
+    # WHEN the audit builds its DLQ message
+    message = failed_dead_letter_message(row, event, PROCESSOR)
+    # THEN ERROR_MESSAGE is cut as the processor's SendToDLQ cuts it (1000 characters), and
+    # the event travels as an excerpt with its size: the message fits SQS's 256 KiB, so the
+    # row is dead-lettered instead of given back at every audit
+    assert message["attributes"]["ERROR_MESSAGE"] == row.last_error[:1000]  # type: ignore[index]
+    assert message["body"]["event"] is None
+    assert message["body"]["eventBytes"] == len(compact_json(event).encode())
+    size = len(compact_json(message["body"]).encode()) + sum(
+        len(k) + len(str(v).encode()) for k, v in message["attributes"].items()
+    )
+    assert size < 256 * 1024

@@ -530,6 +530,28 @@ def test_the_watermark_keeps_the_later_end_and_reads_nothing_else() -> None:
 
 
 @pytest.mark.parametrize(
+    "stored",
+    [
+        {"versionedUntil": True, "unversionedUntil": 0},  # a boolean is no time
+        {"versionedUntil": float("nan"), "unversionedUntil": 0},  # json reads NaN
+        {"versionedUntil": float("inf"), "unversionedUntil": 0},  # and 1e400
+        {"versionedUntil": 1, "unversionedUntil": 1, "extra": 1},
+        {"versionedUntil": 1},
+        {"versionedUntil": 10**30, "unversionedUntil": 1},
+        {"versionedUntil": NOW * 1000 + 301_000, "unversionedUntil": 1},  # past the skew
+    ],
+)
+def test_a_stored_watermark_that_is_not_the_audits_is_not_yet_and_says_why(stored: Any) -> None:
+    mark, problem = Watermark.parse(stored, NOW * 1000)
+    assert mark == Watermark() and problem
+
+
+def test_a_stored_watermark_within_the_clocks_skew_is_taken() -> None:
+    stored = {"versionedUntil": NOW * 1000 + 299_000, "unversionedUntil": 0}
+    assert Watermark.parse(stored, NOW * 1000) == (Watermark(int(NOW * 1000 + 299_000), 0), None)
+
+
+@pytest.mark.parametrize(
     ("version", "until_hours_ago", "age_hours", "verdict"),
     [
         ("v1", 24, 24 + 23, None),  # within the margin of the watermark: judged again

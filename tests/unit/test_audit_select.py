@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import io
 import json
 import time
@@ -43,6 +44,10 @@ SETTINGS = AuditSettings(
 )
 
 
+def md5(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
 def iso(epoch: float) -> str:
     moment = datetime.fromtimestamp(epoch, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
@@ -61,13 +66,16 @@ class FakeS3:
         text = io.StringIO()
         csv.writer(text, quoting=csv.QUOTE_ALL).writerows(rows)
         self.data = gzip.compress(text.getvalue().encode())
+        files = [{"key": "data/1.csv.gz", "size": len(self.data), "MD5checksum": md5(self.data)}]
         self.manifest = json.dumps({
-            "fileSchema": ", ".join(COLUMNS), "files": [{"key": "data/1.csv.gz"}],
+            "sourceBucket": "in", "fileSchema": ", ".join(COLUMNS), "files": files,
             "destinationBucket": "arn:aws:s3:::out",
         }).encode()  # fmt: skip
         self.written: dict[str, bytes] = {}
 
     def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
+        if Key.endswith("manifest.checksum"):
+            return {"Body": io.BytesIO(md5(self.manifest).encode())}
         body = self.manifest if Key.endswith("manifest.json") else self.data
         return {"Body": io.BytesIO(body)}
 

@@ -26,7 +26,7 @@ READ_NAMES = {
     "#a0": "pk", "#a1": "status", "#a2": "attempts", "#a3": "dead_lettered_at",
     "#a4": "expires_at", "#a5": "lock_owner", "#a6": "lock_expires_at", "#a7": "source",
     "#a8": "bucket", "#a9": "object_key", "#a10": "version_id", "#a11": "sequencer",
-    "#a12": "etag", "#a13": "size",
+    "#a12": "etag", "#a13": "size", "#a14": "open_status", "#a15": "updated_at",
 }  # fmt: skip
 STUCK = LedgerRow(
     pk=PK, status=Status.PROCESSING, attempts=1, lock_owner=OWNER, lock_expires_at=1_700_000_000

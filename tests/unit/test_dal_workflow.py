@@ -198,24 +198,29 @@ def test_the_report_is_written_as_indented_json() -> None:
     assert where == "s3://out/reports/audit/2026-01-01.json"
 
 
-def test_the_watermark_is_read_and_a_missing_one_is_none() -> None:
+def test_the_watermark_is_read_bounded_and_a_missing_one_is_none() -> None:
     s3 = _client("s3")
     key = {"Bucket": "out", "Key": "reports/audit/watermark.json"}
     body = json.dumps({"versionedUntil": 5}).encode()
+    huge = io.BytesIO(b"x" * 100_000)
     with Stubber(s3) as stub:
-        # GIVEN the watermark, then no watermark (NoSuchKey: the function may list the
-        # bucket), then a refusal
+        # GIVEN the watermark, an object far larger than any watermark, no watermark
+        # (NoSuchKey: the function may list the bucket), then a refusal
         stub.add_response("get_object", {"Body": StreamingBody(io.BytesIO(body), len(body))}, key)
+        stub.add_response("get_object", {"Body": StreamingBody(huge, 100_000)}, key)
         stub.add_client_error("get_object", "NoSuchKey", http_status_code=404, expected_params=key)
         stub.add_client_error(
             "get_object", "AccessDenied", http_status_code=403, expected_params=key
         )
         reports = Reports("out", s3)
-        # WHEN the audit reads it THEN it has the object, then None, then a failure
-        assert reports.read(key["Key"]) == {"versionedUntil": 5}
-        assert reports.read(key["Key"]) is None
+        # WHEN the audit reads it THEN it has the bytes; of the large one no more than one
+        # byte past the limit (never the whole object); then None; then a failure
+        assert reports.read_bytes(key["Key"], 4096) == body
+        assert reports.read_bytes(key["Key"], 4096) == b"x" * 4097
+        assert huge.closed  # the rest is never read: the stream is closed
+        assert reports.read_bytes(key["Key"], 4096) is None
         with pytest.raises(PermanentError, match="AccessDenied"):
-            reports.read(key["Key"])
+            reports.read_bytes(key["Key"], 4096)
         stub.assert_no_pending_responses()
 
 

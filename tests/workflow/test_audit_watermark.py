@@ -250,28 +250,3 @@ def test_the_inventorys_window_is_selected_before_the_batches_start() -> None:
         assert report["batches"] == 1
         assert sorted(report["resubmitted_sample"]) == lost
         assert report["watermark"]["advanced"] is True
-
-
-def test_an_inventory_report_that_cannot_be_read_fails_the_walk_and_keeps_the_watermark() -> None:
-    with audit_engine(AuditInventory="Daily") as engine:
-        before = now_ms() - 3 * DAY_MS
-        set_watermark(engine, before)
-        pk = lost_upload(engine, "lost.png", days=2)
-        manifest_key = engine.deliver_inventory()
-        # GIVEN the report's data file is gone (a lifecycle rule, an operator)
-        s3 = engine.client("s3")
-        out = engine.ref("OutputBucket")
-        manifest = json.loads(s3.get_object(Bucket=out, Key=manifest_key)["Body"].read())
-        for entry in manifest["files"]:
-            s3.delete_object(Bucket=out, Key=entry["key"])
-        # WHEN the audit runs
-        result = engine.execute(AUDIT, {})
-        engine.wait_for_running(MACHINE)
-        # THEN the walk failed (the sweep and the report ran), and the watermark stayed
-        assert result.status == "FAILED" and result.error == "AuditWalkFailed"
-        assert watermark(engine)["versionedUntil"] == before  # type: ignore[index]
-        assert ledger_row(engine, pk) is None
-        # AND a run from the listing finds the upload
-        listed = engine.execute(AUDIT, {"source": "listing"})
-        engine.wait_for_running(MACHINE)
-        assert listed.output["resubmitted_sample"] == [pk]

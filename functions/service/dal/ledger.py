@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -21,7 +22,7 @@ _READ = (
     Attribute.PK, Attribute.STATUS, Attribute.ATTEMPTS, Attribute.DEAD_LETTERED_AT,
     Attribute.EXPIRES_AT, Attribute.LOCK_OWNER, Attribute.LOCK_EXPIRES_AT, Attribute.SOURCE,
     Attribute.BUCKET, Attribute.OBJECT_KEY, Attribute.VERSION_ID, Attribute.SEQUENCER,
-    Attribute.ETAG, Attribute.SIZE,
+    Attribute.ETAG, Attribute.SIZE, Attribute.OPEN_STATUS, Attribute.UPDATED_AT,
 )  # fmt: skip
 _READ_NAMES = {f"#a{i}": str(name) for i, name in enumerate(_READ)}
 _READ_ATTRIBUTES = ", ".join(_READ_NAMES)
@@ -30,6 +31,12 @@ _RECOUNT = (*_READ, Attribute.CLAIMS)
 _RECOUNT_NAMES = {f"#a{i}": str(name) for i, name in enumerate(_RECOUNT)}
 # A fenced write that finds the row changed is refused: an answer, not a failure.
 _FENCED = frozenset({CONDITIONAL_CHECK_FAILED})
+_STATUSES = frozenset(s.value for s in Status)
+_NUMBERS = (
+    Attribute.ATTEMPTS, Attribute.EXPIRES_AT, Attribute.LOCK_EXPIRES_AT, Attribute.UPDATED_AT,
+    Attribute.DEAD_LETTERED_AT, Attribute.SIZE,
+)  # fmt: skip
+_REASON_CHARACTERS = 300
 
 
 def plain(item: dict[str, Any]) -> dict[str, Any]:
@@ -44,6 +51,50 @@ def plain(item: dict[str, Any]) -> dict[str, Any]:
         else:
             row[name] = value
     return row
+
+
+@dataclass(frozen=True)
+class UnreadableRow:
+    """A ledger row the audit cannot decide on (an attribute of the wrong type, no status
+    or an unknown one, a claimed row without its owner): its key, why, and where it
+    sits in the open-work index (a sweep goes on after it). Such a row is never
+    resubmitted nor written: the audit cannot know what it stands for; it is counted
+    (``unreadable_rows``, ``resubmit_errors``: alarmed) and logged, every run, until
+    someone mends or deletes it."""
+
+    pk: str
+    reason: str
+    open_status: str | None = None
+    lock_expires_at: int | None = None
+
+
+def read_row(item: dict[str, Any]) -> LedgerRow | UnreadableRow:
+    """A row as read from the table or an index, or why the audit cannot read it."""
+    raw = plain(item)
+    # A number the rules compare or add to, stored as another type: the state machines'
+    # conditions never hold for it (a string is not below a number) and Reclaim's
+    # ADD attempts fails on it, so a resubmission could only fail, every audit.
+    wrong = [str(n) for n in _NUMBERS if n in item and "N" not in item[n]]
+    try:
+        if wrong:
+            raise TypeError(f"{', '.join(wrong)} not stored as a number")
+        row = LedgerRow.of(raw)
+    except (KeyError, ValueError, TypeError, ArithmeticError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    else:
+        if row.status not in _STATUSES:
+            reason = f"its status {row.status[:40]!r} is none of {sorted(_STATUSES)}"
+        elif row.status == Status.PROCESSING and row.lock_owner is None:
+            reason = "it is PROCESSING without a lock_owner: no fence to hold to"
+        else:
+            return row
+    where, until = raw.get(Attribute.OPEN_STATUS), raw.get(Attribute.LOCK_EXPIRES_AT)
+    return UnreadableRow(
+        pk=str(raw.get(Attribute.PK, "")),
+        reason=reason[:_REASON_CHARACTERS],
+        open_status=where if isinstance(where, str) else None,
+        lock_expires_at=until if isinstance(until, int) else None,
+    )
 
 
 def _key(pk: str) -> dict[str, Any]:
@@ -63,13 +114,15 @@ class Ledger:
         self.content_index = content_index
         self._dynamodb = client if client is not None else boto3.client("dynamodb")
 
-    def batch_get(self, keys: Iterable[str], with_claims: bool = False) -> dict[str, LedgerRow]:
+    def batch_get(
+        self, keys: Iterable[str], with_claims: bool = False
+    ) -> dict[str, LedgerRow | UnreadableRow]:
         """The rows of these keys (absent keys have none), 100 keys per request.
 
         ``with_claims``: read the rows' claims too (the lock owners that claimed them).
         """
         unique = list(dict.fromkeys(keys))
-        rows: dict[str, LedgerRow] = {}
+        rows: dict[str, LedgerRow | UnreadableRow] = {}
         names = _RECOUNT_NAMES if with_claims else _READ_NAMES
         for start in range(0, len(unique), _BATCH_GET_LIMIT):
             request: dict[str, Any] = {
@@ -83,7 +136,7 @@ class Ledger:
                 with aws_call("reading the ledger"):
                     response = self._dynamodb.batch_get_item(RequestItems=request)
                 for item in response.get("Responses", {}).get(self.table, []):
-                    row = LedgerRow.of(plain(item))
+                    row = read_row(item)
                     rows[row.pk] = row
                 request = response.get("UnprocessedKeys") or {}
                 if not request:
@@ -95,7 +148,7 @@ class Ledger:
 
     def open_rows(
         self, status: str, lock_cutoff: int | None, cursor: dict[str, Any] | None, limit: int = 200
-    ) -> tuple[list[LedgerRow], dict[str, Any] | None]:
+    ) -> tuple[list[LedgerRow | UnreadableRow], dict[str, Any] | None]:
         """A page of open work (the sparse OpenWork index) in one status, shard by shard,
         oldest lock first within a shard. Returns the rows and the cursor of the next page
         (None when every shard is read).
@@ -105,7 +158,7 @@ class Ledger:
         keys = open_status_values(str(status))
         position = int((cursor or {}).get("shard", 0))
         start = (cursor or {}).get("key")
-        rows: list[LedgerRow] = []
+        rows: list[LedgerRow | UnreadableRow] = []
         while position < len(keys) and len(rows) < limit:
             page, start = self._open_page(keys[position], lock_cutoff, start, limit - len(rows))
             rows += page
@@ -116,7 +169,7 @@ class Ledger:
         return rows, {"shard": position, "key": start}
 
     @staticmethod
-    def resume_after(status: str, row: LedgerRow) -> dict[str, Any]:
+    def resume_after(status: str, row: LedgerRow | UnreadableRow) -> dict[str, Any]:
         """The cursor of open_rows that goes on right after ``row`` (a row it returned):
         a sweep that stops inside a page resumes there, not at the next page."""
         keys = open_status_values(str(status))
@@ -131,7 +184,7 @@ class Ledger:
 
     def _open_page(
         self, key: str, lock_cutoff: int | None, start: dict[str, Any] | None, limit: int
-    ) -> tuple[list[LedgerRow], dict[str, Any] | None]:
+    ) -> tuple[list[LedgerRow | UnreadableRow], dict[str, Any] | None]:
         condition = "open_status = :status"
         values: dict[str, Any] = {":status": {"S": key}}
         if lock_cutoff is not None:
@@ -148,10 +201,10 @@ class Ledger:
             kwargs["ExclusiveStartKey"] = start
         with aws_call("querying the open-work index"):
             response = self._dynamodb.query(**kwargs)
-        rows = [LedgerRow.of(plain(i)) for i in response.get("Items", [])]
+        rows = [read_row(i) for i in response.get("Items", [])]
         return rows, response.get("LastEvaluatedKey")
 
-    def content_rows(self, object_ref: str, etag: str) -> list[LedgerRow]:
+    def content_rows(self, object_ref: str, etag: str) -> list[LedgerRow | UnreadableRow]:
         """The rows of one key's uploads with this content (the sparse ObjectContent index).
 
         Events carry ETags unquoted and listings quoted; a row holds either form.
@@ -171,11 +224,11 @@ class Ledger:
                 ":quoted": {"S": f'"{bare}"'},
             },
         }
-        rows: list[LedgerRow] = []
+        rows: list[LedgerRow | UnreadableRow] = []
         while True:
             with aws_call("querying the object-content index"):
                 response = self._dynamodb.query(**kwargs)
-            rows += [LedgerRow.of(plain(i)) for i in response.get("Items", [])]
+            rows += [read_row(i) for i in response.get("Items", [])]
             start = response.get("LastEvaluatedKey")
             if not start:
                 return rows
@@ -223,7 +276,7 @@ class Ledger:
             )
         return call.refused is None
 
-    def current(self, pk: str) -> LedgerRow | None:
+    def current(self, pk: str) -> LedgerRow | UnreadableRow | None:
         """One row as it is now (a strongly consistent read), or None.
 
         The open-work index lags the table: what it shows may have changed.
@@ -234,7 +287,55 @@ class Ledger:
         if response.get("UnprocessedKeys"):
             raise TransientError(f"reading {pk}: the ledger left it unprocessed (throttled)")
         items = response.get("Responses", {}).get(self.table, [])
-        return LedgerRow.of(plain(items[0])) if items else None
+        return read_row(items[0]) if items else None
+
+    def reindex(self, row: LedgerRow) -> bool:
+        """Put a row of open work that is not in the open-work index back in it, fenced on
+        the row as read; False when it changed since (nothing written).
+
+        Open work (PROCESSING, or FAILED and not dead-lettered) without ``open_status``
+        (batch-mode rows before P11, an operator's edit) or without ``lock_expires_at``
+        (the index's sort key: a row without it is not in the index) is seen by no sweep,
+        and a PROCESSING one without a lock expiry by no Reclaim either: stuck for good.
+        Indexed, the sweep meets it like any other: a lock that never had an expiry
+        counts as expired at 0 (no live claim lacks one: Claim writes both).
+        """
+        if row.status not in (Status.PROCESSING, Status.FAILED):
+            raise ValueError(f"{row.pk} is {row.status}: not open work")
+        values: dict[str, Any] = {
+            ":status": {"S": str(row.status)},
+            ":open": {"S": open_status(row.status, row.pk)},
+            ":never": {"N": "0"},
+        }
+        fence = ["#status = :status", "attribute_not_exists(dead_lettered_at)"]
+        if row.open_status is None:
+            fence.append("attribute_not_exists(open_status)")
+        else:
+            values[":seen_open"] = {"S": row.open_status}
+            fence.append("open_status = :seen_open")
+        if row.lock_owner is None:
+            fence.append("attribute_not_exists(lock_owner)")
+        else:
+            values[":seen_lock_owner"] = {"S": row.lock_owner}
+            fence.append("lock_owner = :seen_lock_owner")
+        if row.lock_expires_at is None:
+            fence.append("attribute_not_exists(lock_expires_at)")
+        else:
+            values[":seen_lock_expires_at"] = {"N": str(row.lock_expires_at)}
+            fence.append("lock_expires_at = :seen_lock_expires_at")
+        with aws_call(f"putting {row.pk} back in the open-work index", expected=_FENCED) as call:
+            self._dynamodb.update_item(
+                TableName=self.table,
+                Key=_key(row.pk),
+                UpdateExpression=(
+                    "SET open_status = :open, "
+                    "lock_expires_at = if_not_exists(lock_expires_at, :never)"
+                ),
+                ConditionExpression=" AND ".join(fence),
+                ExpressionAttributeNames={"#status": Attribute.STATUS.value},
+                ExpressionAttributeValues=values,
+            )
+        return call.refused is None
 
     def take(self, row: LedgerRow, now_ms: int, owner: str, lock_expires_at: int) -> bool:
         """Fenced on the row as read: take its lock before sending its DLQ message, as the

@@ -162,18 +162,20 @@ class Reports:
             self._s3.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
         return {"bucket": self.bucket, "key": key}
 
-    def read(self, key: str) -> dict[str, Any] | None:
-        """A JSON object this bucket holds at ``key`` (the audit's watermark), or None when
-        there is none (NoSuchKey: the function may list the bucket, so a missing key is not
-        AccessDenied)."""
+    def read_bytes(self, key: str, limit: int) -> bytes | None:
+        """At most ``limit`` + 1 bytes of the object at ``key`` (more than ``limit`` says it
+        is larger: a 5 GB object is never read whole into the function's memory), or None
+        when there is none (NoSuchKey). A refusal (AccessDenied, an archived object's
+        InvalidObjectState) is a PermanentError, throttling a TransientError."""
         with aws_call(f"reading s3://{self.bucket}/{key}", expected=_NO_SUCH_KEY) as call:
-            body = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            body = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"]
+            try:
+                data = bytes(body.read(limit + 1))
+            finally:
+                body.close()
         if call.refused:
             return None
-        value = json.loads(body.decode("utf-8"))
-        if not isinstance(value, dict):
-            raise PermanentError(f"s3://{self.bucket}/{key} is not a JSON object")
-        return value
+        return data
 
     def find_manifest(self, prefix: str) -> str | None:
         """The key of a Map Run's exported manifest.json under ``prefix``, if any."""

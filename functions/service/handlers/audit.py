@@ -61,6 +61,14 @@ def plan(
         "manifest": planned.manifest,
         "seenAt": planned.seen_at_ms,
         "watermark": planned.watermark.as_json(),
+        "watermarkUnreadable": planned.watermark_unreadable,
+        # What the run becomes should the inventory report prove unreadable (SelectWindow's
+        # Catch merges it in): the listing, whose objects are seen at the run's start.
+        "listing": {
+            "source": "listing",
+            "seenAt": planned.started_at_ms,
+            "sourceReason": "the inventory report could not be read, so the bucket was listed",
+        },
     }
 
 
@@ -118,18 +126,24 @@ def sweep_locks(
 def report(
     event: dict[str, Any], settings: AuditSettings, clients: Clients, context: Any = None
 ) -> dict[str, Any]:
-    """The report (Report): written to S3, and the state machine's output."""
+    """The report (Report): written to S3, and the state machine's output. The run's facts
+    come in its plan (``plan``: the Plan state's output as SelectWindow's Catch left it)."""
+    given = event.get("plan")
+    planned: dict[str, Any] = given if isinstance(given, dict) else event
+    unreadable = planned.get("watermarkUnreadable")
     return audit.report(
         settings,
         clients,
         audit_id=str(event.get("auditId", "")),
-        started_at_ms=float(event["startedAt"]),
+        started_at_ms=float(planned["startedAt"]),
         objects=event.get("objects") or {},
         locks=event.get("locks") or {},
         remaining_seconds=None
         if context is None
         else context.get_remaining_time_in_millis() / 1000,
-        seen_at_ms=float(event["seenAt"]) if event.get("seenAt") else None,
+        seen_at_ms=float(planned["seenAt"]) if planned.get("seenAt") else None,
+        watermark_unreadable=str(unreadable) if unreadable else None,
+        inventory_error=planned.get("inventoryError") or None,
     )
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import unquote_plus
 
 from service.logic.s3objects import NULL_VERSION, plain_etag
@@ -42,6 +43,8 @@ COUNT_KEYS = (
     "sweep_deferred",
     "failed_batches",
     "unaudited_objects",
+    "unreadable_rows",
+    "reindexed",
 )
 # How many resubmitted keys a report names (the counts are always complete),
 # and how many characters of keys one walk carries in the state (keys can be
@@ -57,6 +60,9 @@ AUDIT_SOURCE = "audit"
 # that took longer than the recent cutoff plus this margin is not found again. The
 # margin costs a day of uploads' ledger reads a run (docs/audit.md, "The watermark").
 WATERMARK_MARGIN_SECONDS = 24 * 3600
+# A stored watermark may be this far ahead of the reader's clock (Lambda hosts' clocks
+# differ by far less); beyond it the watermark was not written by an audit.
+WATERMARK_FUTURE_SECONDS = 300
 
 Counts = dict[str, int]
 
@@ -139,15 +145,50 @@ class Watermark:
 
     @classmethod
     def from_json(cls, value: Any) -> Watermark:
-        """A stored or handed-on watermark; anything else is "not yet" (judge the window)."""
+        """A handed-on watermark (the plan's, in a state); anything else is "not yet" (judge
+        the window). A stored one is read with ``parse``, which says what is wrong with it."""
         if not isinstance(value, dict):
             return cls()
 
         def number(name: str) -> int:
             item = value.get(name)
-            return int(item) if isinstance(item, int | float) and item > 0 else 0
+            return int(item) if _time_ms(item) and item > 0 else 0
 
         return cls(number("versionedUntil"), number("unversionedUntil"))
+
+    @classmethod
+    def parse(cls, value: Any, now_ms: float) -> tuple[Watermark, str | None]:
+        """A watermark as stored (JSON, already decoded), and what is wrong with it (None:
+        nothing). One that is not exactly what ``as_json`` writes (an object of two
+        times in epoch ms, 0 for "not yet"), or that reaches past ``now_ms`` (plus
+        WATERMARK_FUTURE_SECONDS for clocks), is "not yet": the run judges its whole
+        window. Every audit writes its reach at or before its own start, so a time
+        after now was never written by one; trusting it would skip every upload up to
+        it, and trusting a garbled one could skip anything."""
+        if not isinstance(value, dict):
+            return cls(), f"not a JSON object but {type(value).__name__}"
+        names = ("versionedUntil", "unversionedUntil")
+        if set(value) != set(names):
+            return cls(), f"its fields are {sorted(value)}, not {list(names)}"
+        latest = now_ms + WATERMARK_FUTURE_SECONDS * 1000
+        for name in names:
+            item = value[name]
+            if not _time_ms(item) or item < 0:
+                return cls(), f"{name} is {str(item)[:40]!r}, not a time in epoch milliseconds"
+            if item > latest:
+                return cls(), f"{name} {item} is in the future (now {int(now_ms)})"
+        return cls(int(value[names[0]]), int(value[names[1]])), None
+
+
+def _time_ms(item: Any) -> TypeGuard[int | float]:
+    """Whether a JSON value can be a time in epoch milliseconds: a finite number (not a
+    boolean, not 1e400, which JSON reads as infinity), within what datetime holds."""
+    return (
+        isinstance(item, int | float)
+        and not isinstance(item, bool)
+        and math.isfinite(item)
+        and abs(item) < 253_402_300_800_000  # 10000-01-01
+    )
 
 
 def reached(window: AuditWindow, seen_at: float) -> Watermark:
@@ -326,6 +367,14 @@ def resubmission_name(kind: str, audit_id: str, idempotency_key_: str) -> str:
     return f"{prefix}-{digest}"
 
 
+# The largest event a DLQ message carries whole, in UTF-8 bytes (the processor's own bound:
+# Claim accepts no larger input); a larger one travels as an excerpt, as SendToDLQ's.
+DEAD_LETTER_EVENT_BYTES = 122_880
+EXCERPT_CHARACTERS = 32_768
+# ERROR_MESSAGE's length in the processor's SendToDLQ ($substring(..., 0, 1000)).
+ERROR_MESSAGE_CHARACTERS = 1000
+
+
 def _dead_letter_message(
     row: LedgerRow,
     original_event: Any,
@@ -334,16 +383,30 @@ def _dead_letter_message(
     message: str,
     condition: str,
 ) -> dict[str, Any]:
-    """A DLQ message for a row, in the processor's message shape."""
+    """A DLQ message for a row, in the processor's message shape: ERROR_MESSAGE cut at
+    1000 characters and an event over DEAD_LETTER_EVENT_BYTES as an excerpt and its size,
+    as SendToDLQ writes them, so that a row with a huge last_error or event (not the
+    state machines' writing) still makes a message SQS takes, not a refusal at every
+    audit."""
     work_item = row_work_item(row)
+    body: dict[str, Any] = {
+        "event": original_event,
+        "workItem": work_item["workItem"] if work_item else None,
+    }
+    text = json.dumps(original_event, ensure_ascii=False, separators=(",", ":"))
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > DEAD_LETTER_EVENT_BYTES:
+        body = {
+            **body,
+            "event": None,
+            "eventExcerpt": text[:EXCERPT_CHARACTERS],
+            "eventBytes": size,
+        }
     return {
-        "body": {
-            "event": original_event,
-            "workItem": work_item["workItem"] if work_item else None,
-        },
+        "body": body,
         "attributes": {
-            "ERROR_CODE": code,
-            "ERROR_MESSAGE": message,
+            "ERROR_CODE": code[:ERROR_MESSAGE_CHARACTERS],
+            "ERROR_MESSAGE": message[:ERROR_MESSAGE_CHARACTERS],
             "EXHAUSTED_RETRY_CONDITION": condition,
             "RETRY_ATTEMPTS": str(row.attempts),
             "STATE_MACHINE_ARN": state_machine_arn,
@@ -367,19 +430,12 @@ def stuck_dead_letter_message(
     )
 
 
-# The largest event a DLQ message carries whole, in UTF-8 bytes (the processor's own bound:
-# Claim accepts no larger input); a larger one travels as an excerpt, as SendToDLQ's.
-DEAD_LETTER_EVENT_BYTES = 122_880
-EXCERPT_CHARACTERS = 32_768
-
-
 def refused_dead_letter_message(
     row: LedgerRow,
     execution_input: Any,
     state_machine_arn: str,
     code: str,
     message: str,
-    input_bytes: int,
 ) -> dict[str, Any]:
     """The DLQ message for a row whose resubmission StartExecution refused (its input).
 
@@ -387,19 +443,9 @@ def refused_dead_letter_message(
     input is refused again). An input too large for the message travels as an excerpt
     and its size, as the processor's SendToDLQ writes one.
     """
-    fits = input_bytes <= DEAD_LETTER_EVENT_BYTES
-    built = _dead_letter_message(
-        row, execution_input if fits else None, state_machine_arn, code, message, "PermanentError"
+    return _dead_letter_message(
+        row, execution_input, state_machine_arn, code, message, "PermanentError"
     )
-    if not fits:
-        # An excerpt of the compact text whose start was refused.
-        text = json.dumps(execution_input, ensure_ascii=False, separators=(",", ":"))
-        built["body"] = {
-            **built["body"],
-            "eventExcerpt": text[:EXCERPT_CHARACTERS],
-            "eventBytes": input_bytes,
-        }
-    return built
 
 
 # What the processor writes to last_error when its DLQ message could not be sent:
@@ -470,13 +516,23 @@ def inventory_item(row: dict[str, Any], bucket: str) -> ListedObject | None:
     version = str(row.get("VersionId") or "") or NULL_VERSION
     modified = str(row["LastModifiedDate"]).replace("Z", "+00:00")
     return ListedObject(
-        key=unquote_plus(str(row["Key"])),
+        key=inventory_key(str(row["Key"])),
         version_id=version,
         last_modified=datetime.fromisoformat(modified).timestamp(),
         etag=str(row.get("ETag", "")),
         size=int(row.get("Size") or 0),
         latest=_true(row.get("IsLatest", "true")),
     )
+
+
+def inventory_key(text: str) -> str:
+    """An inventory report's key, URL-encoded UTF-8 (storage-inventory.html), decoded; a
+    ValueError for one that does not decode (S3's keys are UTF-8: such a row is not S3's,
+    and a key read with U+FFFD in it names an object that does not exist)."""
+    try:
+        return unquote_plus(text, errors="strict")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"the key {text[:100]!r} is not URL-encoded UTF-8") from exc
 
 
 def key_marker_before(first_key: str) -> str | None:

@@ -13,19 +13,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import unquote_plus
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from service.dal.bucket import Bucket, Inventory, window_csv
-from service.dal.ledger import Ledger
+from service.dal.bucket import Bucket, Inventory, UnreadableReport, window_csv
+from service.dal.ledger import Ledger, UnreadableRow
 from service.dal.workflow import (
     DeadLetters,
     Processor,
     Reports,
     StartRefused,
     batch_size,
-    compact_json,
 )
 from service.errors import PermanentError, TransientError
 from service.logic.audit import (
@@ -46,6 +44,7 @@ from service.logic.audit import (
     failed_dead_letter_message,
     idempotency_key,
     inventory_item,
+    inventory_key,
     listed_item,
     object_work_item,
     reached,
@@ -61,6 +60,8 @@ from service.observability import logger, metrics
 from service.settings import AuditSettings
 
 _RESUBMIT = {"missing_resubmitted", "failed_resubmitted"}
+# The verdicts of an object whose row is open work (which the sweep must be able to find).
+_OPEN_VERDICTS = {"in_progress", "failed_resubmitted", "dead_lettered_skipped"}
 # Where the Distributed Maps export their children's results (the ASL's ResultWriter).
 RESULTS_PREFIX = "reports/audit-runs/"
 # The Lambda's own timeout leaves a batch this much time to spare.
@@ -68,6 +69,10 @@ _TIMEOUT_MARGIN_SECONDS = 30
 _SWEEP_CALL_FLOOR_SECONDS = 5.0
 # Where the audit keeps its watermark in the output bucket (under REPORT_PREFIX).
 WATERMARK_NAME = "watermark.json"
+# The audit writes a watermark of about 60 bytes; a larger object is not read whole.
+_WATERMARK_MAX_BYTES = 4096
+# How much of why a watermark is unreadable the report and the state carry.
+_WATERMARK_PROBLEM_CHARACTERS = 500
 # The audit function's Timeout (template.yaml), for a call that does not say what is left.
 _FUNCTION_TIMEOUT_SECONDS = 600.0
 # A lock the sweep takes outlives its invocation by this much (clocks differ).
@@ -138,9 +143,44 @@ def _watermark_key(settings: AuditSettings) -> str:
     return f"{settings.report_prefix}{WATERMARK_NAME}"
 
 
-def read_watermark(settings: AuditSettings, clients: Clients) -> Watermark:
-    """How far earlier successful audits judged the bucket (nothing, before the first)."""
-    return Watermark.from_json(clients.reports.read(_watermark_key(settings)))
+def read_watermark(settings: AuditSettings, clients: Clients) -> tuple[Watermark, str | None]:
+    """How far earlier successful audits judged the bucket (nothing, before the first), and
+    why the stored one cannot be used (None: it can, or there is none).
+
+    An unreadable watermark (not UTF-8 JSON, not the shape the audit writes, a time in
+    the future, larger than any watermark, an object S3 refuses to serve) is read as
+    absent: the run judges its whole window (more ledger reads, nothing skipped) and,
+    when its walk judged every object, overwrites it. Failing instead would fail
+    every audit at Plan until someone deleted the object. A throttled read is a
+    TransientError: Plan retries it. The caller says it loudly (a warning, the
+    report, the AuditWatermarkUnreadable metric, the run's named failure).
+    """
+    key = _watermark_key(settings)
+    try:
+        body = clients.reports.read_bytes(key, _WATERMARK_MAX_BYTES)
+    except PermanentError as refused:
+        problem: str | None = f"S3 refused to serve it: {refused}"
+    else:
+        if body is None:
+            return Watermark(), None
+        problem = None
+        if len(body) > _WATERMARK_MAX_BYTES:
+            problem = f"it is larger than {_WATERMARK_MAX_BYTES} bytes"
+        else:
+            try:
+                value = json.loads(body.decode("utf-8"))
+            except ValueError as garbled:  # UnicodeDecodeError is a ValueError too
+                problem = f"it is not UTF-8 JSON: {garbled}"
+            else:
+                mark, problem = Watermark.parse(value, time.time() * 1000)
+                if problem is None:
+                    return mark, None
+    problem = f"s3://{clients.reports.bucket}/{key}: {problem}"[:_WATERMARK_PROBLEM_CHARACTERS]
+    logger.warning(
+        "the audit's watermark cannot be read: judging the whole window",
+        extra={"reason": problem},
+    )
+    return Watermark(), problem
 
 
 # ---- Plan -------------------------------------------------------------------------
@@ -160,6 +200,8 @@ class Plan:
     # moment S3 began to scan the bucket for an inventory report (its timestamp).
     seen_at_ms: int
     watermark: Watermark  # what earlier successful audits judged: the batches skip it
+    # Why the stored watermark could not be used (the run judges its whole window), or None.
+    watermark_unreadable: str | None = None
 
 
 def plan(
@@ -191,7 +233,13 @@ def plan(
     elif prefix:
         reason = f"a run for the prefix {prefix!r} lists it"
     elif settings.inventory_prefix:
-        newest = clients.inventory.newest() if clients.inventory else None
+        passed_over: list[str] = []
+        newest = clients.inventory.newest(None, passed_over) if clients.inventory else None
+        if passed_over:
+            logger.warning(
+                "an inventory report folder names no past time: passed over",
+                extra={"folders": passed_over[:10]},
+            )
         if newest is None:
             reason = "no complete inventory report yet"
         else:
@@ -205,7 +253,7 @@ def plan(
                 seen_at = round(taken.timestamp() * 1000)
     # A run over a prefix judges no less than a full one: the watermark is what was
     # judged, whoever asks.
-    watermark = read_watermark(settings, clients)
+    watermark, unreadable = read_watermark(settings, clients)
     logger.info("audit planned", extra={"source": source, "reason": reason})
     return Plan(
         started_at_ms=started_at,
@@ -216,6 +264,7 @@ def plan(
         manifest=manifest,
         seen_at_ms=seen_at,
         watermark=watermark,
+        watermark_unreadable=unreadable,
     )
 
 
@@ -262,13 +311,16 @@ def select_window(
     wanted = settings.key_filter.matches
     if clients.inventory is None:
         raise PermanentError("AuditInventory is off: there is no inventory report to select from")
-    columns, rows = clients.inventory.rows(manifest_key)
+    columns, rows = clients.inventory.rows(manifest_key, bucket)
     counts = add_counts()
     kept: list[list[str]] = []
     # Most rows are older than anything the run judges: they are told apart by their
     # LastModifiedDate as text (ISO 8601 in UTC sorts as time does), without parsing
     # the row; a row within a second of a bound takes the full path below.
     at = {name: columns.index(name) for name in columns}
+    absent = [c for c in ("Bucket", "Key", "LastModifiedDate") if c not in at]
+    if absent:  # an inventory without them (its OptionalFields) cannot serve the audit
+        raise UnreadableReport(f"{manifest_key}: its fileSchema has no {', '.join(absent)}")
     earliest = _iso(math.floor(earliest_judged(window)))
     oldest = window.now - window.retention_seconds
     old_before, old_from = _iso(math.floor(oldest)), _iso(math.ceil(oldest))
@@ -281,8 +333,8 @@ def select_window(
                 f"call ({n} rows read): the walk fails and the next audit tries again"
             )
         if len(values) != len(columns):
-            raise PermanentError(
-                f"{manifest_key}: a row has {len(values)} fields, not {len(columns)}"
+            raise UnreadableReport(
+                f"{manifest_key}: row {n + 1} has {len(values)} fields, not {len(columns)}"
             )
         last_modified = values[modified]
         if last_modified < earliest and (last_modified < old_before or last_modified >= old_from):
@@ -290,12 +342,17 @@ def select_window(
                 deleted is not None and values[deleted].lower() == "true"
             ):
                 continue  # another bucket's row, or a delete marker: no upload
-            if filtered and not wanted(unquote_plus(values[at["Key"]])):
+            if filtered and not wanted(_report_key(values[at["Key"]], manifest_key, n)):
                 continue
             counts["scanned"] += 1
             counts["skipped_old" if last_modified < old_before else "skipped_audited"] += 1
             continue
-        obj = inventory_item(dict(zip(columns, values, strict=True)), bucket)
+        try:
+            obj = inventory_item(dict(zip(columns, values, strict=True)), bucket)
+        except (ValueError, KeyError) as garbled:  # a key, a date or a size S3 never wrote
+            raise UnreadableReport(
+                f"{manifest_key}: row {n + 1}: {type(garbled).__name__}: {garbled}"
+            ) from garbled
         if obj is None or not wanted(obj.key):
             continue
         verdict = age_verdict(obj, window)
@@ -312,6 +369,13 @@ def select_window(
         "inventory window selected", extra={"kept": len(kept), "skipped": counts["scanned"]}
     )
     return Window(file=file, rows=len(kept), counts=counts)
+
+
+def _report_key(text: str, manifest_key: str, n: int) -> str:
+    try:
+        return inventory_key(text)
+    except ValueError as garbled:
+        raise UnreadableReport(f"{manifest_key}: row {n + 1}: {garbled}") from garbled
 
 
 def _iso(epoch_seconds: int) -> str:
@@ -402,7 +466,12 @@ def audit_batch(
             key, row = versions[obj], rows.get(versions[obj])
         else:  # too recent or too old (no read), or an upload without a version
             key, row = _unversioned_row(obj, window, bucket, clients)
+        if isinstance(row, UnreadableRow):
+            _unreadable(row, counts, "a batch cannot read a ledger row: its object is not judged")
+            continue
         verdict = classify(obj, row, window)
+        if row is not None and verdict in _OPEN_VERDICTS and _reindexed(obj, row, clients):
+            counts["reindexed"] += 1
         if verdict in _RESUBMIT:
             pause = budget.wait(time.monotonic())
             if pause is None:
@@ -428,28 +497,56 @@ def audit_batch(
     return Tally(counts, sample([], resubmitted))
 
 
+def _reindexed(obj: ListedObject, row: LedgerRow, clients: Clients) -> bool:
+    """Whether the walk put an object's row of open work back in the open-work index (the
+    sweep, which reads only the index, then meets it in this same run: ledger.reindex).
+    The ObjectContent index does not keep open_status: an unversioned upload's open row
+    is read again (rare: open work)."""
+    if obj.version_id == NULL_VERSION:
+        current = clients.ledger.current(row.pk)
+        if not isinstance(current, LedgerRow):
+            return False
+        row = current
+    if row.dead_lettered or row.status not in (Status.PROCESSING, Status.FAILED):
+        return False
+    if row.open_status is not None and row.lock_expires_at is not None:
+        return False
+    if not clients.ledger.reindex(row):
+        return False
+    logger.warning(
+        "open work outside the open-work index put back in it",
+        extra={"idempotency_key": row.pk, "status": row.status},
+    )
+    return True
+
+
 def _claims(obj: ListedObject, row: LedgerRow | None, clients: Clients) -> tuple[str, ...]:
     """The claims of the row a resubmission is for: read with a version's row; the
     ObjectContent index does not keep them, so an unversioned upload's row is read again."""
     if row is None or obj.version_id != NULL_VERSION:
         return row.claims if row is not None else ()
     current = clients.ledger.current(row.pk)
-    return current.claims if current is not None else ()
+    return current.claims if isinstance(current, LedgerRow) else ()
 
 
 def _unversioned_row(
     obj: ListedObject, window: AuditWindow, bucket: str, clients: Clients
-) -> tuple[str, LedgerRow | None]:
+) -> tuple[str, LedgerRow | UnreadableRow | None]:
     """(the key to resubmit under, the row) of an upload without a version id.
 
     Its row, if any, is keyed on its event's sequencer, which no listing shows:
     the ObjectContent index gives the rows of the key, and the one with the
     object's current ETag stands for it. A FAILED one is resubmitted under its
     own key (Reclaim takes it over); with none, the upload gets a key of its own.
+    A row of the content that cannot be read might be the one that stands for it:
+    the upload is not judged (resubmitting it under a key of its own could do it twice).
     """
     if age_verdict(obj, window) is not None or not obj.latest:
         return idempotency_key(bucket, obj), None  # not judged by its rows: no query
-    row = content_row(clients.ledger.content_rows(object_ref(bucket, obj.key), obj.etag), window)
+    found = clients.ledger.content_rows(object_ref(bucket, obj.key), obj.etag)
+    for unreadable in (r for r in found if isinstance(r, UnreadableRow)):
+        return unreadable.pk, unreadable
+    row = content_row([r for r in found if isinstance(r, LedgerRow)], window)
     if row is None:
         return idempotency_key(bucket, obj), None
     return row.pk, row
@@ -546,7 +643,11 @@ def sweep_locks(
         )
         for row in rows:
             try:
-                if _the_stacks(row, settings):
+                if isinstance(row, UnreadableRow):
+                    _unreadable(
+                        row, counts, "the sweep cannot read a row of open work: left as it is"
+                    )
+                elif _the_stacks(row, settings):
                     if stuck:
                         _release_stuck(row, sweep)
                     else:
@@ -564,6 +665,17 @@ def sweep_locks(
         else:  # the last stuck page goes straight on to the first FAILED page
             position = {"phase": "failed"} if stuck else None
     return SweepPage(None, tally())
+
+
+def _unreadable(row: UnreadableRow, counts: Counts, message: str) -> None:
+    """A row the audit cannot read, met by a batch or the sweep: left as it is, counted
+    where the alarm sees it (resubmit_errors: work the audit cannot start again) and
+    logged with why. The rest of the batch, or of the sweep, goes on; the next audit
+    meets it again until someone mends or deletes it (a batch's resubmit_errors also
+    keep the watermark where it is, so its object is judged again)."""
+    counts["unreadable_rows"] += 1
+    counts["resubmit_errors"] += 1
+    logger.error(message, extra={"idempotency_key": row.pk, "reason": row.reason})
 
 
 def _the_stacks(row: LedgerRow, settings: AuditSettings) -> bool:
@@ -796,7 +908,11 @@ def _dead_letter_refused(
     released just before), and the sweep goes on. The event goes whole into the
     message when SQS takes it, else an excerpt (the execution's history keeps it whole)."""
     current = sweep.clients.ledger.current(row.pk)
-    if current is None or current.status != Status.FAILED or current.dead_lettered:
+    if (
+        not isinstance(current, LedgerRow)
+        or current.status != Status.FAILED
+        or current.dead_lettered
+    ):
         logger.info("changed since the index was read", extra={"idempotency_key": row.pk})
         return
     message = refused_dead_letter_message(
@@ -805,7 +921,6 @@ def _dead_letter_refused(
         sweep.settings.processor_arn,
         refused.code,
         f"StartExecution refused the audit's resubmission: {refused.reason}",
-        len(compact_json(execution_input).encode("utf-8", "surrogatepass")),
     )
     if _dead_letter(current, message, sweep):
         sweep.counts["failed_dead_lettered"] += 1
@@ -910,6 +1025,8 @@ def _recount(settings: AuditSettings, clients: Clients, run: AuditRun, failed: A
             keys.append(_unversioned_row(obj, window, bucket, clients)[0])
     resubmitted = []
     for key, row in clients.ledger.batch_get(keys, with_claims=True).items():
+        if isinstance(row, UnreadableRow):
+            continue  # its batch died: the next audit meets (and counts) it again
         name = resubmission_name("audit", run.audit_id, key)
         claims = [execution_name(c) for c in row.claims]
         if name not in claims:
@@ -971,10 +1088,17 @@ def _advance_watermark(
     if why_not is not None or seen_at_ms is None:
         logger.warning("the audit's watermark stays", extra={"reason": why_not})
         return {"advanced": False, "reason": why_not}
-    stored = read_watermark(settings, clients)
+    # Read again: an overlapping run may have moved it since the plan. One that cannot
+    # be read now is overwritten with this run's reach (the run judged its whole window
+    # only if the plan could not read it either; if it could, the reach is still true:
+    # it stops at what this run judged).
+    stored, unreadable = read_watermark(settings, clients)
     advanced = stored.advanced(reached(_window(run, settings), seen_at_ms / 1000))
     clients.reports.put(_watermark_key(settings), advanced.as_json())
-    return {"advanced": True, **advanced.as_json()}
+    said: dict[str, Any] = {"advanced": True, **advanced.as_json()}
+    if unreadable is not None:
+        said["unreadable"] = unreadable
+    return said
 
 
 def report(
@@ -986,6 +1110,8 @@ def report(
     locks: dict[str, Any],
     remaining_seconds: float | None = None,
     seen_at_ms: float | None = None,
+    watermark_unreadable: str | None = None,
+    inventory_error: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Sum the batches and the lock sweep, write reports/audit/<date>.json, emit the metrics,
     and advance the watermark when the walk judged every object it was given.
@@ -993,15 +1119,28 @@ def report(
     ``objects``: what the bucket walk handed on (its results' location, or its
     error); ``locks``: the sweep's last page (its counts and sample), or where
     it stopped and why when it failed; ``seen_at_ms``: when the walked objects were
-    seen (the plan's; None: the watermark stays).
+    seen (the plan's; None: the watermark stays); ``watermark_unreadable``: why the
+    plan could not use the stored watermark (the run judged its whole window). That
+    is the report's ``watermark.unreadable``, the AuditWatermarkUnreadable metric, and
+    the run's named failure after the report (AuditFailedAlarm). ``inventory_error``:
+    why the inventory report could not be read (SelectWindow's error; the run listed
+    the bucket instead): the report's ``source_reason`` says it.
     """
     run = AuditRun(audit_id=audit_id, started_at_ms=started_at_ms)
     seconds = _FUNCTION_TIMEOUT_SECONDS if remaining_seconds is None else remaining_seconds
     deadline = time.monotonic() + seconds - 2 * _TIMEOUT_MARGIN_SECONDS
     counts, resubmitted, walk = _walk(settings, clients, run, objects, deadline)
+    if inventory_error:
+        why = f"{inventory_error.get('Error')}: {str(inventory_error.get('Cause') or '')[:1000]}"
+        walk["source_reason"] = f"{walk['source_reason']}: {why}"
+        logger.warning(
+            "the inventory report could not be read: the bucket was listed", extra={"reason": why}
+        )
     # The rows the inventory's window left out, counted where they were left.
     counts = add_counts(counts, objects.get("selected") or {})
     watermark = _advance_watermark(settings, clients, run, walk, counts, seen_at_ms)
+    if watermark_unreadable and "unreadable" not in watermark:
+        watermark["unreadable"] = watermark_unreadable
     counts = add_counts(counts, locks.get("counts") or {})
     resubmitted = _more(resubmitted, locks.get("resubmittedSample") or [])
     started = datetime.fromtimestamp(started_at_ms / 1000, UTC)
@@ -1031,6 +1170,7 @@ def report(
         ("AuditResubmitDeferred", counts["resubmit_deferred"]),
         ("AuditSweepDeferred", counts["sweep_deferred"]),
         ("AuditFailedBatches", counts["failed_batches"]),
+        ("AuditWatermarkUnreadable", 1 if "unreadable" in watermark else 0),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("audit report", extra={"report": result})
