@@ -26,7 +26,12 @@ AUDIT_LABELS = (
     ("failed_dead_lettered", "failed at max attempts, dead-lettered"),
     ("resubmit_errors", "could not be resubmitted"),
     ("resubmit_refused", "resubmission refused, dead-lettered"),
+    ("resubmit_deferred", "resubmissions left to the next audit"),
     ("sweep_deferred", "open work left to the next audit"),
+    ("failed_batches", "batches that failed (walked again next audit)"),
+    ("unaudited_objects", "objects those batches left unjudged"),
+    ("unreadable_rows", "ledger rows that could not be read, left"),
+    ("reindexed", "open work put back in the open-work index"),
 )
 
 

@@ -513,6 +513,19 @@ def test_the_audit_report_names_the_keys_it_lists_as_resubmitted() -> None:
     assert "open work left to the next audit" not in lines[at - 1]
 
 
+def test_the_audit_report_prints_every_count_the_audit_keeps() -> None:
+    # GIVEN every count an audit report carries (the audit's own list), each a distinct value
+    from onceflow.cli.stack_commands import render_audit
+    from service.logic.audit import COUNT_KEYS
+
+    report = {key: 1000 + n for n, key in enumerate(COUNT_KEYS)}
+    # WHEN it is printed
+    text = render_audit(report)
+    # THEN each count is on a line of its own: none the audit alarms on is left out
+    printed = [line.rsplit(" ", 1)[-1] for line in text.splitlines()[1:]]
+    assert sorted(printed) == sorted(str(value) for value in report.values())
+
+
 @pytest.mark.parametrize(
     ("content", "said"),
     [
