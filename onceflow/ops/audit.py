@@ -28,10 +28,10 @@ AUDIT_LABELS = (
     ("resubmit_refused", "resubmission refused, dead-lettered"),
     ("resubmit_deferred", "resubmissions left to the next audit"),
     ("sweep_deferred", "open work left to the next audit"),
-    ("failed_batches", "batches that failed (walked again next audit)"),
+    ("failed_batches", "failed batches, walked again later"),
     ("unaudited_objects", "objects those batches left unjudged"),
-    ("unreadable_rows", "ledger rows that could not be read, left"),
-    ("reindexed", "open work put back in the open-work index"),
+    ("unreadable_rows", "unreadable ledger rows, left as is"),
+    ("reindexed", "open work put back in its index"),
 )
 
 
