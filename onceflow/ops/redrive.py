@@ -737,7 +737,8 @@ def _move_back(
         sent = sqs.send_message(QueueUrl=source, MessageBody=body, MessageAttributes=attributes)
     except ClientError as exc:
         # e.g. a message with SQS's maximum of 10 attributes of its own has no room for
-        # ONCEFLOW_MESSAGE_ID: it stays, rather than come back as new work
+        # ONCEFLOW_MESSAGE_ID ("Each message can have up to 10 attributes":
+        # sqs-message-metadata.html): it stays, rather than come back as new work
         return Redriven(message_id, None, "kept", f"the source queue refused it: {exc}")
     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
     return Redriven(

@@ -26,7 +26,9 @@ from onceflow.local.engine import DEFAULT_TEMPLATE, LocalEngine
 from onceflow.local.target import LocalTarget
 from onceflow.ops.redrive import ORIGINAL_ID
 from tests.helpers import (
+    FUNCTION,
     MACHINE,
+    TransientError,
     attributes,
     dlq_messages,
     expire_lock,
@@ -35,10 +37,12 @@ from tests.helpers import (
     ledger_rows,
     load_event,
     output_effects,
+    run_audit,
 )
+from tests.workflow.test_audit_dead_letter import always
 from tests.workflow.test_batch_mode import PARAMETERS as BATCH_PARAMETERS
 from tests.workflow.test_batch_mode import outcomes, queued
-from tests.workflow.test_failure_paths import failing, throttled
+from tests.workflow.test_failure_paths import failing, sqs_error, throttled
 
 SOURCE_DLQ = "SourceDeadLetterQueue"
 
@@ -159,6 +163,33 @@ def test_a_message_moved_twice_keeps_its_first_id(batch_engine: LocalEngine) -> 
     assert queued(engine) == {} and queued(engine, SOURCE_DLQ) == {}
 
 
+def test_a_message_with_no_room_for_the_attribute_stays_in_the_dlq(
+    batch_engine: LocalEngine,
+) -> None:
+    engine = batch_engine
+    # GIVEN an order in the source DLQ after a ledger outage (processed once, row open)
+    message = _send(engine, "order-full")
+    with failing(engine, "dynamodb", "UpdateItem", throttled(), when="completed_at"):
+        engine.pump_pipes()
+    _exhaust_receives(engine)
+    # WHEN redrive moves it while SQS refuses the copy with ONCEFLOW_MESSAGE_ID (as it
+    # refuses an 11th attribute: "Each message can have up to 10 attributes",
+    # sqs-message-metadata.html; moto does not enforce it, so the refusal is injected)
+    too_many = sqs_error(
+        "InvalidParameterValue",
+        "Number of message attributes [11] exceeds the allowed maximum [10].",
+    )
+    with failing(engine, "sqs", "SendMessage", too_many, when=ORIGINAL_ID):
+        report = ops.redrive(LocalTarget(engine), queue="source")
+    # THEN it is kept in the source DLQ, saying why: never sent back without its identity
+    [kept] = report.messages
+    assert kept.action == "kept" and "exceeds the allowed maximum" in kept.detail
+    assert list(queued(engine, SOURCE_DLQ).values()) == ["order-full"]
+    assert queued(engine) == {}
+    assert [r["pk"] for r in ledger_rows(engine)] == [f"sqs:{message}"]
+    assert invocations(engine) == 1
+
+
 def _response_lost(monkeypatch: pytest.MonkeyPatch, engine: LocalEngine) -> None:
     """The processor's executions start, but the pipe never gets StartExecution's answer
     (a timeout: the pipe counts a failed invocation and the message stays)."""
@@ -239,3 +270,22 @@ def test_a_valid_original_id_attribute_names_the_row(single_engine: LocalEngine)
     assert row["pk"] == "sqs:first-id"
     # the row keeps the attribute for the audit's resubmission
     assert ORIGINAL_ID in json.loads(row["original_event"])[0]["messageAttributes"]
+
+
+def test_the_audit_resubmits_a_moved_message_under_its_first_id(
+    single_engine: LocalEngine,
+) -> None:
+    engine = single_engine
+    # GIVEN a moved-back message whose run failed (the pipe had consumed it: only the
+    # audit's sweep retries it, from the row's original_event)
+    moved = _with_attribute({"stringValue": "first-id", "dataType": "String"})
+    with engine.override_function(FUNCTION, always(TransientError)):
+        assert engine.execute(MACHINE, moved).outcome == "Failed"
+    assert (ledger_row(engine, "sqs:first-id") or {})["status"] == "FAILED"
+    # WHEN the audit runs
+    report = run_audit(engine).output
+    # THEN its resubmission is keyed by the same first id: the one row is done
+    assert report["failed_resubmitted"] == 1
+    assert [r["pk"] for r in ledger_rows(engine)] == ["sqs:first-id"]
+    assert (ledger_row(engine, "sqs:first-id") or {})["status"] == "PROCESSED"
+    assert output_effects(engine) == 1
