@@ -687,6 +687,12 @@ def _restart(sfn: Any, executions: str, failed: dict[str, Any], dry_run: bool) -
     return outcome("resubmitted", cause, arn)
 
 
+# The message attribute a message moved back to the source queue carries: the messageId it
+# had when it first arrived (SendMessage gives every message a new one). Claim keys a
+# message by it when IdempotencyKeyPath is empty (statemachines/src/processor.asl.yaml).
+ORIGINAL_ID = "ONCEFLOW_MESSAGE_ID"
+
+
 def _move_back(
     sqs: Any,
     url: str,
@@ -697,8 +703,15 @@ def _move_back(
     audit_wait: _AuditWait,
 ) -> Redriven:
     """A message of the source queue's DLQ, sent back to the source queue as it was (body
-    and message attributes), then deleted from the DLQ: never both gone, at worst both
-    there (a copy the ledger makes a duplicate)."""
+    and message attributes) with ONCEFLOW_MESSAGE_ID added, then deleted from the DLQ:
+    never both gone, at worst both there (a copy the ledger makes a duplicate).
+
+    The copy gets a new MessageId, so a message keyed by its messageId (IdempotencyKeyPath
+    empty) would be new work, processed again; the attribute carries the first one, and
+    Claim keys by it. SQS's own redrive (StartMessageMoveTask, the console's "Start DLQ
+    redrive") gives moved messages a new messageId too ("All redriven messages are
+    considered new messages with a new messageID": SQS Developer Guide,
+    sqs-configure-dead-letter-queue-redrive.html) and adds no such attribute."""
     message_id = message["MessageId"]
     body = message.get("Body", "")
     if memory.moved(None, None, body):
@@ -717,13 +730,15 @@ def _move_back(
         name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
         for name, value in message.get("MessageAttributes", {}).items()
     }
+    # The messageId it first had, which keys it when IdempotencyKeyPath is empty: kept from
+    # an earlier move, else this one (SendMessage gives the copy a new MessageId).
+    attributes.setdefault(ORIGINAL_ID, {"DataType": "String", "StringValue": message_id})
     try:
-        sent = sqs.send_message(
-            QueueUrl=source,
-            MessageBody=body,
-            **({"MessageAttributes": attributes} if attributes else {}),
-        )
+        sent = sqs.send_message(QueueUrl=source, MessageBody=body, MessageAttributes=attributes)
     except ClientError as exc:
+        # e.g. a message with SQS's maximum of 10 attributes of its own has no room for
+        # ONCEFLOW_MESSAGE_ID ("Each message can have up to 10 attributes":
+        # sqs-message-metadata.html): it stays, rather than come back as new work
         return Redriven(message_id, None, "kept", f"the source queue refused it: {exc}")
     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
     return Redriven(
