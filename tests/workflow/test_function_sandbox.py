@@ -1,0 +1,48 @@
+"""Your function imports from its own package only, as in its own sandbox on Lambda.
+
+onceflow's functions (service/...) are in onceflow's package, not in yours: on Lambda
+your function's Python finds /var/task (its CodeUri, built), /opt/python (its Layers)
+and the runtime's libraries ("Layer paths for each Lambda runtime",
+packaging-layers.html), so an import of onceflow's `service` fails there with
+Runtime.ImportModuleError (awslambdaric's bootstrap.py, _get_handler). A local run must
+not pass where the deployed function fails.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from onceflow.cli import main
+
+
+def test_your_function_importing_onceflows_own_modules_fails_to_load_as_on_lambda(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN an app `onceflow init` made, whose function reuses onceflow's error class (it
+    # is in the nested onceflow's CodeUri, which the engine loads in the same Python)
+    app = tmp_path / "my-app"
+    assert main(["init", str(app)]) == 0
+    handler = app / "src" / "word_count.py"
+    handler.write_text(
+        handler.read_text().replace("import os\n", "import os\nimport service.errors\n")
+    )
+    (tmp_path / "event.json").write_text("{}")
+    # (this test process has onceflow's functions/ on its path, pyproject's pythonpath; the
+    # CLI's has not)
+    functions = str(Path(__file__).resolve().parents[2] / "functions")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if str(Path(p).resolve()) != functions])
+    capsys.readouterr()
+    # WHEN the user invokes it (as sam local invoke -e does)
+    monkeypatch.chdir(app)
+    code = main(["invoke", "WordCountFunction", "-e", str(tmp_path / "event.json"), "--no-server"])
+    payload = json.loads(capsys.readouterr().out)
+    # THEN it fails to load as it does in its own sandbox on Lambda
+    assert code == 1
+    assert payload["errorType"] == "Runtime.ImportModuleError"
+    assert payload["errorMessage"] == (
+        "Unable to import module 'word_count': No module named 'service'"
+    )
