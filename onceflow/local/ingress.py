@@ -125,19 +125,37 @@ def s3_object_created_event(
     return _envelope("Object Created", "aws.s3", when, detail, resources=[f"arn:aws:s3:::{bucket}"])
 
 
+# Errors EventBridge does not retry but sends "directly to the DLQ" (eb-rule-dlq.html:
+# "missing permissions to a target, or a target resource that no longer exists"), with
+# its ERROR_CODE for each (the page's list; which API error maps to which code is not
+# verified). Any other error keeps its API code (EventBridge's for it: not verified).
+_NOT_RETRIED = {
+    "AccessDeniedException": "NO_PERMISSIONS",
+    "StateMachineDoesNotExist": "NO_RESOURCE",
+    "AWS.SimpleQueueService.NonExistentQueue": "NO_RESOURCE",
+}
+
+
 def _dead_letter(
     engine: LocalEngine, rule: dict[str, Any], target: dict[str, Any], event: Any, exc: ClientError
 ) -> None:
     dead_letter = target.get("DeadLetterConfig", {}).get("Arn")
     if not dead_letter:
         raise EngineError(f"rule {rule['name']}: target failed and has no DLQ") from exc
-    error = exc.response.get("Error", {})
+    error, status = exc.response.get("Error", {}), exc.response.get("ResponseMetadata", {})
+    code = str(error.get("Code", "Unknown"))
+    # EventBridge retries 5xx and 429 answers (and throttling), no other 4xx (re:Post,
+    # eventbridge-resolve-failedinvocation-errors); the engine takes the retries to fail
+    # as the first try did.
+    retried = status.get("HTTPStatusCode", 400) in (429, *range(500, 600)) or "Throttl" in code
     attributes = {
         "RULE_ARN": rule_arn(rule["name"]),
         "TARGET_ARN": str(target["Arn"]),
-        "ERROR_CODE": str(error.get("Code", "Unknown")),
+        "ERROR_CODE": _NOT_RETRIED.get(code, code),
         "ERROR_MESSAGE": str(error.get("Message", ""))[:256],
-        "RETRY_ATTEMPTS": str(target.get("RetryPolicy", {}).get("MaximumRetryAttempts", 185)),
+        "RETRY_ATTEMPTS": str(
+            target.get("RetryPolicy", {}).get("MaximumRetryAttempts", 185) if retried else 0
+        ),
     }
     engine.client("sqs").send_message(
         QueueUrl=_url(engine, dead_letter),

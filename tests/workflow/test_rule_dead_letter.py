@@ -1,0 +1,78 @@
+"""An EventBridge rule's failed delivery, dead-lettered as EventBridge does.
+
+AWS (EventBridge User Guide, "Event retry policy and using dead-letter queues",
+eb-rule-dlq.html): "Some events are dropped or sent to a DLQ without any retry attempts.
+For example, for errors that result from missing permissions to a target, or a target
+resource that no longer exists, all retry attempts fail until an action is taken to
+resolve the underlying issue. Rather than retrying, EventBridge sends these events
+directly to the DLQ". Each DLQ message carries RULE_ARN, TARGET_ARN, ERROR_CODE (one of
+the page's list: NO_PERMISSIONS, NO_RESOURCE, THROTTLING, ...), ERROR_MESSAGE,
+EXHAUSTED_RETRY_CONDITION and RETRY_ATTEMPTS. EventBridge retries 5xx and 429 answers,
+no other 4xx (AWS re:Post knowledge center, eventbridge-resolve-failedinvocation-errors).
+
+The rule's role refused and its state machine deleted: tests/workflow/test_ingress.py;
+its queue deleted: tests/workflow/test_s3_batch_mode.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from onceflow.local.engine import LocalEngine
+from tests.helpers import attributes, upload
+from tests.workflow.test_ingress import _queue_messages
+
+
+def _dead_letter(engine: LocalEngine) -> dict[str, str]:
+    [message] = _queue_messages(engine, "IngressDeadLetterQueue")
+    return attributes(message)
+
+
+@pytest.fixture
+def queued_engine() -> Iterator[LocalEngine]:
+    """The batch mode: the rules deliver to the source queue (an SQS target)."""
+    parameters = {"SqsBatchMode": "true", "ProcessorTimeoutSeconds": "40"}
+    with LocalEngine(parameters=parameters, function_log=io.StringIO(), time_scale=0.0) as local:
+        yield local
+
+
+def _unavailable(queue_url: str) -> Any:
+    """SQS answering SendMessage to queue_url 503, as when it is briefly unavailable."""
+
+    def fault(service: str, operation: str, body: str) -> Any:
+        if service != "sqs" or operation != "SendMessage" or queue_url not in body:
+            return None
+        error = {"__type": "com.amazonaws.sqs#ServiceUnavailable", "message": "injected"}
+        headers = {
+            "x-amzn-RequestId": str(uuid.uuid4()),
+            "Content-Type": "application/x-amz-json-1.0",
+        }
+        return 503, headers, json.dumps(error)
+
+    return fault
+
+
+def test_an_error_eventbridge_retries_is_dead_lettered_after_the_rules_retries(
+    queued_engine: LocalEngine,
+) -> None:
+    # GIVEN the rule's target queue answering 503, an error EventBridge retries
+    engine = queued_engine
+    version = upload(engine, "uploads/busy.png")
+    unavailable = _unavailable(engine.ref("SourceQueue"))
+    engine.state.faults.append(unavailable)
+    try:
+        # WHEN the rule delivers the upload's event
+        engine.put_s3_event(engine.ref("IngestBucket"), "uploads/busy.png", version)
+    finally:
+        engine.state.faults.remove(unavailable)
+    # THEN it is dead-lettered after the target's RetryPolicy (the template's 185), the
+    # engine taking the retries to fail as the first did
+    dead = _dead_letter(engine)
+    assert dead["RETRY_ATTEMPTS"] == "185"
+    assert dead["ERROR_CODE"] == "ServiceUnavailable"
