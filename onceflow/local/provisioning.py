@@ -176,7 +176,12 @@ _RUNS_ONLY = (
 def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     if props.get("PackageType", "Zip") != "Zip":
         raise TemplateError(f"{logical_id}: PackageType {props['PackageType']}: {_RUNS_ONLY}")
-    runtime = str(props.get("Runtime", "python3.13"))
+    if "Runtime" not in props or "Handler" not in props:  # CreateFunction's words
+        raise TemplateError(
+            f"{logical_id}: InvalidParameterValueException: Runtime and Handler are "
+            "mandatory parameters for functions created with deployment packages."
+        )
+    runtime = str(props["Runtime"])
     if not runtime.startswith("python"):
         raise TemplateError(f"{logical_id}: Runtime {runtime}: {_RUNS_ONLY}")
     if not isinstance(props.get("CodeUri"), str):

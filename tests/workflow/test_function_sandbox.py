@@ -46,3 +46,34 @@ def test_your_function_importing_onceflows_own_modules_fails_to_load_as_on_lambd
     assert payload["errorMessage"] == (
         "Unable to import module 'word_count': No module named 'service'"
     )
+
+
+@pytest.mark.parametrize(
+    "left_out", ["      Runtime: python3.11\n", "      Handler: word_count.handler\n"]
+)
+def test_a_function_without_its_runtime_or_handler_is_refused_as_lambda_refuses_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    left_out: str,
+) -> None:
+    # GIVEN an app whose Zip function leaves out its Runtime (or Handler), with no Globals
+    # to give one
+    app = tmp_path / "my-app"
+    assert main(["init", str(app)]) == 0
+    template = app / "template.yaml"
+    assert left_out in template.read_text()
+    template.write_text(template.read_text().replace(left_out, ""))
+    (tmp_path / "event.json").write_text("{}")
+    capsys.readouterr()
+    # WHEN the user invokes it
+    monkeypatch.chdir(app)
+    code = main(["invoke", "WordCountFunction", "-e", str(tmp_path / "event.json"), "--no-server"])
+    # THEN it is refused before anything runs, as CreateFunction refuses it on a deploy
+    # (InvalidParameterValueException, "Runtime and Handler are mandatory parameters for
+    # functions created with deployment packages.": pipe-cd/pipecd#1400), not run as a
+    # Python the engine picked
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
+    assert "Runtime and Handler are mandatory parameters" in line
