@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from moto.events.models import EventPattern
 from moto.s3.models import s3_backends
 
-from onceflow.local import executions, limits
+from onceflow.local import executions, inventory, limits
 from onceflow.local.errors import EngineError
 from onceflow.local.limits.states import STATE_SIZE_LIMIT, json_bytes
 from onceflow.local.provisioning import ACCOUNT_ID, REGION
@@ -62,6 +62,8 @@ def put_event(engine: LocalEngine, event: Mapping[str, Any]) -> list[str]:
             arn = str(target["Arn"])
             try:
                 if arn.startswith("arn:aws:sqs:"):
+                    if refused := _queue_refuses(engine, arn, rule):
+                        raise refused
                     body = _body(event)
                     engine.client("sqs").send_message(QueueUrl=_url(engine, arn), MessageBody=body)
                 else:  # as the target's role (not verified: EventBridge's error for it)
@@ -142,6 +144,11 @@ def _dead_letter(
     dead_letter = target.get("DeadLetterConfig", {}).get("Arn")
     if not dead_letter:
         raise EngineError(f"rule {rule['name']}: target failed and has no DLQ") from exc
+    if refused := _queue_refuses(engine, dead_letter, rule):  # InvocationsFailedToBeSentToDLQ
+        raise EngineError(
+            f"rule {rule['name']}: target failed ({exc}) and on AWS the event is dropped: "
+            f"{refused.response['Error']['Message']} (eb-rule-dlq.html)"
+        ) from exc
     error, status = exc.response.get("Error", {}), exc.response.get("ResponseMetadata", {})
     code = str(error.get("Code", "Unknown"))
     # EventBridge retries 5xx and 429 answers (and throttling), no other 4xx (re:Post,
@@ -163,6 +170,38 @@ def _dead_letter(
         MessageAttributes={
             k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()
         },
+    )
+
+
+def _queue_refuses(
+    engine: LocalEngine, queue_arn: str, rule: Mapping[str, Any]
+) -> ClientError | None:
+    """The AccessDenied EventBridge meets sending the rule's event to an SQS queue (a target,
+    its DLQ) whose policy lets events.amazonaws.com no sqs:SendMessage for the rule
+    (eb-use-resource-based.html, "Amazon SQS permissions"; eb-rule-dlq.html; AWS's words
+    not verified); None if it may. The policy: the template's AWS::SQS::QueuePolicy (not
+    put on the local queue), else one put on the queue."""
+    url, policy = _url(engine, queue_arn), None
+    for logical_id, resource in engine.stack.template["Resources"].items():
+        properties = resource.get("Properties", {})
+        if (
+            resource.get("Type") == "AWS::SQS::QueuePolicy"
+            and engine.stack.resource_enabled(logical_id)
+            and url in engine.stack.resolve(properties.get("Queues", []))
+        ):
+            policy = engine.stack.resolve(properties.get("PolicyDocument"))
+    if policy is None:
+        attributes = engine.client("sqs").get_queue_attributes(
+            QueueUrl=url, AttributeNames=["Policy"]
+        )
+        policy = json.loads(attributes.get("Attributes", {}).get("Policy") or "null")
+    source = rule_arn(str(rule["name"]))
+    context = {"aws:sourcearn": source, "aws:sourceaccount": ACCOUNT_ID}
+    if inventory.grants(policy, "events.amazonaws.com", "sqs:SendMessage", queue_arn, context):
+        return None
+    message = f"the policy of {queue_arn} lets events.amazonaws.com no sqs:SendMessage for {source}"
+    return ClientError(
+        {"Error": {"Code": "AccessDeniedException", "Message": message}}, "SendMessage"
     )
 
 

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from onceflow.local.engine import LocalEngine
-from tests.helpers import attributes, upload
+from onceflow.local.errors import EngineError
+from tests.helpers import attributes, load_event, upload
 from tests.workflow.test_ingress import _queue_messages
 
 
@@ -76,3 +77,50 @@ def test_an_error_eventbridge_retries_is_dead_lettered_after_the_rules_retries(
     dead = _dead_letter(engine)
     assert dead["RETRY_ATTEMPTS"] == "185"
     assert dead["ERROR_CODE"] == "ServiceUnavailable"
+
+
+def _without_events_grant(engine: LocalEngine, policy_id: str) -> None:
+    """The template's queue policy policy_id without its grant to EventBridge, as a
+    user's template might leave it out (before the engine starts)."""
+    document = engine.stack.template["Resources"][policy_id]["Properties"]["PolicyDocument"]
+    statements = document["Statement"]
+    statements[:] = [s for s in statements if "events.amazonaws.com" not in json.dumps(s)]
+
+
+def test_a_queue_target_whose_policy_lets_eventbridge_not_send_dead_letters_at_once() -> None:
+    # GIVEN the batch mode's source queue, its policy without the statement that lets the
+    # rules send to it (on AWS an SQS target needs the queue's policy to let
+    # events.amazonaws.com sqs:SendMessage: eb-use-resource-based.html, "Amazon SQS
+    # permissions")
+    parameters = {"SqsBatchMode": "true", "ProcessorTimeoutSeconds": "40"}
+    engine = LocalEngine(parameters=parameters, function_log=io.StringIO(), time_scale=0.0)
+    _without_events_grant(engine, "SourceQueuePolicy")
+    with engine:
+        version = upload(engine, "uploads/no-grant.png")
+        # WHEN the rule delivers the upload's event
+        engine.put_s3_event(engine.ref("IngestBucket"), "uploads/no-grant.png", version)
+        # THEN the queue got nothing, and the event is in the ingress DLQ at once, as a
+        # missing permission's event is (eb-rule-dlq.html)
+        assert _queue_messages(engine, "SourceQueue") == []
+        dead = _dead_letter(engine)
+        assert dead["ERROR_CODE"] == "NO_PERMISSIONS" and dead["RETRY_ATTEMPTS"] == "0"
+        assert dead["TARGET_ARN"] == engine.get_att("SourceQueue", "Arn")
+
+
+def test_a_dead_letter_queue_whose_policy_lets_eventbridge_not_send_loses_the_event_loudly() -> (
+    None
+):
+    # GIVEN the ingress DLQ's policy without its grant to the rules
+    engine = LocalEngine(function_log=io.StringIO(), time_scale=0.0)
+    _without_events_grant(engine, "IngressDeadLetterQueuePolicy")
+    with engine:
+        engine.client("stepfunctions").delete_state_machine(
+            stateMachineArn=engine.ref("ProcessorStateMachine")
+        )
+        # WHEN a rule's delivery fails
+        # THEN on AWS the event is dropped (the InvocationsFailedToBeSentToDLQ metric,
+        # eb-rule-dlq.html): the engine stops the delivery saying so, not a DLQ message
+        # AWS would never have written
+        with pytest.raises(EngineError, match="dropped"):
+            engine.put_event(load_event("eventbridge-custom-event.json"))
+        assert _queue_messages(engine, "IngressDeadLetterQueue") == []
