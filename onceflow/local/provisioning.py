@@ -211,6 +211,15 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
             f"{', '.join(reserved)}"
         )
     timeout, memory = int(props.get("Timeout", 3)), int(props.get("MemorySize", 128))
+    ranges = {"timeout": (timeout, 1, 900), "memorySize": (memory, 128, 10240)}
+    for field, (value, low, high) in ranges.items():
+        if not low <= value <= high:  # CreateFunction's words and ranges (API reference)
+            word, edge = ("less", high) if value > high else ("greater", low)
+            raise TemplateError(
+                f"{logical_id}: ValidationException: 1 validation error detected: Value "
+                f"'{value}' at '{field}' failed to satisfy constraint: Member must have "
+                f"value {word} than or equal to {edge}"
+            )
     code = io.BytesIO()
     with zipfile.ZipFile(code, "w") as archive:
         archive.writestr("README", "onceflow runs this function in-process")

@@ -77,3 +77,46 @@ def test_a_function_without_its_runtime_or_handler_is_refused_as_lambda_refuses_
     assert code == 2 and "Traceback" not in err
     [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
     assert "Runtime and Handler are mandatory parameters" in line
+
+
+@pytest.mark.parametrize(
+    ("setting", "refusal"),
+    [
+        (
+            "      Timeout: 901\n",
+            "Value '901' at 'timeout' failed to satisfy constraint: Member must have value "
+            "less than or equal to 900",
+        ),
+        (
+            "      Timeout: 30\n      MemorySize: 64\n",
+            "Value '64' at 'memorySize' failed to satisfy constraint: Member must have value "
+            "greater than or equal to 128",
+        ),
+    ],
+)
+def test_a_timeout_or_memory_lambda_refuses_is_refused_as_lambda_refuses_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    setting: str,
+    refusal: str,
+) -> None:
+    # GIVEN an app whose function asks for more than 900 s (or less than 128 MB)
+    app = tmp_path / "my-app"
+    assert main(["init", str(app)]) == 0
+    template = app / "template.yaml"
+    template.write_text(template.read_text().replace("      Timeout: 30\n", setting))
+    (tmp_path / "event.json").write_text("{}")
+    capsys.readouterr()
+    # WHEN the user invokes it
+    monkeypatch.chdir(app)
+    code = main(["invoke", "WordCountFunction", "-e", str(tmp_path / "event.json"), "--no-server"])
+    # THEN it is refused before anything runs, as CreateFunction refuses it on a deploy
+    # (ValidationException: "1 validation error detected: Value '3000' at 'timeout' failed
+    # to satisfy constraint: Member must have value less than or equal to 900",
+    # covidatlas/li#575; Timeout 1-900 s, MemorySize 128-10,240 MB: CreateFunction API
+    # reference), not run with it
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
+    assert f"ValidationException: 1 validation error detected: {refusal}" in line
