@@ -55,7 +55,9 @@ def put_event(engine: LocalEngine, event: Mapping[str, Any]) -> list[str]:
     (a failed one to its rule's dead-letter queue); the ARNs of the executions started."""
     started: list[str] = []
     for rule in engine.rules.values():
-        pattern = EventPattern.load(json.dumps(rule.get("EventPattern", {})))
+        if "EventPattern" not in rule:  # a scheduled rule matches no event (PutRule API)
+            continue
+        pattern = EventPattern.load(json.dumps(rule["EventPattern"]))
         if rule.get("State", "ENABLED") != "ENABLED" or not pattern.matches_event(dict(event)):  # type: ignore[arg-type]
             continue
         for target in rule.get("Targets", []):

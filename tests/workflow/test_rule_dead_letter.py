@@ -124,3 +124,25 @@ def test_a_dead_letter_queue_whose_policy_lets_eventbridge_not_send_loses_the_ev
         with pytest.raises(EngineError, match="dropped"):
             engine.put_event(load_event("eventbridge-custom-event.json"))
         assert _queue_messages(engine, "IngressDeadLetterQueue") == []
+
+
+def test_a_scheduled_rule_takes_no_event_from_the_bus() -> None:
+    # GIVEN a template with a rule on a schedule (ScheduleExpression, no EventPattern) that
+    # starts the processor too: on AWS it runs on its schedule and matches no event
+    # ("Rules with EventPatterns are triggered when a matching event is observed. Rules
+    # with ScheduleExpressions self-trigger based on the given schedule.": PutRule API
+    # reference)
+    engine = LocalEngine(function_log=io.StringIO(), time_scale=0.0)
+    target = {"Id": "nightly", "Arn": {"Ref": "ProcessorStateMachine"}, "Input": "{}"}
+    target["RoleArn"] = {"Fn::GetAtt": ["IngressRole", "Arn"]}
+    schedule = {"ScheduleExpression": "rate(1 day)", "State": "ENABLED", "Targets": [target]}
+    engine.stack.template["Resources"]["NightlyRule"] = {
+        "Type": "AWS::Events::Rule",
+        "Properties": schedule,
+    }
+    with engine:
+        version = upload(engine, "uploads/once.png")
+        # WHEN an upload's event is on the default bus
+        started = engine.put_s3_event(engine.ref("IngestBucket"), "uploads/once.png", version)
+        # THEN only the rule whose pattern matches it starts an execution
+        assert len(started) == 1
