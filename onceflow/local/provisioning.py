@@ -210,6 +210,13 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
             f"currently not supported for modification. Reserved keys used in this request: "
             f"{', '.join(reserved)}"
         )
+    measured = json.dumps(environment, separators=(",", ":"), ensure_ascii=False)
+    if len(measured.encode("utf-8")) > 4096:  # Lambda's quota: 4 KB, not adjustable
+        raise TemplateError(
+            f"{logical_id}: InvalidParameterValueException: Lambda was unable to configure "
+            "your environment variables because the environment variables you have provided "
+            f"exceeded the 4KB limit. String measured: {measured}"
+        )
     timeout, memory = int(props.get("Timeout", 3)), int(props.get("MemorySize", 128))
     ranges = {"timeout": (timeout, 1, 900), "memorySize": (memory, 128, 10240)}
     for field, (value, low, high) in ranges.items():

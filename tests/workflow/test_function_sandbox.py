@@ -120,3 +120,28 @@ def test_a_timeout_or_memory_lambda_refuses_is_refused_as_lambda_refuses_it(
     assert code == 2 and "Traceback" not in err
     [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
     assert f"ValidationException: 1 validation error detected: {refusal}" in line
+
+
+def test_variables_over_lambdas_4_kb_are_refused_as_lambda_refuses_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN an app whose function's variables take more than 4 KB
+    app = tmp_path / "my-app"
+    assert main(["init", str(app)]) == 0
+    template = app / "template.yaml"
+    own = "          COUNTS_TABLE: !Ref CountsTable\n"
+    template.write_text(template.read_text().replace(own, own + f"          BIG: {'x' * 4096}\n"))
+    (tmp_path / "event.json").write_text("{}")
+    capsys.readouterr()
+    # WHEN the user invokes it
+    monkeypatch.chdir(app)
+    code = main(["invoke", "WordCountFunction", "-e", str(tmp_path / "event.json"), "--no-server"])
+    # THEN it is refused as CreateFunction refuses it (InvalidParameterValueException, "Lambda
+    # was unable to configure your environment variables because the environment variables
+    # you have provided exceeded the 4KB limit. String measured: {...}": the variables as
+    # compact JSON, github-aws-runners/terraform-aws-github-runner#3594; the quota: 4 KB,
+    # not adjustable, Lambda quotas page), not run
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "WordCountFunction" in line]
+    assert "exceeded the 4KB limit. String measured: {" in line
