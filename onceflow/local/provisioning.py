@@ -303,6 +303,12 @@ def _ingress(engine: LocalEngine, logical_id: str, name: str, props: dict[str, A
     """An EventBridge rule or a pipe: kept by the engine, which delivers as AWS does
     (ingress.py); moto's rules cannot start a state machine."""
     rule = engine.stack.template["Resources"][logical_id]["Type"] == "AWS::Events::Rule"
+    for target in props.get("Targets", []) if rule else []:
+        if shaped := sorted({"Input", "InputPath", "InputTransformer"}.intersection(target)):
+            raise TemplateError(
+                f"{logical_id}: target {target.get('Id')}'s {shaped[0]} is not emulated: the "
+                "local engine would hand its target the whole event; leave it out to run here"
+            )
     (engine.rules if rule else engine.pipes)[logical_id] = {"name": name, **props}
     arn = f"{REGION}:{ACCOUNT_ID}:rule/{name}" if rule else f"{REGION}:{ACCOUNT_ID}:pipe/{name}"
     _created(engine, logical_id, name, Arn=f"arn:aws:{'events' if rule else 'pipes'}:{arn}")

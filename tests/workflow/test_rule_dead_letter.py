@@ -26,6 +26,7 @@ import pytest
 
 from onceflow.local.engine import LocalEngine
 from onceflow.local.errors import EngineError
+from onceflow.local.template import TemplateError
 from tests.helpers import attributes, load_event, upload
 from tests.workflow.test_ingress import _queue_messages
 
@@ -133,8 +134,8 @@ def test_a_scheduled_rule_takes_no_event_from_the_bus() -> None:
     # with ScheduleExpressions self-trigger based on the given schedule.": PutRule API
     # reference)
     engine = LocalEngine(function_log=io.StringIO(), time_scale=0.0)
-    target = {"Id": "nightly", "Arn": {"Ref": "ProcessorStateMachine"}, "Input": "{}"}
-    target["RoleArn"] = {"Fn::GetAtt": ["IngressRole", "Arn"]}
+    role = {"Fn::GetAtt": ["IngressRole", "Arn"]}
+    target = {"Id": "nightly", "Arn": {"Ref": "ProcessorStateMachine"}, "RoleArn": role}
     schedule = {"ScheduleExpression": "rate(1 day)", "State": "ENABLED", "Targets": [target]}
     engine.stack.template["Resources"]["NightlyRule"] = {
         "Type": "AWS::Events::Rule",
@@ -146,3 +147,26 @@ def test_a_scheduled_rule_takes_no_event_from_the_bus() -> None:
         started = engine.put_s3_event(engine.ref("IngestBucket"), "uploads/once.png", version)
         # THEN only the rule whose pattern matches it starts an execution
         assert len(started) == 1
+
+
+@pytest.mark.parametrize(
+    "shaping",
+    [
+        {"Input": '{"workItem": {}}'},
+        {"InputPath": "$.detail"},
+        {"InputTransformer": {"InputPathsMap": {}, "InputTemplate": '{"a": 1}'}},
+    ],
+)
+def test_a_rule_target_that_shapes_its_input_is_refused_rather_than_given_the_event(
+    shaping: dict[str, Any],
+) -> None:
+    # GIVEN a rule whose target sends the processor a constant, a part of the event or a
+    # transformed event, not the event (AWS::Events::Rule Target: Input, InputPath,
+    # InputTransformer), which the engine does not emulate
+    engine = LocalEngine(function_log=io.StringIO(), time_scale=0.0)
+    resources = engine.stack.template["Resources"]
+    resources["ObjectCreatedRule"]["Properties"]["Targets"][0].update(shaping)
+    # WHEN the engine starts THEN it refuses in one line, rather than hand the processor
+    # the whole event where AWS hands it something else
+    with pytest.raises(TemplateError, match=f"ObjectCreatedRule.*{next(iter(shaping))}"):
+        engine.start()
