@@ -133,6 +133,11 @@ def _home(origin: str) -> str:
     return str(path.parent.parent if path.name.startswith("__init__.") else path.parent)
 
 
+def _libraries() -> list[str]:
+    """The import paths of this Python's own (not a function's)."""
+    return [path for path in sys.path if path not in _CODE_ROOTS]
+
+
 class _OwnPackage:
     """What a function's code imports, as in its own sandbox on Lambda, where its Python
     finds /var/task (its package), /opt/python (its Layers) and the runtime's libraries,
@@ -152,11 +157,9 @@ class _OwnPackage:
         own: list[str] | None = getattr(_FUNCTION, "paths", None)
         if own is None or path is not None:  # a submodule: found in its package's own path
             return None
-        spec = PathFinder.find_spec(name, own)
-        if spec is None:
-            spec = PathFinder.find_spec(name, [p for p in sys.path if p not in _CODE_ROOTS])
-            if spec is None and PathFinder.find_spec(name, list(_CODE_ROOTS)):
-                raise ModuleNotFoundError(f"No module named '{name}'", name=name)
+        spec = PathFinder.find_spec(name, own) or PathFinder.find_spec(name, _libraries())
+        if spec is None and PathFinder.find_spec(name, list(_CODE_ROOTS)):
+            raise ModuleNotFoundError(f"No module named '{name}'", name=name)
         return spec
 
     def guarded_import(
@@ -176,8 +179,8 @@ class _OwnPackage:
     def _check_loaded(top: str, own: list[str]) -> None:
         origin = _origin(sys.modules.get(top))
         home = _home(origin) if origin else ""
-        if home not in _CODE_ROOTS or home in own:
-            return
+        if home not in _CODE_ROOTS or home in own or PathFinder.find_spec(top, _libraries()):
+            return  # (a library this Python has, another function vendors too: shared)
         if PathFinder.find_spec(top, own) is None:
             raise ModuleNotFoundError(f"No module named '{top}'", name=top)
         raise ImportError(

@@ -199,3 +199,24 @@ def test_two_packages_holding_one_module_name_are_refused_rather_than_share_it(
     assert error == "Runtime.ImportModuleError", payload
     message = payload["errorMessage"]
     assert str((tmp_path / "red").resolve()) in message and "rename" in message
+
+
+def test_a_library_this_python_has_that_another_function_vendors_is_still_found(
+    tmp_path: Path, runtime: lambdas.InProcessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a library this Python has (its site-packages stands for Lambda's runtime), a
+    # copy of which one function's package vendors and imported first
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sandbox_lib.py").write_text("WHERE = 'site-packages'\n")
+    monkeypatch.syspath_prepend(str(site))
+    source = "import sandbox_lib\n\ndef handler(e, c):\n    return 1\n"
+    vendoring = _function(tmp_path, "vendoring", source, **{"sandbox_lib.py": "WHERE = 'v'\n"})
+    other = _function(tmp_path, "plain", source)
+    for spec in (vendoring, other):
+        runtime.register(spec)
+    runtime.cold_start()
+    # WHEN both run, the vendoring one first
+    # THEN the other still imports it (the engine, and code on its thread, may need it)
+    assert [runtime.invoke(spec.name, {}) for spec in (vendoring, other)] == [(1, None)] * 2
+    sys.modules.pop("sandbox_lib", None)
