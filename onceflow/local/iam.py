@@ -59,15 +59,24 @@ def _pattern(text: str, case_sensitive: bool) -> re.Pattern[str]:
     return re.compile(regex, re.DOTALL if case_sensitive else re.DOTALL | re.IGNORECASE)
 
 
+def _insecure(condition: Mapping[str, Any]) -> bool:
+    """Whether a Condition holds only for a request over plain HTTP."""
+    secure = {k.lower(): v for k, v in (condition.get("Bool") or {}).items()}
+    values = secure.get("aws:securetransport")
+    return values is not None and "true" not in str(values).lower()
+
+
 def statement_matches(statement: Mapping[str, Any], action: str, resource: str) -> bool:
     """Whether one identity-policy statement applies to (action, resource): its Action
     (or NotAction) and Resource (or NotResource) cover them; it must name both.
 
-    A statement with a Condition never applies: its keys describe the request's
-    context, which the engine does not model (harsher than AWS for an Allow, kinder
-    for a Deny; this template's roles have none).
+    Its Condition's keys describe the request's context, which the engine does not
+    model but for aws:SecureTransport (every call is over TLS): an Allow with one never
+    applies, a Deny with one does unless it needs insecure transport (harsher than AWS
+    either way, never kinder; this template's roles have none).
     """
-    if "Condition" in statement:
+    condition = statement.get("Condition")
+    if condition is not None and (statement.get("Effect") != "Deny" or _insecure(condition)):
         return False
     for key, value in (("Action", action), ("Resource", resource)):
         name = key if key in statement else f"Not{key}"

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from moto.events.models import EventPattern
 from moto.s3.models import s3_backends
 
-from onceflow.local import executions, limits
+from onceflow.local import executions, inventory, limits
 from onceflow.local.errors import EngineError
 from onceflow.local.limits.states import STATE_SIZE_LIMIT, json_bytes
 from onceflow.local.provisioning import ACCOUNT_ID, REGION
@@ -55,13 +55,17 @@ def put_event(engine: LocalEngine, event: Mapping[str, Any]) -> list[str]:
     (a failed one to its rule's dead-letter queue); the ARNs of the executions started."""
     started: list[str] = []
     for rule in engine.rules.values():
-        pattern = EventPattern.load(json.dumps(rule.get("EventPattern", {})))
+        if "EventPattern" not in rule:  # a scheduled rule matches no event (PutRule API)
+            continue
+        pattern = EventPattern.load(json.dumps(rule["EventPattern"]))
         if rule.get("State", "ENABLED") != "ENABLED" or not pattern.matches_event(dict(event)):  # type: ignore[arg-type]
             continue
         for target in rule.get("Targets", []):
             arn = str(target["Arn"])
             try:
                 if arn.startswith("arn:aws:sqs:"):
+                    if refused := _queue_refuses(engine, arn, rule):
+                        raise refused
                     body = _body(event)
                     engine.client("sqs").send_message(QueueUrl=_url(engine, arn), MessageBody=body)
                 else:  # as the target's role (not verified: EventBridge's error for it)
@@ -125,19 +129,42 @@ def s3_object_created_event(
     return _envelope("Object Created", "aws.s3", when, detail, resources=[f"arn:aws:s3:::{bucket}"])
 
 
+# Errors EventBridge does not retry but sends "directly to the DLQ" (eb-rule-dlq.html:
+# "missing permissions to a target, or a target resource that no longer exists"), with
+# its ERROR_CODE for each (the page's list; which API error maps to which code is not
+# verified). Any other error keeps its API code (EventBridge's for it: not verified).
+_NOT_RETRIED = {
+    "AccessDeniedException": "NO_PERMISSIONS",
+    "StateMachineDoesNotExist": "NO_RESOURCE",
+    "AWS.SimpleQueueService.NonExistentQueue": "NO_RESOURCE",
+}
+
+
 def _dead_letter(
     engine: LocalEngine, rule: dict[str, Any], target: dict[str, Any], event: Any, exc: ClientError
 ) -> None:
     dead_letter = target.get("DeadLetterConfig", {}).get("Arn")
     if not dead_letter:
         raise EngineError(f"rule {rule['name']}: target failed and has no DLQ") from exc
-    error = exc.response.get("Error", {})
+    if refused := _queue_refuses(engine, dead_letter, rule):  # InvocationsFailedToBeSentToDLQ
+        raise EngineError(
+            f"rule {rule['name']}: target failed ({exc}) and on AWS the event is dropped: "
+            f"{refused.response['Error']['Message']} (eb-rule-dlq.html)"
+        ) from exc
+    error, status = exc.response.get("Error", {}), exc.response.get("ResponseMetadata", {})
+    code = str(error.get("Code", "Unknown"))
+    # EventBridge retries 5xx and 429 answers (and throttling), no other 4xx (re:Post,
+    # eventbridge-resolve-failedinvocation-errors); the engine takes the retries to fail
+    # as the first try did.
+    retried = status.get("HTTPStatusCode", 400) in (429, *range(500, 600)) or "Throttl" in code
     attributes = {
         "RULE_ARN": rule_arn(rule["name"]),
         "TARGET_ARN": str(target["Arn"]),
-        "ERROR_CODE": str(error.get("Code", "Unknown")),
+        "ERROR_CODE": _NOT_RETRIED.get(code, code),
         "ERROR_MESSAGE": str(error.get("Message", ""))[:256],
-        "RETRY_ATTEMPTS": str(target.get("RetryPolicy", {}).get("MaximumRetryAttempts", 185)),
+        "RETRY_ATTEMPTS": str(
+            target.get("RetryPolicy", {}).get("MaximumRetryAttempts", 185) if retried else 0
+        ),
     }
     engine.client("sqs").send_message(
         QueueUrl=_url(engine, dead_letter),
@@ -145,6 +172,38 @@ def _dead_letter(
         MessageAttributes={
             k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()
         },
+    )
+
+
+def _queue_refuses(
+    engine: LocalEngine, queue_arn: str, rule: Mapping[str, Any]
+) -> ClientError | None:
+    """The AccessDenied EventBridge meets sending the rule's event to an SQS queue (a target,
+    its DLQ) whose policy lets events.amazonaws.com no sqs:SendMessage for the rule
+    (eb-use-resource-based.html, "Amazon SQS permissions"; eb-rule-dlq.html; AWS's words
+    not verified); None if it may. The policy: the template's AWS::SQS::QueuePolicy (not
+    put on the local queue), else one put on the queue."""
+    url, policy = _url(engine, queue_arn), None
+    for logical_id, resource in engine.stack.template["Resources"].items():
+        properties = resource.get("Properties", {})
+        if (
+            resource.get("Type") == "AWS::SQS::QueuePolicy"
+            and engine.stack.resource_enabled(logical_id)
+            and url in engine.stack.resolve(properties.get("Queues", []))
+        ):
+            policy = engine.stack.resolve(properties.get("PolicyDocument"))
+    if policy is None:
+        attributes = engine.client("sqs").get_queue_attributes(
+            QueueUrl=url, AttributeNames=["Policy"]
+        )
+        policy = json.loads(attributes.get("Attributes", {}).get("Policy") or "null")
+    source = rule_arn(str(rule["name"]))
+    context = {"aws:sourcearn": source, "aws:sourceaccount": ACCOUNT_ID}
+    if inventory.grants(policy, "events.amazonaws.com", "sqs:SendMessage", queue_arn, context):
+        return None
+    message = f"the policy of {queue_arn} lets events.amazonaws.com no sqs:SendMessage for {source}"
+    return ClientError(
+        {"Error": {"Code": "AccessDeniedException", "Message": message}}, "SendMessage"
     )
 
 

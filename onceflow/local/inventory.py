@@ -139,26 +139,40 @@ def _condition_met(condition: Mapping[str, Any], context: Mapping[str, str]) -> 
     return True
 
 
+def grants(
+    policy: Mapping[str, Any] | None,
+    service: str,
+    action: str,
+    resource: str,
+    context: Mapping[str, str],
+) -> bool:
+    """Whether a resource policy lets the AWS service principal do action on resource, in
+    context (aws:sourcearn, aws:sourceaccount). Deny statements are not read (the stack's
+    only ones refuse insecure transport)."""
+    for statement in (policy or {}).get("Statement") or []:
+        principal = statement.get("Principal")
+        services = _values(principal.get("Service", [])) if isinstance(principal, dict) else []
+        bare = {k: v for k, v in statement.items() if k != "Condition"}
+        if (
+            statement.get("Effect") == "Allow"
+            and service in services
+            and statement_matches(bare, action, resource)
+            and _condition_met(statement.get("Condition") or {}, context)
+        ):
+            return True
+    return False
+
+
 def delivery_refused(
     policy: Mapping[str, Any] | None, source_bucket: str, account: str, key_arn: str
 ) -> str | None:
     """Why S3 would not write an inventory file of source_bucket at key_arn under the
     destination's bucket policy, or None when it grants it (S3 user guide, "Configuring
     Amazon S3 Inventory", "Creating a destination bucket policy"; docs/local-engine.md
-    says what grants it). Deny statements are not read (the stack's only one refuses
-    insecure transport)."""
+    says what grants it)."""
     context = {"aws:sourcearn": f"arn:aws:s3:::{source_bucket}", "aws:sourceaccount": account}
-    for statement in (policy or {}).get("Statement") or []:
-        principal = statement.get("Principal")
-        services = _values(principal.get("Service", [])) if isinstance(principal, dict) else []
-        granted = statement.get("Effect") == "Allow" and "s3.amazonaws.com" in services
-        bare = {k: v for k, v in statement.items() if k != "Condition"}
-        if (
-            granted
-            and statement_matches(bare, "s3:PutObject", key_arn)
-            and _condition_met(statement.get("Condition") or {}, context)
-        ):
-            return None
+    if grants(policy, "s3.amazonaws.com", "s3:PutObject", key_arn, context):
+        return None
     return (
         f"the destination's bucket policy lets no s3.amazonaws.com PutObject of {key_arn} for "
         f"s3://{source_bucket} (account {account}): S3 delivers no report"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import decimal
 import functools
 import importlib
@@ -18,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TextIO
@@ -70,7 +72,9 @@ def guard_powertools() -> list[str]:
     )
 
 
-_FUNCTION_VARIABLES = threading.local()
+# On a thread running a function's code (its import, its invocations): its variables and
+# its import paths.
+_FUNCTION = threading.local()
 
 
 class _FunctionEnviron(os._Environ[str]):
@@ -80,7 +84,7 @@ class _FunctionEnviron(os._Environ[str]):
     process's. A subprocess sees the process's (os.putenv's) environment."""
 
     def _own(self) -> dict[str, str]:
-        own: dict[str, str] = getattr(_FUNCTION_VARIABLES, "variables", None) or {}
+        own: dict[str, str] = getattr(_FUNCTION, "variables", None) or {}
         return own
 
     def __getitem__(self, key: str) -> str:
@@ -110,14 +114,92 @@ class _FunctionEnviron(os._Environ[str]):
 
 
 @contextmanager
-def function_environment(variables: dict[str, str]) -> Iterator[None]:
-    """On this thread, os.environ shows these variables over the process's."""
-    before = getattr(_FUNCTION_VARIABLES, "variables", None)
-    _FUNCTION_VARIABLES.variables = dict(variables)  # its writes stay its own
+def function_environment(variables: dict[str, str], paths: list[str]) -> Iterator[None]:
+    """On this thread, os.environ shows these variables over the process's, and imports
+    find the function's modules in these paths only (_OwnPackage)."""
+    before = getattr(_FUNCTION, "variables", None), getattr(_FUNCTION, "paths", None)
+    _FUNCTION.variables = dict(variables)  # its writes stay its own
+    _FUNCTION.paths = paths
     try:
         yield
     finally:
-        _FUNCTION_VARIABLES.variables = before
+        _FUNCTION.variables, _FUNCTION.paths = before
+
+
+@functools.lru_cache(maxsize=4096)
+def _home(origin: str) -> str:
+    """The import path a top-level module of this origin (_origin) was found in."""
+    path = Path(origin)
+    return str(path.parent.parent if path.name.startswith("__init__.") else path.parent)
+
+
+def _libraries() -> list[str]:
+    """The import paths of this Python's own (not a function's)."""
+    return [path for path in sys.path if path not in _CODE_ROOTS]
+
+
+class _OwnPackage:
+    """What a function's code imports, as in its own sandbox on Lambda, where its Python
+    finds /var/task (its package), /opt/python (its Layers) and the runtime's libraries,
+    never another function's package (packaging-layers.html, "Layer paths for each Lambda
+    runtime"). On a thread running a function's code, a top-level module is found in its
+    own import paths first, else anywhere but another function's (this Python's libraries
+    stand for the runtime's); one that only another function's paths hold is not found,
+    whether or not that function imported it already (sys.modules answers before any
+    finder is asked, so the import statement checks it: builtins.__import__). Any other
+    thread imports as Python does. In place while any engine runs (FUNCTION_OUTPUT). Not
+    covered: importlib.import_module of a module another function imported."""
+
+    def __init__(self) -> None:
+        self.builtin_import = builtins.__import__
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
+        own: list[str] | None = getattr(_FUNCTION, "paths", None)
+        if own is None or path is not None:  # a submodule: found in its package's own path
+            return None
+        spec = PathFinder.find_spec(name, own) or PathFinder.find_spec(name, _libraries())
+        if spec is None and PathFinder.find_spec(name, list(_CODE_ROOTS)):
+            raise ModuleNotFoundError(f"No module named '{name}'", name=name)
+        return spec
+
+    def guarded_import(
+        self,
+        name: str,
+        globals: Any = None,
+        locals: Any = None,
+        fromlist: Any = (),
+        level: int = 0,
+    ) -> Any:
+        own: list[str] | None = getattr(_FUNCTION, "paths", None)
+        if own is not None and not level:
+            self._check_loaded(name.partition(".")[0], own)
+        return self.builtin_import(name, globals, locals, fromlist, level)
+
+    @staticmethod
+    def _check_loaded(top: str, own: list[str]) -> None:
+        origin = _origin(sys.modules.get(top))
+        home = _home(origin) if origin else ""
+        if home not in _CODE_ROOTS or home in own or PathFinder.find_spec(top, _libraries()):
+            return  # (a library this Python has, another function vendors too: shared)
+        if PathFinder.find_spec(top, own) is None:
+            raise ModuleNotFoundError(f"No module named '{top}'", name=top)
+        raise ImportError(
+            f"its module '{top}' ({own[0]}) and another function's ({home}) have one name: on "
+            "Lambda each function imports in its own sandbox, the local engine imports every "
+            f"function in one Python, where one name is one module; rename '{top}' in one of "
+            "them to run both here"
+        )
+
+    def install(self, on: bool) -> None:
+        if on and self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
+            builtins.__import__ = self.guarded_import  # type: ignore[assignment]
+        elif not on and self in sys.meta_path:
+            sys.meta_path.remove(self)
+            builtins.__import__ = self.builtin_import
+
+
+OWN_PACKAGE = _OwnPackage()
 
 
 class FunctionOutput(io.TextIOBase):
@@ -125,7 +207,7 @@ class FunctionOutput(io.TextIOBase):
     caller's terminal. Powertools Logger keeps the stream it saw at import and Metrics
     prints EMF, so routing is by thread: a thread running a handler writes to its engine's
     function log; everything else passes through. In place while any engine runs, with
-    os.environ routed by thread too (_FunctionEnviron)."""
+    os.environ and imports routed by thread too (_FunctionEnviron, OWN_PACKAGE)."""
 
     def __init__(self) -> None:
         self.passthrough: TextIO = sys.__stdout__ or sys.stderr
@@ -158,6 +240,7 @@ class FunctionOutput(io.TextIOBase):
                 self.passthrough = sys.stdout
                 sys.stdout = self
             os.environ.__class__ = _FunctionEnviron
+            OWN_PACKAGE.install(True)
 
     def uninstall(self) -> None:
         with self._lock:
@@ -166,6 +249,7 @@ class FunctionOutput(io.TextIOBase):
                 sys.stdout = self.passthrough
             if not self._engines:
                 os.environ.__class__ = os._Environ
+                OWN_PACKAGE.install(False)
 
 
 FUNCTION_OUTPUT = FunctionOutput()
@@ -459,7 +543,7 @@ class InProcessRuntime:
         with (
             self.around(),
             FUNCTION_OUTPUT.running_function(self.function_log),
-            function_environment(spec.variables()),
+            function_environment(spec.variables(), self.import_paths(spec)),
         ):
             try:
                 yield
@@ -541,7 +625,7 @@ class InProcessRuntime:
                     sys.modules.pop(spec.handler.rpartition(".")[0].replace("/", "."), None)
                 try:
                     with (  # its init: module-level reads and prints are the function's
-                        function_environment(spec.variables()),
+                        function_environment(spec.variables(), paths),
                         FUNCTION_OUTPUT.running_function(self.function_log),
                     ):
                         handler = _import_handler(spec.handler, retry=retry)

@@ -176,7 +176,12 @@ _RUNS_ONLY = (
 def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:
     if props.get("PackageType", "Zip") != "Zip":
         raise TemplateError(f"{logical_id}: PackageType {props['PackageType']}: {_RUNS_ONLY}")
-    runtime = str(props.get("Runtime", "python3.13"))
+    if "Runtime" not in props or "Handler" not in props:  # CreateFunction's words
+        raise TemplateError(
+            f"{logical_id}: InvalidParameterValueException: Runtime and Handler are "
+            "mandatory parameters for functions created with deployment packages."
+        )
+    runtime = str(props["Runtime"])
     if not runtime.startswith("python"):
         raise TemplateError(f"{logical_id}: Runtime {runtime}: {_RUNS_ONLY}")
     if not isinstance(props.get("CodeUri"), str):
@@ -205,7 +210,23 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
             f"currently not supported for modification. Reserved keys used in this request: "
             f"{', '.join(reserved)}"
         )
+    measured = json.dumps(environment, separators=(",", ":"), ensure_ascii=False)
+    if len(measured.encode("utf-8")) > 4096:  # Lambda's quota: 4 KB, not adjustable
+        raise TemplateError(
+            f"{logical_id}: InvalidParameterValueException: Lambda was unable to configure "
+            "your environment variables because the environment variables you have provided "
+            f"exceeded the 4KB limit. String measured: {measured}"
+        )
     timeout, memory = int(props.get("Timeout", 3)), int(props.get("MemorySize", 128))
+    ranges = {"timeout": (timeout, 1, 900), "memorySize": (memory, 128, 10240)}
+    for field, (value, low, high) in ranges.items():
+        if not low <= value <= high:  # CreateFunction's words and ranges (API reference)
+            word, edge = ("less", high) if value > high else ("greater", low)
+            raise TemplateError(
+                f"{logical_id}: ValidationException: 1 validation error detected: Value "
+                f"'{value}' at '{field}' failed to satisfy constraint: Member must have "
+                f"value {word} than or equal to {edge}"
+            )
     code = io.BytesIO()
     with zipfile.ZipFile(code, "w") as archive:
         archive.writestr("README", "onceflow runs this function in-process")
@@ -282,6 +303,12 @@ def _ingress(engine: LocalEngine, logical_id: str, name: str, props: dict[str, A
     """An EventBridge rule or a pipe: kept by the engine, which delivers as AWS does
     (ingress.py); moto's rules cannot start a state machine."""
     rule = engine.stack.template["Resources"][logical_id]["Type"] == "AWS::Events::Rule"
+    for target in props.get("Targets", []) if rule else []:
+        if shaped := sorted({"Input", "InputPath", "InputTransformer"}.intersection(target)):
+            raise TemplateError(
+                f"{logical_id}: target {target.get('Id')}'s {shaped[0]} is not emulated: the "
+                "local engine would hand its target the whole event; leave it out to run here"
+            )
     (engine.rules if rule else engine.pipes)[logical_id] = {"name": name, **props}
     arn = f"{REGION}:{ACCOUNT_ID}:rule/{name}" if rule else f"{REGION}:{ACCOUNT_ID}:pipe/{name}"
     _created(engine, logical_id, name, Arn=f"arn:aws:{'events' if rule else 'pipes'}:{arn}")

@@ -80,7 +80,9 @@ def test_a_deleted_target_sends_the_event_to_the_ingress_dlq(engine: LocalEngine
     [message] = _queue_messages(engine, "IngressDeadLetterQueue")
     assert json.loads(message["Body"]) == event  # nothing lost: the event itself
     attrs = attributes(message)
-    assert attrs["ERROR_CODE"] == "StateMachineDoesNotExist"
+    # at once, without a retry: a target "that no longer exists" (eb-rule-dlq.html;
+    # tests/workflow/test_rule_dead_letter.py)
+    assert attrs["ERROR_CODE"] == "NO_RESOURCE" and attrs["RETRY_ATTEMPTS"] == "0"
     assert attrs["RULE_ARN"] == engine.get_att("ObjectCreatedRule", "Arn")
     assert attrs["TARGET_ARN"] == engine.ref(MACHINE)
 
@@ -412,7 +414,10 @@ def test_a_rule_whose_role_may_not_start_the_processor_dead_letters_the_event() 
         # THEN nothing starts, and the event is in the ingress DLQ, whole (not lost)
         [message] = _queue_messages(engine, "IngressDeadLetterQueue")
         assert json.loads(message["Body"]) == event
-        assert attributes(message)["ERROR_CODE"] == "AccessDeniedException"
+        # at once, without a retry: "missing permissions to a target" (eb-rule-dlq.html;
+        # tests/workflow/test_rule_dead_letter.py)
+        assert attributes(message)["ERROR_CODE"] == "NO_PERMISSIONS"
+        assert attributes(message)["RETRY_ATTEMPTS"] == "0"
         assert "states:StartExecution" in attributes(message)["ERROR_MESSAGE"]
         assert ledger_rows(engine) == []
 

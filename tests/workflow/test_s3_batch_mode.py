@@ -256,7 +256,9 @@ def test_an_event_the_queue_cannot_take_goes_to_the_ingress_dlq(engine: LocalEng
         MaxNumberOfMessages=10,
     )["Messages"]
     assert json.loads(message["Body"])["detail"]["object"]["key"] == "uploads/nowhere.png"
-    assert attributes(message)["ERROR_CODE"] == "AWS.SimpleQueueService.NonExistentQueue"
+    # at once, without a retry: a target "that no longer exists" (eb-rule-dlq.html)
+    assert attributes(message)["ERROR_CODE"] == "NO_RESOURCE"
+    assert attributes(message)["RETRY_ATTEMPTS"] == "0"
     queue = engine.get_att("SourceQueue", "QueueName")
     assert attributes(message)["TARGET_ARN"].endswith(f":{queue}")
 
