@@ -18,6 +18,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -226,6 +227,18 @@ def _dependency_hint(engine: LocalEngine, spec: FunctionSpec, error: str) -> str
     handler_module = spec.handler.rpartition(".")[0].replace("/", ".").split(".")[0]
     if missing is None or missing.group(1) == handler_module:
         return ""
+    owners = [
+        other.name
+        for other in engine.runtime.functions.values()
+        if other.name != spec.name
+        and PathFinder.find_spec(missing.group(1), engine.runtime.import_paths(other))
+    ]
+    if owners:
+        return (
+            f"; '{missing.group(1)}' is in another function's package ({', '.join(owners[:3])}), "
+            "and on Lambda each function has only its own CodeUri and Layers: put it in this "
+            "function's CodeUri or in a Layer both use"
+        )
     # the function's and its Layers' (sam build installs a Layer's with its BuildMethod)
     roots = [spec.code_uri, *engine.runtime.layer_paths(spec)]
     files = [root / "requirements.txt" for root in roots if (root / "requirements.txt").is_file()]

@@ -48,6 +48,29 @@ def test_your_function_importing_onceflows_own_modules_fails_to_load_as_on_lambd
     )
 
 
+def test_a_module_of_another_functions_package_is_named_as_such_not_as_a_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the app of the test above, whose function imports onceflow's own `service`
+    app = tmp_path / "my-app"
+    assert main(["init", str(app)]) == 0
+    handler = app / "src" / "word_count.py"
+    handler.write_text(
+        handler.read_text().replace("import os\n", "import os\nimport service.errors\n")
+    )
+    (tmp_path / "event.json").write_text("{}")
+    functions = str(Path(__file__).resolve().parents[2] / "functions")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if str(Path(p).resolve()) != functions])
+    capsys.readouterr()
+    # WHEN the user invokes it
+    monkeypatch.chdir(app)
+    main(["invoke", "WordCountFunction", "-e", str(tmp_path / "event.json"), "--no-server"])
+    err = capsys.readouterr().err
+    # THEN the line says whose package holds it, not to pip install a library of that name
+    assert "pip install service" not in err
+    assert "'service' is in another function's package (onceflow-" in err
+
+
 @pytest.mark.parametrize(
     "left_out", ["      Runtime: python3.11\n", "      Handler: word_count.handler\n"]
 )
