@@ -397,9 +397,9 @@ class _AuditWait:
 QUEUES = {
     "processor": ("DeadLetterQueueUrl", False),
     "ingress": ("IngressDeadLetterQueueUrl", True),
-    "source": ("SourceDeadLetterQueueUrl", True),
+    "source": ("SourceDeadLetterQueueUrl", True),  # found from SOURCE_QUEUE_ARN
 }
-SOURCE_QUEUE = "SourceQueueUrl"
+SOURCE_QUEUE_ARN = "SourceQueueArn"
 
 
 @dataclass
@@ -496,20 +496,10 @@ def redrive(
     output, raw = QUEUES[queue]
     sqs = target.client("sqs")
     sfn = target.client("stepfunctions")
-    try:
-        url = target.output(output)
-        back = target.output(SOURCE_QUEUE) if queue == "source" else ""
-    # A missing output is an OpsError on a deployed stack and the engine's own error
-    # locally (ops does not import the engine): either way, say what to do instead.
-    except Exception as exc:
-        if queue != "source":
-            raise
-        raise OpsError(
-            "--queue source needs the stack's own source queue (SqsSource create); for a "
-            "queue of your own, move its DLQ's messages back with SQS (aws sqs "
-            "start-message-move-task --source-arn <its DLQ's ARN>): each meets the same "
-            f"rules ({exc})"
-        ) from exc
+    if queue == "source":
+        url, back = _source_queues(target, sqs)
+    else:
+        url, back = target.output(output), ""
     processor = target.output("ProcessorStateMachineArn")
     report = RedriveReport(url, dry_run)
     kept_handles: list[str] = []
@@ -549,6 +539,32 @@ def redrive(
             sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)
     _wait_for_outcomes(target, report, wait)
     return report
+
+
+def _source_queues(target: Target, sqs: Any) -> tuple[str, str]:
+    """The source queue's DLQ and the queue, the stack's own or (SqsSource=<ARN>) yours:
+    the DLQ is the one the queue's redrive policy names."""
+    try:
+        arn = target.output(SOURCE_QUEUE_ARN)
+    # A missing output is an OpsError on a deployed stack and the engine's own error
+    # locally (ops does not import the engine): either way, say what to do instead.
+    except Exception as exc:
+        raise OpsError(
+            "--queue source needs a stack with a source queue (SqsSource), deployed by this "
+            f"version (its output {SOURCE_QUEUE_ARN}): {exc}"
+        ) from exc
+    back = _queue_url(sqs, arn)
+    attributes = sqs.get_queue_attributes(QueueUrl=back, AttributeNames=["RedrivePolicy"])
+    policy = attributes.get("Attributes", {}).get("RedrivePolicy")
+    if not policy:
+        raise OpsError(f"the source queue {arn} has no DLQ (no RedrivePolicy): nothing to move")
+    return _queue_url(sqs, json.loads(policy)["deadLetterTargetArn"]), back
+
+
+def _queue_url(sqs: Any, arn: str) -> str:
+    """arn:aws:sqs:<region>:<account>:<name> -> its URL (GetQueueUrl)."""
+    *_, account, name = arn.split(":")
+    return str(sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"])
 
 
 def _wait_for_outcomes(target: Target, report: RedriveReport, wait: bool | None) -> None:

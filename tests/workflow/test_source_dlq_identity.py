@@ -289,3 +289,57 @@ def test_the_audit_resubmits_a_moved_message_under_its_first_id(
     assert [r["pk"] for r in ledger_rows(engine)] == ["sqs:first-id"]
     assert (ledger_row(engine, "sqs:first-id") or {})["status"] == "PROCESSED"
     assert output_effects(engine) == 1
+
+
+# ---- a queue of your own (SqsSource=<ARN>): redrive finds its DLQ ----------------------
+
+_ORDERS = "arn:aws:sqs:us-east-1:123456789012:orders"
+
+
+def test_your_own_queues_message_moved_back_by_redrive_keeps_its_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SqsSource=<your queue's ARN>, keyed by messageId: `redrive --queue source` reads the
+    DLQ your queue's redrive policy names and moves its messages back with their first id,
+    as for the stack's own queue; SQS's own redrive would give them new ids (the work done
+    again)."""
+    with _engine(SqsSource=_ORDERS, IdempotencyKeyPath="") as engine:
+        # GIVEN your queue with a DLQ after 3 receives, and an order processed once whose
+        # start the pipe never saw answered, so its message moved to your DLQ
+        sqs = engine.client("sqs")
+        dlq = sqs.create_queue(QueueName="orders-dlq")["QueueUrl"]
+        policy = {"deadLetterTargetArn": f"{_ORDERS}-dlq", "maxReceiveCount": "3"}
+        url = sqs.create_queue(
+            QueueName="orders",
+            Attributes={"VisibilityTimeout": "1800", "RedrivePolicy": json.dumps(policy)},
+        )["QueueUrl"]
+        message = sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"orderId": "o-1"}))
+        with monkeypatch.context() as patched:
+            _response_lost(patched, engine)
+            for _ in range(4):
+                engine.pump_pipes()
+        key = f"sqs:{message['MessageId']}"
+        assert (ledger_row(engine, key) or {})["status"] == "PROCESSED"
+        waiting = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["All"])["Attributes"]
+        assert waiting["ApproximateNumberOfMessages"] == "1"
+        # WHEN the operator moves it back with onceflow and the pipe delivers it
+        report = ops.redrive(LocalTarget(engine), queue="source")
+        assert report.count("resubmitted") == 1
+        [arn] = engine.pump_pipes()
+        # THEN it is a Duplicate of the processed row: processed once in total
+        assert engine.wait(arn).outcome == "Duplicate"
+        assert invocations(engine) == 1 and output_effects(engine) == 1
+        assert [r["pk"] for r in ledger_rows(engine)] == [key]
+        for queue in (url, dlq):
+            left = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])
+            assert left["Attributes"]["ApproximateNumberOfMessages"] == "0"
+
+
+def test_redrive_of_the_source_queue_on_a_stack_without_one_is_refused_in_one_line() -> None:
+    # GIVEN a stack with no source queue (SqsSource none, the default)
+    with _engine() as engine:
+        # WHEN the operator asks to move the source queue's DLQ back
+        with pytest.raises(ops.OpsError) as refused:
+            ops.redrive(LocalTarget(engine), queue="source")
+        # THEN it says what it needs, and nothing was moved
+        assert "--queue source needs a stack with a source queue (SqsSource)" in str(refused.value)
