@@ -80,37 +80,49 @@ _FUNCTION = threading.local()
 class _FunctionEnviron(os._Environ[str]):
     """os.environ while an engine runs: on a thread running a function's code (its import,
     its invocations) the function's own variables come first, as each function has its
-    own environment on Lambda; any other thread (one a handler starts too) sees the
-    process's. A subprocess sees the process's (os.putenv's) environment."""
+    own environment on Lambda, and its writes and deletions stay its own (None marks a
+    deleted one), never the process's nor another function's; any other thread (one a
+    handler starts too) sees the process's. A subprocess sees the process's (os.putenv's)
+    environment."""
 
-    def _own(self) -> dict[str, str]:
-        own: dict[str, str] = getattr(_FUNCTION, "variables", None) or {}
+    @staticmethod
+    def _own() -> dict[str, str | None] | None:
+        own: dict[str, str | None] | None = getattr(_FUNCTION, "variables", None)
         return own
 
     def __getitem__(self, key: str) -> str:
         own = self._own()
-        return own[key] if key in own else super().__getitem__(key)
+        if own is None or key not in own:
+            return super().__getitem__(key)
+        value = own[key]
+        if value is None:
+            raise KeyError(key)
+        return value
 
     def __setitem__(self, key: str, value: str) -> None:
-        super().__setitem__(key, value)
-        if key in (own := self._own()):
-            own[key] = value
+        own = self._own()
+        if own is None:
+            super().__setitem__(key, value)
+            return
+        self.encodekey(key), self.encodevalue(value)  # the TypeError os.environ raises
+        own[key] = value
 
     def __delitem__(self, key: str) -> None:
-        found = self._own().pop(key, None) is not None
-        try:
+        own = self._own()
+        if own is None:
             super().__delitem__(key)
-        except KeyError:
-            if not found:
-                raise
+            return
+        if key not in self:
+            raise KeyError(key)
+        own[key] = None
 
     def __iter__(self) -> Iterator[str]:
-        own = self._own()
-        yield from own
+        own = self._own() or {}
+        yield from (key for key, value in list(own.items()) if value is not None)
         yield from (key for key in super().__iter__() if key not in own)
 
     def __len__(self) -> int:
-        return len(set(self._own()) | set(super().__iter__()))
+        return sum(1 for _ in self)
 
 
 @contextmanager
