@@ -203,12 +203,16 @@ class _OwnPackage:
         )
 
     def install(self, on: bool) -> None:
+        """In place or taken away: the __import__ it wraps is the one in place when it is
+        installed (another tool's hook, too), and is put back only if it is still ours."""
         if on and self not in sys.meta_path:
             sys.meta_path.insert(0, self)
+            self.builtin_import = builtins.__import__
             builtins.__import__ = self.guarded_import  # type: ignore[assignment]
         elif not on and self in sys.meta_path:
             sys.meta_path.remove(self)
-            builtins.__import__ = self.builtin_import
+            if builtins.__import__ == self.guarded_import:
+                builtins.__import__ = self.builtin_import
 
 
 OWN_PACKAGE = _OwnPackage()

@@ -473,3 +473,30 @@ def test_a_functions_writes_to_its_environment_stay_its_own(
         for app in ("writer", "reader"):
             sys.modules.pop(f"probe_env_{app}", None)
     assert os.getenv("PROBE_WRITTEN") is None  # nor after the engines stopped
+
+
+def test_an_import_hook_installed_before_an_engine_outlives_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import builtins
+
+    # GIVEN an __import__ hook of the process's (a profiler's, a test tool's), installed
+    # after onceflow.local.lambdas was imported and before an engine starts
+    seen: list[str] = []
+    original = builtins.__import__
+
+    def hook(name: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(name)
+        return original(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", hook)
+    lambdas.FUNCTION_OUTPUT.install()  # as an engine's start does
+    try:
+        # WHEN code imports while the engine runs
+        exec("import json")  # an import statement, not importlib's
+        # THEN the hook still sees it
+        assert "json" in seen
+    finally:
+        lambdas.FUNCTION_OUTPUT.uninstall()
+    # AND it is still in place once the engine stopped
+    assert builtins.__import__ is hook
