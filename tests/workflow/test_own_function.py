@@ -441,3 +441,55 @@ def test_what_your_module_prints_as_it_loads_goes_to_the_function_log(
     assert code == 0 and result["status"] == "SUCCEEDED", err
     assert "loading my function" not in err
     assert verbose_code == 0 and "loading my function" in verbose_err
+
+
+GREETER = """\
+import os
+import threading
+
+
+def handler(event, context):
+    seen = {}
+    worker = threading.Thread(target=lambda: seen.update(
+        service=os.environ.get("POWERTOOLS_SERVICE_NAME"),
+        name=os.environ.get("AWS_LAMBDA_FUNCTION_NAME"),
+    ))
+    worker.start()
+    worker.join()
+    return {"own": os.environ["POWERTOOLS_SERVICE_NAME"], "thread": seen}
+"""
+GREETER_FUNCTION = """\
+  GreeterFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: src/
+      Handler: greeter.handler
+      Runtime: python3.11
+      Environment:
+        Variables:
+          POWERTOOLS_SERVICE_NAME: greeter
+
+  Onceflow:
+"""
+
+
+def test_a_thread_a_handler_starts_never_sees_another_functions_value(
+    app: Path, tmp_path: Path
+) -> None:
+    # GIVEN a second function of the user's, created after WordCountFunction, that gives
+    # POWERTOOLS_SERVICE_NAME its own value, and whose handler reads it on a thread it starts
+    mine = tmp_path / "two-functions"
+    _copy(app, mine)
+    (mine / "src" / "greeter.py").write_text(GREETER, encoding="utf-8")
+    _changed(mine, "  Onceflow:\n", GREETER_FUNCTION)
+    with LocalEngine(mine / "template.yaml", function_log=None, time_scale=0.0) as engine:
+        [name] = [n for n in engine.runtime.functions if "greeter" in n.lower()]
+        # WHEN it is invoked
+        answer, error_type = engine.runtime.invoke(name, {})
+    # THEN the handler sees its own value; the thread it started sees the process's
+    # environment, which holds no value the functions disagree on: never another
+    # function's (Lambda would show the thread the function's own; the engine cannot)
+    assert error_type is None, answer
+    assert answer["own"] == "greeter"
+    assert answer["thread"]["service"] not in ("word-count", "onceflow")
+    assert answer["thread"]["name"] in (None, name)
