@@ -493,3 +493,33 @@ def test_a_thread_a_handler_starts_never_sees_another_functions_value(
     assert answer["own"] == "greeter"
     assert answer["thread"]["service"] not in ("word-count", "onceflow")
     assert answer["thread"]["name"] in (None, name)
+
+
+def test_a_file_that_vanishes_or_a_dangling_link_does_not_break_onceflow_up(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN `onceflow up` running the user's app, and a first run of their file on it
+    mine = tmp_path / "up-link"
+    _copy(app, mine)
+    monkeypatch.setenv("ONCEFLOW_STATE_DIR", str(tmp_path / "state"))
+    with LocalEngine(mine / "template.yaml") as engine:
+        up = server.EngineServer(engine, {}, template=mine / "template.yaml", command=main)
+        up.publish()
+        thread = threading.Thread(target=up.serve_forever, kwargs={"poll_interval": 0.2})
+        thread.start()
+        try:
+            code, first, err = _execute(mine, tmp_path, monkeypatch, capsys, on_up=True)
+            assert code == 0, err
+            # WHEN the code root holds a link to a file that is gone (an editor's lock
+            # file, a file renamed away mid-save: os.walk lists it, it cannot be read)
+            (mine / "src" / ".#main.py").symlink_to(tmp_path / "gone")
+            (mine / "src" / "app" / "#main.py#").symlink_to(tmp_path / "gone-too")
+            code, second, err = _execute(mine, tmp_path, monkeypatch, capsys, on_up=True)
+        finally:
+            up.shutdown()
+            up.unpublish()
+            up.server_close()
+            thread.join(5)
+    # THEN the next command runs as the first did
+    assert code == 0, err
+    assert second["output"]["result"]["words"] == first["output"]["result"]["words"] == 3
