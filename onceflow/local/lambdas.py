@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec, PathFinder
@@ -126,14 +126,17 @@ class _FunctionEnviron(os._Environ[str]):
 
 
 @contextmanager
-def function_environment(variables: dict[str, str], paths: list[str]) -> Iterator[None]:
-    """On this thread, os.environ shows these variables over the process's, and imports
-    find the function's modules in these paths only (_OwnPackage)."""
+def function_environment(
+    variables: Mapping[str, str | None], paths: list[str]
+) -> Iterator[dict[str, str | None]]:
+    """On this thread, os.environ shows these variables over the process's (None: deleted),
+    and imports find the function's modules in these paths only (_OwnPackage). Yields
+    them as the code leaves them (its writes stay its own: a copy)."""
     before = getattr(_FUNCTION, "variables", None), getattr(_FUNCTION, "paths", None)
-    _FUNCTION.variables = dict(variables)  # its writes stay its own
+    _FUNCTION.variables = own = dict(variables)
     _FUNCTION.paths = paths
     try:
-        yield
+        yield own
     finally:
         _FUNCTION.variables, _FUNCTION.paths = before
 
@@ -522,6 +525,8 @@ class InProcessRuntime:
         self.functions: dict[str, FunctionSpec] = {}
         self.invocations: list[Invocation] = []
         self._handlers: dict[str, Callable[[Any, Any], Any]] = {}
+        # Each loaded function's os.environ as its init left it.
+        self._environments: dict[str, dict[str, str | None]] = {}
         # A function whose handler could not be loaded at its last try: "ErrorType: message".
         self.load_errors: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -559,13 +564,19 @@ class InProcessRuntime:
         with (
             self.around(),
             FUNCTION_OUTPUT.running_function(self.function_log),
-            function_environment(spec.variables(), self.import_paths(spec)),
+            function_environment(self._initialized(spec), self.import_paths(spec)),
         ):
             try:
                 yield
             except ModuleNotFoundError as exc:  # for the command to say (cli/session.py)
                 self.missing[spec.name] = str(exc.name)
                 raise
+
+    def _initialized(self, spec: FunctionSpec) -> Mapping[str, str | None]:
+        """The os.environ an invocation starts from: as its init left it (its template's
+        and Lambda's variables before its first load, or with an override's handler)."""
+        initialized = self._environments.get(spec.name)
+        return spec.variables() if initialized is None else initialized
 
     def _provider(self, spec: FunctionSpec) -> Path | None:
         """The directory or file its handler's top module is imported from, if it is there."""
@@ -615,6 +626,7 @@ class InProcessRuntime:
             _forget_function_modules({_top_module(spec) for spec in self.functions.values()})
             self._refuse_shared_names()
             self._handlers.clear()
+            self._environments.clear()
             # Powertools configures the service's stdlib logger once per process and marks
             # it ("init", "powertools_handler" ...); a re-imported Logger() would keep an
             # earlier engine's level. Unmark it.
@@ -641,7 +653,7 @@ class InProcessRuntime:
                     sys.modules.pop(spec.handler.rpartition(".")[0].replace("/", "."), None)
                 try:
                     with (  # its init: module-level reads and prints are the function's
-                        function_environment(spec.variables(), paths),
+                        function_environment(spec.variables(), paths) as initialized,
                         FUNCTION_OUTPUT.running_function(self.function_log),
                     ):
                         handler = _import_handler(spec.handler, retry=retry)
@@ -650,6 +662,9 @@ class InProcessRuntime:
                     return _raising(exc)
                 self.load_errors.pop(spec.name, None)
                 self._handlers[spec.name] = handler
+                # what its init left in os.environ, each invocation's start (one process
+                # runs a sandbox's init and invocations on Lambda)
+                self._environments[spec.name] = initialized
             return self._handlers[spec.name]
 
     def invoke(self, name: str, event: Any) -> tuple[Any, str | None]:

@@ -500,3 +500,36 @@ def test_an_import_hook_installed_before_an_engine_outlives_it(
         lambdas.FUNCTION_OUTPUT.uninstall()
     # AND it is still in place once the engine stopped
     assert builtins.__import__ is hook
+
+
+def test_what_a_function_writes_to_its_environment_at_init_its_invocations_see(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the code roots there: undone
+    monkeypatch.delenv("PROBE_INIT", raising=False)
+    # GIVEN a function whose module sets a variable and deletes one of its own as it loads
+    # (its init: on Lambda the same process then runs its invocations)
+    (tmp_path / "init").mkdir()
+    (tmp_path / "init" / "probe_env_init.py").write_text(
+        "import os\n\n"
+        "os.environ['PROBE_INIT'] = 'set at init'\n"
+        "del os.environ['PROBE_GONE']\n\n\n"
+        "def handler(event, context):\n"
+        "    return [os.environ.get('PROBE_INIT'), os.environ.get('PROBE_GONE')]\n"
+    )
+    runtime = lambdas.InProcessRuntime()
+    runtime.register(lambdas.FunctionSpec(
+        "init", "init", "arn:aws:lambda:us-east-1:123456789012:function:init", tmp_path / "init",
+        "probe_env_init.handler", 3.0, 128, {"PROBE_GONE": "template's"},
+    ))  # fmt: skip
+    lambdas.FUNCTION_OUTPUT.install()  # as an engine's start does
+    try:
+        runtime.cold_start()
+        # WHEN it is invoked, twice
+        answers = [runtime.invoke("init", {}) for _ in range(2)]
+        # THEN each invocation sees what its init wrote; the process does not
+        assert answers == [(["set at init", None], None)] * 2
+        assert os.environ.get("PROBE_INIT") is None
+    finally:
+        lambdas.FUNCTION_OUTPUT.uninstall()
+        sys.modules.pop("probe_env_init", None)
