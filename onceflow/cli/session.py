@@ -172,7 +172,7 @@ def _reload_changed_code(engine: LocalEngine) -> None:
             for folder, dirs, files in os.walk(path):
                 dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
                 for name in files:
-                    if os.stat(os.path.join(folder, name)).st_mtime > runtime.loaded_at:
+                    if _modified(os.path.join(folder, name)) > runtime.loaded_at:
                         return True
         return False
 
@@ -185,6 +185,18 @@ def _reload_changed_code(engine: LocalEngine) -> None:
             "as a new deployment (module-level state starts over)",
             file=sys.stderr,
         )
+
+
+def _modified(path: str) -> float:
+    """When a file listed in a code root last changed: a dangling link's own time (an
+    editor's lock file, .#main.py), and now for a file gone since it was listed (renamed
+    away mid-save: the code is changing)."""
+    for status in (os.stat, os.lstat):  # the file; else the link itself, if it is one
+        try:
+            return status(path).st_mtime
+        except FileNotFoundError:
+            continue
+    return datetime.datetime.now().timestamp()
 
 
 def _unloadable_handler_note(engine: LocalEngine) -> None:

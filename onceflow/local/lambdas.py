@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec, PathFinder
@@ -80,48 +80,63 @@ _FUNCTION = threading.local()
 class _FunctionEnviron(os._Environ[str]):
     """os.environ while an engine runs: on a thread running a function's code (its import,
     its invocations) the function's own variables come first, as each function has its
-    own environment on Lambda; any other thread (one a handler starts too) sees the
-    process's. A subprocess sees the process's (os.putenv's) environment."""
+    own environment on Lambda, and its writes and deletions stay its own (None marks a
+    deleted one), never the process's nor another function's; any other thread (one a
+    handler starts too) sees the process's. A subprocess sees the process's (os.putenv's)
+    environment."""
 
-    def _own(self) -> dict[str, str]:
-        own: dict[str, str] = getattr(_FUNCTION, "variables", None) or {}
+    @staticmethod
+    def _own() -> dict[str, str | None] | None:
+        own: dict[str, str | None] | None = getattr(_FUNCTION, "variables", None)
         return own
 
     def __getitem__(self, key: str) -> str:
         own = self._own()
-        return own[key] if key in own else super().__getitem__(key)
+        if own is None or key not in own:
+            return super().__getitem__(key)
+        value = own[key]
+        if value is None:
+            raise KeyError(key)
+        return value
 
     def __setitem__(self, key: str, value: str) -> None:
-        super().__setitem__(key, value)
-        if key in (own := self._own()):
-            own[key] = value
+        own = self._own()
+        if own is None:
+            super().__setitem__(key, value)
+            return
+        self.encodekey(key), self.encodevalue(value)  # the TypeError os.environ raises
+        own[key] = value
 
     def __delitem__(self, key: str) -> None:
-        found = self._own().pop(key, None) is not None
-        try:
+        own = self._own()
+        if own is None:
             super().__delitem__(key)
-        except KeyError:
-            if not found:
-                raise
+            return
+        if key not in self:
+            raise KeyError(key)
+        own[key] = None
 
     def __iter__(self) -> Iterator[str]:
-        own = self._own()
-        yield from own
+        own = self._own() or {}
+        yield from (key for key, value in list(own.items()) if value is not None)
         yield from (key for key in super().__iter__() if key not in own)
 
     def __len__(self) -> int:
-        return len(set(self._own()) | set(super().__iter__()))
+        return sum(1 for _ in self)
 
 
 @contextmanager
-def function_environment(variables: dict[str, str], paths: list[str]) -> Iterator[None]:
-    """On this thread, os.environ shows these variables over the process's, and imports
-    find the function's modules in these paths only (_OwnPackage)."""
+def function_environment(
+    variables: Mapping[str, str | None], paths: list[str]
+) -> Iterator[dict[str, str | None]]:
+    """On this thread, os.environ shows these variables over the process's (None: deleted),
+    and imports find the function's modules in these paths only (_OwnPackage). Yields
+    them as the code leaves them (its writes stay its own: a copy)."""
     before = getattr(_FUNCTION, "variables", None), getattr(_FUNCTION, "paths", None)
-    _FUNCTION.variables = dict(variables)  # its writes stay its own
+    _FUNCTION.variables = own = dict(variables)
     _FUNCTION.paths = paths
     try:
-        yield
+        yield own
     finally:
         _FUNCTION.variables, _FUNCTION.paths = before
 
@@ -191,12 +206,16 @@ class _OwnPackage:
         )
 
     def install(self, on: bool) -> None:
+        """In place or taken away: the __import__ it wraps is the one in place when it is
+        installed (another tool's hook, too), and is put back only if it is still ours."""
         if on and self not in sys.meta_path:
             sys.meta_path.insert(0, self)
+            self.builtin_import = builtins.__import__
             builtins.__import__ = self.guarded_import  # type: ignore[assignment]
         elif not on and self in sys.meta_path:
             sys.meta_path.remove(self)
-            builtins.__import__ = self.builtin_import
+            if builtins.__import__ == self.guarded_import:
+                builtins.__import__ = self.builtin_import
 
 
 OWN_PACKAGE = _OwnPackage()
@@ -506,6 +525,8 @@ class InProcessRuntime:
         self.functions: dict[str, FunctionSpec] = {}
         self.invocations: list[Invocation] = []
         self._handlers: dict[str, Callable[[Any, Any], Any]] = {}
+        # Each loaded function's os.environ as its init left it.
+        self._environments: dict[str, dict[str, str | None]] = {}
         # A function whose handler could not be loaded at its last try: "ErrorType: message".
         self.load_errors: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -543,13 +564,19 @@ class InProcessRuntime:
         with (
             self.around(),
             FUNCTION_OUTPUT.running_function(self.function_log),
-            function_environment(spec.variables(), self.import_paths(spec)),
+            function_environment(self._initialized(spec), self.import_paths(spec)),
         ):
             try:
                 yield
             except ModuleNotFoundError as exc:  # for the command to say (cli/session.py)
                 self.missing[spec.name] = str(exc.name)
                 raise
+
+    def _initialized(self, spec: FunctionSpec) -> Mapping[str, str | None]:
+        """The os.environ an invocation starts from: as its init left it (its template's
+        and Lambda's variables before its first load, or with an override's handler)."""
+        initialized = self._environments.get(spec.name)
+        return spec.variables() if initialized is None else initialized
 
     def _provider(self, spec: FunctionSpec) -> Path | None:
         """The directory or file its handler's top module is imported from, if it is there."""
@@ -599,6 +626,7 @@ class InProcessRuntime:
             _forget_function_modules({_top_module(spec) for spec in self.functions.values()})
             self._refuse_shared_names()
             self._handlers.clear()
+            self._environments.clear()
             # Powertools configures the service's stdlib logger once per process and marks
             # it ("init", "powertools_handler" ...); a re-imported Logger() would keep an
             # earlier engine's level. Unmark it.
@@ -625,7 +653,7 @@ class InProcessRuntime:
                     sys.modules.pop(spec.handler.rpartition(".")[0].replace("/", "."), None)
                 try:
                     with (  # its init: module-level reads and prints are the function's
-                        function_environment(spec.variables(), paths),
+                        function_environment(spec.variables(), paths) as initialized,
                         FUNCTION_OUTPUT.running_function(self.function_log),
                     ):
                         handler = _import_handler(spec.handler, retry=retry)
@@ -634,6 +662,9 @@ class InProcessRuntime:
                     return _raising(exc)
                 self.load_errors.pop(spec.name, None)
                 self._handlers[spec.name] = handler
+                # what its init left in os.environ, each invocation's start (one process
+                # runs a sandbox's init and invocations on Lambda)
+                self._environments[spec.name] = initialized
             return self._handlers[spec.name]
 
     def invoke(self, name: str, event: Any) -> tuple[Any, str | None]:

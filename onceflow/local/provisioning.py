@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import zipfile
 from collections.abc import Callable
@@ -242,8 +243,9 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
     )["FunctionArn"]
     code_uri = engine.stack.root / props["CodeUri"]
     # Each function sees its own variables (lambdas.function_environment), as on Lambda;
-    # the process keeps the first function's template variables and name, for threads a
-    # handler starts; not LAMBDA_TASK_ROOT ..., by which libraries tell they are in Lambda.
+    # the process keeps the template variables and name for threads a handler starts, each
+    # only while every function that sets it gives it one value (never another function's
+    # value); not LAMBDA_TASK_ROOT ..., by which libraries tell they are in Lambda.
     local = {"POWERTOOLS_TRACE_DISABLED": "true"}
     if engine.function_log_level is not None:  # else at the template's level, as deployed
         local["POWERTOOLS_LOG_LEVEL"] = engine.function_log_level
@@ -251,11 +253,32 @@ def _function(engine: LocalEngine, logical_id: str, name: str, props: dict[str, 
         logical_id, name, arn, code_uri, props["Handler"], timeout, memory,
         {**environment, **local}, runtime, tuple(str(a) for a in props.get("Layers") or ()),
     )  # fmt: skip
-    shown = {**spec.environment, "AWS_LAMBDA_FUNCTION_NAME": name}
-    engine._set_env({k: v for k, v in shown.items() if k not in engine._saved_env})
+    _process_environment(engine, spec)
     engine.runtime.register(spec)
     engine.state.invokers[name] = engine.runtime.moto_invoker(name)
     _created(engine, logical_id, name, Arn=arn)
+
+
+def _process_environment(engine: LocalEngine, spec: FunctionSpec) -> None:
+    """Put a new function's variables and name in the process's environment, where a
+    thread its handler starts reads them (Lambda would show it the function's own); one
+    that an earlier function gives another value is taken back out (the process's own
+    value, if it had one): such a thread sees no function's rather than another's."""
+    shown = {**spec.environment, "AWS_LAMBDA_FUNCTION_NAME": spec.name}
+    earlier = list(engine.runtime.functions.values())
+    for key, value in shown.items():
+        theirs = {
+            other.name if key == "AWS_LAMBDA_FUNCTION_NAME" else other.environment.get(key)
+            for other in earlier
+        } - {None, value}
+        if theirs and key in engine._saved_env:  # set by an earlier function: undone
+            before = engine._saved_env[key]
+            if before is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = before
+        elif not theirs and key not in engine._saved_env:
+            engine._set_env({key: value})
 
 
 def _layer(engine: LocalEngine, logical_id: str, name: str, props: dict[str, Any]) -> None:

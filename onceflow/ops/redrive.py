@@ -730,7 +730,11 @@ def _move_back(
     sqs-configure-dead-letter-queue-redrive.html) and adds no such attribute."""
     message_id = message["MessageId"]
     body = message.get("Body", "")
-    if memory.moved(None, None, body):
+    # Known by its identity, not its body: two messages of one body are two units of work
+    # when keyed by messageId; a copy this run moved that came back carries the first id.
+    first = message.get("MessageAttributes", {}).get(ORIGINAL_ID, {}).get("StringValue")
+    identity = f"sqs-message:{first if isinstance(first, str) else message_id}"
+    if memory.moved(identity, None, body):
         return Redriven(message_id, None, "left", "the same message was moved earlier in this run")
     try:
         parsed = json.loads(body)
@@ -739,7 +743,7 @@ def _move_back(
     late = audit_wait.verdict(parsed)
     if late is not None:
         return Redriven(message_id, None, *late)
-    memory.remember(None, [], body)
+    memory.remember(identity, [], body)
     if dry_run:
         return Redriven(message_id, None, "would resubmit", "back to the source queue")
     attributes = {

@@ -423,3 +423,113 @@ def test_a_namespace_package_of_an_earlier_engine_does_not_answer_for_a_new_ones
             del sys.modules[name]
     # THEN the second runs its own package, its __init__ included
     assert answers == [("first", None), ("second", None)]
+
+
+def test_a_functions_writes_to_its_environment_stay_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the code roots there: undone
+    monkeypatch.setenv("PROBE_PROCESS", "the process's")
+    monkeypatch.delenv("PROBE_WRITTEN", raising=False)
+    # GIVEN a function that sets a variable and deletes two (its own and the process's),
+    # as code may (os.environ is its sandbox's on Lambda), and one that only reads them
+    (tmp_path / "writer").mkdir()
+    (tmp_path / "writer" / "probe_env_writer.py").write_text(
+        "import os\n\n\n"
+        "def handler(event, context):\n"
+        "    os.environ['PROBE_WRITTEN'] = 'the writer\\'s'\n"
+        "    os.environ['PROBE_MINE'] = 'changed'\n"
+        "    del os.environ['PROBE_PROCESS']\n"
+        "    return [os.environ.get('PROBE_WRITTEN'), os.environ.get('PROBE_PROCESS'),\n"
+        "            'PROBE_PROCESS' in dict(os.environ), os.environ.pop('PROBE_MINE')]\n"
+    )
+    (tmp_path / "reader").mkdir()
+    (tmp_path / "reader" / "probe_env_reader.py").write_text(
+        "import os\n\n\n"
+        "def handler(event, context):\n"
+        "    return [os.environ.get('PROBE_WRITTEN'), os.environ.get('PROBE_PROCESS')]\n"
+    )
+    runtime = lambdas.InProcessRuntime()
+    for app, variables in (("writer", {"PROBE_MINE": "mine"}), ("reader", {})):
+        runtime.register(lambdas.FunctionSpec(
+            app, app, f"arn:aws:lambda:us-east-1:123456789012:function:{app}", tmp_path / app,
+            f"probe_env_{app}.handler", 3.0, 128, variables,
+        ))  # fmt: skip
+    lambdas.FUNCTION_OUTPUT.install()  # as an engine's start does
+    try:
+        runtime.cold_start()
+        # WHEN the writer runs, then the reader
+        written = runtime.invoke("writer", {})[0]
+        read = runtime.invoke("reader", {})[0]
+        # THEN the writer saw its writes...
+        assert written == ["the writer's", None, False, "changed"]
+        # ...and they stayed its own: the other function and the process see none of them
+        assert read == [None, "the process's"]
+        assert os.environ.get("PROBE_WRITTEN") is None
+        assert os.environ["PROBE_PROCESS"] == "the process's"
+        assert os.environ.get("PROBE_MINE") is None
+    finally:
+        lambdas.FUNCTION_OUTPUT.uninstall()
+        for app in ("writer", "reader"):
+            sys.modules.pop(f"probe_env_{app}", None)
+    assert os.getenv("PROBE_WRITTEN") is None  # nor after the engines stopped
+
+
+def test_an_import_hook_installed_before_an_engine_outlives_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import builtins
+
+    # GIVEN an __import__ hook of the process's (a profiler's, a test tool's), installed
+    # after onceflow.local.lambdas was imported and before an engine starts
+    seen: list[str] = []
+    original = builtins.__import__
+
+    def hook(name: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(name)
+        return original(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", hook)
+    lambdas.FUNCTION_OUTPUT.install()  # as an engine's start does
+    try:
+        # WHEN code imports while the engine runs
+        exec("import json")  # an import statement, not importlib's
+        # THEN the hook still sees it
+        assert "json" in seen
+    finally:
+        lambdas.FUNCTION_OUTPUT.uninstall()
+    # AND it is still in place once the engine stopped
+    assert builtins.__import__ is hook
+
+
+def test_what_a_function_writes_to_its_environment_at_init_its_invocations_see(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the code roots there: undone
+    monkeypatch.delenv("PROBE_INIT", raising=False)
+    # GIVEN a function whose module sets a variable and deletes one of its own as it loads
+    # (its init: on Lambda the same process then runs its invocations)
+    (tmp_path / "init").mkdir()
+    (tmp_path / "init" / "probe_env_init.py").write_text(
+        "import os\n\n"
+        "os.environ['PROBE_INIT'] = 'set at init'\n"
+        "del os.environ['PROBE_GONE']\n\n\n"
+        "def handler(event, context):\n"
+        "    return [os.environ.get('PROBE_INIT'), os.environ.get('PROBE_GONE')]\n"
+    )
+    runtime = lambdas.InProcessRuntime()
+    runtime.register(lambdas.FunctionSpec(
+        "init", "init", "arn:aws:lambda:us-east-1:123456789012:function:init", tmp_path / "init",
+        "probe_env_init.handler", 3.0, 128, {"PROBE_GONE": "template's"},
+    ))  # fmt: skip
+    lambdas.FUNCTION_OUTPUT.install()  # as an engine's start does
+    try:
+        runtime.cold_start()
+        # WHEN it is invoked, twice
+        answers = [runtime.invoke("init", {}) for _ in range(2)]
+        # THEN each invocation sees what its init wrote; the process does not
+        assert answers == [(["set at init", None], None)] * 2
+        assert os.environ.get("PROBE_INIT") is None
+    finally:
+        lambdas.FUNCTION_OUTPUT.uninstall()
+        sys.modules.pop("probe_env_init", None)

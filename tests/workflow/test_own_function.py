@@ -441,3 +441,85 @@ def test_what_your_module_prints_as_it_loads_goes_to_the_function_log(
     assert code == 0 and result["status"] == "SUCCEEDED", err
     assert "loading my function" not in err
     assert verbose_code == 0 and "loading my function" in verbose_err
+
+
+GREETER = """\
+import os
+import threading
+
+
+def handler(event, context):
+    seen = {}
+    worker = threading.Thread(target=lambda: seen.update(
+        service=os.environ.get("POWERTOOLS_SERVICE_NAME"),
+        name=os.environ.get("AWS_LAMBDA_FUNCTION_NAME"),
+    ))
+    worker.start()
+    worker.join()
+    return {"own": os.environ["POWERTOOLS_SERVICE_NAME"], "thread": seen}
+"""
+GREETER_FUNCTION = """\
+  GreeterFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: src/
+      Handler: greeter.handler
+      Runtime: python3.11
+      Environment:
+        Variables:
+          POWERTOOLS_SERVICE_NAME: greeter
+
+  Onceflow:
+"""
+
+
+def test_a_thread_a_handler_starts_never_sees_another_functions_value(
+    app: Path, tmp_path: Path
+) -> None:
+    # GIVEN a second function of the user's, created after WordCountFunction, that gives
+    # POWERTOOLS_SERVICE_NAME its own value, and whose handler reads it on a thread it starts
+    mine = tmp_path / "two-functions"
+    _copy(app, mine)
+    (mine / "src" / "greeter.py").write_text(GREETER, encoding="utf-8")
+    _changed(mine, "  Onceflow:\n", GREETER_FUNCTION)
+    with LocalEngine(mine / "template.yaml", function_log=None, time_scale=0.0) as engine:
+        [name] = [n for n in engine.runtime.functions if "greeter" in n.lower()]
+        # WHEN it is invoked
+        answer, error_type = engine.runtime.invoke(name, {})
+    # THEN the handler sees its own value; the thread it started sees the process's
+    # environment, which holds no value the functions disagree on: never another
+    # function's (Lambda would show the thread the function's own; the engine cannot)
+    assert error_type is None, answer
+    assert answer["own"] == "greeter"
+    assert answer["thread"]["service"] not in ("word-count", "onceflow")
+    assert answer["thread"]["name"] in (None, name)
+
+
+def test_a_file_that_vanishes_or_a_dangling_link_does_not_break_onceflow_up(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN `onceflow up` running the user's app, and a first run of their file on it
+    mine = tmp_path / "up-link"
+    _copy(app, mine)
+    monkeypatch.setenv("ONCEFLOW_STATE_DIR", str(tmp_path / "state"))
+    with LocalEngine(mine / "template.yaml") as engine:
+        up = server.EngineServer(engine, {}, template=mine / "template.yaml", command=main)
+        up.publish()
+        thread = threading.Thread(target=up.serve_forever, kwargs={"poll_interval": 0.2})
+        thread.start()
+        try:
+            code, first, err = _execute(mine, tmp_path, monkeypatch, capsys, on_up=True)
+            assert code == 0, err
+            # WHEN the code root holds a link to a file that is gone (an editor's lock
+            # file, a file renamed away mid-save: os.walk lists it, it cannot be read)
+            (mine / "src" / ".#main.py").symlink_to(tmp_path / "gone")
+            (mine / "src" / "app" / "#main.py#").symlink_to(tmp_path / "gone-too")
+            code, second, err = _execute(mine, tmp_path, monkeypatch, capsys, on_up=True)
+        finally:
+            up.shutdown()
+            up.unpublish()
+            up.server_close()
+            thread.join(5)
+    # THEN the next command runs as the first did
+    assert code == 0, err
+    assert second["output"]["result"]["words"] == first["output"]["result"]["words"] == 3

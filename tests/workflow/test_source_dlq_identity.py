@@ -343,3 +343,26 @@ def test_redrive_of_the_source_queue_on_a_stack_without_one_is_refused_in_one_li
             ops.redrive(LocalTarget(engine), queue="source")
         # THEN it says what it needs, and nothing was moved
         assert "--queue source needs a stack with a source queue (SqsSource)" in str(refused.value)
+
+
+def test_two_messages_with_one_body_are_both_moved_back(batch_engine: LocalEngine) -> None:
+    engine = batch_engine
+    # GIVEN a producer that sent one body twice (keyed by messageId: two units of work),
+    # both processed once under locks whose MarkComplete was throttled, and both moved
+    # to the source DLQ by the queue's redrive policy
+    first, second = _send(engine, "order-same"), _send(engine, "order-same")
+    with failing(engine, "dynamodb", "UpdateItem", throttled(), when="completed_at"):
+        engine.pump_pipes()
+    _exhaust_receives(engine)
+    assert list(queued(engine, SOURCE_DLQ).values()) == ["order-same", "order-same"]
+    # WHEN the operator moves the DLQ back once
+    report = ops.redrive(LocalTarget(engine), queue="source")
+    # THEN both go back, each with its own identity: neither is taken for the other
+    assert report.count("resubmitted") == 2, [(m.action, m.detail) for m in report.messages]
+    assert queued(engine, SOURCE_DLQ) == {}
+    # AND once their locks expire each completes its own row
+    for message in (first, second):
+        expire_lock(engine, f"sqs:{message}")
+    engine.pump_pipes()
+    rows = {r["pk"]: r["status"] for r in ledger_rows(engine)}
+    assert rows == {f"sqs:{first}": "PROCESSED", f"sqs:{second}": "PROCESSED"}
