@@ -171,6 +171,8 @@ KEY_PATHS_ACCEPTED = [
     "$lowercase(customer.email)",
     "$join([tenant, orderId], ':')",
     "$substringBefore(ref, '/')",
+    "$.orderId",  # $ followed by a dot: the body itself, as JSONPath users write it
+    "$.order.id",
 ]
 # Each would give two copies of one message (or event) two keys, and each copy its own effect.
 KEY_PATHS_REFUSED = [

@@ -179,3 +179,14 @@ def test_a_payload_holding_a_lone_surrogate_is_recorded_as_json(keyed: LocalEngi
     output = result.output["result"]["output"].removeprefix("s3://").split("/", 1)
     record = keyed.client("s3").get_object(Bucket=output[0], Key=output[1])["Body"].read()
     assert json.loads(record) == {"orderId": "o-lone", "note": "a\ud800b"}
+
+
+def test_a_key_path_written_from_the_body_itself_keys_as_the_bare_path() -> None:
+    # GIVEN a key path written as JSONPath users write it, from the body itself ($.)
+    parameters = {"SqsSource": "create", "IdempotencyKeyPath": "$.orderId"}
+    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as local:
+        # WHEN an order is delivered
+        result = local.execute(MACHINE, sqs_message({"orderId": "o-7"}))
+        # THEN it is keyed by its orderId, as `orderId` would key it
+        assert result.outcome == "Processed", (result.error, result.cause)
+        assert [row["pk"] for row in ledger_rows(local)] == ["sqs:o-7"]
