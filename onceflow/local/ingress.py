@@ -363,6 +363,7 @@ def _pipe_attribute(value: Mapping[str, Any]) -> dict[str, Any]:
     test_lambda_integration_sqs snapshot, test_message_body_and_attributes_passed_correctly);
     a Binary one's value in base64 under binaryValue (Powertools' SqsMsgAttributeModel;
     not verified on a recording)."""
+    shown: dict[str, Any]
     if "BinaryValue" in value:
         shown = {"binaryValue": base64.b64encode(value["BinaryValue"]).decode()}
     else:
