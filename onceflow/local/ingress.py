@@ -5,6 +5,7 @@ What each delivery does as AWS does, with its sources: docs/local-engine.md, "In
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import time
@@ -357,17 +358,31 @@ def sync_failures(
     return everything
 
 
+def _pipe_attribute(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A message attribute as Lambda's SQS event gives it (recorded: LocalStack's
+    test_lambda_integration_sqs snapshot, test_message_body_and_attributes_passed_correctly);
+    a Binary one's value in base64 under binaryValue (Powertools' SqsMsgAttributeModel;
+    not verified on a recording)."""
+    shown: dict[str, Any]
+    if "BinaryValue" in value:
+        shown = {"binaryValue": base64.b64encode(value["BinaryValue"]).decode()}
+    else:
+        shown = {"stringValue": value.get("StringValue")}
+    return {**shown, "stringListValues": [], "binaryListValues": [], "dataType": value["DataType"]}
+
+
 def _pipe_record(message: dict[str, Any], source_arn: str) -> dict[str, Any]:
-    """One SQS message as EventBridge Pipes hands it to a target."""
+    """One SQS message as EventBridge Pipes hands it to a target: Lambda's SQS event record
+    (eb-pipes-sqs.html), md5OfMessageAttributes only when it has attributes (as recorded)."""
+    attributes = message.get("MessageAttributes", {})
+    digest = {"md5OfMessageAttributes": message["MD5OfMessageAttributes"]} if attributes else {}
     return {
         "messageId": message["MessageId"],
         "receiptHandle": message["ReceiptHandle"],
         "body": message.get("Body", ""),
         "attributes": message.get("Attributes", {}),
-        "messageAttributes": {
-            name: {"stringValue": value.get("StringValue"), "dataType": value["DataType"]}
-            for name, value in message.get("MessageAttributes", {}).items()
-        },
+        "messageAttributes": {name: _pipe_attribute(v) for name, v in attributes.items()},
+        **digest,
         "md5OfBody": message.get("MD5OfBody", ""),
         "eventSource": "aws:sqs",
         "eventSourceARN": source_arn,

@@ -73,3 +73,45 @@ def test_update_pipe_replaces_a_parameters_group_as_one() -> None:
     # existing values ... that field will be set to its system-default value")
     described = pipes.describe_pipe(Name="p")
     assert described["SourceParameters"] == {"SqsQueueParameters": {"BatchSize": 5}}
+
+
+@mock_aws
+def test_the_pipes_record_carries_each_attribute_as_lambdas_sqs_event_does() -> None:
+    from onceflow.local import ingress
+
+    # GIVEN a message with a String, a Number and a Binary attribute, received as the
+    # pipe receives it (all attributes)
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = sqs.create_queue(QueueName="source")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="b", MessageAttributes={
+        "kind": {"DataType": "String", "StringValue": "order"},
+        "n": {"DataType": "Number", "StringValue": "7"},
+        "raw": {"DataType": "Binary", "BinaryValue": b"\x00\xff"},
+    })  # fmt: skip
+    [message] = sqs.receive_message(
+        QueueUrl=url, MessageAttributeNames=["All"], MessageSystemAttributeNames=["All"]
+    )["Messages"]
+    # WHEN the pipe makes its record of it
+    record = ingress._pipe_record(message, "arn:aws:sqs:us-east-1:123456789012:source")
+    # THEN each attribute has the shape of Lambda's SQS event, which Pipes hands a target
+    # (eb-pipes-sqs.html): recorded on AWS for String and Number (LocalStack's
+    # test_lambda_integration_sqs snapshot, test_message_body_and_attributes_passed_correctly:
+    # stringValue, stringListValues [], binaryListValues [], dataType, and the record's
+    # md5OfMessageAttributes); a Binary one gives binaryValue in base64 in place of
+    # stringValue (Powertools' SqsMsgAttributeModel; no recording of one found)
+    assert record["messageAttributes"] == {
+        "kind": {"stringValue": "order", "stringListValues": [], "binaryListValues": [],
+                 "dataType": "String"},
+        "n": {"stringValue": "7", "stringListValues": [], "binaryListValues": [],
+              "dataType": "Number"},
+        "raw": {"binaryValue": "AP8=", "stringListValues": [], "binaryListValues": [],
+                "dataType": "Binary"},
+    }  # fmt: skip
+    assert record["md5OfMessageAttributes"] == message["MD5OfMessageAttributes"]
+    assert list(record)[list(record).index("messageAttributes") + 1] == "md5OfMessageAttributes"
+    # ... and a message without attributes has none, nor their digest (as recorded)
+    sqs.send_message(QueueUrl=url, MessageBody="plain")
+    [plain] = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"]
+    plain_record = ingress._pipe_record(plain, "arn:aws:sqs:us-east-1:123456789012:source")
+    assert plain_record["messageAttributes"] == {}
+    assert "md5OfMessageAttributes" not in plain_record

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import boto3
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.utils import boto_client
@@ -171,6 +172,26 @@ def test_list_object_versions_after_a_key_marker_lists_the_marker_key(sfn: Any) 
             s3.put_object(Bucket="versions", Key=key, Body=body)
     listed = s3.list_object_versions(Bucket="versions", KeyMarker="a")["Versions"]
     assert [v["Key"] for v in listed] == ["a", "b", "b", "c", "c"]
+
+
+@reproduces("S3 listings URL-encoded when asked")
+def test_list_object_versions_of_a_control_character_key_fails(sfn: Any) -> None:
+    # AWS: with EncodingType=url (botocore sends it on every listing and decodes the
+    # answer) S3 URL-encodes each key, marker, prefix and delimiter it answers, so a key
+    # XML 1.0 cannot hold ("characters with an ASCII value from 0 to 10") is listed.
+    once = Config(retries={"total_max_attempts": 1})  # botocore retries a 500
+    s3 = boto3.client("s3", region_name="us-east-1", config=once)
+    s3.create_bucket(Bucket="versions")
+    s3.put_bucket_versioning(Bucket="versions", VersioningConfiguration={"Status": "Enabled"})
+    s3.put_object(Bucket="versions", Key="ctl\x01.png", Body=b"1")
+    # moto ignores EncodingType in ListObjectVersions, and its XML fails on the key: a 500
+    with pytest.raises(ClientError) as listed:
+        s3.list_object_versions(Bucket="versions")
+    assert listed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+    # ListObjectsV2 encodes keys, not StartAfter or Delimiter, which botocore then decodes
+    answer = s3.list_objects_v2(Bucket="versions", StartAfter="a%2B", Delimiter="+")
+    assert [o["Key"] for o in answer["Contents"]] == ["ctl\x01.png"]
+    assert (answer["StartAfter"], answer["Delimiter"]) == ("a+", " ")
 
 
 @reproduces("S3 Inventory configurations read back as put")

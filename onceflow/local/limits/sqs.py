@@ -1,4 +1,5 @@
-"""SQS's limits: a message's size in bytes (body and attributes), its characters."""
+"""SQS's limits: a message's size in bytes (body and attributes), its characters, its
+number of attributes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from onceflow.local.patches.registry import takes
 
 _SQS_ALLOWED: Final = "#x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]"
 SQS_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# "Each message can have up to 10 attributes" (SQS Developer Guide, sqs-message-metadata.html)
+MOST_ATTRIBUTES: Final = 10
 
 
 def sqs_message_size(body: str, attributes: Mapping[str, Any] | None) -> int:
@@ -31,7 +34,13 @@ def sqs_message_size(body: str, attributes: Mapping[str, Any] | None) -> int:
 
 
 def _checked_size(queue: Any, body: str, attributes: Mapping[str, Any] | None) -> int:
-    """The message's size, once its characters and size pass SQS's checks."""
+    """The message's size, once its attributes, characters and size pass SQS's checks."""
+    if (count := len(attributes or {})) > MOST_ATTRIBUTES:
+        # live SQS's words (open-telemetry/opentelemetry-java-instrumentation#13799); the
+        # code as elasticmq gives it (not verified)
+        raise sqs_errors.InvalidParameterValue(
+            f"Number of message attributes [{count}] exceeds the allowed maximum [10]."
+        )
     texts = [("the message body", body)] + [
         (f"the value of message attribute '{name}'", value.get("StringValue"))
         for name, value in (attributes or {}).items()
@@ -73,8 +82,9 @@ PATCHES = (
     limit(
         "SQS messages",
         "SendMessage and SendMessageBatch refuse a message over the queue's "
-        "MaximumMessageSize (body and attributes in bytes), a batch over 1 MiB and "
-        "characters outside SQS's set, with SQS's own errors (SendMessage API reference).",
+        "MaximumMessageSize (body and attributes in bytes), with more than 10 attributes "
+        "(sqs-message-metadata.html), a batch over 1 MiB and characters outside SQS's set, "
+        "with SQS's own errors (SendMessage API reference).",
         "tests/workflow/test_limits.py",
         (_BACKEND, "send_message", _send_message),
         (_BACKEND, "send_message_batch", _send_message_batch),

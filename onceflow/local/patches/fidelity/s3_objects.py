@@ -1,11 +1,12 @@
-"""S3 answers as AWS answers: objects encrypted by default, with their checksum's type, and
-every response with S3's two request ids."""
+"""S3 answers as AWS answers: objects encrypted by default, with their checksum's type,
+every response with S3's two request ids, listings URL-encoded when asked."""
 
 from __future__ import annotations
 
 import base64
 import os
 from typing import Any
+from urllib.parse import quote
 
 from botocore.client import ClientMeta
 from botocore.config import Config
@@ -19,6 +20,15 @@ from onceflow.local.patches.registry import Installer, Patch, gone, lacks, takes
 
 _Backend, _Response = s3_models.S3Backend, s3_responses.S3Response
 _NO_CHECKSUM_MODE = Config(response_checksum_validation="when_required")
+# What S3 URL-encodes when asked, as botocore decodes it (handlers.py, decode_list_object_*):
+# the answer's fields, and its lists' fields; ListObjectsV2's keys, prefixes moto encodes.
+_ENCODED = {
+    "ListObjectVersions": (
+        ("KeyMarker", "NextKeyMarker", "Prefix", "Delimiter"),
+        (("Versions", "Key"), ("DeleteMarkers", "Key"), ("CommonPrefixes", "Prefix")),
+    ),
+    "ListObjectsV2": (("StartAfter", "Delimiter"), ()),
+}
 
 
 def _install(installer: Installer) -> None:
@@ -68,6 +78,33 @@ def _fits() -> list[str]:
     ]
 
 
+def _install_encoding(installer: Installer) -> None:
+    def serialized(self: Any, action_result: Any) -> Any:
+        fields = _ENCODED.get(self.data.get("Action"))
+        answer = action_result.result
+        url = self.querystring.get("encoding-type", [None])[0] == "url"
+        if fields is not None and url and isinstance(answer, dict):
+            top, lists = fields
+            for name in (n for n in top if answer.get(n)):
+                answer[name] = quote(answer[name])
+            for group, name in lists:
+                for member in answer.get(group) or ():
+                    member[name] = quote(member[name])
+            answer["EncodingType"] = "url"
+        return serialize(self, action_result)
+
+    serialize = installer.replace(_Response, "serialized", serialized)
+
+
+def _encoding_fits() -> list[str]:
+    return [
+        *takes(_Response.serialized, "self", "action_result"),
+        *lacks(_Response.list_object_versions, '"Key": key.name', '"ListObjectVersions"'),
+        *lacks(_Response.list_objects_v2, '"StartAfter"] = start_after', '"ListObjectsV2"'),
+        *lacks(_Response.list_objects_v2, '"Key": key.safe_name(encoding_type)'),
+    ]
+
+
 PATCHES = (
     Patch(
         name="S3 objects encrypted by default, with their checksum type and request ids",
@@ -89,5 +126,21 @@ PATCHES = (
         test="tests/upstream/test_stock_moto.py::test_an_s3_object_is_encrypted_by_default",
         install=_install,
         fits=_fits,
+    ),
+    Patch(
+        name="S3 listings URL-encoded when asked",
+        kind="fidelity",
+        why="Asked for EncodingType=url, which botocore sends with every ListObjectVersions "
+        "and ListObjectsV2 and decodes (botocore handlers.py, set_list_objects_encoding_type_"
+        "url, decode_list_object_versions, decode_list_object_v2), S3 answers every key, "
+        "marker, prefix, delimiter and StartAfter URL-encoded, with EncodingType url (S3 API "
+        "reference, ListObjectVersions and ListObjectsV2: EncodingType, 'characters with an "
+        "ASCII value from 0 to 10' that XML 1.0 cannot hold). moto ignored it in "
+        "ListObjectVersions and answered a 500 for a key holding one (ctl\\x01.png), and in "
+        "ListObjectsV2 sent StartAfter and Delimiter unencoded, which botocore decoded "
+        "('a%2B' came back 'a+').",
+        test="tests/unit/test_patches.py::test_listings_url_encode_what_xml_cannot_hold_as_s3_does",
+        install=_install_encoding,
+        fits=_encoding_fits,
     ),
 )
