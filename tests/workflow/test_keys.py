@@ -11,6 +11,7 @@ import copy
 import io
 import json
 from collections.abc import Callable, Iterator
+from itertools import count
 from typing import Any
 
 import pytest
@@ -44,12 +45,17 @@ def custom_event(detail: dict[str, Any]) -> dict[str, Any]:
 
 
 KEYED = {"IdempotencyKeyPath": "orderId", "CustomEventKeyPath": "orderId"}
+_STACKS = count()
 
 
 @pytest.fixture
 def keyed() -> Iterator[LocalEngine]:
-    """SQS messages keyed by orderId; custom events keyed by detail.orderId."""
-    with LocalEngine(parameters=KEYED, function_log=io.StringIO()) as local:
+    """SQS messages keyed by orderId; custom events keyed by detail.orderId. A stack name
+    of its own: while the module's stack (`refusing`) runs, moto keeps what an earlier
+    test's stack made, and a second stack of one name would find it."""
+    with LocalEngine(
+        parameters=KEYED, function_log=io.StringIO(), stack_name=f"keyed-{next(_STACKS)}"
+    ) as local:
         yield local
 
 
@@ -119,9 +125,7 @@ def test_a_payload_holding_a_lone_surrogate_is_recorded_as_json(keyed: LocalEngi
     assert json.loads(record) == {"orderId": "o-lone", "note": "a\ud800b"}
 
 
-# ---- refused: these share the module's stack (`refusing`), alive from the first of them to
-# the end of the module: a test on a stack of its own (`keyed`) goes above them (a second
-# stack of one name, made while another engine runs, finds the first one's resources)
+# ---- refused: these share the module's stack (`refusing`)
 
 
 @pytest.mark.parametrize(
