@@ -40,26 +40,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # its tests' setup, call and teardown), the files of 5 s or more; each other file counts
 # SECONDS_A_TEST for each of its tests, their mean. Measured on 27 Nov 2026 on a shared,
 # loaded 2-core machine (16 minutes of wall time, about 2.8 times the CI machine's): only
-# their order matters. test_invalid_events.py and test_keys.py are scaled by what sharing
-# their stacks saved alone (10.4 s to 2.9 s, 7.2 s to 4.3 s). Handed out in this order,
-# the two workers of that run would have ended within a second of each other; the whole
-# run is bound by its total, not by its longest file (75 of 1860 s).
+# their order matters. The files whose stacks are shared since are scaled by what that
+# saved each alone (its wall time or CPU: tests/workflow/test_invalid_events.py 10.4 s
+# to 2.9 s, for one). Handed out in this order, the two workers of that run would have
+# ended within a second of each other: the whole run is bound by its total, not by its
+# longest file (75 of 1860 s).
 SECONDS = {
     "tests/workflow/test_hostile_inputs.py": 75,
     "tests/unit/test_packaging.py": 59,
-    "tests/workflow/test_s3_batch_mode.py": 53,
     "tests/workflow/test_server.py": 53,
     "tests/workflow/test_redrive.py": 52,
     "tests/workflow/test_audit_watermark.py": 51,
+    "tests/workflow/test_s3_batch_mode.py": 48,
     "tests/template/test_batch_mode_template.py": 47,
     "tests/unit/test_cli.py": 45,
-    "tests/workflow/test_ingress.py": 43,
-    "tests/workflow/test_batch_mode.py": 41,
     "tests/unit/test_patch_layer.py": 41,
     "tests/workflow/test_audit_resubmission.py": 40,
     "tests/workflow/test_input_limit_utf8.py": 39,
     "tests/workflow/test_processor.py": 39,
     "tests/template/test_worst_case.py": 39,
+    "tests/workflow/test_ingress.py": 37,
+    "tests/workflow/test_batch_mode.py": 37,
     "tests/workflow/test_p11_review.py": 37,
     "tests/template/test_example.py": 37,
     "tests/workflow/test_audit_batches.py": 37,
@@ -79,12 +80,10 @@ SECONDS = {
     "tests/workflow/test_audit_dead_letter.py": 24,
     "tests/workflow/test_object_versions.py": 23,
     "tests/workflow/test_doctor.py": 22,
-    "tests/parity/test_errors.py": 22,
     "tests/workflow/test_example.py": 22,
     "tests/parity/test_replay.py": 21,
     "tests/unit/test_iam.py": 21,
     "tests/workflow/test_viewer.py": 21,
-    "tests/parity/test_integrations.py": 20,
     "tests/workflow/test_p14_review.py": 20,
     "tests/workflow/test_late_notification.py": 19,
     "tests/workflow/test_batch_view.py": 18,
@@ -99,9 +98,9 @@ SECONDS = {
     "tests/workflow/test_audit_sweep_race.py": 14,
     "tests/unit/test_distributed_map.py": 14,
     "tests/workflow/test_doctor_local.py": 12,
-    "tests/unit/test_field_errors.py": 10,
+    "tests/parity/test_errors.py": 11,
     "tests/workflow/test_invalid_events.py": 10,
-    "tests/parity/test_context.py": 9,
+    "tests/parity/test_integrations.py": 9,
     "tests/unit/test_audit_logic.py": 9,
     "tests/unit/test_docs.py": 9,
     "tests/parity/test_definitions.py": 9,
@@ -109,8 +108,10 @@ SECONDS = {
     "tests/parity/test_map.py": 8,
     "tests/unit/test_jsonata_node.py": 8,
     "tests/unit/test_template_resolution.py": 8,
-    "tests/parity/test_variables.py": 8,
     "tests/unit/test_architecture.py": 7,
+    "tests/unit/test_field_errors.py": 6,
+    "tests/parity/test_context.py": 6,
+    "tests/parity/test_variables.py": 6,
     "tests/workflow/test_redrive_express.py": 6,
     "tests/template/test_audit_inventory.py": 6,
     "tests/unit/test_work_item.py": 6,
