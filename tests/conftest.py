@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import time
 from collections.abc import Iterator
@@ -36,60 +37,89 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         cache.set("onceflow/minutes", round((time.monotonic() - _STARTED) / 60, 2))
 
 
-# Seconds each file took in a whole run (`pytest -v --durations=0`: the sum of its tests'
-# setup, call and teardown), the files of 5 s or more; each other file counts
+# Seconds each file took in a whole run (the junit XML of `pytest --junitxml`: the sum of
+# its tests' setup, call and teardown), the files of 5 s or more; each other file counts
 # SECONDS_A_TEST for each of its tests, their mean. Measured on 27 Nov 2026 on a shared,
-# loaded 2-core machine (about twice the CI machine's seconds): only their order matters.
+# loaded 2-core machine (16 minutes of wall time, about 2.8 times the CI machine's): only
+# their order matters. The files whose stacks are shared since are scaled by what that
+# saved each alone (its wall time or CPU: tests/workflow/test_invalid_events.py 10.4 s
+# to 2.9 s, for one). Handed out in this order, the two workers of that run would have
+# ended within a second of each other: the whole run is bound by its total, not by its
+# longest file (75 of 1860 s).
 SECONDS = {
-    "tests/workflow/test_server.py": 126,
-    "tests/unit/test_cli.py": 105,
-    "tests/unit/test_packaging.py": 77,
-    "tests/workflow/test_hostile_inputs.py": 71,
-    "tests/unit/test_patches.py": 69,
-    "tests/workflow/test_ingress.py": 58,
-    "tests/unit/test_distributed_map.py": 57,
-    "tests/workflow/test_audit.py": 56,
-    "tests/workflow/test_batch_mode.py": 55,
-    "tests/workflow/test_limits.py": 48,
-    "tests/workflow/test_audit_batches.py": 46,
-    "tests/workflow/test_example.py": 42,
-    "tests/unit/test_chaos_queue.py": 42,
-    "tests/template/test_template.py": 34,
-    "tests/workflow/test_audit_resubmission.py": 33,
-    "tests/upstream/test_stock_moto.py": 24,
-    "tests/workflow/test_audit_watermark.py": 22,
-    "tests/workflow/test_s3_batch_mode.py": 20,
-    "tests/parity/test_integrations.py": 18,
-    "tests/workflow/test_redrive.py": 16,
-    "tests/workflow/test_processor.py": 13,
-    "tests/workflow/test_user_handler.py": 13,
-    "tests/template/test_existing_bucket.py": 13,
-    "tests/workflow/test_failure_paths.py": 12,
-    "tests/workflow/test_keys.py": 12,
-    "tests/workflow/test_existing_bucket.py": 11,
-    "tests/workflow/test_transitions.py": 11,
-    "tests/workflow/test_late_notification.py": 11,
-    "tests/workflow/test_object_versions.py": 11,
-    "tests/template/test_example.py": 10,
-    "tests/workflow/test_viewer.py": 10,
-    "tests/unit/test_bench.py": 9,
-    "tests/workflow/test_redrive_late_unversioned.py": 8,
-    "tests/workflow/test_invalid_events.py": 8,
-    "tests/parity/test_errors.py": 8,
-    "tests/template/test_s3_batch_template.py": 8,
-    "tests/workflow/test_audit_sweep_race.py": 8,
-    "tests/unit/test_patch_layer.py": 8,
-    "tests/workflow/test_audit_express_names.py": 7,
-    "tests/workflow/test_batch_view.py": 7,
-    "tests/workflow/test_input_limit_utf8.py": 7,
-    "tests/workflow/test_audit_dead_letter.py": 7,
-    "tests/parity/test_replay.py": 6,
-    "tests/workflow/test_iam.py": 6,
-    "tests/template/test_batch_mode_template.py": 6,
-    "tests/unit/test_chaos.py": 6,
-    "tests/template/test_worst_case.py": 6,
-    "tests/unit/test_hooks.py": 6,
-    "tests/parity/test_context.py": 5,
+    "tests/workflow/test_hostile_inputs.py": 75,
+    "tests/unit/test_packaging.py": 59,
+    "tests/workflow/test_server.py": 53,
+    "tests/workflow/test_redrive.py": 52,
+    "tests/workflow/test_audit_watermark.py": 51,
+    "tests/workflow/test_s3_batch_mode.py": 48,
+    "tests/template/test_batch_mode_template.py": 47,
+    "tests/unit/test_cli.py": 45,
+    "tests/unit/test_patch_layer.py": 41,
+    "tests/workflow/test_audit_resubmission.py": 40,
+    "tests/workflow/test_input_limit_utf8.py": 39,
+    "tests/workflow/test_processor.py": 39,
+    "tests/template/test_worst_case.py": 39,
+    "tests/workflow/test_ingress.py": 37,
+    "tests/workflow/test_batch_mode.py": 37,
+    "tests/workflow/test_p11_review.py": 37,
+    "tests/template/test_example.py": 37,
+    "tests/workflow/test_audit_batches.py": 37,
+    "tests/workflow/test_limits.py": 36,
+    "tests/workflow/test_audit.py": 35,
+    "tests/unit/test_chaos_queue.py": 34,
+    "tests/workflow/test_audit_express_names.py": 34,
+    "tests/workflow/test_failure_paths.py": 33,
+    "tests/workflow/test_user_handler.py": 33,
+    "tests/workflow/test_existing_bucket.py": 32,
+    "tests/unit/test_bench.py": 29,
+    "tests/template/test_s3_batch_template.py": 29,
+    "tests/workflow/test_iam.py": 26,
+    "tests/unit/test_chaos.py": 25,
+    "tests/template/test_existing_bucket.py": 24,
+    "tests/template/test_template.py": 24,
+    "tests/workflow/test_audit_dead_letter.py": 24,
+    "tests/workflow/test_object_versions.py": 23,
+    "tests/workflow/test_doctor.py": 22,
+    "tests/workflow/test_example.py": 22,
+    "tests/parity/test_replay.py": 21,
+    "tests/unit/test_iam.py": 21,
+    "tests/workflow/test_viewer.py": 21,
+    "tests/workflow/test_p14_review.py": 20,
+    "tests/workflow/test_late_notification.py": 19,
+    "tests/workflow/test_batch_view.py": 18,
+    "tests/workflow/test_redrive_late_unversioned.py": 17,
+    "tests/upstream/test_stock_moto.py": 16,
+    "tests/workflow/test_keys.py": 16,
+    "tests/unit/test_patches.py": 15,
+    "tests/workflow/test_transitions.py": 15,
+    "tests/unit/test_hooks.py": 15,
+    "tests/template/test_operate.py": 14,
+    "tests/unit/test_inventory.py": 14,
+    "tests/workflow/test_audit_sweep_race.py": 14,
+    "tests/unit/test_distributed_map.py": 14,
+    "tests/workflow/test_doctor_local.py": 12,
+    "tests/parity/test_errors.py": 11,
+    "tests/workflow/test_invalid_events.py": 10,
+    "tests/parity/test_integrations.py": 9,
+    "tests/unit/test_audit_logic.py": 9,
+    "tests/unit/test_docs.py": 9,
+    "tests/parity/test_definitions.py": 9,
+    "tests/unit/test_limits.py": 8,
+    "tests/parity/test_map.py": 8,
+    "tests/unit/test_jsonata_node.py": 8,
+    "tests/unit/test_template_resolution.py": 8,
+    "tests/unit/test_architecture.py": 7,
+    "tests/unit/test_field_errors.py": 6,
+    "tests/parity/test_context.py": 6,
+    "tests/parity/test_variables.py": 6,
+    "tests/workflow/test_redrive_express.py": 6,
+    "tests/template/test_audit_inventory.py": 6,
+    "tests/unit/test_work_item.py": 6,
+    "tests/template/test_guided_deploy.py": 6,
+    "tests/unit/test_doctor.py": 6,
+    "tests/template/test_publish.py": 6,
+    "tests/workflow/test_observability.py": 5,
 }
 SECONDS_A_TEST = 0.11
 
@@ -113,6 +143,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return SECONDS.get(path, SECONDS_A_TEST * len(files[path]))
 
     items[:] = [item for path in sorted(files, key=seconds, reverse=True) for item in files[path]]
+
+
+# Between files, the heap the tests leave alive is frozen (`gc.freeze()`, after a
+# collection): the garbage collector then scans only what the next file makes. An engine
+# freezes its heap while it runs and unfreezes it at stop (docs/local-engine.md,
+# speed-ups), so between tests each full collection scanned the whole heap (moto's and
+# botocore's models, every test module: about a million objects in a long run, 0.4 s a
+# collection, 41 of them in four workflow files: a third of their CPU). Frozen, an engine
+# leaves the heap as it is (engine._freeze_heap). And a full collection waits for 20
+# younger ones, not 10 (GC_THRESHOLD). Those four files alone (s3_batch_mode, batch_mode,
+# processor, redrive), serially: 45.5 to 48 s of CPU before, 39.5 s after; peak memory
+# 570 MB before, 530 MB after. (The threshold alone saved as much CPU but took 1.3 GB at
+# 20 and 1.6 GB at 30: the frozen heap is what keeps the memory down.) Garbage among
+# frozen objects is collected when the frozen heap has grown by half: it is thawed and
+# collected whole.
+GC_THRESHOLD = 20
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, GC_THRESHOLD)
+
+
+_FROZEN = {"whole": 0}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    if nextitem is not None and nextitem.path == item.path and _FROZEN["whole"]:
+        return  # within a file (counting the frozen heap walks it)
+    if gc.get_freeze_count() > 1.5 * _FROZEN["whole"] + 100_000:
+        gc.unfreeze()
+        _FROZEN["whole"] = 0
+    gc.collect()
+    gc.freeze()
+    if not _FROZEN["whole"]:
+        _FROZEN["whole"] = gc.get_freeze_count()
+
+
+@pytest.fixture
+def thawed_heap() -> None:
+    """The heap as in a process that froze nothing (the freeze between files undone)."""
+    gc.unfreeze()
+    _FROZEN["whole"] = 0  # frozen again whole after the test's file
 
 
 @pytest.fixture(scope="session")

@@ -85,6 +85,17 @@ def dlq_messages(engine: LocalEngine) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
+def drain_dlq(engine: LocalEngine) -> None:
+    """Delete every message in the DLQ: a module's engine, shared by tests that each
+    refuse one input, starts each test with an empty DLQ (and asserts its one message)."""
+    sqs = engine.client("sqs")
+    url = engine.ref("DeadLetterQueue")
+    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages"):
+        for message in batch:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    assert dlq_messages(engine) == []
+
+
 def attributes(message: dict[str, Any]) -> dict[str, str]:
     return {k: v["StringValue"] for k, v in message["MessageAttributes"].items()}
 

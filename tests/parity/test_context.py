@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
+from collections.abc import Iterator
 
 import pytest
 from botocore.exceptions import ClientError
 
 from onceflow.local.engine import LocalEngine
 from tests.parity.conftest import ROLE, Run
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LocalEngine]:
+    """One stack for the module (an engine start was most of each test's time): each test's
+    state machines have names of their own, and it lists, describes and reads only their
+    executions."""
+    with LocalEngine(function_log=io.StringIO()) as local:
+        yield local
+
 
 # github.com/localstack/localstack, tests/aws/services/stepfunctions/v2/
 ISO_8601_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")

@@ -6,6 +6,7 @@ Recordings: github.com/localstack/localstack, tests/aws/services/stepfunctions/v
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -16,6 +17,16 @@ import pytest
 from onceflow.local.engine import LocalEngine
 from tests.helpers import FUNCTION
 from tests.parity.conftest import Run, events_of
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LocalEngine]:
+    """One stack for the module (an engine start was most of each test's time): each test
+    runs state machines of its own (`run` names each anew) and reads only their executions
+    and the items, objects and versions it writes; a function's override ends with its
+    test."""
+    with LocalEngine(function_log=io.StringIO()) as local:
+        yield local
 
 
 @pytest.fixture

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import io
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
+from onceflow.local.engine import LocalEngine
 from tests.parity.conftest import Run, events_of
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LocalEngine]:
+    """One stack for the module (an engine start was most of each test's time): each test
+    runs state machines of its own (`run` names each anew) and reads only their executions."""
+    with LocalEngine(function_log=io.StringIO()) as local:
+        yield local
 
 
 def test_an_assigned_string_literal_holds_its_characters_not_their_json_escapes(

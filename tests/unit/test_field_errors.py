@@ -7,7 +7,9 @@ test validated on AWS).
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Iterator
 from itertools import count
 from typing import Any
 
@@ -18,6 +20,15 @@ from tests.helpers import FUNCTION
 
 ROLE = "arn:aws:iam::123456789012:role/fields"
 _NAMES = count()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LocalEngine]:
+    """One stack for the module (an engine start was most of each test's time): each test
+    runs state machines of its own (`_run` names each anew) and reads only their
+    executions; a function's override ends with its test."""
+    with LocalEngine(function_log=io.StringIO()) as local:
+        yield local
 
 
 def _run(engine: LocalEngine, states: dict[str, Any], execution_input: Any,

@@ -1,4 +1,8 @@
-"""Bad input ends in the named InvalidEvent failure, in the DLQ, with no ledger row."""
+"""Bad input ends in the named InvalidEvent failure, in the DLQ, with no ledger row.
+
+Each stack is the module's, shared by its tests (an engine start each was nine tenths of
+this file's time): none writes a row or calls the processor (each test asserts so on the
+shared stack, where any earlier test's would show), and each starts with an empty DLQ."""
 
 from __future__ import annotations
 
@@ -11,7 +15,15 @@ from typing import Any
 import pytest
 
 from onceflow.local.engine import LocalEngine
-from tests.helpers import MACHINE, attributes, dlq_messages, invocations, ledger_rows, load_event
+from tests.helpers import (
+    MACHINE,
+    attributes,
+    dlq_messages,
+    drain_dlq,
+    invocations,
+    ledger_rows,
+    load_event,
+)
 
 INVALID_PATH = [
     "Claim",
@@ -25,6 +37,19 @@ INVALID_PATH = [
 UNREADABLE_PATH = INVALID_PATH
 
 Make = Callable[[LocalEngine], Any]
+
+
+@pytest.fixture(scope="module")
+def _default_stack() -> Iterator[LocalEngine]:
+    with LocalEngine(function_log=io.StringIO()) as local:
+        yield local
+
+
+@pytest.fixture
+def engine(_default_stack: LocalEngine) -> LocalEngine:
+    """The module's default stack, its DLQ empty."""
+    drain_dlq(_default_stack)
+    return _default_stack
 
 
 def _s3(change: Callable[[dict[str, Any]], None] | None = None) -> Make:
@@ -229,13 +254,22 @@ def test_unreadable_message_is_dead_lettered_with_a_named_failure(
     assert result.states_entered == UNREADABLE_PATH
 
 
-@pytest.fixture
-def keyed_engine() -> Iterator[LocalEngine]:
-    """The stack with IdempotencyKeyPath set: SQS messages are keyed by orderId."""
+@pytest.fixture(scope="module")
+def _keyed_stack() -> Iterator[LocalEngine]:
     parameters = {"IdempotencyKeyPath": "orderId"}
-    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as local:
-        local.state.requests.clear()
+    # (a stack name of its own: the default stack still runs, in the same moto)
+    with LocalEngine(
+        parameters=parameters, function_log=io.StringIO(), stack_name="keyed"
+    ) as local:
         yield local
+
+
+@pytest.fixture
+def keyed_engine(_keyed_stack: LocalEngine) -> LocalEngine:
+    """The stack with IdempotencyKeyPath set (SQS messages are keyed by orderId), its DLQ
+    empty."""
+    drain_dlq(_keyed_stack)
+    return _keyed_stack
 
 
 KEYED = [

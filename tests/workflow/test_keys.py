@@ -11,12 +11,21 @@ import copy
 import io
 import json
 from collections.abc import Callable, Iterator
+from itertools import count
 from typing import Any
 
 import pytest
 
 from onceflow.local.engine import LocalEngine
-from tests.helpers import MACHINE, attributes, dlq_messages, ledger_rows, load_event, upload
+from tests.helpers import (
+    MACHINE,
+    attributes,
+    dlq_messages,
+    drain_dlq,
+    ledger_rows,
+    load_event,
+    upload,
+)
 
 PROCESSED_SQS = ["Claim", "Process", "MarkComplete"]
 STRING_ADVICE = "send the key as a string"
@@ -35,12 +44,34 @@ def custom_event(detail: dict[str, Any]) -> dict[str, Any]:
     return dict(event)
 
 
+KEYED = {"IdempotencyKeyPath": "orderId", "CustomEventKeyPath": "orderId"}
+_STACKS = count()
+
+
 @pytest.fixture
 def keyed() -> Iterator[LocalEngine]:
-    """SQS messages keyed by orderId; custom events keyed by detail.orderId."""
-    parameters = {"IdempotencyKeyPath": "orderId", "CustomEventKeyPath": "orderId"}
-    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as local:
+    """SQS messages keyed by orderId; custom events keyed by detail.orderId. A stack name
+    of its own: while the module's stack (`refusing`) runs, moto keeps what an earlier
+    test's stack made, and a second stack of one name would find it."""
+    with LocalEngine(
+        parameters=KEYED, function_log=io.StringIO(), stack_name=f"keyed-{next(_STACKS)}"
+    ) as local:
         yield local
+
+
+@pytest.fixture(scope="module")
+def _refusing_stack() -> Iterator[LocalEngine]:
+    with LocalEngine(parameters=KEYED, function_log=io.StringIO(), stack_name="refusing") as local:
+        yield local
+
+
+@pytest.fixture
+def refusing(_refusing_stack: LocalEngine) -> LocalEngine:
+    """The keyed stack, shared by the tests of inputs it refuses (an engine start each was
+    most of their time): none writes a row (each asserts so, where an earlier test's row
+    would show too), and each starts with an empty DLQ (each asserts its one message)."""
+    drain_dlq(_refusing_stack)
+    return _refusing_stack
 
 
 def assert_invalid(engine: LocalEngine, result: Any, message: str) -> None:
@@ -75,6 +106,28 @@ def test_two_orders_that_differ_past_15_digits_are_two_units_of_work(
     assert all(row["status"] == "PROCESSED" for row in ledger_rows(keyed))
 
 
+def test_a_whole_number_key_of_fifteen_digits_is_kept(keyed: LocalEngine) -> None:
+    result = keyed.execute(MACHINE, sqs_message({"orderId": 999999999999999}))
+    assert result.output["status"] == "PROCESSED"
+    assert [row["pk"] for row in ledger_rows(keyed)] == ["sqs:999999999999999"]
+
+
+def test_a_payload_holding_a_lone_surrogate_is_recorded_as_json(keyed: LocalEngine) -> None:
+    # GIVEN a message whose key is fine but whose payload holds a lone surrogate (JSON allows
+    # "\ud800"; UTF-8 cannot encode it)
+    body = '{"orderId": "o-lone", "note": "a\\ud800b"}'
+    # WHEN it is processed by the bundled processor
+    result = keyed.execute(MACHINE, sqs_message(body))
+    # THEN it is processed once, and the record is JSON that reads back as the payload
+    assert result.output["status"] == "PROCESSED", (result.error, result.cause)
+    output = result.output["result"]["output"].removeprefix("s3://").split("/", 1)
+    record = keyed.client("s3").get_object(Bucket=output[0], Key=output[1])["Body"].read()
+    assert json.loads(record) == {"orderId": "o-lone", "note": "a\ud800b"}
+
+
+# ---- refused: these share the module's stack (`refusing`)
+
+
 @pytest.mark.parametrize(
     "make",
     [
@@ -84,26 +137,20 @@ def test_two_orders_that_differ_past_15_digits_are_two_units_of_work(
 )
 @pytest.mark.parametrize("order", [1234567890123456, 1234567890123457, 12.5, -(10**15)])
 def test_a_number_that_a_key_cannot_keep_exactly_is_refused(
-    keyed: LocalEngine, make: Callable[[Any], Any], order: float
+    refusing: LocalEngine, make: Callable[[Any], Any], order: float
 ) -> None:
     # GIVEN an order id that JSONata's $string would round (16 digits) or that is not whole
     # WHEN it is delivered as a JSON number
-    result = keyed.execute(MACHINE, make(order))
+    result = refusing.execute(MACHINE, make(order))
     # THEN it is refused, with the advice to send it as a string, and nothing is dropped silently
-    assert_invalid(keyed, result, STRING_ADVICE)
+    assert_invalid(refusing, result, STRING_ADVICE)
 
 
-def test_an_infinite_number_in_a_message_body_is_refused(keyed: LocalEngine) -> None:
+def test_an_infinite_number_in_a_message_body_is_refused(refusing: LocalEngine) -> None:
     # GIVEN a body whose key overflows a double (1e400 parses as Infinity)
-    result = keyed.execute(MACHINE, sqs_message('{"orderId": 1e400}'))
+    result = refusing.execute(MACHINE, sqs_message('{"orderId": 1e400}'))
     # THEN it is an InvalidEvent, not an error inside a state
-    assert_invalid(keyed, result, STRING_ADVICE)
-
-
-def test_a_whole_number_key_of_fifteen_digits_is_kept(keyed: LocalEngine) -> None:
-    result = keyed.execute(MACHINE, sqs_message({"orderId": 999999999999999}))
-    assert result.output["status"] == "PROCESSED"
-    assert [row["pk"] for row in ledger_rows(keyed)] == ["sqs:999999999999999"]
+    assert_invalid(refusing, result, STRING_ADVICE)
 
 
 def s3(engine: LocalEngine, **object_fields: Any) -> dict[str, Any]:
@@ -158,27 +205,14 @@ REFUSED_BY_CLAIM_BEFORE = [
 
 @pytest.mark.parametrize(("make", "message"), REFUSED_BY_CLAIM_BEFORE)
 def test_what_claim_would_refuse_is_an_invalid_event(
-    keyed: LocalEngine, make: Callable[[LocalEngine], Any], message: str
+    refusing: LocalEngine, make: Callable[[LocalEngine], Any], message: str
 ) -> None:
     # GIVEN an input Claim (DynamoDB: 2048-byte keys, number range, valid UTF-8) would refuse
-    upload(keyed, "uploads/a.png")
+    upload(refusing, "uploads/a.png")
     # WHEN it is delivered
-    result = keyed.execute(MACHINE, make(keyed))
+    result = refusing.execute(MACHINE, make(refusing))
     # THEN Claim's rules refuse it by name: InvalidEvent, one DLQ message, no row
-    assert_invalid(keyed, result, message)
-
-
-def test_a_payload_holding_a_lone_surrogate_is_recorded_as_json(keyed: LocalEngine) -> None:
-    # GIVEN a message whose key is fine but whose payload holds a lone surrogate (JSON allows
-    # "\ud800"; UTF-8 cannot encode it)
-    body = '{"orderId": "o-lone", "note": "a\\ud800b"}'
-    # WHEN it is processed by the bundled processor
-    result = keyed.execute(MACHINE, sqs_message(body))
-    # THEN it is processed once, and the record is JSON that reads back as the payload
-    assert result.output["status"] == "PROCESSED", (result.error, result.cause)
-    output = result.output["result"]["output"].removeprefix("s3://").split("/", 1)
-    record = keyed.client("s3").get_object(Bucket=output[0], Key=output[1])["Body"].read()
-    assert json.loads(record) == {"orderId": "o-lone", "note": "a\ud800b"}
+    assert_invalid(refusing, result, message)
 
 
 def test_a_key_path_written_from_the_body_itself_keys_as_the_bare_path() -> None:

@@ -400,7 +400,7 @@ def test_a_null_version_id_keys_on_the_sequencer(engine: LocalEngine) -> None:
     assert output_effects(engine) == 2
 
 
-def test_the_engine_freezes_what_it_starts_with_and_unfreezes_it_at_stop() -> None:
+def test_the_engine_freezes_what_it_starts_with_and_unfreezes_it_at_stop(thawed_heap: None) -> None:
     import gc
     import io
     import weakref

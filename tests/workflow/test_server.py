@@ -122,12 +122,18 @@ def test_executions_lists_the_running_stacks_records_and_names_each_ones_stack(
 ) -> None:
     # (records of this test's own: the session's hold other tests' too)
     monkeypatch.setenv("ONCEFLOW_RECORDS", str(tmp_path / "executions"))
-    # GIVEN one execution on a throwaway stack, then the same event twice on onceflow up
+    # GIVEN the same event twice on onceflow up, then once with --no-server
     execute = ["execute", "ProcessorStateMachine", "-e", CUSTOM]
-    alone = _onceflow(*execute, "--no-server")
-    assert alone.returncode == 0, alone.stderr
     for _ in range(2):
         assert _onceflow(*execute).returncode == 0
+    alone = _onceflow(*execute, "--no-server")
+    # THEN --no-server ran a fresh engine: the event the server's ledger holds was
+    # processed again there, and the server ran the first two commands only
+    # (this was test_no_server_runs_a_fresh_engine, which started a second engine in a
+    # process of its own for the same run)
+    assert alone.returncode == 0, alone.stderr
+    assert "Processed" in alone.stdout and "Duplicate" not in alone.stdout
+    assert up.commands == 2
     # WHEN the user lists the executions, then all of them
     listed = _onceflow("executions", "--json")
     every = _onceflow("executions", "--json", "--all")
@@ -146,14 +152,6 @@ def test_executions_lists_the_running_stacks_records_and_names_each_ones_stack(
     # AND the table has a stack column and says how to see the others
     assert table.stdout.splitlines()[0].split()[:2] == ["name", "stack"]
     assert "--all" in table.stderr
-
-
-def test_no_server_runs_a_fresh_engine(up: server.EngineServer) -> None:
-    assert _onceflow(*EXECUTE).returncode == 0
-    alone = _onceflow(*EXECUTE, "--no-server")
-    assert alone.returncode == 0, alone.stderr
-    assert "Processed" in alone.stdout and "Duplicate" not in alone.stdout
-    assert up.commands == 1
 
 
 def test_other_parameters_are_refused_by_the_running_engine(
