@@ -97,6 +97,15 @@ def read_row(item: dict[str, Any]) -> LedgerRow | UnreadableRow:
     )
 
 
+def _as_seen(fence: list[str], values: dict[str, Any], name: str, seen: str | int | None) -> None:
+    """Fence a write on an attribute as it was read: equal to it, or absent if it was."""
+    if seen is None:
+        fence.append(f"attribute_not_exists({name})")
+    else:
+        values[f":seen_{name}"] = {"N" if isinstance(seen, int) else "S": str(seen)}
+        fence.append(f"{name} = :seen_{name}")
+
+
 def _key(pk: str) -> dict[str, Any]:
     return {Attribute.PK.value: {"S": pk}}
 
@@ -308,21 +317,9 @@ class Ledger:
             ":never": {"N": "0"},
         }
         fence = ["#status = :status", "attribute_not_exists(dead_lettered_at)"]
-        if row.open_status is None:
-            fence.append("attribute_not_exists(open_status)")
-        else:
-            values[":seen_open"] = {"S": row.open_status}
-            fence.append("open_status = :seen_open")
-        if row.lock_owner is None:
-            fence.append("attribute_not_exists(lock_owner)")
-        else:
-            values[":seen_lock_owner"] = {"S": row.lock_owner}
-            fence.append("lock_owner = :seen_lock_owner")
-        if row.lock_expires_at is None:
-            fence.append("attribute_not_exists(lock_expires_at)")
-        else:
-            values[":seen_lock_expires_at"] = {"N": str(row.lock_expires_at)}
-            fence.append("lock_expires_at = :seen_lock_expires_at")
+        _as_seen(fence, values, "open_status", row.open_status)
+        _as_seen(fence, values, "lock_owner", row.lock_owner)
+        _as_seen(fence, values, "lock_expires_at", row.lock_expires_at)
         with aws_call(f"putting {row.pk} back in the open-work index", expected=_FENCED) as call:
             self._dynamodb.update_item(
                 TableName=self.table,
@@ -377,16 +374,8 @@ class Ledger:
         elif row.status == Status.FAILED:
             values[":failed"] = {"S": Status.FAILED.value}
             fence = ["#status = :failed"]
-            if row.updated_at is None:
-                fence.append("attribute_not_exists(updated_at)")
-            else:
-                values[":seen_updated_at"] = {"N": str(row.updated_at)}
-                fence.append("updated_at = :seen_updated_at")
-            if row.lock_owner is None:
-                fence.append("attribute_not_exists(lock_owner)")
-            else:
-                values[":seen_lock_owner"] = {"S": row.lock_owner}
-                fence.append("lock_owner = :seen_lock_owner")
+            _as_seen(fence, values, "updated_at", row.updated_at)
+            _as_seen(fence, values, "lock_owner", row.lock_owner)
         else:
             raise ValueError(f"{row.pk} is {row.status}: not open work to take")
         fence.append("attribute_not_exists(dead_lettered_at)")
