@@ -43,6 +43,8 @@ from tests.workflow.test_audit_dead_letter import always
 from tests.workflow.test_batch_mode import PARAMETERS as BATCH_PARAMETERS
 from tests.workflow.test_batch_mode import outcomes, queued
 from tests.workflow.test_failure_paths import failing, throttled
+from tests.workflow.test_p11_review import _ORDERS as ORDERS
+from tests.workflow.test_p11_review import _orders_queue
 
 SOURCE_DLQ = "SourceDeadLetterQueue"
 
@@ -293,8 +295,6 @@ def test_the_audit_resubmits_a_moved_message_under_its_first_id(
 
 # ---- a queue of your own (SqsSource=<ARN>): redrive finds its DLQ ----------------------
 
-_ORDERS = "arn:aws:sqs:us-east-1:123456789012:orders"
-
 
 def test_your_own_queues_message_moved_back_by_redrive_keeps_its_key(
     monkeypatch: pytest.MonkeyPatch,
@@ -303,20 +303,15 @@ def test_your_own_queues_message_moved_back_by_redrive_keeps_its_key(
     DLQ your queue's redrive policy names and moves its messages back with their first id,
     as for the stack's own queue; SQS's own redrive would give them new ids (the work done
     again)."""
-    with _engine(SqsSource=_ORDERS, IdempotencyKeyPath="") as engine:
-        # GIVEN your queue with a DLQ after 3 receives, and an order processed once whose
+    with _engine(SqsSource=ORDERS, IdempotencyKeyPath="") as engine:
+        # GIVEN your queue with a DLQ after 5 receives, and an order processed once whose
         # start the pipe never saw answered, so its message moved to your DLQ
         sqs = engine.client("sqs")
-        dlq = sqs.create_queue(QueueName="orders-dlq")["QueueUrl"]
-        policy = {"deadLetterTargetArn": f"{_ORDERS}-dlq", "maxReceiveCount": "3"}
-        url = sqs.create_queue(
-            QueueName="orders",
-            Attributes={"VisibilityTimeout": "1800", "RedrivePolicy": json.dumps(policy)},
-        )["QueueUrl"]
+        url, dlq = _orders_queue(engine)
         message = sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"orderId": "o-1"}))
         with monkeypatch.context() as patched:
             _response_lost(patched, engine)
-            for _ in range(4):
+            for _ in range(6):  # its redrive policy moves it after 5 receives
                 engine.pump_pipes()
         key = f"sqs:{message['MessageId']}"
         assert (ledger_row(engine, key) or {})["status"] == "PROCESSED"
