@@ -18,6 +18,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec, PathFinder
@@ -279,23 +280,42 @@ def _started_by_function(frame: FrameType | None, own: list[str]) -> bool:
     return False
 
 
-def _carrying_start(original: Callable[[threading.Thread], None]) -> Callable[..., None]:
-    """Thread.start: a thread a function's code starts (its own, a pool's worker) imports as
-    that function's code does, as it would in the function's one process on Lambda."""
+def _as_function(own: list[str], work: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """work, importing as the function of these paths does, on whatever thread runs it."""
+    before = getattr(_FUNCTION, "paths", None)
+    _FUNCTION.paths = own
+    try:
+        return work(*args, **kwargs)
+    finally:
+        _FUNCTION.paths = before
+
+
+def _carrying_start(original: Callable[..., None]) -> Callable[..., None]:
+    """Thread.start: a thread a function's code starts imports as that function's code,
+    as it would in the function's one process on Lambda."""
 
     def start(self: threading.Thread) -> None:
         own: list[str] | None = getattr(_FUNCTION, "paths", None)
         if own is not None and _started_by_function(sys._getframe(1), own):
-            run = self.run
-
-            def run_as_function() -> None:
-                _FUNCTION.paths = own
-                run()
-
-            self.run = run_as_function  # type: ignore[method-assign]
+            self.run = functools.partial(_as_function, own, self.run)  # type: ignore[method-assign]
         original(self)
 
     return functools.wraps(original)(start)
+
+
+def _carrying_submit(original: Callable[..., Any]) -> Callable[..., Any]:
+    """ThreadPoolExecutor.submit: work a function's code hands a pool runs as that
+    function's code, whoever started the pool's worker (a library's shared pool)."""
+
+    def submit(
+        self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Any:
+        own: list[str] | None = getattr(_FUNCTION, "paths", None)
+        if own is not None and _started_by_function(sys._getframe(1), own):
+            fn = functools.partial(_as_function, own, fn)
+        return original(self, fn, *args, **kwargs)
+
+    return functools.wraps(original)(submit)
 
 
 _GUARDS = (
@@ -304,6 +324,7 @@ _GUARDS = (
     (importlib, "import_module", _guarded_import_module),
     (importlib.util, "find_spec", _guarded_find_spec),
     (threading.Thread, "start", _carrying_start),
+    (ThreadPoolExecutor, "submit", _carrying_submit),
 )
 
 
@@ -325,6 +346,7 @@ def _sandbox_fits() -> list[str]:
         *takes(importlib.import_module, "name", "package"),
         *takes(importlib.util.find_spec, "name", "package"),
         *takes(threading.Thread.start, "self"),
+        *takes(ThreadPoolExecutor.submit, "self", "fn"),
     ]
 
 
@@ -342,7 +364,7 @@ def __getattr__(name: str) -> Any:
             "Lambda (packaging-layers.html): the import statement, importlib's "
             "import_module, __import__ and find_spec refuse a module only another "
             "function's package holds even once that function imported it, and a thread "
-            "a function's code starts imports as that function.",
+            "a function's code starts, or work it hands a pool, imports as that function.",
             test="tests/unit/test_function_sandbox.py::"
             "test_a_module_another_function_imported_is_not_reached_by_any_other_way_as_on_lambda",
             install=_install_sandbox,

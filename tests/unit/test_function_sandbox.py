@@ -368,3 +368,40 @@ def test_a_thread_the_engine_starts_inside_a_handlers_call_is_not_the_functions(
     # the engine does
     assert runtime.invoke("b", {}) == (["only in a"], None)
     sys.modules.pop("sandbox_engine_code", None)
+
+
+def test_work_a_function_hands_to_a_pool_another_started_imports_as_that_function(
+    tmp_path: Path, runtime: lambdas.InProcessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a library's shared pool whose worker was started before any function ran (on
+    # Lambda each function's process has its own), and function a's sandbox_only_a imported
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / "sandbox_shared_pool.py").write_text(
+        "from concurrent.futures import ThreadPoolExecutor\n\n"
+        "POOL = ThreadPoolExecutor(max_workers=1)\nPOOL.submit(int).result(timeout=10)\n"
+    )
+    monkeypatch.syspath_prepend(str(library))
+    import sandbox_shared_pool  # type: ignore[import-not-found]
+
+    a = _function(tmp_path, "a", A_SOURCE, **ONLY_A)
+    b = _function(
+        tmp_path,
+        "b",
+        "import importlib\nimport sandbox_shared_pool\n\ndef handler(event, context):\n"
+        "    work = lambda: importlib.import_module('sandbox_only_a').VALUE\n"
+        "    return sandbox_shared_pool.POOL.submit(work).result(timeout=10)\n",
+    )
+    for spec in (a, b):
+        runtime.register(spec)
+    runtime.cold_start()
+    try:
+        assert runtime.invoke("a", {})[1] is None
+        # WHEN b hands the pool work that imports it
+        payload, error = runtime.invoke("b", {})
+    finally:
+        sandbox_shared_pool.POOL.shutdown()
+        sys.modules.pop("sandbox_shared_pool", None)
+    # THEN the work runs as b's code, in b's sandbox: the module is not there
+    assert error == "ModuleNotFoundError", payload
+    assert payload["errorMessage"] == "No module named 'sandbox_only_a'"
