@@ -6,6 +6,7 @@ import builtins
 import decimal
 import functools
 import importlib
+import importlib.util
 import io
 import json
 import logging
@@ -17,14 +18,18 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, TextIO
+from types import FrameType, SimpleNamespace
+from typing import TYPE_CHECKING, Any, TextIO
 
 from onceflow.local.errors import EngineError
+
+if TYPE_CHECKING:
+    from onceflow.local.patches.registry import Installer
 
 _IMPORT_LOCK = threading.Lock()
 
@@ -157,16 +162,16 @@ class _OwnPackage:
     """What a function's code imports, as in its own sandbox on Lambda, where its Python
     finds /var/task (its package), /opt/python (its Layers) and the runtime's libraries,
     never another function's package (packaging-layers.html, "Layer paths for each Lambda
-    runtime"). On a thread running a function's code, a top-level module is found in its
-    own import paths first, else anywhere but another function's (this Python's libraries
-    stand for the runtime's); one that only another function's paths hold is not found,
-    whether or not that function imported it already (sys.modules answers before any
-    finder is asked, so the import statement checks it: builtins.__import__). Any other
-    thread imports as Python does. In place while any engine runs (FUNCTION_OUTPUT). Not
-    covered: importlib.import_module of a module another function imported."""
-
-    def __init__(self) -> None:
-        self.builtin_import = builtins.__import__
+    runtime"; each execution environment holds "the code of the particular function
+    version" and its Layers: security-overview-aws-lambda, "Lambda isolation
+    technologies"). On a thread running a function's code (and one it starts: PATCHES), a
+    top-level module is found in its own import paths first, else anywhere but another
+    function's (this Python's libraries stand for the runtime's); one that only another
+    function's paths hold is not found, whether or not that function imported it already
+    (sys.modules answers before any finder is asked, so every way in checks it: the import
+    statement, importlib's import_module, __import__ and find_spec). Any other thread
+    imports as Python does. The finder is in place while any engine runs (FUNCTION_OUTPUT),
+    the checks while its patches are (PATCHES)."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         own: list[str] | None = getattr(_FUNCTION, "paths", None)
@@ -177,22 +182,12 @@ class _OwnPackage:
             raise ModuleNotFoundError(f"No module named '{name}'", name=name)
         return spec
 
-    def guarded_import(
-        self,
-        name: str,
-        globals: Any = None,
-        locals: Any = None,
-        fromlist: Any = (),
-        level: int = 0,
-    ) -> Any:
-        own: list[str] | None = getattr(_FUNCTION, "paths", None)
-        if own is not None and not level:
-            self._check_loaded(name.partition(".")[0], own)
-        return self.builtin_import(name, globals, locals, fromlist, level)
-
     @staticmethod
-    def _check_loaded(top: str, own: list[str]) -> None:
-        origin = _origin(sys.modules.get(top))
+    def check_loaded(name: str | None, own: list[str]) -> None:
+        """Raise as its own sandbox would if the top-level module of name (absolute; None:
+        left to the import to refuse) is loaded from another function's package only."""
+        top = name.partition(".")[0] if name else ""
+        origin = _origin(sys.modules.get(top)) if top else ""
         home = _home(origin) if origin else ""
         if home not in _CODE_ROOTS or home in own or PathFinder.find_spec(top, _libraries()):
             return  # (a library this Python has, another function vendors too: shared)
@@ -206,19 +201,177 @@ class _OwnPackage:
         )
 
     def install(self, on: bool) -> None:
-        """In place or taken away: the __import__ it wraps is the one in place when it is
-        installed (another tool's hook, too), and is put back only if it is still ours."""
+        """The finder first on sys.meta_path, or taken away."""
         if on and self not in sys.meta_path:
             sys.meta_path.insert(0, self)
-            self.builtin_import = builtins.__import__
-            builtins.__import__ = self.guarded_import  # type: ignore[assignment]
         elif not on and self in sys.meta_path:
             sys.meta_path.remove(self)
-            if builtins.__import__ == self.guarded_import:
-                builtins.__import__ = self.builtin_import
 
 
 OWN_PACKAGE = _OwnPackage()
+
+
+def _absolute(name: str, package: str | None) -> str | None:
+    """name as importlib resolves it (None: a relative name it refuses, as it will)."""
+    if not name.startswith("."):
+        return name
+    try:
+        return importlib.util.resolve_name(name, package)
+    except (ImportError, ValueError):  # raised again by the import itself, as Python does
+        return None
+
+
+def _guarded_import(original: Callable[..., Any]) -> Callable[..., Any]:
+    """builtins.__import__ (the import statement) or importlib.__import__, checking first."""
+
+    def __import__(
+        name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
+    ) -> Any:
+        own: list[str] | None = getattr(_FUNCTION, "paths", None)
+        if own is not None and not level:  # (a relative import: within its own package)
+            OWN_PACKAGE.check_loaded(name, own)
+        return original(name, globals, locals, fromlist, level)
+
+    return functools.wraps(original)(__import__)
+
+
+def _guarded_import_module(original: Callable[..., Any]) -> Callable[..., Any]:
+    def import_module(name: str, package: str | None = None) -> Any:
+        own: list[str] | None = getattr(_FUNCTION, "paths", None)
+        if own is not None:
+            OWN_PACKAGE.check_loaded(_absolute(name, package), own)
+        return original(name, package)
+
+    return functools.wraps(original)(import_module)
+
+
+def _guarded_find_spec(original: Callable[..., Any]) -> Callable[..., Any]:
+    def find_spec(name: str, package: str | None = None) -> Any:
+        own: list[str] | None = getattr(_FUNCTION, "paths", None)
+        if own is None:
+            return original(name, package)
+        absolute = _absolute(name, package)
+        try:
+            OWN_PACKAGE.check_loaded(absolute, own)
+            return original(name, package)
+        except ModuleNotFoundError as exc:
+            if absolute is None or "." in absolute or exc.name != absolute:
+                raise  # (a submodule whose package is missing: raised, as Python does)
+            return None  # a top-level module its sandbox lacks: find_spec's "not found"
+
+    return functools.wraps(original)(find_spec)
+
+
+# The engine's code (onceflow.local's, moto's): a thread it starts inside a handler's AWS
+# call (an execution, an asynchronous invoke) is AWS's side, not the function's.
+_ENGINE_CODE: list[str] = []
+
+
+def _started_by_function(frame: FrameType | None, own: list[str]) -> bool:
+    """Whether the code starting a thread is the function's: the nearest frame in its own
+    paths or in the engine's decides; libraries and the standard library between (a pool,
+    s3transfer) start it for whoever called them."""
+    while frame is not None:
+        if _under(frame.f_code.co_filename, own):
+            return True
+        if _under(frame.f_code.co_filename, _ENGINE_CODE):
+            return False
+        frame = frame.f_back
+    return False
+
+
+def _as_function(own: list[str], work: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """work, importing as the function of these paths does, on whatever thread runs it."""
+    before = getattr(_FUNCTION, "paths", None)
+    _FUNCTION.paths = own
+    try:
+        return work(*args, **kwargs)
+    finally:
+        _FUNCTION.paths = before
+
+
+def _carrying_start(original: Callable[..., None]) -> Callable[..., None]:
+    """Thread.start: a thread a function's code starts imports as that function's code,
+    as it would in the function's one process on Lambda."""
+
+    def start(self: threading.Thread) -> None:
+        own: list[str] | None = getattr(_FUNCTION, "paths", None)
+        if own is not None and _started_by_function(sys._getframe(1), own):
+            self.run = functools.partial(_as_function, own, self.run)  # type: ignore[method-assign]
+        original(self)
+
+    return functools.wraps(original)(start)
+
+
+def _carrying_submit(original: Callable[..., Any]) -> Callable[..., Any]:
+    """ThreadPoolExecutor.submit: work a function's code hands a pool runs as that
+    function's code, whoever started the pool's worker (a library's shared pool)."""
+
+    def submit(
+        self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Any:
+        own: list[str] | None = getattr(_FUNCTION, "paths", None)
+        if own is not None and _started_by_function(sys._getframe(1), own):
+            fn = functools.partial(_as_function, own, fn)
+        return original(self, fn, *args, **kwargs)
+
+    return functools.wraps(original)(submit)
+
+
+_GUARDS = (
+    (builtins, "__import__", _guarded_import),
+    (importlib, "__import__", _guarded_import),
+    (importlib, "import_module", _guarded_import_module),
+    (importlib.util, "find_spec", _guarded_find_spec),
+    (threading.Thread, "start", _carrying_start),
+    (ThreadPoolExecutor, "submit", _carrying_submit),
+)
+
+
+def _install_sandbox(installer: Installer) -> None:
+    import moto
+
+    _ENGINE_CODE[:] = [str(Path(__file__).parent), str(Path(moto.__file__).parent)]
+    for owner, name, guard in _GUARDS:
+        installer.replace(owner, name, guard(getattr(owner, name)))
+
+
+def _sandbox_fits() -> list[str]:
+    from onceflow.local.patches.registry import gone, takes
+
+    return [
+        *(moved for owner, name, _ in _GUARDS for moved in gone(owner, name)),
+        *takes(builtins.__import__, "name", "globals", "locals", "fromlist", "level"),
+        *takes(importlib.__import__, "name", "globals", "locals", "fromlist", "level"),
+        *takes(importlib.import_module, "name", "package"),
+        *takes(importlib.util.find_spec, "name", "package"),
+        *takes(threading.Thread.start, "self"),
+        *takes(ThreadPoolExecutor.submit, "self", "fn"),
+    ]
+
+
+def __getattr__(name: str) -> Any:
+    """PATCHES, made on first use: the registry imports moto, which this module need not."""
+    if name != "PATCHES":
+        raise AttributeError(name)
+    from onceflow.local.patches.registry import Patch
+
+    globals()["PATCHES"] = (
+        Patch(
+            name="function sandbox",
+            kind="hook",
+            why="Each function imports from its own package, as in its own sandbox on "
+            "Lambda (packaging-layers.html): the import statement, importlib's "
+            "import_module, __import__ and find_spec refuse a module only another "
+            "function's package holds even once that function imported it, and a thread "
+            "a function's code starts, or work it hands a pool, imports as that function.",
+            test="tests/unit/test_function_sandbox.py::"
+            "test_a_module_another_function_imported_is_not_reached_by_any_other_way_as_on_lambda",
+            install=_install_sandbox,
+            fits=_sandbox_fits,
+        ),
+    )
+    return globals()["PATCHES"]
 
 
 class FunctionOutput(io.TextIOBase):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from onceflow.local import lambdas
+from onceflow.local.patches import registry
 
 ARN = "arn:aws:lambda:us-east-1:123456789012:function:"
 
@@ -39,14 +40,16 @@ def _function(root: Path, name: str, source: str, **files: str) -> lambdas.Funct
 
 @pytest.fixture
 def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[lambdas.InProcessRuntime]:
-    """A runtime as an engine runs it (its output and imports in place), its modules
-    forgotten afterwards."""
+    """A runtime as an engine runs it (its output, its imports' finder and checks in
+    place), its modules forgotten afterwards."""
     monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the code roots there
     before = set(sys.modules)
     lambdas.FUNCTION_OUTPUT.install()
+    sandbox = registry.install_all(lambdas.PATCHES)
     try:
         yield lambdas.InProcessRuntime()
     finally:
+        assert sandbox.installer.undo() == []
         lambdas.FUNCTION_OUTPUT.uninstall()
         for name in set(sys.modules) - before:
             if name.startswith("sandbox_"):
@@ -220,3 +223,185 @@ def test_a_library_this_python_has_that_another_function_vendors_is_still_found(
     # THEN the other still imports it (the engine, and code on its thread, may need it)
     assert [runtime.invoke(spec.name, {}) for spec in (vendoring, other)] == [(1, None)] * 2
     sys.modules.pop("sandbox_lib", None)
+
+
+# A function whose own package holds sandbox_only_a, reaching it every way a handler can:
+# the import statement, importlib, a thread of its own and a pool's worker.
+ONLY_A = {"sandbox_only_a.py": "VALUE = 'only in a'\n", "sandbox_a_unused.py": ""}
+A_SOURCE = """\
+import importlib
+import importlib.util
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import sandbox_only_a
+
+
+def _in_a_thread():
+    found = []
+    work = lambda: found.append(importlib.import_module("sandbox_only_a"))
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=10)
+    return found[0].VALUE
+
+
+def handler(event, context):
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pooled = pool.submit(lambda: importlib.import_module("sandbox_only_a").VALUE).result(10)
+    return [sandbox_only_a.VALUE, importlib.import_module("sandbox_only_a").VALUE,
+            importlib.__import__("sandbox_only_a").VALUE,
+            importlib.util.find_spec("sandbox_only_a").name, _in_a_thread(), pooled]
+"""
+# Another function's ways of reaching it, each a handler body; a thread's exception is
+# handed to the handler as its caller sees it (a pool's future raises it again; a thread
+# of its own, which Python only prints, passed on by hand).
+B_REACHES = {
+    "import_module": "return importlib.import_module('sandbox_only_a').VALUE",
+    "importlib.__import__": "return importlib.__import__('sandbox_only_a').VALUE",
+    "importlib.reload": "return importlib.reload(sys.modules['sandbox_only_a']).VALUE",
+    "thread": (
+        "failed = []\n"
+        "    def work():\n"
+        "        try:\n"
+        "            import sandbox_only_a\n"
+        "        except ImportError as exc:\n"
+        "            failed.append(exc)\n"
+        "    thread = threading.Thread(target=work)\n"
+        "    thread.start()\n"
+        "    thread.join(timeout=10)\n"
+        "    if failed:\n"
+        "        raise failed[0]\n"
+        "    return 'imported on its thread'"
+    ),
+    "pool worker": (
+        "def work():\n"
+        "        import sandbox_only_a\n"
+        "        return sandbox_only_a.VALUE\n"
+        "    with ThreadPoolExecutor(max_workers=1) as pool:\n"
+        "        return pool.submit(work).result(timeout=10)"
+    ),
+}
+B_HEADER = (
+    "import importlib\nimport importlib.util\nimport sys\nimport threading\n"
+    "from concurrent.futures import ThreadPoolExecutor\n\n\ndef handler(event, context):\n    "
+)
+
+
+@pytest.mark.parametrize("how", list(B_REACHES))
+def test_a_module_another_function_imported_is_not_reached_by_any_other_way_as_on_lambda(
+    tmp_path: Path, runtime: lambdas.InProcessRuntime, how: str
+) -> None:
+    # GIVEN function a, whose package holds sandbox_only_a and which has imported it
+    # (on its own thread, with importlib, on threads it starts), and function b, from a
+    # CodeUri of its own, which on Lambda has its own sandbox without it: each execution
+    # environment holds "the code of the particular function version" and its own Layers
+    # (security-overview-aws-lambda, "Lambda isolation technologies"; packaging-layers.html,
+    # "Layer paths for each Lambda runtime"; python-package.html, "Runtime dependencies")
+    a = _function(tmp_path, "a", A_SOURCE, **ONLY_A)
+    b = _function(tmp_path, "b", B_HEADER + B_REACHES[how] + "\n")
+    for spec in (a, b):
+        runtime.register(spec)
+    runtime.cold_start()
+    expected_a = (["only in a"] * 3 + ["sandbox_only_a"] + ["only in a"] * 2, None)
+    assert runtime.invoke("a", {}) == expected_a
+    # WHEN b reaches for it
+    payload, error = runtime.invoke("b", {})
+    # THEN b's invocation fails as in its own sandbox, with the error its handler meets
+    assert error == "ModuleNotFoundError", payload
+    assert payload["errorType"] == "ModuleNotFoundError"
+    assert payload["errorMessage"] == "No module named 'sandbox_only_a'"
+    # AND a still imports and runs it, on its own thread and on those it starts
+    assert runtime.invoke("a", {}) == expected_a
+
+
+def test_find_spec_of_a_module_another_function_imported_finds_nothing_as_on_lambda(
+    tmp_path: Path, runtime: lambdas.InProcessRuntime
+) -> None:
+    # GIVEN function a has imported its own sandbox_only_a (not its sandbox_a_unused), and
+    # function b asks whether it can import either (importlib.util.find_spec: None for a
+    # top-level module not found)
+    a = _function(tmp_path, "a", A_SOURCE, **ONLY_A)
+    b = _function(
+        tmp_path,
+        "b",
+        B_HEADER + "return [importlib.util.find_spec(name) is None for name in "
+        "('sandbox_only_a', 'sandbox_a_unused', 'sandbox_nowhere', 'json')]\n",
+    )
+    for spec in (a, b):
+        runtime.register(spec)
+    runtime.cold_start()
+    assert runtime.invoke("a", {})[1] is None
+    # WHEN b asks
+    # THEN nothing is found, as for a module no package has; the standard library is
+    assert runtime.invoke("b", {}) == ([True, True, True, False], None)
+
+
+def test_a_thread_the_engine_starts_inside_a_handlers_call_is_not_the_functions(
+    tmp_path: Path, runtime: lambdas.InProcessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN engine code (as moto's is: it starts an execution's thread inside the handler's
+    # StartExecution call) that imports on a thread it starts, and function b calling it
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "sandbox_engine_code.py").write_text(
+        "import threading\n\ndef start_and_import():\n    found = []\n"
+        "    work = lambda: found.append(__import__('sandbox_only_a').VALUE)\n"
+        "    thread = threading.Thread(target=work)\n    thread.start()\n"
+        "    thread.join(timeout=10)\n    return found\n"
+    )
+    monkeypatch.syspath_prepend(str(engine))
+    monkeypatch.setattr(lambdas, "_ENGINE_CODE", [*lambdas._ENGINE_CODE, str(engine)])
+    a = _function(tmp_path, "a", A_SOURCE, **ONLY_A)
+    b = _function(
+        tmp_path,
+        "b",
+        "import sandbox_engine_code\n\ndef handler(event, context):\n"
+        "    return sandbox_engine_code.start_and_import()\n",
+    )
+    for spec in (a, b):
+        runtime.register(spec)
+    runtime.cold_start()
+    assert runtime.invoke("a", {})[1] is None
+    # WHEN b calls it
+    # THEN that thread is the engine's (AWS's side of the call), not b's: it imports as
+    # the engine does
+    assert runtime.invoke("b", {}) == (["only in a"], None)
+    sys.modules.pop("sandbox_engine_code", None)
+
+
+def test_work_a_function_hands_to_a_pool_another_started_imports_as_that_function(
+    tmp_path: Path, runtime: lambdas.InProcessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a library's shared pool whose worker was started before any function ran (on
+    # Lambda each function's process has its own), and function a's sandbox_only_a imported
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / "sandbox_shared_pool.py").write_text(
+        "from concurrent.futures import ThreadPoolExecutor\n\n"
+        "POOL = ThreadPoolExecutor(max_workers=1)\nPOOL.submit(int).result(timeout=10)\n"
+    )
+    monkeypatch.syspath_prepend(str(library))
+    import sandbox_shared_pool  # type: ignore[import-not-found]
+
+    a = _function(tmp_path, "a", A_SOURCE, **ONLY_A)
+    b = _function(
+        tmp_path,
+        "b",
+        "import importlib\nimport sandbox_shared_pool\n\ndef handler(event, context):\n"
+        "    work = lambda: importlib.import_module('sandbox_only_a').VALUE\n"
+        "    return sandbox_shared_pool.POOL.submit(work).result(timeout=10)\n",
+    )
+    for spec in (a, b):
+        runtime.register(spec)
+    runtime.cold_start()
+    try:
+        assert runtime.invoke("a", {})[1] is None
+        # WHEN b hands the pool work that imports it
+        payload, error = runtime.invoke("b", {})
+    finally:
+        sandbox_shared_pool.POOL.shutdown()
+        sys.modules.pop("sandbox_shared_pool", None)
+    # THEN the work runs as b's code, in b's sandbox: the module is not there
+    assert error == "ModuleNotFoundError", payload
+    assert payload["errorMessage"] == "No module named 'sandbox_only_a'"

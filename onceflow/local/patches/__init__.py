@@ -64,10 +64,10 @@ def _all() -> tuple[Patch, ...]:
     """PATCHES, every patch in order: each wraps what earlier ones put in place, or fills
     the hooks' Stages. Built on first use (limits and iam import this), or as a test set it."""
     if "PATCHES" not in globals():
-        from onceflow.local import iam, limits
+        from onceflow.local import iam, lambdas, limits
 
         # iam last: a state's work runs as its machine's role, inside the limits
-        kinds = (hooks, fidelity, distributed_map, integrations, executions, express_arn,
+        kinds = (hooks, lambdas, fidelity, distributed_map, integrations, executions, express_arn,
                  s3_inventory, s3_objects, paths, limits, iam)  # fmt: skip
         globals()["PATCHES"] = (*_speedups(), *(p for kind in kinds for p in kind.PATCHES))
     patches: tuple[Patch, ...] = globals()["PATCHES"]
