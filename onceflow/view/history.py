@@ -48,7 +48,9 @@ class Execution(Protocol):
 
 # A state that failed inside a Parallel branch or a Map iteration when no event of the
 # history names the error (no TaskFailed, no EvaluationFailed): the branch's failure shows
-# only in the ParallelStateFailed or MapIterationFailed that follows.
+# only in the ParallelStateFailed or MapIterationFailed that follows, which carry no error
+# (API reference, HistoryEvent: no details for the one, a Map's name and index for the
+# other). A Fail state's fixed Error is read from the definition instead (_raised).
 UNNAMED = "(an error the history does not name)"
 
 # A definition's states by name, nested ones included (diagram.graph(asl).states).
