@@ -18,6 +18,7 @@ from types import ModuleType
 
 from botocore.exceptions import ClientError
 
+from onceflow.asl import diagram
 from onceflow.cli.session import (
     Session,
     demo_template,
@@ -191,10 +192,13 @@ def cmd_execute(args: argparse.Namespace, session: Session) -> int:
             raise SystemExit(
                 f"onceflow execute: Step Functions refused the execution: {exc}"
             ) from None
+        # The definition it ran: what its Fail states raise, which no event may name.
+        asl = engine.client("stepfunctions").describe_state_machine(stateMachineArn=arn)
+        states = diagram.graph(json.loads(asl["definition"])).states
         if args.json:
-            print(json.dumps(history.to_json(result), indent=2, default=json_value))
+            print(json.dumps(history.to_json(result, states), indent=2, default=json_value))
         else:
-            print(history.render(result))
+            print(history.render(result, states))
         if not args.no_record:
             session.record(engine, [result])
     return 0 if result.status == "SUCCEEDED" else 1

@@ -245,7 +245,7 @@ def cmd_show(args: argparse.Namespace, session: Session) -> int:
     else:
         record = records.find(args.execution)
     asl = viewer.definition(record, target)
-    print(viewer.terminal(record))
+    print(viewer.terminal(record, asl))
     destination = Path(args.html) if args.html else viewer.html_path(record)
     viewer.write_page(record, asl, destination)
     print(f"\nhtml: {destination}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,8 +48,13 @@ class Execution(Protocol):
 
 # A state that failed inside a Parallel branch or a Map iteration when no event of the
 # history names the error (no TaskFailed, no EvaluationFailed): the branch's failure shows
-# only in the ParallelStateFailed or MapIterationFailed that follows.
+# only in the ParallelStateFailed or MapIterationFailed that follows, which carry no error
+# (API reference, HistoryEvent: no details for the one, a Map's name and index for the
+# other). A Fail state's fixed Error is read from the definition instead (_raised).
 UNNAMED = "(an error the history does not name)"
+
+# A definition's states by name, nested ones included (diagram.graph(asl).states).
+States = Mapping[str, Mapping[str, Any]]
 # Events that end a state's attempt in an error (TaskFailed, EvaluationFailed, ...).
 ERROR_EVENT = re.compile(r"(Failed|TimedOut|Aborted)$")
 # Events that open a branch or an iteration: the first state inside sees the variables
@@ -251,8 +257,9 @@ def _open_container(
     return None
 
 
-def read(result: Execution) -> Reading:
-    """Group the history events under the state they belong to."""
+def read(result: Execution, states: States | None = None) -> Reading:
+    """Group the history events under the state they belong to. `states`: the definition's
+    states by name (diagram.graph(asl).states), which name what a Fail state raised."""
     events = result.events
     path: list[StateStep] = []
     event_steps: list[int | None] = []
@@ -356,7 +363,9 @@ def read(result: Execution) -> Reading:
             continue
         current = owner(event)
         if kind in ("ParallelStateFailed", "MapIterationFailed", "MapStateFailed"):
-            current = _branch_failed(path, kind, current, timestamp, event_iterations[position])
+            current = _branch_failed(
+                path, kind, current, timestamp, event_iterations[position], states or {}
+            )
         else:
             error = error_of(event)
             if error is not None:
@@ -400,6 +409,7 @@ def _branch_failed(
     inner: StateStep,
     timestamp: Any,
     iteration: Iteration | None,
+    states: States,
 ) -> StateStep:
     """A branch or iteration failed: the state it failed in, and (when the whole Parallel
     or Map fails) the Parallel or Map, which fails with the same error ("Parallel workflow
@@ -410,7 +420,9 @@ def _branch_failed(
     container = _open_container(path, "Map" if kind.startswith("Map") else "Parallel", where)
     if inner is not container and inner.exited is None:
         if not inner.errors:
-            inner.errors.append(UNNAMED)
+            inner.errors.append(
+                _raised(states.get(inner.name)) if inner.type == "Fail" else UNNAMED
+            )
         inner.exited = timestamp
         inner.outcome = f"failed: {inner.errors[-1]}"
     if container is None or kind == "MapIterationFailed":
@@ -422,9 +434,18 @@ def _branch_failed(
     return container
 
 
-def steps(result: Execution) -> list[StateStep]:
+def _raised(state: Mapping[str, Any] | None) -> str:
+    """The error a Fail state raises when its definition names it: a fixed Error ("Fail
+    workflow state"), not one computed as it runs (a JSONata expression, an ErrorPath)."""
+    error = (state or {}).get("Error")
+    if isinstance(error, str) and error and not error.lstrip().startswith("{%"):
+        return error
+    return UNNAMED
+
+
+def steps(result: Execution, states: States | None = None) -> list[StateStep]:
     """The states entered, in order."""
-    return read(result).steps
+    return read(result, states).steps
 
 
 def scope(path: list[StateStep], index: int) -> dict[str, Any]:
@@ -473,10 +494,10 @@ def ended_in(result: Execution) -> str | None:
     return outcome(top[-1] if top else None, result.status == "SUCCEEDED")
 
 
-def render(result: Execution) -> str:
+def render(result: Execution, states: States | None = None) -> str:
     """A plain-text table like the console's 'Table view' of an execution; the states of
     a Map's iterations under an iteration column, each iteration's rows together."""
-    path = steps(result)
+    path = steps(result, states)
     width = max([22, *(len(step.name) for step in path)])
     iterated = any(step.iteration for step in path)
     labels = {step.index: iteration_label(step.iteration) for step in path}
@@ -504,7 +525,7 @@ def render(result: Execution) -> str:
     return "\n".join(lines)
 
 
-def to_json(result: Execution) -> dict[str, Any]:
+def to_json(result: Execution, states: States | None = None) -> dict[str, Any]:
     return {
         "executionArn": result.arn,
         "status": result.status,
@@ -512,5 +533,5 @@ def to_json(result: Execution) -> dict[str, Any]:
         "cause": result.cause,
         "output": result.output,
         "endedIn": ended_in(result),
-        "states": [step.to_json() for step in steps(result)],
+        "states": [step.to_json() for step in steps(result, states)],
     }

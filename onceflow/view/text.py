@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from onceflow.asl import diagram
 from onceflow.view import history
 from onceflow.view.executions import summary
 from onceflow.view.records import Record
@@ -55,10 +56,12 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def terminal(record: Record) -> str:
-    """The path taken, as `onceflow execute` prints it, with the execution's facts."""
+def terminal(record: Record, asl: dict[str, Any] | None = None) -> str:
+    """The path taken, as `onceflow execute` prints it, with the execution's facts;
+    `asl`, the definition it ran, names what its Fail states raised."""
     row = summary(record)
-    lines = history.render(record.result()).split("\n")
+    states = diagram.graph(asl).states if asl is not None else None
+    lines = history.render(record.result(), states).split("\n")
     result = record.result()
     ran = [unit for unit in units(result) if unit.iteration is not None]
     facts = [

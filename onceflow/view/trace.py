@@ -56,7 +56,7 @@ def _edges(graph: diagram.Graph, source: str, target: str, after_error: bool) ->
 
 def trace(graph: diagram.Graph, record: Record) -> Trace:
     result = record.result()
-    reading = history.read(result)
+    reading = history.read(result, graph.states)
     steps = reading.steps
     entered = list(dict.fromkeys(step.name for step in steps))
     failed = {step.name for step in steps if step.outcome.startswith("failed")}

@@ -49,6 +49,36 @@ def test_execute_json_reports_status_output_and_states(capsys: pytest.CaptureFix
     assert [s["name"] for s in report["states"]][-1] == "DeadLettered"
 
 
+def test_execute_and_show_name_the_error_a_batch_messages_fail_state_raised(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from onceflow.view import records
+
+    monkeypatch.setenv(records.ENVIRONMENT, str(tmp_path / "records"))
+    # GIVEN the batch workflow, and an upload the bundled processor cannot read
+    poison = str(EVENTS / "s3-object-created-poison.json")
+    overrides = ["SqsBatchMode=true", "ProcessorTimeoutSeconds=40"]
+    # WHEN it runs, as the message the rule sends to the source queue, and is shown again
+    code = main(["execute", "BatchProcessorStateMachine", "-e", poison, "--no-server",
+                 "--parameter-overrides", *overrides])  # fmt: skip
+    ran, err = capsys.readouterr()
+    name = re.search(r"onceflow show (\S+)`", err)
+    assert code == 0 and name is not None, ran + err
+    page = tmp_path / "page.html"
+    assert main(["show", name.group(1), "--html", str(page)]) == 0
+    shown = capsys.readouterr().out
+    # THEN the message's DeadLettered (a Fail state in LogDeadLettered's branch, whose
+    # error no event of the history names) and LogDeadLettered, whose Catch took it, are
+    # both caught with the Error the definition gives the Fail state, in both tables
+    for out in (ran, shown):
+        rows = {line.split()[2]: line for line in out.splitlines() if " EachMessage#0 " in line}
+        assert rows["DeadLettered"].endswith("caught DeadLettered"), out
+        assert rows["LogDeadLettered"].endswith("caught DeadLettered"), out
+        assert "does not name" not in out
+    # AND on the page
+    assert 'data-error="(an error' not in page.read_text(encoding="utf-8")
+
+
 def test_execute_invalid_event_names_the_failure(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
         [

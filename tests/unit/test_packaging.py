@@ -4,7 +4,9 @@ SLOW (about a minute): builds the package as a user does, `python -m build` (the
 then the wheel from the sdist) in a copy of the project as a clone has it (no
 node_modules: jsonata is fetched by the build from its lock file), makes fresh virtual
 environments and installs the wheel into them with its dependencies resolved by pip,
-then runs the installed command from a directory unrelated to any project. No network:
+then runs the installed command from a directory unrelated to any project. The [local]
+install is the README's own: its commands, run as written in another copy of the clone
+by a python3 of no venv (its pip builds the wheel and installs it). No network:
 pip reads only the wheels `make setup` downloaded into .venv/wheels (the pins of
 requirements/dev.txt, and setuptools to build with), with no index, and npm only the
 cache `make setup`'s `npm ci` filled (offline); nothing of this venv reaches the new ones.
@@ -26,6 +28,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEELS = ROOT / ".venv" / "wheels"
+README = ROOT / "README.md"
 # What a clone holds that a wheel is not built from, or that another run left.
 # node_modules too: a clone has only jsonata's package-lock.json (make setup installs it).
 NOT_COPIED = shutil.ignore_patterns(
@@ -81,6 +84,19 @@ def test_the_declared_dependencies_are_pinned_as_requirements_dev_txt_pins_them(
     assert {name: locked.get(name) for name in pins} == pins
     # AND the core stays light: boto3 and the template reader, nothing of the engine
     assert sorted(_pins(project["dependencies"])) == ["boto3", "pyyaml"]
+    # AND what the engine's patches were made against (moto and botocore) is pinned for the
+    # [local] user too, not left to float within boto3's range: pip gives them the code
+    # the tests ran, and the engine, which reads these pins from the installed metadata,
+    # can say when the code under it is not that (onceflow/local/patches, other_versions)
+    assert {"moto", "botocore"} <= set(_pins(project["optional-dependencies"]["local"]))
+
+
+def _offline(env: dict[str, str]) -> dict[str, str]:
+    """`env` with pip and npm reading only what `make setup` fetched: pip the wheels of
+    WHEELS, no index; npm the cache its `npm ci` filled (read before HOME changes)."""
+    npm_cache = os.environ.get("NPM_CONFIG_CACHE") or str(Path.home() / ".npm")
+    return {**env, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(WHEELS),
+            "NPM_CONFIG_CACHE": npm_cache, "NPM_CONFIG_OFFLINE": "true"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -98,14 +114,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[st
         for k, v in os.environ.items()
         if not k.startswith(("ONCEFLOW_", "PYTHON", "PIP_", "VIRTUAL_ENV", "XDG_"))
     }
-    # npm's cache as make setup's `npm ci` left it (read before HOME changes), offline.
-    npm_cache = os.environ.get("NPM_CONFIG_CACHE") or str(Path.home() / ".npm")
+    building = _offline(env)
     env["HOME"] = str(home)  # records, pages and pip's settings are this user's
     env["PIP_CONFIG_FILE"] = os.devnull  # only the wheels named below: no index, no cache
+    building.update(HOME=env["HOME"], PIP_CONFIG_FILE=os.devnull)
     # `python -m build`, as the user types it; its build environment is installed by pip,
-    # which reads these from the environment: the wheels of WHEELS, no index.
-    building = {**env, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(WHEELS),
-                "NPM_CONFIG_CACHE": npm_cache, "NPM_CONFIG_OFFLINE": "true"}  # fmt: skip
+    # which reads the wheels of WHEELS from the environment, no index.
     done = _run([sys.executable, "-m", "build", "--outdir", "dist", "."], project, building)
     assert done.returncode == 0, done.stdout + done.stderr
     [wheel] = (project / "dist").glob("onceflow-*.whl")
@@ -157,11 +171,35 @@ def _install(built: tuple[Path, Path, dict[str, str]], name: str, extra: str) ->
     return venv / "bin" / "onceflow"
 
 
+def readme_install() -> str:
+    """The README's install commands, as a reader copies them: the bash block of the
+    paragraph "Or install the package"."""
+    text = README.read_text(encoding="utf-8")
+    paragraph = text.split("**Or install the package**", 1)[-1].split("\n**", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", paragraph, re.S)
+    assert block is not None, "the README's 'Or install the package' gives no command to copy"
+    return block.group(1)
+
+
 @pytest.fixture(scope="module")
 def local_command(built: tuple[Path, Path, dict[str, str]]) -> Path:
-    """`pip install onceflow[local]` in a fresh venv: its `onceflow`. Installed once for
-    the tests that run it (each in a directory of its own)."""
-    return _install(built, "local", "[local]")
+    """`onceflow` installed with the [local] extra by the README's own commands, run as
+    written in a fresh copy of the project as a clone has it, by a python3 of no venv.
+    Installed once for the tests that run it (each in a directory of its own)."""
+    _, work, env = built
+    clone = work / "clone"
+    shutil.copytree(ROOT, clone, ignore=NOT_COPIED)
+    # the reader's python3: the interpreter this venv was made from, not the venv's
+    path = work / "path"
+    path.mkdir()
+    python = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    (path / "python3").symlink_to(Path(sys.base_prefix) / "bin" / python)
+    reader = {**_offline(env), "PATH": f"{path}{os.pathsep}{env['PATH']}"}
+    done = _run(["bash", "-euo", "pipefail", "-c", readme_install()], clone, reader)
+    assert done.returncode == 0, readme_install() + done.stdout + done.stderr
+    command = Path(env["HOME"]) / "onceflow" / "bin" / "onceflow"
+    assert command.is_file(), f"the README's commands installed no {command}"
+    return command
 
 
 def _elsewhere(work: Path, name: str) -> Path:

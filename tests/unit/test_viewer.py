@@ -714,6 +714,68 @@ def test_an_error_caught_around_a_parallel_branch_is_caught_in_the_table_and_the
     assert ("ReadMessage", "UnreadableMessage", "catch") in taken
 
 
+def _branch_ending_in_a_fail_state(error: str) -> dict[str, Any]:
+    """The batch workflow's shape for a message it dead-letters: a Parallel whose one
+    branch is a Fail state (its Error the message's end state), and whose Catch moves on."""
+    return {
+        "QueryLanguage": "JSONata",
+        "StartAt": "LogDeadLettered",
+        "States": {
+            "LogDeadLettered": {
+                "Type": "Parallel",
+                "Branches": [
+                    {
+                        "StartAt": "DeadLettered",
+                        "States": {
+                            "DeadLettered": {"Type": "Fail", "Error": error, "Cause": "dlq"}
+                        },
+                    }
+                ],
+                "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "MessageEnds"}],
+                "End": True,
+            },
+            "MessageEnds": {"Type": "Succeed"},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [("DeadLettered", "DeadLettered"), ("{% $outcome %}", UNNAMED)],
+)
+def test_a_fail_state_in_a_branch_is_caught_with_the_error_its_definition_names(
+    error: str, shown: str
+) -> None:
+    # GIVEN a branch that ended in a Fail state, whose error no event of the history
+    # names (AWS's ParallelStateFailed carries no details), and the Parallel's Catch
+    definition = _branch_ending_in_a_fail_state(error)
+    events = _events(
+        [
+            (1, 0, "ExecutionStarted", None),
+            (2, 1, "ParallelStateEntered", "LogDeadLettered"),
+            (3, 2, "ParallelStateStarted", None),
+            (4, 3, "FailStateEntered", "DeadLettered"),
+            (5, 4, "ParallelStateFailed", None),
+            (6, 5, "ParallelStateExited", "LogDeadLettered"),
+            (7, 6, "SucceedStateEntered", "MessageEnds"),
+            (8, 7, "SucceedStateExited", "MessageEnds"),
+            (9, 8, "ExecutionSucceeded", None),
+        ]
+    )
+    execution = record("dead-lettered", events)
+    # WHEN the terminal table and the page are made with the definition it ran
+    table = text.terminal(execution, definition).splitlines()
+    page = html_page(execution, definition)
+    # THEN the Fail state and the Parallel are caught with the Fail state's Error, the
+    # one the Catch matched ("Fail": a Fail state stops the execution, or here the
+    # branch, with its Error); an Error only known as it runs (JSONata) stays unnamed
+    column = next(line for line in table if line.endswith("outcome")).index("outcome")
+    outcome = {line.split()[1]: line[column:] for line in table if re.match(r"\s+\d", line)}
+    assert outcome["DeadLettered"] == outcome["LogDeadLettered"] == f"caught {shown}"
+    nodes = {a["data-state"]: a for a in parse(page).having("data-entered")}
+    assert nodes["DeadLettered"]["data-error"] == nodes["LogDeadLettered"]["data-error"] == shown
+
+
 _MAP_WITH_CATCH = {
     "StartAt": "Items",
     "States": {
