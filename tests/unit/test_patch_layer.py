@@ -250,6 +250,11 @@ def test_another_moto_that_moved_what_a_patch_needs_stops_in_one_line(
     assert "\n" not in line
     assert line.startswith("the local engine does not fit moto 9.9.9 (pinned ")
     assert "Step Functions history and duration: Program.eval is gone" in line
+    # AND the remedy serves a checkout and an installed package alike
+    assert line.endswith(
+        "(install the pinned versions: `make setup` in a checkout; an installed onceflow: "
+        "install it again with its [local] extra, which pins them)"
+    )
     assert patches.installed() is None
 
 

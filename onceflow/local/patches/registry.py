@@ -168,6 +168,11 @@ class Installed:
     installer: Installer
 
 
+# What a user runs to get the pinned versions back, from a checkout or an installed wheel.
+REMEDY = (
+    "(install the pinned versions: `make setup` in a checkout; an installed onceflow: "
+    "install it again with its [local] extra, which pins them)"
+)
 LOCK = threading.RLock()  # held while patches go in or out (and by patches.install)
 
 
@@ -178,8 +183,7 @@ def install_all(patches: Sequence[Patch], versions: str = "") -> Installed:
         found = {p.name: p.problems() for p in patches}
         moved = "; ".join(f"{p.name}: {m}" for p in patches for m in p.moved()) if versions else ""
         if moved:
-            raise DoesNotFit(f"the local engine does not fit {versions}: {moved} "
-                             "(install the pinned versions: make setup)")  # fmt: skip
+            raise DoesNotFit(f"the local engine does not fit {versions}: {moved} {REMEDY}")
         required = [f"{p.name}: {m}" for p in patches if p.kind != "speedup" for m in found[p.name]]
         if required:
             raise DoesNotFit(
