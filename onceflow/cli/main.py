@@ -411,7 +411,12 @@ def build_parser() -> argparse.ArgumentParser:
     show = commands.add_parser(
         "show", help="the path an execution took: in the terminal, and as an HTML page"
     )
-    show.add_argument("execution", help="execution name, ARN, or a unique start of a name")
+    show.add_argument(
+        "execution",
+        nargs="?",
+        help="execution name, ARN, or a unique start of a name (default, locally: the current "
+        "stack's newest execution)",
+    )
     show.add_argument("--html", help="where the page goes (default .onceflow/show/<name>.html)")
     show.add_argument("--open", action="store_true", help="open the page in a browser")
     add_stack_options(show)

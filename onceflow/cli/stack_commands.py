@@ -237,13 +237,34 @@ def cmd_executions(args: argparse.Namespace, session: Session) -> int:
     return 0
 
 
+def _newest(session: Session) -> records.Record:
+    """The current stack's newest recorded execution (the running `onceflow up`'s stack,
+    else the newest record's), as `onceflow executions` lists it first."""
+    stack = session.shared.stack if session.shared is not None else viewer.newest_stack()
+    for record in records.recent():
+        if stack is None or record.stack == stack:
+            print(f"local: the newest execution of stack {stack}: {record.name}", file=sys.stderr)
+            return record
+    raise records.RecordError(
+        f"no recorded executions in {records.directory()}; `onceflow demo` and "
+        "`onceflow execute` record theirs"
+    )
+
+
 def cmd_show(args: argparse.Namespace, session: Session) -> int:
     target: ops.DeployedTarget | None = None
     if args.stack_name:
+        if not args.execution:
+            raise records.RecordError(
+                "name the execution to show: `onceflow executions --stack-name "
+                f"{args.stack_name}` lists the stack's"
+            )
         target = ops.DeployedTarget(args.stack_name, args.region, args.profile)
         record = viewer.find_deployed(target, args.execution)
-    else:
+    elif args.execution:
         record = records.find(args.execution)
+    else:
+        record = _newest(session)
     asl = viewer.definition(record, target)
     print(viewer.terminal(record, asl))
     destination = Path(args.html) if args.html else viewer.html_path(record)

@@ -654,3 +654,29 @@ def test_a_template_the_command_cannot_use_is_refused_in_one_line(
     assert code == 2
     [line] = [line for line in err.splitlines() if not line.startswith("local: ")]
     assert said in line
+
+
+def test_show_without_a_name_shows_the_current_stacks_newest_execution(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from onceflow.view import records
+
+    monkeypatch.setenv(records.ENVIRONMENT, str(tmp_path / "records"))
+    # GIVEN two executions recorded, a Processed one and then an InvalidEvent
+    custom = str(EVENTS / "eventbridge-custom-event.json")
+    invalid = str(EVENTS / "invalid-unknown-shape.json")
+    for event in (custom, invalid):
+        main(["execute", "ProcessorStateMachine", "-e", event, "--no-server"])
+    names = re.findall(r"onceflow show (\S+)`", capsys.readouterr().err)
+    assert len(names) == 2
+    # WHEN show is given no name
+    page = tmp_path / "page.html"
+    code = main(["show", "--html", str(page)])
+    out, err = capsys.readouterr()
+    # THEN it shows the newest one, and says which it chose
+    assert code == 0, out + err
+    assert "the newest execution of stack " in err and names[1] in err
+    assert "InvalidEvent" in out and page.is_file()
+    # AND a deployed stack still wants a name, and says how to find one
+    assert main(["show", "--stack-name", "my-stack"]) == 2
+    assert "onceflow executions --stack-name my-stack" in capsys.readouterr().err
