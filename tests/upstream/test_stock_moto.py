@@ -498,3 +498,33 @@ def test_an_unnamed_execution_is_named_none(sfn: Any) -> None:
     machine = _machine(sfn, {"StartAt": "P", "States": PASS}, name="unnamed")
     arn = sfn.start_execution(stateMachineArn=machine)["executionArn"]
     assert arn.endswith(":unnamed:None")
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_the_api_answers_and_refuses_otherwise_than_aws(run: Run, sfn: Any) -> None:
+    # AWS (test_sfn_api.snapshot.json): ListExecutions lists redriveCount 0 and refuses
+    # statusFilter "succeeded" (ValidationException); GetExecutionHistory with reverseOrder
+    # starts from ExecutionSucceeded; DescribeStateMachine's loggingConfiguration holds
+    # includeExecutionData false; a second CreateStateMachine of one name with another
+    # definition is StateMachineAlreadyExists; "not_a_valid_arn" is "Invalid Arn: 'Invalid
+    # ARN prefix: not_a_valid_arn'"; an input "not some json" is "Invalid State Machine
+    # Execution Input: 'Unrecognized token 'not': ...'".
+    described = run({"StartAt": "P", "States": PASS})
+    machine = described["stateMachineArn"]
+    [listed] = sfn.list_executions(stateMachineArn=machine, statusFilter="SUCCEEDED")["executions"]
+    assert "redriveCount" not in listed
+    assert (
+        sfn.list_executions(stateMachineArn=machine, statusFilter="succeeded")["executions"] == []
+    )
+    events = sfn.get_execution_history(executionArn=described["executionArn"], reverseOrder=True)
+    assert events["events"][0]["type"] == "ExecutionStarted"
+    logging = sfn.describe_state_machine(stateMachineArn=machine)["loggingConfiguration"]
+    assert "includeExecutionData" not in logging
+    name = machine.rsplit(":", 1)[-1]
+    other = json.dumps({"StartAt": "Q", "States": {"Q": {"Type": "Pass", "End": True}}})
+    again = sfn.create_state_machine(name=name, definition=other, roleArn=ROLE)
+    assert again["stateMachineArn"] == machine
+    with pytest.raises(ClientError, match="Invalid State Machine Arn: 'not_a_valid_arn'"):
+        sfn.describe_state_machine(stateMachineArn="not_a_valid_arn")
+    with pytest.raises(ClientError, match=r"operation: Expecting value: line 1 column 1"):
+        sfn.start_execution(stateMachineArn=machine, input="not some json")

@@ -1,0 +1,194 @@
+"""The Step Functions API calls onceflow makes (StartExecution, ListExecutions,
+GetExecutionHistory, DescribeStateMachine, CreateStateMachine ...) answered and refused as
+AWS recorded them (LocalStack's test_sfn_api.snapshot.json; tests/parity/test_api.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from moto.core.exceptions import AWSError
+from moto.stepfunctions import responses as sfn_responses
+from moto.stepfunctions.exceptions import InvalidArn
+
+from onceflow.local.patches.registry import Installer, Patch, gone
+
+_Responses = sfn_responses.StepFunctionResponse
+_STATUSES = "SUCCEEDED, TIMED_OUT, PENDING_REDRIVE, ABORTED, FAILED, RUNNING"
+
+
+def _validated(problems: list[str]) -> None:
+    """AWS's request validation: "1 validation error detected: ...", "2 validation errors
+    detected: ...; ..." (the plural form is not verified)."""
+    if problems:
+        errors = "error" if len(problems) == 1 else "errors"
+        raise AWSError(f"{len(problems)} validation {errors} detected: " + "; ".join(problems),
+                       "ValidationException")  # fmt: skip
+
+
+def _arn_prefix(value: Any) -> None:
+    if not str(value or "").startswith("arn:"):
+        raise InvalidArn(f"Invalid Arn: 'Invalid ARN prefix: {value}'")
+
+
+def _list_executions(original: Any) -> Any:
+    def list_executions(self: Any) -> Any:
+        _arn_prefix(self._get_param("stateMachineArn"))
+        status, limit = self._get_param("statusFilter"), self._get_param("maxResults")
+        token, problems = self._get_param("nextToken"), []
+        if status is not None and status not in _STATUSES.split(", "):
+            problems.append(f"Value '{status}' at 'statusFilter' failed to satisfy constraint: "
+                            f"Member must satisfy enum value set: [{_STATUSES}]")  # fmt: skip
+        if isinstance(limit, int) and limit > 1000:
+            problems.append(f"Value '{limit}' at 'maxResults' failed to satisfy constraint: "
+                            "Member must have value less than or equal to 1000")  # fmt: skip
+        if isinstance(token, str) and len(token) > 3096:
+            problems.append(f"Value '{token}' at 'nextToken' failed to satisfy constraint: "
+                            "Member must have length less than or equal to 3096")  # fmt: skip
+        _validated(problems)
+        answer = original(self)
+        for listed in answer.result["executions"]:
+            listed.setdefault("redriveCount", 0)  # never redriven here
+        return answer
+
+    return list_executions
+
+
+def _arn_checked(original: Any, parameter: str) -> Any:
+    def call(self: Any) -> Any:
+        _arn_prefix(self._get_param(parameter))
+        return original(self)
+
+    return call
+
+
+def _history(original: Any) -> Any:
+    def get_execution_history(self: Any) -> Any:
+        _arn_prefix(self._get_param("executionArn"))
+        answer = original(self)
+        if self._get_param("reverseOrder"):
+            answer.result["events"] = list(reversed(answer.result["events"]))
+        return answer
+
+    return get_execution_history
+
+
+def _described(original: Any) -> Any:
+    def _describe_state_machine(self: Any, state_machine_arn: str) -> Any:
+        _arn_prefix(state_machine_arn)
+        answer = original(self, state_machine_arn)
+        logging = dict(answer.result.get("loggingConfiguration") or {"level": "OFF"})
+        logging.setdefault("includeExecutionData", False)
+        answer.result["loggingConfiguration"] = logging
+        machine = self.stepfunction_backend.describe_state_machine(state_machine_arn)
+        answer.result["updateDate"] = machine.update_date  # shown only for an execution's
+        return answer
+
+    return _describe_state_machine
+
+
+def _refused_definition(text: Any) -> None:
+    try:
+        definition = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return  # moto's parser refuses it as it does
+    if isinstance(definition, dict):
+        missing = [field for field in ("States", "StartAt") if field not in definition]
+        if missing:
+            raise AWSError("Invalid State Machine Definition: 'SCHEMA_VALIDATION_FAILED: These "
+                           f"fields are required: [{', '.join(missing)}] at /'",
+                           "InvalidDefinition")  # fmt: skip
+
+
+def _create(original: Any) -> Any:
+    def create_state_machine(self: Any) -> Any:
+        definition = self._get_param("definition")
+        _refused_definition(definition)
+        name = self._get_param("name")
+        backend = self.stepfunction_backend
+        for machine in backend.state_machines:
+            if machine.name == name and machine.definition != definition:
+                raise AWSError(f"State Machine Already Exists: '{machine.arn}'",
+                               "StateMachineAlreadyExists")  # fmt: skip
+        return original(self)
+
+    return create_state_machine
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9_$]+")
+
+
+def _jackson(text: str, error: json.JSONDecodeError) -> str:
+    """What AWS's parser (Jackson) says of a text that is not JSON, for the errors recorded;
+    any other in Python's words."""
+    if not text.strip():
+        return "Invalid execution input."
+    found = _TOKEN.match(text, error.pos)
+    if error.msg == "Expecting value" and found:
+        return (f"Unrecognized token '{found.group(0)}': was expecting (JSON String, Number, "
+                "Array, Object or token 'null', 'true' or 'false')")  # fmt: skip
+    if error.msg.startswith("Expecting property name") and error.pos < len(text):
+        character = text[error.pos]
+        return (f"Unexpected character ('{character}' (code {ord(character)})): was expecting "
+                "double-quote to start field name")  # fmt: skip
+    return error.msg
+
+
+def _start(original: Any) -> Any:
+    def start_execution(self: Any) -> Any:
+        text = self._get_param("input")
+        if isinstance(text, str):
+            try:
+                json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise AWSError(f"Invalid State Machine Execution Input: '{_jackson(text, exc)}'",
+                               "InvalidExecutionInput") from exc  # fmt: skip
+        return original(self)
+
+    return start_execution
+
+
+def _described_execution(original: Any) -> Any:
+    return _arn_checked(original, "executionArn")
+
+
+def _install(installer: Installer) -> None:
+    wrap: dict[str, Callable[[Any], Any]] = {
+        "list_executions": _list_executions,
+        "get_execution_history": _history,
+        "_describe_state_machine": _described,
+        "create_state_machine": _create,
+        "start_execution": _start,
+        "describe_execution": _described_execution,
+    }
+    for name, wrapper in wrap.items():
+        installer.replace(_Responses, name, wrapper(getattr(_Responses, name)))
+
+
+def _fits() -> list[str]:
+    names = ("list_executions", "get_execution_history", "_describe_state_machine",
+             "create_state_machine", "start_execution", "describe_execution")  # fmt: skip
+    return gone(_Responses, *names, "stepfunction_backend")
+
+
+PATCHES: tuple[Patch, ...] = (
+    Patch(
+        name="the Step Functions API's answers and refusals",
+        kind="fidelity",
+        why="As recorded on AWS (LocalStack's test_sfn_api snapshot): ListExecutions lists "
+        "redriveCount and refuses a statusFilter outside its enum, maxResults over 1000 and "
+        "a nextToken over 3096 characters (ValidationException; moto answered), "
+        "GetExecutionHistory honours reverseOrder, DescribeStateMachine answers "
+        "loggingConfiguration.includeExecutionData false (and updateDate for an execution), "
+        "a text that is no ARN is refused with \"Invalid Arn: 'Invalid ARN prefix: ...'\", "
+        "CreateStateMachine refuses a name in use with another definition "
+        "(StateMachineAlreadyExists; moto returned the first) and a definition without "
+        "States or StartAt in AWS's words, and StartExecution refuses an input that is not "
+        "JSON in AWS's (Jackson's) words where moto gave Python's.",
+        test="tests/parity/test_api.py",
+        install=_install,
+        fits=_fits,
+    ),
+)

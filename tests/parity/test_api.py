@@ -1,0 +1,188 @@
+"""The Step Functions API calls onceflow makes, answered as AWS recorded them.
+
+Recorded: github.com/localstack/localstack, tests/aws/services/stepfunctions/v2/
+test_sfn_api.snapshot.json (each test `@markers.aws.validated`); the replay of those
+recordings (tests/parity/api.py) found each difference below.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from itertools import count
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from onceflow.local.engine import LocalEngine
+from tests.parity.conftest import ROLE
+
+PASS = {"StartAt": "State_1", "States": {"State_1": {"Type": "Pass", "End": True}}}
+_NAMES = count()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LocalEngine]:
+    with LocalEngine(function_log=io.StringIO(), time_scale=0.0) as local:
+        yield local
+
+
+@pytest.fixture
+def sfn(engine: LocalEngine) -> Any:
+    return engine.client("stepfunctions")
+
+
+def _machine(sfn: Any, definition: Any = PASS) -> str:
+    text = definition if isinstance(definition, str) else json.dumps(definition)
+    name = f"api-{next(_NAMES)}"
+    return str(
+        sfn.create_state_machine(name=name, definition=text, roleArn=ROLE)["stateMachineArn"]
+    )
+
+
+def _ended(sfn: Any, machine: str) -> str:
+    arn = str(sfn.start_execution(stateMachineArn=machine)["executionArn"])
+    deadline = time.monotonic() + 10
+    while sfn.describe_execution(executionArn=arn)["status"] == "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return arn
+
+
+def _error(call: Any, **params: Any) -> tuple[str, str]:
+    with pytest.raises(ClientError) as raised:
+        call(**params)
+    return raised.value.response["Error"]["Code"], raised.value.response["Error"]["Message"]
+
+
+def test_listed_executions_carry_their_redrive_count(sfn: Any) -> None:
+    """test_start_execution, exec_list_resp: each execution listed with redriveCount 0."""
+    machine = _machine(sfn)
+    _ended(sfn, machine)
+    [listed] = sfn.list_executions(stateMachineArn=machine)["executions"]
+    assert listed["redriveCount"] == 0
+
+
+def test_list_executions_refuses_what_its_model_does_not_allow(sfn: Any) -> None:
+    """test_state_machine_status_filter (list_executions_filter_exc) and
+    test_list_executions_pagination (invalid-param-too-large, -long-nextToken)."""
+    machine = _machine(sfn)
+    assert _error(sfn.list_executions, stateMachineArn=machine, statusFilter="succeeded") == (
+        "ValidationException",
+        "1 validation error detected: Value 'succeeded' at 'statusFilter' failed to satisfy "
+        "constraint: Member must satisfy enum value set: [SUCCEEDED, TIMED_OUT, "
+        "PENDING_REDRIVE, ABORTED, FAILED, RUNNING]",
+    )
+    assert _error(sfn.list_executions, stateMachineArn=machine, maxResults=1001) == (
+        "ValidationException",
+        "1 validation error detected: Value '1001' at 'maxResults' failed to satisfy "
+        "constraint: Member must have value less than or equal to 1000",
+    )
+    token = "x" * 3097
+    assert _error(sfn.list_executions, stateMachineArn=machine, nextToken=token) == (
+        "ValidationException",
+        f"1 validation error detected: Value '{token}' at 'nextToken' failed to satisfy "
+        "constraint: Member must have length less than or equal to 3096",
+    )
+
+
+def test_an_execution_history_read_in_reverse_order_starts_from_its_end(sfn: Any) -> None:
+    """test_get_execution_history_reversed: reverseOrder True lists ids 4, 3, 2, 1."""
+    arn = _ended(sfn, _machine(sfn))
+    events = sfn.get_execution_history(executionArn=arn, reverseOrder=True)["events"]
+    assert [e["id"] for e in events] == [4, 3, 2, 1]
+    assert events[0]["type"] == "ExecutionSucceeded"
+
+
+@pytest.mark.parametrize(
+    ("operation", "parameter"),
+    [
+        ("describe_state_machine", "stateMachineArn"),
+        ("list_executions", "stateMachineArn"),
+        ("describe_execution", "executionArn"),
+        ("get_execution_history", "executionArn"),
+    ],
+)
+def test_a_text_that_is_no_arn_is_refused_for_its_prefix(
+    sfn: Any, operation: str, parameter: str
+) -> None:
+    """test_describe_invalid_arn_sm, test_list_execution_invalid_arn,
+    test_describe_execution_invalid_arn, test_get_execution_history_invalid_arn."""
+    code, message = _error(getattr(sfn, operation), **{parameter: "not_a_valid_arn"})
+    assert (code, message) == ("InvalidArn", "Invalid Arn: 'Invalid ARN prefix: not_a_valid_arn'")
+
+
+def test_a_state_machine_is_described_with_its_logging_default(sfn: Any) -> None:
+    """test_create_exact_duplicate_sm (describe_resp_1): loggingConfiguration
+    {"includeExecutionData": false, "level": "OFF"}; test_describe_state_machine_for_execution:
+    the answer for an execution carries an updateDate."""
+    machine = _machine(sfn)
+    described = sfn.describe_state_machine(stateMachineArn=machine)
+    assert described["loggingConfiguration"] == {"includeExecutionData": False, "level": "OFF"}
+    arn = _ended(sfn, machine)
+    for_execution = sfn.describe_state_machine_for_execution(executionArn=arn)
+    assert for_execution["loggingConfiguration"] == described["loggingConfiguration"]
+    assert for_execution["updateDate"] == described["creationDate"]
+
+
+def test_a_second_state_machine_of_one_name_and_another_definition_is_refused(sfn: Any) -> None:
+    """test_create_duplicate_sm_name and test_create_duplicate_definition_format_sm
+    (already_exists_1): another definition, even the same one indented, is refused;
+    test_create_exact_duplicate_sm: the same text is the same state machine."""
+    machine = _machine(sfn)
+    name = machine.rsplit(":", 1)[-1]
+    same = sfn.create_state_machine(name=name, definition=json.dumps(PASS), roleArn=ROLE)
+    assert same["stateMachineArn"] == machine
+    indented = json.dumps(PASS, indent=4)
+    assert _error(sfn.create_state_machine, name=name, definition=indented, roleArn=ROLE) == (
+        "StateMachineAlreadyExists",
+        f"State Machine Already Exists: '{machine}'",
+    )
+
+
+def test_a_definition_without_its_required_fields_is_refused_as_aws_words_it(sfn: Any) -> None:
+    """test_create_delete_invalid_sm (invalid_definition_1): States missing; the order of
+    the two names when both are missing: test_sfn_api_validation, EMPTY_DICT."""
+    no_states = json.dumps({"StartAt": "State_1"})
+    assert _error(sfn.create_state_machine, name="x", definition=no_states, roleArn=ROLE) == (
+        "InvalidDefinition",
+        "Invalid State Machine Definition: 'SCHEMA_VALIDATION_FAILED: These fields are "
+        "required: [States] at /'",
+    )
+    assert _error(sfn.create_state_machine, name="x", definition="{}", roleArn=ROLE)[1] == (
+        "Invalid State Machine Definition: 'SCHEMA_VALIDATION_FAILED: These fields are "
+        "required: [States, StartAt] at /'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            "not some json",
+            "Unrecognized token 'not': was expecting (JSON String, Number, Array, Object or "
+            "token 'null', 'true' or 'false')",
+        ),
+        (
+            "{'not': 'json'}",
+            "Unexpected character (''' (code 39)): was expecting double-quote to start field name",
+        ),
+        ("", "Invalid execution input."),
+    ],
+    ids=["token", "quote", "empty"],
+)
+def test_an_input_that_is_not_json_is_refused_as_aws_words_it(
+    sfn: Any, given: str, message: str
+) -> None:
+    """test_invalid_start_execution_input: start_exec_str_inp, start_exec_not_json_inp,
+    start_res_empty (and a number, a string and null start)."""
+    machine = _machine(sfn)
+    assert _error(sfn.start_execution, stateMachineArn=machine, input=given) == (
+        "InvalidExecutionInput",
+        f"Invalid State Machine Execution Input: '{message}'",
+    )
+    for accepted in ("2", '"str"', "null"):
+        assert sfn.start_execution(stateMachineArn=machine, input=accepted)["executionArn"]
