@@ -26,7 +26,9 @@ _NAMES = count()
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LocalEngine]:
-    with LocalEngine(function_log=io.StringIO(), time_scale=0.0) as local:
+    """Waits in real time (an execution is still in its Wait when it is stopped); the
+    other state machines here wait for nothing."""
+    with LocalEngine(function_log=io.StringIO(), time_scale=1.0) as local:
         yield local
 
 
@@ -186,3 +188,41 @@ def test_an_input_that_is_not_json_is_refused_as_aws_words_it(
     )
     for accepted in ("2", '"str"', "null"):
         assert sfn.start_execution(stateMachineArn=machine, input=accepted)["executionArn"]
+
+
+WAITING = {"StartAt": "W", "States": {"W": {"Type": "Wait", "Seconds": 60, "End": True}}}
+
+
+@pytest.mark.parametrize(
+    ("given", "details"),
+    [
+        ({}, {}),
+        (
+            {"error": "WorkerDied", "cause": "injected"},
+            {"error": "WorkerDied", "cause": "injected"},
+        ),
+    ],
+    ids=["none", "error-and-cause"],
+)
+def test_a_stopped_execution_records_what_the_stop_gave(
+    sfn: Any, given: dict[str, str], details: dict[str, str]
+) -> None:
+    """test_stop_execution: stop_res holds a stopDate; ExecutionAborted's details are {}
+    for a stop without error or cause (the chaos harness gives both: StopExecution's
+    error and cause, API reference)."""
+    machine = _machine(sfn, WAITING)
+    arn = str(sfn.start_execution(stateMachineArn=machine)["executionArn"])
+    deadline = time.monotonic() + 10
+    while "WaitStateEntered" not in [
+        e["type"] for e in sfn.get_execution_history(executionArn=arn)["events"]
+    ]:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    stopped = sfn.stop_execution(executionArn=arn, **given)
+    assert "stopDate" in stopped
+    while (events := sfn.get_execution_history(executionArn=arn)["events"])[-1]["type"] != (
+        "ExecutionAborted"
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert events[-1]["executionAbortedEventDetails"] == details

@@ -528,3 +528,25 @@ def test_the_api_answers_and_refuses_otherwise_than_aws(run: Run, sfn: Any) -> N
         sfn.describe_state_machine(stateMachineArn="not_a_valid_arn")
     with pytest.raises(ClientError, match=r"operation: Expecting value: line 1 column 1"):
         sfn.start_execution(stateMachineArn=machine, input="not some json")
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_a_stop_answers_no_stop_date_and_drops_its_error_and_cause(sfn: Any) -> None:
+    # AWS (test_stop_execution): StopExecution answers a stopDate; ExecutionAborted holds the
+    # error and cause the stop gave, and {} without them. moto: no stopDate, "" for both.
+    waiting = {"StartAt": "W", "States": {"W": {"Type": "Wait", "Seconds": 60, "End": True}}}
+    machine = _machine(sfn, waiting, name="stopped")
+    arn = sfn.start_execution(stateMachineArn=machine, name="stopped")["executionArn"]
+    deadline = time.monotonic() + 20
+    while "WaitStateEntered" not in [
+        e["type"] for e in sfn.get_execution_history(executionArn=arn)["events"]
+    ]:
+        assert time.monotonic() < deadline, "the execution never waited"
+        time.sleep(0.05)
+    assert "stopDate" not in sfn.stop_execution(executionArn=arn, error="E", cause="C")
+    while (events := sfn.get_execution_history(executionArn=arn)["events"])[-1]["type"] != (
+        "ExecutionAborted"
+    ):
+        assert time.monotonic() < deadline, "the execution never stopped"
+        time.sleep(0.05)
+    assert events[-1]["executionAbortedEventDetails"] == {"error": "", "cause": ""}

@@ -4,16 +4,19 @@ AWS recorded them (LocalStack's test_sfn_api.snapshot.json; tests/parity/test_ap
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
 from collections.abc import Callable
 from typing import Any
 
 from moto.core.exceptions import AWSError
+from moto.core.utils import utcnow
+from moto.stepfunctions import models as sfn_models
 from moto.stepfunctions import responses as sfn_responses
-from moto.stepfunctions.exceptions import InvalidArn
+from moto.stepfunctions.exceptions import ExecutionDoesNotExist, InvalidArn
 
-from onceflow.local.patches.registry import Installer, Patch, gone
+from onceflow.local.patches.registry import Installer, Patch, gone, lacks
 
 _Responses = sfn_responses.StepFunctionResponse
 _STATUSES = "SUCCEEDED, TIMED_OUT, PENDING_REDRIVE, ABORTED, FAILED, RUNNING"
@@ -150,6 +153,38 @@ def _start(original: Any) -> Any:
     return start_execution
 
 
+# StopExecution's error and cause, for the model's stop (which moto calls with "" for both).
+_STOPPING: contextvars.ContextVar[tuple[str | None, str | None]] = contextvars.ContextVar(
+    "stopping", default=(None, None)
+)
+
+
+def _stop(original: Any) -> Any:
+    def stop_execution(self: Any) -> Any:
+        _arn_prefix(self._get_param("executionArn"))
+        token = _STOPPING.set((self._get_param("error"), self._get_param("cause")))
+        try:
+            answer = original(self)
+        finally:
+            _STOPPING.reset(token)
+        if answer.result.get("stopDate") is None:  # the stop is asynchronous in moto
+            answer.result["stopDate"] = utcnow()
+        return answer
+
+    return stop_execution
+
+
+def _model_stop(self: Any, execution_arn: str) -> Any:
+    """StateMachine.stop_execution, with the request's error and cause (None: left out of
+    ExecutionAborted's details, as AWS leaves them)."""
+    execution = next((x for x in self.executions if x.execution_arn == execution_arn), None)
+    if not execution:
+        raise ExecutionDoesNotExist(f"Execution Does Not Exist: '{execution_arn}'")
+    error, cause = _STOPPING.get()
+    execution.stop(stop_date=utcnow(), error=error, cause=cause)
+    return execution
+
+
 def _described_execution(original: Any) -> Any:
     return _arn_checked(original, "executionArn")
 
@@ -162,15 +197,20 @@ def _install(installer: Installer) -> None:
         "create_state_machine": _create,
         "start_execution": _start,
         "describe_execution": _described_execution,
+        "stop_execution": _stop,
     }
     for name, wrapper in wrap.items():
         installer.replace(_Responses, name, wrapper(getattr(_Responses, name)))
+    installer.replace(sfn_models.StateMachine, "stop_execution", _model_stop)
 
 
 def _fits() -> list[str]:
     names = ("list_executions", "get_execution_history", "_describe_state_machine",
-             "create_state_machine", "start_execution", "describe_execution")  # fmt: skip
-    return gone(_Responses, *names, "stepfunction_backend")
+             "create_state_machine", "start_execution", "describe_execution",
+             "stop_execution")  # fmt: skip
+    moved = gone(_Responses, *names, "stepfunction_backend")
+    moved += gone(sfn_models.StateMachine, "stop_execution")
+    return moved + lacks(sfn_models.StateMachine.stop_execution, 'error="", cause=""')
 
 
 PATCHES: tuple[Patch, ...] = (
@@ -186,7 +226,9 @@ PATCHES: tuple[Patch, ...] = (
         "CreateStateMachine refuses a name in use with another definition "
         "(StateMachineAlreadyExists; moto returned the first) and a definition without "
         "States or StartAt in AWS's words, and StartExecution refuses an input that is not "
-        "JSON in AWS's (Jackson's) words where moto gave Python's.",
+        "JSON in AWS's (Jackson's) words where moto gave Python's. StopExecution answers its "
+        "stopDate and records the error and cause it was given in ExecutionAborted (none: "
+        'empty details; moto dropped them and wrote "" for both).',
         test="tests/parity/test_api.py",
         install=_install,
         fits=_fits,
