@@ -226,3 +226,34 @@ def test_a_stopped_execution_records_what_the_stop_gave(
         assert time.monotonic() < deadline
         time.sleep(0.02)
     assert events[-1]["executionAbortedEventDetails"] == details
+
+
+def test_an_execution_whose_history_has_ended_is_described_as_ended(
+    sfn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LocalStack's await_execution_success reads the history until its last event is
+    ExecutionSucceeded; test_describe_execution then describes it SUCCEEDED. moto writes the
+    event before it sets the status: with that step slowed, a reader saw the end in the
+    history and RUNNING in DescribeExecution and ListExecutions."""
+    from moto.stepfunctions.parser.backend import execution
+
+    reflect = execution.BaseExecutionWorkerCommunication._reflect_execution_status
+
+    def slowly(self: Any) -> None:
+        time.sleep(0.3)
+        reflect(self)
+
+    monkeypatch.setattr(
+        execution.BaseExecutionWorkerCommunication, "_reflect_execution_status", slowly
+    )
+    machine = _machine(sfn)
+    arn = str(sfn.start_execution(stateMachineArn=machine)["executionArn"])
+    deadline = time.monotonic() + 10
+    while not (events := sfn.get_execution_history(executionArn=arn)["events"]) or (
+        events[-1]["type"] != "ExecutionSucceeded"
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert sfn.describe_execution(executionArn=arn)["status"] == "SUCCEEDED"
+    [listed] = sfn.list_executions(stateMachineArn=machine)["executions"]
+    assert (listed["status"], "stopDate" in listed) == ("SUCCEEDED", True)

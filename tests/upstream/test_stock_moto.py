@@ -550,3 +550,32 @@ def test_a_stop_answers_no_stop_date_and_drops_its_error_and_cause(sfn: Any) -> 
         assert time.monotonic() < deadline, "the execution never stopped"
         time.sleep(0.05)
     assert events[-1]["executionAbortedEventDetails"] == {"error": "", "cause": ""}
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_a_history_shows_the_end_before_the_status_does(
+    sfn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # AWS: once GetExecutionHistory ends in ExecutionSucceeded, DescribeExecution says
+    # SUCCEEDED (LocalStack's await_execution_success, then test_describe_execution). moto
+    # writes the event, then sets the status: with that step slowed, RUNNING is seen.
+    from moto.stepfunctions.parser.backend import execution
+
+    reflect = execution.BaseExecutionWorkerCommunication._reflect_execution_status
+
+    def slowly(self: Any) -> None:
+        time.sleep(0.3)
+        reflect(self)
+
+    monkeypatch.setattr(
+        execution.BaseExecutionWorkerCommunication, "_reflect_execution_status", slowly
+    )
+    arn = sfn.start_execution(stateMachineArn=_machine(sfn, {"StartAt": "P", "States": PASS}),
+                              name="ended")["executionArn"]  # fmt: skip
+    deadline = time.monotonic() + 20
+    while not (events := sfn.get_execution_history(executionArn=arn)["events"]) or (
+        events[-1]["type"] != "ExecutionSucceeded"
+    ):
+        assert time.monotonic() < deadline, "the execution did not end"
+        time.sleep(0.01)
+    assert sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"

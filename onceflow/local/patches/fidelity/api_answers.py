@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextvars
 import json
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -67,10 +68,30 @@ def _arn_checked(original: Any, parameter: str) -> Any:
     return call
 
 
+_ENDS = {"ExecutionSucceeded", "ExecutionFailed", "ExecutionAborted", "ExecutionTimedOut"}
+
+
+def _settled(backend: Any, arn: str, events: list[Any]) -> None:
+    """moto writes an execution's last event before it sets its status: a reader that saw
+    the end in the history would find it RUNNING in DescribeExecution and ListExecutions.
+    The history is answered once the status has followed (within a second)."""
+    last = str(getattr(events[-1]["type"], "value", events[-1]["type"])) if events else ""
+    if last not in _ENDS:
+        return
+    execution = backend.describe_execution(arn)
+    deadline = time.monotonic() + 1.0
+    while str(getattr(execution, "exec_status", "")).endswith("RUNNING"):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.002)
+
+
 def _history(original: Any) -> Any:
     def get_execution_history(self: Any) -> Any:
         _arn_prefix(self._get_param("executionArn"))
         answer = original(self)
+        _settled(self.stepfunction_backend, self._get_param("executionArn"),
+                 answer.result["events"])  # fmt: skip
         if self._get_param("reverseOrder"):
             answer.result["events"] = list(reversed(answer.result["events"]))
         return answer
@@ -226,7 +247,9 @@ PATCHES: tuple[Patch, ...] = (
         "CreateStateMachine refuses a name in use with another definition "
         "(StateMachineAlreadyExists; moto returned the first) and a definition without "
         "States or StartAt in AWS's words, and StartExecution refuses an input that is not "
-        "JSON in AWS's (Jackson's) words where moto gave Python's. StopExecution answers its "
+        "JSON in AWS's (Jackson's) words where moto gave Python's. A history that has ended is "
+        "answered once DescribeExecution and ListExecutions show the end too (moto set the "
+        "status after the last event). StopExecution answers its "
         "stopDate and records the error and cause it was given in ExecutionAborted (none: "
         'empty details; moto dropped them and wrote "" for both).',
         test="tests/parity/test_api.py",
