@@ -472,6 +472,7 @@ def _transformer_classes() -> dict[str, Any]:
         return Spec("jsonpath", jsonpath, replacement, replace_reference)
 
     return {
+        "_SfnSortVariableReferences": lambda: Spec("sort_variable_references"),
         "RegexTransformer": regex,
         "JsonpathTransformer": jsonpath,
         "TextTransformer": lambda text, replacement: Spec("text", text, replacement),

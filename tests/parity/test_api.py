@@ -257,3 +257,23 @@ def test_an_execution_whose_history_has_ended_is_described_as_ended(
     assert sfn.describe_execution(executionArn=arn)["status"] == "SUCCEEDED"
     [listed] = sfn.list_executions(stateMachineArn=machine)["executions"]
     assert (listed["status"], "stopDate" in listed) == ("SUCCEEDED", True)
+
+
+def test_a_state_machine_is_described_with_the_variables_each_state_reads(sfn: Any) -> None:
+    """test_sfn_api_variable_references, BASE_EVALUATION_ORDER_PASS_STATE: variableReferences
+    {"State1": ["answer"]} in DescribeStateMachine and DescribeStateMachineForExecution;
+    CHOICE_CONDITION_CONSTANT_JSONATA: none without a reference. (Whether AWS lists a
+    JSONata state's references is not recorded: not verified.)"""
+    states = {
+        "State0": {"Type": "Pass", "Assign": {"answer": 42}, "Next": "State1"},
+        "State1": {"Type": "Pass", "InputPath": "$answer", "ResultPath": "$.theAnswer",
+                   "OutputPath": "$answer", "Assign": {"answer": "<omitted>"}, "End": True},
+    }  # fmt: skip
+    definition = {"StartAt": "State0", "States": states}
+    machine = _machine(sfn, definition)
+    described = sfn.describe_state_machine(stateMachineArn=machine)
+    assert described["variableReferences"] == {"State1": ["answer"]}
+    arn = _ended(sfn, machine)
+    for_execution = sfn.describe_state_machine_for_execution(executionArn=arn)
+    assert for_execution["variableReferences"] == {"State1": ["answer"]}
+    assert "variableReferences" not in sfn.describe_state_machine(stateMachineArn=_machine(sfn))

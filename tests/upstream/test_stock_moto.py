@@ -579,3 +579,15 @@ def test_a_history_shows_the_end_before_the_status_does(
         assert time.monotonic() < deadline, "the execution did not end"
         time.sleep(0.01)
     assert sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_a_state_machine_is_described_without_its_variable_references(sfn: Any) -> None:
+    # AWS (test_sfn_api_variable_references, BASE_EVALUATION_ORDER_PASS_STATE):
+    # variableReferences {"State1": ["answer"]}; moto's parser finds them, its answer omits.
+    states = {
+        "State0": {"Type": "Pass", "Assign": {"answer": 42}, "Next": "State1"},
+        "State1": {"Type": "Pass", "InputPath": "$answer", "End": True},
+    }
+    machine = _machine(sfn, {"StartAt": "State0", "States": states}, name="references")
+    assert "variableReferences" not in sfn.describe_state_machine(stateMachineArn=machine)
