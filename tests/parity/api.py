@@ -56,12 +56,16 @@ USED_OPERATIONS = frozenset(
 # States an API test runs only to have an execution to ask about: outside onceflow's own
 # features (JSONPath Pass, Wait), they change no API answer.
 PLAIN_FEATURES = re.compile(r"^(QueryLanguage:JSONPath|(Pass|Wait|Succeed|Fail)\.\w+)$")
-SUITES = re.compile(r"^test_sfn_api(_express|_validation|_variable_references|_map_run)?$")
+SUITES = re.compile(
+    r"^(test_sfn_api(_express|_validation|_variable_references|_map_run)?|test_express_sync)$"
+)
 # Fixtures a replay stands in for; a test asking another is not replayed.
 FIXTURES = {
     "self",
     "aws_client",
     "aws_client_no_retry",
+    "aws_client_no_sync_prefix",
+    "sqs_create_queue",
     "sfn_snapshot",
     "snapshot",
     "create_state_machine",
@@ -215,9 +219,12 @@ class _Utility:
         return snapshot.regex(arn, f"<ExecArnPart_{index}idx>")
 
     @staticmethod
-    def sfn_sm_sync_exec_arn(start_exec: Any, index: int) -> Spec:
-        arn = str(start_exec["executionArn"]).rpartition(":")[-1]
-        return snapshot.regex(arn, f"<ExecArnPart_{index}idx>")
+    def sfn_sm_sync_exec_arn(start_exec: Any, index: int) -> list[Spec]:
+        *_, name, run = str(start_exec["executionArn"]).split(":")
+        return [
+            snapshot.regex(name, f"<SyncExecArn_Part1_{index}idx>"),
+            snapshot.regex(run, f"<SyncExecArn_Part2_{index}idx>"),
+        ]
 
     @staticmethod
     def resource_name(replacement_name: str = "resource") -> Spec:
@@ -455,6 +462,10 @@ class _Fixtures:
     def create_state_machine_iam_role(self, *_: Any, **__: Any) -> str:
         return ROLE
 
+    def sqs_create_queue(self, QueueName: str | None = None, **kwargs: Any) -> str:
+        name = QueueName or f"queue-{short_uid()}"
+        return str(self.engine.client("sqs").create_queue(QueueName=name, **kwargs)["QueueUrl"])
+
     def create_lambda_function(
         self, *, func_name: str, handler_file: str, timeout: int | None = None, **_: Any
     ) -> Any:
@@ -510,6 +521,8 @@ def run_case(engine: LocalEngine, replayer: Any, case: ApiCase) -> LocalRun:
         "self": None,
         "aws_client": clients,
         "aws_client_no_retry": clients,
+        "aws_client_no_sync_prefix": clients,  # the engine routes sync-states.* itself
+        "sqs_create_queue": fixtures.sqs_create_queue,
         "sfn_snapshot": live,
         "snapshot": live,
         "create_state_machine": fixtures.create_state_machine,

@@ -277,3 +277,57 @@ def test_a_state_machine_is_described_with_the_variables_each_state_reads(sfn: A
     for_execution = sfn.describe_state_machine_for_execution(executionArn=arn)
     assert for_execution["variableReferences"] == {"State1": ["answer"]}
     assert "variableReferences" not in sfn.describe_state_machine(stateMachineArn=_machine(sfn))
+
+
+def _express(sfn: Any, definition: Any) -> str:
+    name = f"api-express-{next(_NAMES)}"
+    return str(
+        sfn.create_state_machine(
+            name=name, definition=json.dumps(definition), roleArn=ROLE, type="EXPRESS"
+        )["stateMachineArn"]
+    )
+
+
+def test_a_sync_execution_of_a_standard_state_machine_is_refused(sfn: Any) -> None:
+    """test_sfn_api.snapshot.json, test_start_sync_execution (start_sync_execution_error)."""
+    assert _error(sfn.start_sync_execution, stateMachineArn=_machine(sfn)) == (
+        "StateMachineTypeNotSupported",
+        "This operation is not supported by this type of state machine",
+    )
+
+
+def test_a_sync_execution_answers_how_it_ended(sfn: Any) -> None:
+    """express/test_express_sync.snapshot.json, test_base[BASE_PASS_RESULT] and
+    [BASE_RAISE_FAILURE]: the execution's ARN (express form), name, input, output or
+    error and cause, their details, billingDetails (64 MB, 100 ms for a short run)."""
+    passing = {"StartAt": "P", "States": {"P": {"Type": "Pass", "Result": {"Arg1": "argument1"},
+                                             "End": True}}}  # fmt: skip
+    machine = _express(sfn, passing)
+    answer = sfn.start_sync_execution(stateMachineArn=machine, input="{}")
+    *_, kind, machine_name, name, run_id = answer["executionArn"].split(":")
+    assert (kind, machine_name, answer["name"]) == ("express", machine.rsplit(":", 1)[-1], name)
+    assert run_id and answer["stateMachineArn"] == machine
+    assert (answer["status"], answer["input"], json.loads(answer["output"])) == (
+        "SUCCEEDED", "{}", {"Arg1": "argument1"}
+    )  # fmt: skip
+    assert answer["inputDetails"] == answer["outputDetails"] == {"included": True}
+    assert answer["billingDetails"] == {"billedMemoryUsedInMB": 64,
+                                        "billedDurationInMilliseconds": 100}  # fmt: skip
+    assert answer["startDate"] <= answer["stopDate"]
+    failing = {"StartAt": "F", "States": {"F": {"Type": "Fail", "Error": "SomeFailure",
+                                             "Cause": "it failed"}}}  # fmt: skip
+    failed = sfn.start_sync_execution(stateMachineArn=_express(sfn, failing))
+    assert (failed["status"], failed["error"], failed["cause"]) == (
+        "FAILED", "SomeFailure", "it failed"
+    )  # fmt: skip
+    assert "output" not in failed and failed["outputDetails"] == {"included": True}
+
+
+def test_an_express_execution_has_no_redrive_count_in_its_context(sfn: Any) -> None:
+    """express/test_express_sync.snapshot.json, test_query_runtime_memory: an EXPRESS
+    execution's $$.Execution holds Id, Input, Name, RoleArn and StartTime, no RedriveCount
+    (a STANDARD one's has it: test_context.py)."""
+    read = {"Type": "Pass", "Output": "{% $states.context.Execution %}", "End": True}
+    reading = {"QueryLanguage": "JSONata", "StartAt": "Read", "States": {"Read": read}}
+    answer = sfn.start_sync_execution(stateMachineArn=_express(sfn, reading), input="{}")
+    assert sorted(json.loads(answer["output"])) == ["Id", "Input", "Name", "RoleArn", "StartTime"]

@@ -591,3 +591,13 @@ def test_a_state_machine_is_described_without_its_variable_references(sfn: Any) 
     }
     machine = _machine(sfn, {"StartAt": "State0", "States": states}, name="references")
     assert "variableReferences" not in sfn.describe_state_machine(stateMachineArn=machine)
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_a_sync_execution_is_not_implemented(sfn: Any) -> None:
+    # AWS (express/test_express_sync, test_sfn_api's test_start_sync_execution): an EXPRESS
+    # state machine's execution answered at its end; a STANDARD one refused with
+    # StateMachineTypeNotSupported. moto: 404 for both (sync-states.* is no URL of its).
+    machine = _machine(sfn, {"StartAt": "P", "States": PASS}, name="synced")
+    with pytest.raises(ClientError, match=r"\(404\).*Not yet implemented"):
+        sfn.start_sync_execution(stateMachineArn=machine)
