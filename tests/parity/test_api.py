@@ -331,3 +331,26 @@ def test_an_express_execution_has_no_redrive_count_in_its_context(sfn: Any) -> N
     reading = {"QueryLanguage": "JSONata", "StartAt": "Read", "States": {"Read": read}}
     answer = sfn.start_sync_execution(stateMachineArn=_express(sfn, reading), input="{}")
     assert sorted(json.loads(answer["output"])) == ["Id", "Input", "Name", "RoleArn", "StartTime"]
+
+
+def test_an_execution_stopped_as_it_starts_is_aborted(
+    sfn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """StopExecution of a running execution aborts it (API reference, StopExecution; the
+    history as test_stop_execution recorded it). moto's worker makes the execution's
+    environment on its own thread: a stop before it (here slowed) failed with a 500."""
+    from moto.stepfunctions.parser.backend import execution_worker
+
+    entry = execution_worker.ExecutionWorker._get_evaluation_entrypoint
+
+    def slowly(self: Any) -> Any:
+        time.sleep(0.3)
+        return entry(self)
+
+    monkeypatch.setattr(execution_worker.ExecutionWorker, "_get_evaluation_entrypoint", slowly)
+    arn = str(sfn.start_execution(stateMachineArn=_machine(sfn, WAITING))["executionArn"])
+    assert "stopDate" in sfn.stop_execution(executionArn=arn)
+    deadline = time.monotonic() + 10
+    while sfn.describe_execution(executionArn=arn)["status"] != "ABORTED":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)

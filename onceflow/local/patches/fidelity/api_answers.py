@@ -228,6 +228,13 @@ def _model_stop(self: Any, execution_arn: str) -> Any:
     if not execution:
         raise ExecutionDoesNotExist(f"Execution Does Not Exist: '{execution_arn}'")
     error, cause = _STOPPING.get()
+    # moto's worker makes the execution's environment on its own thread: a stop that comes
+    # before it failed (500); it waits for it (a second at most, then moto's own error)
+    deadline = time.monotonic() + 1.0
+    while (worker := execution.exec_worker) is not None and worker.env is None:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.002)
     execution.stop(stop_date=utcnow(), error=error, cause=cause)
     return execution
 
@@ -325,7 +332,12 @@ PATCHES: tuple[Patch, ...] = (
         "answered once DescribeExecution and ListExecutions show the end too (moto set the "
         "status after the last event). StopExecution answers its "
         "stopDate and records the error and cause it was given in ExecutionAborted (none: "
-        'empty details; moto dropped them and wrote "" for both).',
+        'empty details; moto dropped them and wrote "" for both), also as the execution '
+        "starts (moto failed with a 500 until its worker had made its environment). "
+        "StartSyncExecution (moto had none: 404) refuses a STANDARD state machine "
+        "(StateMachineTypeNotSupported) and answers an EXPRESS execution at its end: status, "
+        "output or error and cause, their details and billingDetails (recorded: "
+        "express/test_express_sync).",
         test="tests/parity/test_api.py",
         install=_install,
         fits=_fits,
