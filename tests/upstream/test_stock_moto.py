@@ -601,3 +601,22 @@ def test_a_sync_execution_is_not_implemented(sfn: Any) -> None:
     machine = _machine(sfn, {"StartAt": "P", "States": PASS}, name="synced")
     with pytest.raises(ClientError, match=r"\(404\).*Not yet implemented"):
         sfn.start_sync_execution(stateMachineArn=machine)
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_a_stop_as_the_execution_starts_fails(sfn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # AWS: StopExecution aborts a running execution. moto's worker makes the execution's
+    # environment on its own thread; a stop before that (here slowed) fails inside moto.
+    from moto.stepfunctions.parser.backend import execution_worker
+
+    entry = execution_worker.ExecutionWorker._get_evaluation_entrypoint
+
+    def slowly(self: Any) -> Any:
+        time.sleep(0.3)
+        return entry(self)
+
+    monkeypatch.setattr(execution_worker.ExecutionWorker, "_get_evaluation_entrypoint", slowly)
+    machine = _machine(sfn, {"StartAt": "P", "States": PASS}, name="stopping")
+    arn = sfn.start_execution(stateMachineArn=machine, name="stopping")["executionArn"]
+    with pytest.raises(AttributeError, match="set_stop"):
+        sfn.stop_execution(executionArn=arn)
