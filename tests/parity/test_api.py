@@ -354,3 +354,45 @@ def test_an_execution_stopped_as_it_starts_is_aborted(
     while sfn.describe_execution(executionArn=arn)["status"] != "ABORTED":
         assert time.monotonic() < deadline
         time.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    ("resource", "message"),
+    [
+        ("arn:aws:states:::sns:publish.waitForTaskToken",
+         "Express state machine does not support '.waitForTaskToken' service integration  at "
+         "/States/T/Resource"),
+        ("arn:aws:states:::states:startExecution.sync",
+         "Express state machine does not support '.sync' service integration at "
+         "/States/T/Resource"),
+        ("arn:aws:states:us-east-1:123456789012:activity:a",
+         "Express state machine does not support Activity ARN at /States/T/Resource"),
+    ],
+    ids=["wait-for-task-token", "sync", "activity"],
+)  # fmt: skip
+def test_an_express_state_machine_that_would_wait_on_a_callback_is_refused(
+    sfn: Any, resource: str, message: str
+) -> None:
+    """test_sfn_api_express.snapshot.json, test_illegal_callbacks[WAIT_FOR_TASK_TOKEN],
+    [SYNC] and test_illegal_activity_task (creation_error; the two spaces are AWS's)."""
+    task = {"Type": "Task", "Resource": resource, "End": True}
+    definition = json.dumps({"StartAt": "T", "States": {"T": task}})
+    assert _error(
+        sfn.create_state_machine, name="express-callback", definition=definition, roleArn=ROLE,
+        type="EXPRESS",
+    ) == ("InvalidDefinition", f"Invalid State Machine Definition: 'SCHEMA_VALIDATION_FAILED: "
+                               f"{message}'")  # fmt: skip
+
+
+def test_list_state_machines_refuses_what_its_model_does_not_allow(sfn: Any) -> None:
+    """test_list_sms_pagination: maxResults over 1000, a nextToken over 1024 characters."""
+    assert _error(sfn.list_state_machines, maxResults=1001)[1] == (
+        "1 validation error detected: Value '1001' at 'maxResults' failed to satisfy "
+        "constraint: Member must have value less than or equal to 1000"
+    )
+    token = "x" * 1025
+    assert _error(sfn.list_state_machines, nextToken=token) == (
+        "ValidationException",
+        f"1 validation error detected: Value '{token}' at 'nextToken' failed to satisfy "
+        "constraint: Member must have length less than or equal to 1024",
+    )

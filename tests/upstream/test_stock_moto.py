@@ -620,3 +620,18 @@ def test_a_stop_as_the_execution_starts_fails(sfn: Any, monkeypatch: pytest.Monk
     arn = sfn.start_execution(stateMachineArn=machine, name="stopping")["executionArn"]
     with pytest.raises(AttributeError, match="set_stop"):
         sfn.stop_execution(executionArn=arn)
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_an_express_callback_task_and_a_long_listing_are_taken(sfn: Any) -> None:
+    # AWS (test_sfn_api_express, test_illegal_callbacks[WAIT_FOR_TASK_TOKEN]): InvalidDefinition,
+    # "Express state machine does not support '.waitForTaskToken' service integration ...";
+    # (test_list_sms_pagination) ListStateMachines maxResults 1001: ValidationException.
+    task = {"Type": "Task", "Resource": "arn:aws:states:::sns:publish.waitForTaskToken",
+            "Parameters": {"TopicArn": "t", "Message.$": "$$.Task.Token"}, "End": True}  # fmt: skip
+    created = sfn.create_state_machine(
+        name="callback", definition=json.dumps({"StartAt": "T", "States": {"T": task}}),
+        roleArn=ROLE, type="EXPRESS",
+    )  # fmt: skip
+    assert created["stateMachineArn"].endswith(":callback")
+    assert sfn.list_state_machines(maxResults=1001)["stateMachines"]

@@ -46,21 +46,34 @@ def _arn_prefix(value: Any) -> None:
         raise InvalidArn(f"Invalid Arn: 'Invalid ARN prefix: {value}'")
 
 
+def _page_problems(self: Any, longest_token: int) -> list[str]:
+    """maxResults and nextToken as the operation's model bounds them."""
+    limit, token, problems = self._get_param("maxResults"), self._get_param("nextToken"), []
+    if isinstance(limit, int) and limit > 1000:
+        problems.append(f"Value '{limit}' at 'maxResults' failed to satisfy constraint: "
+                        "Member must have value less than or equal to 1000")  # fmt: skip
+    if isinstance(token, str) and len(token) > longest_token:
+        most = f"Member must have length less than or equal to {longest_token}"
+        problems.append(f"Value '{token}' at 'nextToken' failed to satisfy constraint: {most}")
+    return problems
+
+
+def _list_state_machines(original: Any) -> Any:
+    def list_state_machines(self: Any) -> Any:
+        _validated(_page_problems(self, 1024))  # recorded: test_list_sms_pagination
+        return original(self)
+
+    return list_state_machines
+
+
 def _list_executions(original: Any) -> Any:
     def list_executions(self: Any) -> Any:
         _arn_prefix(self._get_param("stateMachineArn"))
-        status, limit = self._get_param("statusFilter"), self._get_param("maxResults")
-        token, problems = self._get_param("nextToken"), []
+        status, problems = self._get_param("statusFilter"), []
         if status is not None and status not in _STATUSES.split(", "):
             problems.append(f"Value '{status}' at 'statusFilter' failed to satisfy constraint: "
                             f"Member must satisfy enum value set: [{_STATUSES}]")  # fmt: skip
-        if isinstance(limit, int) and limit > 1000:
-            problems.append(f"Value '{limit}' at 'maxResults' failed to satisfy constraint: "
-                            "Member must have value less than or equal to 1000")  # fmt: skip
-        if isinstance(token, str) and len(token) > 3096:
-            problems.append(f"Value '{token}' at 'nextToken' failed to satisfy constraint: "
-                            "Member must have length less than or equal to 3096")  # fmt: skip
-        _validated(problems)
+        _validated(problems + _page_problems(self, 3096))
         answer = original(self)
         for listed in answer.result["executions"]:
             listed.setdefault("redriveCount", 0)  # never redriven here
@@ -149,10 +162,42 @@ def _refused_definition(text: Any) -> None:
                            "InvalidDefinition")  # fmt: skip
 
 
+def _express_refusal(states: Any, where: str) -> str | None:
+    """What an EXPRESS state machine may not hold, in AWS's words (recorded:
+    test_sfn_api_express, test_illegal_callbacks and test_illegal_activity_task; the
+    location of a state inside a Map or Parallel is not verified)."""
+    for name, state in (states or {}).items():
+        if not isinstance(state, dict):
+            continue
+        resource, at = str(state.get("Resource", "")), f"{where}/States/{name}/Resource"
+        if resource.endswith(".waitForTaskToken"):
+            return f"Express state machine does not support '.waitForTaskToken' service integration  at {at}"  # noqa: E501
+        if re.search(r"\.sync(:\d+)?$", resource):
+            return f"Express state machine does not support '.sync' service integration at {at}"
+        if re.match(r"arn:[^:]+:states:[^:]*:\d*:activity:", resource):
+            return f"Express state machine does not support Activity ARN at {at}"
+        inner = [("ItemProcessor", state.get("ItemProcessor")), ("Iterator", state.get("Iterator"))]
+        inner += [(f"Branches/{i}", b) for i, b in enumerate(state.get("Branches") or [])]
+        for field, branch in inner:
+            if isinstance(branch, dict):
+                found = _express_refusal(branch.get("States"), f"{where}/States/{name}/{field}")
+                if found:
+                    return found
+    return None
+
+
 def _create(original: Any) -> Any:
     def create_state_machine(self: Any) -> Any:
         definition = self._get_param("definition")
         _refused_definition(definition)
+        if self._get_param("type") == "EXPRESS" and isinstance(definition, str):
+            try:
+                parsed = json.loads(definition)
+            except ValueError:
+                parsed = None  # moto's parser refuses it as it does
+            if isinstance(parsed, dict) and (found := _express_refusal(parsed.get("States"), "")):
+                raise AWSError(f"Invalid State Machine Definition: 'SCHEMA_VALIDATION_FAILED: "
+                               f"{found}'", "InvalidDefinition")  # fmt: skip
         name = self._get_param("name")
         backend = self.stepfunction_backend
         for machine in backend.state_machines:
@@ -288,6 +333,7 @@ def start_sync_execution(self: Any) -> Any:
 def _install(installer: Installer) -> None:
     wrap: dict[str, Callable[[Any], Any]] = {
         "list_executions": _list_executions,
+        "list_state_machines": _list_state_machines,
         "get_execution_history": _history,
         "_describe_state_machine": _described,
         "create_state_machine": _create,
@@ -303,9 +349,9 @@ def _install(installer: Installer) -> None:
 
 
 def _fits() -> list[str]:
-    names = ("list_executions", "get_execution_history", "_describe_state_machine",
-             "create_state_machine", "start_execution", "describe_execution",
-             "stop_execution")  # fmt: skip
+    names = ("list_executions", "list_state_machines", "get_execution_history",
+             "_describe_state_machine", "create_state_machine", "start_execution",
+             "describe_execution", "stop_execution")  # fmt: skip
     moved = gone(_Responses, *names, "stepfunction_backend")
     moved += gone(sfn_models.StateMachine, "stop_execution")
     moved += ["moto answers StartSyncExecution itself"] * (
@@ -326,10 +372,13 @@ PATCHES: tuple[Patch, ...] = (
         "(test_sfn_api_variable_references) and updateDate for an execution's, "
         "a text that is no ARN is refused with \"Invalid Arn: 'Invalid ARN prefix: ...'\", "
         "CreateStateMachine refuses a name in use with another definition "
-        "(StateMachineAlreadyExists; moto returned the first) and a definition without "
-        "States or StartAt in AWS's words, and StartExecution refuses an input that is not "
-        "JSON in AWS's (Jackson's) words where moto gave Python's. A history that has ended is "
-        "answered once DescribeExecution and ListExecutions show the end too (moto set the "
+        "(StateMachineAlreadyExists; moto returned the first), a definition without "
+        "States or StartAt and an EXPRESS one with a .waitForTaskToken, .sync or activity "
+        "Task (test_sfn_api_express; moto took them) in AWS's words, ListStateMachines "
+        "refuses maxResults over 1000 and a nextToken over 1024 characters, and "
+        "StartExecution refuses an input that is not JSON in AWS's (Jackson's) words where "
+        "moto gave Python's. A history that has ended is answered once DescribeExecution "
+        "and ListExecutions show the end too (moto set the "
         "status after the last event). StopExecution answers its "
         "stopDate and records the error and cause it was given in ExecutionAborted (none: "
         'empty details; moto dropped them and wrote "" for both), also as the execution '
