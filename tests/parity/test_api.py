@@ -396,3 +396,36 @@ def test_list_state_machines_refuses_what_its_model_does_not_allow(sfn: Any) -> 
         f"1 validation error detected: Value '{token}' at 'nextToken' failed to satisfy "
         "constraint: Member must have length less than or equal to 1024",
     )
+
+
+def test_an_execution_history_comes_in_pages_of_a_hundred(sfn: Any) -> None:
+    """GetExecutionHistory, maxResults: "The default is 100 and the maximum allowed page
+    size is 1000. A value of 0 uses the default" (API reference; the SDKs' docs). A reader
+    that does not follow nextToken sees the first 100 events on AWS; the engine answered
+    every event at once (kinder)."""
+    pass_each = {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}
+    mapping = {"StartAt": "M", "States": {"M": {"Type": "Map", "ItemsPath": "$.items",
+                                                "ItemProcessor": pass_each, "End": True}}}  # fmt: skip
+    machine = _machine(sfn, mapping)
+    arn = str(sfn.start_execution(stateMachineArn=machine, input=json.dumps(
+        {"items": list(range(60))}))["executionArn"])  # fmt: skip
+    deadline = time.monotonic() + 20
+    while sfn.describe_execution(executionArn=arn)["status"] == "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    first = sfn.get_execution_history(executionArn=arn)
+    assert len(first["events"]) == 100 and first["nextToken"]
+    assert len(sfn.get_execution_history(executionArn=arn, maxResults=0)["events"]) == 100
+    pages = sfn.get_paginator("get_execution_history").paginate(executionArn=arn)
+    events = [e for page in pages for e in page["events"]]
+    assert [e["id"] for e in events] == list(range(1, len(events) + 1))
+    assert len(events) > 200 and events[-1]["type"] == "ExecutionSucceeded"
+    reversed_pages = sfn.get_paginator("get_execution_history").paginate(
+        executionArn=arn, reverseOrder=True, PaginationConfig={"PageSize": 7}
+    )
+    assert [e["id"] for page in reversed_pages for e in page["events"]] == [
+        e["id"] for e in reversed(events)
+    ]
+    assert _error(sfn.get_execution_history, executionArn=arn, maxResults=1001)[0] == (
+        "ValidationException"
+    )

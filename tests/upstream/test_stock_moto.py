@@ -635,3 +635,14 @@ def test_an_express_callback_task_and_a_long_listing_are_taken(sfn: Any) -> None
     )  # fmt: skip
     assert created["stateMachineArn"].endswith(":callback")
     assert sfn.list_state_machines(maxResults=1001)["stateMachines"]
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_an_execution_history_comes_in_one_page(run: Run) -> None:
+    # AWS (GetExecutionHistory, maxResults: "The default is 100"): pages of 100 events and a
+    # nextToken; moto answers all 246 events of this Map at once.
+    processor = {"StartAt": "P", "States": PASS}
+    states = {"M": {"Type": "Map", "ItemsPath": "$.items", "ItemProcessor": processor,
+                    "End": True}}  # fmt: skip
+    described = run({"StartAt": "M", "States": states}, {"items": list(range(60))})
+    assert len(described["events"]) > 200

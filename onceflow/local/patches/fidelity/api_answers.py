@@ -4,6 +4,7 @@ AWS recorded them (LocalStack's test_sfn_api.snapshot.json; tests/parity/test_ap
 
 from __future__ import annotations
 
+import base64
 import contextvars
 import copy
 import functools
@@ -108,14 +109,35 @@ def _settled(backend: Any, arn: str, events: list[Any]) -> None:
         time.sleep(0.002)
 
 
+def _page(self: Any, events: list[Any]) -> tuple[list[Any], str | None]:
+    """A page of events: maxResults (default and 0: 100, at most 1000), from nextToken
+    (API reference, GetExecutionHistory). moto answered every event at once, so a reader
+    that did not follow nextToken saw more locally than on AWS."""
+    _validated(_page_problems(self, 3096))
+    size = self._get_param("maxResults") or 100
+    start = 0
+    if token := self._get_param("nextToken"):
+        try:
+            start = int(base64.urlsafe_b64decode(token.encode()).decode())
+        except ValueError as exc:  # not one of ours: AWS's error for it (words not verified)
+            raise AWSError("Invalid Token: 'Invalid token'", "InvalidToken") from exc
+    end = start + size
+    following = base64.urlsafe_b64encode(str(end).encode()).decode() if end < len(events) else None
+    return events[start:end], following
+
+
 def _history(original: Any) -> Any:
     def get_execution_history(self: Any) -> Any:
         _arn_prefix(self._get_param("executionArn"))
         answer = original(self)
         _settled(self.stepfunction_backend, self._get_param("executionArn"),
                  answer.result["events"])  # fmt: skip
+        events = list(answer.result["events"])
         if self._get_param("reverseOrder"):
-            answer.result["events"] = list(reversed(answer.result["events"]))
+            events.reverse()
+        answer.result["events"], token = _page(self, events)
+        if token:
+            answer.result["nextToken"] = token
         return answer
 
     return get_execution_history
@@ -367,7 +389,8 @@ PATCHES: tuple[Patch, ...] = (
         why="As recorded on AWS (LocalStack's test_sfn_api snapshot): ListExecutions lists "
         "redriveCount and refuses a statusFilter outside its enum, maxResults over 1000 and "
         "a nextToken over 3096 characters (ValidationException; moto answered), "
-        "GetExecutionHistory honours reverseOrder, DescribeStateMachine answers "
+        "GetExecutionHistory honours reverseOrder and answers pages of maxResults (100 by "
+        "default; moto answered every event at once), DescribeStateMachine answers "
         "loggingConfiguration.includeExecutionData false, the variableReferences of each state "
         "(test_sfn_api_variable_references) and updateDate for an execution's, "
         "a text that is no ARN is refused with \"Invalid Arn: 'Invalid ARN prefix: ...'\", "
