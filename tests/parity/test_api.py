@@ -404,8 +404,8 @@ def test_an_execution_history_comes_in_pages_of_a_hundred(sfn: Any) -> None:
     that does not follow nextToken sees the first 100 events on AWS; the engine answered
     every event at once (kinder)."""
     pass_each = {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}
-    mapping = {"StartAt": "M", "States": {"M": {"Type": "Map", "ItemsPath": "$.items",
-                                                "ItemProcessor": pass_each, "End": True}}}  # fmt: skip
+    each = {"Type": "Map", "ItemsPath": "$.items", "ItemProcessor": pass_each, "End": True}
+    mapping = {"StartAt": "M", "States": {"M": each}}
     machine = _machine(sfn, mapping)
     arn = str(sfn.start_execution(stateMachineArn=machine, input=json.dumps(
         {"items": list(range(60))}))["executionArn"])  # fmt: skip
