@@ -32,11 +32,14 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from onceflow.local.provisioning import ACCOUNT_ID, REGION
 from tests.parity import snapshot
 from tests.parity.snapshot import Spec
+
+if TYPE_CHECKING:
+    from tests.parity import api
 
 SUITE = "tests/aws/services/stepfunctions"
 API = "localstack-core/localstack/aws/api"  # LocalStack's AWS API types and enums
@@ -877,11 +880,16 @@ def parameters(value: Any) -> Any:
 _BYTES = "__replay_bytes_base64__"
 
 
-def discover(root: Path, filters: Sequence[str] = ()) -> tuple[list[Case], list[Skip]]:
+def discover(
+    root: Path, filters: Sequence[str] = ()
+) -> tuple[list[Case | api.ApiCase], list[Skip]]:
     """Every recording under root/v2 whose id holds one of filters (or all, with none):
-    replayable, or why not."""
+    replayable (an execution's history: Case; the API suites' answers: api.ApiCase), or why
+    not."""
+    from tests.parity import api
+
     classes = template_classes(root)
-    cases: list[Case] = []
+    cases: list[Case | api.ApiCase] = []
     skips: list[Skip] = []
     for snapshot_file in sorted((root / "v2").rglob("*.snapshot.json")):
         relative = str(snapshot_file.relative_to(root))
@@ -899,6 +907,16 @@ def discover(root: Path, filters: Sequence[str] = ()) -> tuple[list[Case], list[
             found = functions.get(name)
             if found is None or key not in validated or not _validated(*found):
                 skips.append(Skip(key, relative, "not marked validated on AWS"))
+                continue
+            if api.SUITES.match(module.stem):
+                prepared_api = api.prepare(
+                    root, key, relative, tree, found[0], param.removesuffix("]"), classes,
+                    entry["recorded-content"], snapshot.recorded_on(entry.get("recorded-date")),
+                )  # fmt: skip
+                if isinstance(prepared_api, str):
+                    skips.append(Skip(key, relative, prepared_api))
+                else:
+                    cases.append(prepared_api)
                 continue
             events = _history(entry["recorded-content"])
             if events is None:

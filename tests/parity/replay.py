@@ -46,6 +46,7 @@ from typing import Any
 from onceflow.local import provisioning
 from onceflow.local.engine import LocalEngine
 from onceflow.local.lambdas import FunctionSpec
+from tests.parity import api
 from tests.parity.recordings import ROLE, Case, Skip, discover, parameters, suite_root
 from tests.parity.snapshot import Run, Spec, map_run_arns, transform
 
@@ -267,7 +268,9 @@ class Replayer:
         engine.runtime.overrides[name] = module.handler
         engine.state.invokers[name] = engine.runtime.moto_invoker(name)
 
-    def replay(self, case: Case) -> Outcome:
+    def replay(self, case: Case | api.ApiCase) -> Outcome:
+        if isinstance(case, api.ApiCase):
+            return self.replay_api(case)
         outside = sorted(features(case.definition) - self.used) if self.used is not None else []
         outcome = Outcome(case.key, case.snapshot, "same", in_scope=not outside, outside=outside)
         local = self.local_history(case, outcome)
@@ -277,6 +280,20 @@ class Replayer:
         if any(spec.kind == "parallel" for spec in case.specs):
             local, recorded = _resort(local), _resort(recorded)
         kind, diff = compare(recorded, local)
+        if kind:
+            outcome.verdict, outcome.kind, outcome.diff = "differs", kind, diff
+        return outcome
+
+    def replay_api(self, case: api.ApiCase) -> Outcome:
+        """The recorded API test run on an engine of its own, its answers compared key by
+        key (tests/parity/api.py)."""
+        # Waits at a twentieth of their time, not none: a test that stops an execution in
+        # a Wait (test_stop_execution) must find it still waiting.
+        with LocalEngine(self.template, function_log=io.StringIO(), time_scale=0.05) as engine:
+            local = api.run_case(engine, self, case)
+        outside = api.outside(local, self.used) if self.used is not None else []
+        outcome = Outcome(case.key, case.snapshot, "same", in_scope=not outside, outside=outside)
+        kind, diff = api.compare(case.recorded, local, case.recorded_date)
         if kind:
             outcome.verdict, outcome.kind, outcome.diff = "differs", kind, diff
         return outcome
@@ -323,14 +340,15 @@ class Replayer:
         return written_as_recorded(result.events, case.specs, result.arn)
 
 
-def replay_all(cases: list[Case], used: set[str] | None = None) -> list[Outcome]:
+def replay_all(cases: list[Case | api.ApiCase], used: set[str] | None = None) -> list[Outcome]:
     replayer = Replayer(used)
     outcomes = []
     for case in cases:
         try:
             outcomes.append(replayer.replay(case))
         except Exception as exc:  # one broken replay is reported, not the end of the run
-            outside = sorted(features(case.definition) - used) if used is not None else []
+            definition = case.definition if isinstance(case, Case) else {}
+            outside = sorted(features(definition) - used) if used is not None else []
             outcomes.append(
                 Outcome(
                     case.key,
@@ -435,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cases", type=Path, help="replay the cases of an --export file instead")
     args = parser.parse_args(argv)
+    cases: list[Case | api.ApiCase]
     if args.cases:
         cases, skips = load_cases(args.cases), list[Skip]()
         cases = [c for c in cases if not args.filter or any(f in c.key for f in args.filter)]
@@ -452,8 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def load_cases(path: Path) -> list[Case]:
-    return [Case(**c) for c in json.loads(path.read_text())]
+def load_cases(path: Path) -> list[Case | api.ApiCase]:
+    return [api.ApiCase(**c) if c.get("api") else Case(**c) for c in json.loads(path.read_text())]
 
 
 if __name__ == "__main__":

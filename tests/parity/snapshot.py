@@ -62,7 +62,8 @@ class Spec:
     kind: regex (a pattern, b replacement, flags) | text | jsonpath (a path, b replacement,
     reference) | key_value (a key, b replacement, reference) | match (a: a named match
     function of MATCHES, b replacement, reference) | remove_key (a key) | json_string (a key)
-    | response_metadata | parallel | execution_arn (index) | map_run_arns | generic (a: the
+    | response_metadata | parallel | sort_variable_references | execution_arn (index) |
+    map_run_arns | generic (a: the
     source of a function the test defines, b: its name).
     """
 
@@ -335,6 +336,11 @@ def _apply(spec: Spec, data: dict[str, Any], ctx: Context, run: Run) -> dict[str
         namespace: dict[str, Any] = {"json": json, "re": re}
         exec(compile(spec.a, "<the recording's transformer>", "exec"), namespace)
         data = namespace[spec.b](data, ctx)
+    elif kind == "sort_variable_references":
+        # test_sfn_api_variable_references' _SfnSortVariableReferences: each list sorted
+        for found in parse("$..variableReferences").find(data):
+            for names in found.value.values():
+                names.sort()
     elif kind == "parallel":
         for found in parse("$..events").find(data):
             unorder_parallel(found.value)

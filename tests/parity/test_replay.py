@@ -7,8 +7,11 @@ tests/aws/services/stepfunctions/v2/, Apache-2.0; each test `@markers.aws.valida
 snapshot what real AWS answered, written through the snapshot transformers its test
 registered) in the features onceflow's state machines use: JSONata Output/Assign/Arguments,
 Map Items (inline, ItemReader with ItemBatcher, tolerance), Retry/Catch of a Lambda that
-raises in a Task, Map and Parallel, Fail, Choice, undefined references. The full replay, over
-every recording, is the command line.
+raises in a Task, Map and Parallel, Fail, Choice, undefined references; and the API suites'
+answers to the calls onceflow makes (test_sfn_api*: StartExecution, DescribeExecution,
+ListExecutions, GetExecutionHistory, StopExecution, DescribeStateMachine(ForExecution),
+CreateStateMachine; tests/parity/api.py). The full replay, over every recording, is the
+command line.
 
 The other tests hold the comparison honest: a placeholder on AWS's side matches only what
 the local value at that place is replaced by, a case runs on an engine of its own, and a
@@ -26,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.parity import recordings, snapshot
+from tests.parity import api, recordings, snapshot
 from tests.parity.recordings import ROLE, Case, prepare
 from tests.parity.replay import Outcome, Replayer, compare, load_cases, written_as_recorded
 
@@ -47,6 +50,44 @@ def test_no_recorded_behaviour_runs_kinder_locally_and_what_matched_still_matche
     ]
     assert not regressed
     assert sum(case.expected == "same" for case in cases) >= 12
+    answers = [c for c in cases if isinstance(c, api.ApiCase) and c.expected == "same"]
+    assert len(answers) >= 20
+
+
+# ---- the API suites' answers -----------------------------------------------------------
+
+
+def _answered(written: dict[str, Any], raised: str = "") -> api.LocalRun:
+    return api.LocalRun(written, {}, [], [], raised)
+
+
+_REFUSED = {"Error": {"Code": "ValidationException", "Message": "m"}, "message": "m"}
+
+
+def test_an_api_call_aws_refused_and_the_engine_answered_is_kinder() -> None:
+    """In the body: pytest.raises saw no error, the run stopped there (DID NOT RAISE)."""
+    recorded = {"listed": {"executions": []}, "refused": _REFUSED}
+    stopped = _answered({"listed": {"executions": []}}, "Failed: DID NOT RAISE <class ...>")
+    assert api.compare(recorded, stopped)[0] == "kinder"
+    answered = _answered({"listed": {"executions": []}, "refused": {"executions": []}})
+    assert api.compare(recorded, answered)[0] == "kinder"
+    assert api.compare({"refused": {"executions": []}}, _answered({"refused": _REFUSED}))[0] == (
+        "harsher"
+    )
+    raised = _answered({}, "ClientError: An error occurred (InvalidArn) ...")
+    assert api.compare({"described": {"name": "x"}}, raised)[0] == "harsher"
+
+
+def test_a_field_aws_answered_only_after_the_recording_is_left_out_of_it() -> None:
+    """DescribeStateMachine's encryptionConfiguration: in no recording before 2024-11-20."""
+    recorded = {"described": {"name": "n"}}
+    local = {"described": {"name": "n", "encryptionConfiguration": {"type": "AWS_OWNED_KEY"}}}
+    assert api.compare(recorded, _answered(dict(local)), "2024-06-11") == ("", [])
+    kind, diff = api.compare(recorded, _answered(dict(local)), "2024-11-20")
+    assert kind == "value"
+    assert diff == [
+        'described.encryptionConfiguration: AWS missing, local {"type": "AWS_OWNED_KEY"}'
+    ]
 
 
 def _history(status: str, error: str | None) -> list[dict[str, object]]:

@@ -498,3 +498,151 @@ def test_an_unnamed_execution_is_named_none(sfn: Any) -> None:
     machine = _machine(sfn, {"StartAt": "P", "States": PASS}, name="unnamed")
     arn = sfn.start_execution(stateMachineArn=machine)["executionArn"]
     assert arn.endswith(":unnamed:None")
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_the_api_answers_and_refuses_otherwise_than_aws(run: Run, sfn: Any) -> None:
+    # AWS (test_sfn_api.snapshot.json): ListExecutions lists redriveCount 0 and refuses
+    # statusFilter "succeeded" (ValidationException); GetExecutionHistory with reverseOrder
+    # starts from ExecutionSucceeded; DescribeStateMachine's loggingConfiguration holds
+    # includeExecutionData false; a second CreateStateMachine of one name with another
+    # definition is StateMachineAlreadyExists; "not_a_valid_arn" is "Invalid Arn: 'Invalid
+    # ARN prefix: not_a_valid_arn'"; an input "not some json" is "Invalid State Machine
+    # Execution Input: 'Unrecognized token 'not': ...'".
+    described = run({"StartAt": "P", "States": PASS})
+    machine = described["stateMachineArn"]
+    [listed] = sfn.list_executions(stateMachineArn=machine, statusFilter="SUCCEEDED")["executions"]
+    assert "redriveCount" not in listed
+    assert (
+        sfn.list_executions(stateMachineArn=machine, statusFilter="succeeded")["executions"] == []
+    )
+    events = sfn.get_execution_history(executionArn=described["executionArn"], reverseOrder=True)
+    assert events["events"][0]["type"] == "ExecutionStarted"
+    logging = sfn.describe_state_machine(stateMachineArn=machine)["loggingConfiguration"]
+    assert "includeExecutionData" not in logging
+    name = machine.rsplit(":", 1)[-1]
+    other = json.dumps({"StartAt": "Q", "States": {"Q": {"Type": "Pass", "End": True}}})
+    again = sfn.create_state_machine(name=name, definition=other, roleArn=ROLE)
+    assert again["stateMachineArn"] == machine
+    with pytest.raises(ClientError, match="Invalid State Machine Arn: 'not_a_valid_arn'"):
+        sfn.describe_state_machine(stateMachineArn="not_a_valid_arn")
+    with pytest.raises(ClientError, match=r"operation: Expecting value: line 1 column 1"):
+        sfn.start_execution(stateMachineArn=machine, input="not some json")
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_a_stop_answers_no_stop_date_and_drops_its_error_and_cause(sfn: Any) -> None:
+    # AWS (test_stop_execution): StopExecution answers a stopDate; ExecutionAborted holds the
+    # error and cause the stop gave, and {} without them. moto: no stopDate, "" for both.
+    waiting = {"StartAt": "W", "States": {"W": {"Type": "Wait", "Seconds": 60, "End": True}}}
+    machine = _machine(sfn, waiting, name="stopped")
+    arn = sfn.start_execution(stateMachineArn=machine, name="stopped")["executionArn"]
+    deadline = time.monotonic() + 20
+    while "WaitStateEntered" not in [
+        e["type"] for e in sfn.get_execution_history(executionArn=arn)["events"]
+    ]:
+        assert time.monotonic() < deadline, "the execution never waited"
+        time.sleep(0.05)
+    assert "stopDate" not in sfn.stop_execution(executionArn=arn, error="E", cause="C")
+    while (events := sfn.get_execution_history(executionArn=arn)["events"])[-1]["type"] != (
+        "ExecutionAborted"
+    ):
+        assert time.monotonic() < deadline, "the execution never stopped"
+        time.sleep(0.05)
+    assert events[-1]["executionAbortedEventDetails"] == {"error": "", "cause": ""}
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_a_history_shows_the_end_before_the_status_does(
+    sfn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # AWS: once GetExecutionHistory ends in ExecutionSucceeded, DescribeExecution says
+    # SUCCEEDED (LocalStack's await_execution_success, then test_describe_execution). moto
+    # writes the event, then sets the status: with that step slowed, RUNNING is seen.
+    from moto.stepfunctions.parser.backend import execution
+
+    reflect = execution.BaseExecutionWorkerCommunication._reflect_execution_status
+
+    def slowly(self: Any) -> None:
+        time.sleep(0.3)
+        reflect(self)
+
+    monkeypatch.setattr(
+        execution.BaseExecutionWorkerCommunication, "_reflect_execution_status", slowly
+    )
+    arn = sfn.start_execution(stateMachineArn=_machine(sfn, {"StartAt": "P", "States": PASS}),
+                              name="ended")["executionArn"]  # fmt: skip
+    deadline = time.monotonic() + 20
+    while not (events := sfn.get_execution_history(executionArn=arn)["events"]) or (
+        events[-1]["type"] != "ExecutionSucceeded"
+    ):
+        assert time.monotonic() < deadline, "the execution did not end"
+        time.sleep(0.01)
+    assert sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_a_state_machine_is_described_without_its_variable_references(sfn: Any) -> None:
+    # AWS (test_sfn_api_variable_references, BASE_EVALUATION_ORDER_PASS_STATE):
+    # variableReferences {"State1": ["answer"]}; moto's parser finds them, its answer omits.
+    states = {
+        "State0": {"Type": "Pass", "Assign": {"answer": 42}, "Next": "State1"},
+        "State1": {"Type": "Pass", "InputPath": "$answer", "End": True},
+    }
+    machine = _machine(sfn, {"StartAt": "State0", "States": states}, name="references")
+    assert "variableReferences" not in sfn.describe_state_machine(stateMachineArn=machine)
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_a_sync_execution_is_not_implemented(sfn: Any) -> None:
+    # AWS (express/test_express_sync, test_sfn_api's test_start_sync_execution): an EXPRESS
+    # state machine's execution answered at its end; a STANDARD one refused with
+    # StateMachineTypeNotSupported. moto: 404 for both (sync-states.* is no URL of its).
+    machine = _machine(sfn, {"StartAt": "P", "States": PASS}, name="synced")
+    with pytest.raises(ClientError, match=r"\(404\).*Not yet implemented"):
+        sfn.start_sync_execution(stateMachineArn=machine)
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_a_stop_as_the_execution_starts_fails(sfn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # AWS: StopExecution aborts a running execution. moto's worker makes the execution's
+    # environment on its own thread; a stop before that (here slowed) fails inside moto.
+    from moto.stepfunctions.parser.backend import execution_worker
+
+    entry = execution_worker.ExecutionWorker._get_evaluation_entrypoint
+
+    def slowly(self: Any) -> Any:
+        time.sleep(0.3)
+        return entry(self)
+
+    monkeypatch.setattr(execution_worker.ExecutionWorker, "_get_evaluation_entrypoint", slowly)
+    machine = _machine(sfn, {"StartAt": "P", "States": PASS}, name="stopping")
+    arn = sfn.start_execution(stateMachineArn=machine, name="stopping")["executionArn"]
+    with pytest.raises(AttributeError, match="set_stop"):
+        sfn.stop_execution(executionArn=arn)
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_an_express_callback_task_and_a_long_listing_are_taken(sfn: Any) -> None:
+    # AWS (test_sfn_api_express, test_illegal_callbacks[WAIT_FOR_TASK_TOKEN]): InvalidDefinition,
+    # "Express state machine does not support '.waitForTaskToken' service integration ...";
+    # (test_list_sms_pagination) ListStateMachines maxResults 1001: ValidationException.
+    task = {"Type": "Task", "Resource": "arn:aws:states:::sns:publish.waitForTaskToken",
+            "Parameters": {"TopicArn": "t", "Message.$": "$$.Task.Token"}, "End": True}  # fmt: skip
+    created = sfn.create_state_machine(
+        name="callback", definition=json.dumps({"StartAt": "T", "States": {"T": task}}),
+        roleArn=ROLE, type="EXPRESS",
+    )  # fmt: skip
+    assert created["stateMachineArn"].endswith(":callback")
+    assert sfn.list_state_machines(maxResults=1001)["stateMachines"]
+
+
+@reproduces("the Step Functions API's answers and refusals")
+def test_an_execution_history_comes_in_one_page(run: Run) -> None:
+    # AWS (GetExecutionHistory, maxResults: "The default is 100"): pages of 100 events and a
+    # nextToken; moto answers all 246 events of this Map at once.
+    processor = {"StartAt": "P", "States": PASS}
+    states = {"M": {"Type": "Map", "ItemsPath": "$.items", "ItemProcessor": processor,
+                    "End": True}}  # fmt: skip
+    described = run({"StartAt": "M", "States": states}, {"items": list(range(60))})
+    assert len(described["events"]) > 200
