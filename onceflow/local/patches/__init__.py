@@ -68,8 +68,8 @@ def _all() -> tuple[Patch, ...]:
         from onceflow.local import iam, lambdas, limits
 
         # iam last: a state's work runs as its machine's role, inside the limits
-        kinds = (hooks, lambdas, fidelity, distributed_map, integrations, executions,
-                 api_answers, express_arn, s3_inventory, s3_objects, paths, limits, iam)  # fmt: skip
+        kinds = (hooks, lambdas, fidelity, distributed_map, integrations, executions, api_answers,
+                 express_arn, s3_inventory, s3_objects, paths, limits, iam)  # fmt: skip
         globals()["PATCHES"] = (*_speedups(), *(p for kind in kinds for p in kind.PATCHES))
     patches: tuple[Patch, ...] = globals()["PATCHES"]
     return patches
