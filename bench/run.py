@@ -1173,6 +1173,24 @@ def _function_log_level(level: str) -> Iterator[None]:
         logger.setLevel(previous)
 
 
+def template_log_level(engine: LocalEngine, function: str = "ProcessorFunction") -> str:
+    """The level the function's Logger runs at as deployed: POWERTOOLS_LOG_LEVEL in its
+    Environment, else in the Globals' (SAM merges them), else Powertools' INFO. Read from
+    the template, not from the engine's functions, whose environment function_log_level
+    overrides (the bench's engines run their functions at WARNING between measurements)."""
+    template = engine.stack.template
+
+    def variables(properties: Mapping[str, Any]) -> Mapping[str, Any]:
+        return dict(properties.get("Environment", {}).get("Variables", {}))
+
+    own = variables(template["Resources"][function].get("Properties", {}))
+    common = variables(template.get("Globals", {}).get("Function", {}))
+    level = own.get("POWERTOOLS_LOG_LEVEL", common.get("POWERTOOLS_LOG_LEVEL", "INFO"))
+    if not isinstance(level, str):
+        raise ValueError(f"{function}: POWERTOOLS_LOG_LEVEL is not a literal level: {level!r}")
+    return level
+
+
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
@@ -2174,9 +2192,7 @@ def run_bench(
         rates = summarise(engine_rounds)
         baseline_rates = summarise(baseline_rounds)
         say("bench: cost model: the audit, one message down each path, the baseline")
-        template_level = engine.runtime.functions[
-            engine.function_name("ProcessorFunction")
-        ].environment.get("POWERTOOLS_LOG_LEVEL", "INFO")
+        template_level = template_log_level(engine)
         log.seek(0, io.SEEK_END)
         with DynamoDBMeter(engine) as meter, _function_log_level(template_level):
             # The audits first, while the ledger holds no open work: what

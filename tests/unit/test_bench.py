@@ -905,3 +905,27 @@ def test_the_audit_pays_a_transition_per_child_and_a_read_per_checked_object() -
     assert units.listing_per_key == pytest.approx(2 / 1000 * (0.005e-3 + 0.010 * gb_second))
     # AND an object reached pays at least its share of the child's transition and request
     assert units.per_listed_key > 0.025e-3 / 1000 + 1e-6 / 1000
+
+
+def test_the_functions_logs_are_measured_at_the_templates_level() -> None:
+    # GIVEN the bench's engine, whose functions run at WARNING outside the measurements
+    # (function_log_level overrides POWERTOOLS_LOG_LEVEL in their environment)
+    import io
+
+    from onceflow.local import ingress
+    from onceflow.local.engine import LocalEngine
+
+    log = io.StringIO()
+    with LocalEngine(function_log=log, function_log_level="WARNING") as engine:
+        # WHEN one work item is processed at the level the bench measures the functions at
+        level = bench.template_log_level(engine)
+        start = log.tell()
+        with bench._function_log_level(level):
+            for arn in ingress.put_custom_event(engine, "onceflow.work", "W", {"orderId": "o-1"}):
+                assert engine.wait(arn, 60).status == "SUCCEEDED"
+        globals_ = engine.stack.template["Globals"]["Function"]["Environment"]["Variables"]
+    # THEN it is the level the template deploys (Globals' POWERTOOLS_LOG_LEVEL), not the
+    # engine's override, and the processor's INFO line is in what the bill counts
+    assert level == globals_["POWERTOOLS_LOG_LEVEL"] == "INFO"
+    lines = [json.loads(line) for line in log.getvalue()[start:].splitlines() if line[:1] == "{"]
+    assert any(line.get("message") == "processed" for line in lines)
