@@ -43,6 +43,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, TextIO, cast
+from urllib.parse import quote
 
 from PIL import Image
 
@@ -79,6 +80,7 @@ from onceflow.asl import outcome
 from onceflow.harness.common import TransientError
 from onceflow.local.engine import ACCOUNT_ID, PROJECT_ROOT, REGION, ExecutionResult, LocalEngine
 from onceflow.local.lambdas import FUNCTION_OUTPUT
+from onceflow.local.patches.hooks import RecordedRequest
 from onceflow.local.patches.registry import Installed, Installer, Patch, gone, install_all, takes
 from onceflow.local.template import load_template
 
@@ -125,6 +127,27 @@ BASELINE_EXPIRY_SECONDS = 22_500
 BASELINE_BATCH = 10
 # DynamoDB storage: 100 bytes of overhead per item (and per index item).
 DYNAMODB_ITEM_OVERHEAD_BYTES = 100
+# S3 server access logs (the ingest and output buckets log to AccessLogBucket): one
+# space-delimited record a request, newline-delimited, in the fields of AWS's format
+# (https://docs.aws.amazon.com/AmazonS3/latest/userguide/LogFormat.html). Logging and
+# delivery are free; the log files are stored as any object ("any log files that the
+# system delivers to you accrue the usual charges for storage", ServerLogs.html). The
+# fields below the bucket, the operation and the key are filled like the page's example
+# with what a Lambda function's request carries (an assumed-role requester, the SDK's
+# user agent): their exact lengths are not verified.
+ACCESS_LOG_FIELDS = {
+    "owner": "79a59df900b949e55d96a1e698fbacedfd6e09d98eacf8f8d5218e7cd47ef2be",
+    "time": "[06/Feb/2019:00:00:38 +0000]",
+    "ip": "192.0.2.3",
+    "requester": "arn:aws:sts::123456789012:assumed-role/onceflow-ProcessorFunctionRole-"
+    "1A2B3C4D5E6F/onceflow-ProcessorFunction-1A2B3C4D5E6F",
+    "request_id": "3E57427F3EXAMPLE",
+    "user_agent": "Boto3/1.35.0 md/Botocore#1.35.0 ua/2.0 os/linux#5.10.227 md/arch#x86_64 "
+    "lang/python#3.13.0 md/pyimpl#CPython exec-env/AWS_Lambda_python3.13 "
+    "cfg/retry-mode#legacy Botocore/1.35.0",
+    "version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY",
+    "host_id": "s9lzHYrFp76ZVxRcpX9+5cjAnEH2ROuNkd2BHfIa6UkFVdtjf5mKR3/eTPFvsiP/XV/VLi31234=",
+}
 # ReceiveMessage calls per message a pipe with a batching window gathers (execution_usage).
 RECEIVES_PER_MESSAGE_GATHERED = 1.0
 # Pollers sharing a queue's arrivals, for the bill beside the as-shipped one: Lambda's SQS
@@ -152,6 +175,7 @@ class Model:
     audit_memory_gb: float = 0.5  # AuditFunction MemorySize
     retention_days: float = 30.0  # RetentionDays: how long a ledger row is kept
     log_retention_days: float = 30.0  # the log groups' RetentionInDays
+    access_log_days: float = 91.0  # AccessLogBucket keeps a log file (access_log_days)
     messages_per_day: float = SEED_MESSAGES_PER_DAY
     log_compression: float = 0.15  # stored / ingested log bytes (measured; gzip)
     definition_bytes: int = 57_000  # the processor's definition (measured)
@@ -558,6 +582,63 @@ def log_bytes(lines: Iterable[str]) -> int:
     return sum(len(line.encode("utf-8")) + LOG_EVENT_OVERHEAD_BYTES for line in lines)
 
 
+def access_log_record(request: RecordedRequest) -> str:
+    """The server access log record S3 writes for one request (LogFormat.html's fields)."""
+    operation = re.sub(r"(?<!^)(?=[A-Z])", " ", request.operation).split()
+    method = {"Get": "GET", "List": "GET", "Head": "HEAD", "Delete": "DELETE"}.get(
+        operation[0], "PUT"
+    )
+    target = "OBJECT" if request.key else "BUCKET"
+    key = quote(request.key, safe="/") if request.key else "-"
+    uri = f"/{request.bucket}/{key}" if request.key else f"/{request.bucket}"
+    f = ACCESS_LOG_FIELDS
+    return " ".join((
+        f["owner"], request.bucket, f["time"], f["ip"], f["requester"], f["request_id"],
+        f"REST.{method}.{target}", key, f'"{method} {uri} HTTP/1.1"', str(request.status), "-",
+        "1476", "30629", "57", "20", '"-"', f'"{f["user_agent"]}"', f["version_id"], f["host_id"],
+        "SigV4", "TLS_AES_128_GCM_SHA256", "AuthHeader",
+        f"{request.bucket}.s3.{REGION}.amazonaws.com", "TLSv1.3", "-", "-", REGION,
+    ))  # fmt: skip
+
+
+def access_log_bytes(requests: Iterable[RecordedRequest], logged: Iterable[str]) -> int:
+    """Bytes of the access log records of these requests to buckets that log (a record
+    and its newline each)."""
+    buckets = set(logged)
+    return sum(
+        len(access_log_record(r).encode("utf-8")) + 1
+        for r in requests
+        if r.service == "s3" and r.bucket in buckets
+    )
+
+
+def logged_buckets(engine: LocalEngine) -> set[str]:
+    """The stack's buckets with server access logging on (their LoggingConfiguration)."""
+    return {
+        engine.ref(logical_id)
+        for logical_id, resource in engine.stack.template["Resources"].items()
+        if resource.get("Type") == "AWS::S3::Bucket"
+        and "LoggingConfiguration" in resource.get("Properties", {})
+        and engine.stack.resource_enabled(logical_id)
+    }
+
+
+def access_log_days(resources: Mapping[str, Any]) -> float:
+    """How long AccessLogBucket keeps a log file: its expiration, plus the noncurrent
+    days a versioned bucket keeps the expired version (a delete marker hides it first)."""
+    bucket = resources["AccessLogBucket"]["Properties"]
+    days = 0.0
+    for rule in bucket.get("LifecycleConfiguration", {}).get("Rules", []):
+        if rule.get("Status") == "Enabled" and "ExpirationInDays" in rule:
+            days = float(rule["ExpirationInDays"])
+            if bucket.get("VersioningConfiguration", {}).get("Status") == "Enabled":
+                noncurrent = rule.get("NoncurrentVersionExpiration", {})
+                days += float(noncurrent.get("NoncurrentDays", 0))
+    if not days:
+        raise ValueError("AccessLogBucket has no expiration: its logs would be kept forever")
+    return days
+
+
 def compression_ratio(lines: list[str]) -> float:
     """Stored / ingested bytes, gzip level 6 over these log events."""
     raw = "\n".join(lines).encode("utf-8")
@@ -596,6 +677,7 @@ class Usage:
     s3_put_requests: float = 0.0
     s3_get_requests: float = 0.0
     inventory_objects: float = 0.0  # objects listed in S3 Inventory reports
+    access_log_byte_months: float = 0.0  # S3 server access logs, stored
     audit_usd: float = 0.0
 
     def scaled(self, factor: float) -> Usage:
@@ -656,6 +738,9 @@ COMPONENTS: dict[str, Callable[[Usage], float]] = {
         + u.s3_get_requests * PRICES["s3_get_request"].usd
     ),
     "S3 Inventory (audit)": lambda u: u.inventory_objects * PRICES["s3_inventory_object"].usd,
+    "S3 server access logs (storage)": lambda u: (
+        u.access_log_byte_months / GB * PRICES["s3_storage_gb_month"].usd
+    ),
     "Audit, amortised": lambda u: u.audit_usd,
 }
 
@@ -730,6 +815,8 @@ class PathMeasure:
     table_wru_express: int | None = None
     index_wru_express: dict[str, int] | None = None
     row_bytes_express: int | None = None
+    # S3 server access log records of its requests to the buckets that log (the upload too)
+    access_log_bytes: int = 0
 
     def units(self, express: bool) -> tuple[int, dict[str, int], int]:
         """Table units, index units and row bytes, in the ARN form of the workflow type."""
@@ -763,6 +850,7 @@ class PathMeasure:
             "table_wru_express": self.units(True)[0],
             "index_wru_express": self.units(True)[1],
             "row_bytes_express": self.units(True)[2],
+            "access_log_bytes": self.access_log_bytes,
         }
 
 
@@ -856,6 +944,7 @@ def execution_usage(
         xray_traces=xray_sampled_share(executions_per_second),
         stored_byte_months=stored * months(model.retention_days),
         backup_byte_months=stored * months(model.retention_days),
+        access_log_byte_months=measure.access_log_bytes * months(model.access_log_days),
     )
     if express:
         seconds = (
@@ -1204,7 +1293,10 @@ def _measure(
     run: Callable[[], ExecutionResult],
     row_key: str | None = None,
     extra_sqs: Mapping[str, int] | None = None,
+    uploads: Iterable[tuple[str, str]] = (),
 ) -> tuple[PathMeasure, ExecutionResult]:
+    """One path, run and counted; ``uploads`` are the (bucket, key) of the objects it
+    processes that were uploaded before it ran (their PUT is in the bucket's access log)."""
     since = len(engine.state.requests.snapshot())
     invocations = len(engine.runtime.invocations)
     mark = meter.mark()
@@ -1276,6 +1368,13 @@ def _measure(
         table_wru_express=sum(t for t, _ in express),
         index_wru_express={k: v for k, v in sorted(express_index.items())},
         row_bytes_express=item_size(express_image(row)),
+        access_log_bytes=access_log_bytes(
+            [
+                *(RecordedRequest("s3", "PutObject", 200, bucket=b, key=k) for b, k in uploads),
+                *engine.state.requests.snapshot()[since:],
+            ],
+            logged_buckets(engine),
+        ),
     )
     return measure, result
 
@@ -1306,17 +1405,22 @@ def cost_model(engine: LocalEngine, meter: DynamoDBMeter, log: io.StringIO) -> d
             raise TransientError("injected transient failure")
         return real(event, context)
 
-    for path in ("happy", "duplicate"):  # the same event twice
+    def upload(event: Mapping[str, Any]) -> list[tuple[str, str]]:
+        return [(bucket, str(event["detail"]["object"]["key"]))]
+
+    for path in ("happy", "duplicate"):  # the same event twice (one upload)
         measures.append(_measure(
-            engine, meter, log, path, "s3", lambda: engine.execute(machine, happy), key_of(happy)
+            engine, meter, log, path, "s3", lambda: engine.execute(machine, happy), key_of(happy),
+            uploads=upload(happy) if path == "happy" else (),
         )[0])  # fmt: skip
     with engine.override_function("ProcessorFunction", flaky):
         measures.append(_measure(
-            engine, meter, log, "retry", "s3", lambda: engine.execute(machine, retry), key_of(retry)
+            engine, meter, log, "retry", "s3", lambda: engine.execute(machine, retry),
+            key_of(retry), uploads=upload(retry),
         )[0])  # fmt: skip
     measures.append(_measure(
         engine, meter, log, "dead-letter", "s3", lambda: engine.execute(machine, poison),
-        key_of(poison),
+        key_of(poison), uploads=upload(poison),
     )[0])  # fmt: skip
 
     # The SQS source: a producer sends, the pipe receives (BatchSize 1),
@@ -2214,6 +2318,7 @@ def run_bench(
             audit_memory_gb=engine.runtime.functions[engine.function_name("AuditFunction")].memory
             / 1024,
             retention_days=float(parameters.get("RetentionDays", "30")),
+            access_log_days=access_log_days(resources),
             log_retention_days=float(
                 resources["ProcessorStateMachineLogGroup"]["Properties"]["RetentionInDays"]
             ),

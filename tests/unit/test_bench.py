@@ -341,6 +341,10 @@ def test_a_small_bench_reports_every_table(tmp_path: Path) -> None:
     assert duplicate["conditional_failures"] == 2 and duplicate["lambda_invocations"] == 0
     assert happy["new_row"] and not duplicate["new_row"]
     assert 0 < happy["row_bytes"] < 1024
+    # the upload, the processor's read of it and its output are in the buckets' access
+    # logs; a duplicate asks S3 nothing; an SQS message has no upload to read
+    assert happy["access_log_bytes"] > paths[("sqs", "happy")]["access_log_bytes"] > 0
+    assert duplicate["access_log_bytes"] == 0
     sqs = paths[("sqs", "happy")]
     # the pipe deletes its batch (here of one) with DeleteMessageBatch
     assert sqs["sqs_requests"] == {"DeleteMessageBatch": 1, "ReceiveMessage": 1, "SendMessage": 1}
@@ -929,3 +933,33 @@ def test_the_functions_logs_are_measured_at_the_templates_level() -> None:
     assert level == globals_["POWERTOOLS_LOG_LEVEL"] == "INFO"
     lines = [json.loads(line) for line in log.getvalue()[start:].splitlines() if line[:1] == "{"]
     assert any(line.get("message") == "processed" for line in lines)
+
+
+def test_server_access_logs_are_stored_for_the_requests_to_the_logging_buckets() -> None:
+    # GIVEN what a happy path asks S3 and SQS: the processor reads the upload from the
+    # ingest bucket and writes its output to the output bucket (both log their requests
+    # to the access log bucket), a read of a bucket that does not log, and an SQS send
+    from onceflow.local.patches.hooks import RecordedRequest
+
+    read = RecordedRequest("s3", "GetObject", 200, bucket="ingest", key="uploads/a b.png")
+    write = RecordedRequest("s3", "PutObject", 200, bucket="output", key="processed/x.webp")
+    elsewhere = RecordedRequest("s3", "GetObject", 200, bucket="elsewhere", key="k")
+    send = RecordedRequest("sqs", "SendMessage", 200)
+    # WHEN the bytes of their server access log records are counted
+    logged = bench.access_log_bytes([read, write, elsewhere, send], {"ingest", "output"})
+    # THEN one newline-delimited record for each request to a bucket that logs, no more
+    records = [bench.access_log_record(r) for r in (read, write)]
+    assert logged == sum(len(r.encode()) + 1 for r in records)
+    # AND a record is AWS's: the bucket, the operation, the key URL-encoded and the
+    # request-URI that repeats it (LogFormat.html); a longer key lengthens both
+    assert (
+        records[0].split(" ")[1] == "ingest" and " REST.GET.OBJECT uploads/a%20b.png " in records[0]
+    )
+    longer = RecordedRequest("s3", "GetObject", 200, bucket="ingest", key="uploads/a b.pngxx")
+    assert len(bench.access_log_record(longer)) == len(records[0]) + 4
+    # AND the logs are billed as S3 Standard storage for as long as the template keeps
+    # them: 90 days, and the noncurrent day the versioned log bucket adds
+    resources = bench.load_template(bench.PROJECT_ROOT / "template.yaml")["Resources"]
+    assert bench.access_log_days(resources) == 91
+    lines = bench.bill(Usage(access_log_byte_months=bench.GB))
+    assert lines["S3 server access logs (storage)"] == pytest.approx(0.023)
