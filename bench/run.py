@@ -117,8 +117,12 @@ LAMBDA_PLATFORM_LINES = (
 # rest (https://docs.aws.amazon.com/xray/latest/devguide/xray-console-sampling.html).
 XRAY_RESERVOIR_PER_SECOND = 1.0
 XRAY_FIXED_RATE = 0.05
-# An upper bound: every recorded trace read once (the console's trace list).
-XRAY_RETRIEVED_PER_RECORDED = 1.0
+# Traces read per trace recorded. Retrieving or scanning a trace ($0.50 per million,
+# xray/pricing) is a console or API call an operator makes; nothing the stack (or the
+# baseline) deploys makes one, so the bill as shipped has none. Every trace read once
+# would add $0.50 per million recorded on both sides (more on the baseline's, which
+# records a trace per message where a batch records one per execution).
+XRAY_RETRIEVED_PER_RECORDED = 0.0
 # EXPRESS memory, per the Step Functions pricing page's example.
 EXPRESS_BASE_MEMORY_MB = 50.0
 EXPRESS_MEMORY_STEP_MB = 64.0

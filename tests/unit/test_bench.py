@@ -963,3 +963,12 @@ def test_server_access_logs_are_stored_for_the_requests_to_the_logging_buckets()
     assert bench.access_log_days(resources) == 91
     lines = bench.bill(Usage(access_log_byte_months=bench.GB))
     assert lines["S3 server access logs (storage)"] == pytest.approx(0.023)
+
+
+def test_the_bill_as_shipped_pays_for_the_traces_recorded_not_for_reading_them() -> None:
+    # GIVEN a million traces recorded (the stack reads none: retrieving or scanning
+    # one is an operator's console or API call, $0.50 per million, which nothing
+    # deployed makes, on onceflow's side or the baseline's)
+    usage = Usage(xray_traces=1_000_000)
+    # WHEN billed THEN only the recording, $5.00 per million (xray/pricing)
+    assert bench.bill(usage)["X-Ray"] == pytest.approx(5.00)
