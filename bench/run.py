@@ -794,7 +794,7 @@ class PathMeasure:
     """One message down one path, as counted locally."""
 
     path: str
-    source: str  # s3 | sqs
+    source: str  # s3 | sqs | events (custom events) | s3-batch | sqs-batch
     status: str  # the execution's, with its error when it failed
     states: list[str]
     transitions: int
@@ -1450,6 +1450,23 @@ def cost_model(engine: LocalEngine, meter: DynamoDBMeter, log: io.StringIO) -> d
     measures.append(_measure(
         engine, meter, log, "duplicate", "sqs", lambda: engine.execute(machine, records),
         message_key, extra_sqs=redelivery,
+    )[0])  # fmt: skip
+
+    # Custom events on the default bus (CustomEventSource): the rule starts the
+    # processor with the event as EventBridge delivers it; then the same event again.
+    custom: dict[str, Any] = copy.deepcopy(_sample("eventbridge-custom-event.json"))
+    custom["id"] = str(uuid.UUID(int=rng.getrandbits(128)))
+    events_happy, custom_result = _measure(
+        engine, meter, log, "happy", "events", lambda: engine.execute(machine, custom)
+    )
+    custom_key = str(custom_result.output["idempotencyKey"])
+    custom_row = meter.current(ledger, {"pk": {"S": custom_key}})
+    events_happy.row_bytes = item_size(custom_row)
+    events_happy.row_bytes_express = item_size(express_image(custom_row))
+    measures.append(events_happy)
+    measures.append(_measure(
+        engine, meter, log, "duplicate", "events", lambda: engine.execute(machine, custom),
+        custom_key,
     )[0])  # fmt: skip
 
     # The compression of state machine logs, over many executions' events.
@@ -2231,7 +2248,7 @@ def standard_floor_targets(paths: Iterable[Mapping[str, Any]]) -> dict[str, bool
     source (the processor's paths, which STANDARD runs; the batch workflow is EXPRESS)."""
     by = {(p["source"], p["path"]): p for p in paths}
     targets: dict[str, bool | None] = {}
-    for source in ("s3", "sqs"):
+    for source in ("s3", "sqs", "events"):  # S3's, SQS messages, custom events
         for path in ("happy", "duplicate"):
             measured = by.get((source, path))
             targets[f"STANDARD {path} path from {source} at most 3 transitions (P12 item 3)"] = (

@@ -345,6 +345,12 @@ def test_a_small_bench_reports_every_table(tmp_path: Path) -> None:
     # logs; a duplicate asks S3 nothing; an SQS message has no upload to read
     assert happy["access_log_bytes"] > paths[("sqs", "happy")]["access_log_bytes"] > 0
     assert duplicate["access_log_bytes"] == 0
+    # custom events on the default bus: the same states, from every source (P12 item 3)
+    events = (paths[("events", "happy")], paths[("events", "duplicate")])
+    assert [p["states"] for p in events] == [
+        ["Claim", "Process", "MarkComplete"],
+        ["Claim", "Reclaim", "Duplicate"],
+    ]
     sqs = paths[("sqs", "happy")]
     # the pipe deletes its batch (here of one) with DeleteMessageBatch
     assert sqs["sqs_requests"] == {"DeleteMessageBatch": 1, "ReceiveMessage": 1, "SendMessage": 1}
@@ -838,16 +844,20 @@ def test_embedding_a_run_in_the_docs_page_updates_the_readme_beside_it(tmp_path:
 
 
 def test_standard_at_the_floor_of_its_shape_is_a_target_per_source_and_path() -> None:
-    # GIVEN S3's paths at 3 and 4 transitions, and no SQS duplicate measured
+    # GIVEN S3's paths at 3 and 4 transitions, no SQS duplicate measured, and the
+    # custom events' paths (the third source the processor takes) at 3
     paths = [
         {"source": "s3", "path": "happy", "transitions": 3},
         {"source": "s3", "path": "duplicate", "transitions": 4},
         {"source": "sqs", "path": "happy", "transitions": 3},
+        {"source": "events", "path": "happy", "transitions": 3},
+        {"source": "events", "path": "duplicate", "transitions": 3},
     ]
     # WHEN the P12 item 3 targets are judged
     targets = bench.standard_floor_targets(paths)
     # THEN each source's each path is judged at 3, and what was not measured says so
-    assert list(targets.values()) == [True, False, True, None]
+    assert list(targets.values()) == [True, False, True, None, True, True]
+    assert "STANDARD duplicate path from events at most 3 transitions (P12 item 3)" in targets
 
 
 def test_the_batch_size_and_window_are_read_from_the_pipe(tmp_path: Path) -> None:
