@@ -43,6 +43,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, TextIO, cast
+from urllib.parse import quote
 
 from PIL import Image
 
@@ -79,6 +80,7 @@ from onceflow.asl import outcome
 from onceflow.harness.common import TransientError
 from onceflow.local.engine import ACCOUNT_ID, PROJECT_ROOT, REGION, ExecutionResult, LocalEngine
 from onceflow.local.lambdas import FUNCTION_OUTPUT
+from onceflow.local.patches.hooks import RecordedRequest
 from onceflow.local.patches.registry import Installed, Installer, Patch, gone, install_all, takes
 from onceflow.local.template import load_template
 
@@ -115,8 +117,12 @@ LAMBDA_PLATFORM_LINES = (
 # rest (https://docs.aws.amazon.com/xray/latest/devguide/xray-console-sampling.html).
 XRAY_RESERVOIR_PER_SECOND = 1.0
 XRAY_FIXED_RATE = 0.05
-# An upper bound: every recorded trace read once (the console's trace list).
-XRAY_RETRIEVED_PER_RECORDED = 1.0
+# Traces read per trace recorded. Retrieving or scanning a trace ($0.50 per million,
+# xray/pricing) is a console or API call an operator makes; nothing the stack (or the
+# baseline) deploys makes one, so the bill as shipped has none. Every trace read once
+# would add $0.50 per million recorded on both sides (more on the baseline's, which
+# records a trace per message where a batch records one per execution).
+XRAY_RETRIEVED_PER_RECORDED = 0.0
 # EXPRESS memory, per the Step Functions pricing page's example.
 EXPRESS_BASE_MEMORY_MB = 50.0
 EXPRESS_MEMORY_STEP_MB = 64.0
@@ -125,6 +131,27 @@ BASELINE_EXPIRY_SECONDS = 22_500
 BASELINE_BATCH = 10
 # DynamoDB storage: 100 bytes of overhead per item (and per index item).
 DYNAMODB_ITEM_OVERHEAD_BYTES = 100
+# S3 server access logs (the ingest and output buckets log to AccessLogBucket): one
+# space-delimited record a request, newline-delimited, in the fields of AWS's format
+# (https://docs.aws.amazon.com/AmazonS3/latest/userguide/LogFormat.html). Logging and
+# delivery are free; the log files are stored as any object ("any log files that the
+# system delivers to you accrue the usual charges for storage", ServerLogs.html). The
+# fields below the bucket, the operation and the key are filled like the page's example
+# with what a Lambda function's request carries (an assumed-role requester, the SDK's
+# user agent): their exact lengths are not verified.
+ACCESS_LOG_FIELDS = {
+    "owner": "79a59df900b949e55d96a1e698fbacedfd6e09d98eacf8f8d5218e7cd47ef2be",
+    "time": "[06/Feb/2019:00:00:38 +0000]",
+    "ip": "192.0.2.3",
+    "requester": "arn:aws:sts::123456789012:assumed-role/onceflow-ProcessorFunctionRole-"
+    "1A2B3C4D5E6F/onceflow-ProcessorFunction-1A2B3C4D5E6F",
+    "request_id": "3E57427F3EXAMPLE",
+    "user_agent": "Boto3/1.35.0 md/Botocore#1.35.0 ua/2.0 os/linux#5.10.227 md/arch#x86_64 "
+    "lang/python#3.13.0 md/pyimpl#CPython exec-env/AWS_Lambda_python3.13 "
+    "cfg/retry-mode#legacy Botocore/1.35.0",
+    "version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY",
+    "host_id": "s9lzHYrFp76ZVxRcpX9+5cjAnEH2ROuNkd2BHfIa6UkFVdtjf5mKR3/eTPFvsiP/XV/VLi31234=",
+}
 # ReceiveMessage calls per message a pipe with a batching window gathers (execution_usage).
 RECEIVES_PER_MESSAGE_GATHERED = 1.0
 # Pollers sharing a queue's arrivals, for the bill beside the as-shipped one: Lambda's SQS
@@ -152,6 +179,7 @@ class Model:
     audit_memory_gb: float = 0.5  # AuditFunction MemorySize
     retention_days: float = 30.0  # RetentionDays: how long a ledger row is kept
     log_retention_days: float = 30.0  # the log groups' RetentionInDays
+    access_log_days: float = 91.0  # AccessLogBucket keeps a log file (access_log_days)
     messages_per_day: float = SEED_MESSAGES_PER_DAY
     log_compression: float = 0.15  # stored / ingested log bytes (measured; gzip)
     definition_bytes: int = 57_000  # the processor's definition (measured)
@@ -558,6 +586,63 @@ def log_bytes(lines: Iterable[str]) -> int:
     return sum(len(line.encode("utf-8")) + LOG_EVENT_OVERHEAD_BYTES for line in lines)
 
 
+def access_log_record(request: RecordedRequest) -> str:
+    """The server access log record S3 writes for one request (LogFormat.html's fields)."""
+    operation = re.sub(r"(?<!^)(?=[A-Z])", " ", request.operation).split()
+    method = {"Get": "GET", "List": "GET", "Head": "HEAD", "Delete": "DELETE"}.get(
+        operation[0], "PUT"
+    )
+    target = "OBJECT" if request.key else "BUCKET"
+    key = quote(request.key, safe="/") if request.key else "-"
+    uri = f"/{request.bucket}/{key}" if request.key else f"/{request.bucket}"
+    f = ACCESS_LOG_FIELDS
+    return " ".join((
+        f["owner"], request.bucket, f["time"], f["ip"], f["requester"], f["request_id"],
+        f"REST.{method}.{target}", key, f'"{method} {uri} HTTP/1.1"', str(request.status), "-",
+        "1476", "30629", "57", "20", '"-"', f'"{f["user_agent"]}"', f["version_id"], f["host_id"],
+        "SigV4", "TLS_AES_128_GCM_SHA256", "AuthHeader",
+        f"{request.bucket}.s3.{REGION}.amazonaws.com", "TLSv1.3", "-", "-", REGION,
+    ))  # fmt: skip
+
+
+def access_log_bytes(requests: Iterable[RecordedRequest], logged: Iterable[str]) -> int:
+    """Bytes of the access log records of these requests to buckets that log (a record
+    and its newline each)."""
+    buckets = set(logged)
+    return sum(
+        len(access_log_record(r).encode("utf-8")) + 1
+        for r in requests
+        if r.service == "s3" and r.bucket in buckets
+    )
+
+
+def logged_buckets(engine: LocalEngine) -> set[str]:
+    """The stack's buckets with server access logging on (their LoggingConfiguration)."""
+    return {
+        engine.ref(logical_id)
+        for logical_id, resource in engine.stack.template["Resources"].items()
+        if resource.get("Type") == "AWS::S3::Bucket"
+        and "LoggingConfiguration" in resource.get("Properties", {})
+        and engine.stack.resource_enabled(logical_id)
+    }
+
+
+def access_log_days(resources: Mapping[str, Any]) -> float:
+    """How long AccessLogBucket keeps a log file: its expiration, plus the noncurrent
+    days a versioned bucket keeps the expired version (a delete marker hides it first)."""
+    bucket = resources["AccessLogBucket"]["Properties"]
+    days = 0.0
+    for rule in bucket.get("LifecycleConfiguration", {}).get("Rules", []):
+        if rule.get("Status") == "Enabled" and "ExpirationInDays" in rule:
+            days = float(rule["ExpirationInDays"])
+            if bucket.get("VersioningConfiguration", {}).get("Status") == "Enabled":
+                noncurrent = rule.get("NoncurrentVersionExpiration", {})
+                days += float(noncurrent.get("NoncurrentDays", 0))
+    if not days:
+        raise ValueError("AccessLogBucket has no expiration: its logs would be kept forever")
+    return days
+
+
 def compression_ratio(lines: list[str]) -> float:
     """Stored / ingested bytes, gzip level 6 over these log events."""
     raw = "\n".join(lines).encode("utf-8")
@@ -596,6 +681,7 @@ class Usage:
     s3_put_requests: float = 0.0
     s3_get_requests: float = 0.0
     inventory_objects: float = 0.0  # objects listed in S3 Inventory reports
+    access_log_byte_months: float = 0.0  # S3 server access logs, stored
     audit_usd: float = 0.0
 
     def scaled(self, factor: float) -> Usage:
@@ -656,6 +742,9 @@ COMPONENTS: dict[str, Callable[[Usage], float]] = {
         + u.s3_get_requests * PRICES["s3_get_request"].usd
     ),
     "S3 Inventory (audit)": lambda u: u.inventory_objects * PRICES["s3_inventory_object"].usd,
+    "S3 server access logs (storage)": lambda u: (
+        u.access_log_byte_months / GB * PRICES["s3_storage_gb_month"].usd
+    ),
     "Audit, amortised": lambda u: u.audit_usd,
 }
 
@@ -705,7 +794,7 @@ class PathMeasure:
     """One message down one path, as counted locally."""
 
     path: str
-    source: str  # s3 | sqs
+    source: str  # s3 | sqs | events (custom events) | s3-batch | sqs-batch
     status: str  # the execution's, with its error when it failed
     states: list[str]
     transitions: int
@@ -730,6 +819,8 @@ class PathMeasure:
     table_wru_express: int | None = None
     index_wru_express: dict[str, int] | None = None
     row_bytes_express: int | None = None
+    # S3 server access log records of its requests to the buckets that log (the upload too)
+    access_log_bytes: int = 0
 
     def units(self, express: bool) -> tuple[int, dict[str, int], int]:
         """Table units, index units and row bytes, in the ARN form of the workflow type."""
@@ -763,6 +854,7 @@ class PathMeasure:
             "table_wru_express": self.units(True)[0],
             "index_wru_express": self.units(True)[1],
             "row_bytes_express": self.units(True)[2],
+            "access_log_bytes": self.access_log_bytes,
         }
 
 
@@ -856,6 +948,7 @@ def execution_usage(
         xray_traces=xray_sampled_share(executions_per_second),
         stored_byte_months=stored * months(model.retention_days),
         backup_byte_months=stored * months(model.retention_days),
+        access_log_byte_months=measure.access_log_bytes * months(model.access_log_days),
     )
     if express:
         seconds = (
@@ -1173,6 +1266,24 @@ def _function_log_level(level: str) -> Iterator[None]:
         logger.setLevel(previous)
 
 
+def template_log_level(engine: LocalEngine, function: str = "ProcessorFunction") -> str:
+    """The level the function's Logger runs at as deployed: POWERTOOLS_LOG_LEVEL in its
+    Environment, else in the Globals' (SAM merges them), else Powertools' INFO. Read from
+    the template, not from the engine's functions, whose environment function_log_level
+    overrides (the bench's engines run their functions at WARNING between measurements)."""
+    template = engine.stack.template
+
+    def variables(properties: Mapping[str, Any]) -> Mapping[str, Any]:
+        return dict(properties.get("Environment", {}).get("Variables", {}))
+
+    own = variables(template["Resources"][function].get("Properties", {}))
+    common = variables(template.get("Globals", {}).get("Function", {}))
+    level = own.get("POWERTOOLS_LOG_LEVEL", common.get("POWERTOOLS_LOG_LEVEL", "INFO"))
+    if not isinstance(level, str):
+        raise ValueError(f"{function}: POWERTOOLS_LOG_LEVEL is not a literal level: {level!r}")
+    return level
+
+
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
@@ -1186,7 +1297,10 @@ def _measure(
     run: Callable[[], ExecutionResult],
     row_key: str | None = None,
     extra_sqs: Mapping[str, int] | None = None,
+    uploads: Iterable[tuple[str, str]] = (),
 ) -> tuple[PathMeasure, ExecutionResult]:
+    """One path, run and counted; ``uploads`` are the (bucket, key) of the objects it
+    processes that were uploaded before it ran (their PUT is in the bucket's access log)."""
     since = len(engine.state.requests.snapshot())
     invocations = len(engine.runtime.invocations)
     mark = meter.mark()
@@ -1258,6 +1372,13 @@ def _measure(
         table_wru_express=sum(t for t, _ in express),
         index_wru_express={k: v for k, v in sorted(express_index.items())},
         row_bytes_express=item_size(express_image(row)),
+        access_log_bytes=access_log_bytes(
+            [
+                *(RecordedRequest("s3", "PutObject", 200, bucket=b, key=k) for b, k in uploads),
+                *engine.state.requests.snapshot()[since:],
+            ],
+            logged_buckets(engine),
+        ),
     )
     return measure, result
 
@@ -1288,17 +1409,22 @@ def cost_model(engine: LocalEngine, meter: DynamoDBMeter, log: io.StringIO) -> d
             raise TransientError("injected transient failure")
         return real(event, context)
 
-    for path in ("happy", "duplicate"):  # the same event twice
+    def upload(event: Mapping[str, Any]) -> list[tuple[str, str]]:
+        return [(bucket, str(event["detail"]["object"]["key"]))]
+
+    for path in ("happy", "duplicate"):  # the same event twice (one upload)
         measures.append(_measure(
-            engine, meter, log, path, "s3", lambda: engine.execute(machine, happy), key_of(happy)
+            engine, meter, log, path, "s3", lambda: engine.execute(machine, happy), key_of(happy),
+            uploads=upload(happy) if path == "happy" else (),
         )[0])  # fmt: skip
     with engine.override_function("ProcessorFunction", flaky):
         measures.append(_measure(
-            engine, meter, log, "retry", "s3", lambda: engine.execute(machine, retry), key_of(retry)
+            engine, meter, log, "retry", "s3", lambda: engine.execute(machine, retry),
+            key_of(retry), uploads=upload(retry),
         )[0])  # fmt: skip
     measures.append(_measure(
         engine, meter, log, "dead-letter", "s3", lambda: engine.execute(machine, poison),
-        key_of(poison),
+        key_of(poison), uploads=upload(poison),
     )[0])  # fmt: skip
 
     # The SQS source: a producer sends, the pipe receives (BatchSize 1),
@@ -1324,6 +1450,23 @@ def cost_model(engine: LocalEngine, meter: DynamoDBMeter, log: io.StringIO) -> d
     measures.append(_measure(
         engine, meter, log, "duplicate", "sqs", lambda: engine.execute(machine, records),
         message_key, extra_sqs=redelivery,
+    )[0])  # fmt: skip
+
+    # Custom events on the default bus (CustomEventSource): the rule starts the
+    # processor with the event as EventBridge delivers it; then the same event again.
+    custom: dict[str, Any] = copy.deepcopy(_sample("eventbridge-custom-event.json"))
+    custom["id"] = str(uuid.UUID(int=rng.getrandbits(128)))
+    events_happy, custom_result = _measure(
+        engine, meter, log, "happy", "events", lambda: engine.execute(machine, custom)
+    )
+    custom_key = str(custom_result.output["idempotencyKey"])
+    custom_row = meter.current(ledger, {"pk": {"S": custom_key}})
+    events_happy.row_bytes = item_size(custom_row)
+    events_happy.row_bytes_express = item_size(express_image(custom_row))
+    measures.append(events_happy)
+    measures.append(_measure(
+        engine, meter, log, "duplicate", "events", lambda: engine.execute(machine, custom),
+        custom_key,
     )[0])  # fmt: skip
 
     # The compression of state machine logs, over many executions' events.
@@ -2105,7 +2248,7 @@ def standard_floor_targets(paths: Iterable[Mapping[str, Any]]) -> dict[str, bool
     source (the processor's paths, which STANDARD runs; the batch workflow is EXPRESS)."""
     by = {(p["source"], p["path"]): p for p in paths}
     targets: dict[str, bool | None] = {}
-    for source in ("s3", "sqs"):
+    for source in ("s3", "sqs", "events"):  # S3's, SQS messages, custom events
         for path in ("happy", "duplicate"):
             measured = by.get((source, path))
             targets[f"STANDARD {path} path from {source} at most 3 transitions (P12 item 3)"] = (
@@ -2174,9 +2317,7 @@ def run_bench(
         rates = summarise(engine_rounds)
         baseline_rates = summarise(baseline_rounds)
         say("bench: cost model: the audit, one message down each path, the baseline")
-        template_level = engine.runtime.functions[
-            engine.function_name("ProcessorFunction")
-        ].environment.get("POWERTOOLS_LOG_LEVEL", "INFO")
+        template_level = template_log_level(engine)
         log.seek(0, io.SEEK_END)
         with DynamoDBMeter(engine) as meter, _function_log_level(template_level):
             # The audits first, while the ledger holds no open work: what
@@ -2198,6 +2339,7 @@ def run_bench(
             audit_memory_gb=engine.runtime.functions[engine.function_name("AuditFunction")].memory
             / 1024,
             retention_days=float(parameters.get("RetentionDays", "30")),
+            access_log_days=access_log_days(resources),
             log_retention_days=float(
                 resources["ProcessorStateMachineLogGroup"]["Properties"]["RetentionInDays"]
             ),

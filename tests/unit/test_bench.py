@@ -341,6 +341,16 @@ def test_a_small_bench_reports_every_table(tmp_path: Path) -> None:
     assert duplicate["conditional_failures"] == 2 and duplicate["lambda_invocations"] == 0
     assert happy["new_row"] and not duplicate["new_row"]
     assert 0 < happy["row_bytes"] < 1024
+    # the upload, the processor's read of it and its output are in the buckets' access
+    # logs; a duplicate asks S3 nothing; an SQS message has no upload to read
+    assert happy["access_log_bytes"] > paths[("sqs", "happy")]["access_log_bytes"] > 0
+    assert duplicate["access_log_bytes"] == 0
+    # custom events on the default bus: the same states, from every source (P12 item 3)
+    events = (paths[("events", "happy")], paths[("events", "duplicate")])
+    assert [p["states"] for p in events] == [
+        ["Claim", "Process", "MarkComplete"],
+        ["Claim", "Reclaim", "Duplicate"],
+    ]
     sqs = paths[("sqs", "happy")]
     # the pipe deletes its batch (here of one) with DeleteMessageBatch
     assert sqs["sqs_requests"] == {"DeleteMessageBatch": 1, "ReceiveMessage": 1, "SendMessage": 1}
@@ -834,16 +844,20 @@ def test_embedding_a_run_in_the_docs_page_updates_the_readme_beside_it(tmp_path:
 
 
 def test_standard_at_the_floor_of_its_shape_is_a_target_per_source_and_path() -> None:
-    # GIVEN S3's paths at 3 and 4 transitions, and no SQS duplicate measured
+    # GIVEN S3's paths at 3 and 4 transitions, no SQS duplicate measured, and the
+    # custom events' paths (the third source the processor takes) at 3
     paths = [
         {"source": "s3", "path": "happy", "transitions": 3},
         {"source": "s3", "path": "duplicate", "transitions": 4},
         {"source": "sqs", "path": "happy", "transitions": 3},
+        {"source": "events", "path": "happy", "transitions": 3},
+        {"source": "events", "path": "duplicate", "transitions": 3},
     ]
     # WHEN the P12 item 3 targets are judged
     targets = bench.standard_floor_targets(paths)
     # THEN each source's each path is judged at 3, and what was not measured says so
-    assert list(targets.values()) == [True, False, True, None]
+    assert list(targets.values()) == [True, False, True, None, True, True]
+    assert "STANDARD duplicate path from events at most 3 transitions (P12 item 3)" in targets
 
 
 def test_the_batch_size_and_window_are_read_from_the_pipe(tmp_path: Path) -> None:
@@ -905,3 +919,66 @@ def test_the_audit_pays_a_transition_per_child_and_a_read_per_checked_object() -
     assert units.listing_per_key == pytest.approx(2 / 1000 * (0.005e-3 + 0.010 * gb_second))
     # AND an object reached pays at least its share of the child's transition and request
     assert units.per_listed_key > 0.025e-3 / 1000 + 1e-6 / 1000
+
+
+def test_the_functions_logs_are_measured_at_the_templates_level() -> None:
+    # GIVEN the bench's engine, whose functions run at WARNING outside the measurements
+    # (function_log_level overrides POWERTOOLS_LOG_LEVEL in their environment)
+    import io
+
+    from onceflow.local import ingress
+    from onceflow.local.engine import LocalEngine
+
+    log = io.StringIO()
+    with LocalEngine(function_log=log, function_log_level="WARNING") as engine:
+        # WHEN one work item is processed at the level the bench measures the functions at
+        level = bench.template_log_level(engine)
+        start = log.tell()
+        with bench._function_log_level(level):
+            for arn in ingress.put_custom_event(engine, "onceflow.work", "W", {"orderId": "o-1"}):
+                assert engine.wait(arn, 60).status == "SUCCEEDED"
+        globals_ = engine.stack.template["Globals"]["Function"]["Environment"]["Variables"]
+    # THEN it is the level the template deploys (Globals' POWERTOOLS_LOG_LEVEL), not the
+    # engine's override, and the processor's INFO line is in what the bill counts
+    assert level == globals_["POWERTOOLS_LOG_LEVEL"] == "INFO"
+    lines = [json.loads(line) for line in log.getvalue()[start:].splitlines() if line[:1] == "{"]
+    assert any(line.get("message") == "processed" for line in lines)
+
+
+def test_server_access_logs_are_stored_for_the_requests_to_the_logging_buckets() -> None:
+    # GIVEN what a happy path asks S3 and SQS: the processor reads the upload from the
+    # ingest bucket and writes its output to the output bucket (both log their requests
+    # to the access log bucket), a read of a bucket that does not log, and an SQS send
+    from onceflow.local.patches.hooks import RecordedRequest
+
+    read = RecordedRequest("s3", "GetObject", 200, bucket="ingest", key="uploads/a b.png")
+    write = RecordedRequest("s3", "PutObject", 200, bucket="output", key="processed/x.webp")
+    elsewhere = RecordedRequest("s3", "GetObject", 200, bucket="elsewhere", key="k")
+    send = RecordedRequest("sqs", "SendMessage", 200)
+    # WHEN the bytes of their server access log records are counted
+    logged = bench.access_log_bytes([read, write, elsewhere, send], {"ingest", "output"})
+    # THEN one newline-delimited record for each request to a bucket that logs, no more
+    records = [bench.access_log_record(r) for r in (read, write)]
+    assert logged == sum(len(r.encode()) + 1 for r in records)
+    # AND a record is AWS's: the bucket, the operation, the key URL-encoded and the
+    # request-URI that repeats it (LogFormat.html); a longer key lengthens both
+    assert (
+        records[0].split(" ")[1] == "ingest" and " REST.GET.OBJECT uploads/a%20b.png " in records[0]
+    )
+    longer = RecordedRequest("s3", "GetObject", 200, bucket="ingest", key="uploads/a b.pngxx")
+    assert len(bench.access_log_record(longer)) == len(records[0]) + 4
+    # AND the logs are billed as S3 Standard storage for as long as the template keeps
+    # them: 90 days, and the noncurrent day the versioned log bucket adds
+    resources = bench.load_template(bench.PROJECT_ROOT / "template.yaml")["Resources"]
+    assert bench.access_log_days(resources) == 91
+    lines = bench.bill(Usage(access_log_byte_months=bench.GB))
+    assert lines["S3 server access logs (storage)"] == pytest.approx(0.023)
+
+
+def test_the_bill_as_shipped_pays_for_the_traces_recorded_not_for_reading_them() -> None:
+    # GIVEN a million traces recorded (the stack reads none: retrieving or scanning
+    # one is an operator's console or API call, $0.50 per million, which nothing
+    # deployed makes, on onceflow's side or the baseline's)
+    usage = Usage(xray_traces=1_000_000)
+    # WHEN billed THEN only the recording, $5.00 per million (xray/pricing)
+    assert bench.bill(usage)["X-Ray"] == pytest.approx(5.00)
