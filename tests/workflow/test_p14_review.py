@@ -115,7 +115,7 @@ def test_a_command_on_another_moto_that_does_not_fit_prints_one_line(
     notice, line = capsys.readouterr().err.splitlines()
     assert notice.startswith("local: this command runs on a fresh, empty local stack")
     assert line.startswith("onceflow: the local engine does not fit moto 9.9.9 (pinned "), line
-    assert line.endswith("(install the pinned versions: make setup)")
+    assert line.endswith("which pins them)")
 
 
 # ---- UTF-8 wherever a limit counts: at, one byte under and one byte over -------------

@@ -26,6 +26,7 @@ from moto.stepfunctions.parser.asl.static_analyser.variable_references_static_an
     VariableReferencesStaticAnalyser,
 )
 
+from onceflow.local import INPUT_DEPTH_LIMIT, json_depth
 from onceflow.local.patches.fidelity.express_arn import is_express
 from onceflow.local.patches.registry import LOG, Installer, Patch, gone, lacks
 
@@ -251,7 +252,11 @@ def _jackson(text: str, error: json.JSONDecodeError) -> str:
 
 
 def _checked_input(text: Any) -> None:
-    if isinstance(text, str):
+    """An input that is not JSON, refused in AWS's words; one over the size limit or deeper
+    than the engine runs is left to the start's own refusal, which names that."""
+    if not isinstance(text, str) or json_depth(text) > INPUT_DEPTH_LIMIT:
+        return
+    if len(text.encode("utf-8", "backslashreplace")) <= 262144:
         try:
             json.loads(text)
         except json.JSONDecodeError as exc:
