@@ -99,6 +99,7 @@ def _queue_chaos(args: argparse.Namespace) -> int:
         s3_events=args.source == "s3",
         concurrency=args.concurrency,
         duplicate_rate=args.duplicate_rate,
+        redrive=not args.no_redrive,
     )
     source = "sqs" if args.source == "sqs" else "s3 --batch"
     config.rates.update(_rates(args, chaos_queue.FAULT_KINDS, chaos.FAULT_KINDS, source))

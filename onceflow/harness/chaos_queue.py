@@ -53,13 +53,14 @@ FAULT_KINDS = (
     "last_attempt_death",
     "large_non_ascii",
     "delayed_notification",
+    "receives_spent",
 )
 # Only an upload can be lost or late (the audit walks the bucket) or poison (not an
 # image); the faults of the queue's own paths hit business messages, whose only ways
 # back are the queue and the audit's sweep.
 OBJECT_FAULTS = frozenset({"lost", "poison", "delayed_notification"})
 MESSAGE_FAULTS = frozenset(
-    {"dlq_refused", "ledger_unavailable", "last_attempt_death", "large_non_ascii"}
+    {"dlq_refused", "ledger_unavailable", "last_attempt_death", "large_non_ascii", "receives_spent"}
 )
 DEFAULT_RATES = {
     "lost": 0.01,
@@ -72,6 +73,7 @@ DEFAULT_RATES = {
     "last_attempt_death": 0.01,
     "large_non_ascii": 0.01,
     "delayed_notification": 0.01,
+    "receives_spent": 0.01,
 }
 INVARIANTS = (
     "every audit runs to its report",
@@ -81,6 +83,7 @@ INVARIANTS = (
     "no effect for poison",
     "no DLQ message for processed work",
     "a second audit resubmits nothing",
+    "the operator's redrive leaves only poison dead-lettered",
 )
 RESUBMITTED = ("missing_resubmitted", "failed_resubmitted", "stuck_released")
 AUDIT_KEYS = (
@@ -113,6 +116,9 @@ class QueueChaosConfig:
     concurrency: int = 8
     duplicate_rate: float = 0.05
     rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
+    # After the audits, the operator fixes what refused the dlq_refused units and redrives
+    # as operate.md says: the source DLQ back through the pipe, then the processor's DLQ.
+    redrive: bool = True
 
 
 @dataclass
@@ -175,6 +181,8 @@ class QueueInjector:
         self._lock = threading.Lock()
         # The DLQ's key policy is fixed before the audits: only the deliveries see it.
         self.dead_letter_refusals = True
+        # The operator's fix, before the redrive: the warehouse takes the dlq_refused units.
+        self.fixed = False
         self._real = engine.runtime.load(
             engine.runtime.functions[engine.function_name("ProcessorFunction")]
         )
@@ -259,12 +267,18 @@ class QueueInjector:
         fault = self._fault(pk)
         if self.once(pk, "transient"):
             raise TransientError(f"injected: a dependency timed out on {pk}")
-        if fault == "dlq_refused":
+        if fault == "dlq_refused" and not self.fixed:
             raise TransientError(f"injected: the warehouse refuses {pk}, every time")
+        if fault == "receives_spent" and self.batch and attempt == 1:
+            # Its first attempt fails (the task's own retry too) and the message stays; then
+            # the queue spends the rest of its receives on a pipe that cannot run it
+            # (QueueRun.spend_receives).
+            self.once(pk, "receives_spent")
+            raise TransientError(f"injected: the first attempt at {pk} fails")
         if fault == "large_non_ascii" and attempt == 1:
             raise TransientError(f"injected: the first attempt at {pk} fails")
         if fault == "last_attempt_death":
-            if attempt < self.max_attempts:
+            if attempt < self.max_attempts and not self.fixed:
                 raise TransientError(f"injected: attempt {attempt} at {pk} fails")
             output = self._real(event, context)
             if self.once(pk, "last_attempt_death"):
@@ -338,6 +352,7 @@ class QueueRun:
         self.rounds = 0
         self.sent = 0
         self.time_passed = 0
+        self.redriven: dict[str, int] | None = None  # what the operator's redrive did
 
     # -- deliveries ---------------------------------------------------------------
 
@@ -376,6 +391,40 @@ class QueueRun:
             self.rounds += 1
             for arn in self.engine.pump_pipes():
                 self._record(self.engine.wait(arn, timeout=600))
+
+    def spend_receives(self, timeout: float = 60.0) -> int:
+        """The pipe cannot run what the queue holds (at its maximum concurrency, throttled)
+        while SQS counts every receive (eb-pipes-error-troubleshooting.html); after
+        SourceQueueMaxReceiveCount receives the queue moves the messages to its DLQ. The
+        receives the pipe spends, played as receives that run nothing; how many."""
+        deadline = time.monotonic() + timeout
+        receives = 0
+        while self.waiting():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the source queue never moved its messages to its DLQ")
+            receives += len(
+                self.sqs.receive_message(
+                    QueueUrl=self.queue, MaxNumberOfMessages=10, VisibilityTimeout=0
+                ).get("Messages", [])
+            )
+        return receives
+
+    def operator_redrive(self) -> None:
+        """What operate.md asks of an operator once the alarms fired and the cause is
+        fixed: move the source DLQ's messages back through the pipe, then give the
+        processor DLQ's messages their second chance (each waited for, locally)."""
+        target = LocalTarget(self.engine)
+        source = ops.redrive(target, queue="source")
+        self.pump()
+        processor = ops.redrive(target)
+        self.engine.wait_for_running("ProcessorStateMachine")
+        self.redriven = {
+            "source_moved_back": source.count("resubmitted"),
+            "source_kept": len(source.messages) - source.count("resubmitted"),
+            "resubmitted": processor.count("resubmitted"),
+            "deleted_already_processed": processor.count("deleted"),
+            "kept": processor.count("kept") + processor.count("left"),
+        }
 
     def _record(self, result: ExecutionResult) -> None:
         self.executions += 1
@@ -496,6 +545,8 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         injector.fired["lost"] = sum(u.fault == "lost" for u in units)
         injector.fired["poison"] = sum(u.fault == "poison" for u in units)
         injector.fired["large_non_ascii"] = sum(u.fault == "large_non_ascii" for u in units)
+        if not config.batch:  # (the batch mode counts its failed first attempt)
+            injector.fired["receives_spent"] = sum(u.fault == "receives_spent" for u in units)
 
         engine.state.requests.clear()
         audits: list[dict[str, Any]] = []
@@ -526,6 +577,15 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
                         progress.write("auditing  past the audit's wait for a late event\n")
                     run.audit(audits)
                 again = run.audit(audits)
+                if config.redrive:
+                    injector.fixed = True
+                    for unit in units:  # what refused them is fixed: they can succeed now
+                        unit.processable |= unit.fault == "dlq_refused"
+                    if progress is not None:
+                        progress.write("redriving the source DLQ, then the processor's DLQ\n")
+                    run.operator_redrive()
+                    after = run.audit(audits)
+                    again = _sum_resubmitted(again, after)
         finally:
             engine.state.faults.remove(injector.service)
         run.pass_time(run.lock_timeout + 3600)
@@ -541,6 +601,16 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         }
     )
     return report
+
+
+def _sum_resubmitted(
+    before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The resubmissions of the audit before the operator's redrive and of the one after,
+    together: neither may find anything (None: one did not reach its report)."""
+    if before is None or after is None:
+        return None
+    return {k: int(before.get(k, 0)) + int(after.get(k, 0)) for k in RESUBMITTED}
 
 
 def _units(
@@ -611,7 +681,19 @@ def _units(
 
 
 def _deliver(run: QueueRun, units: list[Unit], rng: random.Random, progress: TextIO | None) -> None:
-    """Every copy into the queue, shuffled; the pipe reads them (waves one after another)."""
+    """Every copy into the queue, shuffled; the pipe reads them (waves one after another).
+    First the units whose receives the pipe spends: sent alone, (batch) run once and
+    failed, then moved to the source DLQ by receives that run nothing."""
+    spent = [u for u in units if u.fault == "receives_spent" for _ in range(u.copies)]
+    if spent:
+        for unit in spent:
+            run.send(unit)
+        if run.config.batch:
+            run.rounds += 1
+            for arn in run.engine.pump_pipes():
+                run._record(run.engine.wait(arn, timeout=600))
+        run.spend_receives()
+        units = [u for u in units if u.fault != "receives_spent"]
     waves = max((u.waves for u in units), default=1)
     for wave in range(waves):
         sending = [u for u in units if wave < u.waves for _ in range(u.copies if not wave else 1)]
@@ -725,6 +807,9 @@ def _judge(
             violated(INVARIANTS[3], unit, detail)
         if processed and n_dlq:
             violated(INVARIANTS[5], unit, f"{n_dlq} DLQ message(s)")
+        if run.redriven is not None and unit.processable and not processed:
+            detail = f"row {status}, {n_dlq} DLQ message(s), {n_source} in the source DLQ"
+            violated(INVARIANTS[7], unit, detail)
     for pk, n in unit_dlq.items():
         if pk not in known:
             violated(INVARIANTS[2], pk, f"{n} DLQ message(s) for no unit of work")
@@ -748,6 +833,7 @@ def _judge(
         "seconds_passed": run.time_passed,
         "outcomes": dict(sorted(run.outcomes.items())),
         "audits": audits,
+        "redrive": run.redriven,
         "second_audit_resubmitted": resubmitted_again,
         "effects_histogram": {str(n): c for n, c in sorted(histogram.items())},
         "dead_letter_messages": sum(dlq.values()),
@@ -781,6 +867,11 @@ def render(report: dict[str, Any]) -> str:
                 f"  audit {number}           "
                 + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in audit.items())
             )
+    if report.get("redrive") is not None:
+        lines.append(
+            "  operator redrive  "
+            + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in report["redrive"].items())
+        )
     lines += [
         "  effects per unit  "
         + ", ".join(f"{n}: {c}" for n, c in report["effects_histogram"].items()),
