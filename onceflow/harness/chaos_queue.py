@@ -84,7 +84,11 @@ INVARIANTS = (
     "no DLQ message for processed work",
     "a second audit resubmits nothing",
     "the operator's redrive leaves only poison dead-lettered",
+    "the work runs once unless a fault after its effect forced a rerun",
 )
+# The faults after which the work runs again by design (the sink keeps its effect single):
+# the effect is made, then the ledger cannot record it, or the execution dies.
+RERUN_FAULTS = frozenset({"ledger_unavailable", "last_attempt_death"})
 RESUBMITTED = ("missing_resubmitted", "failed_resubmitted", "stuck_released")
 AUDIT_KEYS = (
     "scanned",
@@ -183,6 +187,8 @@ class QueueInjector:
         self.dead_letter_refusals = True
         # The operator's fix, before the redrive: the warehouse takes the dlq_refused units.
         self.fixed = False
+        # Processor calls that did the work (returned), by idempotency key.
+        self.completed: Counter[str] = Counter()
         self._real = engine.runtime.load(
             engine.runtime.functions[engine.function_name("ProcessorFunction")]
         )
@@ -280,11 +286,18 @@ class QueueInjector:
         if fault == "last_attempt_death":
             if attempt < self.max_attempts and not self.fixed:
                 raise TransientError(f"injected: attempt {attempt} at {pk} fails")
-            output = self._real(event, context)
+            output = self._run(event, context)
             if self.once(pk, "last_attempt_death"):
                 return self._die(event, output)
             return output
-        return self._real(event, context)
+        return self._run(event, context)
+
+    def _run(self, event: dict[str, Any], context: Any) -> Any:
+        """The real processor; a call that returns is counted: the unit's work was done."""
+        output = self._real(event, context)
+        with self._lock:
+            self.completed[str(event["workItem"].get("idempotencyKey", ""))] += 1
+        return output
 
     def _die(self, event: dict[str, Any], output: Any) -> Any:
         """The effect happened; then the execution dies, its lock left to expire."""
@@ -589,7 +602,7 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         finally:
             engine.state.faults.remove(injector.service)
         run.pass_time(run.lock_timeout + 3600)
-        report = _judge(run, units, objects, audits, again)
+        report = _judge(run, units, objects, audits, again, injector.completed)
 
     report.update(
         {
@@ -723,8 +736,10 @@ def _judge(
     objects: dict[str, DemoObject],
     audits: list[dict[str, Any]],
     again: dict[str, Any] | None,
+    completed: Counter[str] | None = None,
 ) -> dict[str, Any]:
-    """The invariants, unit by unit, over the ledger, both DLQs, the queue and S3's log."""
+    """The invariants, unit by unit, over the ledger, both DLQs, the queue and S3's log, and
+    the processor calls that did the work (``completed``, by idempotency key)."""
     engine = run.engine
     effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
     dlq = Counter(
@@ -770,6 +785,9 @@ def _judge(
     unit_dlq: Counter[str] = Counter()
     for pk, n in dlq.items():
         unit_dlq[unit_of(str(pk))] += n
+    unit_runs: Counter[str] = Counter()
+    for pk, n in (completed or Counter()).items():
+        unit_runs[unit_of(pk)] += n
     histogram: Counter[int] = Counter()
     for unit in units:
         own = unit_rows.get(unit.pk, [])
@@ -807,6 +825,8 @@ def _judge(
             violated(INVARIANTS[3], unit, detail)
         if processed and n_dlq:
             violated(INVARIANTS[5], unit, f"{n_dlq} DLQ message(s)")
+        if completed is not None and unit_runs[unit.pk] > 1 and unit.fault not in RERUN_FAULTS:
+            violated(INVARIANTS[8], unit, f"{unit_runs[unit.pk]} processor calls did the work")
         if run.redriven is not None and unit.processable and not processed:
             detail = f"row {status}, {n_dlq} DLQ message(s), {n_source} in the source DLQ"
             violated(INVARIANTS[7], unit, detail)
