@@ -83,7 +83,7 @@ INVARIANTS = (
     "no effect for poison",
     "no DLQ message for processed work",
     "a second audit resubmits nothing",
-    "the operator's redrive leaves only poison dead-lettered",
+    "the operator's redrive leaves only poison dead-lettered, the source DLQ empty",
     "the work runs once unless a fault after its effect forced a rerun",
 )
 # The faults after which the work runs again by design (the sink keeps its effect single):
@@ -433,6 +433,8 @@ class QueueRun:
         self.engine.wait_for_running("ProcessorStateMachine")
         self.redriven = {
             "source_moved_back": source.count("resubmitted"),
+            # of them, refused back by the queue (its largest size) and started directly
+            "source_started": sum(m.execution_arn is not None for m in source.messages),
             "source_kept": len(source.messages) - source.count("resubmitted"),
             "resubmitted": processor.count("resubmitted"),
             "deleted_already_processed": processor.count("deleted"),
@@ -668,7 +670,9 @@ def _units(
             else:
                 body = json.dumps(notification)
             unit = Unit(pk, body, "object", processable=not poison, fault=fault, event=event)
-        elif fault == "large_non_ascii":
+        elif fault == "large_non_ascii" or (fault == "receives_spent" and n % 2 == 0):
+            # (Every other unit whose receives are spent is as large: the queue takes it, but
+            # not back with redrive's ONCEFLOW_MESSAGE_ID, which SQS counts in the size.)
             order = f"commande-{n:05d}-déjà-vu-😀"
             body = large_non_ascii_body(order, run.max_message_bytes)
             unit = Unit(f"sqs:{order}", body, "message", processable=True, fault=fault)
@@ -827,7 +831,8 @@ def _judge(
             violated(INVARIANTS[5], unit, f"{n_dlq} DLQ message(s)")
         if completed is not None and unit_runs[unit.pk] > 1 and unit.fault not in RERUN_FAULTS:
             violated(INVARIANTS[8], unit, f"{unit_runs[unit.pk]} processor calls did the work")
-        if run.redriven is not None and unit.processable and not processed:
+        if run.redriven is not None and (n_source or (unit.processable and not processed)):
+            # (nor is anything left in the source DLQ, its alarm firing for nothing)
             detail = f"row {status}, {n_dlq} DLQ message(s), {n_source} in the source DLQ"
             violated(INVARIANTS[7], unit, detail)
     for pk, n in unit_dlq.items():

@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -87,7 +88,9 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
         assert report["pipe_executions"] < report["messages_sent"] <= outcomes
         assert report["failed_batches"] >= 1  # the last-attempt death fails its whole batch
     else:
-        assert outcomes == report["pipe_executions"] == report["messages_sent"]
+        # (a message the source queue would not take back was started by redrive directly)
+        started = report["redrive"]["source_started"]
+        assert outcomes == report["pipe_executions"] == report["messages_sent"] - started
         assert report["outcomes"]["ABORTED"] == 1  # the processor execution stopped
         # The large non-ASCII order failed once and nothing else brings it back: the
         # audit's sweep resubmitted it from its execution's input
@@ -194,7 +197,51 @@ def test_the_checker_names_every_unit_left_outside_a_named_end_state() -> None:
     }
     assert report["source_dead_letter_messages"] == 1
     held = {i["name"] for i in report["invariants"] if not i["violations"]}
-    assert held == {"no effect for poison", "a second audit resubmits nothing"}
+    # (no redrive ran, and no processor call was counted: nothing to judge there)
+    assert held == {
+        "no effect for poison",
+        "a second audit resubmits nothing",
+        "the operator's redrive leaves only poison dead-lettered, the source DLQ empty",
+        "the work runs once unless a fault after its effect forced a rerun",
+    }
+
+
+def test_the_checker_names_work_run_twice_and_what_the_operators_redrive_left() -> None:
+    parameters = queue_parameters(batch=True)
+    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        dynamodb = engine.client("dynamodb")
+        table = engine.ref("LedgerTable")
+
+        def unit(name: str, fault: str | None = None, processable: bool = True) -> Unit:
+            body = json.dumps({"orderId": name})
+            run.by_body[body] = f"sqs:{name}"
+            return Unit(f"sqs:{name}", body, "message", processable, fault)
+
+        units = [unit("twice"), unit("rerun", "ledger_unavailable"), unit("left"), unit("failed")]
+        for name, status in (("twice", "PROCESSED"), ("rerun", "PROCESSED"),
+                             ("left", "PROCESSED"), ("failed", "FAILED")):  # fmt: skip
+            item = {"pk": {"S": f"sqs:{name}"}, "status": {"S": status}, "open_status": {"S": "x"}}
+            dynamodb.put_item(TableName=table, Item=item)
+        # GIVEN work a duplicate ran twice, work a ledger outage after its effect ran twice,
+        # a processed unit whose message the redrive left in the source DLQ, and a unit the
+        # redrive left FAILED (open for the sweep, but not done)
+        engine.client("sqs").send_message(
+            QueueUrl=engine.ref("SourceDeadLetterQueue"), MessageBody=units[2].body
+        )
+        run.redriven = {"source_moved_back": 0}
+        completed = Counter({"sqs:twice": 2, "sqs:rerun": 2, "sqs:left": 1})
+        # WHEN the checker judges them
+        report = _judge(run, units, {}, [{"scanned": 0}], None, completed)
+    # THEN only the unfaulted rerun, the left message and the unfinished unit are named
+    found = {(v["invariant"], v["key"]) for v in report["violations"]}
+    assert {f for f in found if f[0] in INVARIANTS[7:]} == {
+        ("the work runs once unless a fault after its effect forced a rerun", "sqs:twice"),
+        ("the operator's redrive leaves only poison dead-lettered, the source DLQ empty",
+         "sqs:left"),
+        ("the operator's redrive leaves only poison dead-lettered, the source DLQ empty",
+         "sqs:failed"),
+    }  # fmt: skip
 
 
 # ---- the command line -----------------------------------------------------------------
