@@ -144,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
             + (f" (--source {source})" if source else ""),
         )
     chaos_cmd.add_argument(
+        "--express",
+        action="store_true",
+        help="with --source sqs or --batch: WorkflowType EXPRESS (the single-message processor "
+        "the pipe or the audit starts)",
+    )
+    chaos_cmd.add_argument(
         "--no-redrive",
         action="store_true",
         help="with --source sqs or --batch: end after the audits, without the operator's "

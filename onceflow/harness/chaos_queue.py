@@ -117,6 +117,8 @@ class QueueChaosConfig:
     # stack's rule sends to the source queue (SqsBatchMode's path for S3), not by
     # classic notifications sent to the queue.
     s3_events: bool = False
+    # True: WorkflowType EXPRESS (the single-message processor, the audit's resubmissions).
+    express: bool = False
     concurrency: int = 8
     duplicate_rate: float = 0.05
     rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
@@ -142,8 +144,9 @@ class Unit:
 UNVERSIONED_BUCKET = "chaos-unversioned-uploads"
 
 
-def queue_parameters(batch: bool, versioned: bool = True) -> dict[str, str]:
-    """The template parameters of the run: the created source queue, orders keyed by orderId."""
+def queue_parameters(batch: bool, versioned: bool = True, express: bool = False) -> dict[str, str]:
+    """The template parameters of the run: the created source queue, orders keyed by orderId;
+    ``express``: the processor EXPRESS too (WorkflowType), which the audit resubmits into."""
     parameters = {
         "AuditRecentCutoffHours": "0",  # the audit judges uploads seconds old
         "SqsSource": "create",
@@ -154,9 +157,12 @@ def queue_parameters(batch: bool, versioned: bool = True) -> dict[str, str]:
     if batch:
         # The batch workflow is EXPRESS: the template's ExpressFitsInFiveMinutes rule
         # (its Process task retries once by itself: ProcessRetries).
-        # WorkflowType stays STANDARD: the audit resubmits into the single-message
-        # processor, whose executions DescribeExecution serves.
         parameters |= {"SqsBatchMode": "true", "ProcessorTimeoutSeconds": "40"}
+    if express:
+        # The same rule. The audit resubmits a message's row from its original_event
+        # (DescribeExecution serves no EXPRESS execution), and redrive finds an earlier
+        # start by the row's claims.
+        parameters |= {"WorkflowType": "EXPRESS", "ProcessorTimeoutSeconds": "40"}
     return parameters
 
 
@@ -547,7 +553,7 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         raise ValueError("S3's events reach the source queue only in the batch mode (--batch)")
     rng = random.Random(config.seed)
     with LocalEngine(
-        parameters=queue_parameters(config.batch, config.versioned),
+        parameters=queue_parameters(config.batch, config.versioned, config.express),
         function_log=io.StringIO(),
         function_log_level="WARNING",
     ) as engine:
@@ -845,7 +851,8 @@ def _judge(
     return {
         "source": "sqs",
         "mode": ("batch" if run.config.batch else "one message per execution")
-        + (", S3's events through the queue" if run.config.s3_events else ""),
+        + (", S3's events through the queue" if run.config.s3_events else "")
+        + (", the processor EXPRESS" if run.config.express else ""),
         "bucket": "versioned" if run.config.versioned else "unversioned (ExistingBucketName)",
         "units": len(units),
         "objects": len(objects),

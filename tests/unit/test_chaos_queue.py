@@ -40,6 +40,8 @@ MODES = {
     # SqsBatchMode's path for S3: uploads announced by EventBridge events the rule sends
     "s3-batch": ["--source", "s3", "--batch"],
     "s3-batch-unversioned": ["--source", "s3", "--batch", "--unversioned"],
+    # WorkflowType EXPRESS: the audit and redrive start an EXPRESS processor
+    "batch-express": ["--batch", "--express"],
 }
 
 
@@ -71,6 +73,7 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
         "single": "one message per execution",
         "unversioned": "one message per execution",
         "batch": "batch",
+        "batch-express": "batch, the processor EXPRESS",
     }.get(mode, "batch, S3's events through the queue")
     unversioned = mode.endswith("unversioned")
     assert report["bucket"].startswith("unversioned" if unversioned else "versioned")
@@ -251,6 +254,7 @@ def test_the_checker_names_work_run_twice_and_what_the_operators_redrive_left() 
     ("flags", "refusal"),
     [
         (["--unversioned"], "--unversioned is a mode of the source queue"),
+        (["--express"], "--express is a mode of the source queue"),
         (["--batch", "--lock-expiry-rate", "0.1"], "not a fault of --source s3 --batch"),
         (["--source", "sqs", "--lock-expiry-rate", "0.1"], "not a fault of --source sqs"),
         (["--dlq-refused-rate", "0.1"], "not a fault of --source s3"),
