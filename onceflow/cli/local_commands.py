@@ -70,7 +70,7 @@ def cmd_chaos(args: argparse.Namespace, session: Session) -> int:
     # --source s3 --batch: S3's events through the source queue (SqsBatchMode), a queue run.
     if args.source == "sqs" or args.batch:
         return _queue_chaos(args)
-    for flag in ("unversioned", "express"):
+    for flag in ("unversioned", "express", "inventory"):
         if getattr(args, flag):
             raise SystemExit(
                 f"onceflow chaos: --{flag} is a mode of the source queue: add --source sqs "
@@ -102,6 +102,7 @@ def _queue_chaos(args: argparse.Namespace) -> int:
         duplicate_rate=args.duplicate_rate,
         redrive=not args.no_redrive,
         express=args.express,
+        inventory=args.inventory,
     )
     source = "sqs" if args.source == "sqs" else "s3 --batch"
     config.rates.update(_rates(args, chaos_queue.FAULT_KINDS, chaos.FAULT_KINDS, source))

@@ -150,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the pipe or the audit starts)",
     )
     chaos_cmd.add_argument(
+        "--inventory",
+        action="store_true",
+        help="with --source sqs or --batch: S3 delivers an Inventory report before every audit, "
+        "which walks it instead of listing the bucket",
+    )
+    chaos_cmd.add_argument(
         "--no-redrive",
         action="store_true",
         help="with --source sqs or --batch: end after the audits, without the operator's "

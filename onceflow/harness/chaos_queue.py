@@ -119,6 +119,9 @@ class QueueChaosConfig:
     s3_events: bool = False
     # True: WorkflowType EXPRESS (the single-message processor, the audit's resubmissions).
     express: bool = False
+    # True: S3 delivers the ingest bucket's Inventory report before every audit, which then
+    # walks the report (SelectWindow, AuditInventory) instead of listing the bucket.
+    inventory: bool = False
     concurrency: int = 8
     duplicate_rate: float = 0.05
     rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
@@ -505,6 +508,8 @@ class QueueRun:
     def audit(self, audits: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The audit, after every lock expired; None if it did not reach its report."""
         self.pass_time(self.lock_timeout + 3600)
+        if self.config.inventory:
+            self.engine.deliver_inventory()  # the day's report, as S3 delivers it
         try:
             report = ops.run_audit(LocalTarget(self.engine))
         except ops.OpsError as exc:
@@ -513,6 +518,8 @@ class QueueRun:
             self.engine.wait_for_running("ProcessorStateMachine")
             return None
         audits.append({k: report.get(k, 0) for k in AUDIT_KEYS})
+        if self.config.inventory and report.get("source") != "inventory":
+            audits[-1]["error"] = f"walked the {report.get('source')}, not the inventory report"
         return report
 
 
@@ -549,6 +556,8 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
     planned = sum(max(1, round(r * config.units)) for r in config.rates.values() if r > 0)
     if planned > config.units:
         raise ValueError(f"the faults need {planned} units of work; give at least that many")
+    if config.inventory and not config.versioned:
+        raise ValueError("--inventory: the stack configures S3 Inventory on its own bucket only")
     if config.s3_events and not config.batch:
         raise ValueError("S3's events reach the source queue only in the batch mode (--batch)")
     rng = random.Random(config.seed)
@@ -852,7 +861,8 @@ def _judge(
         "source": "sqs",
         "mode": ("batch" if run.config.batch else "one message per execution")
         + (", S3's events through the queue" if run.config.s3_events else "")
-        + (", the processor EXPRESS" if run.config.express else ""),
+        + (", the processor EXPRESS" if run.config.express else "")
+        + (", the audit from S3 Inventory" if run.config.inventory else ""),
         "bucket": "versioned" if run.config.versioned else "unversioned (ExistingBucketName)",
         "units": len(units),
         "objects": len(objects),

@@ -42,6 +42,8 @@ MODES = {
     "s3-batch-unversioned": ["--source", "s3", "--batch", "--unversioned"],
     # WorkflowType EXPRESS: the audit and redrive start an EXPRESS processor
     "batch-express": ["--batch", "--express"],
+    # S3's events through the queue, the audit walking an S3 Inventory report
+    "s3-batch-inventory": ["--source", "s3", "--batch", "--inventory"],
 }
 
 
@@ -74,6 +76,7 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
         "unversioned": "one message per execution",
         "batch": "batch",
         "batch-express": "batch, the processor EXPRESS",
+        "s3-batch-inventory": "batch, S3's events through the queue, the audit from S3 Inventory",
     }.get(mode, "batch, S3's events through the queue")
     unversioned = mode.endswith("unversioned")
     assert report["bucket"].startswith("unversioned" if unversioned else "versioned")
@@ -255,6 +258,8 @@ def test_the_checker_names_work_run_twice_and_what_the_operators_redrive_left() 
     [
         (["--unversioned"], "--unversioned is a mode of the source queue"),
         (["--express"], "--express is a mode of the source queue"),
+        (["--inventory"], "--inventory is a mode of the source queue"),
+        (["--source", "sqs", "--unversioned", "--inventory"], "on its own bucket only"),
         (["--batch", "--lock-expiry-rate", "0.1"], "not a fault of --source s3 --batch"),
         (["--source", "sqs", "--lock-expiry-rate", "0.1"], "not a fault of --source sqs"),
         (["--dlq-refused-rate", "0.1"], "not a fault of --source s3"),
