@@ -54,14 +54,26 @@ FAULT_KINDS = (
     "large_non_ascii",
     "delayed_notification",
     "receives_spent",
+    "last_mark_unavailable",
 )
 # Only an upload can be lost or late (the audit walks the bucket) or poison (not an
 # image); the faults of the queue's own paths hit business messages, whose only ways
 # back are the queue and the audit's sweep.
 OBJECT_FAULTS = frozenset({"lost", "poison", "delayed_notification"})
 MESSAGE_FAULTS = frozenset(
-    {"dlq_refused", "ledger_unavailable", "last_attempt_death", "large_non_ascii", "receives_spent"}
+    {
+        "dlq_refused",
+        "ledger_unavailable",
+        "last_attempt_death",
+        "large_non_ascii",
+        "receives_spent",
+        "last_mark_unavailable",
+    }
 )
+# Units whose row an execution leaves PROCESSING under its lock when it ends.
+LEFT_PROCESSING = frozenset({"last_attempt_death", "ledger_unavailable", "last_mark_unavailable"})
+# Units the processor refuses every time until the operator's fix (before the redrive).
+REFUSED_UNTIL_FIXED = frozenset({"dlq_refused", "last_mark_unavailable"})
 DEFAULT_RATES = {
     "lost": 0.01,
     "poison": 0.01,
@@ -74,6 +86,7 @@ DEFAULT_RATES = {
     "large_non_ascii": 0.01,
     "delayed_notification": 0.01,
     "receives_spent": 0.01,
+    "last_mark_unavailable": 0.01,
 }
 INVARIANTS = (
     "every audit runs to its report",
@@ -248,13 +261,25 @@ class QueueInjector:
                 "ProvisionedThroughputExceededException", "injected: Claim throttled"
             )
         values = request.get("ExpressionAttributeValues") or {}
+        owner = str(values.get(":owner", {}).get("S", ""))
+        # MarkFailed on the way to the DLQ (the last attempt): last_error, the row kept
+        # PROCESSING (no :failed), fenced on the owner
+        marking = {":last_error", ":owner"} <= set(values) and ":failed" not in values
+        if (
+            operation == "UpdateItem"
+            and marking
+            and self.first_owner(pk, "last_mark_unavailable", owner)
+        ):
+            return patches.dynamodb_error(
+                "ProvisionedThroughputExceededException",
+                "injected: MarkFailed on the last attempt throttled past its retries",
+            )
         if operation != "UpdateItem" or ":processed" not in values:
             return None
         if self.once(pk, "complete_throttle"):
             return patches.dynamodb_error(
                 "ProvisionedThroughputExceededException", "injected: MarkComplete throttled"
             )
-        owner = str(values.get(":owner", {}).get("S", ""))
         if self.first_owner(pk, "ledger_unavailable", owner):
             return patches.dynamodb_error(
                 "ProvisionedThroughputExceededException",
@@ -282,7 +307,7 @@ class QueueInjector:
         fault = self._fault(pk)
         if self.once(pk, "transient"):
             raise TransientError(f"injected: a dependency timed out on {pk}")
-        if fault == "dlq_refused" and not self.fixed:
+        if fault in REFUSED_UNTIL_FIXED and not self.fixed:
             raise TransientError(f"injected: the warehouse refuses {pk}, every time")
         if fault == "receives_spent" and self.batch and attempt == 1:
             # Its first attempt fails (the task's own retry too) and the message stays; then
@@ -328,7 +353,7 @@ class QueueInjector:
 
     def _others_settle(self, lock_token: str, timeout: float = 30.0) -> None:
         """Wait until no other message of this batch execution holds a PROCESSING row
-        (but those that die alike, and wait alike)."""
+        (but those that die alike, and wait alike, and those a ledger outage leaves so)."""
         execution = lock_token.split("#", 1)[0]
         dynamodb = self.engine.client("dynamodb")
         deadline = time.monotonic() + timeout
@@ -341,7 +366,8 @@ class QueueInjector:
                 for item in page["Items"]
                 if item.get("status", {}).get("S") == "PROCESSING"
                 and item.get("lock_owner", {}).get("S", "").startswith(execution + "#")
-                and self._fault(item["pk"]["S"]) != "last_attempt_death"  # dying alike
+                # dying alike, or left PROCESSING by a ledger outage (LedgerUnavailable)
+                and self._fault(item["pk"]["S"]) not in LEFT_PROCESSING
             ]
             if not held:
                 time.sleep(0.2)  # their last write (a DLQ send after MarkFailed) lands
@@ -610,7 +636,7 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
                 if config.redrive:
                     injector.fixed = True
                     for unit in units:  # what refused them is fixed: they can succeed now
-                        unit.processable |= unit.fault == "dlq_refused"
+                        unit.processable |= unit.fault in REFUSED_UNTIL_FIXED
                     if progress is not None:
                         progress.write("redriving the source DLQ, then the processor's DLQ\n")
                     run.operator_redrive()
@@ -695,14 +721,15 @@ def _units(
             order = f"order-{n:05d}"
             body = json.dumps({"orderId": order, "quantity": rng.randint(1, 9)})
             # A unit the processor refuses every time can only end dead-lettered.
-            unit = Unit(f"sqs:{order}", body, "message", fault != "dlq_refused", fault)
+            refused = fault in REFUSED_UNTIL_FIXED
+            unit = Unit(f"sqs:{order}", body, "message", not refused, fault)
         if fault in ("lost", "delayed_notification"):
             unit.copies = 0
         elif rng.random() < config.duplicate_rate and fault != "large_non_ascii":
             # (Not the large one: no second copy may reclaim it before the queue, or the
             # audit's sweep resubmitting its input, brings it back.)
             unit.copies = rng.choice((2, 2, 3))
-        if not config.batch and fault in ("dlq_refused", "last_attempt_death"):
+        if not config.batch and fault in {*REFUSED_UNTIL_FIXED, "last_attempt_death"}:
             # One message per execution: nothing brings a failed message back but the
             # audit, so the producer sends it again, once per attempt.
             unit.copies, unit.waves = 1, run.max_attempts
