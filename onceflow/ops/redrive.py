@@ -731,8 +731,8 @@ def _move_back(
     takes a message the queue took at its MaximumMessageSize over it, SQS counting every
     part of an attribute in the size, or makes an 11th attribute) would leave the message
     in the DLQ until it expires, and a message that never claimed a row is found by no
-    audit: the processor is started with it instead (_start_as_piped), as the pipe hands
-    it and keyed by its first id, the same unit of work.
+    audit: the processor is started with it instead (_start_as_piped), as the pipe would
+    hand over the copy, the same unit of work.
 
     The copy gets a new MessageId, so a message keyed by its messageId (IdempotencyKeyPath
     empty) would be new work, processed again; the attribute carries the first one, and
@@ -800,33 +800,34 @@ def _start_as_piped(
     refusal: ClientError,
 ) -> Redriven:
     """Start the processor state machine with a source DLQ message the source queue will not
-    take back, as the pipe would hand it over: a one-record array (the fields Claim reads,
-    and the row's original_event keeps) whose messageId is the id it first had, so it keys
-    the same row as its first delivery, under the rules of any delivery. The processor
-    exists in every mode and is what the audit resubmits such rows to. Started under
-    redrive_name (a STANDARD processor refuses the name a second time; under EXPRESS a
-    second run is a Duplicate in the ledger), then the message is deleted."""
+    take back, as the pipe would hand over the copy redrive tried to send: a one-record
+    array (the fields Claim reads, which the row's original_event keeps) with the message's
+    own attributes and ONCEFLOW_MESSAGE_ID, so it keys the same row as its first delivery
+    and is judged by the same rules (a producer's ONCEFLOW_MESSAGE_ID that is no String is
+    an InvalidEvent either way). The processor exists in every mode and is what the audit
+    resubmits such rows to. Started under redrive_name (a STANDARD processor refuses the
+    name a second time; under EXPRESS a second run is a Duplicate in the ledger), then the
+    message is deleted."""
     message_id = message["MessageId"]
-    first = str(attributes[ORIGINAL_ID]["StringValue"])
     record = {
-        "messageId": first,
+        "messageId": message_id,
         "eventSource": "aws:sqs",
         "body": message.get("Body", ""),
         "messageAttributes": {
             name: {
                 **(
-                    {"stringValue": value["StringValue"]}
-                    if "StringValue" in value
-                    else {"binaryValue": base64.b64encode(value["BinaryValue"]).decode()}
+                    {"binaryValue": base64.b64encode(value["BinaryValue"]).decode()}
+                    if "BinaryValue" in value
+                    else {"stringValue": value.get("StringValue")}
                 ),
                 "stringListValues": [],
                 "binaryListValues": [],
                 "dataType": value["DataType"],
             }
             for name, value in attributes.items()
-            if name != ORIGINAL_ID  # messageId is the first id
         },
     }
+    first = attributes[ORIGINAL_ID].get("StringValue", message_id)
     name = redrive_name(message_id)
     arn = f"{processor.replace(':stateMachine:', ':execution:')}:{name}"
     why = f"the source queue refused it back ({error_code(refusal)}: {refusal})"
@@ -842,7 +843,8 @@ def _start_as_piped(
         message_id,
         None,
         "resubmitted",
-        f"{why}: the processor was started with it, keyed by its first id {first}",
+        f"{why}: the processor was started with it as the pipe hands it over, "
+        f"{ORIGINAL_ID} {first}",
         execution_arn=arn,
     )
 
