@@ -70,7 +70,7 @@ def cmd_chaos(args: argparse.Namespace, session: Session) -> int:
     # --source s3 --batch: S3's events through the source queue (SqsBatchMode), a queue run.
     if args.source == "sqs" or args.batch:
         return _queue_chaos(args)
-    for flag in ("unversioned", "express", "inventory"):
+    for flag in ("unversioned", "express"):
         if getattr(args, flag):
             raise SystemExit(
                 f"onceflow chaos: --{flag} is a mode of the source queue: add --source sqs "
@@ -81,6 +81,7 @@ def cmd_chaos(args: argparse.Namespace, session: Session) -> int:
         seed=args.seed,
         concurrency=args.concurrency,
         duplicate_rate=args.duplicate_rate,
+        inventory=args.inventory,
     )
     config.rates.update(_rates(args, chaos.FAULT_KINDS, chaos_queue.FAULT_KINDS, "s3"))
     try:

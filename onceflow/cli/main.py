@@ -152,8 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_cmd.add_argument(
         "--inventory",
         action="store_true",
-        help="with --source sqs or --batch: S3 delivers an Inventory report before every audit, "
-        "which walks it instead of listing the bucket",
+        help="S3 delivers an Inventory report of the stack's bucket before every audit, which "
+        "walks it instead of listing the bucket",
     )
     chaos_cmd.add_argument(
         "--no-redrive",

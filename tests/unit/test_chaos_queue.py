@@ -258,7 +258,6 @@ def test_the_checker_names_work_run_twice_and_what_the_operators_redrive_left() 
     [
         (["--unversioned"], "--unversioned is a mode of the source queue"),
         (["--express"], "--express is a mode of the source queue"),
-        (["--inventory"], "--inventory is a mode of the source queue"),
         (["--source", "sqs", "--unversioned", "--inventory"], "on its own bucket only"),
         (["--batch", "--lock-expiry-rate", "0.1"], "not a fault of --source s3 --batch"),
         (["--source", "sqs", "--lock-expiry-rate", "0.1"], "not a fault of --source sqs"),
