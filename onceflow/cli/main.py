@@ -134,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     faults += [(k, "s3") for k in ("lock_expiry", "crash_after_effect")]
     faults += [(k, "sqs") for k in ("dlq_refused", "ledger_unavailable", "last_attempt_death",
                                     "large_non_ascii", "delayed_notification",
-                                    "receives_spent", "last_mark_unavailable")]  # fmt: skip
+                                    "receives_spent", "last_mark_unavailable",
+                                    "invalid_undelivered")]  # fmt: skip
     for kind, source in faults:
         chaos_cmd.add_argument(
             f"--{kind.replace('_', '-')}-rate",

@@ -55,6 +55,7 @@ FAULT_KINDS = (
     "delayed_notification",
     "receives_spent",
     "last_mark_unavailable",
+    "invalid_undelivered",
 )
 # Only an upload can be lost or late (the audit walks the bucket) or poison (not an
 # image); the faults of the queue's own paths hit business messages, whose only ways
@@ -68,6 +69,7 @@ MESSAGE_FAULTS = frozenset(
         "large_non_ascii",
         "receives_spent",
         "last_mark_unavailable",
+        "invalid_undelivered",
     }
 )
 # Units whose row an execution leaves PROCESSING under its lock when it ends.
@@ -87,6 +89,7 @@ DEFAULT_RATES = {
     "delayed_notification": 0.01,
     "receives_spent": 0.01,
     "last_mark_unavailable": 0.01,
+    "invalid_undelivered": 0.01,
 }
 INVARIANTS = (
     "every audit runs to its report",
@@ -149,7 +152,7 @@ class Unit:
 
     pk: str
     body: str  # the message body (every copy the same)
-    kind: str  # "object" or "message"
+    kind: str  # "object", "message" or "invalid" (no key can be made of it)
     processable: bool
     fault: str | None = None
     copies: int = 1  # sent together
@@ -211,6 +214,8 @@ class QueueInjector:
         self.fixed = False
         # Processor calls that did the work (returned), by idempotency key.
         self.completed: Counter[str] = Counter()
+        # What an InvalidEvent's DLQ message is known by: its SQS message's body.
+        self.by_body = {u.body: u.pk for u in units.values() if u.kind == "invalid"}
         self._real = engine.runtime.load(
             engine.runtime.functions[engine.function_name("ProcessorFunction")]
         )
@@ -293,7 +298,12 @@ class QueueInjector:
         attributes = request.get("MessageAttributes") or {}
         pk = str(attributes.get("IDEMPOTENCY_KEY", {}).get("StringValue", ""))
         owner = str(attributes.get("EXECUTION_ARN", {}).get("StringValue", ""))
-        if self.first_owner(pk, "dlq_refused", owner):
+        if not pk:  # an InvalidEvent: no key, known by the message body it carries
+            pk = self.by_body.get(dead_letter_body(request.get("MessageBody")), "")
+            kind = "invalid_undelivered"
+        else:
+            kind = "dlq_refused"
+        if self.first_owner(pk, kind, owner):
             return patches.sqs_error(
                 "KmsAccessDenied", "injected: the DLQ's KMS key policy refuses SendMessage"
             )
@@ -466,6 +476,10 @@ class QueueRun:
         self.pump()
         processor = ops.redrive(target)
         self.engine.wait_for_running("ProcessorStateMachine")
+        # The DeadLetterFailed alarm fired too: restart the executions that could not
+        # dead-letter (ListExecutions serves no EXPRESS processor: there the sweep did it).
+        undelivered = None if self.config.express else ops.redrive_undelivered(target)
+        self.engine.wait_for_running("ProcessorStateMachine")
         self.redriven = {
             "source_moved_back": source.count("resubmitted"),
             # of them, refused back by the queue (its largest size) and started directly
@@ -474,6 +488,7 @@ class QueueRun:
             "resubmitted": processor.count("resubmitted"),
             "deleted_already_processed": processor.count("deleted"),
             "kept": processor.count("kept") + processor.count("left"),
+            "undelivered_restarted": undelivered.count("resubmitted") if undelivered else 0,
         }
 
     def _record(self, result: ExecutionResult) -> None:
@@ -584,6 +599,13 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         raise ValueError(f"the faults need {planned} units of work; give at least that many")
     if config.inventory and not config.versioned:
         raise ValueError("--inventory: the stack configures S3 Inventory on its own bucket only")
+    if (not config.redrive or (config.express and not config.batch)) and config.rates.get(
+        "invalid_undelivered", 0
+    ) > 0:
+        # Without a batch only the operator's redrive --undelivered ever sends it, and it
+        # lists no EXPRESS execution: a known limit (operate.md, "Locally, and under
+        # EXPRESS": such an event is then only in the processor's logs), not planned.
+        config.rates = {**config.rates, "invalid_undelivered": 0.0}
     if config.s3_events and not config.batch:
         raise ValueError("S3's events reach the source queue only in the batch mode (--batch)")
     rng = random.Random(config.seed)
@@ -659,6 +681,17 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
     return report
 
 
+def dead_letter_body(text: Any) -> str:
+    """The SQS message body a processor DLQ message carries (its event, the pipe's array of
+    one record); "" when it carries none."""
+    try:
+        event = json.loads(text).get("event")
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    record = event[0] if isinstance(event, list) and event else None
+    return str(record.get("body", "")) if isinstance(record, dict) else ""
+
+
 def _sum_resubmitted(
     before: dict[str, Any] | None, after: dict[str, Any] | None
 ) -> dict[str, Any] | None:
@@ -711,6 +744,13 @@ def _units(
             else:
                 body = json.dumps(notification)
             unit = Unit(pk, body, "object", processable=not poison, fault=fault, event=event)
+        elif fault == "invalid_undelivered":
+            # A body that is no JSON, which IdempotencyKeyPath reads the key from: an
+            # InvalidEvent, whose DLQ message the DLQ refuses to its first execution
+            # (DeadLetterFailed); no row: one message per execution, only `redrive
+            # --undelivered` starts it again
+            body = f"not json: order {n:05d}"
+            unit = Unit(f"invalid:{n:05d}", body, "invalid", processable=False, fault=fault)
         elif fault == "large_non_ascii" or (fault == "receives_spent" and n % 2 == 0):
             # (Every other unit whose receives are spent is as large: the queue takes it, but
             # not back with redrive's ONCEFLOW_MESSAGE_ID, which SQS counts in the size.)
@@ -725,9 +765,13 @@ def _units(
             unit = Unit(f"sqs:{order}", body, "message", not refused, fault)
         if fault in ("lost", "delayed_notification"):
             unit.copies = 0
-        elif rng.random() < config.duplicate_rate and fault != "large_non_ascii":
+        elif rng.random() < config.duplicate_rate and fault not in (
+            "large_non_ascii",
+            "invalid_undelivered",
+        ):
             # (Not the large one: no second copy may reclaim it before the queue, or the
-            # audit's sweep resubmitting its input, brings it back.)
+            # audit's sweep resubmitting its input, brings it back. Nor an invalid event:
+            # no row is made of it, so each copy is dead-lettered apart.)
             unit.copies = rng.choice((2, 2, 3))
         if not config.batch and fault in {*REFUSED_UNTIL_FIXED, "last_attempt_death"}:
             # One message per execution: nothing brings a failed message back but the
@@ -790,6 +834,8 @@ def _judge(
     effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
     dlq = Counter(
         m.get("MessageAttributes", {}).get("IDEMPOTENCY_KEY", {}).get("StringValue")
+        # an InvalidEvent has no key: known by the body of the message it carries
+        or run.by_body.get(dead_letter_body(m.get("Body")), "?")
         for m in drain(engine, engine.ref("DeadLetterQueue"))
     )
     source_dlq = Counter(
@@ -843,7 +889,10 @@ def _judge(
         histogram[n_effects] += 1
         processed = "PROCESSED" in statuses
         dead_lettered = any("dead_lettered_at" in r for r in own) or (not processed and n_dlq > 0)
-        if not own:
+        if unit.kind == "invalid":
+            if own:
+                violated(INVARIANTS[1], unit, "a ledger row for an event no key is made of")
+        elif not own:
             violated(INVARIANTS[1], unit, "no ledger row: nothing did the work or found it")
         for row in own:
             attempts = f"attempts {row.get('attempts')}/{run.max_attempts}"

@@ -262,7 +262,7 @@ def test_the_checker_names_work_run_twice_and_what_the_operators_redrive_left() 
         (["--batch", "--lock-expiry-rate", "0.1"], "not a fault of --source s3 --batch"),
         (["--source", "sqs", "--lock-expiry-rate", "0.1"], "not a fault of --source sqs"),
         (["--dlq-refused-rate", "0.1"], "not a fault of --source s3"),
-        (["--source", "sqs", "--objects", "3"], "the faults need 12 units of work"),
+        (["--source", "sqs", "--objects", "3"], "the faults need 13 units of work"),
     ],
 )
 def test_the_command_refuses_what_the_source_cannot_do(flags: list[str], refusal: str) -> None:
