@@ -786,7 +786,10 @@ def _move_back(
 
 
 # SendMessage's refusal of what a message holds (its size, its attributes): a copy with
-# ONCEFLOW_MESSAGE_ID is refused again on every run (SendMessage, SQS API reference).
+# ONCEFLOW_MESSAGE_ID is refused again on every run (SendMessage, SQS API reference). AWS
+# answers a message too long with InvalidParameterValue, "Message must be shorter than N
+# bytes" (as users quote it: datacite/lupo#104, inferablehq/inferable#306); the code of
+# the 11th attribute's refusal is not verified (its text: aws/aws-sdk-js#2876).
 _COPY_REFUSED = frozenset({"InvalidParameterValue", "InvalidMessageContents"})
 
 
