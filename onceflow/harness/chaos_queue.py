@@ -692,6 +692,26 @@ def dead_letter_body(text: Any) -> str:
     return str(record.get("body", "")) if isinstance(record, dict) else ""
 
 
+# The template's default CustomEventSource and a detail-type its rule passes.
+CUSTOM_EVENT_SOURCE = "onceflow.work"
+
+
+def custom_event(order: str, quantity: int) -> dict[str, Any]:
+    """The configured custom event on the default bus, as EventBridge delivers it: its id
+    (the key: CustomEventKeyPath is empty) the same for every copy of it."""
+    return {
+        "version": "0",
+        "id": hashlib.sha256(order.encode()).hexdigest(),
+        "detail-type": "Work",
+        "source": CUSTOM_EVENT_SOURCE,
+        "account": ACCOUNT_ID,
+        "time": "2026-11-21T10:00:00Z",
+        "region": "us-east-1",
+        "resources": [],
+        "detail": {"orderId": order, "quantity": quantity},
+    }
+
+
 def _sum_resubmitted(
     before: dict[str, Any] | None, after: dict[str, Any] | None
 ) -> dict[str, Any] | None:
@@ -757,6 +777,15 @@ def _units(
             order = f"commande-{n:05d}-déjà-vu-😀"
             body = large_non_ascii_body(order, run.max_message_bytes)
             unit = Unit(f"sqs:{order}", body, "message", processable=True, fault=fault)
+        elif config.s3_events and fault not in ("receives_spent",) and rng.random() < 0.5:
+            # The configured custom event: the rule sends it to the queue too, keyed by its
+            # id (CustomEventKeyPath empty); copies are the same event delivered again.
+            order = f"work-{n:05d}"
+            event = custom_event(order, rng.randint(1, 9))
+            body = json.dumps(event, ensure_ascii=False)
+            refused = fault in REFUSED_UNTIL_FIXED
+            pk = f"event:{CUSTOM_EVENT_SOURCE}:{event['id']}"
+            unit = Unit(pk, body, "message", not refused, fault, event=event)
         else:
             order = f"order-{n:05d}"
             body = json.dumps({"orderId": order, "quantity": rng.randint(1, 9)})
@@ -943,6 +972,7 @@ def _judge(
         "units": len(units),
         "objects": len(objects),
         "messages": len(units) - len(objects),
+        "custom_events": sum(u.pk.startswith("event:") for u in units),
         "poison_units": sum(not u.processable for u in units),
         "messages_sent": run.sent,
         "pipe_executions": run.executions,
@@ -969,7 +999,8 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"onceflow chaos: report (source sqs, {report['mode']}, {report['bucket']} bucket)",
         f"  seed {report['seed']}, units of work {report['units']} ({report['objects']} "
-        f"uploads, {report['messages']} messages; {report['poison_units']} poison)",
+        f"uploads, {report['messages']} messages, of them {report.get('custom_events', 0)} "
+        f"custom events; {report['poison_units']} poison)",
         "  faults injected   "
         + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in report["faults_injected"].items()),
         f"  messages sent     {report['messages_sent']}, pipe executions "

@@ -83,6 +83,8 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
     for kind in (*FAULT_KINDS, "duplicate_delivery"):
         assert report["faults_injected"][kind] >= 1, kind
     assert report["units"] == UNITS == report["objects"] + report["messages"]
+    # S3's events through the queue: custom events (the rule's other source) go there too
+    assert (report["custom_events"] >= 1) == mode.startswith("s3-batch")
     # Judged per unit of work: every finding names a unit (or an audit), never a batch.
     for violation in report["violations"]:
         assert violation["key"].startswith(("sqs:", "s3://", "audit ")), violation
