@@ -67,7 +67,7 @@ SECONDS = {
     "tests/workflow/test_audit_batches.py": 37,
     "tests/workflow/test_limits.py": 36,
     "tests/workflow/test_audit.py": 35,
-    "tests/unit/test_chaos_queue.py": 34,
+    "tests/unit/test_chaos_queue.py": 48,  # two more modes since (express, inventory)
     "tests/workflow/test_audit_express_names.py": 34,
     "tests/workflow/test_failure_paths.py": 33,
     "tests/workflow/test_user_handler.py": 33,
@@ -75,10 +75,10 @@ SECONDS = {
     "tests/unit/test_bench.py": 29,
     "tests/template/test_s3_batch_template.py": 29,
     "tests/workflow/test_iam.py": 26,
-    "tests/unit/test_chaos.py": 25,
+    "tests/unit/test_chaos.py": 30,  # an inventory run since
     "tests/template/test_existing_bucket.py": 24,
     "tests/template/test_template.py": 24,
-    "tests/workflow/test_audit_dead_letter.py": 24,
+    "tests/workflow/test_audit_dead_letter.py": 40,  # a four-audit test since
     "tests/workflow/test_object_versions.py": 23,
     "tests/workflow/test_doctor.py": 22,
     "tests/workflow/test_example.py": 22,

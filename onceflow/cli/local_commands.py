@@ -71,16 +71,18 @@ def cmd_chaos(args: argparse.Namespace, session: Session) -> int:
     # --source s3 --batch: S3's events through the source queue (SqsBatchMode), a queue run.
     if args.source == "sqs" or args.batch:
         return _queue_chaos(args)
-    if args.unversioned:
-        raise SystemExit(
-            "onceflow chaos: --unversioned is a mode of the source queue: add --source sqs "
-            "or --batch"
-        )
+    for flag in ("unversioned", "express"):
+        if getattr(args, flag):
+            raise SystemExit(
+                f"onceflow chaos: --{flag} is a mode of the source queue: add --source sqs "
+                "or --batch"
+            )
     config = chaos.ChaosConfig(
         objects=args.objects,
         seed=args.seed,
         concurrency=args.concurrency,
         duplicate_rate=args.duplicate_rate,
+        inventory=args.inventory,
     )
     config.rates.update(_rates(args, chaos.FAULT_KINDS, chaos_queue.FAULT_KINDS, "s3"))
     try:
@@ -100,6 +102,9 @@ def _queue_chaos(args: argparse.Namespace) -> int:
         s3_events=args.source == "s3",
         concurrency=args.concurrency,
         duplicate_rate=args.duplicate_rate,
+        redrive=not args.no_redrive,
+        express=args.express,
+        inventory=args.inventory,
     )
     source = "sqs" if args.source == "sqs" else "s3 --batch"
     config.rates.update(_rates(args, chaos_queue.FAULT_KINDS, chaos.FAULT_KINDS, source))

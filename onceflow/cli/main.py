@@ -133,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "complete_throttle")]  # fmt: skip
     faults += [(k, "s3") for k in ("lock_expiry", "crash_after_effect")]
     faults += [(k, "sqs") for k in ("dlq_refused", "ledger_unavailable", "last_attempt_death",
-                                    "large_non_ascii", "delayed_notification")]  # fmt: skip
+                                    "large_non_ascii", "delayed_notification",
+                                    "receives_spent", "last_mark_unavailable",
+                                    "invalid_undelivered")]  # fmt: skip
     for kind, source in faults:
         chaos_cmd.add_argument(
             f"--{kind.replace('_', '-')}-rate",
@@ -142,6 +144,24 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"share of units of work with the {kind.replace('_', ' ')} fault"
             + (f" (--source {source})" if source else ""),
         )
+    chaos_cmd.add_argument(
+        "--express",
+        action="store_true",
+        help="with --source sqs or --batch: WorkflowType EXPRESS (the single-message processor "
+        "the pipe or the audit starts)",
+    )
+    chaos_cmd.add_argument(
+        "--inventory",
+        action="store_true",
+        help="S3 delivers an Inventory report of the stack's bucket before every audit, which "
+        "walks it instead of listing the bucket",
+    )
+    chaos_cmd.add_argument(
+        "--no-redrive",
+        action="store_true",
+        help="with --source sqs or --batch: end after the audits, without the operator's "
+        "redrive of the source DLQ and the processor's DLQ",
+    )
     chaos_cmd.add_argument("--json", action="store_true", help="the report as one JSON object")
     chaos_cmd.set_defaults(func=_on_the_engine("chaos"))
 

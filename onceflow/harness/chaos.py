@@ -62,6 +62,9 @@ class ChaosConfig:
     # The seed measured about 0.03 % of keys duplicated; raised so they are plentiful.
     duplicate_rate: float = 0.05
     triple_share: float = 0.25
+    # True: S3 delivers the ingest bucket's Inventory report before each audit, which then
+    # walks the report (SelectWindow, AuditInventory) instead of listing the bucket.
+    inventory: bool = False
     rates: dict[str, float] = field(
         default_factory=lambda: {
             "lost": 0.01,
@@ -284,8 +287,8 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
         if progress is not None:
             progress.write("auditing  the bucket against the ledger\n")
         target = LocalTarget(engine)
-        audit = ops.run_audit(target)
-        again = ops.run_audit(target)
+        audit = _audit(engine, target, config.inventory)
+        again = _audit(engine, target, config.inventory)
         report = _check(engine, bucket, objects, faults, audit, again)
         # Per message: a batch execution counts each of its messages, once.
         ran = [unit for _, result in results for unit in units(result)]
@@ -313,6 +316,16 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
             "executions": dict(sorted(outcomes.items())),
         }
     )
+    return report
+
+
+def _audit(engine: LocalEngine, target: LocalTarget, inventory: bool) -> dict[str, Any]:
+    """One audit; with ``inventory``, from the report S3 delivers just before it."""
+    if inventory:
+        engine.deliver_inventory()
+    report = ops.run_audit(target)
+    if inventory and report.get("source") != "inventory":
+        raise RuntimeError(f"the audit walked the {report.get('source')}, not the inventory")
     return report
 
 

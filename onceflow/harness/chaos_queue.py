@@ -53,14 +53,29 @@ FAULT_KINDS = (
     "last_attempt_death",
     "large_non_ascii",
     "delayed_notification",
+    "receives_spent",
+    "last_mark_unavailable",
+    "invalid_undelivered",
 )
 # Only an upload can be lost or late (the audit walks the bucket) or poison (not an
 # image); the faults of the queue's own paths hit business messages, whose only ways
 # back are the queue and the audit's sweep.
 OBJECT_FAULTS = frozenset({"lost", "poison", "delayed_notification"})
 MESSAGE_FAULTS = frozenset(
-    {"dlq_refused", "ledger_unavailable", "last_attempt_death", "large_non_ascii"}
+    {
+        "dlq_refused",
+        "ledger_unavailable",
+        "last_attempt_death",
+        "large_non_ascii",
+        "receives_spent",
+        "last_mark_unavailable",
+        "invalid_undelivered",
+    }
 )
+# Units whose row an execution leaves PROCESSING under its lock when it ends.
+LEFT_PROCESSING = frozenset({"last_attempt_death", "ledger_unavailable", "last_mark_unavailable"})
+# Units the processor refuses every time until the operator's fix (before the redrive).
+REFUSED_UNTIL_FIXED = frozenset({"dlq_refused", "last_mark_unavailable"})
 DEFAULT_RATES = {
     "lost": 0.01,
     "poison": 0.01,
@@ -72,6 +87,9 @@ DEFAULT_RATES = {
     "last_attempt_death": 0.01,
     "large_non_ascii": 0.01,
     "delayed_notification": 0.01,
+    "receives_spent": 0.01,
+    "last_mark_unavailable": 0.01,
+    "invalid_undelivered": 0.01,
 }
 INVARIANTS = (
     "every audit runs to its report",
@@ -81,7 +99,12 @@ INVARIANTS = (
     "no effect for poison",
     "no DLQ message for processed work",
     "a second audit resubmits nothing",
+    "the operator's redrive leaves only poison dead-lettered, the source DLQ empty",
+    "the work runs once unless a fault after its effect forced a rerun",
 )
+# The faults after which the work runs again by design (the sink keeps its effect single):
+# the effect is made, then the ledger cannot record it, or the execution dies.
+RERUN_FAULTS = frozenset({"ledger_unavailable", "last_attempt_death"})
 RESUBMITTED = ("missing_resubmitted", "failed_resubmitted", "stuck_released")
 AUDIT_KEYS = (
     "scanned",
@@ -110,9 +133,17 @@ class QueueChaosConfig:
     # stack's rule sends to the source queue (SqsBatchMode's path for S3), not by
     # classic notifications sent to the queue.
     s3_events: bool = False
+    # True: WorkflowType EXPRESS (the single-message processor, the audit's resubmissions).
+    express: bool = False
+    # True: S3 delivers the ingest bucket's Inventory report before every audit, which then
+    # walks the report (SelectWindow, AuditInventory) instead of listing the bucket.
+    inventory: bool = False
     concurrency: int = 8
     duplicate_rate: float = 0.05
     rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
+    # After the audits, the operator fixes what refused the dlq_refused units and redrives
+    # as operate.md says: the source DLQ back through the pipe, then the processor's DLQ.
+    redrive: bool = True
 
 
 @dataclass
@@ -121,7 +152,7 @@ class Unit:
 
     pk: str
     body: str  # the message body (every copy the same)
-    kind: str  # "object" or "message"
+    kind: str  # "object", "message" or "invalid" (no key can be made of it)
     processable: bool
     fault: str | None = None
     copies: int = 1  # sent together
@@ -132,8 +163,9 @@ class Unit:
 UNVERSIONED_BUCKET = "chaos-unversioned-uploads"
 
 
-def queue_parameters(batch: bool, versioned: bool = True) -> dict[str, str]:
-    """The template parameters of the run: the created source queue, orders keyed by orderId."""
+def queue_parameters(batch: bool, versioned: bool = True, express: bool = False) -> dict[str, str]:
+    """The template parameters of the run: the created source queue, orders keyed by orderId;
+    ``express``: the processor EXPRESS too (WorkflowType), which the audit resubmits into."""
     parameters = {
         "AuditRecentCutoffHours": "0",  # the audit judges uploads seconds old
         "SqsSource": "create",
@@ -144,9 +176,12 @@ def queue_parameters(batch: bool, versioned: bool = True) -> dict[str, str]:
     if batch:
         # The batch workflow is EXPRESS: the template's ExpressFitsInFiveMinutes rule
         # (its Process task retries once by itself: ProcessRetries).
-        # WorkflowType stays STANDARD: the audit resubmits into the single-message
-        # processor, whose executions DescribeExecution serves.
         parameters |= {"SqsBatchMode": "true", "ProcessorTimeoutSeconds": "40"}
+    if express:
+        # The same rule. The audit resubmits a message's row from its original_event
+        # (DescribeExecution serves no EXPRESS execution), and redrive finds an earlier
+        # start by the row's claims.
+        parameters |= {"WorkflowType": "EXPRESS", "ProcessorTimeoutSeconds": "40"}
     return parameters
 
 
@@ -175,6 +210,12 @@ class QueueInjector:
         self._lock = threading.Lock()
         # The DLQ's key policy is fixed before the audits: only the deliveries see it.
         self.dead_letter_refusals = True
+        # The operator's fix, before the redrive: the warehouse takes the dlq_refused units.
+        self.fixed = False
+        # Processor calls that did the work (returned), by idempotency key.
+        self.completed: Counter[str] = Counter()
+        # What an InvalidEvent's DLQ message is known by: its SQS message's body.
+        self.by_body = {u.body: u.pk for u in units.values() if u.kind == "invalid"}
         self._real = engine.runtime.load(
             engine.runtime.functions[engine.function_name("ProcessorFunction")]
         )
@@ -225,13 +266,25 @@ class QueueInjector:
                 "ProvisionedThroughputExceededException", "injected: Claim throttled"
             )
         values = request.get("ExpressionAttributeValues") or {}
+        owner = str(values.get(":owner", {}).get("S", ""))
+        # MarkFailed on the way to the DLQ (the last attempt): last_error, the row kept
+        # PROCESSING (no :failed), fenced on the owner
+        marking = {":last_error", ":owner"} <= set(values) and ":failed" not in values
+        if (
+            operation == "UpdateItem"
+            and marking
+            and self.first_owner(pk, "last_mark_unavailable", owner)
+        ):
+            return patches.dynamodb_error(
+                "ProvisionedThroughputExceededException",
+                "injected: MarkFailed on the last attempt throttled past its retries",
+            )
         if operation != "UpdateItem" or ":processed" not in values:
             return None
         if self.once(pk, "complete_throttle"):
             return patches.dynamodb_error(
                 "ProvisionedThroughputExceededException", "injected: MarkComplete throttled"
             )
-        owner = str(values.get(":owner", {}).get("S", ""))
         if self.first_owner(pk, "ledger_unavailable", owner):
             return patches.dynamodb_error(
                 "ProvisionedThroughputExceededException",
@@ -245,7 +298,12 @@ class QueueInjector:
         attributes = request.get("MessageAttributes") or {}
         pk = str(attributes.get("IDEMPOTENCY_KEY", {}).get("StringValue", ""))
         owner = str(attributes.get("EXECUTION_ARN", {}).get("StringValue", ""))
-        if self.first_owner(pk, "dlq_refused", owner):
+        if not pk:  # an InvalidEvent: no key, known by the message body it carries
+            pk = self.by_body.get(dead_letter_body(request.get("MessageBody")), "")
+            kind = "invalid_undelivered"
+        else:
+            kind = "dlq_refused"
+        if self.first_owner(pk, kind, owner):
             return patches.sqs_error(
                 "KmsAccessDenied", "injected: the DLQ's KMS key policy refuses SendMessage"
             )
@@ -259,18 +317,31 @@ class QueueInjector:
         fault = self._fault(pk)
         if self.once(pk, "transient"):
             raise TransientError(f"injected: a dependency timed out on {pk}")
-        if fault == "dlq_refused":
+        if fault in REFUSED_UNTIL_FIXED and not self.fixed:
             raise TransientError(f"injected: the warehouse refuses {pk}, every time")
+        if fault == "receives_spent" and self.batch and attempt == 1:
+            # Its first attempt fails (the task's own retry too) and the message stays; then
+            # the queue spends the rest of its receives on a pipe that cannot run it
+            # (QueueRun.spend_receives).
+            self.once(pk, "receives_spent")
+            raise TransientError(f"injected: the first attempt at {pk} fails")
         if fault == "large_non_ascii" and attempt == 1:
             raise TransientError(f"injected: the first attempt at {pk} fails")
         if fault == "last_attempt_death":
-            if attempt < self.max_attempts:
+            if attempt < self.max_attempts and not self.fixed:
                 raise TransientError(f"injected: attempt {attempt} at {pk} fails")
-            output = self._real(event, context)
+            output = self._run(event, context)
             if self.once(pk, "last_attempt_death"):
                 return self._die(event, output)
             return output
-        return self._real(event, context)
+        return self._run(event, context)
+
+    def _run(self, event: dict[str, Any], context: Any) -> Any:
+        """The real processor; a call that returns is counted: the unit's work was done."""
+        output = self._real(event, context)
+        with self._lock:
+            self.completed[str(event["workItem"].get("idempotencyKey", ""))] += 1
+        return output
 
     def _die(self, event: dict[str, Any], output: Any) -> Any:
         """The effect happened; then the execution dies, its lock left to expire."""
@@ -292,7 +363,7 @@ class QueueInjector:
 
     def _others_settle(self, lock_token: str, timeout: float = 30.0) -> None:
         """Wait until no other message of this batch execution holds a PROCESSING row
-        (but those that die alike, and wait alike)."""
+        (but those that die alike, and wait alike, and those a ledger outage leaves so)."""
         execution = lock_token.split("#", 1)[0]
         dynamodb = self.engine.client("dynamodb")
         deadline = time.monotonic() + timeout
@@ -305,7 +376,8 @@ class QueueInjector:
                 for item in page["Items"]
                 if item.get("status", {}).get("S") == "PROCESSING"
                 and item.get("lock_owner", {}).get("S", "").startswith(execution + "#")
-                and self._fault(item["pk"]["S"]) != "last_attempt_death"  # dying alike
+                # dying alike, or left PROCESSING by a ledger outage (LedgerUnavailable)
+                and self._fault(item["pk"]["S"]) not in LEFT_PROCESSING
             ]
             if not held:
                 time.sleep(0.2)  # their last write (a DLQ send after MarkFailed) lands
@@ -338,6 +410,7 @@ class QueueRun:
         self.rounds = 0
         self.sent = 0
         self.time_passed = 0
+        self.redriven: dict[str, int] | None = None  # what the operator's redrive did
 
     # -- deliveries ---------------------------------------------------------------
 
@@ -376,6 +449,47 @@ class QueueRun:
             self.rounds += 1
             for arn in self.engine.pump_pipes():
                 self._record(self.engine.wait(arn, timeout=600))
+
+    def spend_receives(self, timeout: float = 60.0) -> int:
+        """The pipe cannot run what the queue holds (at its maximum concurrency, throttled)
+        while SQS counts every receive (eb-pipes-error-troubleshooting.html); after
+        SourceQueueMaxReceiveCount receives the queue moves the messages to its DLQ. The
+        receives the pipe spends, played as receives that run nothing; how many."""
+        deadline = time.monotonic() + timeout
+        receives = 0
+        while self.waiting():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the source queue never moved its messages to its DLQ")
+            receives += len(
+                self.sqs.receive_message(
+                    QueueUrl=self.queue, MaxNumberOfMessages=10, VisibilityTimeout=0
+                ).get("Messages", [])
+            )
+        return receives
+
+    def operator_redrive(self) -> None:
+        """What operate.md asks of an operator once the alarms fired and the cause is
+        fixed: move the source DLQ's messages back through the pipe, then give the
+        processor DLQ's messages their second chance (each waited for, locally)."""
+        target = LocalTarget(self.engine)
+        source = ops.redrive(target, queue="source")
+        self.pump()
+        processor = ops.redrive(target)
+        self.engine.wait_for_running("ProcessorStateMachine")
+        # The DeadLetterFailed alarm fired too: restart the executions that could not
+        # dead-letter (ListExecutions serves no EXPRESS processor: there the sweep did it).
+        undelivered = None if self.config.express else ops.redrive_undelivered(target)
+        self.engine.wait_for_running("ProcessorStateMachine")
+        self.redriven = {
+            "source_moved_back": source.count("resubmitted"),
+            # of them, refused back by the queue (its largest size) and started directly
+            "source_started": sum(m.execution_arn is not None for m in source.messages),
+            "source_kept": len(source.messages) - source.count("resubmitted"),
+            "resubmitted": processor.count("resubmitted"),
+            "deleted_already_processed": processor.count("deleted"),
+            "kept": processor.count("kept") + processor.count("left"),
+            "undelivered_restarted": undelivered.count("resubmitted") if undelivered else 0,
+        }
 
     def _record(self, result: ExecutionResult) -> None:
         self.executions += 1
@@ -435,6 +549,8 @@ class QueueRun:
     def audit(self, audits: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The audit, after every lock expired; None if it did not reach its report."""
         self.pass_time(self.lock_timeout + 3600)
+        if self.config.inventory:
+            self.engine.deliver_inventory()  # the day's report, as S3 delivers it
         try:
             report = ops.run_audit(LocalTarget(self.engine))
         except ops.OpsError as exc:
@@ -443,6 +559,8 @@ class QueueRun:
             self.engine.wait_for_running("ProcessorStateMachine")
             return None
         audits.append({k: report.get(k, 0) for k in AUDIT_KEYS})
+        if self.config.inventory and report.get("source") != "inventory":
+            audits[-1]["error"] = f"walked the {report.get('source')}, not the inventory report"
         return report
 
 
@@ -479,11 +597,20 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
     planned = sum(max(1, round(r * config.units)) for r in config.rates.values() if r > 0)
     if planned > config.units:
         raise ValueError(f"the faults need {planned} units of work; give at least that many")
+    if config.inventory and not config.versioned:
+        raise ValueError("--inventory: the stack configures S3 Inventory on its own bucket only")
+    if (not config.redrive or (config.express and not config.batch)) and config.rates.get(
+        "invalid_undelivered", 0
+    ) > 0:
+        # Without a batch only the operator's redrive --undelivered ever sends it, and it
+        # lists no EXPRESS execution: a known limit (operate.md, "Locally, and under
+        # EXPRESS": such an event is then only in the processor's logs), not planned.
+        config.rates = {**config.rates, "invalid_undelivered": 0.0}
     if config.s3_events and not config.batch:
         raise ValueError("S3's events reach the source queue only in the batch mode (--batch)")
     rng = random.Random(config.seed)
     with LocalEngine(
-        parameters=queue_parameters(config.batch, config.versioned),
+        parameters=queue_parameters(config.batch, config.versioned, config.express),
         function_log=io.StringIO(),
         function_log_level="WARNING",
     ) as engine:
@@ -496,6 +623,8 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         injector.fired["lost"] = sum(u.fault == "lost" for u in units)
         injector.fired["poison"] = sum(u.fault == "poison" for u in units)
         injector.fired["large_non_ascii"] = sum(u.fault == "large_non_ascii" for u in units)
+        if not config.batch:  # (the batch mode counts its failed first attempt)
+            injector.fired["receives_spent"] = sum(u.fault == "receives_spent" for u in units)
 
         engine.state.requests.clear()
         audits: list[dict[str, Any]] = []
@@ -526,10 +655,19 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
                         progress.write("auditing  past the audit's wait for a late event\n")
                     run.audit(audits)
                 again = run.audit(audits)
+                if config.redrive:
+                    injector.fixed = True
+                    for unit in units:  # what refused them is fixed: they can succeed now
+                        unit.processable |= unit.fault in REFUSED_UNTIL_FIXED
+                    if progress is not None:
+                        progress.write("redriving the source DLQ, then the processor's DLQ\n")
+                    run.operator_redrive()
+                    after = run.audit(audits)
+                    again = _sum_resubmitted(again, after)
         finally:
             engine.state.faults.remove(injector.service)
         run.pass_time(run.lock_timeout + 3600)
-        report = _judge(run, units, objects, audits, again)
+        report = _judge(run, units, objects, audits, again, injector.completed)
 
     report.update(
         {
@@ -541,6 +679,47 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         }
     )
     return report
+
+
+def dead_letter_body(text: Any) -> str:
+    """The SQS message body a processor DLQ message carries (its event, the pipe's array of
+    one record); "" when it carries none."""
+    try:
+        event = json.loads(text).get("event")
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    record = event[0] if isinstance(event, list) and event else None
+    return str(record.get("body", "")) if isinstance(record, dict) else ""
+
+
+# The template's default CustomEventSource and a detail-type its rule passes.
+CUSTOM_EVENT_SOURCE = "onceflow.work"
+
+
+def custom_event(order: str, quantity: int) -> dict[str, Any]:
+    """The configured custom event on the default bus, as EventBridge delivers it: its id
+    (the key: CustomEventKeyPath is empty) the same for every copy of it."""
+    return {
+        "version": "0",
+        "id": hashlib.sha256(order.encode()).hexdigest(),
+        "detail-type": "Work",
+        "source": CUSTOM_EVENT_SOURCE,
+        "account": ACCOUNT_ID,
+        "time": "2026-11-21T10:00:00Z",
+        "region": "us-east-1",
+        "resources": [],
+        "detail": {"orderId": order, "quantity": quantity},
+    }
+
+
+def _sum_resubmitted(
+    before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The resubmissions of the audit before the operator's redrive and of the one after,
+    together: neither may find anything (None: one did not reach its report)."""
+    if before is None or after is None:
+        return None
+    return {k: int(before.get(k, 0)) + int(after.get(k, 0)) for k in RESUBMITTED}
 
 
 def _units(
@@ -585,22 +764,45 @@ def _units(
             else:
                 body = json.dumps(notification)
             unit = Unit(pk, body, "object", processable=not poison, fault=fault, event=event)
-        elif fault == "large_non_ascii":
+        elif fault == "invalid_undelivered":
+            # A body that is no JSON, which IdempotencyKeyPath reads the key from: an
+            # InvalidEvent, whose DLQ message the DLQ refuses to its first execution
+            # (DeadLetterFailed); no row: one message per execution, only `redrive
+            # --undelivered` starts it again
+            body = f"not json: order {n:05d}"
+            unit = Unit(f"invalid:{n:05d}", body, "invalid", processable=False, fault=fault)
+        elif fault == "large_non_ascii" or (fault == "receives_spent" and n % 2 == 0):
+            # (Every other unit whose receives are spent is as large: the queue takes it, but
+            # not back with redrive's ONCEFLOW_MESSAGE_ID, which SQS counts in the size.)
             order = f"commande-{n:05d}-déjà-vu-😀"
             body = large_non_ascii_body(order, run.max_message_bytes)
             unit = Unit(f"sqs:{order}", body, "message", processable=True, fault=fault)
+        elif config.s3_events and fault not in ("receives_spent",) and rng.random() < 0.5:
+            # The configured custom event: the rule sends it to the queue too, keyed by its
+            # id (CustomEventKeyPath empty); copies are the same event delivered again.
+            order = f"work-{n:05d}"
+            event = custom_event(order, rng.randint(1, 9))
+            body = json.dumps(event, ensure_ascii=False)
+            refused = fault in REFUSED_UNTIL_FIXED
+            pk = f"event:{CUSTOM_EVENT_SOURCE}:{event['id']}"
+            unit = Unit(pk, body, "message", not refused, fault, event=event)
         else:
             order = f"order-{n:05d}"
             body = json.dumps({"orderId": order, "quantity": rng.randint(1, 9)})
             # A unit the processor refuses every time can only end dead-lettered.
-            unit = Unit(f"sqs:{order}", body, "message", fault != "dlq_refused", fault)
+            refused = fault in REFUSED_UNTIL_FIXED
+            unit = Unit(f"sqs:{order}", body, "message", not refused, fault)
         if fault in ("lost", "delayed_notification"):
             unit.copies = 0
-        elif rng.random() < config.duplicate_rate and fault != "large_non_ascii":
+        elif rng.random() < config.duplicate_rate and fault not in (
+            "large_non_ascii",
+            "invalid_undelivered",
+        ):
             # (Not the large one: no second copy may reclaim it before the queue, or the
-            # audit's sweep resubmitting its input, brings it back.)
+            # audit's sweep resubmitting its input, brings it back. Nor an invalid event:
+            # no row is made of it, so each copy is dead-lettered apart.)
             unit.copies = rng.choice((2, 2, 3))
-        if not config.batch and fault in ("dlq_refused", "last_attempt_death"):
+        if not config.batch and fault in {*REFUSED_UNTIL_FIXED, "last_attempt_death"}:
             # One message per execution: nothing brings a failed message back but the
             # audit, so the producer sends it again, once per attempt.
             unit.copies, unit.waves = 1, run.max_attempts
@@ -611,7 +813,19 @@ def _units(
 
 
 def _deliver(run: QueueRun, units: list[Unit], rng: random.Random, progress: TextIO | None) -> None:
-    """Every copy into the queue, shuffled; the pipe reads them (waves one after another)."""
+    """Every copy into the queue, shuffled; the pipe reads them (waves one after another).
+    First the units whose receives the pipe spends: sent alone, (batch) run once and
+    failed, then moved to the source DLQ by receives that run nothing."""
+    spent = [u for u in units if u.fault == "receives_spent" for _ in range(u.copies)]
+    if spent:
+        for unit in spent:
+            run.send(unit)
+        if run.config.batch:
+            run.rounds += 1
+            for arn in run.engine.pump_pipes():
+                run._record(run.engine.wait(arn, timeout=600))
+        run.spend_receives()
+        units = [u for u in units if u.fault != "receives_spent"]
     waves = max((u.waves for u in units), default=1)
     for wave in range(waves):
         sending = [u for u in units if wave < u.waves for _ in range(u.copies if not wave else 1)]
@@ -641,12 +855,16 @@ def _judge(
     objects: dict[str, DemoObject],
     audits: list[dict[str, Any]],
     again: dict[str, Any] | None,
+    completed: Counter[str] | None = None,
 ) -> dict[str, Any]:
-    """The invariants, unit by unit, over the ledger, both DLQs, the queue and S3's log."""
+    """The invariants, unit by unit, over the ledger, both DLQs, the queue and S3's log, and
+    the processor calls that did the work (``completed``, by idempotency key)."""
     engine = run.engine
     effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
     dlq = Counter(
         m.get("MessageAttributes", {}).get("IDEMPOTENCY_KEY", {}).get("StringValue")
+        # an InvalidEvent has no key: known by the body of the message it carries
+        or run.by_body.get(dead_letter_body(m.get("Body")), "?")
         for m in drain(engine, engine.ref("DeadLetterQueue"))
     )
     source_dlq = Counter(
@@ -688,6 +906,9 @@ def _judge(
     unit_dlq: Counter[str] = Counter()
     for pk, n in dlq.items():
         unit_dlq[unit_of(str(pk))] += n
+    unit_runs: Counter[str] = Counter()
+    for pk, n in (completed or Counter()).items():
+        unit_runs[unit_of(pk)] += n
     histogram: Counter[int] = Counter()
     for unit in units:
         own = unit_rows.get(unit.pk, [])
@@ -697,7 +918,10 @@ def _judge(
         histogram[n_effects] += 1
         processed = "PROCESSED" in statuses
         dead_lettered = any("dead_lettered_at" in r for r in own) or (not processed and n_dlq > 0)
-        if not own:
+        if unit.kind == "invalid":
+            if own:
+                violated(INVARIANTS[1], unit, "a ledger row for an event no key is made of")
+        elif not own:
             violated(INVARIANTS[1], unit, "no ledger row: nothing did the work or found it")
         for row in own:
             attempts = f"attempts {row.get('attempts')}/{run.max_attempts}"
@@ -725,6 +949,12 @@ def _judge(
             violated(INVARIANTS[3], unit, detail)
         if processed and n_dlq:
             violated(INVARIANTS[5], unit, f"{n_dlq} DLQ message(s)")
+        if completed is not None and unit_runs[unit.pk] > 1 and unit.fault not in RERUN_FAULTS:
+            violated(INVARIANTS[8], unit, f"{unit_runs[unit.pk]} processor calls did the work")
+        if run.redriven is not None and (n_source or (unit.processable and not processed)):
+            # (nor is anything left in the source DLQ, its alarm firing for nothing)
+            detail = f"row {status}, {n_dlq} DLQ message(s), {n_source} in the source DLQ"
+            violated(INVARIANTS[7], unit, detail)
     for pk, n in unit_dlq.items():
         if pk not in known:
             violated(INVARIANTS[2], pk, f"{n} DLQ message(s) for no unit of work")
@@ -735,11 +965,14 @@ def _judge(
     return {
         "source": "sqs",
         "mode": ("batch" if run.config.batch else "one message per execution")
-        + (", S3's events through the queue" if run.config.s3_events else ""),
+        + (", S3's events through the queue" if run.config.s3_events else "")
+        + (", the processor EXPRESS" if run.config.express else "")
+        + (", the audit from S3 Inventory" if run.config.inventory else ""),
         "bucket": "versioned" if run.config.versioned else "unversioned (ExistingBucketName)",
         "units": len(units),
         "objects": len(objects),
         "messages": len(units) - len(objects),
+        "custom_events": sum(u.pk.startswith("event:") for u in units),
         "poison_units": sum(not u.processable for u in units),
         "messages_sent": run.sent,
         "pipe_executions": run.executions,
@@ -748,6 +981,7 @@ def _judge(
         "seconds_passed": run.time_passed,
         "outcomes": dict(sorted(run.outcomes.items())),
         "audits": audits,
+        "redrive": run.redriven,
         "second_audit_resubmitted": resubmitted_again,
         "effects_histogram": {str(n): c for n, c in sorted(histogram.items())},
         "dead_letter_messages": sum(dlq.values()),
@@ -765,7 +999,8 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"onceflow chaos: report (source sqs, {report['mode']}, {report['bucket']} bucket)",
         f"  seed {report['seed']}, units of work {report['units']} ({report['objects']} "
-        f"uploads, {report['messages']} messages; {report['poison_units']} poison)",
+        f"uploads, {report['messages']} messages, of them {report.get('custom_events', 0)} "
+        f"custom events; {report['poison_units']} poison)",
         "  faults injected   "
         + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in report["faults_injected"].items()),
         f"  messages sent     {report['messages_sent']}, pipe executions "
@@ -781,6 +1016,11 @@ def render(report: dict[str, Any]) -> str:
                 f"  audit {number}           "
                 + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in audit.items())
             )
+    if report.get("redrive") is not None:
+        lines.append(
+            "  operator redrive  "
+            + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in report["redrive"].items())
+        )
     lines += [
         "  effects per unit  "
         + ", ".join(f"{n}: {c}" for n, c in report["effects_histogram"].items()),

@@ -205,8 +205,8 @@ def effects_by_idempotency_key(engine: LocalEngine, output_bucket: str) -> Count
     created = engine.successful_puts(output_bucket)
     effects: Counter[str] = Counter()
     for key, count in created.items():
-        if key.startswith("reports/"):
-            continue  # the audit's reports, not effects of the work
+        if key.startswith(("reports/", "inventory/")):
+            continue  # the audit's reports and S3 Inventory's, not effects of the work
         metadata = s3.head_object(Bucket=output_bucket, Key=key)["Metadata"]
         effects[unquote(metadata["idempotency-key"])] += count
     return effects

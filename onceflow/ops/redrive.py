@@ -3,6 +3,7 @@ that could not dead-letter (--undelivered): a deliberate second chance."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import hashlib
 import json
@@ -521,7 +522,9 @@ def redrive(
             for message in batch[:wanted]:
                 seen.add(message["MessageId"])
                 if back:
-                    outcome = _move_back(sqs, url, back, message, dry_run, memory, audit_wait)
+                    outcome = _move_back(
+                        sqs, sfn, processor, url, back, message, dry_run, memory, audit_wait
+                    )
                 else:
                     outcome = _redrive_one(
                         target, sqs, sfn, url, processor, message, dry_run, raw, memory,
@@ -711,6 +714,8 @@ ORIGINAL_ID = "ONCEFLOW_MESSAGE_ID"
 
 def _move_back(
     sqs: Any,
+    sfn: Any,
+    processor: str,
     url: str,
     source: str,
     message: dict[str, Any],
@@ -721,6 +726,13 @@ def _move_back(
     """A message of the source queue's DLQ, sent back to the source queue as it was (body
     and message attributes) with ONCEFLOW_MESSAGE_ID added, then deleted from the DLQ:
     never both gone, at worst both there (a copy the ledger makes a duplicate).
+
+    A copy SQS refuses for what it holds (InvalidParameterValue: the added attribute
+    takes a message the queue took at its MaximumMessageSize over it, SQS counting every
+    part of an attribute in the size, or makes an 11th attribute) would leave the message
+    in the DLQ until it expires, and a message that never claimed a row is found by no
+    audit: the processor is started with it instead (_start_as_piped), as the pipe would
+    hand over the copy, the same unit of work.
 
     The copy gets a new MessageId, so a message keyed by its messageId (IdempotencyKeyPath
     empty) would be new work, processed again; the attribute carries the first one, and
@@ -756,16 +768,87 @@ def _move_back(
     try:
         sent = sqs.send_message(QueueUrl=source, MessageBody=body, MessageAttributes=attributes)
     except ClientError as exc:
+        if error_code(exc) not in _COPY_REFUSED:
+            return Redriven(message_id, None, "kept", f"the source queue refused it: {exc}")
         # e.g. a message with SQS's maximum of 10 attributes of its own has no room for
         # ONCEFLOW_MESSAGE_ID ("Each message can have up to 10 attributes":
-        # sqs-message-metadata.html): it stays, rather than come back as new work
-        return Redriven(message_id, None, "kept", f"the source queue refused it: {exc}")
+        # sqs-message-metadata.html), nor one the queue took at its largest ("All parts of
+        # the message attribute, including Name, Type, and Value, are part of the message
+        # size restriction": MessageAttributeValue, SQS API reference)
+        return _start_as_piped(sqs, sfn, processor, url, message, attributes, exc)
     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
     return Redriven(
         message_id,
         None,
         "resubmitted",
         f"back to the source queue as {sent['MessageId']}; the pipe delivers it again",
+    )
+
+
+# SendMessage's refusal of what a message holds (its size, its attributes): a copy with
+# ONCEFLOW_MESSAGE_ID is refused again on every run (SendMessage, SQS API reference). AWS
+# answers a message too long with InvalidParameterValue, "Message must be shorter than N
+# bytes" (as users quote it: datacite/lupo#104, inferablehq/inferable#306); the code of
+# the 11th attribute's refusal is not verified (its text: aws/aws-sdk-js#2876).
+_COPY_REFUSED = frozenset({"InvalidParameterValue", "InvalidMessageContents"})
+
+
+def _start_as_piped(
+    sqs: Any,
+    sfn: Any,
+    processor: str,
+    url: str,
+    message: dict[str, Any],
+    attributes: dict[str, dict[str, Any]],
+    refusal: ClientError,
+) -> Redriven:
+    """Start the processor state machine with a source DLQ message the source queue will not
+    take back, as the pipe would hand over the copy redrive tried to send: a one-record
+    array (the fields Claim reads, which the row's original_event keeps) with the message's
+    own attributes and ONCEFLOW_MESSAGE_ID, so it keys the same row as its first delivery
+    and is judged by the same rules (a producer's ONCEFLOW_MESSAGE_ID that is no String is
+    an InvalidEvent either way). The processor exists in every mode and is what the audit
+    resubmits such rows to. Started under redrive_name (a STANDARD processor refuses the
+    name a second time; under EXPRESS a second run is a Duplicate in the ledger), then the
+    message is deleted."""
+    message_id = message["MessageId"]
+    record = {
+        "messageId": message_id,
+        "eventSource": "aws:sqs",
+        "body": message.get("Body", ""),
+        "messageAttributes": {
+            name: {
+                **(
+                    {"binaryValue": base64.b64encode(value["BinaryValue"]).decode()}
+                    if "BinaryValue" in value
+                    else {"stringValue": value.get("StringValue")}
+                ),
+                "stringListValues": [],
+                "binaryListValues": [],
+                "dataType": value["DataType"],
+            }
+            for name, value in attributes.items()
+        },
+    }
+    first = attributes[ORIGINAL_ID].get("StringValue", message_id)
+    name = redrive_name(message_id)
+    arn = f"{processor.replace(':stateMachine:', ':execution:')}:{name}"
+    why = f"the source queue refused it back ({error_code(refusal)}: {refusal})"
+    try:
+        arn = sfn.start_execution(
+            stateMachineArn=processor, name=name, input=execution_text([record])
+        )["executionArn"]
+    except ClientError as exc:
+        if error_code(exc) != "ExecutionAlreadyExists":
+            return Redriven(message_id, None, "kept", f"{why}, and the processor too: {exc}")
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    return Redriven(
+        message_id,
+        None,
+        "resubmitted",
+        f"{why}: the processor was started with it as the pipe hands it over, "
+        f"{ORIGINAL_ID} {first}",
+        execution_arn=arn,
     )
 
 

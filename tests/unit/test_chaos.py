@@ -47,6 +47,19 @@ def test_a_100_object_run_injects_every_fault_and_holds_every_invariant(
     assert "duplicate gaps    min 0.0" in text
 
 
+def test_a_run_whose_audits_walk_an_s3_inventory_report_holds_every_invariant(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The audit's inventory path (SelectWindow, AuditInventory) under the same faults: a
+    # report delivered before each audit, which walks it instead of listing the bucket.
+    code = main(["chaos", "--objects", "60", "--seed", "11", "--inventory", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["violations"] == []
+    assert report["audit"]["missing_resubmitted"] == report["faults_injected"]["lost"] >= 1
+    assert report["audit"]["stuck_released"] == report["faults_injected"]["crash_after_effect"]
+    assert report["second_audit_resubmitted"] == 0
+
+
 def test_the_checker_names_every_broken_invariant(engine: LocalEngine) -> None:
     bucket = engine.ref("IngestBucket")
     s3 = engine.client("s3")

@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -39,6 +40,10 @@ MODES = {
     # SqsBatchMode's path for S3: uploads announced by EventBridge events the rule sends
     "s3-batch": ["--source", "s3", "--batch"],
     "s3-batch-unversioned": ["--source", "s3", "--batch", "--unversioned"],
+    # WorkflowType EXPRESS: the audit and redrive start an EXPRESS processor
+    "batch-express": ["--batch", "--express"],
+    # S3's events through the queue, the audit walking an S3 Inventory report
+    "s3-batch-inventory": ["--source", "s3", "--batch", "--inventory"],
 }
 
 
@@ -70,12 +75,16 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
         "single": "one message per execution",
         "unversioned": "one message per execution",
         "batch": "batch",
+        "batch-express": "batch, the processor EXPRESS",
+        "s3-batch-inventory": "batch, S3's events through the queue, the audit from S3 Inventory",
     }.get(mode, "batch, S3's events through the queue")
     unversioned = mode.endswith("unversioned")
     assert report["bucket"].startswith("unversioned" if unversioned else "versioned")
     for kind in (*FAULT_KINDS, "duplicate_delivery"):
         assert report["faults_injected"][kind] >= 1, kind
     assert report["units"] == UNITS == report["objects"] + report["messages"]
+    # S3's events through the queue: custom events (the rule's other source) go there too
+    assert (report["custom_events"] >= 1) == mode.startswith("s3-batch")
     # Judged per unit of work: every finding names a unit (or an audit), never a batch.
     for violation in report["violations"]:
         assert violation["key"].startswith(("sqs:", "s3://", "audit ")), violation
@@ -87,7 +96,9 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
         assert report["pipe_executions"] < report["messages_sent"] <= outcomes
         assert report["failed_batches"] >= 1  # the last-attempt death fails its whole batch
     else:
-        assert outcomes == report["pipe_executions"] == report["messages_sent"]
+        # (a message the source queue would not take back was started by redrive directly)
+        started = report["redrive"]["source_started"]
+        assert outcomes == report["pipe_executions"] == report["messages_sent"] - started
         assert report["outcomes"]["ABORTED"] == 1  # the processor execution stopped
         # The large non-ASCII order failed once and nothing else brings it back: the
         # audit's sweep resubmitted it from its execution's input
@@ -194,7 +205,51 @@ def test_the_checker_names_every_unit_left_outside_a_named_end_state() -> None:
     }
     assert report["source_dead_letter_messages"] == 1
     held = {i["name"] for i in report["invariants"] if not i["violations"]}
-    assert held == {"no effect for poison", "a second audit resubmits nothing"}
+    # (no redrive ran, and no processor call was counted: nothing to judge there)
+    assert held == {
+        "no effect for poison",
+        "a second audit resubmits nothing",
+        "the operator's redrive leaves only poison dead-lettered, the source DLQ empty",
+        "the work runs once unless a fault after its effect forced a rerun",
+    }
+
+
+def test_the_checker_names_work_run_twice_and_what_the_operators_redrive_left() -> None:
+    parameters = queue_parameters(batch=True)
+    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        dynamodb = engine.client("dynamodb")
+        table = engine.ref("LedgerTable")
+
+        def unit(name: str, fault: str | None = None, processable: bool = True) -> Unit:
+            body = json.dumps({"orderId": name})
+            run.by_body[body] = f"sqs:{name}"
+            return Unit(f"sqs:{name}", body, "message", processable, fault)
+
+        units = [unit("twice"), unit("rerun", "ledger_unavailable"), unit("left"), unit("failed")]
+        for name, status in (("twice", "PROCESSED"), ("rerun", "PROCESSED"),
+                             ("left", "PROCESSED"), ("failed", "FAILED")):  # fmt: skip
+            item = {"pk": {"S": f"sqs:{name}"}, "status": {"S": status}, "open_status": {"S": "x"}}
+            dynamodb.put_item(TableName=table, Item=item)
+        # GIVEN work a duplicate ran twice, work a ledger outage after its effect ran twice,
+        # a processed unit whose message the redrive left in the source DLQ, and a unit the
+        # redrive left FAILED (open for the sweep, but not done)
+        engine.client("sqs").send_message(
+            QueueUrl=engine.ref("SourceDeadLetterQueue"), MessageBody=units[2].body
+        )
+        run.redriven = {"source_moved_back": 0}
+        completed = Counter({"sqs:twice": 2, "sqs:rerun": 2, "sqs:left": 1})
+        # WHEN the checker judges them
+        report = _judge(run, units, {}, [{"scanned": 0}], None, completed)
+    # THEN only the unfaulted rerun, the left message and the unfinished unit are named
+    found = {(v["invariant"], v["key"]) for v in report["violations"]}
+    assert {f for f in found if f[0] in INVARIANTS[7:]} == {
+        ("the work runs once unless a fault after its effect forced a rerun", "sqs:twice"),
+        ("the operator's redrive leaves only poison dead-lettered, the source DLQ empty",
+         "sqs:left"),
+        ("the operator's redrive leaves only poison dead-lettered, the source DLQ empty",
+         "sqs:failed"),
+    }  # fmt: skip
 
 
 # ---- the command line -----------------------------------------------------------------
@@ -204,10 +259,12 @@ def test_the_checker_names_every_unit_left_outside_a_named_end_state() -> None:
     ("flags", "refusal"),
     [
         (["--unversioned"], "--unversioned is a mode of the source queue"),
+        (["--express"], "--express is a mode of the source queue"),
+        (["--source", "sqs", "--unversioned", "--inventory"], "on its own bucket only"),
         (["--batch", "--lock-expiry-rate", "0.1"], "not a fault of --source s3 --batch"),
         (["--source", "sqs", "--lock-expiry-rate", "0.1"], "not a fault of --source sqs"),
         (["--dlq-refused-rate", "0.1"], "not a fault of --source s3"),
-        (["--source", "sqs", "--objects", "3"], "the faults need 10 units of work"),
+        (["--source", "sqs", "--objects", "3"], "the faults need 13 units of work"),
     ],
 )
 def test_the_command_refuses_what_the_source_cannot_do(flags: list[str], refusal: str) -> None:

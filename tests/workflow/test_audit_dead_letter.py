@@ -27,6 +27,7 @@ from tests.helpers import (
     attributes,
     audit_engine,
     dlq_messages,
+    expire_lock,
     idempotency_key,
     ledger_row,
     load_event,
@@ -35,6 +36,7 @@ from tests.helpers import (
     s3_event,
     upload,
 )
+from tests.workflow.test_failure_paths import failing, throttled
 
 
 def _dlq_refuses(service: str, operation: str, body: str) -> Any:
@@ -121,6 +123,53 @@ def test_a_failed_row_at_max_attempts_that_could_not_be_dead_lettered_is_by_the_
     (moved,) = ops.redrive(LocalTarget(audited)).messages
     assert moved.idempotency_key == pk and moved.outcome == "SUCCEEDED"
     assert output_effects(audited) == 1 and dlq_messages(audited) == []
+
+
+def test_a_row_the_audit_took_and_could_neither_send_nor_give_back_is_the_next_audits(
+    audited: LocalEngine,
+) -> None:
+    """docs/audit.md, "The sweep dead-letters under its own lock": should the give-back
+    fail too, the row stays PROCESSING under the audit's lock, and once that has expired
+    the next sweep finds it stuck. Both failures injected for real: the DLQ refusing
+    SendMessage (its KMS key), the ledger throttling the give-back past the SDK's retries."""
+    # GIVEN an object that failed MaxAttempts times, its last DLQ send refused
+    version = upload(audited, "taken.png")
+    pk = idempotency_key(audited, "taken.png", version)
+    event = s3_event(audited, "taken.png", version)
+    with audited.override_function(FUNCTION, always(TransientError)):
+        for _ in range(2):
+            audited.execute(MACHINE, event)
+        with dlq_refusing(audited):
+            assert audited.execute(MACHINE, event).error == "DeadLetterFailed"
+    # WHEN the audit takes the row to dead-letter it, the DLQ still refuses, and the ledger
+    # refuses the give-back (every retry)
+    with (
+        dlq_refusing(audited),
+        failing(audited, "dynamodb", "UpdateItem", throttled(), when="#status = :status"),
+    ):
+        first = run_audit(audited).output
+    # THEN nothing was sent and nothing says dead-lettered: the row is PROCESSING under the
+    # audit's own lock, still open work, and the audit says it could not finish it
+    assert dlq_messages(audited) == []
+    held = ledger_row(audited, pk) or {}
+    assert held["status"] == "PROCESSING" and "dead_lettered_at" not in held
+    assert held["open_status"].startswith("PROCESSING")
+    assert held["lock_owner"] != "" and ":execution:" not in held["lock_owner"]
+    assert first["resubmit_errors"] >= 1 and first["failed_dead_lettered"] == 0
+    # AND a batch-mode delivery, or an audit, cannot take it while that lock lives
+    assert run_audit(audited).output["stuck_dead_lettered"] == 0
+    assert dlq_messages(audited) == []
+    # WHEN that lock has expired (the audit's invocation died long ago) and the next audit runs
+    expire_lock(audited, pk)
+    report = run_audit(audited).output
+    # THEN it is dead-lettered once, as stuck work at MaxAttempts, and found no more
+    assert report["stuck_dead_lettered"] == 1
+    [message] = dlq_messages(audited)
+    assert attributes(message)["IDEMPOTENCY_KEY"] == pk
+    assert attributes(message)["ERROR_CODE"] == "LockExpired"
+    assert "dead_lettered_at" in (ledger_row(audited, pk) or {})
+    assert run_audit(audited).output["stuck_dead_lettered"] == 0
+    assert len(dlq_messages(audited)) == 1 and output_effects(audited) == 0
 
 
 def test_a_message_that_failed_permanently_and_could_not_be_dead_lettered() -> None:

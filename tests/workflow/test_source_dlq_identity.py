@@ -21,6 +21,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from onceflow import ops
+from onceflow.harness.chaos_queue import large_non_ascii_body
 from onceflow.local import executions
 from onceflow.local.engine import DEFAULT_TEMPLATE, LocalEngine
 from onceflow.local.target import LocalTarget
@@ -165,7 +166,19 @@ def test_a_message_moved_twice_keeps_its_first_id(batch_engine: LocalEngine) -> 
     assert queued(engine) == {} and queued(engine, SOURCE_DLQ) == {}
 
 
-def test_a_message_with_no_room_for_the_attribute_stays_in_the_dlq(
+def _spend_receives(engine: LocalEngine) -> None:
+    """The pipe cannot run what the queue holds (at its maximum concurrency, throttled) while
+    SQS counts every receive (eb-pipes-error-troubleshooting.html): receives that run
+    nothing, until the queue's redrive policy moves the messages to its DLQ."""
+    sqs, url = engine.client("sqs"), engine.ref("SourceQueue")
+    for _ in range(20):
+        if not queued(engine):
+            return
+        sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)
+    raise AssertionError("the source queue never moved its messages to its DLQ")
+
+
+def test_a_message_with_no_room_for_the_attribute_is_started_under_its_first_id(
     batch_engine: LocalEngine,
 ) -> None:
     engine = batch_engine
@@ -180,16 +193,58 @@ def test_a_message_with_no_room_for_the_attribute_stays_in_the_dlq(
     with failing(engine, "dynamodb", "UpdateItem", throttled(), when="completed_at"):
         engine.pump_pipes()
     _exhaust_receives(engine)
-    # WHEN redrive moves it back with ONCEFLOW_MESSAGE_ID: an 11th attribute, which SQS
+    # WHEN redrive moves it back: ONCEFLOW_MESSAGE_ID would be an 11th attribute, which SQS
     # refuses ("Each message can have up to 10 attributes", sqs-message-metadata.html)
     report = ops.redrive(LocalTarget(engine), queue="source")
-    # THEN it is kept in the source DLQ, saying why: never sent back without its identity
-    [kept] = report.messages
-    assert kept.action == "kept" and "exceeds the allowed maximum" in kept.detail
-    assert list(queued(engine, SOURCE_DLQ).values()) == ["order-full"]
-    assert queued(engine) == {}
+    # THEN it is not kept in the DLQ to expire there: the processor is started with the
+    # message as the pipe hands it, under its first id, so it is the same unit of work
+    # (a Duplicate of the row the outage left, under its live lock)
+    [moved] = report.messages
+    assert moved.action == "resubmitted", moved.detail
+    assert "exceeds the allowed maximum" in moved.detail
+    assert queued(engine, SOURCE_DLQ) == {} and queued(engine) == {}
+    assert moved.outcome == "SUCCEEDED"
     assert [r["pk"] for r in ledger_rows(engine)] == [f"sqs:{message}"]
     assert invocations(engine) == 1
+    # AND once the dead execution's lock expires, the audit's sweep finishes the one row
+    expire_lock(engine, f"sqs:{message}")
+    assert run_audit(engine).output["stuck_released"] == 1
+    assert (ledger_row(engine, f"sqs:{message}") or {})["status"] == "PROCESSED"
+    assert output_effects(engine) == 1 and dlq_messages(engine) == []
+
+
+def test_a_message_the_queue_took_at_its_largest_comes_back_from_the_source_dlq() -> None:
+    """SQS counts every part of a message attribute (name, type, value) in the message's
+    size (MessageAttributeValue, SQS API reference): a message the producer sent at the
+    queue's MaximumMessageSize has no room for ONCEFLOW_MESSAGE_ID when it is moved back."""
+    with _engine(**BATCH_PARAMETERS) as engine:  # keyed by the body's orderId
+        sqs, url = engine.client("sqs"), engine.ref("SourceQueue")
+        most = int(
+            sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])[
+                "Attributes"
+            ]["MaximumMessageSize"]
+        )
+        # GIVEN an order of the queue's largest size, never run: the pipe could not take it
+        # (throttled) while its receives ran out, so the queue moved it to its DLQ
+        body = large_non_ascii_body("order-largest", most)
+        assert most - 3 <= len(body.encode()) <= most
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+        _spend_receives(engine)
+        assert list(queued(engine, SOURCE_DLQ).values()) == ["order-largest"]
+        assert ledger_rows(engine) == []  # no row: no audit can find it
+        # WHEN the operator redrives the source DLQ
+        report = ops.redrive(LocalTarget(engine), queue="source")
+        for arn in engine.pump_pipes():
+            engine.wait(arn)
+        # THEN its work is done once, and nothing is left in either queue
+        [moved] = report.messages
+        assert moved.action == "resubmitted", moved.detail
+        assert queued(engine, SOURCE_DLQ) == {} and queued(engine) == {}
+        assert [(r["pk"], r["status"]) for r in ledger_rows(engine)] == [
+            ("sqs:order-largest", "PROCESSED")
+        ]
+        assert invocations(engine) == 1 and output_effects(engine) == 1
+        assert dlq_messages(engine) == []
 
 
 def _response_lost(monkeypatch: pytest.MonkeyPatch, engine: LocalEngine) -> None:
