@@ -581,6 +581,24 @@ def _wait_for_outcomes(target: Target, report: RedriveReport, wait: bool | None)
                 item.outcome = "EXPRESS: see the processor's log group"
                 continue
             item.outcome = ended["status"] + (f" ({ended['error']})" if ended.get("error") else "")
+            if ended["status"] == "SUCCEEDED" and (what := _succeeded_as(ended.get("output"))):
+                item.outcome += f" ({what})"
+
+
+# What each way the processor succeeds means for the work (its output's status).
+_SUCCEEDED_AS = {
+    "PROCESSED": "PROCESSED",
+    "DUPLICATE": "DUPLICATE: the work did not run again",
+    "SUPERSEDED": "SUPERSEDED: the key holds other content now",
+    "IGNORED": "IGNORED",
+}
+
+
+def _succeeded_as(output: Any) -> str | None:
+    """The processor's own word for how a succeeded execution ended, from its output."""
+    value = json.loads(output) if isinstance(output, str) else output  # Step Functions' JSON
+    status = value.get("status") if isinstance(value, dict) else None
+    return _SUCCEEDED_AS.get(status) if isinstance(status, str) else None
 
 
 def _ended(target: Target, arn: str) -> dict[str, Any] | None:

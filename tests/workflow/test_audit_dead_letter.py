@@ -121,7 +121,7 @@ def test_a_failed_row_at_max_attempts_that_could_not_be_dead_lettered_is_by_the_
     assert again["failed_dead_lettered"] == 0 and len(dlq_messages(audited)) == 1
     # AND redrive, which could not see it before, brings it back once the processor works
     (moved,) = ops.redrive(LocalTarget(audited)).messages
-    assert moved.idempotency_key == pk and moved.outcome == "SUCCEEDED"
+    assert moved.idempotency_key == pk and moved.outcome == "SUCCEEDED (PROCESSED)"
     assert output_effects(audited) == 1 and dlq_messages(audited) == []
 
 

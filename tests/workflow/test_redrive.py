@@ -56,7 +56,7 @@ def test_redrive_of_a_fixed_poison_object_processes_it_once(engine: LocalEngine)
     assert report.count("resubmitted") == 1
     (moved,) = report.messages
     assert moved.message_id == original["MessageId"] and moved.idempotency_key == pk
-    assert moved.outcome == "SUCCEEDED"
+    assert moved.outcome == "SUCCEEDED (PROCESSED)"
     assert dlq_messages(engine) == []
     assert output_effects(engine) == 1
     row = ledger_row(engine, pk)
@@ -224,7 +224,7 @@ def test_redrive_from_the_ingress_dlq_starts_the_event_as_it_was(engine: LocalEn
     )
     report = ops.redrive(LocalTarget(engine), queue="ingress")
     (item,) = report.messages
-    assert item.action == "resubmitted" and item.outcome == "SUCCEEDED"
+    assert item.action == "resubmitted" and item.outcome == "SUCCEEDED (PROCESSED)"
     assert output_effects(engine) == 1
     assert ledger_row(engine, idempotency_key(engine, "ingress.png", version)) is not None
 
@@ -304,7 +304,7 @@ def test_a_claim_lost_to_a_ledger_outage_is_redriven_once(engine: LocalEngine) -
     # WHEN redrive runs
     (moved,) = ops.redrive(LocalTarget(engine)).messages
     # THEN the work is done once and the DLQ is empty
-    assert moved.action == "resubmitted" and moved.outcome == "SUCCEEDED"
+    assert moved.action == "resubmitted" and moved.outcome == "SUCCEEDED (PROCESSED)"
     assert (ledger_row(engine, pk) or {})["status"] == "PROCESSED"
     assert dlq_messages(engine) == []
     assert output_effects(engine) == 1
@@ -515,3 +515,23 @@ def test_an_invalid_event_is_kept_in_the_dlq_unless_asked_for(engine: LocalEngin
     # AND asked for (after a change to the stack that accepts it), it is redriven
     again = ops.redrive(LocalTarget(engine), include_invalid=True)
     assert again.messages[0].action == "resubmitted"
+
+
+def test_a_resubmission_that_ended_as_a_duplicate_says_the_work_did_not_run(
+    engine: LocalEngine,
+) -> None:
+    from onceflow.ops.redrive import Redriven, RedriveReport, _wait_for_outcomes
+
+    # GIVEN an upload processed, and an execution of its event started again (as a
+    # restart redrive makes), which ends as a Duplicate of the processed row
+    event = s3_event(engine, "twice.png", upload(engine, "twice.png"))
+    assert engine.execute(MACHINE, event).outcome == "Processed"
+    sfn = engine.client("stepfunctions")
+    again = sfn.start_execution(stateMachineArn=engine.ref(MACHINE), input=json.dumps(event))
+    report = RedriveReport("queue", dry_run=False)
+    report.messages.append(Redriven("m", "k", "resubmitted", execution_arn=again["executionArn"]))
+    # WHEN redrive notes how each execution it started ended
+    _wait_for_outcomes(LocalTarget(engine), report, wait=True)
+    # THEN the outcome names the Duplicate, not only SUCCEEDED, and the work ran once
+    assert report.messages[0].outcome == "SUCCEEDED (DUPLICATE: the work did not run again)"
+    assert output_effects(engine) == 1

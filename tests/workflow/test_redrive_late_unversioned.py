@@ -113,7 +113,7 @@ def test_force_moves_an_event_the_audit_has_taken_over(unversioned: LocalEngine)
     report = ops.redrive(LocalTarget(unversioned), queue="ingress", force=True)
     # THEN it is started as asked (under its sequencer: the second effect force allows)
     (item,) = report.messages
-    assert item.action == "resubmitted" and item.outcome == "SUCCEEDED"
+    assert item.action == "resubmitted" and item.outcome == "SUCCEEDED (PROCESSED)"
     assert queue_messages(unversioned, "IngressDeadLetterQueue") == []
     assert effects_by_object(unversioned) == Counter({KEY: 2})
 
@@ -129,7 +129,7 @@ def test_an_unversioned_event_younger_than_the_wait_is_moved_back_once(
     age_uploads(unversioned, days=2)
     report = run_audit(unversioned).output
     # THEN the event is processed, and the audit finds it so by content: one effect
-    assert item.action == "resubmitted" and item.outcome == "SUCCEEDED"
+    assert item.action == "resubmitted" and item.outcome == "SUCCEEDED (PROCESSED)"
     assert report["missing_resubmitted"] == 0
     assert effects_by_object(unversioned) == Counter({KEY: 1})
 

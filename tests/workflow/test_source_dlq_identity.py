@@ -203,7 +203,7 @@ def test_a_message_with_no_room_for_the_attribute_is_started_under_its_first_id(
     assert moved.action == "resubmitted", moved.detail
     assert "exceeds the allowed maximum" in moved.detail
     assert queued(engine, SOURCE_DLQ) == {} and queued(engine) == {}
-    assert moved.outcome == "SUCCEEDED"
+    assert moved.outcome == "SUCCEEDED (DUPLICATE: the work did not run again)"
     assert [r["pk"] for r in ledger_rows(engine)] == [f"sqs:{message}"]
     assert invocations(engine) == 1
     # AND once the dead execution's lock expires, the audit's sweep finishes the one row
