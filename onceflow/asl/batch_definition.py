@@ -5,7 +5,7 @@ Every rule (claim, reclaim, fenced writes, dead-lettering, outcomes) is written
 once, in processor.asl.yaml, for both machines. Where the batch workflow differs,
 the source says so at the rule, ``!machine {processor: A, batch: B}``
 (onceflow/asl/asl_source.py), and docs/design.md names each difference ("The SQS
-batch mode: the same rules, three named differences"). This module adds only the
+batch mode: the same rules, four named differences"). This module adds only the
 batch's frame, the same for every rule, and applies two mechanical changes:
 
 - The frame. The batch state machine (SqsBatchMode) runs the per-message states
