@@ -79,7 +79,7 @@ RESPOND_STATE = "Respond"
 DUPLICATE = "Duplicate"
 OWNER = "lockOwner"
 MESSAGE_ID = "messageId"
-SOURCE_MESSAGE = "sourceMessage"
+RECEIPT_HANDLE = "receiptHandle"
 LEDGER_UNAVAILABLE = "LedgerUnavailable"
 LOG_PREFIX = "Log"  # the Parallel a processor Fail state runs in
 MESSAGE_ENDS = "MessageEnds"
@@ -301,11 +301,11 @@ def _iteration_states(per_message: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "{% $type($states.input.record.messageId) = 'string' ? "
                 "$states.input.record.messageId : null %}"
             ),
-            # What DeleteInvalidMessage deletes the message by: its queue and this
-            # delivery's receipt handle (eb-pipes-sqs.html's record).
-            SOURCE_MESSAGE: (
-                "{% {'queueArn': $states.input.record.eventSourceARN, "
-                "'receiptHandle': $states.input.record.receiptHandle} %}"
+            # What DeleteInvalidMessage deletes the message by: this delivery's receipt
+            # handle (eb-pipes-sqs.html's record; null when the record has none).
+            RECEIPT_HANDLE: (
+                "{% $type($states.input.record.receiptHandle) = 'string' ? "
+                "$states.input.record.receiptHandle : null %}"
             ),
         },
         "Output": "{% [$states.input.record] %}",
