@@ -5,7 +5,7 @@ Every rule (claim, reclaim, fenced writes, dead-lettering, outcomes) is written
 once, in processor.asl.yaml, for both machines. Where the batch workflow differs,
 the source says so at the rule, ``!machine {processor: A, batch: B}``
 (onceflow/asl/asl_source.py), and docs/design.md names each difference ("The SQS
-batch mode: the same rules, three named differences"). This module adds only the
+batch mode: the same rules, four named differences"). This module adds only the
 batch's frame, the same for every rule, and applies two mechanical changes:
 
 - The frame. The batch state machine (SqsBatchMode) runs the per-message states
@@ -79,6 +79,7 @@ RESPOND_STATE = "Respond"
 DUPLICATE = "Duplicate"
 OWNER = "lockOwner"
 MESSAGE_ID = "messageId"
+RECEIPT_HANDLE = "receiptHandle"
 LEDGER_UNAVAILABLE = "LedgerUnavailable"
 LOG_PREFIX = "Log"  # the Parallel a processor Fail state runs in
 MESSAGE_ENDS = "MessageEnds"
@@ -299,6 +300,12 @@ def _iteration_states(per_message: dict[str, Any]) -> dict[str, dict[str, Any]]:
             MESSAGE_ID: (
                 "{% $type($states.input.record.messageId) = 'string' ? "
                 "$states.input.record.messageId : null %}"
+            ),
+            # What DeleteInvalidMessage deletes the message by: this delivery's receipt
+            # handle (eb-pipes-sqs.html's record; null when the record has none).
+            RECEIPT_HANDLE: (
+                "{% $type($states.input.record.receiptHandle) = 'string' ? "
+                "$states.input.record.receiptHandle : null %}"
             ),
         },
         "Output": "{% [$states.input.record] %}",

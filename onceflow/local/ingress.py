@@ -308,15 +308,27 @@ def check_pipe_roles(engine: LocalEngine) -> None:
 
 
 def _visible_again(sqs: Any, url: str, messages: list[dict[str, Any]]) -> None:
+    """Make a kept batch's messages visible at once (a local shortcut: on AWS they come
+    back when their visibility timeout ends). A message the target deleted itself (the
+    batch's DeleteInvalidMessage) is no longer there to come back: moto answers its
+    receipt handle ReceiptHandleIsInvalid, and it is skipped."""
     for m in messages:
-        sqs.change_message_visibility(
-            QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
-        )
+        try:
+            sqs.change_message_visibility(
+                QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
+            )
+        except sqs.exceptions.ReceiptHandleIsInvalid:
+            continue  # deleted by the target: nothing to bring back
 
 
 def _delete_batch(sqs: Any, url: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Delete a batch's settled messages in one DeleteMessageBatch (the call is not
-    verified); those it could not, which come back: a duplicate, not a loss."""
+    verified); those it could not, which come back: a duplicate, not a loss. A message
+    the target already deleted (DeleteInvalidMessage) is deleted again: moto answers it
+    as a success; AWS's DeleteMessage reference says only that a stale receipt handle's
+    request "will succeed" (API_DeleteMessage.html); a deleted message's own handle is
+    not verified, and were it refused, the message would only be "kept" and skipped by
+    _visible_again."""
     if not messages:
         return []
     entries = [{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(messages)]

@@ -102,7 +102,8 @@ def test_substitutions_are_kept_verbatim_quoted_or_not() -> None:
     # the parser gives back exactly the text it read (a number placeholder stays unquoted)
     assert render_definition(parse_definition(processor)) == processor
     names = set(re.findall(r"\$\{(\w+)\}", processor))
-    assert set(re.findall(r"\$\{(\w+)\}", batch)) == names
+    # (and the source queue, which only the batch's DeleteInvalidMessage names)
+    assert set(re.findall(r"\$\{(\w+)\}", batch)) == names | {"SourceQueueUrl"}
     unquoted = re.compile(r'"(\w+)": \$\{(\w+)\}')
     assert unquoted.findall(batch) == unquoted.findall(processor)
     assert unquoted.findall(batch), "the processor's retrier has unquoted numbers"
@@ -407,6 +408,7 @@ def test_every_resource_the_batch_workflow_touches_is_granted(batch_engine: Loca
     arns = {
         batch_engine.ref("LedgerTable"): table,
         batch_engine.ref("DeadLetterQueue"): batch_engine.get_att("DeadLetterQueue", "Arn"),
+        batch_engine.ref("SourceQueue"): batch_engine.get_att("SourceQueue", "Arn"),
     }
     found = tasks(definition)
     assert {t["Resource"] for t in found} == set(INTEGRATION_ACTIONS)
@@ -423,6 +425,27 @@ def test_every_resource_the_batch_workflow_touches_is_granted(batch_engine: Loca
         ), f"{BATCH} needs {action} on {arn}"
     wildcard = [s for s in statements if s["Resource"] == "*"]
     assert {a.split(":")[0] for s in wildcard for a in s["Action"]} <= {"logs", "xray"}
+
+
+def test_a_queue_the_user_brings_is_the_one_an_invalid_message_is_deleted_from() -> None:
+    # GIVEN the batch mode over a queue the stack does not own (SqsSource=<ARN>)
+    arn = "arn:aws:sqs:eu-west-1:210987654321:orders"
+    stack = Stack.from_file(
+        DEFAULT_TEMPLATE, {**BATCH_MODE, "SqsSource": arn, "RetentionDays": "30"}
+    )
+    machine = stack.template["Resources"][BATCH]["Properties"]
+    # WHEN DeleteInvalidMessage's queue and the role's grants are resolved
+    url = stack.resolve(machine["DefinitionSubstitutions"]["SourceQueueUrl"])
+    granted = [
+        stack.resolve(s)
+        for p in machine["Policies"]
+        for s in p.get("PolicyDocument", p)["Statement"]
+        if isinstance(s, dict) and "sqs:DeleteMessage" in s.get("Action", [])
+    ]
+    # THEN it is that queue's URL, as SQS writes it (https://sqs.REGION.amazonaws.com/
+    # ACCOUNT/NAME), and the role may delete from that queue alone
+    assert url == "https://sqs.eu-west-1.amazonaws.com/210987654321/orders"
+    assert [s["Resource"] for s in granted] == [arn]
 
 
 def test_every_jsonata_expression_compiles_as_aws_reads_it(batch_engine: LocalEngine) -> None:
@@ -464,11 +487,14 @@ def test_sam_translates_batch_mode_into_an_express_machine_and_a_synchronous_pip
     assert machine["Properties"]["DefinitionS3Location"]["Key"] == "statemachines/batch.asl.json"
     processor = resources["ProcessorStateMachine"]["Properties"]
     assert machine["Properties"]["TracingConfiguration"] == processor["TracingConfiguration"]
-    # AND the same substitutions but the retries: the batch workflow is always EXPRESS
+    # AND the same substitutions but the retries (the batch workflow is always EXPRESS)
+    # and the source queue's URL (DeleteInvalidMessage), the one the pipe reads
     substitutions = dict(machine["Properties"]["DefinitionSubstitutions"])
     assert substitutions.pop("RetryMaxAttempts") == {
         "Fn::FindInMap": ["ProcessRetries", "EXPRESS", "RetryMaxAttempts"]
     }
+    queue_url = substitutions.pop("SourceQueueUrl")
+    assert queue_url["Fn::If"][:2] == ["CreateSourceQueue", {"Ref": "SourceQueue"}]
     assert substitutions == {
         k: v for k, v in processor["DefinitionSubstitutions"].items() if k != "RetryMaxAttempts"
     }

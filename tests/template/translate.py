@@ -58,6 +58,7 @@ INTEGRATION_ACTIONS = {
     "arn:aws:states:::dynamodb:updateItem": ("dynamodb:UpdateItem", "TableName"),
     "arn:aws:states:::dynamodb:getItem": ("dynamodb:GetItem", "TableName"),
     "arn:aws:states:::sqs:sendMessage": ("sqs:SendMessage", "QueueUrl"),
+    "arn:aws:states:::aws-sdk:sqs:deleteMessage": ("sqs:DeleteMessage", "QueueUrl"),
     "arn:aws:states:::lambda:invoke": ("lambda:InvokeFunction", "FunctionName"),
 }
 

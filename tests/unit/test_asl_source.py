@@ -277,7 +277,7 @@ def _machine_values(node: object, path: str = "") -> dict[str, asl_source.PerMac
 
 
 # Every place the batch workflow's per-message states differ from the processor's, by
-# the difference docs/design.md names ("The SQS batch mode: the same rules, three named
+# the difference docs/design.md names ("The SQS batch mode: the same rules, four named
 # differences"); a new !machine value fails here until it is named.
 DIFFERENCES = {
     # 1. a row at MaxAttempts that is not settled: the batch's delivery dead-letters it,
@@ -295,6 +295,10 @@ DIFFERENCES = {
     "/States/LedgerUnavailable/Comment": "2",
     # 3. the lock is capped by what a batch execution can last
     "/Snippets/lockSeconds": "3",
+    # 4. an invalid message, once dead-lettered, is deleted from its source queue by the
+    # batch itself (no ledger row remembers it when the whole batch fails)
+    "/States/DeadLetterReason/Choices/0/Next": "4",
+    "/States/DeleteInvalidMessage": "4",
 }
 
 

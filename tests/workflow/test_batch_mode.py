@@ -47,7 +47,7 @@ from tests.helpers import (
     upload,
     with_constants,
 )
-from tests.workflow.test_failure_paths import KMS_DENIED, failing, throttled
+from tests.workflow.test_failure_paths import KMS_DENIED, failing, sqs_error, throttled
 
 TEMPLATE: Path = DEFAULT_TEMPLATE
 BATCH = "BatchProcessorStateMachine"
@@ -691,12 +691,6 @@ def test_a_batch_that_dies_on_the_last_attempt_is_dead_lettered_once_its_lock_ex
     assert queued(batch_engine) == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an InvalidEvent has no ledger row, so a batch that fails as a whole after "
-    "its DLQ message was sent sends it again on the batch's redelivery (docs/ingress.md, "
-    "'Whole execution fails'; found by onceflow chaos --batch, invalid undelivered)",
-)
 def test_an_invalid_message_whose_batch_then_fails_as_a_whole_has_one_dlq_message(
     batch_engine: LocalEngine,
 ) -> None:
@@ -724,6 +718,67 @@ def test_an_invalid_message_whose_batch_then_fails_as_a_whole_has_one_dlq_messag
     # THEN the order is done once, and the invalid message has still one DLQ message
     assert row(batch_engine, "order-slow")["status"] == "PROCESSED"
     assert output_effects(batch_engine) == 1
+    assert queued(batch_engine) == {}
+    [dead] = dlq_messages(batch_engine)
+    assert attributes(dead)["EXHAUSTED_RETRY_CONDITION"] == "InvalidEvent"
+
+
+def test_an_invalid_message_deletes_itself_once_its_dlq_message_is_sent(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN an invalid message (a body that is no JSON) in a batch
+    batch_engine.client("sqs").send_message(
+        QueueUrl=batch_engine.ref("SourceQueue"), MessageBody="not json"
+    )
+    # WHEN the pipe hands it over
+    [arn] = batch_engine.pump_pipes()
+    # THEN its DLQ message is sent, and only then the execution deletes it from the
+    # source queue itself (a later failure of the whole batch cannot bring it back)
+    result = batch_engine.wait(arn)
+    entered = result.states_entered
+    assert entered[entered.index("SendToDLQ") :][:5] == [
+        "SendToDLQ",
+        "DeadLetterReason",
+        "DeleteInvalidMessage",
+        "LogInvalidEvent",
+        "InvalidEvent",
+    ]
+    tasks = [e["type"] for e in result.events if e["type"].startswith("Task")]
+    assert tasks.count("TaskFailed") == 0
+    assert _only_outcome(batch_engine, arn) == ("InvalidEvent", False)
+    assert queued(batch_engine) == {}
+    [dead] = dlq_messages(batch_engine)
+    assert attributes(dead)["EXHAUSTED_RETRY_CONDITION"] == "InvalidEvent"
+
+
+def test_an_invalid_message_whose_delete_fails_is_left_for_the_pipe(
+    batch_engine: LocalEngine,
+) -> None:
+    # GIVEN an invalid message, and a source queue that refuses every DeleteMessage
+    batch_engine.client("sqs").send_message(
+        QueueUrl=batch_engine.ref("SourceQueue"), MessageBody="not json"
+    )
+    refused = sqs_error("AccessDenied", "Access to the resource is denied.")
+    # WHEN the pipe hands it over
+    with failing(batch_engine, "sqs", "DeleteMessage", refused):
+        [arn] = batch_engine.pump_pipes()
+    # THEN the refused delete is caught: the message still ends InvalidEvent, settled,
+    # with one DLQ message, and the pipe deletes it as before (DeleteMessageBatch)
+    result = batch_engine.wait(arn)
+    assert result.status == "SUCCEEDED"
+    entered = result.states_entered
+    assert entered[entered.index("DeleteInvalidMessage") :][:3] == [
+        "DeleteInvalidMessage",
+        "LogInvalidEvent",
+        "InvalidEvent",
+    ]
+    assert [
+        e
+        for e in result.events
+        if e["type"] == "TaskFailed"
+        and "Access to the resource is denied" in e["taskFailedEventDetails"]["cause"]
+    ]
+    assert _only_outcome(batch_engine, arn) == ("InvalidEvent", False)
     assert queued(batch_engine) == {}
     [dead] = dlq_messages(batch_engine)
     assert attributes(dead)["EXHAUSTED_RETRY_CONDITION"] == "InvalidEvent"
