@@ -221,12 +221,16 @@ _STRUCTURAL = ("End", "Next", "Comment", "Type", "QueryLanguage")
 
 
 def onceflow_features(engine: LocalEngine) -> set[str]:
-    """What onceflow's state machines use (every one in the template, conditional or not)."""
+    """What onceflow's state machines use (every one in the template, conditional or not:
+    read as the file holds it, its substitutions unreplaced, since a machine whose condition
+    is false has none to give: the batch's SourceQueueUrl without a source queue)."""
+    from onceflow.asl.batch_definition import parse_definition
+
     used: set[str] = set()
-    for logical_id, resource in engine.stack.template["Resources"].items():
+    for resource in engine.stack.template["Resources"].values():
         if resource["Type"] == "AWS::Serverless::StateMachine":
-            text, _ = engine.state_machine_definition(logical_id)
-            used |= features(json.loads(text))
+            path = engine.stack.root / resource["Properties"]["DefinitionUri"]
+            used |= features(parse_definition(path.read_text(encoding="utf-8")))
     kinds = {f.split(".")[0] for f in used if "." in f and ":" not in f.split(".")[0]}
     return used | {f"{kind}.{name}" for kind in kinds for name in _STRUCTURAL}
 
