@@ -78,7 +78,7 @@ SECONDS = {
     "tests/unit/test_chaos.py": 30,  # an inventory run since
     "tests/template/test_existing_bucket.py": 24,
     "tests/template/test_template.py": 24,
-    "tests/workflow/test_audit_dead_letter.py": 40,  # a four-audit test since
+    "tests/workflow/test_audit_dead_letter.py": 15,  # its give-back fault no longer retried
     "tests/workflow/test_object_versions.py": 23,
     "tests/workflow/test_doctor.py": 22,
     "tests/workflow/test_example.py": 22,

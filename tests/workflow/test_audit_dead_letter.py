@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from onceflow import ops
+from onceflow.local import patches
 from onceflow.local.engine import LocalEngine
 from onceflow.local.target import LocalTarget
 from tests.helpers import (
@@ -36,7 +37,14 @@ from tests.helpers import (
     s3_event,
     upload,
 )
-from tests.workflow.test_failure_paths import failing, throttled
+from tests.workflow.test_failure_paths import failing
+
+# What DynamoDB answers a role without the permission (not retried by the SDK).
+DENIED = patches.dynamodb_error(
+    "AccessDeniedException",
+    "User: arn:aws:sts::123456789012:assumed-role/audit is not authorized to perform: "
+    "dynamodb:UpdateItem",
+)
 
 
 def _dlq_refuses(service: str, operation: str, body: str) -> Any:
@@ -131,7 +139,10 @@ def test_a_row_the_audit_took_and_could_neither_send_nor_give_back_is_the_next_a
     """docs/audit.md, "The sweep dead-letters under its own lock": should the give-back
     fail too, the row stays PROCESSING under the audit's lock, and once that has expired
     the next sweep finds it stuck. Both failures injected for real: the DLQ refusing
-    SendMessage (its KMS key), the ledger throttling the give-back past the SDK's retries."""
+    SendMessage (its KMS key), the ledger refusing the give-back (the audit's role lost
+    dynamodb:UpdateItem). The give-back fails the same way when throttled past the SDK's
+    retries (one `except` for both); AccessDenied is not retried, so this test does not wait
+    out ten adaptive retries (about 25 s of backoff)."""
     # GIVEN an object that failed MaxAttempts times, its last DLQ send refused
     version = upload(audited, "taken.png")
     pk = idempotency_key(audited, "taken.png", version)
@@ -142,10 +153,10 @@ def test_a_row_the_audit_took_and_could_neither_send_nor_give_back_is_the_next_a
         with dlq_refusing(audited):
             assert audited.execute(MACHINE, event).error == "DeadLetterFailed"
     # WHEN the audit takes the row to dead-letter it, the DLQ still refuses, and the ledger
-    # refuses the give-back (every retry)
+    # refuses the give-back
     with (
         dlq_refusing(audited),
-        failing(audited, "dynamodb", "UpdateItem", throttled(), when="#status = :status"),
+        failing(audited, "dynamodb", "UpdateItem", DENIED, when="#status = :status"),
     ):
         first = run_audit(audited).output
     # THEN nothing was sent and nothing says dead-lettered: the row is PROCESSING under the
