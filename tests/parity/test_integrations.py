@@ -376,6 +376,27 @@ def test_an_aws_sdk_s3_error_is_named_for_s3(run: Run, engine: LocalEngine) -> N
     ), result.cause
 
 
+def test_an_aws_sdk_sqs_error_is_named_for_sqs_in_pascal_case(
+    run: Run, engine: LocalEngine
+) -> None:
+    """Documented (Step Functions developer guide, supported-services-awssdk.html): an
+    aws-sdk task's Error is "ServiceName.ErrorName", both in Pascal case (acmpca: AcmPca;
+    recorded: DynamoDb., Sfn., S3.). The batch's DeleteInvalidMessage is aws-sdk:sqs. moto
+    named it for the Resource's lower-case service: sqs. Not verified: the ErrorName AWS
+    gives an error code the SDK does not model (the SDK's generic SqsException, perhaps)."""
+    task = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::aws-sdk:sqs:deleteMessage",
+        "Arguments": {
+            "QueueUrl": engine.ref("DeadLetterQueue") + "-no-such-queue",
+            "ReceiptHandle": "no-such-receipt",
+        },
+        "End": True,
+    }
+    result = run({"Delete": task})
+    assert (result.error or "").startswith("Sqs."), result.error
+
+
 def test_a_dynamodb_request_refused_in_validation_is_an_amazon_dynamodb_exception(
     run: Run, engine: LocalEngine
 ) -> None:

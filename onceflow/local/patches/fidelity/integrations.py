@@ -192,9 +192,10 @@ def _legacy_from_error(self: Any, env: Any, ex: Exception) -> Any:
     return _original_legacy_from_error(self, env, ex)
 
 
-# aws-sdk errors are named for the service as Step Functions spells it; moto knew
+# aws-sdk errors are named "ServiceName.ErrorName" in Pascal case (supported-services-awssdk.html;
+# recorded: DynamoDb., Sfn., S3.); moto knew
 # only DynamoDb and Sfn.
-SDK_ERROR_NAMES = {"dynamodb": "DynamoDb", "sfn": "Sfn", "s3": "S3",
+SDK_ERROR_NAMES = {"dynamodb": "DynamoDb", "sfn": "Sfn", "s3": "S3", "sqs": "Sqs",
                    "secretsmanager": "SecretsManager"}  # fmt: skip
 # DynamoDB's ValidationException is not one of the SDK's modelled errors: its cause
 # keeps "Error Code: ValidationException".
