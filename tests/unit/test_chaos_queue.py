@@ -29,7 +29,7 @@ from onceflow.harness.chaos_queue import (
     queue_parameters,
     render,
 )
-from onceflow.harness.common import TransientError
+from onceflow.harness.common import TransientError, drain
 from onceflow.local import patches
 from onceflow.local.engine import LocalEngine
 from tests.helpers import dlq_messages
@@ -255,6 +255,51 @@ def test_the_checker_names_work_run_twice_and_what_the_operators_redrive_left() 
     }  # fmt: skip
 
 
+def test_the_checker_names_the_send_then_mark_gaps_second_dlq_message_and_no_other() -> None:
+    with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        sqs, dlq = engine.client("sqs"), engine.ref("DeadLetterQueue")
+        units = []
+        for name in ("gap", "unexplained"):
+            body = json.dumps({"orderId": name})
+            run.by_body[body] = f"sqs:{name}"
+            units.append(Unit(f"sqs:{name}", body, "message", processable=True))
+            item = {"pk": {"S": f"sqs:{name}"}, "status": {"S": "FAILED"},
+                    "dead_lettered_at": {"N": "1"}}  # fmt: skip
+            engine.client("dynamodb").put_item(TableName=engine.ref("LedgerTable"), Item=item)
+
+        def dead_letter(pk: str, sender: str, code: str, message: str) -> None:
+            values = {"IDEMPOTENCY_KEY": pk, "EXECUTION_ARN": sender, "ERROR_CODE": code,
+                      "ERROR_MESSAGE": message}  # fmt: skip
+            sqs.send_message(
+                QueueUrl=dlq,
+                MessageBody="{}",
+                MessageAttributes={
+                    k: {"DataType": "String", "StringValue": v} for k, v in values.items()
+                },
+            )
+
+        expired = "LockExpired: the lock of {} expired with the work unfinished, after 3 attempt(s)"
+        # GIVEN a unit whose second DLQ message is a taker's LockExpired naming the lock of
+        # the execution that sent the first (it died before its mark), and a unit whose
+        # second one names a lock nobody dead-lettered under
+        dead_letter("sqs:gap", "arn:batch:a#0", "TransientError", "TransientError: down")
+        dead_letter("sqs:gap", "arn:batch:b#1", "LockExpired", expired.format("arn:batch:a#0"))
+        dead_letter("sqs:unexplained", "arn:batch:c#0", "TransientError", "TransientError: down")
+        dead_letter("sqs:unexplained", "arn:batch:d#1", "LockExpired", expired.format("arn:x#0"))
+        # WHEN the checker judges them as they are, and as a redrive found them
+        now = _judge(run, units, {}, [{"scanned": 0}], None)
+        run.dead_letters_before_redrive = drain(engine, dlq)
+        sqs.purge_queue(QueueUrl=dlq)
+        redriven = _judge(run, units, {}, [{"scanned": 0}], None)
+    # THEN only the unexplained second message is a violation; the gap's is named
+    for report in (now, redriven):
+        found = {(v["invariant"], v["key"]) for v in report["violations"]}
+        assert found == {("at most one DLQ message per unit of work", "sqs:unexplained")}
+        assert report["send_then_mark_gap"] == 1
+    assert "before the operator's redrive" in redriven["violations"][0]["detail"]
+
+
 def test_the_operators_redrive_deletes_the_second_dlq_message_the_send_then_mark_gap_left() -> None:
     """Seen in `chaos --source s3 --batch --objects 205 --seed 71`: a batch execution died
     between a message's DLQ send and its mark (another message's call ran past the batch's
@@ -314,6 +359,8 @@ def test_the_operators_redrive_deletes_the_second_dlq_message_the_send_then_mark
         assert report["effects_histogram"] == {"1": 1}
         assert report["dead_letter_messages"] == 0
         assert run.redriven is not None and run.redriven["later_run_deleted_processed"] == 1
+        # AND the second message is named as the gap's, not counted a violation
+        assert report["send_then_mark_gap"] == 1
 
 
 # ---- the command line -----------------------------------------------------------------
