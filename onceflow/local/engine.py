@@ -166,6 +166,8 @@ class LocalEngine:
             ingress.check_pipe_roles(self)
             _freeze_heap(1)
             undo.callback(_freeze_heap, -1)
+            # First at stop: what the engine runs ends with it, not in the next engine.
+            undo.callback(executions.end_running, self)
         except BaseException:  # Ctrl-C mid-start too: undone as far as it got
             self.stop()
             raise

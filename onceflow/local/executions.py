@@ -179,6 +179,48 @@ def run_out_of_time(execution_arn: str) -> None:
     record.advance(max(record.remaining(), 0.0) / max(1.0 - record.clock.scale, 1e-9))
 
 
+# How long an engine's stop waits for the executions it stopped (a call in flight runs to its
+# end: a Lambda handler up to its Timeout); then it stops all the same.
+END_WAIT_SECONDS = 10.0
+
+
+def end_running(engine: LocalEngine, timeout: float = END_WAIT_SECONDS) -> list[str]:
+    """Stop every execution of the engine's state machines still running (ABORTED, as
+    StopExecution ends one), and wait for each to end; the ARNs stopped.
+
+    Every engine of a stack name names its resources alike (the DLQ's URL), and a running
+    execution's calls go to the running engine whose state machine has its name
+    (patches/hooks.py, for_machine): an execution left running when its engine stopped
+    went on in the next engine, its DLQ message counted there. It ends with its engine."""
+    backend = _backend()
+    stopped: list[str] = []
+    for machine in list(backend.state_machines):
+        if machine.name not in engine.state.machines:
+            continue
+        for execution in list(machine.executions):
+            if str(getattr(execution.status, "value", execution.status)) != "RUNNING":
+                continue
+            # (its worker makes its environment on its own thread: a stop before that
+            # fails; a second at most, as StopExecution waits: fidelity/api_answers.py)
+            settled = time.monotonic() + 1.0
+            while (worker := execution.exec_worker) is not None and worker.env is None:
+                if time.monotonic() > settled:
+                    break
+                time.sleep(0.002)
+            if worker is None or worker.env is None:
+                continue
+            execution.stop(
+                stop_date=datetime.datetime.now(datetime.UTC),
+                error="EngineStopped",
+                cause="the local engine stopped while this execution ran",
+            )
+            stopped.append(str(execution.execution_arn))
+    deadline = time.monotonic() + timeout
+    for arn in stopped:
+        engine.state.finished.event(arn).wait(max(deadline - time.monotonic(), 0.0))
+    return stopped
+
+
 def wait_for_running(
     engine: LocalEngine, state_machine: str, timeout: float = 600.0, ignore: Collection[str] = ()
 ) -> list[str]:

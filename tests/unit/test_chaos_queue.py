@@ -29,7 +29,10 @@ from onceflow.harness.chaos_queue import (
     queue_parameters,
     render,
 )
+from onceflow.harness.common import TransientError, drain
+from onceflow.local import patches
 from onceflow.local.engine import LocalEngine
+from tests.helpers import dlq_messages
 
 UNITS = 30  # every fault once, and a few plain units of each kind
 
@@ -250,6 +253,114 @@ def test_the_checker_names_work_run_twice_and_what_the_operators_redrive_left() 
         ("the operator's redrive leaves only poison dead-lettered, the source DLQ empty",
          "sqs:failed"),
     }  # fmt: skip
+
+
+def test_the_checker_names_the_send_then_mark_gaps_second_dlq_message_and_no_other() -> None:
+    with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        sqs, dlq = engine.client("sqs"), engine.ref("DeadLetterQueue")
+        units = []
+        for name in ("gap", "unexplained"):
+            body = json.dumps({"orderId": name})
+            run.by_body[body] = f"sqs:{name}"
+            units.append(Unit(f"sqs:{name}", body, "message", processable=True))
+            item = {"pk": {"S": f"sqs:{name}"}, "status": {"S": "FAILED"},
+                    "dead_lettered_at": {"N": "1"}}  # fmt: skip
+            engine.client("dynamodb").put_item(TableName=engine.ref("LedgerTable"), Item=item)
+
+        def dead_letter(pk: str, sender: str, code: str, message: str) -> None:
+            values = {"IDEMPOTENCY_KEY": pk, "EXECUTION_ARN": sender, "ERROR_CODE": code,
+                      "ERROR_MESSAGE": message}  # fmt: skip
+            sqs.send_message(
+                QueueUrl=dlq,
+                MessageBody="{}",
+                MessageAttributes={
+                    k: {"DataType": "String", "StringValue": v} for k, v in values.items()
+                },
+            )
+
+        expired = "LockExpired: the lock of {} expired with the work unfinished, after 3 attempt(s)"
+        # GIVEN a unit whose second DLQ message is a taker's LockExpired naming the lock of
+        # the execution that sent the first (it died before its mark), and a unit whose
+        # second one names a lock nobody dead-lettered under
+        dead_letter("sqs:gap", "arn:batch:a#0", "TransientError", "TransientError: down")
+        dead_letter("sqs:gap", "arn:batch:b#1", "LockExpired", expired.format("arn:batch:a#0"))
+        dead_letter("sqs:unexplained", "arn:batch:c#0", "TransientError", "TransientError: down")
+        dead_letter("sqs:unexplained", "arn:batch:d#1", "LockExpired", expired.format("arn:x#0"))
+        # WHEN the checker judges them as they are, and as a redrive found them
+        now = _judge(run, units, {}, [{"scanned": 0}], None)
+        run.dead_letters_before_redrive = drain(engine, dlq)
+        sqs.purge_queue(QueueUrl=dlq)
+        redriven = _judge(run, units, {}, [{"scanned": 0}], None)
+    # THEN only the unexplained second message is a violation; the gap's is named
+    for report in (now, redriven):
+        found = {(v["invariant"], v["key"]) for v in report["violations"]}
+        assert found == {("at most one DLQ message per unit of work", "sqs:unexplained")}
+        assert report["send_then_mark_gap"] == 1
+    assert "before the operator's redrive" in redriven["violations"][0]["detail"]
+
+
+def test_the_operators_redrive_deletes_the_second_dlq_message_the_send_then_mark_gap_left() -> None:
+    """Seen in `chaos --source s3 --batch --objects 205 --seed 71`: a batch execution died
+    between a message's DLQ send and its mark (another message's call ran past the batch's
+    five minutes), the next delivery sent a second DLQ message once the lock expired
+    (docs/design.md, "Where at most one DLQ message does not hold"). The first redrive
+    run resubmits one and leaves the other, its key moved already, "for a later run"
+    (operate.md); the operator runs that later run, which deletes it: the work is done."""
+    parameters = queue_parameters(batch=True)
+    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        body = json.dumps({"orderId": "twin"})
+        run.by_body[body] = "sqs:twin"
+        unit = Unit("sqs:twin", body, "message", processable=True)
+        real = engine.runtime.load(
+            engine.runtime.functions[engine.function_name("ProcessorFunction")]
+        )
+        refused = [True]  # until the operator's fix
+
+        def processor(event: dict[str, Any], context: Any) -> Any:
+            if refused[0]:
+                raise TransientError("injected: the warehouse refuses the order")
+            return real(event, context)
+
+        died: list[str] = []
+
+        def dies_before_its_first_mark(service: str, operation: str, text: str) -> Any:
+            # MarkDeadLettered's write, the first time: the batch runs out of its five
+            # minutes there (as when another message's call hangs), after its DLQ send
+            if (service, operation) != ("dynamodb", "UpdateItem") or died:
+                return None
+            request = json.loads(text)
+            if "dead_lettered_at = :now_ms" not in request.get("UpdateExpression", ""):
+                return None
+            owner = request["ExpressionAttributeValues"][":owner"]["S"]
+            died.append(owner)
+            engine.run_out_of_time(owner.split("#", 1)[0])
+            return patches.dynamodb_error("InternalServerError", "injected: out of time")
+
+        engine.state.faults.append(dies_before_its_first_mark)
+        with engine.override_function("ProcessorFunction", processor):
+            # GIVEN an order refused at every attempt, whose batch dies between its DLQ send
+            # and its mark at MaxAttempts; the next delivery, once the lock has expired,
+            # takes the row over and dead-letters it again
+            run.send(unit)
+            run.pump()
+            twins = [
+                m["MessageAttributes"]["IDEMPOTENCY_KEY"]["StringValue"]
+                for m in dlq_messages(engine)
+            ]
+            assert len(died) == 1 and twins == ["sqs:twin", "sqs:twin"]
+            # WHEN the cause is fixed and the operator redrives as operate.md says
+            refused[0] = False
+            run.operator_redrive()
+        # THEN the work is done once and no DLQ message is left for it
+        report = _judge(run, [unit], {}, [{"scanned": 0}], None)
+        assert report["violations"] == []
+        assert report["effects_histogram"] == {"1": 1}
+        assert report["dead_letter_messages"] == 0
+        assert run.redriven is not None and run.redriven["later_run_deleted_processed"] == 1
+        # AND the second message is named as the gap's, not counted a violation
+        assert report["send_then_mark_gap"] == 1
 
 
 # ---- the command line -----------------------------------------------------------------

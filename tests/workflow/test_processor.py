@@ -427,6 +427,55 @@ def test_the_engine_freezes_what_it_starts_with_and_unfreezes_it_at_stop(thawed_
     assert gc.get_freeze_count() == 0
 
 
+def test_an_execution_running_when_its_engine_stops_ends_there_not_in_the_next_engine() -> None:
+    """Engines of one stack name name their resources alike (the DLQ's URL), and a running
+    execution's calls go to the running engine whose machine has its name: one left running
+    when its engine stopped went on in the next engine. Under `make test-without-speedups`
+    the last test of this file left `{"events": true}` running, and its InvalidEvent DLQ
+    message was counted by the next file's first test on that worker
+    (tests/workflow/test_audit_batches.py: 6 DLQ messages for 5 resubmissions)."""
+    import io
+
+    from tests.workflow.test_failure_paths import sqs_error
+
+    entered, release, second_runs = threading.Event(), threading.Event(), threading.Event()
+
+    def held_dlq_send(service: str, operation: str, body: str) -> Any:
+        # the InvalidEvent's DLQ send, held until the test lets it go, then throttled
+        if (service, operation) != ("sqs", "SendMessage"):
+            return None
+        entered.set()
+        release.wait(30)
+        return sqs_error("RequestThrottled", "injected: held, then throttled")
+
+    def releases() -> None:  # once the next engine runs (or its stop waited 2 s for it)
+        second_runs.wait(2.0)
+        release.set()
+
+    # GIVEN an execution (an event of no known shape: InvalidEvent) held in its DLQ send,
+    # whose retry would send again
+    first = LocalEngine(function_log=io.StringIO())
+    first.start()
+    try:
+        first.state.faults.append(held_dlq_send)
+        before = set(threading.enumerate())
+        first.start_execution(MACHINE, {"events": True}, name_prefix="left-running")
+        assert entered.wait(30)
+        workers = set(threading.enumerate()) - before
+        threading.Thread(target=releases, daemon=True).start()
+    finally:
+        # WHEN its engine stops while it runs, and another engine of the same stack starts
+        first.stop()
+    with LocalEngine(function_log=io.StringIO()) as second:
+        second_runs.set()
+        for worker in workers:
+            worker.join(timeout=30)
+        assert not any(worker.is_alive() for worker in workers)
+        # THEN nothing of it reached the second engine: no DLQ message, no ledger row
+        assert dlq_messages(second) == []
+        assert second.client("dynamodb").scan(TableName=second.ref("LedgerTable"))["Items"] == []
+
+
 def test_the_engine_starts_its_executions_and_refusals_come_as_from_aws(
     engine: LocalEngine,
 ) -> None:
