@@ -294,7 +294,9 @@ def test_a_death_whose_last_attempt_never_came_does_not_fire_after_the_operators
         unit, execution_input = _order(engine, "late-death", "last_attempt_death")
         injector = QueueInjector(engine, {unit.pk: unit}, batch=True)
         engine.state.faults.append(injector.service)
-        # GIVEN a batch-mode run whose last-attempt death never fired, and the operator's fix
+        # GIVEN a batch-mode run whose last-attempt death never fired during the deliveries,
+        # now over, and the operator's fix
+        injector.delivering = False
         injector.fixed = True
         audits: list[dict[str, Any]] = []
         with engine.override_function("ProcessorFunction", injector.processor):
