@@ -208,8 +208,13 @@ class QueueInjector:
         self._done: set[tuple[str, str]] = set()
         self._owners: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
-        # The DLQ's key policy is fixed before the audits: only the deliveries see it.
-        self.dead_letter_refusals = True
+        # The faults that fire once per unit (``once``, ``first_owner``) and the DLQ's
+        # refusals fire only while the deliveries run (the DLQ's key policy is fixed before
+        # the audits). A fault whose moment never came then (a last attempt whose batch ran
+        # out of time first) would otherwise fire in an audit's resubmission or the
+        # redrive's execution, and the audit after it would rightly find the work it left:
+        # "a second audit resubmits nothing" holds only for faults of the deliveries.
+        self.delivering = True
         # The operator's fix, before the redrive: the warehouse takes the dlq_refused units.
         self.fixed = False
         # Processor calls that did the work (returned), by idempotency key.
@@ -227,7 +232,7 @@ class QueueInjector:
     def once(self, pk: str, kind: str) -> bool:
         """True the first time (pk, kind) asks: such a fault fires once per unit."""
         with self._lock:
-            if self._fault(pk) != kind or (pk, kind) in self._done:
+            if not self.delivering or self._fault(pk) != kind or (pk, kind) in self._done:
                 return False
             self._done.add((pk, kind))
             self.fired[kind] += 1
@@ -237,7 +242,7 @@ class QueueInjector:
         """True for every request of the first execution (lock owner) that asks: such a
         fault lasts past that execution's retries, and only that execution sees it."""
         with self._lock:
-            if self._fault(pk) != kind:
+            if self._fault(pk) != kind or (not self.delivering and (pk, kind) not in self._owners):
                 return False
             first = self._owners.setdefault((pk, kind), owner)
             if first == owner and (pk, kind) not in self._done:
@@ -293,7 +298,7 @@ class QueueInjector:
         return None
 
     def _dead_letter_send(self, request: dict[str, Any]) -> Any:
-        if not self.dead_letter_refusals or request.get("QueueUrl") != self.dead_letter_queue:
+        if not self.delivering or request.get("QueueUrl") != self.dead_letter_queue:
             return None
         attributes = request.get("MessageAttributes") or {}
         pk = str(attributes.get("IDEMPOTENCY_KEY", {}).get("StringValue", ""))
@@ -344,18 +349,26 @@ class QueueInjector:
         return output
 
     def _die(self, event: dict[str, Any], output: Any) -> Any:
-        """The effect happened; then the execution dies, its lock left to expire."""
-        if self.batch:
+        """The effect happened; then the execution that made it dies, its lock left to
+        expire: a batch's (its lock token names the message: ``<execution>#<index>``) or a
+        single-message processor's, which a batch-mode run's audit starts too."""
+        execution = str(event["lockToken"]).split("#", 1)[0]
+        if "#" in str(event["lockToken"]):
             # An EXPRESS execution cannot be stopped: the whole batch runs out of its five
             # minutes instead (ExecutionTimedOut), once the other messages of the batch
             # have their outcome in the ledger (so that their own faults fire), as a last
             # call that hung would. (A result over 256 KiB would not do: AWS's States.ALL
             # catches States.DataLimitExceeded, and the message is dead-lettered alone.)
             self._others_settle(str(event["lockToken"]))
-            self.engine.run_out_of_time(str(event["lockToken"]).split("#", 1)[0])
+            self.engine.run_out_of_time(execution)
+            return output
+        if execution.split(":")[5] == "express":
+            # StopExecution "is not supported by EXPRESS state machines" (AWS API reference,
+            # API_StopExecution): an EXPRESS execution ends at its five minutes instead.
+            self.engine.run_out_of_time(execution)
             return output
         self.engine.client("stepfunctions").stop_execution(
-            executionArn=str(event["lockToken"]),
+            executionArn=execution,
             error="WorkerDied",
             cause="injected: the worker died on the last attempt, after its effect",
         )
@@ -649,7 +662,7 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         try:
             with engine.override_function("ProcessorFunction", injector.processor):
                 _deliver(run, units, rng, progress)
-                injector.dead_letter_refusals = False
+                injector.delivering = False
                 # Two days pass: longer than the audit waits for an upload's event from
                 # EventBridge (IngressMaxEventAgeSeconds, a day, for an upload without a
                 # version id), shorter than an SQS source can hold one.

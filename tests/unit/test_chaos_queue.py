@@ -22,6 +22,7 @@ from onceflow.harness.chaos_queue import (
     FAULT_KINDS,
     INVARIANTS,
     QueueChaosConfig,
+    QueueInjector,
     QueueRun,
     Unit,
     _judge,
@@ -29,7 +30,7 @@ from onceflow.harness.chaos_queue import (
     queue_parameters,
     render,
 )
-from onceflow.harness.common import TransientError, drain
+from onceflow.harness.common import TransientError, drain, effects_by_idempotency_key
 from onceflow.local import patches
 from onceflow.local.engine import LocalEngine
 from tests.helpers import dlq_messages
@@ -361,6 +362,111 @@ def test_the_operators_redrive_deletes_the_second_dlq_message_the_send_then_mark
         assert run.redriven is not None and run.redriven["later_run_deleted_processed"] == 1
         # AND the second message is named as the gap's, not counted a violation
         assert report["send_then_mark_gap"] == 1
+
+
+# ---- the injector's faults, in the execution they hit ---------------------------------
+
+
+def _order(engine: LocalEngine, name: str, fault: str) -> tuple[Unit, list[dict[str, Any]]]:
+    """A unit of work with a fault, and the processor's input for it: the pipe's array of
+    one SQS record of the stack's source queue (as the audit and redrive start it again)."""
+    body = json.dumps({"orderId": name})
+    record = {
+        "messageId": f"message-{name}",
+        "receiptHandle": f"handle-{name}",
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {},
+        "eventSource": "aws:sqs",
+        "eventSourceARN": engine.get_att("SourceQueue", "Arn"),
+        "awsRegion": "us-east-1",
+    }
+    return Unit(f"sqs:{name}", body, "message", True, fault), [record]
+
+
+def _row(engine: LocalEngine, pk: str) -> dict[str, Any]:
+    item = engine.client("dynamodb").get_item(
+        TableName=engine.ref("LedgerTable"), Key={"pk": {"S": pk}}, ConsistentRead=True
+    )["Item"]
+    return {k: next(iter(v.values())) for k, v in item.items()}
+
+
+def test_a_death_whose_last_attempt_never_came_does_not_fire_after_the_operators_fix() -> None:
+    """Seen as "a second audit resubmits nothing" VIOLATED (--source s3 --batch, seed 72,
+    now and then): two last-attempt deaths in one batch, and the batch ran out of time
+    for the first before the second's processor call, so the second's death never came
+    during the deliveries; the queue then dead-lettered it at MaxAttempts, unprocessed.
+    The operator's redrive ran it after the fix, the death fired there, and the audit
+    after the redrive rightly resubmitted the work it left. The product was right; the
+    harness injected a fault after the fix, which the invariant rules out."""
+    with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        unit, execution_input = _order(engine, "late-death", "last_attempt_death")
+        injector = QueueInjector(engine, {unit.pk: unit}, batch=True)
+        engine.state.faults.append(injector.service)
+        # GIVEN a batch-mode run whose last-attempt death never fired during the deliveries,
+        # now over, and the operator's fix
+        injector.delivering = False
+        injector.fixed = True
+        audits: list[dict[str, Any]] = []
+        with engine.override_function("ProcessorFunction", injector.processor):
+            # WHEN the redrive's execution (the single-message processor) runs the work,
+            # and the audit after the redrive runs once every lock has expired
+            result = engine.execute("ProcessorStateMachine", execution_input, name="redrive-1")
+            run.audit(audits)
+        engine.state.faults.remove(injector.service)
+        row = _row(engine, unit.pk)
+        effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
+    # THEN the work is done once, in that execution, and the audit finds nothing to do
+    assert (result.status, result.outcome) == ("SUCCEEDED", "Processed"), result.cause
+    assert (row["status"], row["attempts"]) == ("PROCESSED", "1")
+    assert effects[unit.pk] == 1 == injector.completed[unit.pk]
+    assert injector.fired["last_attempt_death"] == 0
+    assert [audits[0][k] for k in ("missing_resubmitted", "failed_resubmitted",
+                                   "stuck_released")] == [0, 0, 0]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("batch", "express", "ended"),
+    [
+        # a batch-mode run's audit resubmission: the single-message STANDARD processor
+        pytest.param(True, False, "ABORTED", id="batch-mode-standard-processor"),
+        # StopExecution "is not supported by EXPRESS state machines" (API_StopExecution):
+        # an EXPRESS execution that dies runs out of its five minutes
+        pytest.param(False, True, "TIMED_OUT", id="express-processor"),
+        pytest.param(False, False, "ABORTED", id="standard-processor"),
+    ],
+)
+def test_a_last_attempt_death_ends_the_single_message_execution_it_hit(
+    batch: bool, express: bool, ended: str
+) -> None:
+    """The death is the execution's: a batch's runs out of its time, a single-message
+    STANDARD one is stopped, an EXPRESS one runs out of its time. (It was chosen by the
+    run's mode: a batch-mode run's death in the audit's STANDARD resubmission, and every
+    --express death, failed the processor call instead, EngineError or InvalidArn.)"""
+    parameters = queue_parameters(batch=batch, express=express)
+    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
+        unit, execution_input = _order(engine, "dies", "last_attempt_death")
+        injector = QueueInjector(engine, {unit.pk: unit}, batch=batch)
+        engine.state.faults.append(injector.service)
+        # GIVEN a unit whose attempts before the last fail (each a new execution)
+        with engine.override_function("ProcessorFunction", injector.processor):
+            earlier = [
+                engine.execute("ProcessorStateMachine", execution_input, name=f"attempt-{n}")
+                for n in range(1, injector.max_attempts)
+            ]
+            # WHEN its last attempt runs: the effect is made, then the execution dies
+            last = engine.execute("ProcessorStateMachine", execution_input, name="last")
+        engine.state.faults.remove(injector.service)
+        row = _row(engine, unit.pk)
+        effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
+    # THEN that execution ended as a dead worker's does, its claim left to the sweep
+    assert [e.status for e in earlier] == ["FAILED"] * (injector.max_attempts - 1)
+    assert last.status == ended, (last.error, last.cause)
+    assert row["status"] == "PROCESSING"
+    assert row["attempts"] == str(injector.max_attempts)
+    assert row["lock_owner"] == last.arn
+    assert effects[unit.pk] == 1 == injector.fired["last_attempt_death"]
 
 
 # ---- the command line -----------------------------------------------------------------
