@@ -21,10 +21,12 @@ import botocore.useragent
 from moto import settings as moto_settings
 from moto.core import base_backend
 from moto.core.models import botocore_stubber as moto_botocore_stubber
+from moto.core.utils import camelcase_to_underscores as moto_camelcase_to_underscores
 from moto.dynamodb import comparisons as ddb_comparisons
 from moto.dynamodb.parsing import ast_nodes as ddb_ast_nodes
 from moto.dynamodb.parsing import validators as ddb_validators
 from moto.s3 import models as s3_models
+from moto.sqs import models as sqs_models
 from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.asl.component import component as asl_component
 from moto.stepfunctions.parser.asl.component import eval_component
@@ -271,6 +273,32 @@ def _prefixed_list_object_versions(
     )
 
 
+# A received message's retention read from its queue, once: moto asked GetQueueAttributes
+# for MessageRetentionPeriod, which built every attribute of the queue three times, each
+# counting its messages three ways (every message's visibility and delay read against a
+# fresh clock): each message received cost nine walks of the queue, a drain of n messages
+# n-squared. The attribute is the queue's field of that name (Queue.attributes reads each
+# BASE_ATTRIBUTES name with getattr, a number as it is); anything else is moto's.
+_ORIGINAL_RETENTION_CHECK = sqs_models.SQSBackend.is_message_valid_based_on_retention_period
+_RETENTION_FIELD = moto_camelcase_to_underscores("MessageRetentionPeriod")
+
+
+def _retention_read_once(self: Any, queue_name: str, message: Any) -> bool:
+    retention_period = getattr(self.get_queue(queue_name), _RETENTION_FIELD, None)
+    if type(retention_period) not in (int, float):
+        return bool(_ORIGINAL_RETENTION_CHECK(self, queue_name, message))
+    retain_until = retention_period + message.sent_timestamp / 1000
+    return not retain_until <= vars(sqs_models)["unix_time"]()  # moto's clock, as it reads it
+
+
+def _retention_fits() -> list[str]:
+    """MessageRetentionPeriod is still a base attribute, read as the queue's field."""
+    queue = sqs_models.Queue
+    if "MessageRetentionPeriod" in queue.BASE_ATTRIBUTES:
+        return []
+    return [f"{queue.__qualname__}.BASE_ATTRIBUTES lacks MessageRetentionPeriod"]
+
+
 def _speedup(
     name: str,
     why: str,
@@ -371,5 +399,23 @@ PATCHES = (
         (s3_models.S3Backend, "list_object_versions", _prefixed_list_object_versions),
         lambda: [_ORIGINAL_LIST_OBJECT_VERSIONS],
         "268a5f62e83a572464f0dd13c2048e20e8b1ef39ea09aae8be0248b286dc71b4",
+    ),
+    _speedup(
+        "a received message's retention read once",
+        "moto built every attribute of the queue three times for each message it received "
+        "(each walking every message): a drain of n messages took n-squared walks.",
+        "test_a_received_messages_retention_is_judged_as_moto_judges_it",
+        (
+            sqs_models.SQSBackend,
+            "is_message_valid_based_on_retention_period",
+            _retention_read_once,
+        ),
+        lambda: [
+            _ORIGINAL_RETENTION_CHECK,
+            sqs_models.SQSBackend.get_queue_attributes,
+            vars(sqs_models.Queue)["attributes"].fget,
+        ],
+        "2039bb1bceee1a5686bc3a2e1a4304a68bb2b811423b67b6588af051439bd5a1",
+        _retention_fits,
     ),
 )
