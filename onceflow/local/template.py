@@ -334,7 +334,10 @@ class Stack:
         from samtranslator.plugins.globals.globals import Globals  # in the local extra
 
         resource = copy.deepcopy(self.template["Resources"][logical_id])
-        merged = Globals(copy.deepcopy(self.template)).merge(
+        # Globals reads the template's Globals section alone (its __init__): a copy of that
+        # section, not of the whole template for every function (a tenth of a start's CPU)
+        section = {k: copy.deepcopy(v) for k, v in self.template.items() if k == "Globals"}
+        merged = Globals(section).merge(
             "AWS::Serverless::Function",
             resource.get("Properties", {}),
             logical_id,
