@@ -111,6 +111,7 @@ class LocalEngine:
         self._creating: set[str] = set()
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
+        self._session: boto3.session.Session | None = None
         self._undo = ExitStack()  # what start() did, for stop()
         self._started = False
         self._saved_env: dict[str, str | None] = {}
@@ -193,10 +194,15 @@ class LocalEngine:
         thread-safe, sessions are not): "one client per service" in docs/local-engine.md."""
         with self._clients_lock:
             if service not in self._clients:
-                core = botocore.session.get_session()
-                core.register_component("data_loader", _LOADER)
-                session = boto3.session.Session(botocore_session=core, region_name=REGION)
-                client = session.client(service)  # type: ignore[call-overload]
+                if self._session is None:
+                    # one session for the engine's clients, each made under this lock: a
+                    # session registers botocore's builtin handlers as it is made (a third
+                    # of an engine's start when each client had its own); a client takes
+                    # a copy of the session's handlers (botocore args.py), as before
+                    core = botocore.session.get_session()
+                    core.register_component("data_loader", _LOADER)
+                    self._session = boto3.session.Session(botocore_session=core, region_name=REGION)
+                client = self._session.client(service)  # type: ignore[call-overload]
                 # The operator's: unchecked by IAM wherever its calls are made (a test
                 # reading the ledger from inside a handler is the operator, not the function).
                 operator = functools.partial(iam.acting_as, None)
