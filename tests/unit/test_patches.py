@@ -1338,6 +1338,12 @@ def test_versions_listed_under_a_prefix_are_what_moto_lists(engine: LocalEngine)
         {"prefix": "a/", "key_marker": "a-b/1", "version_id_marker": ab1.version_id},
         {"prefix": "a", "delimiter": "/"},
         {"prefix": "a/", "key_marker": "a/1"},  # no version id: moto's own code runs
+        # a page of the whole bucket from a marker: none of the keys before it
+        {"key_marker": "a/2", "version_id_marker": a2[-1].version_id, "max_keys": 3},
+        {"key_marker": "a/2", "version_id_marker": a2[0].version_id},
+        {"key_marker": "a-b/1", "version_id_marker": ab1.version_id, "delimiter": "/"},
+        {"key_marker": "a/2", "version_id_marker": "no such version"},
+        {"key_marker": "a0"},  # no version id: moto's own code runs
     ]
     for case in cases:
         ours = speedups._prefixed_list_object_versions(backend, bucket, **case)

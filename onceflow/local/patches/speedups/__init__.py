@@ -239,9 +239,11 @@ _original_sanitize = botocore.useragent.sanitize_user_agent_string_component
 _cached_sanitize = functools.lru_cache(maxsize=1024)(_original_sanitize)
 
 # Object versions listed under their prefix: moto is given only the keys under it (and
-# the marker's, where it resumes); a marker without a version id stays moto's (what it
-# skips depends on every key). moto's list_object_versions uses no more of its backend
-# than self.get_bucket and bucket.keys (the pin holds it to that).
+# the marker's, where it resumes), and from a marker with a version id only the keys from
+# the marker's on (a paged listing of a bucket copied every version for every page); a
+# marker without a version id stays moto's (what it skips depends on every key). moto's
+# list_object_versions uses no more of its backend than self.get_bucket and bucket.keys
+# (the pin holds it to that).
 _ORIGINAL_LIST_OBJECT_VERSIONS = s3_models.S3Backend.list_object_versions
 
 
@@ -266,8 +268,19 @@ def _prefixed_list_object_versions(
     version_id_marker: str | None = None,
 ) -> Any:
     backend = self
-    if prefix and (key_marker is None or version_id_marker):
-        backend = _narrowed(self, lambda name: name.startswith(prefix) or name == key_marker)
+    under = bool(prefix) and (key_marker is None or bool(version_id_marker))
+    # From a marker with a version id, moto skips every version before the marker's, and
+    # the marker's name sorts after every name below it: those keys are never listed.
+    after = key_marker is not None and bool(version_id_marker)
+    if under or after:
+        marker = key_marker or ""
+
+        def keep(name: str) -> bool:
+            if under and not (name.startswith(prefix) or name == key_marker):
+                return False
+            return not after or name >= marker
+
+        backend = _narrowed(self, keep)
     return _ORIGINAL_LIST_OBJECT_VERSIONS(
         backend, bucket_name, delimiter, key_marker, max_keys, prefix, version_id_marker
     )
@@ -394,7 +407,7 @@ PATCHES = (
     _speedup(
         "object versions listed under their prefix",
         "moto deep-copied and sorted every version in the bucket for each ListObjectVersions "
-        "call, whatever its Prefix.",
+        "call, whatever its Prefix and wherever its page began.",
         "test_versions_listed_under_a_prefix_are_what_moto_lists",
         (s3_models.S3Backend, "list_object_versions", _prefixed_list_object_versions),
         lambda: [_ORIGINAL_LIST_OBJECT_VERSIONS],
