@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import pickle
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -55,10 +56,20 @@ def _construct(loader: Any, tag: str, node: yaml.Node) -> Any:
 _CfnLoader.add_multi_constructor("!", _construct)
 
 
+# Each template read once per process, by its bytes: a test run starts hundreds of engines
+# on the same template.yaml (12.7 ms of CPU a parse, 0.6 ms a pickled copy). Each caller
+# gets its own copy, as from a parse of its own (callers change theirs: with_constants).
+_PARSED: dict[bytes, bytes] = {}
+_PARSED_KEPT = 16
+
+
 def load_template(path: Path) -> dict[str, Any]:
     try:
-        with path.open(encoding="utf-8") as handle:
-            document = yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+        raw = path.read_bytes()
+        parsed = _PARSED.get(raw)
+        if parsed is not None:
+            return pickle.loads(parsed)  # type: ignore[no-any-return]  # noqa: S301 - our own pickle of a parse
+        document = yaml.load(raw.decode("utf-8"), Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
     except OSError as exc:
         raise TemplateError(f"cannot read {path}: {exc.strerror}") from exc
     except yaml.MarkedYAMLError as exc:  # one line: where, then what
@@ -70,6 +81,8 @@ def load_template(path: Path) -> dict[str, Any]:
         raise TemplateError(f"{path} is not YAML or JSON: {exc}") from exc
     if not isinstance(document, dict) or "Resources" not in document:
         raise TemplateError(f"{path} is not a CloudFormation template")
+    if len(_PARSED) < _PARSED_KEPT:
+        _PARSED[raw] = pickle.dumps(document, protocol=pickle.HIGHEST_PROTOCOL)
     return document
 
 
@@ -334,7 +347,10 @@ class Stack:
         from samtranslator.plugins.globals.globals import Globals  # in the local extra
 
         resource = copy.deepcopy(self.template["Resources"][logical_id])
-        merged = Globals(copy.deepcopy(self.template)).merge(
+        # Globals reads the template's Globals section alone (its __init__): a copy of that
+        # section, not of the whole template for every function (a tenth of a start's CPU)
+        section = {k: copy.deepcopy(v) for k, v in self.template.items() if k == "Globals"}
+        merged = Globals(section).merge(
             "AWS::Serverless::Function",
             resource.get("Properties", {}),
             logical_id,

@@ -739,6 +739,45 @@ def test_the_user_agent_sanitiser_gives_what_botocore_gives() -> None:
             )
 
 
+def test_a_received_messages_retention_is_judged_as_moto_judges_it(engine: LocalEngine) -> None:
+    from moto.sqs.models import SQSBackend, sqs_backends
+
+    from onceflow.local.engine import ACCOUNT_ID, REGION
+
+    # GIVEN a queue of 60 s retention holding messages sent just now, 59 s and 61 s ago,
+    # and one of moto's default retention (four days) with a message three days old
+    assert SQSBackend.is_message_valid_based_on_retention_period is speedups._retention_read_once
+    sqs = engine.client("sqs")
+    short = sqs.create_queue(
+        QueueName="retention-short", Attributes={"MessageRetentionPeriod": "60"}
+    )
+    default = sqs.create_queue(QueueName="retention-default")
+    for url, ages in ((short["QueueUrl"], (0, 59, 61)), (default["QueueUrl"], (0, 3 * 86400))):
+        for age in ages:
+            sqs.send_message(QueueUrl=url, MessageBody=str(age))
+    backend = sqs_backends[ACCOUNT_ID][REGION]
+    judged = []
+    for name in ("retention-short", "retention-default"):
+        for message in backend.get_queue(name)._messages:
+            message.sent_timestamp -= int(message.body) * 1000
+            # WHEN the speed-up and moto's own check judge each
+            ours = speedups._retention_read_once(backend, name, message)
+            theirs = speedups._ORIGINAL_RETENTION_CHECK(backend, name, message)
+            # THEN they agree
+            assert ours == theirs, (name, message.body)
+            judged.append((name, message.body, ours))
+    assert judged == [
+        ("retention-short", "0", True),
+        ("retention-short", "59", True),
+        ("retention-short", "61", False),
+        ("retention-default", "0", True),
+        ("retention-default", "259200", True),
+    ]
+    # AND a receive stops at the expired message, as moto's check makes it
+    received = sqs.receive_message(QueueUrl=short["QueueUrl"], MaxNumberOfMessages=10)
+    assert [m["Body"] for m in received["Messages"]] == ["0", "59"]
+
+
 def test_an_execution_described_directly_matches_describe_execution(engine: LocalEngine) -> None:
     definition = {
         "QueryLanguage": "JSONata",
@@ -1299,6 +1338,12 @@ def test_versions_listed_under_a_prefix_are_what_moto_lists(engine: LocalEngine)
         {"prefix": "a/", "key_marker": "a-b/1", "version_id_marker": ab1.version_id},
         {"prefix": "a", "delimiter": "/"},
         {"prefix": "a/", "key_marker": "a/1"},  # no version id: moto's own code runs
+        # a page of the whole bucket from a marker: none of the keys before it
+        {"key_marker": "a/2", "version_id_marker": a2[-1].version_id, "max_keys": 3},
+        {"key_marker": "a/2", "version_id_marker": a2[0].version_id},
+        {"key_marker": "a-b/1", "version_id_marker": ab1.version_id, "delimiter": "/"},
+        {"key_marker": "a/2", "version_id_marker": "no such version"},
+        {"key_marker": "a0"},  # no version id: moto's own code runs
     ]
     for case in cases:
         ours = speedups._prefixed_list_object_versions(backend, bucket, **case)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from onceflow.cli import main
-from onceflow.local.template import Stack, TemplateError, coerce_parameter
+from onceflow.local.template import Stack, TemplateError, coerce_parameter, load_template
 from onceflow.project import TEMPLATE_NAMES, TemplateNotFound, find_template, project_directory
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
@@ -273,3 +273,20 @@ def test_a_short_form_tag_the_engine_lacks_reads_as_its_function(tmp_path: Path)
     # THEN resolving it names the function the local engine lacks
     with pytest.raises(TemplateError, match="Fn::Cidr is not supported by the local engine"):
         stack.condition("Odd")
+
+
+def test_a_template_read_again_is_a_copy_of_its_own_and_a_changed_one_is_read_anew(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a template read once (its parse kept, by its bytes)
+    path = tmp_path / "template.yaml"
+    path.write_text("Resources:\n  Q:\n    Type: AWS::SQS::Queue\n", encoding="utf-8")
+    first = load_template(path)
+    # WHEN the reader changes what it got, and the template is read again
+    first["Resources"]["Q"]["Type"] = "changed by its reader"
+    second = load_template(path)
+    # THEN the second read is the file's, not the first reader's copy
+    assert second == {"Resources": {"Q": {"Type": "AWS::SQS::Queue"}}}
+    # AND a file changed since is read anew
+    path.write_text("Resources:\n  T:\n    Type: AWS::SNS::Topic\n", encoding="utf-8")
+    assert load_template(path) == {"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}

@@ -21,10 +21,12 @@ import botocore.useragent
 from moto import settings as moto_settings
 from moto.core import base_backend
 from moto.core.models import botocore_stubber as moto_botocore_stubber
+from moto.core.utils import camelcase_to_underscores as moto_camelcase_to_underscores
 from moto.dynamodb import comparisons as ddb_comparisons
 from moto.dynamodb.parsing import ast_nodes as ddb_ast_nodes
 from moto.dynamodb.parsing import validators as ddb_validators
 from moto.s3 import models as s3_models
+from moto.sqs import models as sqs_models
 from moto.stepfunctions.parser import models as sfn_parser_models
 from moto.stepfunctions.parser.asl.component import component as asl_component
 from moto.stepfunctions.parser.asl.component import eval_component
@@ -237,9 +239,11 @@ _original_sanitize = botocore.useragent.sanitize_user_agent_string_component
 _cached_sanitize = functools.lru_cache(maxsize=1024)(_original_sanitize)
 
 # Object versions listed under their prefix: moto is given only the keys under it (and
-# the marker's, where it resumes); a marker without a version id stays moto's (what it
-# skips depends on every key). moto's list_object_versions uses no more of its backend
-# than self.get_bucket and bucket.keys (the pin holds it to that).
+# the marker's, where it resumes), and from a marker with a version id only the keys from
+# the marker's on (a paged listing of a bucket copied every version for every page); a
+# marker without a version id stays moto's (what it skips depends on every key). moto's
+# list_object_versions uses no more of its backend than self.get_bucket and bucket.keys
+# (the pin holds it to that).
 _ORIGINAL_LIST_OBJECT_VERSIONS = s3_models.S3Backend.list_object_versions
 
 
@@ -264,11 +268,48 @@ def _prefixed_list_object_versions(
     version_id_marker: str | None = None,
 ) -> Any:
     backend = self
-    if prefix and (key_marker is None or version_id_marker):
-        backend = _narrowed(self, lambda name: name.startswith(prefix) or name == key_marker)
+    under = bool(prefix) and (key_marker is None or bool(version_id_marker))
+    # From a marker with a version id, moto skips every version before the marker's, and
+    # the marker's name sorts after every name below it: those keys are never listed.
+    after = key_marker is not None and bool(version_id_marker)
+    if under or after:
+        marker = key_marker or ""
+
+        def keep(name: str) -> bool:
+            if under and not (name.startswith(prefix) or name == key_marker):
+                return False
+            return not after or name >= marker
+
+        backend = _narrowed(self, keep)
     return _ORIGINAL_LIST_OBJECT_VERSIONS(
         backend, bucket_name, delimiter, key_marker, max_keys, prefix, version_id_marker
     )
+
+
+# A received message's retention read from its queue, once: moto asked GetQueueAttributes
+# for MessageRetentionPeriod, which built every attribute of the queue three times, each
+# counting its messages three ways (every message's visibility and delay read against a
+# fresh clock): each message received cost nine walks of the queue, a drain of n messages
+# n-squared. The attribute is the queue's field of that name (Queue.attributes reads each
+# BASE_ATTRIBUTES name with getattr, a number as it is); anything else is moto's.
+_ORIGINAL_RETENTION_CHECK = sqs_models.SQSBackend.is_message_valid_based_on_retention_period
+_RETENTION_FIELD = moto_camelcase_to_underscores("MessageRetentionPeriod")
+
+
+def _retention_read_once(self: Any, queue_name: str, message: Any) -> bool:
+    retention_period = getattr(self.get_queue(queue_name), _RETENTION_FIELD, None)
+    if type(retention_period) not in (int, float):
+        return bool(_ORIGINAL_RETENTION_CHECK(self, queue_name, message))
+    retain_until = retention_period + message.sent_timestamp / 1000
+    return not retain_until <= vars(sqs_models)["unix_time"]()  # moto's clock, as it reads it
+
+
+def _retention_fits() -> list[str]:
+    """MessageRetentionPeriod is still a base attribute, read as the queue's field."""
+    queue = sqs_models.Queue
+    if "MessageRetentionPeriod" in queue.BASE_ATTRIBUTES:
+        return []
+    return [f"{queue.__qualname__}.BASE_ATTRIBUTES lacks MessageRetentionPeriod"]
 
 
 def _speedup(
@@ -366,10 +407,28 @@ PATCHES = (
     _speedup(
         "object versions listed under their prefix",
         "moto deep-copied and sorted every version in the bucket for each ListObjectVersions "
-        "call, whatever its Prefix.",
+        "call, whatever its Prefix and wherever its page began.",
         "test_versions_listed_under_a_prefix_are_what_moto_lists",
         (s3_models.S3Backend, "list_object_versions", _prefixed_list_object_versions),
         lambda: [_ORIGINAL_LIST_OBJECT_VERSIONS],
         "268a5f62e83a572464f0dd13c2048e20e8b1ef39ea09aae8be0248b286dc71b4",
+    ),
+    _speedup(
+        "a received message's retention read once",
+        "moto built every attribute of the queue three times for each message it received "
+        "(each walking every message): a drain of n messages took n-squared walks.",
+        "test_a_received_messages_retention_is_judged_as_moto_judges_it",
+        (
+            sqs_models.SQSBackend,
+            "is_message_valid_based_on_retention_period",
+            _retention_read_once,
+        ),
+        lambda: [
+            _ORIGINAL_RETENTION_CHECK,
+            sqs_models.SQSBackend.get_queue_attributes,
+            vars(sqs_models.Queue)["attributes"].fget,
+        ],
+        "2039bb1bceee1a5686bc3a2e1a4304a68bb2b811423b67b6588af051439bd5a1",
+        _retention_fits,
     ),
 )
