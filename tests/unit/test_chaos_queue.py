@@ -550,7 +550,7 @@ def test_a_call_in_flight_when_its_batch_runs_out_of_time_may_run_again() -> Non
         injector.delivering = False
         run.pass_time(run.lock_timeout + 3600)
         # (judged alone: the dying message's row is left to a delivery this test does not make)
-        report = _judge(run, [other], {}, [], None, injector.completed)
+        report = _judge(run, [other], {}, [], None, injector.runs())
         effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
         row = _row(engine, other.pk)
     # THEN the batch timed out with the other message's effect made and unrecorded, its
@@ -562,3 +562,20 @@ def test_a_call_in_flight_when_its_batch_runs_out_of_time_may_run_again() -> Non
     assert injector.completed[other.pk] == 2
     assert effects[other.pk] == 1
     assert report["violations"] == []
+
+
+def test_only_a_call_whose_execution_then_died_is_forgiven_a_rerun() -> None:
+    """A call its execution's death left unrecorded may run again; two calls of executions
+    that lived are work run twice, and so is a call made after the work was recorded, even
+    by an execution that then died."""
+    injector = QueueInjector.__new__(QueueInjector)
+    injector.died = {"dead-1", "dead-2"}
+    injector.calls = [
+        ("in-flight", "dead-1"), ("in-flight", "redelivery"),
+        ("twice", "first"), ("twice", "second"),
+        ("after-the-record", "first"), ("after-the-record", "dead-2"),
+        ("died-twice", "dead-1"), ("died-twice", "dead-2"), ("died-twice", "last"),
+    ]  # fmt: skip
+    assert injector.runs() == Counter(
+        {"in-flight": 1, "twice": 2, "after-the-record": 2, "died-twice": 1}
+    )
