@@ -219,6 +219,10 @@ class QueueInjector:
         self.fixed = False
         # Processor calls that did the work (returned), by idempotency key.
         self.completed: Counter[str] = Counter()
+        # The same calls in the order they returned: (idempotency key, the execution that
+        # made it), and the executions a death ended (_die).
+        self.calls: list[tuple[str, str]] = []
+        self.died: set[str] = set()
         # What an InvalidEvent's DLQ message is known by: its SQS message's body.
         self.by_body = {u.body: u.pk for u in units.values() if u.kind == "invalid"}
         self._real = engine.runtime.load(
@@ -344,15 +348,33 @@ class QueueInjector:
     def _run(self, event: dict[str, Any], context: Any) -> Any:
         """The real processor; a call that returns is counted: the unit's work was done."""
         output = self._real(event, context)
+        pk = str(event["workItem"].get("idempotencyKey", ""))
         with self._lock:
-            self.completed[str(event["workItem"].get("idempotencyKey", ""))] += 1
+            self.completed[pk] += 1
+            self.calls.append((pk, str(event["lockToken"]).split("#", 1)[0]))
         return output
+
+    def runs(self) -> Counter[str]:
+        """The calls that did the work, by idempotency key, but for a call a fault after its
+        effect forced to run again: one whose execution then died before it could record
+        it, and a later call ran. That is the dying message's own call, and any other
+        message's of its batch that was in flight when the batch ran out of time (a
+        Lambda call runs to its end when its execution ends: its effect is made and
+        nothing records it; the redelivery runs it again, the sink keeps one effect)."""
+        by_key: dict[str, list[str]] = {}
+        for pk, execution in self.calls:
+            by_key.setdefault(pk, []).append(execution)
+        return Counter(
+            {pk: 1 + sum(e not in self.died for e in made[:-1]) for pk, made in by_key.items()}
+        )
 
     def _die(self, event: dict[str, Any], output: Any) -> Any:
         """The effect happened; then the execution that made it dies, its lock left to
         expire: a batch's (its lock token names the message: ``<execution>#<index>``) or a
         single-message processor's, which a batch-mode run's audit starts too."""
         execution = str(event["lockToken"]).split("#", 1)[0]
+        with self._lock:
+            self.died.add(execution)
         if "#" in str(event["lockToken"]):
             # An EXPRESS execution cannot be stopped: the whole batch runs out of its five
             # minutes instead (ExecutionTimedOut), once the other messages of the batch
@@ -697,7 +719,7 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         finally:
             engine.state.faults.remove(injector.service)
         run.pass_time(run.lock_timeout + 3600)
-        report = _judge(run, units, objects, audits, again, injector.completed)
+        report = _judge(run, units, objects, audits, again, injector.runs())
 
     report.update(
         {
@@ -909,7 +931,8 @@ def _judge(
     completed: Counter[str] | None = None,
 ) -> dict[str, Any]:
     """The invariants, unit by unit, over the ledger, both DLQs, the queue and S3's log, and
-    the processor calls that did the work (``completed``, by idempotency key)."""
+    the processor calls that did the work (``completed``, by idempotency key; a call a
+    death left unrecorded and a later call ran again not counted: QueueInjector.runs)."""
     engine = run.engine
     effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
 

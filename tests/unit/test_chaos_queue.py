@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -487,3 +488,94 @@ def test_a_last_attempt_death_ends_the_single_message_execution_it_hit(
 def test_the_command_refuses_what_the_source_cannot_do(flags: list[str], refusal: str) -> None:
     with pytest.raises(SystemExit, match=refusal):
         main(["chaos", *flags])
+
+
+def test_a_call_in_flight_when_its_batch_runs_out_of_time_may_run_again() -> None:
+    """Seen as "the work runs once unless a fault after its effect forced a rerun" VIOLATED
+    (`chaos --source sqs --batch --unversioned --objects 260 --seed 115`, once: a large
+    non-ASCII order, "2 processor calls did the work", one effect). A last-attempt death
+    spends its batch's five minutes once no other message holds a PROCESSING row; a message
+    claimed just after that check has its call in flight when the batch times out. The call
+    runs to its end, as a Lambda invocation does when its execution ends, so the effect is
+    made and nothing records it: the row stays PROCESSING, and its redelivery runs the work
+    again once the lock expires (the sink keeps one effect). The product is right; the
+    death was a fault after that message's effect too, which the checker did not count."""
+    with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=2, batch=True))
+        dying, dying_records = _order(engine, "dies", "last_attempt_death")
+        other, other_records = _order(engine, "in-flight", "")
+        other.fault = None
+        units = {dying.pk: dying, other.pk: other}
+        injector = QueueInjector(engine, units, batch=True)
+        checked, in_flight, out_of_time = (threading.Event() for _ in range(3))
+        settle = injector._others_settle
+
+        def others_settle(lock_token: str, timeout: float = 30.0) -> None:
+            settle(lock_token, timeout)
+            checked.set()  # only now may the other message be claimed
+
+        real_out_of_time = engine.run_out_of_time
+
+        def run_out_of_time(execution: str) -> None:
+            assert in_flight.wait(30), "the other message's call never started"
+            real_out_of_time(execution)
+            out_of_time.set()
+
+        def claim_after_the_check(service: str, operation: str, body: str) -> Any:
+            if operation == "PutItem" and other.pk in body and not checked.is_set():
+                assert checked.wait(30), "the death never checked the other messages"
+            return None
+
+        def processor(event: dict[str, Any], context: Any) -> Any:
+            if event["workItem"]["idempotencyKey"] == other.pk and not in_flight.is_set():
+                in_flight.set()
+                assert out_of_time.wait(30), "the batch never ran out of time"
+            return injector.processor(event, context)
+
+        injector._others_settle = others_settle  # type: ignore[method-assign]
+        engine.run_out_of_time = run_out_of_time  # type: ignore[method-assign]
+        engine.state.faults += [injector.service, claim_after_the_check]
+        with engine.override_function("ProcessorFunction", processor):
+            # GIVEN a message at its last attempt, whose death spends its batch's time
+            for _ in range(injector.max_attempts - 1):
+                engine.execute("BatchProcessorStateMachine", dying_records)
+            # WHEN it shares a batch with a message whose call starts just after the check
+            batch = engine.execute("BatchProcessorStateMachine", dying_records + other_records)
+            row_after_batch = _row(engine, other.pk)
+            # and the pipe hands that message over again once its lock has expired
+            run.pass_time(run.lock_timeout + 3600)
+            again = engine.execute("BatchProcessorStateMachine", other_records)
+        engine.state.faults.remove(claim_after_the_check)
+        engine.state.faults.remove(injector.service)
+        injector.delivering = False
+        run.pass_time(run.lock_timeout + 3600)
+        # (judged alone: the dying message's row is left to a delivery this test does not make)
+        report = _judge(run, [other], {}, [], None, injector.runs())
+        effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
+        row = _row(engine, other.pk)
+    # THEN the batch timed out with the other message's effect made and unrecorded, its
+    # redelivery ran it again, the sink kept one effect, and the checker names no violation
+    assert batch.status == "TIMED_OUT", batch.status
+    assert (row_after_batch["status"], row_after_batch["attempts"]) == ("PROCESSING", "1")
+    assert again.status == "SUCCEEDED"
+    assert row["status"] == "PROCESSED"
+    assert injector.completed[other.pk] == 2
+    assert effects[other.pk] == 1
+    assert report["violations"] == []
+
+
+def test_only_a_call_whose_execution_then_died_is_forgiven_a_rerun() -> None:
+    """A call its execution's death left unrecorded may run again; two calls of executions
+    that lived are work run twice, and so is a call made after the work was recorded, even
+    by an execution that then died."""
+    injector = QueueInjector.__new__(QueueInjector)
+    injector.died = {"dead-1", "dead-2"}
+    injector.calls = [
+        ("in-flight", "dead-1"), ("in-flight", "redelivery"),
+        ("twice", "first"), ("twice", "second"),
+        ("after-the-record", "first"), ("after-the-record", "dead-2"),
+        ("died-twice", "dead-1"), ("died-twice", "dead-2"), ("died-twice", "last"),
+    ]  # fmt: skip
+    assert injector.runs() == Counter(
+        {"in-flight": 1, "twice": 2, "after-the-record": 2, "died-twice": 1}
+    )
