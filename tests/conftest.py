@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import io
+import os
 import time
 from collections.abc import Iterator
 from itertools import count
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from onceflow.local.engine import LocalEngine
+from onceflow.local.patches.registry import BREAK_PINS_ENV
 from onceflow.view import page as view_page
 
 # The whole suite on the CI machine (2 cores, 2 workers), measured at the commit
@@ -124,6 +126,18 @@ SECONDS = {
 SECONDS_A_TEST = 0.11
 
 
+def _skip_speedup_tests(items: list[pytest.Item]) -> None:
+    """With every speed-up removed on purpose (`make test-without-speedups`), a test of a
+    speed-up itself has nothing to test: it is skipped, and says why. Every other test runs
+    on moto's own code."""
+    if os.environ.get(BREAK_PINS_ENV) != "1":
+        return
+    why = f"tests a speed-up itself, and every speed-up is removed ({BREAK_PINS_ENV}=1)"
+    for item in items:
+        if item.get_closest_marker("speedup") is not None:
+            item.add_marker(pytest.mark.skip(reason=why))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On pytest-xdist's workers: the files longest first, each file's tests in their order.
 
@@ -133,6 +147,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     two workers end close together (by default pytest-xdist hands out the files with the
     most tests first: a long file of few tests came last and ran alone).
     """
+    _skip_speedup_tests(items)
     if not hasattr(config, "workerinput"):
         return  # a run without workers keeps pytest's order
     files: dict[str, list[pytest.Item]] = {}

@@ -295,6 +295,7 @@ def test_the_local_engine_doc_lists_the_patches_the_code_has() -> None:
     assert all(f"| {p.name} |" in doc.read_text() for p in patches.PATCHES)
 
 
+@pytest.mark.speedup
 def test_a_speedup_whose_check_itself_fails_is_left_out_and_says_why() -> None:
     def moved() -> list[str]:
         raise AttributeError("module 'moto...' has no attribute 'gone'")
