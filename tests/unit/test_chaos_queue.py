@@ -219,6 +219,75 @@ def test_the_checker_names_every_unit_left_outside_a_named_end_state() -> None:
     }
 
 
+def test_the_checker_names_messages_the_queue_moved_to_its_dlq_and_no_other() -> None:
+    """Seen with `--no-redrive` (seeds 221-225, receives spent at 0.04): a message the pipe
+    never handed over has no row, and SQS moved it to the source DLQ, where only the
+    operator's `redrive --queue source` brings it back (design.md; its alarm says so); and
+    each copy the producer sent is an SQS message of its own, which SQS moves on its own
+    receive count (sqs-dead-letter-queues.html, RedrivePolicy's maxReceiveCount), so two
+    copies are two messages there. The checker called the first "no ledger row" and each
+    copy a second DLQ message. The product is right: neither is onceflow's dead-lettering."""
+    parameters = queue_parameters(batch=True)
+    with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        sqs, table = engine.client("sqs"), engine.ref("LedgerTable")
+
+        def unit(name: str, copies: int = 1) -> Unit:
+            body = json.dumps({"orderId": name})
+            run.by_body[body] = f"sqs:{name}"
+            return Unit(f"sqs:{name}", body, "message", True, "receives_spent", copies)
+
+        def moved(u: Unit, times: int) -> None:
+            for _ in range(times):
+                sqs.send_message(QueueUrl=engine.ref("SourceDeadLetterQueue"), MessageBody=u.body)
+
+        units = [unit("unclaimed"), unit("copies", copies=2), unit("claimed-copies", copies=2)]
+        units += [unit("more-than-sent"), unit("also-dead-lettered"), unit("nowhere")]
+        # GIVEN a message the pipe never handed over (no row), in the source DLQ; two
+        # copies of one, both moved; two copies of one whose row the sweep then finished;
+        # two moved messages of a unit sent once; a unit in both DLQs; and a unit with no
+        # row that is nowhere
+        moved(units[0], 1)
+        moved(units[1], 2)
+        moved(units[2], 2)
+        item = {"pk": {"S": "sqs:claimed-copies"}, "status": {"S": "PROCESSED"}}
+        engine.client("dynamodb").put_item(TableName=table, Item=item)
+        engine.client("s3").put_object(
+            Bucket=engine.ref("OutputBucket"), Key="orders/claimed-copies", Body=b"done",
+            Metadata={"idempotency-key": "sqs:claimed-copies"},
+        )  # fmt: skip
+        moved(units[3], 2)
+        moved(units[4], 1)
+        sqs.send_message(
+            QueueUrl=engine.ref("DeadLetterQueue"),
+            MessageBody="{}",
+            MessageAttributes={
+                "IDEMPOTENCY_KEY": {"DataType": "String", "StringValue": "sqs:also-dead-lettered"}
+            },
+        )
+        # WHEN the checker judges them before the operator's redrive (--no-redrive)
+        before = _judge(run, units, {}, [{"scanned": 0}], None)
+        # and as if the redrive had run and left them so
+        for u in units[:4]:
+            moved(u, u.copies)
+        run.redriven = {"source_moved_back": 0}
+        after = _judge(run, units, {}, [{"scanned": 0}], None)
+    # THEN before the redrive only the unit nowhere, the messages beyond those sent, and a
+    # second DLQ for one unit are named; the queue's moves are counted apart
+    found = {(v["invariant"], v["key"]) for v in before["violations"]}
+    assert found == {
+        ("no unit of work left outside a named end state", "sqs:nowhere"),
+        ("exactly one effect per unit of work not dead-lettered", "sqs:nowhere"),
+        ("at most one DLQ message per unit of work", "sqs:more-than-sent"),
+        ("at most one DLQ message per unit of work", "sqs:also-dead-lettered"),
+    }
+    assert before["left_in_the_source_dlq_unclaimed"] == 4  # (also-dead-lettered has no row)
+    assert before["source_dlq_copies"] == 2  # copies, claimed-copies
+    # AND after the operator's redrive nothing may be left in the source DLQ
+    left = {v["key"] for v in after["violations"] if v["invariant"] == INVARIANTS[7]}
+    assert left >= {"sqs:unclaimed", "sqs:copies", "sqs:claimed-copies", "sqs:more-than-sent"}
+
+
 def test_the_checker_names_work_run_twice_and_what_the_operators_redrive_left() -> None:
     parameters = queue_parameters(batch=True)
     with LocalEngine(parameters=parameters, function_log=io.StringIO()) as engine:
