@@ -996,6 +996,15 @@ def _judge(
     for pk, found in (before or {}).items():
         unit_letters_before.setdefault(unit_of(str(pk)), []).extend(found)
     gap = 0  # second DLQ messages of the send-then-mark gap (named, not violations)
+    # What SQS itself moved to the source DLQ, named, not violations: a unit the processor
+    # never claimed (no row: the pipe never handed its message over), waiting there for the
+    # operator's `redrive --queue source` (design.md; the source DLQ's alarm says so), and
+    # each copy beyond the first of a unit the producer sent more than once: every copy is
+    # an SQS message with its own receive count, moved on its own after maxReceiveCount
+    # receives (sqs-dead-letter-queues.html; SetQueueAttributes, RedrivePolicy). Neither is
+    # onceflow's dead-lettering. After the operator's redrive nothing may be left there.
+    unclaimed = 0
+    source_copies = 0
     unit_runs: Counter[str] = Counter()
     for pk, n in (completed or Counter()).items():
         unit_runs[unit_of(pk)] += n
@@ -1007,11 +1016,22 @@ def _judge(
         n_effects, n_dlq, n_source = unit_effects[unit.pk], unit_dlq[unit.pk], source_dlq[unit.pk]
         histogram[n_effects] += 1
         processed = "PROCESSED" in statuses
-        dead_lettered = any("dead_lettered_at" in r for r in own) or (not processed and n_dlq > 0)
+        # (an invalid event has no row anyway: judged below)
+        in_source_unclaimed = not own and n_source > 0 and unit.kind != "invalid"
+        unclaimed += in_source_unclaimed
+        dead_lettered = (
+            any("dead_lettered_at" in r for r in own)
+            or (not processed and n_dlq > 0)
+            or in_source_unclaimed
+        )
+        # the messages sent for the unit: its copies, then one a wave after the first
+        sent = unit.copies + unit.waves - 1 if unit.copies else 0
+        copies = n_source - 1 if 1 < n_source <= sent else 0
+        source_copies += copies
         if unit.kind == "invalid":
             if own:
                 violated(INVARIANTS[1], unit, "a ledger row for an event no key is made of")
-        elif not own:
+        elif not own and not in_source_unclaimed:
             violated(INVARIANTS[1], unit, "no ledger row: nothing did the work or found it")
         for row in own:
             attempts = f"attempts {row.get('attempts')}/{run.max_attempts}"
@@ -1028,7 +1048,7 @@ def _judge(
                 detail = f"FAILED, no DLQ message, no retry path, {attempts}{where}{keyed}"
                 violated(INVARIANTS[1], unit, detail)
         twins = send_then_mark_twins(unit_letters.get(unit.pk, []))
-        if n_dlq + n_source - twins > 1:
+        if n_dlq + n_source - copies - twins > 1:
             violated(INVARIANTS[2], unit, f"{n_dlq} in the DLQ, {n_source} in the source DLQ")
         if before is not None:
             # As the deliveries and audits left them: the redrive resubmits one of a unit's
@@ -1086,6 +1106,8 @@ def _judge(
         "effects_histogram": {str(n): c for n, c in sorted(histogram.items())},
         "dead_letter_messages": sum(dlq.values()),
         "send_then_mark_gap": gap,
+        "left_in_the_source_dlq_unclaimed": unclaimed,
+        "source_dlq_copies": source_copies,
         "source_dead_letter_messages": sum(source_dlq.values()),
         "left_in_the_source_queue": len(pending),
         "invariants": [{"name": name, "violations": broken[name]} for name in INVARIANTS],
@@ -1129,6 +1151,9 @@ def render(report: dict[str, Any]) -> str:
         f"{report['source_dead_letter_messages']}, left in the source queue "
         f"{report['left_in_the_source_queue']}); second messages of the send-then-mark "
         f"gap (design.md, named, not violations) {report.get('send_then_mark_gap', 0)}",
+        "  moved by SQS to the source DLQ (named, not violations): never claimed "
+        f"{report.get('left_in_the_source_dlq_unclaimed', 0)}, copies beyond a unit's first "
+        f"{report.get('source_dlq_copies', 0)}",
         "",
         "invariants:",
     ]
