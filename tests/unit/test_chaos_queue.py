@@ -312,7 +312,15 @@ def test_the_checker_names_work_run_twice_and_what_the_operators_redrive_left() 
             QueueUrl=engine.ref("SourceDeadLetterQueue"), MessageBody=units[2].body
         )
         run.redriven = {"source_moved_back": 0}
-        completed = Counter({"sqs:twice": 2, "sqs:rerun": 2, "sqs:left": 1})
+        # (the outage's call, whose MarkComplete was refused, is forgiven by the injector)
+        injector = QueueInjector.__new__(QueueInjector)
+        injector.died = set()
+        injector.unrecorded = {("sqs:rerun", "first")}
+        injector.calls = [
+            ("sqs:twice", "first"), ("sqs:twice", "second"),
+            ("sqs:rerun", "first"), ("sqs:rerun", "sweep"), ("sqs:left", "first"),
+        ]  # fmt: skip
+        completed = injector.runs()
         # WHEN the checker judges them
         report = _judge(run, units, {}, [{"scanned": 0}], None, completed)
     # THEN only the unfaulted rerun, the left message and the unfinished unit are named
@@ -639,6 +647,7 @@ def test_only_a_call_whose_execution_then_died_is_forgiven_a_rerun() -> None:
     by an execution that then died."""
     injector = QueueInjector.__new__(QueueInjector)
     injector.died = {"dead-1", "dead-2"}
+    injector.unrecorded = set()
     injector.calls = [
         ("in-flight", "dead-1"), ("in-flight", "redelivery"),
         ("twice", "first"), ("twice", "second"),
@@ -648,3 +657,34 @@ def test_only_a_call_whose_execution_then_died_is_forgiven_a_rerun() -> None:
     assert injector.runs() == Counter(
         {"in-flight": 1, "twice": 2, "after-the-record": 2, "died-twice": 1}
     )
+
+
+def test_a_ledger_outage_forgives_only_the_call_it_left_unrecorded() -> None:
+    """A ledger outage after the effect (MarkComplete refused past its retries) leaves one
+    call unrecorded, and the sweep or the queue runs the work again: that one call is
+    forgiven, as a death's is, never a third. (The checker forgave every call of a unit
+    whose fault was the outage, however many ran: broader than the fault explains.)"""
+    injector = QueueInjector.__new__(QueueInjector)
+    injector.died = set()
+    injector.unrecorded = {("outage", "first"), ("outage-thrice", "first")}
+    injector.calls = [
+        ("outage", "first"), ("outage", "sweep"),
+        ("outage-thrice", "first"), ("outage-thrice", "sweep"), ("outage-thrice", "queue"),
+    ]  # fmt: skip
+    assert injector.runs() == Counter({"outage": 1, "outage-thrice": 2})
+    # AND the checker charges the third call to the unit, its fault notwithstanding
+    with LocalEngine(
+        parameters=queue_parameters(batch=False), function_log=io.StringIO()
+    ) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1))
+        units = []
+        for name in ("outage", "outage-thrice"):
+            body = json.dumps({"orderId": name})
+            run.by_body[body] = f"sqs:{name}"
+            units.append(Unit(f"sqs:{name}", body, "message", True, "ledger_unavailable"))
+            item = {"pk": {"S": f"sqs:{name}"}, "status": {"S": "PROCESSED"}}
+            engine.client("dynamodb").put_item(TableName=engine.ref("LedgerTable"), Item=item)
+        runs = Counter({f"sqs:{k}": n for k, n in injector.runs().items()})
+        report = _judge(run, units, {}, [{"scanned": 0}], None, runs)
+    found = {(v["invariant"], v["key"]) for v in report["violations"]}
+    assert {f for f in found if f[0] == INVARIANTS[8]} == {(INVARIANTS[8], "sqs:outage-thrice")}
