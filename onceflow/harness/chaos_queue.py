@@ -102,9 +102,6 @@ INVARIANTS = (
     "the operator's redrive leaves only poison dead-lettered, the source DLQ empty",
     "the work runs once unless a fault after its effect forced a rerun",
 )
-# The faults after which the work runs again by design (the sink keeps its effect single):
-# the effect is made, then the ledger cannot record it, or the execution dies.
-RERUN_FAULTS = frozenset({"ledger_unavailable", "last_attempt_death"})
 RESUBMITTED = ("missing_resubmitted", "failed_resubmitted", "stuck_released")
 AUDIT_KEYS = (
     "scanned",
@@ -220,9 +217,11 @@ class QueueInjector:
         # Processor calls that did the work (returned), by idempotency key.
         self.completed: Counter[str] = Counter()
         # The same calls in the order they returned: (idempotency key, the execution that
-        # made it), and the executions a death ended (_die).
+        # made it), the executions a death ended (_die), and the calls whose MarkComplete
+        # a ledger outage refused: (idempotency key, execution).
         self.calls: list[tuple[str, str]] = []
         self.died: set[str] = set()
+        self.unrecorded: set[tuple[str, str]] = set()
         # What an InvalidEvent's DLQ message is known by: its SQS message's body.
         self.by_body = {u.body: u.pk for u in units.values() if u.kind == "invalid"}
         self._real = engine.runtime.load(
@@ -295,6 +294,8 @@ class QueueInjector:
                 "ProvisionedThroughputExceededException", "injected: MarkComplete throttled"
             )
         if self.first_owner(pk, "ledger_unavailable", owner):
+            with self._lock:
+                self.unrecorded.add((pk, owner.split("#", 1)[0]))
             return patches.dynamodb_error(
                 "ProvisionedThroughputExceededException",
                 "injected: MarkComplete throttled past its retries",
@@ -357,15 +358,21 @@ class QueueInjector:
     def runs(self) -> Counter[str]:
         """The calls that did the work, by idempotency key, but for a call a fault after its
         effect forced to run again: one whose execution then died before it could record
-        it, and a later call ran. That is the dying message's own call, and any other
-        message's of its batch that was in flight when the batch ran out of time (a
-        Lambda call runs to its end when its execution ends: its effect is made and
-        nothing records it; the redelivery runs it again, the sink keeps one effect)."""
+        it, or whose record a ledger outage refused (MarkComplete past its retries), and a
+        later call ran. A death's is the dying message's own call, and any other message's
+        of its batch that was in flight when the batch ran out of time (a Lambda call runs
+        to its end when its execution ends: its effect is made and nothing records it; the
+        redelivery runs it again, the sink keeps one effect). Nothing else is forgiven,
+        whatever the unit's fault."""
         by_key: dict[str, list[str]] = {}
         for pk, execution in self.calls:
             by_key.setdefault(pk, []).append(execution)
         return Counter(
-            {pk: 1 + sum(e not in self.died for e in made[:-1]) for pk, made in by_key.items()}
+            {
+                pk: 1
+                + sum(e not in self.died and (pk, e) not in self.unrecorded for e in made[:-1])
+                for pk, made in by_key.items()
+            }
         )
 
     def _die(self, event: dict[str, Any], output: Any) -> Any:
@@ -1069,7 +1076,7 @@ def _judge(
             violated(INVARIANTS[3], unit, detail)
         if processed and n_dlq:
             violated(INVARIANTS[5], unit, f"{n_dlq} DLQ message(s)")
-        if completed is not None and unit_runs[unit.pk] > 1 and unit.fault not in RERUN_FAULTS:
+        if completed is not None and unit_runs[unit.pk] > 1:
             violated(INVARIANTS[8], unit, f"{unit_runs[unit.pk]} processor calls did the work")
         if run.redriven is not None and (n_source or (unit.processable and not processed)):
             # (nor is anything left in the source DLQ, its alarm firing for nothing)
