@@ -437,7 +437,13 @@ def test_the_operators_redrive_deletes_the_second_dlq_message_the_send_then_mark
         assert report["violations"] == []
         assert report["effects_histogram"] == {"1": 1}
         assert report["dead_letter_messages"] == 0
-        assert run.redriven is not None and run.redriven["later_run_deleted_processed"] == 1
+        # (by the later run, or by the first if the resubmitted work was done by the time it
+        # received the second: a message of work done is deleted whenever a run finds it)
+        assert run.redriven is not None
+        deleted = (
+            run.redriven["deleted_already_processed"] + run.redriven["later_run_deleted_processed"]
+        )
+        assert deleted == 1
         # AND the second message is named as the gap's, not counted a violation
         assert report["send_then_mark_gap"] == 1
 
