@@ -694,3 +694,31 @@ def test_a_ledger_outage_forgives_only_the_call_it_left_unrecorded() -> None:
         report = _judge(run, units, {}, [{"scanned": 0}], None, runs)
     found = {(v["invariant"], v["key"]) for v in report["violations"]}
     assert {f for f in found if f[0] == INVARIANTS[8]} == {(INVARIANTS[8], "sqs:outage-thrice")}
+
+
+def test_the_checker_names_two_effects_of_dead_lettered_work() -> None:
+    """Dead-lettered work may have made its effect before it died (a last-attempt death),
+    never two: the checker judged effects only of work not dead-lettered, so a doubled
+    effect of work the DLQ held passed (as under --no-redrive, where no redrive resets
+    the row before the check)."""
+    with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        units = []
+        for name, effects in (("once", 1), ("twice", 2)):
+            body = json.dumps({"orderId": name})
+            run.by_body[body] = f"sqs:{name}"
+            units.append(Unit(f"sqs:{name}", body, "message", True, "last_attempt_death"))
+            item = {"pk": {"S": f"sqs:{name}"}, "status": {"S": "FAILED"},
+                    "dead_lettered_at": {"N": "1"}}  # fmt: skip
+            engine.client("dynamodb").put_item(TableName=engine.ref("LedgerTable"), Item=item)
+            # GIVEN dead-lettered work with one effect, and with two
+            for _ in range(effects):
+                engine.client("s3").put_object(
+                    Bucket=engine.ref("OutputBucket"), Key=f"orders/{name}", Body=b"done",
+                    Metadata={"idempotency-key": f"sqs:{name}"},
+                )  # fmt: skip
+        # WHEN the checker judges them
+        report = _judge(run, units, {}, [{"scanned": 0}], None)
+    # THEN only the second effect is named
+    found = {(v["invariant"], v["key"]) for v in report["violations"]}
+    assert found == {(INVARIANTS[3], "sqs:twice")}
