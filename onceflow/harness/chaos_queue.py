@@ -1069,6 +1069,9 @@ def _judge(
         if unit.processable and not dead_lettered and n_effects != 1:
             keys = f" under {len(own)} keys" if len(own) > 1 else ""
             violated(INVARIANTS[3], unit, f"{n_effects} effects, row {status}{keys}")
+        elif unit.processable and n_effects > 1:
+            # (dead-lettered work may have made its effect before it died, never two)
+            violated(INVARIANTS[3], unit, f"{n_effects} effects, dead-lettered, row {status}")
         if not unit.processable and n_effects:
             violated(INVARIANTS[4], unit, f"{n_effects} effects")
         if not unit.processable and not dead_lettered:
