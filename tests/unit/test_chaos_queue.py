@@ -722,3 +722,29 @@ def test_the_checker_names_two_effects_of_dead_lettered_work() -> None:
     # THEN only the second effect is named
     found = {(v["invariant"], v["key"]) for v in report["violations"]}
     assert found == {(INVARIANTS[3], "sqs:twice")}
+
+
+def test_the_checker_names_rows_and_effects_of_no_unit_of_work() -> None:
+    """A row or an effect under a key no unit of work has is work keyed apart from its unit
+    (done twice under two keys, say): the checker judged only the keys of the units, as it
+    judged DLQ messages of no unit, and passed them over."""
+    with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        body = json.dumps({"orderId": "known"})
+        run.by_body[body] = "sqs:known"
+        unit = Unit("sqs:known", body, "message", True)
+        table = engine.ref("LedgerTable")
+        # GIVEN a unit processed once, a row of no unit, and an effect of no unit
+        for pk in ("sqs:known", "sqs:stranger"):
+            item = {"pk": {"S": pk}, "status": {"S": "PROCESSED"}}
+            engine.client("dynamodb").put_item(TableName=table, Item=item)
+        for pk in ("sqs:known", "sqs:elsewhere"):
+            engine.client("s3").put_object(
+                Bucket=engine.ref("OutputBucket"), Key=f"orders/{pk}", Body=b"done",
+                Metadata={"idempotency-key": pk},
+            )  # fmt: skip
+        # WHEN the checker judges them
+        report = _judge(run, [unit], {}, [{"scanned": 0}], None)
+    # THEN both strangers are named, the unit is not
+    found = {(v["invariant"], v["key"]) for v in report["violations"]}
+    assert found == {(INVARIANTS[1], "sqs:stranger"), (INVARIANTS[3], "sqs:elsewhere")}
