@@ -1088,6 +1088,14 @@ def _judge(
     for pk, n in unit_dlq.items():
         if pk not in known:
             violated(INVARIANTS[2], pk, f"{n} DLQ message(s) for no unit of work")
+    # Work keyed apart from its unit (done under a second key, say) is judged too.
+    for pk, found_rows in unit_rows.items():
+        if pk not in known:
+            statuses = "+".join(sorted(str(r.get("status")) for r in found_rows))
+            violated(INVARIANTS[1], pk, f"a ledger row ({statuses}) for no unit of work")
+    for pk, n in unit_effects.items():
+        if pk not in known and n:
+            violated(INVARIANTS[3], pk, f"{n} effect(s) for no unit of work")
     resubmitted_again = sum(int(again.get(k, 0)) for k in RESUBMITTED) if again else 0
     if resubmitted_again:
         violated(INVARIANTS[6], f"audit {len(audits)}", f"{resubmitted_again} resubmitted")
