@@ -750,3 +750,57 @@ def test_the_checker_names_rows_and_effects_of_no_unit_of_work() -> None:
     # THEN both strangers are named, the unit is not
     found = {(v["invariant"], v["key"]) for v in report["violations"]}
     assert found == {(INVARIANTS[1], "sqs:stranger"), (INVARIANTS[3], "sqs:elsewhere")}
+
+
+def test_the_gaps_chain_passes_through_takers_that_died_before_they_sent() -> None:
+    """Seen as "at most one DLQ message" VIOLATED, "2 in the DLQ before the operator's
+    redrive" (`chaos --source sqs --batch --express --objects 200 --seed 252` and `--seed
+    268`, deaths at 0.30; other reruns showed the same units with chains of three LockExpired
+    messages, each naming the lock of the one before). A batch died between its DLQ send and
+    its mark (the gap, design.md); the next taker's batch died before its send; the one after
+    sent a second message, naming the lock of the taker that sent nothing. And the audit's
+    sweep, as a taker, sends with EXECUTION_ARN the lock it names (the execution whose input
+    carries the event), so it never named "another" sender. Both are the gap: a row at
+    MaxAttempts can be taken again only while no mark followed the first send."""
+    with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        sqs, dlq = engine.client("sqs"), engine.ref("DeadLetterQueue")
+        names = ("through-a-death", "audit-taker", "unexplained")
+        units = []
+        for name in names:
+            body = json.dumps({"orderId": name})
+            run.by_body[body] = f"sqs:{name}"
+            units.append(Unit(f"sqs:{name}", body, "message", True, "last_attempt_death"))
+            item = {"pk": {"S": f"sqs:{name}"}, "status": {"S": "FAILED"},
+                    "dead_lettered_at": {"N": "1"}}  # fmt: skip
+            engine.client("dynamodb").put_item(TableName=engine.ref("LedgerTable"), Item=item)
+
+        def dead_letter(pk: str, sender: str, named: str) -> None:
+            expired = f"LockExpired: the lock of {named} expired with the work unfinished"
+            values = {"IDEMPOTENCY_KEY": pk, "EXECUTION_ARN": sender, "ERROR_CODE": "LockExpired",
+                      "ERROR_MESSAGE": expired}  # fmt: skip
+            sqs.send_message(
+                QueueUrl=dlq,
+                MessageBody="{}",
+                MessageAttributes={
+                    k: {"DataType": "String", "StringValue": v} for k, v in values.items()
+                },
+            )
+
+        # GIVEN a batch death d0 on the last attempt; a taker s1 that sent and died before its
+        # mark; a taker d2 whose batch died before its send; a taker s3 that sent
+        dead_letter("sqs:through-a-death", "arn:batch:s1#0", "arn:batch:d0#4")
+        dead_letter("sqs:through-a-death", "arn:batch:s3#1", "arn:batch:d2#7")
+        # and a taker s1 that sent and died before its mark, then the audit's sweep
+        dead_letter("sqs:audit-taker", "arn:batch:s1#2", "arn:batch:d0#5")
+        dead_letter("sqs:audit-taker", "arn:batch:s1#2", "arn:batch:s1#2")
+        # and a second message naming a lock nobody held after a send: no death, no sender
+        dead_letter("sqs:unexplained", "arn:batch:s1#3", "arn:batch:d0#6")
+        dead_letter("sqs:unexplained", "arn:batch:s4#0", "arn:batch:alive#0")
+        # WHEN the checker judges them, knowing the executions that died
+        died = {"arn:batch:d0", "arn:batch:s1", "arn:batch:d2"}
+        report = _judge(run, units, {}, [{"scanned": 0}], None, died=died)
+    # THEN only the unexplained second message is a violation; the others are the gap's
+    found = {(v["invariant"], v["key"]) for v in report["violations"]}
+    assert found == {(INVARIANTS[2], "sqs:unexplained")}
+    assert report["send_then_mark_gap"] == 2
