@@ -794,8 +794,9 @@ def test_the_gaps_chain_passes_through_takers_that_died_before_they_sent() -> No
         # and a taker s1 that sent and died before its mark, then the audit's sweep
         dead_letter("sqs:audit-taker", "arn:batch:s1#2", "arn:batch:d0#5")
         dead_letter("sqs:audit-taker", "arn:batch:s1#2", "arn:batch:s1#2")
-        # and a second message naming a lock nobody held after a send: no death, no sender
-        dead_letter("sqs:unexplained", "arn:batch:s1#3", "arn:batch:d0#6")
+        # and two messages each naming a lock that neither sent one nor died (one naming a
+        # death would be the gap: the death took the row after the other's send)
+        dead_letter("sqs:unexplained", "arn:batch:s1#3", "arn:batch:alive#6")
         dead_letter("sqs:unexplained", "arn:batch:s4#0", "arn:batch:alive#0")
         # WHEN the checker judges them, knowing the executions that died
         died = {"arn:batch:d0", "arn:batch:s1", "arn:batch:d2"}
