@@ -21,6 +21,7 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
@@ -102,9 +103,6 @@ INVARIANTS = (
     "the operator's redrive leaves only poison dead-lettered, the source DLQ empty",
     "the work runs once unless a fault after its effect forced a rerun",
 )
-# The faults after which the work runs again by design (the sink keeps its effect single):
-# the effect is made, then the ledger cannot record it, or the execution dies.
-RERUN_FAULTS = frozenset({"ledger_unavailable", "last_attempt_death"})
 RESUBMITTED = ("missing_resubmitted", "failed_resubmitted", "stuck_released")
 AUDIT_KEYS = (
     "scanned",
@@ -220,9 +218,11 @@ class QueueInjector:
         # Processor calls that did the work (returned), by idempotency key.
         self.completed: Counter[str] = Counter()
         # The same calls in the order they returned: (idempotency key, the execution that
-        # made it), and the executions a death ended (_die).
+        # made it), the executions a death ended (_die), and the calls whose MarkComplete
+        # a ledger outage refused: (idempotency key, execution).
         self.calls: list[tuple[str, str]] = []
         self.died: set[str] = set()
+        self.unrecorded: set[tuple[str, str]] = set()
         # What an InvalidEvent's DLQ message is known by: its SQS message's body.
         self.by_body = {u.body: u.pk for u in units.values() if u.kind == "invalid"}
         self._real = engine.runtime.load(
@@ -295,6 +295,8 @@ class QueueInjector:
                 "ProvisionedThroughputExceededException", "injected: MarkComplete throttled"
             )
         if self.first_owner(pk, "ledger_unavailable", owner):
+            with self._lock:
+                self.unrecorded.add((pk, owner.split("#", 1)[0]))
             return patches.dynamodb_error(
                 "ProvisionedThroughputExceededException",
                 "injected: MarkComplete throttled past its retries",
@@ -357,15 +359,21 @@ class QueueInjector:
     def runs(self) -> Counter[str]:
         """The calls that did the work, by idempotency key, but for a call a fault after its
         effect forced to run again: one whose execution then died before it could record
-        it, and a later call ran. That is the dying message's own call, and any other
-        message's of its batch that was in flight when the batch ran out of time (a
-        Lambda call runs to its end when its execution ends: its effect is made and
-        nothing records it; the redelivery runs it again, the sink keeps one effect)."""
+        it, or whose record a ledger outage refused (MarkComplete past its retries), and a
+        later call ran. A death's is the dying message's own call, and any other message's
+        of its batch that was in flight when the batch ran out of time (a Lambda call runs
+        to its end when its execution ends: its effect is made and nothing records it; the
+        redelivery runs it again, the sink keeps one effect). Nothing else is forgiven,
+        whatever the unit's fault."""
         by_key: dict[str, list[str]] = {}
         for pk, execution in self.calls:
             by_key.setdefault(pk, []).append(execution)
         return Counter(
-            {pk: 1 + sum(e not in self.died for e in made[:-1]) for pk, made in by_key.items()}
+            {
+                pk: 1
+                + sum(e not in self.died and (pk, e) not in self.unrecorded for e in made[:-1])
+                for pk, made in by_key.items()
+            }
         )
 
     def _die(self, event: dict[str, Any], output: Any) -> Any:
@@ -719,7 +727,7 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         finally:
             engine.state.faults.remove(injector.service)
         run.pass_time(run.lock_timeout + 3600)
-        report = _judge(run, units, objects, audits, again, injector.runs())
+        report = _judge(run, units, objects, audits, again, injector.runs(), injector.died)
 
     report.update(
         {
@@ -748,21 +756,32 @@ def _attribute(message: dict[str, Any], name: str) -> str:
     return str(message.get("MessageAttributes", {}).get(name, {}).get("StringValue", ""))
 
 
-def send_then_mark_twins(messages: list[dict[str, Any]]) -> int:
+_NAMED_LOCK = re.compile(r"^LockExpired: the lock of (\S+) expired")
+
+
+def send_then_mark_twins(messages: list[dict[str, Any]], died: Collection[str] = ()) -> int:
     """How many of one unit's DLQ messages are a second message of the send-then-mark gap
     (docs/design.md, "Where at most one DLQ message does not hold": the sender died or its
     mark failed, and whoever took the row once the lock expired sent again): a LockExpired
     message whose lock, named in its ERROR_MESSAGE, is that of the execution that sent
-    another of them. Named in the report; any other second message is a violation."""
-    senders = {_attribute(m, "EXECUTION_ARN") for m in messages} - {""}
-    return sum(
-        _attribute(m, "ERROR_CODE") == "LockExpired"
-        and any(
-            f"the lock of {sender} expired" in _attribute(m, "ERROR_MESSAGE")
-            for sender in senders - {_attribute(m, "EXECUTION_ARN")}
+    another of them, or of an execution that died (``died``: a taker whose batch died
+    before it sent, between the gap's sender and this one; the audit's sweep as a taker
+    sends with EXECUTION_ARN the lock it names). A row at MaxAttempts is taken again only
+    while no mark followed the first send, so every such message but one is the gap's: at
+    most all but one are counted. Named in the report; any other second message is a
+    violation."""
+    dead = {arn.split("#", 1)[0] for arn in died}
+
+    def explained(m: dict[str, Any]) -> bool:
+        named = _NAMED_LOCK.match(_attribute(m, "ERROR_MESSAGE"))
+        if _attribute(m, "ERROR_CODE") != "LockExpired" or named is None:
+            return False
+        lock = named.group(1)
+        return lock.split("#", 1)[0] in dead or any(
+            o is not m and _attribute(o, "EXECUTION_ARN") == lock for o in messages
         )
-        for m in messages
-    )
+
+    return min(sum(explained(m) for m in messages), max(len(messages) - 1, 0))
 
 
 # The template's default CustomEventSource and a detail-type its rule passes.
@@ -929,6 +948,7 @@ def _judge(
     audits: list[dict[str, Any]],
     again: dict[str, Any] | None,
     completed: Counter[str] | None = None,
+    died: Collection[str] = (),
 ) -> dict[str, Any]:
     """The invariants, unit by unit, over the ledger, both DLQs, the queue and S3's log, and
     the processor calls that did the work (``completed``, by idempotency key; a call a
@@ -996,6 +1016,15 @@ def _judge(
     for pk, found in (before or {}).items():
         unit_letters_before.setdefault(unit_of(str(pk)), []).extend(found)
     gap = 0  # second DLQ messages of the send-then-mark gap (named, not violations)
+    # What SQS itself moved to the source DLQ, named, not violations: a unit the processor
+    # never claimed (no row: the pipe never handed its message over), waiting there for the
+    # operator's `redrive --queue source` (design.md; the source DLQ's alarm says so), and
+    # each copy beyond the first of a unit the producer sent more than once: every copy is
+    # an SQS message with its own receive count, moved on its own after maxReceiveCount
+    # receives (sqs-dead-letter-queues.html; SetQueueAttributes, RedrivePolicy). Neither is
+    # onceflow's dead-lettering. After the operator's redrive nothing may be left there.
+    unclaimed = 0
+    source_copies = 0
     unit_runs: Counter[str] = Counter()
     for pk, n in (completed or Counter()).items():
         unit_runs[unit_of(pk)] += n
@@ -1007,11 +1036,22 @@ def _judge(
         n_effects, n_dlq, n_source = unit_effects[unit.pk], unit_dlq[unit.pk], source_dlq[unit.pk]
         histogram[n_effects] += 1
         processed = "PROCESSED" in statuses
-        dead_lettered = any("dead_lettered_at" in r for r in own) or (not processed and n_dlq > 0)
+        # (an invalid event has no row anyway: judged below)
+        in_source_unclaimed = not own and n_source > 0 and unit.kind != "invalid"
+        unclaimed += in_source_unclaimed
+        dead_lettered = (
+            any("dead_lettered_at" in r for r in own)
+            or (not processed and n_dlq > 0)
+            or in_source_unclaimed
+        )
+        # the messages sent for the unit: its copies, then one a wave after the first
+        sent = unit.copies + unit.waves - 1 if unit.copies else 0
+        copies = n_source - 1 if 1 < n_source <= sent else 0
+        source_copies += copies
         if unit.kind == "invalid":
             if own:
                 violated(INVARIANTS[1], unit, "a ledger row for an event no key is made of")
-        elif not own:
+        elif not own and not in_source_unclaimed:
             violated(INVARIANTS[1], unit, "no ledger row: nothing did the work or found it")
         for row in own:
             attempts = f"attempts {row.get('attempts')}/{run.max_attempts}"
@@ -1027,14 +1067,14 @@ def _judge(
                 where = f"; {n_source} message(s) in the source DLQ" if n_source else ""
                 detail = f"FAILED, no DLQ message, no retry path, {attempts}{where}{keyed}"
                 violated(INVARIANTS[1], unit, detail)
-        twins = send_then_mark_twins(unit_letters.get(unit.pk, []))
-        if n_dlq + n_source - twins > 1:
+        twins = send_then_mark_twins(unit_letters.get(unit.pk, []), died)
+        if n_dlq + n_source - copies - twins > 1:
             violated(INVARIANTS[2], unit, f"{n_dlq} in the DLQ, {n_source} in the source DLQ")
         if before is not None:
             # As the deliveries and audits left them: the redrive resubmits one of a unit's
             # messages and deletes the others, so only this count shows a second one.
             earlier = unit_letters_before.get(unit.pk, [])
-            twins = send_then_mark_twins(earlier)
+            twins = send_then_mark_twins(earlier, died)
             if len(earlier) - twins > 1:
                 detail = f"{len(earlier)} in the DLQ before the operator's redrive"
                 violated(INVARIANTS[2], unit, detail + (f", {twins} the gap's" if twins else ""))
@@ -1042,6 +1082,9 @@ def _judge(
         if unit.processable and not dead_lettered and n_effects != 1:
             keys = f" under {len(own)} keys" if len(own) > 1 else ""
             violated(INVARIANTS[3], unit, f"{n_effects} effects, row {status}{keys}")
+        elif unit.processable and n_effects > 1:
+            # (dead-lettered work may have made its effect before it died, never two)
+            violated(INVARIANTS[3], unit, f"{n_effects} effects, dead-lettered, row {status}")
         if not unit.processable and n_effects:
             violated(INVARIANTS[4], unit, f"{n_effects} effects")
         if not unit.processable and not dead_lettered:
@@ -1049,7 +1092,7 @@ def _judge(
             violated(INVARIANTS[3], unit, detail)
         if processed and n_dlq:
             violated(INVARIANTS[5], unit, f"{n_dlq} DLQ message(s)")
-        if completed is not None and unit_runs[unit.pk] > 1 and unit.fault not in RERUN_FAULTS:
+        if completed is not None and unit_runs[unit.pk] > 1:
             violated(INVARIANTS[8], unit, f"{unit_runs[unit.pk]} processor calls did the work")
         if run.redriven is not None and (n_source or (unit.processable and not processed)):
             # (nor is anything left in the source DLQ, its alarm firing for nothing)
@@ -1058,6 +1101,14 @@ def _judge(
     for pk, n in unit_dlq.items():
         if pk not in known:
             violated(INVARIANTS[2], pk, f"{n} DLQ message(s) for no unit of work")
+    # Work keyed apart from its unit (done under a second key, say) is judged too.
+    for pk, found_rows in unit_rows.items():
+        if pk not in known:
+            held_as = "+".join(sorted(str(r.get("status")) for r in found_rows))
+            violated(INVARIANTS[1], pk, f"a ledger row ({held_as}) for no unit of work")
+    for pk, n in unit_effects.items():
+        if pk not in known and n:
+            violated(INVARIANTS[3], pk, f"{n} effect(s) for no unit of work")
     resubmitted_again = sum(int(again.get(k, 0)) for k in RESUBMITTED) if again else 0
     if resubmitted_again:
         violated(INVARIANTS[6], f"audit {len(audits)}", f"{resubmitted_again} resubmitted")
@@ -1086,6 +1137,8 @@ def _judge(
         "effects_histogram": {str(n): c for n, c in sorted(histogram.items())},
         "dead_letter_messages": sum(dlq.values()),
         "send_then_mark_gap": gap,
+        "left_in_the_source_dlq_unclaimed": unclaimed,
+        "source_dlq_copies": source_copies,
         "source_dead_letter_messages": sum(source_dlq.values()),
         "left_in_the_source_queue": len(pending),
         "invariants": [{"name": name, "violations": broken[name]} for name in INVARIANTS],
@@ -1129,6 +1182,9 @@ def render(report: dict[str, Any]) -> str:
         f"{report['source_dead_letter_messages']}, left in the source queue "
         f"{report['left_in_the_source_queue']}); second messages of the send-then-mark "
         f"gap (design.md, named, not violations) {report.get('send_then_mark_gap', 0)}",
+        "  moved by SQS to the source DLQ (named, not violations): never claimed "
+        f"{report.get('left_in_the_source_dlq_unclaimed', 0)}, copies beyond a unit's first "
+        f"{report.get('source_dlq_copies', 0)}",
         "",
         "invariants:",
     ]

@@ -160,6 +160,22 @@ def _claimed_as(item: Mapping[str, Any], name: str) -> str | None:
     return None
 
 
+def _status(target: Target, key: str) -> str | None:
+    """A row's status, read consistently; None when there is no row."""
+    item = (
+        target.client("dynamodb")
+        .get_item(
+            TableName=target.output("LedgerTableName"),
+            Key={"pk": {"S": key}},
+            ConsistentRead=True,
+            ProjectionExpression="#status",
+            ExpressionAttributeNames={"#status": "status"},
+        )
+        .get("Item")
+    )
+    return None if item is None else str(item["status"]["S"])
+
+
 def _second_chance(target: Target, key: str, message_id: str) -> str:
     """Reset a dead-lettered row so that Reclaim takes it: attempts 0, recorded in the row.
 
@@ -909,6 +925,15 @@ def _redrive_one(
     if late is not None:
         return Redriven(message_id, key, *late)
     if memory.moved(key, origin, execution_input):
+        if key and not dry_run and _status(target, key) == "PROCESSED":
+            # Work done (by what this run started, or before): a second message of it (the
+            # send-then-mark gap, design.md) is stale. Deleting it starts nothing, so the
+            # rule of one move per key, which keeps a run from redriving work that fails
+            # again in it, does not keep it for a later run, nor its alarm firing.
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            return Redriven(
+                message_id, key, "deleted", "already processed; another message of the same work"
+            )
         return Redriven(
             message_id,
             key,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import io
 import json
 import uuid
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import pytest
 
 from onceflow import ops
 from onceflow.cli import main
+from onceflow.local import patches
 from onceflow.local.engine import LocalEngine
 from onceflow.local.target import LocalTarget
 from tests.helpers import (
@@ -23,6 +25,7 @@ from tests.helpers import (
     TransientError,
     attributes,
     dlq_messages,
+    expire_lock,
     idempotency_key,
     ledger_row,
     load_event,
@@ -535,3 +538,70 @@ def test_a_resubmission_that_ended_as_a_duplicate_says_the_work_did_not_run(
     # THEN the outcome names the Duplicate, not only SUCCEEDED, and the work ran once
     assert report.messages[0].outcome == "SUCCEEDED (DUPLICATE: the work did not run again)"
     assert output_effects(engine) == 1
+
+
+def test_the_send_then_mark_gaps_messages_for_work_done_are_deleted_in_the_same_run() -> None:
+    """Seen in `chaos --source sqs --batch --express --objects 200 --seed 252` (deaths on the
+    last attempt at 0.30): a batch died between a message's DLQ send and its mark twice,
+    so three DLQ messages carried one key (design.md, "Where at most one DLQ message does
+    not hold"). The operator's redrive resubmitted one and the work was done; a second
+    message of that key was then "left for a later run" although its row was PROCESSED,
+    and the later run deleted one and left the other again: a DLQ message, and its alarm,
+    for work done after every run the operator made. Moving a key once per run keeps a
+    run from redriving work that fails again in it; deleting a message of work done moves
+    nothing."""
+    from tests.workflow.test_batch_mode import PARAMETERS, row, send
+
+    with LocalEngine(parameters=PARAMETERS, function_log=io.StringIO(), time_scale=0.0) as engine:
+        real = engine.runtime.load(engine.runtime.functions[engine.function_name(FUNCTION)])
+        deaths: list[str] = []
+
+        def refused(payload: Any, context: Any) -> Any:
+            raise TransientError("injected: the warehouse refuses the order")
+
+        def dies_between_send_and_mark(service: str, operation: str, text: str) -> Any:
+            # MarkDeadLettered's write, twice: the batch runs out of its five minutes there
+            # (as when another message's call hangs), after its DLQ send
+            if (service, operation) != ("dynamodb", "UpdateItem") or len(deaths) == 2:
+                return None
+            request = json.loads(text)
+            if "dead_lettered_at = :now_ms" not in request.get("UpdateExpression", ""):
+                return None
+            owner = request["ExpressionAttributeValues"][":owner"]["S"]
+            deaths.append(owner)
+            engine.run_out_of_time(owner.split("#", 1)[0])
+            return patches.dynamodb_error("InternalServerError", "injected: out of time")
+
+        # GIVEN an order refused at every attempt, whose batch dies between its DLQ send and
+        # its mark at MaxAttempts, and whose next taker's batch dies there too, each once
+        # the lock expired: three DLQ messages for one key, the row dead-lettered by the third
+        send(engine, "order-gap")
+        engine.state.faults.append(dies_between_send_and_mark)
+        try:
+            with engine.override_function(FUNCTION, refused):
+                for _ in range(6):
+                    held = ledger_row(engine, "sqs:order-gap") or {}
+                    if "dead_lettered_at" in held:
+                        break
+                    if held.get("status") == "PROCESSING":
+                        expire_lock(engine, "sqs:order-gap")
+                    for arn in engine.pump_pipes():
+                        engine.wait(arn)
+        finally:
+            engine.state.faults.remove(dies_between_send_and_mark)
+        assert len(deaths) == 2
+        assert [attributes(m)["IDEMPOTENCY_KEY"] for m in dlq_messages(engine)] == [
+            "sqs:order-gap"
+        ] * 3
+        assert "dead_lettered_at" in row(engine, "order-gap")
+        # WHEN the cause is fixed and the operator redrives: one run, each start ended before
+        # it receives again (as a slow run on AWS would see it)
+        starts: list[str] = []
+        with engine.override_function(FUNCTION, real):
+            report = ops.redrive(LocalTarget(engine), progress=_settle_each_start(engine, starts))
+        # THEN one message was resubmitted and the work done once; the other two, messages of
+        # work done, were deleted in that run: none is left for a later one
+        assert sorted(m.action for m in report.messages) == ["deleted", "deleted", "resubmitted"]
+        assert row(engine, "order-gap")["status"] == "PROCESSED"
+        assert output_effects(engine) == 1
+        assert dlq_messages(engine) == []
