@@ -427,6 +427,43 @@ def test_a_death_whose_last_attempt_never_came_does_not_fire_after_the_operators
                                    "stuck_released")] == [0, 0, 0]  # fmt: skip
 
 
+def test_a_large_orders_first_attempt_after_the_deliveries_does_not_fail() -> None:
+    """Seen as "a second audit resubmits nothing" VIOLATED (`chaos --source s3 --batch
+    --objects 200 --seed 265 --last-attempt-death-rate 0.25 --duplicate-rate 0.3`, once:
+    the audit after the operator's redrive resubmitted one FAILED row). A large non-ASCII
+    order fails its first attempt; with a death in most batches, every batch it was handed
+    in ran out of time before its claim, so it had no row when the queue moved it to the
+    source DLQ. The operator's `redrive --queue source` started the processor with it
+    directly (the queue refuses it back at its largest size), its first attempt came only
+    then, the harness failed it there, and the audit after the redrive rightly resubmitted
+    the FAILED row it left in the open-work index. The product was right; the harness
+    injected a fault after the deliveries, which "a second audit resubmits nothing" rules
+    out (QueueInjector.delivering)."""
+    with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        unit, execution_input = _order(engine, "late-large", "large_non_ascii")
+        injector = QueueInjector(engine, {unit.pk: unit}, batch=True)
+        engine.state.faults.append(injector.service)
+        # GIVEN a large order never claimed during the deliveries, now over, and the fix
+        injector.delivering = False
+        injector.fixed = True
+        audits: list[dict[str, Any]] = []
+        with engine.override_function("ProcessorFunction", injector.processor):
+            # WHEN the redrive starts the processor with it (its first attempt), and the
+            # audit after the redrive runs once every lock has expired
+            result = engine.execute("ProcessorStateMachine", execution_input, name="redrive-2")
+            run.audit(audits)
+        engine.state.faults.remove(injector.service)
+        row = _row(engine, unit.pk)
+        effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
+    # THEN the work is done once, in that execution, and the audit finds nothing to do
+    assert (result.status, result.outcome) == ("SUCCEEDED", "Processed"), result.cause
+    assert (row["status"], row["attempts"]) == ("PROCESSED", "1")
+    assert effects[unit.pk] == 1 == injector.completed[unit.pk]
+    assert [audits[0][k] for k in ("missing_resubmitted", "failed_resubmitted",
+                                   "stuck_released")] == [0, 0, 0]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("batch", "express", "ended"),
     [
