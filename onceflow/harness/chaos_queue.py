@@ -328,13 +328,18 @@ class QueueInjector:
             raise TransientError(f"injected: a dependency timed out on {pk}")
         if fault in REFUSED_UNTIL_FIXED and not self.fixed:
             raise TransientError(f"injected: the warehouse refuses {pk}, every time")
-        if fault == "receives_spent" and self.batch and attempt == 1:
+        # A first attempt that fails fails only while the deliveries run, as every other
+        # fault (``delivering``): a first attempt that never came then (every batch it was
+        # handed in ran out of time before its claim, and the queue moved it to the source
+        # DLQ) comes in the operator's redrive, and failing it there leaves a FAILED row
+        # the audit after the redrive rightly resubmits (--source s3 --batch, seed 265).
+        if fault == "receives_spent" and self.batch and attempt == 1 and self.delivering:
             # Its first attempt fails (the task's own retry too) and the message stays; then
             # the queue spends the rest of its receives on a pipe that cannot run it
             # (QueueRun.spend_receives).
             self.once(pk, "receives_spent")
             raise TransientError(f"injected: the first attempt at {pk} fails")
-        if fault == "large_non_ascii" and attempt == 1:
+        if fault == "large_non_ascii" and attempt == 1 and self.delivering:
             raise TransientError(f"injected: the first attempt at {pk} fails")
         if fault == "last_attempt_death":
             if attempt < self.max_attempts and not self.fixed:
