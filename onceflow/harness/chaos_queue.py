@@ -724,7 +724,7 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         finally:
             engine.state.faults.remove(injector.service)
         run.pass_time(run.lock_timeout + 3600)
-        report = _judge(run, units, objects, audits, again, injector.runs())
+        report = _judge(run, units, objects, audits, again, injector.runs(), injector.died)
 
     report.update(
         {
@@ -753,7 +753,9 @@ def _attribute(message: dict[str, Any], name: str) -> str:
     return str(message.get("MessageAttributes", {}).get(name, {}).get("StringValue", ""))
 
 
-def send_then_mark_twins(messages: list[dict[str, Any]]) -> int:
+def send_then_mark_twins(
+    messages: list[dict[str, Any]], died: set[str] | frozenset[str] = frozenset()
+) -> int:
     """How many of one unit's DLQ messages are a second message of the send-then-mark gap
     (docs/design.md, "Where at most one DLQ message does not hold": the sender died or its
     mark failed, and whoever took the row once the lock expired sent again): a LockExpired
@@ -934,6 +936,7 @@ def _judge(
     audits: list[dict[str, Any]],
     again: dict[str, Any] | None,
     completed: Counter[str] | None = None,
+    died: set[str] | frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The invariants, unit by unit, over the ledger, both DLQs, the queue and S3's log, and
     the processor calls that did the work (``completed``, by idempotency key; a call a
@@ -1032,14 +1035,14 @@ def _judge(
                 where = f"; {n_source} message(s) in the source DLQ" if n_source else ""
                 detail = f"FAILED, no DLQ message, no retry path, {attempts}{where}{keyed}"
                 violated(INVARIANTS[1], unit, detail)
-        twins = send_then_mark_twins(unit_letters.get(unit.pk, []))
+        twins = send_then_mark_twins(unit_letters.get(unit.pk, []), died)
         if n_dlq + n_source - twins > 1:
             violated(INVARIANTS[2], unit, f"{n_dlq} in the DLQ, {n_source} in the source DLQ")
         if before is not None:
             # As the deliveries and audits left them: the redrive resubmits one of a unit's
             # messages and deletes the others, so only this count shows a second one.
             earlier = unit_letters_before.get(unit.pk, [])
-            twins = send_then_mark_twins(earlier)
+            twins = send_then_mark_twins(earlier, died)
             if len(earlier) - twins > 1:
                 detail = f"{len(earlier)} in the DLQ before the operator's redrive"
                 violated(INVARIANTS[2], unit, detail + (f", {twins} the gap's" if twins else ""))
