@@ -753,6 +753,10 @@ def _attribute(message: dict[str, Any], name: str) -> str:
     return str(message.get("MessageAttributes", {}).get(name, {}).get("StringValue", ""))
 
 
+# The lock a taker's LockExpired DLQ message names (TakeOverAtMaxAttempts, the audit's sweep).
+NAMED_LOCK = re.compile(r"the lock of (\S+) expired")
+
+
 def send_then_mark_twins(
     messages: list[dict[str, Any]], died: set[str] | frozenset[str] = frozenset()
 ) -> int:
@@ -760,16 +764,33 @@ def send_then_mark_twins(
     (docs/design.md, "Where at most one DLQ message does not hold": the sender died or its
     mark failed, and whoever took the row once the lock expired sent again): a LockExpired
     message whose lock, named in its ERROR_MESSAGE, is that of the execution that sent
-    another of them. Named in the report; any other second message is a violation."""
+    another of them; or, the gap followed through a taker that died (its execution in
+    ``died``) before its own send, a LockExpired message sent after another of them that
+    names that silent taker's lock, the first message to name it. (A takeover needs a row
+    not marked dead-lettered, TakeOverAtMaxAttempts' condition and the sweep's alike, so a
+    taker's message after another was sent follows a mark that never landed.) Named in the
+    report; any other second message is a violation, two that name one lock among them."""
     senders = {_attribute(m, "EXECUTION_ARN") for m in messages} - {""}
-    return sum(
-        _attribute(m, "ERROR_CODE") == "LockExpired"
-        and any(
-            f"the lock of {sender} expired" in _attribute(m, "ERROR_MESSAGE")
-            for sender in senders - {_attribute(m, "EXECUTION_ARN")}
-        )
-        for m in messages
+    ordered = sorted(
+        enumerate(messages),
+        key=lambda item: (int(item[1].get("Attributes", {}).get("SentTimestamp", 0)), item[0]),
     )
+    named: set[str] = set()
+    twins = 0
+    for position, (_, m) in enumerate(ordered):
+        found = NAMED_LOCK.search(_attribute(m, "ERROR_MESSAGE"))
+        lock = found.group(1) if found and _attribute(m, "ERROR_CODE") == "LockExpired" else ""
+        another_sender = lock in senders - {_attribute(m, "EXECUTION_ARN")}
+        silent_taker = (
+            bool(lock)
+            and position > 0
+            and lock not in named
+            and lock not in senders
+            and lock.split("#", 1)[0] in died
+        )
+        twins += another_sender or silent_taker
+        named.add(lock)
+    return twins
 
 
 # The template's default CustomEventSource and a detail-type its rule passes.
