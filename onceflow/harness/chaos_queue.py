@@ -329,10 +329,10 @@ class QueueInjector:
         if fault in REFUSED_UNTIL_FIXED and not self.fixed:
             raise TransientError(f"injected: the warehouse refuses {pk}, every time")
         # A first attempt that fails fails only while the deliveries run, as every other
-        # fault (``delivering``): a first attempt that never came then (every batch it was
-        # handed in ran out of time before its claim, and the queue moved it to the source
-        # DLQ) comes in the operator's redrive, and failing it there leaves a FAILED row
-        # the audit after the redrive rightly resubmits (--source s3 --batch, seed 265).
+        # fault (``delivering``): a redrive's execution can run attempt 1 too (the row's
+        # attempts reset by `redrive`, or a message never claimed that `redrive --queue
+        # source` starts directly), and failing it there leaves a FAILED row the audit
+        # after the redrive rightly resubmits (--source s3 --batch, seed 265).
         if fault == "receives_spent" and self.batch and attempt == 1 and self.delivering:
             # Its first attempt fails (the task's own retry too) and the message stays; then
             # the queue spends the rest of its receives on a pipe that cannot run it
