@@ -330,13 +330,18 @@ class QueueInjector:
             raise TransientError(f"injected: a dependency timed out on {pk}")
         if fault in REFUSED_UNTIL_FIXED and not self.fixed:
             raise TransientError(f"injected: the warehouse refuses {pk}, every time")
-        if fault == "receives_spent" and self.batch and attempt == 1:
+        # A first attempt that fails fails only while the deliveries run, as every other
+        # fault (``delivering``): a redrive's execution can run attempt 1 too (the row's
+        # attempts reset by `redrive`, or a message never claimed that `redrive --queue
+        # source` starts directly), and failing it there leaves a FAILED row the audit
+        # after the redrive rightly resubmits (--source s3 --batch, seed 265).
+        if fault == "receives_spent" and self.batch and attempt == 1 and self.delivering:
             # Its first attempt fails (the task's own retry too) and the message stays; then
             # the queue spends the rest of its receives on a pipe that cannot run it
             # (QueueRun.spend_receives).
             self.once(pk, "receives_spent")
             raise TransientError(f"injected: the first attempt at {pk} fails")
-        if fault == "large_non_ascii" and attempt == 1:
+        if fault == "large_non_ascii" and attempt == 1 and self.delivering:
             raise TransientError(f"injected: the first attempt at {pk} fails")
         if fault == "last_attempt_death":
             if attempt < self.max_attempts and not self.fixed:
@@ -756,7 +761,8 @@ def _attribute(message: dict[str, Any], name: str) -> str:
     return str(message.get("MessageAttributes", {}).get(name, {}).get("StringValue", ""))
 
 
-_NAMED_LOCK = re.compile(r"^LockExpired: the lock of (\S+) expired")
+# The lock a taker's LockExpired DLQ message names (TakeOverAtMaxAttempts, the audit's sweep).
+NAMED_LOCK = re.compile(r"^LockExpired: the lock of (\S+) expired")
 
 
 def send_then_mark_twins(messages: list[dict[str, Any]], died: Collection[str] = ()) -> int:
@@ -764,24 +770,34 @@ def send_then_mark_twins(messages: list[dict[str, Any]], died: Collection[str] =
     (docs/design.md, "Where at most one DLQ message does not hold": the sender died or its
     mark failed, and whoever took the row once the lock expired sent again): a LockExpired
     message whose lock, named in its ERROR_MESSAGE, is that of the execution that sent
-    another of them, or of an execution that died (``died``: a taker whose batch died
-    before it sent, between the gap's sender and this one; the audit's sweep as a taker
-    sends with EXECUTION_ARN the lock it names). A row at MaxAttempts is taken again only
-    while no mark followed the first send, so every such message but one is the gap's: at
-    most all but one are counted. Named in the report; any other second message is a
+    another of them (the audit's sweep as a taker sends with EXECUTION_ARN the lock it
+    names); or, the gap followed through a taker that died (its execution in ``died``)
+    before its own send, a LockExpired message sent after another of them that names that
+    silent taker's lock, the first message to name it. A takeover needs a row not marked
+    dead-lettered (TakeOverAtMaxAttempts' condition and the sweep's alike), so a taker's
+    message after another was sent follows a mark that never landed; every such message but
+    one at most is the gap's. Named in the report; any other second message is a
     violation."""
     dead = {arn.split("#", 1)[0] for arn in died}
-
-    def explained(m: dict[str, Any]) -> bool:
-        named = _NAMED_LOCK.match(_attribute(m, "ERROR_MESSAGE"))
-        if _attribute(m, "ERROR_CODE") != "LockExpired" or named is None:
-            return False
-        lock = named.group(1)
-        return lock.split("#", 1)[0] in dead or any(
+    ordered = sorted(
+        enumerate(messages),
+        key=lambda item: (int(item[1].get("Attributes", {}).get("SentTimestamp", 0)), item[0]),
+    )
+    named: set[str] = set()
+    twins = 0
+    for position, (_, m) in enumerate(ordered):
+        found = NAMED_LOCK.match(_attribute(m, "ERROR_MESSAGE"))
+        lock = found.group(1) if found and _attribute(m, "ERROR_CODE") == "LockExpired" else ""
+        another_sender = bool(lock) and any(
             o is not m and _attribute(o, "EXECUTION_ARN") == lock for o in messages
         )
-
-    return min(sum(explained(m) for m in messages), max(len(messages) - 1, 0))
+        silent_taker = (
+            bool(lock) and position > 0 and lock not in named and lock.split("#", 1)[0] in dead
+        )
+        twins += another_sender or silent_taker
+        if lock:
+            named.add(lock)
+    return min(twins, max(len(messages) - 1, 0))
 
 
 # The template's default CustomEventSource and a detail-type its rule passes.

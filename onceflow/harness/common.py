@@ -181,7 +181,10 @@ def drain(
     handles: list[str] = []
     while True:
         batch = sqs.receive_message(
-            QueueUrl=queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=10,
+            MessageAttributeNames=["All"],
+            AttributeNames=["SentTimestamp"],  # (the order the messages were sent in)
         ).get("Messages", [])
         if not batch:
             break

@@ -379,6 +379,71 @@ def test_the_checker_names_the_send_then_mark_gaps_second_dlq_message_and_no_oth
     assert "before the operator's redrive" in redriven["violations"][0]["detail"]
 
 
+def test_the_checker_follows_the_gap_through_a_taker_that_died_before_its_send() -> None:
+    """Seen as "at most one DLQ message per unit of work" VIOLATED (`chaos --source s3
+    --batch --objects 220 --seed 272 --last-attempt-death-rate 0.15
+    --ledger-unavailable-rate 0.15 --duplicate-rate 0.3`, twice in four runs): a unit
+    whose last attempt died; the batch that took its row over sent the DLQ message and ran
+    out of time before its mark (the send-then-mark gap, design.md); the next batch that
+    took it over ran out of time before its send; the one after it sent a second message,
+    naming the lock of that silent taker, not the first sender's. The product is right:
+    a takeover needs a row not marked dead-lettered (TakeOverAtMaxAttempts' condition),
+    so any message a taker sends after another was sent follows a mark that never landed.
+    The checker now follows the chain through a taker that died; a second message naming
+    a lock nobody dead-lettered under and that did not die, or a lock another message
+    already named (two takers of one lock), is still a violation."""
+    with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        sqs, dlq = engine.client("sqs"), engine.ref("DeadLetterQueue")
+        names = ("chain", "alive", "same-lock", "died-first")
+        units = []
+        for name in names:
+            body = json.dumps({"orderId": name})
+            run.by_body[body] = f"sqs:{name}"
+            units.append(Unit(f"sqs:{name}", body, "message", processable=True))
+            item = {"pk": {"S": f"sqs:{name}"}, "status": {"S": "FAILED"},
+                    "dead_lettered_at": {"N": "1"}}  # fmt: skip
+            engine.client("dynamodb").put_item(TableName=engine.ref("LedgerTable"), Item=item)
+
+        def dead_letter(pk: str, sender: str, lock: str) -> None:
+            message = f"LockExpired: the lock of {lock} expired with the work unfinished, after 3"
+            values = {"IDEMPOTENCY_KEY": pk, "EXECUTION_ARN": sender, "ERROR_CODE": "LockExpired",
+                      "ERROR_MESSAGE": message + " attempt(s)"}  # fmt: skip
+            sqs.send_message(
+                QueueUrl=dlq,
+                MessageBody="{}",
+                MessageAttributes={
+                    k: {"DataType": "String", "StringValue": v} for k, v in values.items()
+                },
+            )
+            time.sleep(0.01)  # (sent one after another, as the passes of the queue are)
+
+        # GIVEN a unit whose last attempt died (arn:death), the first taker's message, then
+        # a second taker that died before its send (arn:silent), then the third taker's
+        # message naming it; a unit whose second message names a lock that neither sent
+        # nor died; one whose two messages name the same dead lock (two takers of one
+        # lock); and one whose message naming a dead taker was sent before the other
+        dead_letter("sqs:chain", "arn:first#8", "arn:death#1")
+        dead_letter("sqs:chain", "arn:third#8", "arn:silent#8")
+        dead_letter("sqs:alive", "arn:first#2", "arn:death#2")
+        dead_letter("sqs:alive", "arn:third#2", "arn:living#2")
+        dead_letter("sqs:same-lock", "arn:first#3", "arn:death#3")
+        dead_letter("sqs:same-lock", "arn:third#3", "arn:death#3")
+        dead_letter("sqs:died-first", "arn:third#4", "arn:silent#4")
+        dead_letter("sqs:died-first", "arn:first#4", "arn:living#4")
+        died = {"arn:death", "arn:silent"}
+        # WHEN the checker judges them as they are, and as a redrive found them
+        now = _judge(run, units, {}, [{"scanned": 0}], None, died=died)
+        run.dead_letters_before_redrive = drain(engine, dlq)
+        sqs.purge_queue(QueueUrl=dlq)
+        redriven = _judge(run, units, {}, [{"scanned": 0}], None, died=died)
+    # THEN only the chain's second message is the gap's; the others are violations
+    for report in (now, redriven):
+        found = {v["key"] for v in report["violations"] if v["invariant"] == INVARIANTS[2]}
+        assert found == {"sqs:alive", "sqs:same-lock", "sqs:died-first"}
+        assert report["send_then_mark_gap"] == 1
+
+
 def test_the_operators_redrive_deletes_the_second_dlq_message_the_send_then_mark_gap_left() -> None:
     """Seen in `chaos --source s3 --batch --objects 205 --seed 71`: a batch execution died
     between a message's DLQ send and its mark (another message's call ran past the batch's
@@ -506,6 +571,44 @@ def test_a_death_whose_last_attempt_never_came_does_not_fire_after_the_operators
     assert (row["status"], row["attempts"]) == ("PROCESSED", "1")
     assert effects[unit.pk] == 1 == injector.completed[unit.pk]
     assert injector.fired["last_attempt_death"] == 0
+    assert [audits[0][k] for k in ("missing_resubmitted", "failed_resubmitted",
+                                   "stuck_released")] == [0, 0, 0]  # fmt: skip
+
+
+def test_a_large_orders_first_attempt_after_the_deliveries_does_not_fail() -> None:
+    """Seen as "a second audit resubmits nothing" VIOLATED (`chaos --source s3 --batch
+    --objects 200 --seed 265 --last-attempt-death-rate 0.25 --duplicate-rate 0.3`, once in
+    two runs: the audit after the operator's redrive resubmitted one FAILED row). A large
+    non-ASCII order failed its first attempt whenever that came, also after the deliveries:
+    when a redrive's execution ran it at attempt 1 (its row's attempts reset by `redrive`
+    after every batch that claimed it ran out of time for another message's death and the
+    queue dead-lettered it at MaxAttempts; or, never claimed, started directly by `redrive
+    --queue source`, which the queue refuses back at its largest size), the harness failed
+    it there, and the audit after the redrive rightly resubmitted the FAILED row it left in
+    the open-work index. Which of the two it was in seed 265 is not known: the rerun did not
+    repeat it. The product was right; the harness injected a fault after the deliveries,
+    which "a second audit resubmits nothing" rules out (QueueInjector.delivering)."""
+    with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
+        run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
+        unit, execution_input = _order(engine, "late-large", "large_non_ascii")
+        injector = QueueInjector(engine, {unit.pk: unit}, batch=True)
+        engine.state.faults.append(injector.service)
+        # GIVEN a large order never claimed during the deliveries, now over, and the fix
+        injector.delivering = False
+        injector.fixed = True
+        audits: list[dict[str, Any]] = []
+        with engine.override_function("ProcessorFunction", injector.processor):
+            # WHEN the redrive starts the processor with it (its first attempt), and the
+            # audit after the redrive runs once every lock has expired
+            result = engine.execute("ProcessorStateMachine", execution_input, name="redrive-2")
+            run.audit(audits)
+        engine.state.faults.remove(injector.service)
+        row = _row(engine, unit.pk)
+        effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
+    # THEN the work is done once, in that execution, and the audit finds nothing to do
+    assert (result.status, result.outcome) == ("SUCCEEDED", "Processed"), result.cause
+    assert (row["status"], row["attempts"]) == ("PROCESSED", "1")
+    assert effects[unit.pk] == 1 == injector.completed[unit.pk]
     assert [audits[0][k] for k in ("missing_resubmitted", "failed_resubmitted",
                                    "stuck_released")] == [0, 0, 0]  # fmt: skip
 

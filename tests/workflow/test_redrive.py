@@ -127,6 +127,47 @@ def test_a_message_whose_work_was_done_meanwhile_is_removed_without_a_second_eff
     assert output_effects(engine) == 1
 
 
+def test_one_run_removes_every_stale_message_of_work_done_meanwhile(engine: LocalEngine) -> None:
+    """Seen as "no DLQ message for processed work" VIOLATED (`chaos --source s3 --batch
+    --objects 210 --seed 281 --last-attempt-death-rate 0.25 --large-non-ascii-rate 0.10
+    --duplicate-rate 0.3`): the send-then-mark gap (design.md) twice over left three DLQ
+    messages for one unit; the first run resubmitted one and left two, the later run
+    deleted one as already processed and left the third, "moved earlier in this run",
+    although its work was done: the DLQ's alarm fired for finished work until yet another
+    run. A message whose row is PROCESSED is stale whatever this run did before it."""
+    pk = dead_letter(engine, "done-thrice.png")
+    (first,) = dlq_messages(engine)
+    # GIVEN two more messages for the same work (the gap's: a sender died before its mark,
+    # the next taker sent again), and the work done meanwhile (a hand-made fix, then a
+    # redelivery)
+    sqs = engine.client("sqs")
+    for _ in range(2):
+        sqs.send_message(
+            QueueUrl=engine.ref("DeadLetterQueue"),
+            MessageBody=first["Body"],
+            MessageAttributes={
+                name: {"DataType": value["DataType"], "StringValue": value["StringValue"]}
+                for name, value in first["MessageAttributes"].items()
+            },
+        )
+    engine.client("dynamodb").update_item(
+        TableName=engine.ref("LedgerTable"),
+        Key={"pk": {"S": pk}},
+        UpdateExpression="SET attempts = :z REMOVE dead_lettered_at",
+        ExpressionAttributeValues={":z": {"N": "0"}},
+    )
+    version = pk.rsplit("#", 1)[-1]
+    assert engine.execute(MACHINE, s3_event(engine, "done-thrice.png", version)).outcome == (
+        "Processed"
+    )
+    # WHEN one redrive run reads the DLQ
+    report = ops.redrive(LocalTarget(engine))
+    # THEN every message is deleted as stale, none left for a later run, the work done once
+    assert [m.action for m in report.messages] == ["deleted"] * 3, report.messages
+    assert dlq_messages(engine) == []
+    assert output_effects(engine) == 1
+
+
 def test_an_oversized_event_is_redriven_from_its_execution_history(engine: LocalEngine) -> None:
     # The DLQ body holds only an excerpt; EXECUTION_ARN's input has the event whole.
     event: dict[str, Any] = {"detail": {"padding": "x" * 140_000}, "source": "elsewhere"}
