@@ -212,3 +212,24 @@ def out_of_time(engine: LocalEngine, payload: dict[str, Any], result: Any) -> An
     AWS's States.ALL catches a result over 256 KiB, so that would not end it)."""
     engine.run_out_of_time(str(payload["lockToken"]).split("#", 1)[0])
     return result
+
+
+def dies_at_its_dead_letter_mark(engine: LocalEngine, died: list[str], times: int) -> Any:
+    """A fault for engine.state.faults: MarkDeadLettered's write, the first ``times`` times,
+    runs its batch out of its five minutes there (as when another message's call hangs),
+    after its DLQ send: the send-then-mark gap (docs/design.md). Each dying lock owner is
+    appended to ``died``."""
+    from onceflow.local import patches
+
+    def fault(service: str, operation: str, text: str) -> Any:
+        if (service, operation) != ("dynamodb", "UpdateItem") or len(died) == times:
+            return None
+        request = json.loads(text)
+        if "dead_lettered_at = :now_ms" not in request.get("UpdateExpression", ""):
+            return None
+        owner = request["ExpressionAttributeValues"][":owner"]["S"]
+        died.append(owner)
+        engine.run_out_of_time(owner.split("#", 1)[0])
+        return patches.dynamodb_error("InternalServerError", "injected: out of time")
+
+    return fault

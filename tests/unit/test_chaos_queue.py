@@ -9,6 +9,7 @@ defect breaks on this branch are marked with that defect and flip on their own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import threading
@@ -32,9 +33,8 @@ from onceflow.harness.chaos_queue import (
     render,
 )
 from onceflow.harness.common import TransientError, drain, effects_by_idempotency_key
-from onceflow.local import patches
 from onceflow.local.engine import LocalEngine
-from tests.helpers import dlq_messages
+from tests.helpers import dies_at_its_dead_letter_mark, dlq_messages
 
 UNITS = 30  # every fault once, and a few plain units of each kind
 
@@ -379,6 +379,33 @@ def test_the_checker_names_the_send_then_mark_gaps_second_dlq_message_and_no_oth
     assert "before the operator's redrive" in redriven["violations"][0]["detail"]
 
 
+def _dead_lettered_units(
+    engine: LocalEngine, run: QueueRun, names: tuple[str, ...], fault: str | None = None
+) -> list[Unit]:
+    """A message unit of each name, its row FAILED and marked dead-lettered."""
+    units = []
+    for name in names:
+        body = json.dumps({"orderId": name})
+        run.by_body[body] = f"sqs:{name}"
+        units.append(Unit(f"sqs:{name}", body, "message", True, fault))
+        item = {"pk": {"S": f"sqs:{name}"}, "status": {"S": "FAILED"},
+                "dead_lettered_at": {"N": "1"}}  # fmt: skip
+        engine.client("dynamodb").put_item(TableName=engine.ref("LedgerTable"), Item=item)
+    return units
+
+
+def _send_lock_expired(engine: LocalEngine, pk: str, sender: str, lock: str) -> None:
+    """A taker's LockExpired DLQ message for pk, sent by sender, naming lock."""
+    message = f"LockExpired: the lock of {lock} expired with the work unfinished, after 3"
+    values = {"IDEMPOTENCY_KEY": pk, "EXECUTION_ARN": sender, "ERROR_CODE": "LockExpired",
+              "ERROR_MESSAGE": message + " attempt(s)"}  # fmt: skip
+    engine.client("sqs").send_message(
+        QueueUrl=engine.ref("DeadLetterQueue"),
+        MessageBody="{}",
+        MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in values.items()},
+    )
+
+
 def test_the_checker_follows_the_gap_through_a_taker_that_died_before_its_send() -> None:
     """Seen as "at most one DLQ message per unit of work" VIOLATED (`chaos --source s3
     --batch --objects 220 --seed 272 --last-attempt-death-rate 0.15
@@ -395,27 +422,10 @@ def test_the_checker_follows_the_gap_through_a_taker_that_died_before_its_send()
     with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
         run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
         sqs, dlq = engine.client("sqs"), engine.ref("DeadLetterQueue")
-        names = ("chain", "alive", "same-lock", "died-first")
-        units = []
-        for name in names:
-            body = json.dumps({"orderId": name})
-            run.by_body[body] = f"sqs:{name}"
-            units.append(Unit(f"sqs:{name}", body, "message", processable=True))
-            item = {"pk": {"S": f"sqs:{name}"}, "status": {"S": "FAILED"},
-                    "dead_lettered_at": {"N": "1"}}  # fmt: skip
-            engine.client("dynamodb").put_item(TableName=engine.ref("LedgerTable"), Item=item)
+        units = _dead_lettered_units(engine, run, ("chain", "alive", "same-lock", "died-first"))
 
         def dead_letter(pk: str, sender: str, lock: str) -> None:
-            message = f"LockExpired: the lock of {lock} expired with the work unfinished, after 3"
-            values = {"IDEMPOTENCY_KEY": pk, "EXECUTION_ARN": sender, "ERROR_CODE": "LockExpired",
-                      "ERROR_MESSAGE": message + " attempt(s)"}  # fmt: skip
-            sqs.send_message(
-                QueueUrl=dlq,
-                MessageBody="{}",
-                MessageAttributes={
-                    k: {"DataType": "String", "StringValue": v} for k, v in values.items()
-                },
-            )
+            _send_lock_expired(engine, pk, sender, lock)
             time.sleep(0.01)  # (sent one after another, as the passes of the queue are)
 
         # GIVEN a unit whose last attempt died (arn:death), the first taker's message, then
@@ -469,18 +479,7 @@ def test_the_operators_redrive_deletes_the_second_dlq_message_the_send_then_mark
 
         died: list[str] = []
 
-        def dies_before_its_first_mark(service: str, operation: str, text: str) -> Any:
-            # MarkDeadLettered's write, the first time: the batch runs out of its five
-            # minutes there (as when another message's call hangs), after its DLQ send
-            if (service, operation) != ("dynamodb", "UpdateItem") or died:
-                return None
-            request = json.loads(text)
-            if "dead_lettered_at = :now_ms" not in request.get("UpdateExpression", ""):
-                return None
-            owner = request["ExpressionAttributeValues"][":owner"]["S"]
-            died.append(owner)
-            engine.run_out_of_time(owner.split("#", 1)[0])
-            return patches.dynamodb_error("InternalServerError", "injected: out of time")
+        dies_before_its_first_mark = dies_at_its_dead_letter_mark(engine, died, times=1)
 
         engine.state.faults.append(dies_before_its_first_mark)
         with engine.override_function("ProcessorFunction", processor):
@@ -850,28 +849,10 @@ def test_the_gaps_chain_passes_through_takers_that_died_before_they_sent() -> No
     MaxAttempts can be taken again only while no mark followed the first send."""
     with LocalEngine(parameters=queue_parameters(batch=True), function_log=io.StringIO()) as engine:
         run = QueueRun(engine, QueueChaosConfig(units=1, batch=True))
-        sqs, dlq = engine.client("sqs"), engine.ref("DeadLetterQueue")
-        names = ("through-a-death", "audit-taker", "unexplained")
-        units = []
-        for name in names:
-            body = json.dumps({"orderId": name})
-            run.by_body[body] = f"sqs:{name}"
-            units.append(Unit(f"sqs:{name}", body, "message", True, "last_attempt_death"))
-            item = {"pk": {"S": f"sqs:{name}"}, "status": {"S": "FAILED"},
-                    "dead_lettered_at": {"N": "1"}}  # fmt: skip
-            engine.client("dynamodb").put_item(TableName=engine.ref("LedgerTable"), Item=item)
-
-        def dead_letter(pk: str, sender: str, named: str) -> None:
-            expired = f"LockExpired: the lock of {named} expired with the work unfinished"
-            values = {"IDEMPOTENCY_KEY": pk, "EXECUTION_ARN": sender, "ERROR_CODE": "LockExpired",
-                      "ERROR_MESSAGE": expired}  # fmt: skip
-            sqs.send_message(
-                QueueUrl=dlq,
-                MessageBody="{}",
-                MessageAttributes={
-                    k: {"DataType": "String", "StringValue": v} for k, v in values.items()
-                },
-            )
+        units = _dead_lettered_units(
+            engine, run, ("through-a-death", "audit-taker", "unexplained"), "last_attempt_death"
+        )
+        dead_letter = functools.partial(_send_lock_expired, engine)
 
         # GIVEN a batch death d0 on the last attempt; a taker s1 that sent and died before its
         # mark; a taker d2 whose batch died before its send; a taker s3 that sent

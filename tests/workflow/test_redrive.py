@@ -15,7 +15,6 @@ import pytest
 
 from onceflow import ops
 from onceflow.cli import main
-from onceflow.local import patches
 from onceflow.local.engine import LocalEngine
 from onceflow.local.target import LocalTarget
 from tests.helpers import (
@@ -24,6 +23,7 @@ from tests.helpers import (
     PermanentError,
     TransientError,
     attributes,
+    dies_at_its_dead_letter_mark,
     dlq_messages,
     expire_lock,
     idempotency_key,
@@ -600,18 +600,7 @@ def test_the_send_then_mark_gaps_messages_for_work_done_are_deleted_in_the_same_
         def refused(payload: Any, context: Any) -> Any:
             raise TransientError("injected: the warehouse refuses the order")
 
-        def dies_between_send_and_mark(service: str, operation: str, text: str) -> Any:
-            # MarkDeadLettered's write, twice: the batch runs out of its five minutes there
-            # (as when another message's call hangs), after its DLQ send
-            if (service, operation) != ("dynamodb", "UpdateItem") or len(deaths) == 2:
-                return None
-            request = json.loads(text)
-            if "dead_lettered_at = :now_ms" not in request.get("UpdateExpression", ""):
-                return None
-            owner = request["ExpressionAttributeValues"][":owner"]["S"]
-            deaths.append(owner)
-            engine.run_out_of_time(owner.split("#", 1)[0])
-            return patches.dynamodb_error("InternalServerError", "injected: out of time")
+        dies_between_send_and_mark = dies_at_its_dead_letter_mark(engine, deaths, times=2)
 
         # GIVEN an order refused at every attempt, whose batch dies between its DLQ send and
         # its mark at MaxAttempts, and whose next taker's batch dies there too, each once
