@@ -684,9 +684,9 @@ def test_a_call_in_flight_when_its_batch_runs_out_of_time_may_run_again() -> Non
 
         real_out_of_time = engine.run_out_of_time
 
-        def run_out_of_time(execution: str) -> None:
+        def run_out_of_time(execution_arn: str) -> None:
             assert in_flight.wait(30), "the other message's call never started"
-            real_out_of_time(execution)
+            real_out_of_time(execution_arn)
             out_of_time.set()
 
         def claim_after_the_check(service: str, operation: str, body: str) -> Any:
