@@ -203,6 +203,37 @@ def test_audit_events_run_the_audit(name: str, capsys: pytest.CaptureFixture[str
     assert report["output"]["prefix"] == json.loads((EVENTS / name).read_text()).get("prefix", "")
 
 
+@pytest.mark.parametrize(
+    ("function", "payload", "said"),
+    [
+        ("ProcessorFunction", None, "the payload is a JSON array, not an object"),
+        ("ProcessorFunction", {"workItem": "uploads/a.png"}, "no workItem with an idempotencyKey"),
+        ("AuditFunction", None, "the event is a JSON array, not an object"),
+    ],
+)
+def test_a_function_invoked_with_what_it_is_never_sent_answers_permanent_error(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    function: str,
+    payload: object,
+    said: str,
+) -> None:
+    # GIVEN a file the function is never sent: the pipe's SQS messages (a JSON array, an
+    # input of the processor state machine), or a work item that is not an object
+    event = EVENTS / "sqs-business-message.json"
+    if payload is not None:
+        event = tmp_path / "payload.json"
+        event.write_text(json.dumps(payload), encoding="utf-8")
+    # WHEN it is invoked, as `sam local invoke -e` would invoke it
+    code = main(["invoke", function, "-e", str(event), "--no-server"])
+    # THEN the function refuses it as input no retry fixes (its contract's PermanentError,
+    # which the state machine dead-letters), naming what it got, not with an AttributeError
+    answer = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert answer["errorType"] == "PermanentError", answer
+    assert said in answer["errorMessage"]
+
+
 def test_audit_batch_event_invokes_the_audit_function(capsys: pytest.CaptureFixture[str]) -> None:
     # The sample's object is not in the (empty) local bucket: listed, it has no versions.
     assert main(["invoke", "AuditFunction", "-e", str(EVENTS / "audit-batch.json")]) == 0
