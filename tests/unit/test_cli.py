@@ -278,6 +278,39 @@ def test_bench_refuses_bad_sizes_before_it_starts(argv: list[str], message: str)
     assert str(refused.value) == f"onceflow bench: {message}"
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--concurrency", "0"], "onceflow demo: --concurrency must be at least 1"),
+        (["demo", "--objects", "-5"], "onceflow demo: --objects must be at least 1"),
+        (["demo", "--corrupt", "-1"], "onceflow demo: --corrupt must not be negative"),
+        (["chaos", "--concurrency", "0"], "onceflow chaos: --concurrency must be at least 1"),
+        (["chaos", "--duplicate-rate", "2"],
+         "onceflow chaos: --duplicate-rate is a share: from 0 to 1, not 2.0"),
+        (["chaos", "--lost-rate", "-0.1"],
+         "onceflow chaos: --lost-rate is a share: from 0 to 1, not -0.1"),
+        (["redrive", "--max", "0", "--no-server"], "onceflow redrive: --max must be at least 1"),
+        (["inspect", "k", "--recent", "-1", "--no-server"],
+         "onceflow inspect: --recent must not be negative"),
+        (["executions", "--limit", "-1"], "onceflow executions: --limit must be at least 1"),
+        (["up", "--port", "70000"], "onceflow up: --port must be from 0 to 65535"),
+        (["up", "--time-scale", "-1"], "onceflow up: --time-scale must not be negative"),
+    ],
+)  # fmt: skip
+def test_a_number_out_of_its_range_is_refused_in_one_line_before_anything_runs(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    # GIVEN a count, a rate or a port no run can use (`demo --concurrency 0` ended in a
+    # traceback from ThreadPoolExecutor; `demo --objects -5` reported "0 (5 corrupt)";
+    # `executions --limit -1` printed all but the last)
+    # WHEN the command is run THEN it refuses in one line, before it starts anything
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert str(refused.value) == message
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+
+
 def _s3_event(**object_fields: object) -> dict[str, object]:
     event = json.loads((EVENTS / "s3-object-created.json").read_text(encoding="utf-8"))
     event["detail"]["object"].update(object_fields)
