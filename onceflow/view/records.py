@@ -284,7 +284,10 @@ def save_all(
         for listed in engine.list_executions(machine):
             if listed["status"] == "RUNNING":
                 continue
-            if since is not None and listed["startDate"].timestamp() < since - 1:
+            # startDate is moto's, read from this process's clock to the microsecond: an
+            # execution the command started is never earlier than `since`, and one a command
+            # before it started always is (a second's slack counted those as this one's)
+            if since is not None and listed["startDate"].timestamp() < since:
                 continue
             result = by_arn.get(listed["executionArn"])
             if result is None:
