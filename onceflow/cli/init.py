@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -84,7 +85,9 @@ def stack_name(directory: str) -> str:
 
 def cmd_init(args: argparse.Namespace, session: object) -> int:
     target = Path(args.directory)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    if target.exists() and not target.is_dir():
+        raise SystemExit(f"onceflow init: {target} is a file; name a new directory")
+    if target.is_dir() and any(target.iterdir()):
         raise SystemExit(f"onceflow init: {target} exists and is not empty; name a new directory")
     starter, app = starter_app(), bundled_app()
     text = (starter / "template.yaml").read_text(encoding="utf-8")
@@ -118,7 +121,8 @@ def cmd_init(args: argparse.Namespace, session: object) -> int:
         README.format(name=target.resolve().name, nested=NESTED, stack=stack), encoding="utf-8"
     )
     print(f"onceflow init: wrote a SAM app in {target} (onceflow nested from {target / NESTED})")
-    print(f"  cd {target} && onceflow up        # local; or sam build && sam deploy --guided")
+    where = shlex.quote(str(target))  # a command the shell takes as printed
+    print(f"  cd {where} && onceflow up        # local; or sam build && sam deploy --guided")
     return 0
 
 

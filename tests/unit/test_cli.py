@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shlex
 import sys
 import threading
 from collections.abc import Iterator
@@ -744,3 +745,31 @@ def test_show_without_a_name_shows_the_current_stacks_newest_execution(
     # AND a deployed stack still wants a name, and says how to find one
     assert main(["show", "--stack-name", "my-stack"]) == 2
     assert "onceflow executions --stack-name my-stack" in capsys.readouterr().err
+
+
+def test_init_prints_a_cd_the_shell_takes_for_a_directory_with_a_space(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a directory name with a space, as a user may pick
+    target = tmp_path / "my app"
+    # WHEN onceflow init writes the app there
+    assert main(["init", str(target)]) == 0
+    # THEN the command it tells the user to run next is one the shell reads as written
+    line = next(line for line in capsys.readouterr().out.splitlines() if "&& onceflow up" in line)
+    words = shlex.split(line.split("#")[0])
+    assert words[:2] == ["cd", str(target)] and words[2:] == ["&&", "onceflow", "up"], line
+    assert (target / "template.yaml").is_file()
+
+
+def test_init_on_a_file_says_it_is_a_file_and_leaves_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a file (empty) where the user names the app's directory
+    target = tmp_path / "notes"
+    target.write_text("", encoding="utf-8")
+    # WHEN onceflow init is pointed at it THEN it refuses in one line that names a file,
+    # not "exists and is not empty", and the file is as it was
+    with pytest.raises(SystemExit) as refused:
+        main(["init", str(target)])
+    assert str(refused.value) == f"onceflow init: {target} is a file; name a new directory"
+    assert target.read_text(encoding="utf-8") == ""
