@@ -12,6 +12,7 @@ import argparse
 import re
 import shlex
 import shutil
+import sys
 from pathlib import Path
 
 from onceflow.project import bundled_app, starter_app
@@ -83,6 +84,19 @@ def stack_name(directory: str) -> str:
     return name[:128].rstrip("-")
 
 
+def onceflow_command() -> str:
+    """How to run this onceflow from the app's directory: `onceflow` when the shell's PATH
+    finds this one (an activated venv), else the path it was run by, absolute (the
+    README's `~/onceflow/bin/onceflow init my-app`, `.venv/bin/onceflow`)."""
+    ran = Path(sys.argv[0])
+    if ran.name != "onceflow" or not ran.is_file():  # `python -m onceflow.cli`, a test
+        return "onceflow"
+    found = shutil.which("onceflow")
+    if found is not None and Path(found).resolve() == ran.resolve():
+        return "onceflow"
+    return shlex.quote(str(ran.resolve()))
+
+
 def cmd_init(args: argparse.Namespace, session: object) -> int:
     target = Path(args.directory)
     if target.exists() and not target.is_dir():
@@ -122,7 +136,8 @@ def cmd_init(args: argparse.Namespace, session: object) -> int:
     )
     print(f"onceflow init: wrote a SAM app in {target} (onceflow nested from {target / NESTED})")
     where = shlex.quote(str(target))  # a command the shell takes as printed
-    print(f"  cd {where} && onceflow up        # local; or sam build && sam deploy --guided")
+    up = f"{onceflow_command()} up"
+    print(f"  cd {where} && {up}        # local; or sam build && sam deploy --guided")
     return 0
 
 
