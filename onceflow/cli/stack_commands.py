@@ -246,7 +246,7 @@ def _newest(session: Session) -> records.Record:
     """The current stack's newest recorded execution (the running `onceflow up`'s stack,
     else the newest record's), as `onceflow executions` lists it first."""
     stack = session.shared.stack if session.shared is not None else viewer.newest_stack()
-    for record in records.recent():
+    for record in records.recent(unreadable=records.note_skipped):
         if stack is None or record.stack == stack:
             print(f"local: the newest execution of stack {stack}: {record.name}", file=sys.stderr)
             return record
