@@ -807,3 +807,26 @@ def test_init_says_plain_onceflow_when_the_shell_finds_the_one_that_ran(
     assert main(["init", str(tmp_path / "my-app")]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if "&& " in line)
     assert shlex.split(line.split("#")[0])[3:] == ["onceflow", "up"], line
+
+
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [("", "--key is empty; S3 keys are 1 to 1024 bytes in UTF-8"),
+     ("k" * 1100, "--key is 1100 bytes in UTF-8; S3 keys are 1 to 1024 bytes")],
+)  # fmt: skip
+def test_execute_upload_refuses_a_key_s3_refuses_in_one_line_before_it_uploads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, said: str
+) -> None:
+    # GIVEN a file of the user's, and a key S3 takes no object under (an empty key, which
+    # botocore refused in two lines; a key over 1,024 bytes, which the local bucket took,
+    # so the upload ran to an InvalidEvent no upload on AWS could make)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("one two\n", encoding="utf-8")
+    # WHEN it is run with that --key
+    with pytest.raises(SystemExit) as refused:
+        main(["execute", "ProcessorStateMachine", "--upload", str(notes), "--key", key,
+              "--no-server"])  # fmt: skip
+    # THEN it is refused in one line that says why, and nothing ran
+    message = str(refused.value.code)
+    assert message == f"onceflow execute: {said}" and "\n" not in message
+    assert "Execution" not in capsys.readouterr().out
