@@ -24,6 +24,16 @@ class PermanentError(ProcessingError):
     """
 
 
+def json_kind(value: object) -> str:
+    """What a function was invoked with, in JSON's words: "a JSON array", "null" ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a JSON boolean"
+    kinds = ((dict, "an object"), (list, "a JSON array"), (str, "a JSON string"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "a JSON number")
+
+
 class ObjectSuperseded(ProcessingError):
     """The object of an unversioned work item no longer holds the content its event announced.
 

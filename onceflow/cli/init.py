@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import shutil
+import sys
 from pathlib import Path
 
 from onceflow.project import bundled_app, starter_app
@@ -82,9 +84,24 @@ def stack_name(directory: str) -> str:
     return name[:128].rstrip("-")
 
 
+def onceflow_command() -> str:
+    """How to run this onceflow from the app's directory: `onceflow` when the shell's PATH
+    finds this one (an activated venv), else the path it was run by, absolute (the
+    README's `~/onceflow/bin/onceflow init my-app`, `.venv/bin/onceflow`)."""
+    ran = Path(sys.argv[0])
+    if ran.name != "onceflow" or not ran.is_file():  # `python -m onceflow.cli`, a test
+        return "onceflow"
+    found = shutil.which("onceflow")
+    if found is not None and Path(found).resolve() == ran.resolve():
+        return "onceflow"
+    return shlex.quote(str(ran.resolve()))
+
+
 def cmd_init(args: argparse.Namespace, session: object) -> int:
     target = Path(args.directory)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    if target.exists() and not target.is_dir():
+        raise SystemExit(f"onceflow init: {target} is a file; name a new directory")
+    if target.is_dir() and any(target.iterdir()):
         raise SystemExit(f"onceflow init: {target} exists and is not empty; name a new directory")
     starter, app = starter_app(), bundled_app()
     text = (starter / "template.yaml").read_text(encoding="utf-8")
@@ -118,7 +135,9 @@ def cmd_init(args: argparse.Namespace, session: object) -> int:
         README.format(name=target.resolve().name, nested=NESTED, stack=stack), encoding="utf-8"
     )
     print(f"onceflow init: wrote a SAM app in {target} (onceflow nested from {target / NESTED})")
-    print(f"  cd {target} && onceflow up        # local; or sam build && sam deploy --guided")
+    where = shlex.quote(str(target))  # a command the shell takes as printed
+    up = f"{onceflow_command()} up"
+    print(f"  cd {where} && {up}        # local; or sam build && sam deploy --guided")
     return 0
 
 

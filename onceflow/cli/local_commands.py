@@ -179,6 +179,16 @@ def cmd_up(args: argparse.Namespace, session: Session) -> int:
 def cmd_execute(args: argparse.Namespace, session: Session) -> int:
     if args.key is not None and args.upload is None:
         raise SystemExit("onceflow execute: --key names the object of --upload FILE")
+    if args.key is not None:  # S3 User Guide, object-keys.html: at most 1,024 bytes in UTF-8
+        size = len(args.key.encode("utf-8", "surrogatepass"))
+        if size == 0:
+            raise SystemExit(
+                "onceflow execute: --key is empty; S3 keys are 1 to 1024 bytes in UTF-8"
+            )
+        if size > 1024:
+            raise SystemExit(
+                f"onceflow execute: --key is {size} bytes in UTF-8; S3 keys are 1 to 1024 bytes"
+            )
     event = load_event(args.event) if args.upload is None else None
     with session.engine(args) as engine:
         arn = engine.state_machine_arn(args.state_machine)  # fail early on a wrong name

@@ -514,6 +514,35 @@ def local_extra_command() -> str:
     return f"{sys.executable} -m pip install {where or repr('onceflow[local]')}"
 
 
+# The least value of each count a command takes (0: any count, none negative); bench checks
+# its own sizes. A rate (chaos's --*-rate flags) is a share, from 0 to 1.
+LEAST = {
+    "demo": {"objects": 1, "corrupt": 0, "concurrency": 1},
+    "chaos": {"concurrency": 1},
+    "redrive": {"max": 1},
+    "inspect": {"recent": 0},
+    "executions": {"limit": 1},
+    "up": {"time_scale": 0},
+}
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Refuse, in one line and before anything runs, a number no run can use."""
+    command = f"onceflow {args.command}"
+    for name, least in LEAST.get(args.command, {}).items():
+        value = getattr(args, name)
+        if value is not None and value < least:
+            flag = "--" + name.replace("_", "-")
+            said = f"must be at least {least}" if least else "must not be negative"
+            raise SystemExit(f"{command}: {flag} {said}")
+    for name, value in sorted(vars(args).items()):
+        if name.endswith("_rate") and value is not None and not 0 <= value <= 1:
+            flag = "--" + name.replace("_", "-")
+            raise SystemExit(f"{command}: {flag} is a share: from 0 to 1, not {value}")
+    if args.command == "up" and not 0 <= args.port <= 65535:
+        raise SystemExit(f"{command}: --port must be from 0 to 65535")
+
+
 def main(argv: list[str] | None = None, shared: SharedEngine | None = None) -> int:
     """Run `onceflow <argv>`; ``shared``: the engine of the `onceflow up` that runs it."""
     # An event may hold text no encoding can write (a lone surrogate): print it escaped.
@@ -522,6 +551,7 @@ def main(argv: list[str] | None = None, shared: SharedEngine | None = None) -> i
             stream.reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    check_numbers(args)
     try:
         forwarded = None if shared is not None else _forward(argv, args)
         if forwarded is not None:

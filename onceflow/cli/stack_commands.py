@@ -133,10 +133,15 @@ def redrive_summary(data: dict[str, Any], dry_run: bool, undelivered: bool) -> s
     verb = "would move" if dry_run else "moved"
     # A run moves each piece of work at most once: a message for work it already moved
     # is that work failing again, dead-lettered anew, and waits for a later run.
+    left = (
+        f"{data['left']} would be left for a later run (message(s) of work it would move already)"
+        if dry_run
+        else f"{data['left']} left for a later run (message(s) for work this run already "
+        "moved: its new dead letter if it failed again)"
+    )
     return (
         f"redrive: {verb} {moved} message(s) back into processing; "
-        f"{data['kept']} kept in the DLQ, {data['left']} left for a later run (message(s) "
-        "for work this run already moved: its new dead letter if it failed again); "
+        f"{data['kept']} kept in the DLQ, {left}; "
         f"{data['deleted_already_processed']} stale removed; {data['too_late']} kept as too late "
         "(uploads without a version id the audit has resubmitted: check and delete, or --force)"
     )
@@ -241,7 +246,7 @@ def _newest(session: Session) -> records.Record:
     """The current stack's newest recorded execution (the running `onceflow up`'s stack,
     else the newest record's), as `onceflow executions` lists it first."""
     stack = session.shared.stack if session.shared is not None else viewer.newest_stack()
-    for record in records.recent():
+    for record in records.recent(unreadable=records.note_skipped):
         if stack is None or record.stack == stack:
             print(f"local: the newest execution of stack {stack}: {record.name}", file=sys.stderr)
             return record

@@ -935,6 +935,14 @@ def _redrive_one(
             return Redriven(
                 message_id, key, "deleted", "already processed; another message of the same work"
             )
+        if dry_run:  # nothing was started: the run would move its work once, from another
+            return Redriven(
+                message_id,
+                key,
+                "left",
+                "another message of work this run would move already; it would be left in "
+                "the DLQ for a later run",
+            )
         return Redriven(
             message_id,
             key,

@@ -100,7 +100,7 @@ def summary(record: Record) -> dict[str, Any]:
 
 def newest_stack(folder: Path | None = None) -> str | None:
     """The stack of the newest local record (None: no record names one)."""
-    for record in records.recent(folder):
+    for record in records.recent(folder, unreadable=lambda error: None):  # list_local says
         return record.stack
     return None
 
@@ -114,7 +114,7 @@ def list_local(
 ) -> list[dict[str, Any]]:
     """The newest local records' rows; `stack`: only that local stack's (None: every one's)."""
     rows: list[dict[str, Any]] = []
-    for record in records.recent(folder):
+    for record in records.recent(folder, unreadable=records.note_skipped):
         if stack is not None and record.stack != stack:
             continue
         if status and record.status != status:

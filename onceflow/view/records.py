@@ -17,7 +17,8 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +36,15 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 class RecordError(Exception):
     """No record, or more than one, for what was asked."""
+
+
+class UnreadableRecord(RecordError):
+    """A file among the records that is no record: not JSON, or not an execution's."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 def directory() -> Path:
@@ -284,7 +294,10 @@ def save_all(
         for listed in engine.list_executions(machine):
             if listed["status"] == "RUNNING":
                 continue
-            if since is not None and listed["startDate"].timestamp() < since - 1:
+            # startDate is moto's, read from this process's clock to the microsecond: an
+            # execution the command started is never earlier than `since`, and one a command
+            # before it started always is (a second's slack counted those as this one's)
+            if since is not None and listed["startDate"].timestamp() < since:
                 continue
             result = by_arn.get(listed["executionArn"])
             if result is None:
@@ -318,17 +331,39 @@ def prune(into: Path | None = None, keep: int = KEEP) -> int:
 def read(path: Path) -> Record:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RecordError(f"cannot read the execution record {path}: {exc}") from exc
     if not isinstance(data, dict) or "executionArn" not in data:
         raise RecordError(f"{path} is not an execution record")
     return Record(data, path.parent)
 
 
-def recent(folder: Path | None = None) -> Iterator[Record]:
-    """Records, newest first (read one at a time: stop when you have enough)."""
+def note_skipped(error: UnreadableRecord) -> None:
+    """What a listing says of a file among the records that it passes over."""
+    print(f"local: skipped {error.path}: {error.reason}", file=sys.stderr)
+
+
+def recent(
+    folder: Path | None = None, unreadable: Callable[[UnreadableRecord], None] | None = None
+) -> Iterator[Record]:
+    """Records, newest first (read one at a time: stop when you have enough).
+
+    A file removed since it was listed (pruned by another command) is passed over. One
+    that is no record is handed to `unreadable` and passed over, and left as it is
+    (None: it raises, as find does for a record asked for by name).
+    """
     for _, path in _files(folder or directory()):
-        yield read(path)
+        try:
+            found = read(path)
+        except RecordError as exc:
+            if not path.exists():
+                continue
+            if unreadable is None:
+                raise
+            reason = str(exc.__cause__) if exc.__cause__ is not None else "not an execution record"
+            unreadable(UnreadableRecord(path, reason))
+            continue
+        yield found
 
 
 def find(query: str, folder: Path | None = None) -> Record:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shlex
 import sys
 import threading
 from collections.abc import Iterator
@@ -203,6 +204,37 @@ def test_audit_events_run_the_audit(name: str, capsys: pytest.CaptureFixture[str
     assert report["output"]["prefix"] == json.loads((EVENTS / name).read_text()).get("prefix", "")
 
 
+@pytest.mark.parametrize(
+    ("function", "payload", "said"),
+    [
+        ("ProcessorFunction", None, "the payload is a JSON array, not an object"),
+        ("ProcessorFunction", {"workItem": "uploads/a.png"}, "no workItem with an idempotencyKey"),
+        ("AuditFunction", None, "the event is a JSON array, not an object"),
+    ],
+)
+def test_a_function_invoked_with_what_it_is_never_sent_answers_permanent_error(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    function: str,
+    payload: object,
+    said: str,
+) -> None:
+    # GIVEN a file the function is never sent: the pipe's SQS messages (a JSON array, an
+    # input of the processor state machine), or a work item that is not an object
+    event = EVENTS / "sqs-business-message.json"
+    if payload is not None:
+        event = tmp_path / "payload.json"
+        event.write_text(json.dumps(payload), encoding="utf-8")
+    # WHEN it is invoked, as `sam local invoke -e` would invoke it
+    code = main(["invoke", function, "-e", str(event), "--no-server"])
+    # THEN the function refuses it as input no retry fixes (its contract's PermanentError,
+    # which the state machine dead-letters), naming what it got, not with an AttributeError
+    answer = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert answer["errorType"] == "PermanentError", answer
+    assert said in answer["errorMessage"]
+
+
 def test_audit_batch_event_invokes_the_audit_function(capsys: pytest.CaptureFixture[str]) -> None:
     # The sample's object is not in the (empty) local bucket: listed, it has no versions.
     assert main(["invoke", "AuditFunction", "-e", str(EVENTS / "audit-batch.json")]) == 0
@@ -245,6 +277,39 @@ def test_bench_refuses_bad_sizes_before_it_starts(argv: list[str], message: str)
     with pytest.raises(SystemExit) as refused:
         main(["bench", *argv])
     assert str(refused.value) == f"onceflow bench: {message}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--concurrency", "0"], "onceflow demo: --concurrency must be at least 1"),
+        (["demo", "--objects", "-5"], "onceflow demo: --objects must be at least 1"),
+        (["demo", "--corrupt", "-1"], "onceflow demo: --corrupt must not be negative"),
+        (["chaos", "--concurrency", "0"], "onceflow chaos: --concurrency must be at least 1"),
+        (["chaos", "--duplicate-rate", "2"],
+         "onceflow chaos: --duplicate-rate is a share: from 0 to 1, not 2.0"),
+        (["chaos", "--lost-rate", "-0.1"],
+         "onceflow chaos: --lost-rate is a share: from 0 to 1, not -0.1"),
+        (["redrive", "--max", "0", "--no-server"], "onceflow redrive: --max must be at least 1"),
+        (["inspect", "k", "--recent", "-1", "--no-server"],
+         "onceflow inspect: --recent must not be negative"),
+        (["executions", "--limit", "-1"], "onceflow executions: --limit must be at least 1"),
+        (["up", "--port", "70000"], "onceflow up: --port must be from 0 to 65535"),
+        (["up", "--time-scale", "-1"], "onceflow up: --time-scale must not be negative"),
+    ],
+)  # fmt: skip
+def test_a_number_out_of_its_range_is_refused_in_one_line_before_anything_runs(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    # GIVEN a count, a rate or a port no run can use (`demo --concurrency 0` ended in a
+    # traceback from ThreadPoolExecutor; `demo --objects -5` reported "0 (5 corrupt)";
+    # `executions --limit -1` printed all but the last)
+    # WHEN the command is run THEN it refuses in one line, before it starts anything
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert str(refused.value) == message
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
 
 
 def _s3_event(**object_fields: object) -> dict[str, object]:
@@ -680,3 +745,88 @@ def test_show_without_a_name_shows_the_current_stacks_newest_execution(
     # AND a deployed stack still wants a name, and says how to find one
     assert main(["show", "--stack-name", "my-stack"]) == 2
     assert "onceflow executions --stack-name my-stack" in capsys.readouterr().err
+
+
+def test_init_prints_a_cd_the_shell_takes_for_a_directory_with_a_space(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a directory name with a space, as a user may pick
+    target = tmp_path / "my app"
+    # WHEN onceflow init writes the app there
+    assert main(["init", str(target)]) == 0
+    # THEN the command it tells the user to run next is one the shell reads as written
+    line = next(line for line in capsys.readouterr().out.splitlines() if "&& onceflow up" in line)
+    words = shlex.split(line.split("#")[0])
+    assert words[:2] == ["cd", str(target)] and words[2:] == ["&&", "onceflow", "up"], line
+    assert (target / "template.yaml").is_file()
+
+
+def test_init_on_a_file_says_it_is_a_file_and_leaves_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a file (empty) where the user names the app's directory
+    target = tmp_path / "notes"
+    target.write_text("", encoding="utf-8")
+    # WHEN onceflow init is pointed at it THEN it refuses in one line that names a file,
+    # not "exists and is not empty", and the file is as it was
+    with pytest.raises(SystemExit) as refused:
+        main(["init", str(target)])
+    assert str(refused.value) == f"onceflow init: {target} is a file; name a new directory"
+    assert target.read_text(encoding="utf-8") == ""
+
+
+def test_init_names_the_onceflow_that_ran_it_when_the_shell_would_not_find_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the installed package's command run by its path, as the README has it
+    # (~/onceflow/bin/onceflow init my-app), with no onceflow on the shell's PATH
+    command = tmp_path / "venv" / "bin" / "onceflow"
+    command.parent.mkdir(parents=True)
+    command.write_text("#!/bin/sh\n", encoding="utf-8")
+    command.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(command), "init", str(tmp_path / "my-app")])
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    # WHEN it writes the app
+    assert main(["init", str(tmp_path / "my-app")]) == 0
+    # THEN the next command it prints runs that same onceflow, which the shell can find
+    line = next(line for line in capsys.readouterr().out.splitlines() if "&& " in line)
+    assert shlex.split(line.split("#")[0])[3:] == [str(command), "up"], line
+
+
+def test_init_says_plain_onceflow_when_the_shell_finds_the_one_that_ran(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN onceflow run from an activated venv: the PATH's onceflow is the one running
+    command = tmp_path / "venv" / "bin" / "onceflow"
+    command.parent.mkdir(parents=True)
+    command.write_text("#!/bin/sh\n", encoding="utf-8")
+    command.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", ["onceflow", "init", str(tmp_path / "my-app")])
+    monkeypatch.setenv("PATH", str(command.parent))
+    # WHEN it writes the app THEN it says `onceflow up`, as typed
+    assert main(["init", str(tmp_path / "my-app")]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "&& " in line)
+    assert shlex.split(line.split("#")[0])[3:] == ["onceflow", "up"], line
+
+
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [("", "--key is empty; S3 keys are 1 to 1024 bytes in UTF-8"),
+     ("k" * 1100, "--key is 1100 bytes in UTF-8; S3 keys are 1 to 1024 bytes")],
+)  # fmt: skip
+def test_execute_upload_refuses_a_key_s3_refuses_in_one_line_before_it_uploads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, said: str
+) -> None:
+    # GIVEN a file of the user's, and a key S3 takes no object under (an empty key, which
+    # botocore refused in two lines; a key over 1,024 bytes, which the local bucket took,
+    # so the upload ran to an InvalidEvent no upload on AWS could make)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("one two\n", encoding="utf-8")
+    # WHEN it is run with that --key
+    with pytest.raises(SystemExit) as refused:
+        main(["execute", "ProcessorStateMachine", "--upload", str(notes), "--key", key,
+              "--no-server"])  # fmt: skip
+    # THEN it is refused in one line that says why, and nothing ran
+    message = str(refused.value.code)
+    assert message == f"onceflow execute: {said}" and "\n" not in message
+    assert "Execution" not in capsys.readouterr().out

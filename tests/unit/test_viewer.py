@@ -930,3 +930,38 @@ def test_show_writes_the_page_as_name_html_as_the_readme_says(tmp_path: Path) ->
     other = page.html_path(odd, tmp_path)
     assert other.parent == tmp_path and other.name.startswith("run_2.")
     assert other.suffix == ".html" and "/" not in other.name
+
+
+def test_executions_lists_the_records_around_one_it_cannot_read_and_keeps_that_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from onceflow.cli import main
+
+    monkeypatch.setenv(records.ENVIRONMENT, str(tmp_path))
+    # GIVEN two records, and a file in their folder that is no record (hand-edited, or
+    # left by another tool), newer than both
+    for n in range(2):
+        records.write(record(f"r{n}", [], start=T0 + datetime.timedelta(hours=n)).data, tmp_path)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json", encoding="utf-8")
+    # WHEN the user lists the executions
+    code = main(["executions", "--all", "--json"])
+    out, err = capsys.readouterr()
+    # THEN both records are listed, the file is named in one line, and it is left as it was
+    # (it made the whole command fail: "cannot read the execution record ...")
+    assert code == 0, err
+    assert sorted(row["name"] for row in json.loads(out)) == ["r0", "r1"]
+    assert f"local: skipped {broken}: " in err and "Traceback" not in err
+    assert broken.read_text(encoding="utf-8") == "{not json"
+
+
+def test_a_record_pruned_while_the_records_are_read_is_passed_over(tmp_path: Path) -> None:
+    # GIVEN three records, listed by a reader
+    for n in range(3):
+        records.write(record(f"r{n}", [], start=T0 + datetime.timedelta(hours=n)).data, tmp_path)
+    reading = records.recent(tmp_path)
+    assert next(reading).name == "r2"
+    # WHEN another command prunes the next one before the reader gets to it
+    (tmp_path / records.file_name("r1", record("r1", []).data["stateMachineArn"])).unlink()
+    # THEN the reader goes on to the one after it, as if it had never been listed
+    assert [r.name for r in reading] == ["r0"]

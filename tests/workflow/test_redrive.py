@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from onceflow import ops
-from onceflow.cli import main
+from onceflow.cli import main, stack_commands
 from onceflow.local.engine import LocalEngine
 from onceflow.local.target import LocalTarget
 from tests.helpers import (
@@ -331,6 +331,29 @@ def test_a_run_redrives_a_still_invalid_keyless_event_once_and_stops(
     (again,) = dlq_messages(engine)
     assert attributes(again)["EXECUTION_ARN"] == starts[0]
     assert report.as_dict()["left"] == 1
+
+
+def test_a_dry_run_says_what_it_would_leave_not_that_it_redrove_it(
+    engine: LocalEngine,
+) -> None:
+    # GIVEN one invalid event delivered twice: two DLQ messages of the same keyless work
+    for _ in range(2):
+        assert (
+            engine.execute(MACHINE, load_event("invalid-unknown-shape.json")).outcome
+            == "InvalidEvent"
+        )
+    # WHEN a dry run looks at them
+    report = ops.redrive(LocalTarget(engine), dry_run=True, include_invalid=True)
+    # THEN it would move the first and leave the second, and says so in the conditional:
+    # nothing was redriven, so nothing "ended" (it said "its work was redriven earlier in
+    # this run (this is how that ended)")
+    assert [m.action for m in report.messages] == ["would resubmit", "left"]
+    left = report.messages[1].detail
+    assert "redriven earlier" not in left and "how that ended" not in left
+    assert "would" in left
+    summary = stack_commands.redrive_summary(report.as_dict(), dry_run=True, undelivered=False)
+    assert "already moved" not in summary and "1 would be left for a later run" in summary
+    assert len(dlq_messages(engine)) == 2
 
 
 def test_a_claim_lost_to_a_ledger_outage_is_redriven_once(engine: LocalEngine) -> None:

@@ -154,6 +154,28 @@ def test_executions_lists_the_running_stacks_records_and_names_each_ones_stack(
     assert "--all" in table.stderr
 
 
+def test_a_command_on_the_running_engine_records_only_its_own_execution(
+    up: server.EngineServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("ONCEFLOW_RECORDS", str(tmp_path / "executions"))
+    execute = ["execute", "ProcessorStateMachine", "-e", CUSTOM]
+    # GIVEN onceflow up, and an event executed on it (twice: the first loads the functions)
+    for _ in range(2):
+        assert main(execute) == 0
+    capsys.readouterr()
+    # WHEN another execution follows within the second (as a script runs them)
+    assert main(execute) == 0
+    out, err = capsys.readouterr()
+    # THEN it records and names its own execution, not the one before it too ("2
+    # execution(s) recorded" for one run: the records went back a second before it)
+    assert "Duplicate" in out
+    ran = out.splitlines()[0].removeprefix("Execution ")
+    assert f"local: recorded; see it with `onceflow show {ran}`" in err, err
+
+
 def test_other_parameters_are_refused_by_the_running_engine(
     up: server.EngineServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from service.errors import PermanentError
+from service.errors import PermanentError, json_kind
 from service.logic.audit import Watermark
 from service.observability import logger, metrics, tracer
 from service.settings import AuditSettings, audit_settings
@@ -161,6 +161,10 @@ ACTIONS: dict[str, Callable[[dict[str, Any], AuditSettings, Clients, Any], dict[
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if not isinstance(event, dict):  # Lambda hands on any JSON value it is invoked with
+        raise PermanentError(
+            f"the event is {json_kind(event)}, not an object with the audit's action"
+        )
     action = ACTIONS.get(str(event.get("action")))
     if action is None:
         raise PermanentError(f"unknown audit action {event.get('action')!r}")

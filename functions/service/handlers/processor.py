@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from service.contract import ProcessorInput
 from service.dal.objects import ObjectStore
-from service.errors import ObjectSuperseded, PermanentError
+from service.errors import ObjectSuperseded, PermanentError, json_kind
 from service.model import WorkItem
 from service.observability import logger, metrics, tracer
 from service.settings import ProcessorSettings, processor_settings
@@ -32,8 +32,13 @@ def _object_store() -> ObjectStore:
     return _store
 
 
-def work_item_of(event: Mapping[str, Any]) -> WorkItem:
+def work_item_of(event: object) -> WorkItem:
     """The event's work item; PermanentError when it has none the processor can name."""
+    if not isinstance(event, Mapping):  # Lambda hands on any JSON value it is invoked with
+        raise PermanentError(
+            f"the payload is {json_kind(event)}, not an object: the Process state sends "
+            "{workItem, lockToken, attempt, callToken}"
+        )
     work_item = event.get("workItem")
     if not isinstance(work_item, dict) or not work_item.get("idempotencyKey"):
         raise PermanentError("the payload has no workItem with an idempotencyKey")
@@ -61,14 +66,15 @@ def process(
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: ProcessorInput, context: LambdaContext) -> dict[str, Any]:
-    # Every line this invocation logs carries the key and the execution.
-    work_item = event.get("workItem") or {}
+    # Every line this invocation logs carries the key and the execution (a payload that is
+    # no object, or whose work item is none, carries none: process() refuses it).
+    fields: Mapping[str, Any] = event if isinstance(event, Mapping) else {}
+    work_item = fields.get("workItem")
+    key = work_item.get("idempotencyKey") if isinstance(work_item, Mapping) else None
     logger.append_keys(
-        idempotency_key=work_item.get("idempotencyKey"),
-        execution_arn=event.get("lockToken"),
-        attempt=event.get("attempt"),
+        idempotency_key=key, execution_arn=fields.get("lockToken"), attempt=fields.get("attempt")
     )
-    tracer.put_annotation(key="idempotency_key", value=str(work_item.get("idempotencyKey")))
+    tracer.put_annotation(key="idempotency_key", value=str(key))
     try:
         result = process(event, processor_settings(), _object_store())
     except PermanentError:
