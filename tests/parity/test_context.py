@@ -197,3 +197,39 @@ def test_an_unnamed_execution_is_named_by_a_uuid(engine: LocalEngine, kind: str)
     if kind == "STANDARD":
         described = sfn.describe_execution(executionArn=arns[0])
         assert described["name"] == names[0]
+
+
+# StartExecution's name (API reference, StartExecution, Request Parameters: name): "A name
+# must not contain: white space; brackets < > { } [ ]; wildcard characters ? *; special
+# characters " # % \ ^ | ~ ` $ & , ; : /; control characters (U+0000-001F, U+007F-009F,
+# U+FFFE-FFFF); surrogates (U+D800-DFFF); invalid characters (U+10FFFF)", length 1 to 80.
+REFUSED_NAMES = [
+    *(f"run{c}1" for c in ' <>{}[]?*"#%\\^|~`$&,;:/'),
+    "run\t1", "run\n1", "\x00run", "run\x1f", "run\x7f", "run\x9f", "run\ufffe", "run\uffff",
+]  # fmt: skip
+
+
+def test_start_execution_refuses_a_name_aws_refuses(engine: LocalEngine) -> None:
+    """Refused with InvalidName: the characters the API reference lists (the error code is
+    the API reference's; its message "Invalid Name: '<name>'" is the one AWS recorded for
+    CreateActivity, test_sfn_api_activities.snapshot.json, test_create_activity_invalid_name:
+    for StartExecution not verified). Over 80 characters: a ValidationException."""
+    sfn = engine.client("stepfunctions")
+    arn = sfn.create_state_machine(
+        name="named-executions",
+        definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
+        roleArn=ROLE,
+    )["stateMachineArn"]
+    for name in REFUSED_NAMES:
+        with pytest.raises(ClientError) as refused:
+            sfn.start_execution(stateMachineArn=arn, name=name, input="{}")
+        error = refused.value.response["Error"]
+        assert (error["Code"], error["Message"]) == ("InvalidName", f"Invalid Name: '{name}'")
+    with pytest.raises(ClientError) as too_long:
+        sfn.start_execution(stateMachineArn=arn, name="n" * 81, input="{}")
+    assert too_long.value.response["Error"]["Code"] == "ValidationException"
+    assert "Member must have length less than or equal to 80" in str(too_long.value)
+    # the longest name, and every character the list leaves (CloudWatch Logs' safe set too)
+    for name in ("n" * 80, "audit-20261128T101500-000123", "é.+=@!'()_-😀"):
+        started = sfn.start_execution(stateMachineArn=arn, name=name, input="{}")
+        assert engine.wait(started["executionArn"], timeout=30).status == "SUCCEEDED"

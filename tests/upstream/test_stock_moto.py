@@ -498,6 +498,11 @@ def test_an_unnamed_execution_is_named_none(sfn: Any) -> None:
     machine = _machine(sfn, {"StartAt": "P", "States": PASS}, name="unnamed")
     arn = sfn.start_execution(stateMachineArn=machine)["executionArn"]
     assert arn.endswith(":unnamed:None")
+    # AWS refuses a name with white space or a special character (InvalidName) and one
+    # over 80 characters (API reference, StartExecution: name); moto's parser starts them.
+    for name in ("bad name!", "a/b", "n" * 81):
+        started = sfn.start_execution(stateMachineArn=machine, name=name)["executionArn"]
+        assert started.endswith(f":unnamed:{name}")
 
 
 @reproduces("the Step Functions API's answers and refusals")

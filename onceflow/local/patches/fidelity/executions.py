@@ -4,6 +4,7 @@ the calls refused for EXPRESS (recorded in LocalStack's Step Functions suite).""
 from __future__ import annotations
 
 import datetime
+import re
 import uuid
 from typing import Any
 
@@ -74,8 +75,28 @@ def _refusing_express(original: Any, listing: bool = False) -> Any:
     return call
 
 
+# What StartExecution's name must not contain (API reference, StartExecution: name): white
+# space, brackets, wildcards, the special characters, control characters (U+0000-001F,
+# U+007F-009F, U+FFFE-FFFF), surrogates, U+10FFFF; and it holds 1 to 80 characters.
+_REFUSED_IN_A_NAME = re.compile(
+    r'[\s<>{}\[\]?*"#%\\^|~`$&,;:/\x00-\x1f\x7f-\x9f\ufffe\uffff\ud800-\udfff\U0010ffff]'
+)
+NAME_LIMIT = 80
+
+
+def refused_name(name: str) -> Exception | None:
+    """The error StartExecution answers a name with; None for a name it takes."""
+    if _REFUSED_IN_A_NAME.search(name):
+        return sfn_exceptions.InvalidName(f"Invalid Name: '{name}'")
+    if len(name) > NAME_LIMIT:
+        return sfn_exceptions.NameTooLongException(name)
+    return None
+
+
 def _install_api(installer: Installer) -> None:
     def start_execution(self: Any, state_machine_arn: str, name: Any = None, *args: Any) -> Any:
+        if name and (error := refused_name(str(name))) is not None:
+            raise error
         return start(self, state_machine_arn, name or str(uuid.uuid4()), *args)
 
     start = installer.replace(_Backend, "start_execution", start_execution)
@@ -121,8 +142,12 @@ PATCHES: tuple[Patch, ...] = (
         "test_sfn_api_express snapshot, test_start_async_describe_history_execution; on AWS "
         "the state machine's log group holds them). moto left the fields out and answered "
         "all four, so a reader of EXPRESS executions passed locally and failed deployed. "
-        "StartExecution without a name names it by a UUID (API reference, StartExecution: "
-        "name); moto named it 'None', and refused a second unnamed start (ExecutionAlreadyExists).",
+        "StartExecution without a name names it by a UUID, and refuses a name holding white "
+        "space, brackets, wildcards, special or control characters (InvalidName) or longer "
+        "than 80 characters (API reference, StartExecution: name; the message is AWS's "
+        "recorded one for CreateActivity, test_sfn_api_activities snapshot); moto named an "
+        "unnamed execution 'None', refused a second unnamed start (ExecutionAlreadyExists), "
+        "and started any name.",
         test=_TESTS + "test_describe_execution_answers_input_details_and_the_redrive_fields",
         install=_install_api,
         fits=_api_fits,
