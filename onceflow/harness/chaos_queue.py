@@ -21,7 +21,8 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
@@ -30,11 +31,14 @@ from moto.s3.models import s3_backends
 
 from onceflow import ops
 from onceflow.harness.common import (
+    AuditsDuring,
     DemoObject,
     Progress,
     TransientError,
     drain,
+    during_record,
     effects_by_idempotency_key,
+    render_during,
     s3_event,
     s3_notification,
     small_png,
@@ -142,6 +146,9 @@ class QueueChaosConfig:
     # After the audits, the operator fixes what refused the dlq_refused units and redrives
     # as operate.md says: the source DLQ back through the pipe, then the processor's DLQ.
     redrive: bool = True
+    # Audits started while the deliveries run, spread over them (0: none; the audits
+    # after the deliveries run all the same).
+    audit_during: int = 0
 
 
 @dataclass
@@ -462,6 +469,10 @@ class QueueRun:
         # The processor DLQ's messages as the deliveries and audits left them (before the
         # operator's redrive, which resubmits one of a unit's messages and deletes the rest)
         self.dead_letters_before_redrive: list[dict[str, Any]] | None = None
+        # The audits run while the deliveries run (config.audit_during), told of each
+        # delivery as it ends; and the clock they share with pass_time.
+        self.during = AuditsDuring(0, 1, self.audit_during)
+        self.clock = Clock()
 
     # -- deliveries ---------------------------------------------------------------
 
@@ -558,6 +569,8 @@ class QueueRun:
 
     def _record(self, result: ExecutionResult) -> None:
         self.executions += 1
+        # A delivery per message the execution was handed (a batch's every message).
+        self.during.advance(len(result.input or []) if self.config.batch else 1)
         if not self.config.batch:
             ended = result.outcome or result.status
             self.outcomes[result.status if result.status == "ABORTED" else ended] += 1
@@ -576,7 +589,12 @@ class QueueRun:
 
     def pass_time(self, seconds: int) -> None:
         """Time passes for the ledger's locks (no execution runs meanwhile): every
-        PROCESSING row's lock expiry moves ``seconds`` closer."""
+        PROCESSING row's lock expiry moves ``seconds`` closer. Not while an audit runs
+        (Clock): its resubmissions would find their live locks expired."""
+        with self.clock.passing():
+            self._pass_time(seconds)
+
+    def _pass_time(self, seconds: int) -> None:
         self.time_passed += seconds
         dynamodb = self.engine.client("dynamodb")
         table = self.engine.ref("LedgerTable")
@@ -594,11 +612,21 @@ class QueueRun:
 
     def age_uploads(self, seconds: int) -> None:
         """Date every upload back (moto's clock): the audit's wait for their events is
-        over, as it is when a notification waits that long in the queue."""
+        over, as it is when a notification waits that long in the queue. The audits'
+        watermark (how far they judged the bucket, written by an audit that ran during the
+        deliveries) is dated back alike: it was written that long ago too."""
         bucket = s3_backends[ACCOUNT_ID]["aws"].buckets[self.engine.ingest_bucket()]
         for key in list(bucket.keys.keys()):
             for version in bucket.keys.getlist(key):
                 version.last_modified -= timedelta(seconds=seconds)
+        s3 = self.engine.client("s3")
+        output = self.engine.ref("OutputBucket")
+        try:
+            stored = json.loads(s3.get_object(Bucket=output, Key=WATERMARK)["Body"].read())
+        except s3.exceptions.NoSuchKey:
+            return  # no audit has judged the bucket yet
+        aged = {k: max(int(v) - seconds * 1000, 0) if v else 0 for k, v in stored.items()}
+        s3.put_object(Bucket=output, Key=WATERMARK, Body=json.dumps(aged).encode())
 
     def audit_wait(self) -> int:
         """How long the audit waits for an upload's event, as the deployed AuditFunction
@@ -610,6 +638,18 @@ class QueueRun:
                 float(environment.get("SOURCE_QUEUE_MAX_EVENT_AGE_SECONDS", 0)),
             )
         )
+
+    def audit_during(self, number: int) -> dict[str, Any]:
+        """An audit while the deliveries run, the same as the audits after them, but no
+        time passes for it: the locks it meets are the deliveries' live ones (and those
+        the queue's passes aged)."""
+        with self.clock.auditing():
+            if self.config.inventory:
+                self.engine.deliver_inventory()
+            report = ops.run_audit(LocalTarget(self.engine), name=f"chaos-during-{number}")
+            if self.config.inventory and report.get("source") != "inventory":
+                raise RuntimeError(f"walked the {report.get('source')}, not the inventory report")
+            return report
 
     def audit(self, audits: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The audit, after every lock expired; None if it did not reach its report."""
@@ -627,6 +667,47 @@ class QueueRun:
         if self.config.inventory and report.get("source") != "inventory":
             audits[-1]["error"] = f"walked the {report.get('source')}, not the inventory report"
         return report
+
+
+# Where the audit keeps its watermark in the output bucket (REPORT_PREFIX, WATERMARK_NAME).
+WATERMARK = "reports/audit/watermark.json"
+
+
+class Clock:
+    """Time passes (QueueRun.pass_time: every lock moves closer to its expiry) only while
+    no audit runs, and an audit starts only while time does not pass: the passing of time
+    is played by moving the locks, and a live execution's lock moved by a visibility
+    timeout (30 minutes in the batch mode) is a lock expired under a worker that never ran
+    that long. Audits may run together."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._audits = 0
+        self._passing = False
+
+    @contextmanager
+    def auditing(self) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: not self._passing)
+            self._audits += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._audits -= 1
+                self._changed.notify_all()
+
+    @contextmanager
+    def passing(self) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: not self._audits and not self._passing)
+            self._passing = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._passing = False
+                self._changed.notify_all()
 
 
 def _short(error: str) -> str:
@@ -673,6 +754,8 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         config.rates = {**config.rates, "invalid_undelivered": 0.0}
     if config.s3_events and not config.batch:
         raise ValueError("S3's events reach the source queue only in the batch mode (--batch)")
+    if config.audit_during < 0:
+        raise ValueError("--audit-during: a number of audits, 0 or more")
     rng = random.Random(config.seed)
     with LocalEngine(
         parameters=queue_parameters(config.batch, config.versioned, config.express),
@@ -696,7 +779,14 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         engine.state.faults.append(injector.service)
         try:
             with engine.override_function("ProcessorFunction", injector.processor):
-                _deliver(run, units, rng, progress)
+                # Every message the deliveries send: the copies, then one a later wave.
+                sends = sum(u.copies + u.waves - 1 for u in units if u.copies)
+                run.during = AuditsDuring(config.audit_during, sends, run.audit_during)
+                try:
+                    _deliver(run, units, rng, progress)
+                finally:
+                    audits_during = run.during.finish()
+                engine.wait_for_running("ProcessorStateMachine")
                 injector.delivering = False
                 # Two days pass: longer than the audit waits for an upload's event from
                 # EventBridge (IngressMaxEventAgeSeconds, a day, for an upload without a
@@ -732,7 +822,9 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         finally:
             engine.state.faults.remove(injector.service)
         run.pass_time(run.lock_timeout + 3600)
-        report = _judge(run, units, objects, audits, again, injector.runs(), injector.died)
+        report = _judge(
+            run, units, objects, audits, again, injector.runs(), injector.died, audits_during
+        )
 
     report.update(
         {
@@ -965,6 +1057,7 @@ def _judge(
     again: dict[str, Any] | None,
     completed: Counter[str] | None = None,
     died: Collection[str] = (),
+    audits_during: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The invariants, unit by unit, over the ledger, both DLQs, the queue and S3's log, and
     the processor calls that did the work (``completed``, by idempotency key; a call a
@@ -1009,6 +1102,9 @@ def _judge(
     for number, audit in enumerate(audits, 1):
         if "error" in audit:
             violated(INVARIANTS[0], f"audit {number}", audit["error"])
+    for record in audits_during or []:
+        if "error" in record:
+            violated(INVARIANTS[0], f"audit during {record['number']}", record["error"])
     # One upload is one unit of work, whatever it was keyed by: its event's version id or
     # sequencer, or (no version id) the audit's "#etag:" key for the same object.
     by_object = {pk.rsplit("#", 1)[0]: pk for pk in objects}
@@ -1147,6 +1243,7 @@ def _judge(
         "queue_passes": run.rounds,
         "seconds_passed": run.time_passed,
         "outcomes": dict(sorted(run.outcomes.items())),
+        "audits_during": [during_record(r, AUDIT_KEYS) for r in audits_during or []],
         "audits": audits,
         "redrive": run.redriven,
         "second_audit_resubmitted": resubmitted_again,
@@ -1178,6 +1275,7 @@ def render(report: dict[str, Any]) -> str:
         f"passes over the queue {report['queue_passes']}",
         f"  outcomes per {per}: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()),
     ]
+    lines += render_during(report.get("audits_during", []))
     for number, audit in enumerate(report["audits"], 1):
         if "error" in audit:
             lines.append(f"  audit {number}           did not reach its report: {audit['error']}")

@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import quote_plus, unquote
@@ -213,3 +213,101 @@ def effects_by_idempotency_key(engine: LocalEngine, output_bucket: str) -> Count
         metadata = s3.head_object(Bucket=output_bucket, Key=key)["Metadata"]
         effects[unquote(metadata["idempotency-key"])] += count
     return effects
+
+
+class AuditsDuring:
+    """``count`` audits started while the deliveries run, spread over them: audit k (1..n)
+    starts, in a thread of its own, once k/(n+1) of the ``expected`` deliveries are done
+    (the harness calls ``advance`` as each ends). Each runs ``audit(number)`` (the
+    harness's ops.run_audit of the stack) and is recorded with how many deliveries had
+    ended when it started and when it ended: proof that it ran while they did.
+
+    An audit whose moment never came (fewer deliveries than expected) is started by
+    ``finish``, after the deliveries, and says so (``during`` False): the harness's tests
+    catch a run that degraded to audits after the deliveries."""
+
+    def __init__(self, count: int, expected: int, audit: Callable[[int], dict[str, Any]]) -> None:
+        self.count, self.expected, self._audit = count, max(expected, 1), audit
+        self.done = 0
+        self.records: list[dict[str, Any]] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def advance(self, deliveries: int = 1) -> None:
+        """``deliveries`` more deliveries ended: start the audits whose moment came."""
+        if not self.count:
+            return
+        with self._lock:
+            self.done += deliveries
+            while (
+                len(self.records) < self.count
+                and self.done * (self.count + 1) >= (len(self.records) + 1) * self.expected
+            ):
+                self._start(during=True)
+
+    def _start(self, during: bool) -> None:
+        record: dict[str, Any] = {
+            "number": len(self.records) + 1,
+            "during": during,
+            "deliveries_ended_at_start": self.done,
+        }
+        self.records.append(record)
+        thread = threading.Thread(
+            target=self._run, args=(record,), name=f"audit-during-{record['number']}"
+        )
+        self._threads.append(thread)
+        thread.start()
+
+    def _run(self, record: dict[str, Any]) -> None:
+        try:
+            record["report"] = self._audit(int(record["number"]))
+        except Exception as exc:  # recorded: the checker names it a violation
+            record["error"] = f"{type(exc).__name__}: {exc}"[:1000]
+        with self._lock:
+            record["deliveries_ended_at_end"] = self.done
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Start the audits whose moment never came (after the deliveries), wait for every
+        one; their records, in order."""
+        with self._lock:
+            while len(self.records) < self.count:
+                self._start(during=False)
+        for thread in self._threads:
+            thread.join()
+        for record in self.records:
+            record["deliveries"] = self.done
+        return self.records
+
+
+def during_record(record: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """An audit-during's record as a report shows it: when it ran, and its counts."""
+    shown: dict[str, Any] = {
+        k: record[k]
+        for k in (
+            "number", "during", "deliveries_ended_at_start", "deliveries_ended_at_end",
+            "deliveries",
+        )
+        if k in record
+    }  # fmt: skip
+    if "error" in record:
+        return {**shown, "error": record["error"]}
+    report = record.get("report") or {}
+    return {**shown, **{k: report.get(k, 0) for k in keys}}
+
+
+def render_during(records: list[dict[str, Any]]) -> list[str]:
+    """One line an audit run during the deliveries."""
+    lines = []
+    for r in records:
+        when = (
+            f"started after {r['deliveries_ended_at_start']}/{r['deliveries']} deliveries, "
+            f"ended after {r.get('deliveries_ended_at_end')}"
+            + ("" if r["during"] else " (AFTER the deliveries)")
+        )
+        counts = r.get("error") or ", ".join(
+            f"{k.replace('_', ' ')} {v}" for k, v in r.items()
+            if k not in ("number", "during", "deliveries_ended_at_start",
+                         "deliveries_ended_at_end", "deliveries")
+        )  # fmt: skip
+        lines.append(f"  audit during {r['number']}    {when}: {counts}")
+    return lines
