@@ -21,8 +21,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
@@ -43,7 +42,7 @@ from onceflow.harness.common import (
     s3_notification,
     small_png,
 )
-from onceflow.local import patches
+from onceflow.local import executions, patches
 from onceflow.local.engine import ACCOUNT_ID, ExecutionResult, LocalEngine
 from onceflow.local.target import LocalTarget
 
@@ -470,9 +469,8 @@ class QueueRun:
         # operator's redrive, which resubmits one of a unit's messages and deletes the rest)
         self.dead_letters_before_redrive: list[dict[str, Any]] | None = None
         # The audits run while the deliveries run (config.audit_during), told of each
-        # delivery as it ends; and the clock they share with pass_time.
+        # delivery as it ends.
         self.during = AuditsDuring(0, 1, self.audit_during)
-        self.clock = Clock()
 
     # -- deliveries ---------------------------------------------------------------
 
@@ -508,6 +506,8 @@ class QueueRun:
                 return
             if n:
                 self.pass_time(self.visibility_timeout)
+                if n == 1:
+                    self.during.start_reserved()
             self.rounds += 1
             for arn in self.engine.pump_pipes():
                 self._record(self.engine.wait(arn, timeout=600))
@@ -588,27 +588,55 @@ class QueueRun:
                     self.outcomes[f"{outcome.get('outcome')}{retried}"] += 1
 
     def pass_time(self, seconds: int) -> None:
-        """Time passes for the ledger's locks (no execution runs meanwhile): every
-        PROCESSING row's lock expiry moves ``seconds`` closer. Not while an audit runs
-        (Clock): its resubmissions would find their live locks expired."""
-        with self.clock.passing():
-            self._pass_time(seconds)
-
-    def _pass_time(self, seconds: int) -> None:
+        """Time passes for the ledger's locks: every PROCESSING row's lock expiry moves
+        ``seconds`` closer, but the locks of executions running now (an audit's
+        resubmissions, its sweep's own locks: no batch runs meanwhile), which are taken to
+        have started after the time passed: a live execution's lock moved by a visibility
+        timeout (30 minutes in the batch mode) would be a lock expired under a worker that
+        never ran that long. Each move is fenced on the lock as read, so a lock taken
+        since is not moved."""
         self.time_passed += seconds
         dynamodb = self.engine.client("dynamodb")
         table = self.engine.ref("LedgerTable")
-        for page in dynamodb.get_paginator("scan").paginate(TableName=table):
-            for item in page["Items"]:
-                if item.get("status", {}).get("S") != "PROCESSING":
-                    continue
-                expiry = int(item.get("lock_expires_at", {}).get("N", "0"))
+        held = [
+            item
+            for page in dynamodb.get_paginator("scan").paginate(
+                TableName=table, ConsistentRead=True
+            )
+            for item in page["Items"]
+            if item.get("status", {}).get("S") == "PROCESSING"
+        ]
+        # Read after the rows: an owner running now holds its lock, one that started since
+        # took a lock the fence keeps from being moved.
+        live = {
+            e["executionArn"]
+            for e in executions.listed(self.engine, "ProcessorStateMachine", "RUNNING")
+        } | {e["name"] for e in executions.listed(self.engine, "AuditStateMachine", "RUNNING")}
+        for item in held:
+            owner = item.get("lock_owner", {}).get("S", "")
+            if owner and owner.split("#", 1)[0] in live:
+                continue
+            expiry = item.get("lock_expires_at", {}).get("N", "0")
+            fence = "#status = :processing AND lock_expires_at = :seen AND " + (
+                "lock_owner = :owner" if owner else "attribute_not_exists(lock_owner)"
+            )
+            values = {
+                ":t": {"N": str(int(expiry) - seconds)},
+                ":seen": {"N": expiry},
+                ":processing": {"S": "PROCESSING"},
+                **({":owner": {"S": owner}} if owner else {}),
+            }
+            try:
                 dynamodb.update_item(
                     TableName=table,
                     Key={"pk": item["pk"]},
                     UpdateExpression="SET lock_expires_at = :t",
-                    ExpressionAttributeValues={":t": {"N": str(expiry - seconds)}},
+                    ConditionExpression=fence,
+                    ExpressionAttributeNames={"#status": "status"},
+                    ExpressionAttributeValues=values,
                 )
+            except dynamodb.exceptions.ConditionalCheckFailedException:
+                continue  # taken, renewed or settled since it was read: not the old lock
 
     def age_uploads(self, seconds: int) -> None:
         """Date every upload back (moto's clock): the audit's wait for their events is
@@ -643,13 +671,12 @@ class QueueRun:
         """An audit while the deliveries run, the same as the audits after them, but no
         time passes for it: the locks it meets are the deliveries' live ones (and those
         the queue's passes aged)."""
-        with self.clock.auditing():
-            if self.config.inventory:
-                self.engine.deliver_inventory()
-            report = ops.run_audit(LocalTarget(self.engine), name=f"chaos-during-{number}")
-            if self.config.inventory and report.get("source") != "inventory":
-                raise RuntimeError(f"walked the {report.get('source')}, not the inventory report")
-            return report
+        if self.config.inventory:
+            self.engine.deliver_inventory()
+        report = ops.run_audit(LocalTarget(self.engine), name=f"chaos-during-{number}")
+        if self.config.inventory and report.get("source") != "inventory":
+            raise RuntimeError(f"walked the {report.get('source')}, not the inventory report")
+        return report
 
     def audit(self, audits: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The audit, after every lock expired; None if it did not reach its report."""
@@ -671,43 +698,6 @@ class QueueRun:
 
 # Where the audit keeps its watermark in the output bucket (REPORT_PREFIX, WATERMARK_NAME).
 WATERMARK = "reports/audit/watermark.json"
-
-
-class Clock:
-    """Time passes (QueueRun.pass_time: every lock moves closer to its expiry) only while
-    no audit runs, and an audit starts only while time does not pass: the passing of time
-    is played by moving the locks, and a live execution's lock moved by a visibility
-    timeout (30 minutes in the batch mode) is a lock expired under a worker that never ran
-    that long. Audits may run together."""
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._audits = 0
-        self._passing = False
-
-    @contextmanager
-    def auditing(self) -> Iterator[None]:
-        with self._changed:
-            self._changed.wait_for(lambda: not self._passing)
-            self._audits += 1
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._audits -= 1
-                self._changed.notify_all()
-
-    @contextmanager
-    def passing(self) -> Iterator[None]:
-        with self._changed:
-            self._changed.wait_for(lambda: not self._audits and not self._passing)
-            self._passing = True
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._passing = False
-                self._changed.notify_all()
 
 
 def _short(error: str) -> str:
@@ -781,7 +771,13 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
             with engine.override_function("ProcessorFunction", injector.processor):
                 # Every message the deliveries send: the copies, then one a later wave.
                 sends = sum(u.copies + u.waves - 1 for u in units if u.copies)
-                run.during = AuditsDuring(config.audit_during, sends, run.audit_during)
+                # The batch mode: one of them (of two or more) starts with the first pass of
+                # redeliveries, so that its resubmissions meet the messages the queue brings
+                # back (the others start during the first pass, which hands every message).
+                reserved = 1 if config.batch and config.audit_during > 1 else 0
+                run.during = AuditsDuring(
+                    config.audit_during, sends, run.audit_during, reserved=reserved
+                )
                 try:
                     _deliver(run, units, rng, progress)
                 finally:

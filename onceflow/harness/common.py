@@ -222,26 +222,46 @@ class AuditsDuring:
     harness's ops.run_audit of the stack) and is recorded with how many deliveries had
     ended when it started and when it ended: proof that it ran while they did.
 
-    An audit whose moment never came (fewer deliveries than expected) is started by
+    ``reserved`` of them are not spread but left for the harness to start at a moment of
+    its own (``start_reserved``: the batch mode's first pass of redeliveries). An audit
+    whose moment never came (fewer deliveries than expected, no such moment) is started by
     ``finish``, after the deliveries, and says so (``during`` False): the harness's tests
     catch a run that degraded to audits after the deliveries."""
 
-    def __init__(self, count: int, expected: int, audit: Callable[[int], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        count: int,
+        expected: int,
+        audit: Callable[[int], dict[str, Any]],
+        reserved: int = 0,
+    ) -> None:
         self.count, self.expected, self._audit = count, max(expected, 1), audit
+        self.reserved = min(reserved, count)
         self.done = 0
         self.records: list[dict[str, Any]] = []
         self._threads: list[threading.Thread] = []
+        self._spread_started = 0
         self._lock = threading.Lock()
 
     def advance(self, deliveries: int = 1) -> None:
         """``deliveries`` more deliveries ended: start the audits whose moment came."""
         if not self.count:
             return
+        spread = self.count - self.reserved
         with self._lock:
             self.done += deliveries
             while (
-                len(self.records) < self.count
-                and self.done * (self.count + 1) >= (len(self.records) + 1) * self.expected
+                self._spread_started < spread
+                and self.done * (spread + 1) >= (self._spread_started + 1) * self.expected
+            ):
+                self._spread_started += 1
+                self._start(during=True)
+
+    def start_reserved(self) -> None:
+        """Start one of the reserved audits now, while the deliveries go on."""
+        with self._lock:
+            if len(self.records) < self.count and (
+                self.reserved > len(self.records) - self._spread_started
             ):
                 self._start(during=True)
 
