@@ -27,6 +27,7 @@ from onceflow.harness.common import (
     drain,
     during_record,
     effects_by_idempotency_key,
+    execution_span,
     processed_twice,
     render_during,
     s3_event,
@@ -280,12 +281,14 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
             event = s3_event(
                 bucket, obj.key, sizes[obj.key], version_id=obj.version_id, copy=delivery.copy
             )
+            span = None
             for arn in engine.put_event(event):
                 result = engine.wait(arn, timeout=600)
+                span = execution_span(result)
                 with results_lock:
                     results.append((delivery, result))
             bar.advance()
-            during.advance()
+            during.advance(span=span)
 
         engine.state.faults.append(injector.dynamodb)
         try:

@@ -37,6 +37,7 @@ from onceflow.harness.common import (
     drain,
     during_record,
     effects_by_idempotency_key,
+    execution_span,
     render_during,
     s3_event,
     s3_notification,
@@ -570,7 +571,9 @@ class QueueRun:
     def _record(self, result: ExecutionResult) -> None:
         self.executions += 1
         # A delivery per message the execution was handed (a batch's every message).
-        self.during.advance(len(result.input or []) if self.config.batch else 1)
+        self.during.advance(
+            len(result.input or []) if self.config.batch else 1, span=execution_span(result)
+        )
         if not self.config.batch:
             ended = result.outcome or result.status
             self.outcomes[result.status if result.status == "ABORTED" else ended] += 1

@@ -220,7 +220,9 @@ class AuditsDuring:
     starts, in a thread of its own, once k/(n+1) of the ``expected`` deliveries are done
     (the harness calls ``advance`` as each ends). Each runs ``audit(number)`` (the
     harness's ops.run_audit of the stack) and is recorded with how many deliveries had
-    ended when it started and when it ended: proof that it ran while they did.
+    ended when it started and when it ended, and how many deliveries' executions ran
+    while it ran (``ran``: each delivery's execution's span): proof that it ran while
+    they did.
 
     ``reserved`` of them are not spread but left for the harness to start at a moment of
     its own (``start_reserved``: the batch mode's first pass of redeliveries). An audit
@@ -241,15 +243,19 @@ class AuditsDuring:
         self.records: list[dict[str, Any]] = []
         self._threads: list[threading.Thread] = []
         self._spread_started = 0
+        self._spans: list[tuple[float, float]] = []
         self._lock = threading.Lock()
 
-    def advance(self, deliveries: int = 1) -> None:
-        """``deliveries`` more deliveries ended: start the audits whose moment came."""
+    def advance(self, deliveries: int = 1, span: tuple[float, float] | None = None) -> None:
+        """``deliveries`` more deliveries ended (``span``: when their execution started
+        and ended, epoch seconds): start the audits whose moment came."""
         if not self.count:
             return
         spread = self.count - self.reserved
         with self._lock:
             self.done += deliveries
+            if span is not None:
+                self._spans.append(span)
             while (
                 self._spread_started < spread
                 and self.done * (spread + 1) >= (self._spread_started + 1) * self.expected
@@ -279,12 +285,14 @@ class AuditsDuring:
         thread.start()
 
     def _run(self, record: dict[str, Any]) -> None:
+        started = time.time()
         try:
             record["report"] = self._audit(int(record["number"]))
         except Exception as exc:  # recorded: the checker names it a violation
             record["error"] = f"{type(exc).__name__}: {exc}"[:1000]
         with self._lock:
             record["deliveries_ended_at_end"] = self.done
+            record["span"] = (started, time.time())
 
     def finish(self) -> list[dict[str, Any]]:
         """Start the audits whose moment never came (after the deliveries), wait for every
@@ -296,7 +304,18 @@ class AuditsDuring:
             thread.join()
         for record in self.records:
             record["deliveries"] = self.done
+            start, end = record.pop("span")
+            record["deliveries_ran_alongside"] = sum(s < end and e > start for s, e in self._spans)
         return self.records
+
+
+def execution_span(result: Any) -> tuple[float, float] | None:
+    """When an execution (its history) started and ended, epoch seconds."""
+    events = getattr(result, "events", None) or []
+    moments = [e["timestamp"] for e in events if hasattr(e.get("timestamp"), "timestamp")]
+    if not moments:
+        return None
+    return min(moments).timestamp(), max(moments).timestamp()
 
 
 def during_record(record: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
@@ -305,7 +324,7 @@ def during_record(record: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]
         k: record[k]
         for k in (
             "number", "during", "deliveries_ended_at_start", "deliveries_ended_at_end",
-            "deliveries",
+            "deliveries", "deliveries_ran_alongside",
         )
         if k in record
     }  # fmt: skip
@@ -321,13 +340,14 @@ def render_during(records: list[dict[str, Any]]) -> list[str]:
     for r in records:
         when = (
             f"started after {r['deliveries_ended_at_start']}/{r['deliveries']} deliveries, "
-            f"ended after {r.get('deliveries_ended_at_end')}"
+            f"ended after {r.get('deliveries_ended_at_end')}, "
+            f"{r.get('deliveries_ran_alongside')} delivery executions ran alongside"
             + ("" if r["during"] else " (AFTER the deliveries)")
         )
         counts = r.get("error") or ", ".join(
             f"{k.replace('_', ' ')} {v}" for k, v in r.items()
             if k not in ("number", "during", "deliveries_ended_at_start",
-                         "deliveries_ended_at_end", "deliveries")
+                         "deliveries_ended_at_end", "deliveries", "deliveries_ran_alongside")
         )  # fmt: skip
         lines.append(f"  audit during {r['number']}    {when}: {counts}")
     return lines

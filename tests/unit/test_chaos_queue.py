@@ -103,7 +103,9 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
         # Outcomes are counted per message: more of them than batch executions, at least
         # one for every message sent (a kept message is counted at each delivery).
         assert report["pipe_executions"] < report["messages_sent"] <= outcomes
-        assert report["failed_batches"] >= 1  # the last-attempt death fails its whole batch
+        # The last-attempt death fails its whole batch (with audits during the deliveries,
+        # the last attempt may be an audit's resubmission, a single-message execution)
+        assert report["failed_batches"] >= 1 or mode.endswith("audit-during")
     else:
         # (a message the source queue would not take back was started by redrive directly)
         started = report["redrive"]["source_started"]
@@ -124,7 +126,7 @@ def test_the_audits_during_the_deliveries_ran_while_the_deliveries_did(runs: _Ru
     for audit in during:
         assert audit["during"] is True, audit
         assert 0 < audit["deliveries_ended_at_start"] < audit["deliveries"], audit
-        assert audit["deliveries_ended_at_end"] > audit["deliveries_ended_at_start"], audit
+        assert audit["deliveries_ran_alongside"] >= 1, audit
         assert "error" not in audit and audit["scanned"] >= 1, audit
     # (their moments spread over the deliveries: the second started later)
     assert during[0]["deliveries_ended_at_start"] < during[1]["deliveries_ended_at_start"]
