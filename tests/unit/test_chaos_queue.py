@@ -685,6 +685,8 @@ def test_a_last_attempt_death_ends_the_single_message_execution_it_hit(
         (["--source", "sqs", "--lock-expiry-rate", "0.1"], "not a fault of --source sqs"),
         (["--dlq-refused-rate", "0.1"], "not a fault of --source s3"),
         (["--source", "sqs", "--objects", "3"], "the faults need 13 units of work"),
+        (["--audit-during", "-1"], "--audit-during: a number of audits, 0 or more"),
+        (["--batch", "--audit-during", "-1"], "--audit-during: a number of audits, 0 or more"),
     ],
 )
 def test_the_command_refuses_what_the_source_cannot_do(flags: list[str], refusal: str) -> None:
