@@ -671,9 +671,9 @@ class QueueRun:
         )
 
     def audit_during(self, number: int) -> dict[str, Any]:
-        """An audit while the deliveries run, the same as the audits after them, but no
-        time passes for it: the locks it meets are the deliveries' live ones (and those
-        the queue's passes aged)."""
+        """An audit while the deliveries run, the same as the audits after them, but time
+        is not moved for it: the locks it meets are the deliveries' live ones, and those
+        the queue's passes aged (pass_time leaves its own and its resubmissions')."""
         if self.config.inventory:
             self.engine.deliver_inventory()
         report = ops.run_audit(LocalTarget(self.engine), name=f"chaos-during-{number}")
