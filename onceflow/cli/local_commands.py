@@ -83,6 +83,7 @@ def cmd_chaos(args: argparse.Namespace, session: Session) -> int:
         concurrency=args.concurrency,
         duplicate_rate=args.duplicate_rate,
         inventory=args.inventory,
+        audit_during=args.audit_during,
     )
     config.rates.update(_rates(args, chaos.FAULT_KINDS, chaos_queue.FAULT_KINDS, "s3"))
     try:
@@ -105,6 +106,7 @@ def _queue_chaos(args: argparse.Namespace) -> int:
         redrive=not args.no_redrive,
         express=args.express,
         inventory=args.inventory,
+        audit_during=args.audit_during,
     )
     source = "sqs" if args.source == "sqs" else "s3 --batch"
     config.rates.update(_rates(args, chaos_queue.FAULT_KINDS, chaos.FAULT_KINDS, source))

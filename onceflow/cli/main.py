@@ -157,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
         "walks it instead of listing the bucket",
     )
     chaos_cmd.add_argument(
+        "--audit-during",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N audits started while the deliveries run, spread over them, each in a thread "
+        "of its own (default 0: the audits run after the deliveries only)",
+    )
+    chaos_cmd.add_argument(
         "--no-redrive",
         action="store_true",
         help="with --source sqs or --batch: end after the audits, without the operator's "

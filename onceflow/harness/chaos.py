@@ -20,12 +20,16 @@ from typing import Any, TextIO
 
 from onceflow import ops
 from onceflow.harness.common import (
+    AuditsDuring,
     DemoObject,
     Progress,
     TransientError,
     drain,
+    during_record,
     effects_by_idempotency_key,
+    execution_span,
     processed_twice,
+    render_during,
     s3_event,
     small_png,
 )
@@ -65,6 +69,9 @@ class ChaosConfig:
     # True: S3 delivers the ingest bucket's Inventory report before each audit, which then
     # walks the report (SelectWindow, AuditInventory) instead of listing the bucket.
     inventory: bool = False
+    # Audits started while the deliveries run, spread over them (0: none; the audits
+    # after the deliveries run all the same).
+    audit_during: int = 0
     rates: dict[str, float] = field(
         default_factory=lambda: {
             "lost": 0.01,
@@ -206,6 +213,8 @@ def _plan(config: ChaosConfig, rng: random.Random, keys: list[str]) -> dict[str,
 def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, Any]:
     if not 1 <= config.objects <= 10_000:
         raise ValueError("objects must be between 1 and 10000")
+    if config.audit_during < 0:
+        raise ValueError("--audit-during: a number of audits, 0 or more")
     rng = random.Random(config.seed)
     # WARNING: thousands of executions' INFO lines would pile up in memory, and
     # the measured figures are the engine's, not the logger's.
@@ -260,17 +269,26 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
         results: list[tuple[Delivery, ExecutionResult]] = []
         results_lock = threading.Lock()
         bar = Progress(len(deliveries), "delivering", progress)
+        target = LocalTarget(engine)
+        during = AuditsDuring(
+            config.audit_during,
+            len(deliveries),
+            lambda n: _audit(engine, target, config.inventory, name=f"chaos-during-{n}"),
+        )
 
         def deliver(delivery: Delivery) -> None:
             obj = delivery.obj
             event = s3_event(
                 bucket, obj.key, sizes[obj.key], version_id=obj.version_id, copy=delivery.copy
             )
+            span = None
             for arn in engine.put_event(event):
                 result = engine.wait(arn, timeout=600)
+                span = execution_span(result)
                 with results_lock:
                     results.append((delivery, result))
             bar.advance()
+            during.advance(span=span)
 
         engine.state.faults.append(injector.dynamodb)
         try:
@@ -279,6 +297,7 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
                 ThreadPoolExecutor(max_workers=config.concurrency) as pool,
             ):
                 list(pool.map(deliver, deliveries))
+                audits_during = during.finish()
                 engine.wait_for_running("ProcessorStateMachine")
         finally:
             engine.state.faults.remove(injector.dynamodb)
@@ -286,16 +305,22 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
         injector.expire_crashed_locks()
         if progress is not None:
             progress.write("auditing  the bucket against the ledger\n")
-        target = LocalTarget(engine)
         audit = _audit(engine, target, config.inventory)
         again = _audit(engine, target, config.inventory)
-        report = _check(engine, bucket, objects, faults, audit, again)
+        report = _check(engine, bucket, objects, faults, audit, again, audits_during)
         # Per message: a batch execution counts each of its messages, once.
         ran = [unit for _, result in results for unit in units(result)]
         outcomes = Counter(unit.end_state for unit in per_message(ran))
+        # Every execution of the processor, the deliveries' and those the audits and the
+        # injected takeovers started: one of them at most processes an object.
+        delivered = {result.arn for _, result in results}
+        started = [
+            engine.wait(arn, timeout=600) for arn in _processor_runs(engine) if arn not in delivered
+        ]
+        everything = ran + [unit for result in started for unit in units(result)]
         report["violations"] += [
             {"invariant": "one message processes an object", "key": key, "detail": ""}
-            for key in processed_twice(ran)
+            for key in processed_twice(everything)
         ]
 
     report.update(
@@ -319,11 +344,20 @@ def run_chaos(config: ChaosConfig, progress: TextIO | None = None) -> dict[str, 
     return report
 
 
-def _audit(engine: LocalEngine, target: LocalTarget, inventory: bool) -> dict[str, Any]:
+def _processor_runs(engine: LocalEngine) -> list[str]:
+    """Every execution of the processor the run started (none is still running)."""
+    from onceflow.local import executions
+
+    return [e["executionArn"] for e in executions.listed(engine, "ProcessorStateMachine")]
+
+
+def _audit(
+    engine: LocalEngine, target: LocalTarget, inventory: bool, name: str | None = None
+) -> dict[str, Any]:
     """One audit; with ``inventory``, from the report S3 delivers just before it."""
     if inventory:
         engine.deliver_inventory()
-    report = ops.run_audit(target)
+    report = ops.run_audit(target, name=name)
     if inventory and report.get("source") != "inventory":
         raise RuntimeError(f"the audit walked the {report.get('source')}, not the inventory")
     return report
@@ -336,8 +370,10 @@ def _check(
     faults: dict[str, str],
     audit: dict[str, Any],
     again: dict[str, Any],
+    audits_during: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The invariants, over S3's request log, the ledger and the DLQ."""
+    """The invariants, over S3's request log, the ledger and the DLQ; ``audits_during``:
+    the records of the audits run while the deliveries ran (AuditsDuring)."""
     effects = effects_by_idempotency_key(engine, engine.ref("OutputBucket"))
     dlq = drain(engine, engine.ref("DeadLetterQueue"))
     dlq_keys = Counter(
@@ -382,6 +418,11 @@ def _check(
     for pk, row in rows.items():
         if row.get("status") == "PROCESSING":
             violations.append({"invariant": "no row left PROCESSING", "key": pk, "detail": ""})
+    for record in audits_during or []:
+        if "error" in record:
+            violations.append({"invariant": "every audit runs to its report",
+                               "key": f"audit during {record['number']}",
+                               "detail": record["error"]})  # fmt: skip
     resubmitted_again = (
         again["missing_resubmitted"] + again["failed_resubmitted"] + again["stuck_released"]
     )
@@ -401,6 +442,7 @@ def _check(
         "poison_objects": sum(not o.processable for o in objects.values()),
         "effects_histogram": {str(n): c for n, c in sorted(histogram.items())},
         "dead_letter_messages": len(dlq),
+        "audits_during": [during_record(r, AUDIT_KEYS) for r in audits_during or []],
         "audit": {k: audit.get(k, 0) for k in AUDIT_KEYS},
         "second_audit_resubmitted": resubmitted_again,
         "violations": violations,
@@ -421,6 +463,7 @@ def render(report: dict[str, Any]) -> str:
             f"{k.replace('_', ' ')} {v}" for k, v in report["duplicate_gap_seconds"].items()
         ),
         "  executions        " + ", ".join(f"{k} {v}" for k, v in report["executions"].items()),
+        *render_during(report.get("audits_during", [])),
         "  audit             " + ", ".join(f"{k} {v}" for k, v in report["audit"].items()),
         f"  second audit      {report['second_audit_resubmitted']} resubmitted",
         "  effects per object "

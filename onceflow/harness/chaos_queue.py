@@ -30,16 +30,20 @@ from moto.s3.models import s3_backends
 
 from onceflow import ops
 from onceflow.harness.common import (
+    AuditsDuring,
     DemoObject,
     Progress,
     TransientError,
     drain,
+    during_record,
     effects_by_idempotency_key,
+    execution_span,
+    render_during,
     s3_event,
     s3_notification,
     small_png,
 )
-from onceflow.local import patches
+from onceflow.local import executions, patches
 from onceflow.local.engine import ACCOUNT_ID, ExecutionResult, LocalEngine
 from onceflow.local.target import LocalTarget
 
@@ -142,6 +146,9 @@ class QueueChaosConfig:
     # After the audits, the operator fixes what refused the dlq_refused units and redrives
     # as operate.md says: the source DLQ back through the pipe, then the processor's DLQ.
     redrive: bool = True
+    # Audits started while the deliveries run, spread over them (0: none; the audits
+    # after the deliveries run all the same).
+    audit_during: int = 0
 
 
 @dataclass
@@ -462,6 +469,9 @@ class QueueRun:
         # The processor DLQ's messages as the deliveries and audits left them (before the
         # operator's redrive, which resubmits one of a unit's messages and deletes the rest)
         self.dead_letters_before_redrive: list[dict[str, Any]] | None = None
+        # The audits run while the deliveries run (config.audit_during), told of each
+        # delivery as it ends.
+        self.during = AuditsDuring(0, 1, self.audit_during)
 
     # -- deliveries ---------------------------------------------------------------
 
@@ -497,6 +507,8 @@ class QueueRun:
                 return
             if n:
                 self.pass_time(self.visibility_timeout)
+                if n == 1:
+                    self.during.start_reserved()
             self.rounds += 1
             for arn in self.engine.pump_pipes():
                 self._record(self.engine.wait(arn, timeout=600))
@@ -558,6 +570,10 @@ class QueueRun:
 
     def _record(self, result: ExecutionResult) -> None:
         self.executions += 1
+        # A delivery per message the execution was handed (a batch's every message).
+        self.during.advance(
+            len(result.input or []) if self.config.batch else 1, span=execution_span(result)
+        )
         if not self.config.batch:
             ended = result.outcome or result.status
             self.outcomes[result.status if result.status == "ABORTED" else ended] += 1
@@ -575,30 +591,73 @@ class QueueRun:
                     self.outcomes[f"{outcome.get('outcome')}{retried}"] += 1
 
     def pass_time(self, seconds: int) -> None:
-        """Time passes for the ledger's locks (no execution runs meanwhile): every
-        PROCESSING row's lock expiry moves ``seconds`` closer."""
+        """Time passes for the ledger's locks: every PROCESSING row's lock expiry moves
+        ``seconds`` closer, but the locks of executions running now (an audit's
+        resubmissions, its sweep's own locks: no batch runs meanwhile), which are taken to
+        have started after the time passed: a live execution's lock moved by a visibility
+        timeout (30 minutes in the batch mode) would be a lock expired under a worker that
+        never ran that long. Each move is fenced on the lock as read, so a lock taken
+        since is not moved."""
         self.time_passed += seconds
         dynamodb = self.engine.client("dynamodb")
         table = self.engine.ref("LedgerTable")
-        for page in dynamodb.get_paginator("scan").paginate(TableName=table):
-            for item in page["Items"]:
-                if item.get("status", {}).get("S") != "PROCESSING":
-                    continue
-                expiry = int(item.get("lock_expires_at", {}).get("N", "0"))
+        held = [
+            item
+            for page in dynamodb.get_paginator("scan").paginate(
+                TableName=table, ConsistentRead=True
+            )
+            for item in page["Items"]
+            if item.get("status", {}).get("S") == "PROCESSING"
+        ]
+        # Read after the rows: an owner running now holds its lock, one that started since
+        # took a lock the fence keeps from being moved.
+        live = {
+            e["executionArn"]
+            for e in executions.listed(self.engine, "ProcessorStateMachine", "RUNNING")
+        } | {e["name"] for e in executions.listed(self.engine, "AuditStateMachine", "RUNNING")}
+        for item in held:
+            owner = item.get("lock_owner", {}).get("S", "")
+            if owner and owner.split("#", 1)[0] in live:
+                continue
+            expiry = item.get("lock_expires_at", {}).get("N", "0")
+            fence = "#status = :processing AND lock_expires_at = :seen AND " + (
+                "lock_owner = :owner" if owner else "attribute_not_exists(lock_owner)"
+            )
+            values = {
+                ":t": {"N": str(int(expiry) - seconds)},
+                ":seen": {"N": expiry},
+                ":processing": {"S": "PROCESSING"},
+                **({":owner": {"S": owner}} if owner else {}),
+            }
+            try:
                 dynamodb.update_item(
                     TableName=table,
                     Key={"pk": item["pk"]},
                     UpdateExpression="SET lock_expires_at = :t",
-                    ExpressionAttributeValues={":t": {"N": str(expiry - seconds)}},
+                    ConditionExpression=fence,
+                    ExpressionAttributeNames={"#status": "status"},
+                    ExpressionAttributeValues=values,
                 )
+            except dynamodb.exceptions.ConditionalCheckFailedException:
+                continue  # taken, renewed or settled since it was read: not the old lock
 
     def age_uploads(self, seconds: int) -> None:
         """Date every upload back (moto's clock): the audit's wait for their events is
-        over, as it is when a notification waits that long in the queue."""
+        over, as it is when a notification waits that long in the queue. The audits'
+        watermark (how far they judged the bucket, written by an audit that ran during the
+        deliveries) is dated back alike: it was written that long ago too."""
         bucket = s3_backends[ACCOUNT_ID]["aws"].buckets[self.engine.ingest_bucket()]
         for key in list(bucket.keys.keys()):
             for version in bucket.keys.getlist(key):
                 version.last_modified -= timedelta(seconds=seconds)
+        s3 = self.engine.client("s3")
+        output = self.engine.ref("OutputBucket")
+        try:
+            stored = json.loads(s3.get_object(Bucket=output, Key=WATERMARK)["Body"].read())
+        except s3.exceptions.NoSuchKey:
+            return  # no audit has judged the bucket yet
+        aged = {k: max(int(v) - seconds * 1000, 0) if v else 0 for k, v in stored.items()}
+        s3.put_object(Bucket=output, Key=WATERMARK, Body=json.dumps(aged).encode())
 
     def audit_wait(self) -> int:
         """How long the audit waits for an upload's event, as the deployed AuditFunction
@@ -610,6 +669,17 @@ class QueueRun:
                 float(environment.get("SOURCE_QUEUE_MAX_EVENT_AGE_SECONDS", 0)),
             )
         )
+
+    def audit_during(self, number: int) -> dict[str, Any]:
+        """An audit while the deliveries run, the same as the audits after them, but time
+        is not moved for it: the locks it meets are the deliveries' live ones, and those
+        the queue's passes aged (pass_time leaves its own and its resubmissions')."""
+        if self.config.inventory:
+            self.engine.deliver_inventory()
+        report = ops.run_audit(LocalTarget(self.engine), name=f"chaos-during-{number}")
+        if self.config.inventory and report.get("source") != "inventory":
+            raise RuntimeError(f"walked the {report.get('source')}, not the inventory report")
+        return report
 
     def audit(self, audits: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The audit, after every lock expired; None if it did not reach its report."""
@@ -627,6 +697,10 @@ class QueueRun:
         if self.config.inventory and report.get("source") != "inventory":
             audits[-1]["error"] = f"walked the {report.get('source')}, not the inventory report"
         return report
+
+
+# Where the audit keeps its watermark in the output bucket (REPORT_PREFIX, WATERMARK_NAME).
+WATERMARK = "reports/audit/watermark.json"
 
 
 def _short(error: str) -> str:
@@ -673,6 +747,8 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         config.rates = {**config.rates, "invalid_undelivered": 0.0}
     if config.s3_events and not config.batch:
         raise ValueError("S3's events reach the source queue only in the batch mode (--batch)")
+    if config.audit_during < 0:
+        raise ValueError("--audit-during: a number of audits, 0 or more")
     rng = random.Random(config.seed)
     with LocalEngine(
         parameters=queue_parameters(config.batch, config.versioned, config.express),
@@ -696,7 +772,20 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         engine.state.faults.append(injector.service)
         try:
             with engine.override_function("ProcessorFunction", injector.processor):
-                _deliver(run, units, rng, progress)
+                # Every message the deliveries send: the copies, then one a later wave.
+                sends = sum(u.copies + u.waves - 1 for u in units if u.copies)
+                # The batch mode: one of them (of two or more) starts with the first pass of
+                # redeliveries, so that its resubmissions meet the messages the queue brings
+                # back (the others start during the first pass, which hands every message).
+                reserved = 1 if config.batch and config.audit_during > 1 else 0
+                run.during = AuditsDuring(
+                    config.audit_during, sends, run.audit_during, reserved=reserved
+                )
+                try:
+                    _deliver(run, units, rng, progress)
+                finally:
+                    audits_during = run.during.finish()
+                engine.wait_for_running("ProcessorStateMachine")
                 injector.delivering = False
                 # Two days pass: longer than the audit waits for an upload's event from
                 # EventBridge (IngressMaxEventAgeSeconds, a day, for an upload without a
@@ -732,7 +821,9 @@ def run_queue_chaos(config: QueueChaosConfig, progress: TextIO | None = None) ->
         finally:
             engine.state.faults.remove(injector.service)
         run.pass_time(run.lock_timeout + 3600)
-        report = _judge(run, units, objects, audits, again, injector.runs(), injector.died)
+        report = _judge(
+            run, units, objects, audits, again, injector.runs(), injector.died, audits_during
+        )
 
     report.update(
         {
@@ -965,6 +1056,7 @@ def _judge(
     again: dict[str, Any] | None,
     completed: Counter[str] | None = None,
     died: Collection[str] = (),
+    audits_during: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The invariants, unit by unit, over the ledger, both DLQs, the queue and S3's log, and
     the processor calls that did the work (``completed``, by idempotency key; a call a
@@ -1009,6 +1101,9 @@ def _judge(
     for number, audit in enumerate(audits, 1):
         if "error" in audit:
             violated(INVARIANTS[0], f"audit {number}", audit["error"])
+    for record in audits_during or []:
+        if "error" in record:
+            violated(INVARIANTS[0], f"audit during {record['number']}", record["error"])
     # One upload is one unit of work, whatever it was keyed by: its event's version id or
     # sequencer, or (no version id) the audit's "#etag:" key for the same object.
     by_object = {pk.rsplit("#", 1)[0]: pk for pk in objects}
@@ -1147,6 +1242,7 @@ def _judge(
         "queue_passes": run.rounds,
         "seconds_passed": run.time_passed,
         "outcomes": dict(sorted(run.outcomes.items())),
+        "audits_during": [during_record(r, AUDIT_KEYS) for r in audits_during or []],
         "audits": audits,
         "redrive": run.redriven,
         "second_audit_resubmitted": resubmitted_again,
@@ -1178,6 +1274,7 @@ def render(report: dict[str, Any]) -> str:
         f"passes over the queue {report['queue_passes']}",
         f"  outcomes per {per}: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()),
     ]
+    lines += render_during(report.get("audits_during", []))
     for number, audit in enumerate(report["audits"], 1):
         if "error" in audit:
             lines.append(f"  audit {number}           did not reach its report: {audit['error']}")

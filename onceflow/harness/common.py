@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import quote_plus, unquote
@@ -213,3 +213,141 @@ def effects_by_idempotency_key(engine: LocalEngine, output_bucket: str) -> Count
         metadata = s3.head_object(Bucket=output_bucket, Key=key)["Metadata"]
         effects[unquote(metadata["idempotency-key"])] += count
     return effects
+
+
+class AuditsDuring:
+    """``count`` audits started while the deliveries run, spread over them: audit k (1..n)
+    starts, in a thread of its own, once k/(n+1) of the ``expected`` deliveries are done
+    (the harness calls ``advance`` as each ends). Each runs ``audit(number)`` (the
+    harness's ops.run_audit of the stack) and is recorded with how many deliveries had
+    ended when it started and when it ended, and how many deliveries' executions ran
+    while it ran (``ran``: each delivery's execution's span): proof that it ran while
+    they did.
+
+    ``reserved`` of them are not spread but left for the harness to start at a moment of
+    its own (``start_reserved``: the batch mode's first pass of redeliveries). An audit
+    whose moment never came (fewer deliveries than expected, no such moment) is started by
+    ``finish``, after the deliveries, and says so (``during`` False): the harness's tests
+    catch a run that degraded to audits after the deliveries."""
+
+    def __init__(
+        self,
+        count: int,
+        expected: int,
+        audit: Callable[[int], dict[str, Any]],
+        reserved: int = 0,
+    ) -> None:
+        self.count, self.expected, self._audit = count, max(expected, 1), audit
+        self.reserved = min(reserved, count)
+        self.done = 0
+        self.records: list[dict[str, Any]] = []
+        self._threads: list[threading.Thread] = []
+        self._spread_started = 0
+        self._spans: list[tuple[float, float]] = []
+        self._lock = threading.Lock()
+
+    def advance(self, deliveries: int = 1, span: tuple[float, float] | None = None) -> None:
+        """``deliveries`` more deliveries ended (``span``: when their execution started
+        and ended, epoch seconds): start the audits whose moment came."""
+        if not self.count:
+            return
+        spread = self.count - self.reserved
+        with self._lock:
+            self.done += deliveries
+            if span is not None:
+                self._spans.append(span)
+            while (
+                self._spread_started < spread
+                and self.done * (spread + 1) >= (self._spread_started + 1) * self.expected
+            ):
+                self._spread_started += 1
+                self._start(during=True)
+
+    def start_reserved(self) -> None:
+        """Start one of the reserved audits now, while the deliveries go on."""
+        with self._lock:
+            if len(self.records) < self.count and (
+                self.reserved > len(self.records) - self._spread_started
+            ):
+                self._start(during=True)
+
+    def _start(self, during: bool) -> None:
+        record: dict[str, Any] = {
+            "number": len(self.records) + 1,
+            "during": during,
+            "deliveries_ended_at_start": self.done,
+        }
+        self.records.append(record)
+        thread = threading.Thread(
+            target=self._run, args=(record,), name=f"audit-during-{record['number']}"
+        )
+        self._threads.append(thread)
+        thread.start()
+
+    def _run(self, record: dict[str, Any]) -> None:
+        started = time.time()
+        try:
+            record["report"] = self._audit(int(record["number"]))
+        except Exception as exc:  # recorded: the checker names it a violation
+            record["error"] = f"{type(exc).__name__}: {exc}"[:1000]
+        with self._lock:
+            record["deliveries_ended_at_end"] = self.done
+            record["span"] = (started, time.time())
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Start the audits whose moment never came (after the deliveries), wait for every
+        one; their records, in order."""
+        with self._lock:
+            while len(self.records) < self.count:
+                self._start(during=False)
+        for thread in self._threads:
+            thread.join()
+        for record in self.records:
+            record["deliveries"] = self.done
+            start, end = record.pop("span")
+            record["deliveries_ran_alongside"] = sum(s < end and e > start for s, e in self._spans)
+        return self.records
+
+
+def execution_span(result: Any) -> tuple[float, float] | None:
+    """When an execution (its history) started and ended, epoch seconds."""
+    events = getattr(result, "events", None) or []
+    moments = [e["timestamp"] for e in events if hasattr(e.get("timestamp"), "timestamp")]
+    if not moments:
+        return None
+    return min(moments).timestamp(), max(moments).timestamp()
+
+
+def during_record(record: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """An audit-during's record as a report shows it: when it ran, and its counts."""
+    shown: dict[str, Any] = {
+        k: record[k]
+        for k in (
+            "number", "during", "deliveries_ended_at_start", "deliveries_ended_at_end",
+            "deliveries", "deliveries_ran_alongside",
+        )
+        if k in record
+    }  # fmt: skip
+    if "error" in record:
+        return {**shown, "error": record["error"]}
+    report = record.get("report") or {}
+    return {**shown, **{k: report.get(k, 0) for k in keys}}
+
+
+def render_during(records: list[dict[str, Any]]) -> list[str]:
+    """One line an audit run during the deliveries."""
+    lines = []
+    for r in records:
+        when = (
+            f"started after {r['deliveries_ended_at_start']}/{r['deliveries']} deliveries, "
+            f"ended after {r.get('deliveries_ended_at_end')}, "
+            f"{r.get('deliveries_ran_alongside')} delivery executions ran alongside"
+            + ("" if r["during"] else " (AFTER the deliveries)")
+        )
+        counts = r.get("error") or ", ".join(
+            f"{k.replace('_', ' ')} {v}" for k, v in r.items()
+            if k not in ("number", "during", "deliveries_ended_at_start",
+                         "deliveries_ended_at_end", "deliveries", "deliveries_ran_alongside")
+        )  # fmt: skip
+        lines.append(f"  audit during {r['number']}    {when}: {counts}")
+    return lines

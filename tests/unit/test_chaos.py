@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
 from onceflow.cli import main
 from onceflow.harness.chaos import FAULT_KINDS, _check, render
-from onceflow.harness.common import DemoObject, s3_event
+from onceflow.harness.common import AuditsDuring, DemoObject, s3_event
 from onceflow.local.engine import LocalEngine
 from tests.helpers import load_event, png_bytes, upload
 
@@ -60,6 +62,87 @@ def test_a_run_whose_audits_walk_an_s3_inventory_report_holds_every_invariant(
     assert report["second_audit_resubmitted"] == 0
 
 
+def test_audits_during_the_deliveries_resubmit_uploads_whose_events_are_still_coming(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Two audits while the deliveries run (AuditRecentCutoffHours=0: every upload is
+    # judged): each finds uploads whose events have not arrived yet and resubmits them
+    # as missing; the ledger makes whichever of the event and the resubmission comes
+    # second a Duplicate.
+    # (one delivery at a time: the deliveries go on while the first audit walks the bucket;
+    # 12 objects, seed 11: it resubmits 7 of them, 1 lost)
+    code = main(["chaos", "--objects", "12", "--seed", "11", "--concurrency", "1",
+                 "--audit-during", "2", "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["violations"] == []
+    during = report["audits_during"]
+    assert [a["number"] for a in during] == [1, 2]
+    for audit in during:
+        # started with deliveries still to come, and deliveries ended while it ran
+        assert audit["during"] is True, audit
+        assert 0 < audit["deliveries_ended_at_start"] < audit["deliveries"], audit
+        assert audit["deliveries_ended_at_end"] > audit["deliveries_ended_at_start"], audit
+        assert audit["deliveries_ran_alongside"] >= 1, audit
+    assert sum(a["missing_resubmitted"] for a in during) > report["faults_injected"]["lost"]
+    assert report["effects_histogram"] == {"0": 1, "1": 11}
+    assert report["second_audit_resubmitted"] == 0
+
+
+def test_audits_during_start_while_the_deliveries_run_and_late_ones_say_so() -> None:
+    # GIVEN three audits over eight deliveries, each audit held until a delivery after
+    # its start has ended
+    moved = threading.Condition()
+    seen: list[tuple[int, int]] = []
+    audits: AuditsDuring
+
+    def audit(number: int) -> dict[str, int]:
+        with moved:
+            start = audits.done
+            moved.wait_for(lambda: audits.done > start, timeout=5)
+            seen.append((number, start))
+        return {"scanned": number}
+
+    audits = AuditsDuring(3, 8, audit)
+    # WHEN the deliveries end one by one
+    for _ in range(8):
+        with moved:
+            audits.advance()
+            moved.notify_all()
+        time.sleep(0.01)
+    records = audits.finish()
+    # THEN each started at its share of the deliveries (2, 4, 6 of 8), ran while later
+    # ones ended, and was recorded with its report
+    assert [(r["number"], r["deliveries_ended_at_start"]) for r in records] == [
+        (1, 2),
+        (2, 4),
+        (3, 6),
+    ]
+    assert all(r["during"] and r["deliveries_ended_at_end"] > r["deliveries_ended_at_start"]
+               for r in records)  # fmt: skip
+    assert sorted(seen) == [(1, 2), (2, 4), (3, 6)]
+    assert [r["report"] for r in records] == [{"scanned": 1}, {"scanned": 2}, {"scanned": 3}]
+
+    # AND a reserved audit waits for the harness's own moment, not a share of deliveries
+    reserved = AuditsDuring(2, 4, lambda n: {"scanned": n}, reserved=1)
+    for _ in range(4):
+        reserved.advance()
+    assert [r["deliveries_ended_at_start"] for r in reserved.records] == [2]
+    reserved.start_reserved()
+    reserved.start_reserved()  # (only one was reserved)
+    assert [r["during"] for r in reserved.finish()] == [True, True]
+
+    # AND audits whose moment never came (fewer deliveries than expected) start after
+    # them and say so; an audit that raises is recorded with its error
+    def refused(number: int) -> dict[str, int]:
+        raise RuntimeError("refused")
+
+    late = AuditsDuring(2, 100, refused)
+    late.advance()
+    [first, second] = late.finish()
+    assert (first["during"], second["during"]) == (False, False)
+    assert first["error"] == "RuntimeError: refused"
+
+
 def test_the_checker_names_every_broken_invariant(engine: LocalEngine) -> None:
     bucket = engine.ref("IngestBucket")
     s3 = engine.client("s3")
@@ -94,9 +177,10 @@ def test_the_checker_names_every_broken_invariant(engine: LocalEngine) -> None:
         Item={"pk": {"S": never.idempotency_key(bucket)}, "status": {"S": "PROCESSING"}},
     )
     nothing = {"missing_resubmitted": 0, "failed_resubmitted": 0, "stuck_released": 0}
-    report = _check(
-        engine, bucket, {o.key: o for o in (twice, never, poison)}, {}, nothing, nothing
-    )
+    # (and an audit during the deliveries that did not reach its report)
+    failed = {"number": 1, "during": True, "error": "OpsError: the audit FAILED"}
+    objects = {o.key: o for o in (twice, never, poison)}
+    report = _check(engine, bucket, objects, {}, nothing, nothing, [failed])
     broken = {(v["invariant"], v["key"].split("/")[-1].split("#")[0]) for v in report["violations"]}
     assert broken == {
         ("one effect per processable object", "twice.png"),
@@ -107,6 +191,7 @@ def test_the_checker_names_every_broken_invariant(engine: LocalEngine) -> None:
         ("poison: one DLQ message and a FAILED row", "poison.png"),
         ("no effect for poison", "poison.png"),
         ("DLQ messages only for poison", "twice.png"),
+        ("every audit runs to its report", "audit during 1"),
     }
     assert report["effects_histogram"] == {"0": 1, "1": 1, "2": 1}
 

@@ -49,6 +49,9 @@ MODES = {
     "batch-express": ["--batch", "--express"],
     # S3's events through the queue, the audit walking an S3 Inventory report
     "s3-batch-inventory": ["--source", "s3", "--batch", "--inventory"],
+    # Two audits while the deliveries run (the queue's passes, its kept messages, the
+    # locks of live executions), then the audits after them as in every mode
+    "batch-audit-during": ["--batch", "--audit-during", "2"],
 }
 
 
@@ -81,6 +84,7 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
         "unversioned": "one message per execution",
         "batch": "batch",
         "batch-express": "batch, the processor EXPRESS",
+        "batch-audit-during": "batch",
         "s3-batch-inventory": "batch, S3's events through the queue, the audit from S3 Inventory",
     }.get(mode, "batch, S3's events through the queue")
     unversioned = mode.endswith("unversioned")
@@ -99,7 +103,9 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
         # Outcomes are counted per message: more of them than batch executions, at least
         # one for every message sent (a kept message is counted at each delivery).
         assert report["pipe_executions"] < report["messages_sent"] <= outcomes
-        assert report["failed_batches"] >= 1  # the last-attempt death fails its whole batch
+        # The last-attempt death fails its whole batch (with audits during the deliveries,
+        # the last attempt may be an audit's resubmission, a single-message execution)
+        assert report["failed_batches"] >= 1 or mode.endswith("audit-during")
     else:
         # (a message the source queue would not take back was started by redrive directly)
         started = report["redrive"]["source_started"]
@@ -108,6 +114,25 @@ def test_a_queue_run_injects_every_fault_and_judges_each_message(runs: _Runs, mo
         # The large non-ASCII order failed once and nothing else brings it back: the
         # audit's sweep resubmitted it from its execution's input
         assert report["audits"][0]["failed_resubmitted"] >= 1
+    assert report["audits_during"] == [] or mode.endswith("audit-during")
+
+
+def test_the_audits_during_the_deliveries_ran_while_the_deliveries_did(runs: _Runs) -> None:
+    # The run cannot pass for one whose audits ran only after the deliveries: each was
+    # started with deliveries still to come, and deliveries ended while it ran.
+    code, report = runs["batch-audit-during"]
+    during = report["audits_during"]
+    assert [a["number"] for a in during] == [1, 2]
+    for audit in during:
+        assert audit["during"] is True, audit
+        assert 0 < audit["deliveries_ended_at_start"] < audit["deliveries"], audit
+        assert audit["deliveries_ran_alongside"] >= 1, audit
+        assert "error" not in audit and audit["scanned"] >= 1, audit
+    # (their moments spread over the deliveries: the second started later)
+    assert during[0]["deliveries_ended_at_start"] < during[1]["deliveries_ended_at_start"]
+    # AND the audits after the deliveries ran too, as without them
+    assert len(report["audits"]) >= 2
+    assert code == 0 and report["violations"] == []
 
 
 @pytest.mark.parametrize(
@@ -190,12 +215,21 @@ def test_the_checker_names_every_unit_left_outside_a_named_end_state() -> None:
         row("sqs:done-and-dlq", "PROCESSED")
         dead_letter("sqs:done-and-dlq")
         row("sqs:poison", "FAILED", open_status="FAILED#2")
-        # WHEN the checker judges them
-        report = _judge(run, units, {}, [{"scanned": 0}, {"error": "the audit FAILED"}], None)
+        # WHEN the checker judges them (and an audit during the deliveries that failed)
+        failed_during = {"number": 1, "during": True, "error": "OpsError: the audit FAILED"}
+        report = _judge(
+            run,
+            units,
+            {},
+            [{"scanned": 0}, {"error": "the audit FAILED"}],
+            None,
+            audits_during=[failed_during],
+        )
     # THEN each is named under its invariant, per unit of work
     found = {(v["invariant"], v["key"]) for v in report["violations"]}
     assert found == {
         ("every audit runs to its report", "audit 2"),
+        ("every audit runs to its report", "audit during 1"),
         ("no unit of work left outside a named end state", "sqs:stuck"),
         ("no unit of work left outside a named end state", "sqs:stranded"),
         ("no unit of work left outside a named end state", "sqs:never"),
@@ -651,6 +685,8 @@ def test_a_last_attempt_death_ends_the_single_message_execution_it_hit(
         (["--source", "sqs", "--lock-expiry-rate", "0.1"], "not a fault of --source sqs"),
         (["--dlq-refused-rate", "0.1"], "not a fault of --source s3"),
         (["--source", "sqs", "--objects", "3"], "the faults need 13 units of work"),
+        (["--audit-during", "-1"], "--audit-during: a number of audits, 0 or more"),
+        (["--batch", "--audit-during", "-1"], "--audit-during: a number of audits, 0 or more"),
     ],
 )
 def test_the_command_refuses_what_the_source_cannot_do(flags: list[str], refusal: str) -> None:
