@@ -775,38 +775,28 @@ def test_init_on_a_file_says_it_is_a_file_and_leaves_it(
     assert target.read_text(encoding="utf-8") == ""
 
 
-def test_init_names_the_onceflow_that_ran_it_when_the_shell_would_not_find_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("on_path", [False, True], ids=["by-its-path", "from-the-path"])
+def test_init_names_the_onceflow_that_ran_it_as_the_shell_would_find_it(
+    on_path: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # GIVEN the installed package's command run by its path, as the README has it
-    # (~/onceflow/bin/onceflow init my-app), with no onceflow on the shell's PATH
+    # GIVEN the installed package's command, run by its path as the README has it
+    # (~/onceflow/bin/onceflow init my-app) with no onceflow on the shell's PATH, or from
+    # an activated venv, where the PATH's onceflow is the one running
     command = tmp_path / "venv" / "bin" / "onceflow"
     command.parent.mkdir(parents=True)
     command.write_text("#!/bin/sh\n", encoding="utf-8")
     command.chmod(0o755)
-    monkeypatch.setattr(sys, "argv", [str(command), "init", str(tmp_path / "my-app")])
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    ran_as = "onceflow" if on_path else str(command)
+    monkeypatch.setattr(sys, "argv", [ran_as, "init", str(tmp_path / "my-app")])
+    monkeypatch.setenv("PATH", str(command.parent if on_path else tmp_path / "empty"))
     # WHEN it writes the app
     assert main(["init", str(tmp_path / "my-app")]) == 0
-    # THEN the next command it prints runs that same onceflow, which the shell can find
+    # THEN the next command it prints runs that same onceflow, as the shell finds it
     line = next(line for line in capsys.readouterr().out.splitlines() if "&& " in line)
-    assert shlex.split(line.split("#")[0])[3:] == [str(command), "up"], line
-
-
-def test_init_says_plain_onceflow_when_the_shell_finds_the_one_that_ran(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN onceflow run from an activated venv: the PATH's onceflow is the one running
-    command = tmp_path / "venv" / "bin" / "onceflow"
-    command.parent.mkdir(parents=True)
-    command.write_text("#!/bin/sh\n", encoding="utf-8")
-    command.chmod(0o755)
-    monkeypatch.setattr(sys, "argv", ["onceflow", "init", str(tmp_path / "my-app")])
-    monkeypatch.setenv("PATH", str(command.parent))
-    # WHEN it writes the app THEN it says `onceflow up`, as typed
-    assert main(["init", str(tmp_path / "my-app")]) == 0
-    line = next(line for line in capsys.readouterr().out.splitlines() if "&& " in line)
-    assert shlex.split(line.split("#")[0])[3:] == ["onceflow", "up"], line
+    assert shlex.split(line.split("#")[0])[3:] == [ran_as, "up"], line
 
 
 @pytest.mark.parametrize(
